@@ -1,0 +1,47 @@
+"""Small typed errors a person can act on.
+
+Every error carries a one-line message that names the file/field at fault and an optional hint. The CLI
+prints ``Error: <message>`` (and ``Hint: <hint>``) and exits non-zero; it never shows a traceback for these.
+"""
+
+from __future__ import annotations
+
+
+class IteraError(Exception):
+    """Base class of the errors that are the user's to fix (bad input, refused action)."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ProtocolError(IteraError):
+    """The protocol file is invalid, unlocked, or changed after its lock."""
+
+
+class CorpusError(IteraError):
+    """The corpus cannot be read or breaks an identifier/text rule."""
+
+
+class WorkloadError(IteraError):
+    """The model/callable cannot be loaded or used as declared."""
+
+
+class RunError(IteraError):
+    """A campaign cannot start or continue (e.g. output folder unusable)."""
+
+
+class VerificationError(IteraError):
+    """Stored evidence does not verify (used by ``verify``)."""
+
+    exit_code = 1
+
+
+class BundleError(IteraError):
+    """An evidence bundle cannot be packed or unpacked safely."""
