@@ -1,0 +1,435 @@
+"""The pre-registered protocol (P1–P4, R1, R5, Q3): a TOML file validated when read, locked before timing.
+
+A protocol fixes, before any timed pass, the decision question, the scenario, the corpus and its reference
+labels, the checks, the metric with its threshold and its tolerance against a reference variant, the planned
+subgroups, the variants and series, the warm-up rule, the number of passes, the exclusion rule, the calendar
+and the catalog. ``lock`` records its content hash; a run refuses an unlocked or changed protocol.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from iteralab.errors import ProtocolError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+SCHEMA_VERSION = 1
+LOCK_SUFFIX = ".lock.json"
+METRICS = ("accuracy", "macro_f1", "weighted_f1", "balanced_accuracy")
+PRECISIONS = ("fp32", "bf16", "fp16", "int8-dynamic")
+#: The variant fields a series may vary (R1). Everything else is fixed by the protocol for all variants.
+FACTORS = ("batch_size", "precision", "bucketing", "padding", "resume", "compile", "device")
+
+INTERACTIVE_REFUSAL = (
+    "scenario 'interactive' is not supported: an interactive service needs request arrivals, concurrency "
+    "and an acceptable latency defined first, and an offline ranking does not carry over to it"
+)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CorpusSpec(_Strict):
+    path: str
+    tuning_path: str | None = None
+    id_column: str = "id"
+    text_column: str = "text"
+    label_column: str = "label"
+    stratum_column: str | None = "stratum"
+    classes: tuple[str, ...] = Field(min_length=2)
+    #: Token-length strata by the model's own tokenizer: name -> [min, max] inclusive, or [min] open-ended.
+    strata: dict[str, tuple[int, ...]] = Field(default_factory=dict)
+
+    @field_validator("strata")
+    @classmethod
+    def _bounds(cls, value: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+        for name, bounds in value.items():
+            if len(bounds) not in (1, 2) or bounds[0] < 0 or (len(bounds) == 2 and bounds[1] < bounds[0]):
+                raise ValueError(f"stratum {name!r} must be [min, max] with 0 <= min <= max, or [min]")
+        return value
+
+
+class ModelSpec(_Strict):
+    kind: Literal["hf_classifier", "encoder_head", "callable"]
+    path: str | None = None
+    head: str | None = None
+    callable: str | None = None
+    max_length: int = Field(default=256, gt=0)
+    truncation: bool = True
+    trust_remote_code: bool = False
+
+    @model_validator(mode="after")
+    def _complete(self) -> ModelSpec:
+        if self.kind in ("hf_classifier", "encoder_head") and not self.path:
+            raise ValueError(f"model.path is required for kind {self.kind!r}")
+        if self.kind == "encoder_head" and not self.head:
+            raise ValueError("model.head (a safetensors file) is required for kind 'encoder_head'")
+        if self.kind == "callable" and not self.callable:
+            raise ValueError("model.callable ('package.module:function') is required for kind 'callable'")
+        return self
+
+
+class Checks(_Strict):
+    #: Fraction of the expected ids that must carry a prediction (1.0 = all documents).
+    coverage: float = Field(default=1.0, gt=0, le=1)
+    #: Probabilities of each record must sum to 1 within this tolerance.
+    probability_sum_tolerance: float = Field(default=1e-3, gt=0, lt=1)
+
+
+class MetricSpec(_Strict):
+    name: str
+    threshold: float = Field(ge=0, le=1)
+    tolerance: float = Field(ge=0, le=1)
+    reference_variant: str
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value not in METRICS:
+            raise ValueError(f"unknown metric {value!r}; known: {', '.join(METRICS)}")
+        return value
+
+
+class Subgroup(_Strict):
+    name: str
+    by: Literal["stratum", "label"]
+    gating: bool = True
+    #: Minimum metric inside each group (optional); the tolerance against the reference always applies.
+    threshold: float | None = Field(default=None, ge=0, le=1)
+    tolerance: float | None = Field(default=None, ge=0, le=1)
+
+
+class Reproduction(_Strict):
+    target: Literal["identical", "bounded", "acceptable"] = "acceptable"
+    #: For 'bounded': the largest absolute probability difference allowed against the reference pass.
+    bound: float | None = Field(default=None, gt=0)
+    seeds: tuple[int, ...] = (0,)
+    deterministic: bool = True
+
+    @model_validator(mode="after")
+    def _bound(self) -> Reproduction:
+        if self.target == "bounded" and self.bound is None:
+            raise ValueError("reproduction.bound is required when target = 'bounded'")
+        return self
+
+
+class Warmup(_Strict):
+    #: Warm-up runs over the first ``inputs`` texts of the pass order, ``passes`` times, with the variant's
+    #: batch size, before every measured pass (same rule for every variant). Compilation happens here.
+    inputs: int = Field(default=16, ge=0)
+    passes: int = Field(default=1, ge=0)
+    recompilation: str = "a recompilation during the measured pass is recorded in notes, never hidden"
+
+
+class RunSpec(_Strict):
+    passes: int = Field(default=5, ge=1)
+    isolation: Literal["process", "inprocess"] = "process"
+    device: str = "auto"
+    exclusion_rule: str = (
+        "a pass is excluded only for a documented external incident; the same rule applies to every variant"
+    )
+
+
+class Variant(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    batch_size: int = Field(gt=0)
+    precision: str = "fp32"
+    bucketing: bool = False
+    padding: Literal["longest", "max_length"] = "longest"
+    #: R8: a declared resume variant retries a failing batch in halves; its attempts count in the balance.
+    resume: bool = False
+    compile: bool = False
+    device: str | None = None
+
+    @field_validator("precision")
+    @classmethod
+    def _precision(cls, value: str) -> str:
+        if value not in PRECISIONS:
+            raise ValueError(f"unknown precision {value!r}; known: {', '.join(PRECISIONS)}")
+        return value
+
+
+class Series(_Strict):
+    name: str
+    factor: str
+    variants: tuple[str, ...] = Field(min_length=2)
+
+    @field_validator("factor")
+    @classmethod
+    def _factor(cls, value: str) -> str:
+        if value not in FACTORS:
+            raise ValueError(f"unknown factor {value!r}; a series varies one of: {', '.join(FACTORS)}")
+        return value
+
+
+class CalendarTask(_Strict):
+    name: str
+    start: str
+    end: str
+
+
+class Calendar(_Strict):
+    timezone: str = "UTC"
+    deadline: str | None = None
+    tasks: tuple[CalendarTask, ...] = ()
+
+
+class CatalogSpec(_Strict):
+    path: str | None = None
+
+
+class Protocol(_Strict):
+    schema_version: int = SCHEMA_VERSION
+    name: str
+    version: int = Field(default=1, ge=1)
+    question: str
+    scenario: str = "offline"
+    #: P4: set true if thresholds were tuned after seeing the final corpus (the decision then says so).
+    thresholds_tuned_on_final: bool = False
+    corpus: CorpusSpec
+    model: ModelSpec
+    checks: Checks = Checks()
+    metric: MetricSpec
+    subgroups: tuple[Subgroup, ...] = ()
+    reproduction: Reproduction = Reproduction()
+    warmup: Warmup = Warmup()
+    run: RunSpec = RunSpec()
+    variants: tuple[Variant, ...] = Field(min_length=1)
+    series: tuple[Series, ...] = ()
+    calendar: Calendar = Calendar()
+    catalog: CatalogSpec = CatalogSpec()
+
+    @field_validator("scenario")
+    @classmethod
+    def _offline_only(cls, value: str) -> str:
+        if value == "interactive":
+            raise ValueError(INTERACTIVE_REFUSAL)
+        if value != "offline":
+            raise ValueError(f"unknown scenario {value!r}; only 'offline' is supported")
+        return value
+
+    @field_validator("schema_version")
+    @classmethod
+    def _schema(cls, value: int) -> int:
+        if value != SCHEMA_VERSION:
+            raise ValueError(f"schema_version {value} is not supported (expected {SCHEMA_VERSION})")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Protocol:
+        names = [v.name for v in self.variants]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate variant name(s): {', '.join(dupes)}")
+        if self.metric.reference_variant not in names:
+            raise ValueError(
+                f"metric.reference_variant {self.metric.reference_variant!r} is not a declared variant "
+                f"({', '.join(names)})"
+            )
+        for series in self.series:
+            unknown = [v for v in series.variants if v not in names]
+            if unknown:
+                raise ValueError(f"series {series.name!r} names unknown variant(s): {', '.join(unknown)}")
+        if any(s.by == "stratum" for s in self.subgroups) and not self.corpus.stratum_column:
+            raise ValueError("a subgroup by 'stratum' needs corpus.stratum_column")
+        return self
+
+    def variant(self, name: str) -> Variant:
+        for v in self.variants:
+            if v.name == name:
+                return v
+        raise KeyError(name)
+
+
+def _location(data: Any, loc: tuple[Any, ...]) -> str:
+    """Render a pydantic error location as a TOML key path, naming array tables by their ``name``."""
+    parts: list[str] = []
+    node = data
+    for item in loc:
+        if isinstance(item, int):
+            label = None
+            if isinstance(node, list) and item < len(node) and isinstance(node[item], dict):
+                label = node[item].get("name")
+            parts[-1] = f"{parts[-1]}[{item}]" + (f" ({label})" if label else "") if parts else f"[{item}]"
+            node = node[item] if isinstance(node, list) and item < len(node) else None
+        else:
+            parts.append(str(item))
+            node = node.get(item) if isinstance(node, dict) else None
+    return ".".join(parts)
+
+
+def parse_protocol(text: str, source: str = "<protocol>") -> Protocol:
+    """Parse and validate protocol text; errors name the source file and the key at fault."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ProtocolError(f"{source}: not valid TOML: {exc}", hint="fix the TOML syntax") from None
+    try:
+        return Protocol.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = _location(data, tuple(first["loc"])) or "(top level)"
+        kind = first["type"]
+        if kind == "extra_forbidden":
+            message = f"{source}: unknown key '{key}'"
+            hint = "remove it or check its spelling; unknown keys are refused so that nothing is silently ignored"
+        elif kind == "missing":
+            message = f"{source}: missing key '{key}'"
+            hint = "see the protocol template (iteralab kit export) for every required key"
+        else:
+            reason = str(first["msg"]).removeprefix("Value error, ")
+            message = f"{source}: key '{key}': {reason}"
+            hint = "fix the value; a locked protocol is amended by raising its version and locking again"
+        if len(exc.errors()) > 1:
+            message += f" (and {len(exc.errors()) - 1} more problem(s))"
+        raise ProtocolError(message, hint=hint) from None
+
+
+def load_protocol(path: str | os.PathLike[str]) -> Protocol:
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ProtocolError(f"{path}: protocol file not found", hint="check the path") from None
+    except OSError as exc:
+        raise ProtocolError(f"{path}: cannot read protocol: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"{path}: not UTF-8 text (byte {exc.start})", hint="save the file as UTF-8") from None
+    return parse_protocol(text, source=str(path))
+
+
+def content_hash(path: str | os.PathLike[str]) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def lock_path(protocol_path: str | os.PathLike[str]) -> Path:
+    p = Path(protocol_path)
+    return p.with_name(p.name + LOCK_SUFFIX)
+
+
+def _read_lock(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {"schema_version": SCHEMA_VERSION, "locks": []}
+    except (OSError, ValueError) as exc:
+        raise ProtocolError(f"{path}: unreadable lock file ({exc})", hint="restore it from your records") from None
+    if not isinstance(data, dict) or not isinstance(data.get("locks"), list):
+        raise ProtocolError(f"{path}: not a protocol lock file", hint="restore it from your records")
+    return data
+
+
+def lock(protocol_path: str | os.PathLike[str], *, now: datetime | None = None) -> dict[str, Any]:
+    """Record the protocol's content hash and a UTC timestamp (P2). Returns the lock entry.
+
+    Locking the same content again returns the existing entry. Changed content under an already-locked
+    version is refused: an amendment is a new version with its own lock (the old entries stay).
+    """
+    from iteralab.fsutil import write_json_atomic
+
+    path = Path(protocol_path)
+    protocol = load_protocol(path)
+    digest = content_hash(path)
+    lpath = lock_path(path)
+    record = _read_lock(lpath)
+    for entry in record["locks"]:
+        if entry["sha256"] == digest:
+            return entry
+        if entry["version"] == protocol.version:
+            raise ProtocolError(
+                f"{path}: version {protocol.version} was locked at {entry['locked_at']} with different content",
+                hint="an amended protocol is a new version: raise 'version' and lock again",
+            )
+    entry = {
+        "name": protocol.name,
+        "version": protocol.version,
+        "sha256": digest,
+        "locked_at": (now or datetime.now(timezone.utc)).isoformat(timespec="seconds"),
+        "protocol_file": path.name,
+    }
+    record["locks"].append(entry)
+    write_json_atomic(lpath, record)
+    return entry
+
+
+def check_locked(protocol_path: str | os.PathLike[str]) -> tuple[Protocol, dict[str, Any]]:
+    """Return the protocol and its lock entry, or refuse an unlocked / changed-after-lock protocol (P2)."""
+    path = Path(protocol_path)
+    protocol = load_protocol(path)
+    digest = content_hash(path)
+    record = _read_lock(lock_path(path))
+    for entry in record["locks"]:
+        if entry["sha256"] == digest:
+            return protocol, entry
+    for entry in record["locks"]:
+        if entry["version"] == protocol.version:
+            raise ProtocolError(
+                f"{path}: changed after it was locked (version {protocol.version}, locked at {entry['locked_at']})",
+                hint="restore the locked content, or raise 'version' and lock the amendment as a new protocol",
+            )
+    raise ProtocolError(f"{path}: protocol is not locked", hint=f"run: iteralab lock {path}")
+
+
+PACKAGE_PREFIX = "package:"
+
+
+def resolve(protocol_path: str | os.PathLike[str], relative: str | None) -> Path | None:
+    """Resolve a path written in the protocol: relative to the protocol file's folder, absolute, or
+    ``package:NAME/sub/path`` inside an installed Python package (found without importing it), which keeps a
+    protocol portable between machines."""
+    if relative is None:
+        return None
+    if relative.startswith(PACKAGE_PREFIX):
+        import importlib.util
+
+        name, _, rest = relative[len(PACKAGE_PREFIX):].partition("/")
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise ProtocolError(f"{protocol_path}: package {name!r} named in {relative!r} is not installed",
+                                hint=f"install it (pip install {name.replace('_', '-')})")
+        return Path(list(spec.submodule_search_locations)[0]) / rest
+    p = Path(relative).expanduser()
+    return p if p.is_absolute() else (Path(protocol_path).resolve().parent / p)
+
+
+def series_violations(protocol: Protocol) -> list[str]:
+    """R1: each series must vary exactly its declared factor; list every other differing field."""
+    problems: list[str] = []
+    for series in protocol.series:
+        variants = [protocol.variant(n) for n in series.variants]
+        base = variants[0].model_dump(exclude={"name"})
+        if len({v.model_dump()[series.factor] for v in variants}) < len(variants):
+            problems.append(f"series {series.name!r}: two variants share the same {series.factor}")
+        for other in variants[1:]:
+            diff = sorted(k for k, v in other.model_dump(exclude={"name"}).items() if base[k] != v)
+            extra = [k for k in diff if k != series.factor]
+            if extra:
+                problems.append(
+                    f"series {series.name!r} declares factor {series.factor!r} but {variants[0].name!r} and "
+                    f"{other.name!r} also differ in {', '.join(extra)}"
+                )
+    return problems
+
+
+def check_series(protocol: Protocol, source: str = "<protocol>") -> None:
+    problems = series_violations(protocol)
+    if problems:
+        raise ProtocolError(
+            f"{source}: {problems[0]}",
+            hint="a series varies exactly one declared factor; put other changes in their own series",
+        )

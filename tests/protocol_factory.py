@@ -1,0 +1,66 @@
+"""Builds small protocol files for tests (a TOML text with overridable parts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+VARIANTS = """
+[[variants]]
+name = "b1"
+batch_size = 1
+
+[[variants]]
+name = "b4"
+batch_size = 4
+
+[[series]]
+name = "batch"
+factor = "batch_size"
+variants = ["b1", "b4"]
+"""
+
+
+def protocol_toml(*, corpus: str = "corpus.csv", model: str | None = None, variants: str = VARIANTS,
+                  extra: str = "", passes: int = 2, threshold: float = 0.0, tolerance: float = 0.05,
+                  reference: str = "b4", isolation: str = "inprocess", subgroups: str = "",
+                  reproduction: str = 'target = "acceptable"', warmup: str = "inputs = 2\npasses = 1",
+                  head: str | None = None, version: int = 1) -> str:
+    model = model or 'kind = "hf_classifier"\npath = "model"'
+    return f"""schema_version = 1
+name = "test-protocol"
+version = {version}
+question = "Which batch size is cheapest for the same verified result?"
+scenario = "offline"
+{extra}
+[corpus]
+path = "{corpus}"
+classes = ["plot", "fresh", "rotten"]
+
+[model]
+{model}
+max_length = 32
+
+[metric]
+name = "macro_f1"
+threshold = {threshold}
+tolerance = {tolerance}
+reference_variant = "{reference}"
+{subgroups}
+[reproduction]
+{reproduction}
+
+[warmup]
+{warmup}
+
+[run]
+passes = {passes}
+isolation = "{isolation}"
+device = "cpu"
+{variants}
+"""
+
+
+def write_protocol(folder: Path, **kwargs) -> Path:
+    path = folder / "protocol.toml"
+    path.write_text(protocol_toml(**kwargs), encoding="utf-8")
+    return path

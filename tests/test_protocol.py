@@ -1,0 +1,126 @@
+import json
+
+import pytest
+
+from iteralab.cli import main
+from iteralab.errors import ProtocolError
+from iteralab.protocol import check_locked, check_series, load_protocol, lock, lock_path, parse_protocol
+from protocol_factory import VARIANTS, protocol_toml, write_protocol
+
+
+def test_valid_protocol_defaults():
+    p = parse_protocol(protocol_toml())
+    assert p.scenario == "offline"
+    assert p.run.passes == 2
+    assert p.checks.coverage == 1.0
+    assert [v.name for v in p.variants] == ["b1", "b4"]
+
+
+def test_default_passes_is_five():
+    text = protocol_toml().replace("passes = 2\n", "")
+    assert parse_protocol(text).run.passes == 5
+
+
+def test_interactive_scenario_refused_with_reason():
+    text = protocol_toml().replace('scenario = "offline"', 'scenario = "interactive"')
+    with pytest.raises(ProtocolError) as err:
+        parse_protocol(text, "p.toml")
+    msg = str(err.value)
+    assert msg.startswith("p.toml: key 'scenario': scenario 'interactive' is not supported")
+    assert "request arrivals, concurrency" in msg and "offline ranking does not carry over" in msg
+
+
+def test_unknown_key_named_with_file():
+    text = protocol_toml(extra="colour = 'blue'")
+    with pytest.raises(ProtocolError) as err:
+        parse_protocol(text, "p.toml")
+    assert str(err.value) == "p.toml: unknown key 'colour'"
+
+
+def test_unknown_key_inside_array_table_names_variant():
+    text = protocol_toml(variants=VARIANTS.replace("batch_size = 4", "batch_size = 4\nbatchsize = 4"))
+    with pytest.raises(ProtocolError) as err:
+        parse_protocol(text, "p.toml")
+    assert str(err.value) == "p.toml: unknown key 'variants[1] (b4).batchsize'"
+
+
+@pytest.mark.parametrize("bad, expected", [
+    ("threshold = -0.1", "p.toml: key 'metric.threshold': Input should be greater than or equal to 0"),
+    ("name = \"f2\"", "p.toml: key 'metric.name': unknown metric 'f2'; known: accuracy, macro_f1, weighted_f1, balanced_accuracy"),
+])
+def test_bad_metric_values(bad, expected):
+    text = protocol_toml()
+    key = bad.split(" = ")[0]
+    lines = text.splitlines()
+    start = lines.index("[metric]")
+    for i in range(start, start + 6):
+        if lines[i].startswith(key + " ="):
+            lines[i] = bad
+    with pytest.raises(ProtocolError) as err:
+        parse_protocol("\n".join(lines), "p.toml")
+    assert str(err.value) == expected
+
+
+def test_reference_variant_must_exist():
+    with pytest.raises(ProtocolError, match="reference_variant 'b9' is not a declared variant"):
+        parse_protocol(protocol_toml(reference="b9"))
+
+
+def test_series_with_two_differing_factors_refused():
+    variants = VARIANTS.replace("batch_size = 4", 'batch_size = 4\nprecision = "bf16"')
+    p = parse_protocol(protocol_toml(variants=variants))
+    with pytest.raises(ProtocolError) as err:
+        check_series(p, "p.toml")
+    assert str(err.value) == ("p.toml: series 'batch' declares factor 'batch_size' but 'b1' and 'b4' "
+                              "also differ in precision")
+
+
+def test_bucketing_is_its_own_factor():
+    variants = VARIANTS.replace("batch_size = 4", "batch_size = 1\nbucketing = true").replace(
+        'factor = "batch_size"', 'factor = "bucketing"')
+    check_series(parse_protocol(protocol_toml(variants=variants)))
+
+
+def test_lock_then_run_check(tmp_path):
+    path = write_protocol(tmp_path)
+    with pytest.raises(ProtocolError, match="protocol is not locked"):
+        check_locked(path)
+    entry = lock(path)
+    protocol, checked = check_locked(path)
+    assert checked["sha256"] == entry["sha256"] and protocol.version == 1
+    assert json.loads(lock_path(path).read_text())["locks"][0]["locked_at"] == entry["locked_at"]
+
+
+def test_changed_after_lock_refused_and_amendment_is_new_version(tmp_path):
+    path = write_protocol(tmp_path, threshold=0.7)
+    lock(path)
+    # Lowering the threshold after results exist is exactly what the lock prevents.
+    path.write_text(protocol_toml(threshold=0.5))
+    with pytest.raises(ProtocolError, match="changed after it was locked"):
+        check_locked(path)
+    with pytest.raises(ProtocolError, match="with different content") as err:
+        lock(path)
+    assert "raise 'version'" in err.value.hint
+    path.write_text(protocol_toml(threshold=0.5, version=2))
+    entry = lock(path)
+    assert entry["version"] == 2
+    assert len(json.loads(lock_path(path).read_text())["locks"]) == 2
+
+
+def test_cli_lock_and_errors(tmp_path, capsys):
+    path = write_protocol(tmp_path)
+    assert main(["lock", str(path)]) == 0
+    assert "locked" in capsys.readouterr().out
+    assert main(["lock", str(tmp_path / "missing.toml")]) == 2
+    assert capsys.readouterr().err.splitlines()[0] == f"Error: {tmp_path / 'missing.toml'}: protocol file not found"
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = [")
+    assert main(["lock", str(bad)]) == 2
+    assert capsys.readouterr().err.startswith(f"Error: {bad}: not valid TOML")
+
+
+def test_load_protocol_not_utf8(tmp_path):
+    p = tmp_path / "p.toml"
+    p.write_bytes(b"name = \"\xff\"")
+    with pytest.raises(ProtocolError, match="not UTF-8"):
+        load_protocol(p)
