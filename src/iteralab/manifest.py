@@ -1,0 +1,187 @@
+"""Campaign manifest (C3) and manifest differences (C5).
+
+``environment_manifest`` reads what this process actually runs on: interpreter, OS, package versions,
+the device inventory, the code version (git commit + dirty flag), determinism options and thread count.
+No hostname (privacy). ``campaign_manifest`` ties it to the workload, file hashes, corpus fingerprint, order
+hash, seeds and the reproduction target. ``diff_manifests`` lists the dotted keys that differ, so a pass
+whose environment drifted from the campaign's is flagged, and two campaigns' differing fields are listed.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from iteralab.fsutil import sha256_file, write_json_atomic
+
+__all__ = ["MANIFEST_SCHEMA_VERSION", "PACKAGES", "campaign_manifest", "diff_manifests", "environment_manifest",
+           "flatten", "manifest_differences", "sha256_file", "write_json_atomic"]
+
+MANIFEST_SCHEMA_VERSION = 1
+PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "scikit-learn", "iteralab",
+            "nvidia-ml-py")
+ABSENT = "<absent>"
+
+
+def _package_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _git(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}  # read-only: never refresh the index
+    return subprocess.run(["git", "-C", str(workdir), *args], capture_output=True, text=True, timeout=30, env=env)
+
+
+def git_state(workdir: Path) -> dict[str, Any]:
+    """``{"commit", "dirty", "reason"}`` of the git work tree holding ``workdir``; None + reason otherwise."""
+    def unknown(reason: str) -> dict[str, Any]:
+        return {"commit": None, "dirty": None, "reason": reason}
+
+    if not workdir.is_dir():
+        return unknown(f"{workdir} is not a folder")
+    try:
+        inside = _git(workdir, "rev-parse", "--is-inside-work-tree")
+    except FileNotFoundError:
+        return unknown("git is not installed")
+    except subprocess.TimeoutExpired:
+        return unknown("git did not answer within 30 s")
+    if inside.returncode != 0 or inside.stdout.strip() != "true":
+        return unknown(f"{workdir} is not inside a git work tree")
+    head = _git(workdir, "rev-parse", "--verify", "HEAD")
+    if head.returncode != 0:
+        return unknown("the repository has no commit yet")
+    status = _git(workdir, "status", "--porcelain", "--untracked-files=normal")
+    if status.returncode != 0:
+        return {"commit": head.stdout.strip(), "dirty": None,
+                "reason": f"git status failed: {status.stderr.strip()[:200]}"}
+    return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip()), "reason": None}
+
+
+def _determinism() -> dict[str, Any]:
+    import torch
+
+    return {
+        "torch_deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "torch_deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+        "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
+        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+        "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+        "pythonhashseed": os.environ.get("PYTHONHASHSEED"),
+    }
+
+
+def environment_manifest(workdir: Path | None = None) -> dict[str, Any]:
+    """The software and hardware this process runs on, read from the runtime. ``workdir`` (default: the
+    current folder) is where the code version is read from git."""
+    import torch
+
+    from iteralab.device import device_inventory
+
+    versions = {name: _package_version(name) for name in PACKAGES}
+    if versions["torch"] is None:  # e.g. a torch built from source: the module still knows its version
+        versions["torch"] = torch.__version__
+    return {
+        "python": {"version": platform.python_version(), "implementation": platform.python_implementation()},
+        "platform": {"system": platform.system(), "release": platform.release(), "machine": platform.machine(),
+                     "platform": platform.platform(), "libc": "-".join(filter(None, platform.libc_ver())) or None},
+        "packages": versions,
+        "device_inventory": device_inventory(),
+        "git": git_state(Path(workdir) if workdir is not None else Path.cwd()),
+        "determinism": _determinism(),
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def _jsonable(value: Any, where: str) -> Any:
+    """A deep, JSON-native copy (tuples → lists), so a manifest compares equal to its reloaded file."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: not JSON-serialisable ({exc})") from exc
+
+
+def campaign_manifest(*, environment: dict[str, Any], workload_description: dict[str, Any],
+                      file_hashes: dict[str, str], corpus_fingerprint: str, order_hash: str, seeds: list[int],
+                      reproduction_target: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The manifest written at the start of a campaign (C3), schema_version 1, keys in a stable order."""
+    if not isinstance(corpus_fingerprint, str) or not corpus_fingerprint:
+        raise ValueError("corpus_fingerprint: a non-empty string is required")
+    if not isinstance(order_hash, str) or not order_hash:
+        raise ValueError("order_hash: a non-empty string is required")
+    if not isinstance(seeds, (list, tuple)) or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+        raise ValueError(f"seeds: a list of integers is required, got {seeds!r}")
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in file_hashes.items()):
+        raise ValueError("file_hashes: a mapping of file name → sha256 hex is required")
+    manifest = {
+        "schema_version": MANIFEST_SCHEMA_VERSION,
+        "corpus": {"fingerprint": corpus_fingerprint, "order_hash": order_hash},
+        "workload": _jsonable(workload_description, "workload_description"),
+        "file_hashes": dict(sorted(file_hashes.items())),
+        "environment": _jsonable(environment, "environment"),
+        "seeds": list(seeds),
+        "reproduction_target": _jsonable(reproduction_target, "reproduction_target"),
+        "extra": _jsonable(extra or {}, "extra"),
+    }
+    return manifest
+
+
+def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted keys → leaf values. Lists are indexed (``gpus.0.name``); empty dicts/lists are leaves."""
+    if isinstance(obj, Mapping) and obj:
+        out: dict[str, Any] = {}
+        for key, value in obj.items():
+            out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    if isinstance(obj, (list, tuple)) and obj:
+        out = {}
+        for i, value in enumerate(obj):
+            out.update(flatten(value, f"{prefix}.{i}" if prefix else str(i)))
+        return out
+    if isinstance(obj, (Mapping, list, tuple)):  # empty: a leaf of its own, except at the root
+        return {prefix: {} if isinstance(obj, Mapping) else []} if prefix else {}
+    return {prefix: obj}
+
+
+def _ignored(key: str, patterns: list[str]) -> bool:
+    return any(key == p or key.startswith(p + ".") or fnmatch.fnmatchcase(key, p) for p in patterns)
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b  # 1 vs 1.0 vs True are different facts in a manifest
+
+
+def manifest_differences(a: Mapping[str, Any], b: Mapping[str, Any], *, ignore: Iterable[str] = ()
+                         ) -> list[tuple[str, Any, Any]]:
+    """``(dotted key, value in a, value in b)`` for every differing leaf, sorted; ``"<absent>"`` marks a
+    key present on one side only. ``ignore`` takes dotted keys (their children too) or glob patterns."""
+    patterns = list(ignore)
+    flat_a, flat_b = flatten(a), flatten(b)
+    rows = []
+    for key in sorted(set(flat_a) | set(flat_b)):
+        if _ignored(key, patterns):
+            continue
+        va, vb = flat_a.get(key, ABSENT), flat_b.get(key, ABSENT)
+        if (key in flat_a) != (key in flat_b) or not _same(va, vb):
+            rows.append((key, va, vb))
+    return rows
+
+
+def diff_manifests(a: Mapping[str, Any], b: Mapping[str, Any], *, ignore: Iterable[str] = ()) -> list[str]:
+    """Sorted dotted keys whose values differ between two manifests (added, removed or changed)."""
+    return [key for key, _, _ in manifest_differences(a, b, ignore=ignore)]
+
+
+if __name__ == "__main__":  # pragma: no cover - a quick look at this machine: python -m iteralab.manifest
+    json.dump(environment_manifest(), sys.stdout, indent=2, sort_keys=True)
+    sys.stdout.write("\n")

@@ -1,0 +1,289 @@
+"""The campaign runner (R1–R9): a locked protocol in, a folder of evidence out.
+
+Layout of a campaign folder::
+
+    inputs/protocol.toml, inputs/protocol.toml.lock.json   the locked protocol, as run
+    inputs/corpus.csv                                       the comparison corpus (id, text, label, stratum)
+    campaign.json                                           fingerprints, schedule, variants (written once)
+    manifest.json                                           environment + model + corpus (C3)
+    journal.jsonl                                           append-only record of every attempt
+    predictions/<pass_id>.jsonl                             one file per pass, written atomically
+    raw_table.csv                                           regenerated from the journal and the files
+
+Running again on the same folder resumes: finished passes (successes and recorded failures) are kept, an
+interrupted pass stays as an aborted row and its slot is attempted again under a new attempt number.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from iteralab.corpus import check_disjoint, load_corpus, write_corpus
+from iteralab.errors import RunError
+from iteralab.fsutil import sha256_file, write_json_atomic, write_text_atomic
+from iteralab.journal import JOURNAL_NAME, Journal, read_journal
+from iteralab.protocol import Protocol, check_locked, check_series, lock_path, resolve
+from iteralab.schedule import plan_rounds
+
+CAMPAIGN_SCHEMA = 1
+ProgressFn = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class Slot:
+    round: int
+    position: int
+    variant: str
+    seed: int
+
+
+def schedule_slots(protocol: Protocol) -> tuple[str, list[Slot]]:
+    """Every (round, position) of the campaign; each seed of a stochastic protocol has its own slots (Q3)."""
+    design, rounds = plan_rounds([v.name for v in protocol.variants], protocol.run.passes)
+    slots: list[Slot] = []
+    seeds = list(protocol.reproduction.seeds)
+    for r, order in enumerate(rounds, start=1):
+        for s_index, seed in enumerate(seeds):
+            for p, name in enumerate(order, start=1):
+                position = p + s_index * len(order)
+                slots.append(Slot(round=r, position=position, variant=name, seed=seed))
+    return design, slots
+
+
+def _ensure_folder(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "predictions").mkdir(exist_ok=True)
+        (out / "inputs").mkdir(exist_ok=True)
+        probe = out / ".write-probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise RunError(f"{out}: output folder is not writable ({exc.strerror})",
+                       hint="choose a folder you can write to") from None
+
+
+def _write_corpus_copy(protocol: Protocol, protocol_path: Path, target: Path) -> tuple[Any, dict[str, str]]:
+    spec = protocol.corpus
+    columns = dict(id_column=spec.id_column, text_column=spec.text_column, label_column=spec.label_column,
+                   classes=list(spec.classes))
+    needs_strata = any(sg.by == "stratum" for sg in protocol.subgroups)
+    corpus = load_corpus(resolve(protocol_path, spec.path), **columns,
+                         extra_columns=[spec.stratum_column] if spec.stratum_column and needs_strata else [])
+    strata: dict[str, str] = {}
+    if needs_strata:
+        strata = {i: s or "" for i, s in zip(corpus.ids, corpus.columns[spec.stratum_column])}
+    if spec.tuning_path:
+        check_disjoint(load_corpus(resolve(protocol_path, spec.tuning_path), **columns), corpus)
+    write_corpus(corpus, target, extra={"stratum": [strata.get(i, "") for i in corpus.ids]})
+    return corpus, strata
+
+
+def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str]) -> dict[str, Any]:
+    """Check the lock and the series, copy the inputs, and write campaign.json + manifest.json (once)."""
+    protocol_path = Path(protocol_path)
+    protocol, lock_entry = check_locked(protocol_path)
+    check_series(protocol, str(protocol_path))
+    out = Path(out)
+    existing = out / "campaign.json"
+    if existing.exists():
+        campaign = json.loads(existing.read_text(encoding="utf-8"))
+        if campaign["protocol"]["sha256"] != lock_entry["sha256"]:
+            raise RunError(
+                f"{out}: holds a campaign of protocol {campaign['protocol']['name']!r} version "
+                f"{campaign['protocol']['version']} (sha256 {campaign['protocol']['sha256'][:12]}…); "
+                f"this protocol is version {protocol.version} (sha256 {lock_entry['sha256'][:12]}…)",
+                hint="results of different protocol versions are never pooled: use a new --out folder",
+            )
+        return campaign
+    _ensure_folder(out)
+    shutil.copyfile(protocol_path, out / "inputs" / "protocol.toml")
+    write_json_atomic(out / "inputs" / "protocol.toml.lock.json",
+                      {"schema_version": 1, "locks": [lock_entry]})
+    corpus, strata = _write_corpus_copy(protocol, protocol_path, out / "inputs" / "corpus.csv")
+    design, slots = schedule_slots(protocol)
+    model = protocol.model
+    campaign = {
+        "schema_version": CAMPAIGN_SCHEMA,
+        "protocol": {"name": protocol.name, "version": protocol.version, "sha256": lock_entry["sha256"],
+                     "locked_at": lock_entry["locked_at"], "source": str(protocol_path.resolve())},
+        "corpus": {"fingerprint": corpus.fingerprint(), "order_hash": corpus.order_hash(), "size": len(corpus),
+                   "id_origin": corpus.id_origin, "file": "inputs/corpus.csv",
+                   "file_sha256": sha256_file(out / "inputs" / "corpus.csv"),
+                   "strata": _count(strata.values()) if strata else {}},
+        "model": {"kind": model.kind, "path": str(resolve(protocol_path, model.path)) if model.path else None,
+                  "head": str(resolve(protocol_path, model.head)) if model.head else None,
+                  "callable": model.callable, "max_length": model.max_length, "truncation": model.truncation,
+                  "trust_remote_code": model.trust_remote_code},
+        "schedule": {"design": design, "slots": [s.__dict__ for s in slots]},
+        "variants": [v.model_dump() for v in protocol.variants],
+        "series": [s.model_dump() for s in protocol.series],
+    }
+    write_json_atomic(existing, campaign)
+    return campaign
+
+
+def _count(values: Any) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for v in values:
+        counts[v] = counts.get(v, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def _pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Slot, pass_id: str) -> dict[str, Any]:
+    return {
+        "pass_id": pass_id,
+        "variant": protocol.variant(slot.variant).model_dump(),
+        "model": campaign["model"],
+        "classes": list(protocol.corpus.classes),
+        "corpus_path": str(out / "inputs" / "corpus.csv"),
+        "prediction_dir": str(out / "predictions"),
+        "warmup": protocol.warmup.model_dump(),
+        "device": protocol.run.device,
+        "seed": slot.seed,
+        "deterministic": protocol.reproduction.deterministic,
+        "workdir": os.getcwd(),
+    }
+
+
+def _run_in_process(spec: dict[str, Any]) -> dict[str, Any]:
+    from iteralab.manifest import environment_manifest
+    from iteralab.passes import execute_pass
+
+    result = execute_pass(spec)
+    result["environment"] = environment_manifest(Path(spec["workdir"]))
+    return result
+
+
+def _run_in_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="iteralab-pass-") as tmp:
+        spec_path = Path(tmp) / "spec.json"
+        result_path = Path(tmp) / "result.json"
+        spec_path.write_text(json.dumps(spec), encoding="utf-8")
+        proc = subprocess.run([sys.executable, "-m", "iteralab.passes", str(spec_path), str(result_path)],
+                              capture_output=True, text=True)
+        if result_path.exists():
+            return json.loads(result_path.read_text(encoding="utf-8"))
+        tail = (proc.stderr or "").strip().splitlines()[-1:] or [""]
+        how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}"
+        return {"pass_id": spec["pass_id"], "status": "failed", "completed": None, "error_kind": "crash",
+                "error": f"worker process ended ({how}) without a result: {tail[0][:300]}",
+                "notes": ["completed: unknown, the worker died before reporting (e.g. killed by the kernel's "
+                          "out-of-memory killer)"]}
+
+
+def _manifest_fields(result: dict[str, Any]) -> dict[str, Any]:
+    """The manifest facts a pass observed that must match the campaign's (C3/C5)."""
+    env = dict(result.get("environment") or {})
+    env.pop("git", None)  # the working tree may legitimately change between passes of one campaign
+    return {"environment": env, "file_hashes": result.get("file_hashes")}
+
+
+def run_campaign(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], *,
+                 progress: ProgressFn | None = None, isolation: str | None = None) -> dict[str, Any]:
+    """Run (or resume) every scheduled pass, then regenerate the raw table. Returns a short summary."""
+    from iteralab.table import write_raw_table
+    from iteralab.verify import evaluate_pass
+
+    protocol_path = Path(protocol_path)
+    protocol, _ = check_locked(protocol_path)
+    campaign = prepare(protocol_path, out)
+    out = Path(out)
+    journal = Journal(out / JOURNAL_NAME)
+    state = read_journal(journal.path)
+    if state.campaign is None:
+        journal.append("campaign_started", protocol_sha256=campaign["protocol"]["sha256"],
+                       corpus_fingerprint=campaign["corpus"]["fingerprint"])
+    else:
+        journal.append("campaign_resumed", aborted=state.aborted())
+    slots = [Slot(**s) for s in campaign["schedule"]["slots"]]
+    done = state.done_slots()
+    todo = [s for s in slots if (s.round, s.position) not in done]
+    attempts: dict[tuple[int, int], int] = {}
+    for pid in state.order:
+        key = (state.started[pid]["round"], state.started[pid]["position"])
+        attempts[key] = attempts.get(key, 0) + 1
+    mode = isolation or protocol.run.isolation
+    runner = _run_in_worker if mode == "process" else _run_in_process
+    reference_manifest = _load_manifest(out)
+    emit = progress or (lambda kind, info: None)
+    emit("start", {"total": len(slots), "todo": len(todo), "done": len(slots) - len(todo)})
+    for slot in todo:
+        key = (slot.round, slot.position)
+        attempts[key] = attempts.get(key, 0) + 1
+        seed_part = f"-s{slot.seed}" if len(protocol.reproduction.seeds) > 1 else ""
+        pass_id = f"r{slot.round:02d}-p{slot.position:02d}-{slot.variant}{seed_part}-a{attempts[key]}"
+        emit("pass", {"pass_id": pass_id, "variant": slot.variant, "round": slot.round})
+        journal.append("pass_started", pass_id=pass_id, variant=slot.variant, round=slot.round,
+                       position=slot.position, seed=slot.seed, attempt=attempts[key])
+        result = runner(_pass_spec(campaign, protocol, out, slot, pass_id))
+        observed = _manifest_fields(result)
+        if reference_manifest is None and result.get("status") == "ok":
+            reference_manifest = _write_manifest(out, campaign, protocol, result, observed)
+        diff = _diff(reference_manifest, observed) if reference_manifest is not None else []
+        environment = result.pop("environment", None)
+        result.pop("file_hashes", None)
+        journal.append("pass_finished", manifest_diff=diff,
+                       environment_summary=_env_summary(environment), **result)
+        t0 = time.perf_counter()
+        verdict = evaluate_pass(out, pass_id)
+        journal.append("pass_evaluated", pass_id=pass_id, evaluation_s=time.perf_counter() - t0,
+                       intrinsic=verdict)
+        emit("done", {"pass_id": pass_id, "status": result.get("status"), "pass_s": result["phases"]["pass_s"]
+                      if result.get("phases") else None})
+    table = write_raw_table(out)
+    emit("end", {"table": str(table)})
+    return {"out": str(out), "passes_total": len(slots), "passes_run_now": len(todo), "raw_table": str(table)}
+
+
+def _env_summary(environment: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not environment:
+        return None
+    inventory = environment.get("devices") or environment.get("device_inventory") or {}
+    return {"devices": inventory}
+
+
+def _load_manifest(out: Path) -> dict[str, Any] | None:
+    path = out / "manifest.json"
+    if not path.exists():
+        return None
+    return json.loads(path.read_text(encoding="utf-8")).get("observed")
+
+
+def _write_manifest(out: Path, campaign: dict[str, Any], protocol: Protocol, result: dict[str, Any],
+                    observed: dict[str, Any]) -> dict[str, Any]:
+    from iteralab.manifest import campaign_manifest
+
+    manifest = campaign_manifest(
+        environment=result.get("environment") or {},
+        workload_description=result.get("workload") or {},
+        file_hashes=result.get("file_hashes") or {},
+        corpus_fingerprint=campaign["corpus"]["fingerprint"],
+        order_hash=campaign["corpus"]["order_hash"],
+        seeds=list(protocol.reproduction.seeds),
+        reproduction_target=protocol.reproduction.model_dump(),
+        extra={"protocol": campaign["protocol"], "variants": campaign["variants"],
+               "model_spec": campaign["model"], "first_pass": result["pass_id"]},
+    )
+    manifest["observed"] = observed
+    write_json_atomic(out / "manifest.json", manifest)
+    return observed
+
+
+def _diff(reference: dict[str, Any], observed: dict[str, Any]) -> list[str]:
+    from iteralab.manifest import diff_manifests
+
+    return diff_manifests(reference, observed)
+
+
+def protocol_lock_file(protocol_path: str | os.PathLike[str]) -> Path:
+    return lock_path(protocol_path)

@@ -1,0 +1,104 @@
+"""Shared fixtures: tiny BERT models built locally from a config (no download), reused by the whole suite.
+
+Session-scoped fixtures (each a folder under pytest's temporary directory; treat them as read-only):
+
+- ``tiny_classifier_dir`` → ``Path``: a ``BertForSequenceClassification`` folder (safetensors weights,
+  ``config.json`` with ``id2label`` 0 plot / 1 fresh / 2 rotten, and a WordPiece tokenizer). Loads with
+  ``load_workload("hf_classifier", path=...)`` and every default (max_length 256 fits its 512 positions).
+- ``tiny_encoder_dir`` → ``Path``: a bare ``BertModel`` folder (safetensors + the same tokenizer), hidden size 32.
+- ``tiny_head_path`` → ``Path``: a ``head.safetensors`` trained with ``train_linear_head`` on mean-pooled,
+  L2-normalised embeddings of ``tiny_encoder_dir`` (classes plot/fresh/rotten, ``normalize`` true). Use with
+  ``load_workload("encoder_head", path=tiny_encoder_dir, head=tiny_head_path)``.
+- ``tiny_vocab`` → ``list[str]``: the tokenizer's vocabulary (lowercase words, letters and ``##`` pieces,
+  so any ASCII text tokenizes without a flood of ``[UNK]``).
+
+The weights are random (seeded): outputs are deterministic but meaningless as classifications.
+"""
+
+from __future__ import annotations
+
+import os
+import string
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+TINY_CLASSES = ("plot", "fresh", "rotten")
+_WORDS = (
+    "the a an and but or not no very so too is was are were be it this that of to in on with for as by "
+    "movie film story plot acting actor actors director script scene scenes cast good great fine bad "
+    "awful boring dull fun funny fresh rotten love loved hate hated best worst ever really quite "
+    "review character characters ending beautiful mess"
+).split()
+
+
+def _vocab() -> list[str]:
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    chars = list(string.ascii_lowercase + string.digits)
+    punct = list(".,!?;:'\"-()")
+    return specials + _WORDS + chars + punct + ["##" + c for c in chars]
+
+
+def _tokenizer(folder: Path):
+    from transformers import BertTokenizer
+
+    vocab_file = folder.parent / f"{folder.name}-vocab.txt"
+    vocab_file.write_text("\n".join(_vocab()) + "\n", encoding="utf-8")
+    return BertTokenizer(vocab=str(vocab_file), model_max_length=512)
+
+
+def _config(**extra):
+    from transformers import BertConfig
+
+    return BertConfig(vocab_size=len(_vocab()), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                      intermediate_size=64, max_position_embeddings=512, **extra)
+
+
+@pytest.fixture(scope="session")
+def tiny_vocab() -> list[str]:
+    return _vocab()
+
+
+@pytest.fixture(scope="session")
+def tiny_classifier_dir(tmp_path_factory) -> Path:
+    import torch
+    from transformers import BertForSequenceClassification
+
+    folder = tmp_path_factory.mktemp("models") / "tiny-classifier"
+    folder.mkdir()
+    torch.manual_seed(0)
+    config = _config(id2label=dict(enumerate(TINY_CLASSES)), label2id={c: i for i, c in enumerate(TINY_CLASSES)})
+    BertForSequenceClassification(config).eval().save_pretrained(folder, safe_serialization=True)
+    _tokenizer(folder).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder_dir(tmp_path_factory) -> Path:
+    import torch
+    from transformers import BertModel
+
+    folder = tmp_path_factory.mktemp("models") / "tiny-encoder"
+    folder.mkdir()
+    torch.manual_seed(1)
+    BertModel(_config()).eval().save_pretrained(folder, safe_serialization=True)
+    _tokenizer(folder).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_head_path(tiny_encoder_dir, tmp_path_factory) -> Path:
+    from iteralab.workloads import load_encoder, save_head, train_linear_head
+
+    texts = ["a good fun movie", "great acting, loved it", "the plot is a story of a director",
+             "the story ends in a scene", "awful and boring", "the worst mess ever", "fine film, best cast",
+             "a dull script", "the plot of this review"]
+    labels = ["fresh", "fresh", "plot", "plot", "rotten", "rotten", "fresh", "rotten", "plot"]
+    embeddings = load_encoder(tiny_encoder_dir).embed(texts, batch_size=4, normalize=True)
+    weight, bias = train_linear_head(embeddings, labels, TINY_CLASSES, seed=0)
+    path = tmp_path_factory.mktemp("heads") / "head.safetensors"
+    save_head(path, weight, bias, TINY_CLASSES, normalize=True, extra_metadata={"trained_on": "conftest texts"})
+    return path

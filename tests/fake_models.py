@@ -1,0 +1,37 @@
+"""Python-callable workloads for runner tests (``kind = "callable"``): deterministic and instrumented."""
+
+from __future__ import annotations
+
+import os
+import time
+
+CLASSES = ("plot", "fresh", "rotten")
+CALLS: list[int] = []
+
+
+def keyword_classifier(texts: list[str]) -> list[list[float]]:
+    """'plot' if the text mentions a story, 'fresh' if it says good, else 'rotten' (probability rows)."""
+    CALLS.append(len(texts))
+    rows = []
+    for text in texts:
+        t = text.lower()
+        k = 0 if "story" in t else 1 if "good" in t else 2
+        row = [0.1, 0.1, 0.1]
+        row[k] = 0.8
+        rows.append(row)
+    return rows
+
+
+def slow_classifier(texts: list[str]) -> list[list[float]]:
+    time.sleep(float(os.environ.get("FAKE_MODEL_DELAY", "0.05")))
+    return keyword_classifier(texts)
+
+
+def oom_on_third_call(texts: list[str]) -> list[list[float]]:
+    """Fails like a CUDA allocator would on its third batch."""
+    import torch
+
+    if len(CALLS) == 2:
+        CALLS.append(len(texts))
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (simulated)")
+    return keyword_classifier(texts)

@@ -1,0 +1,230 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import fake_models
+from campaign_factory import callable_campaign, write_corpus_csv
+from iteralab.errors import ProtocolError
+from iteralab.journal import read_journal
+from iteralab.protocol import lock
+from iteralab.runner import run_campaign
+from iteralab.table import COLUMNS, read_raw_table, write_raw_table
+from iteralab.verify import evaluate_file, judge_campaign, load_expected, campaign_protocol
+from protocol_factory import VARIANTS, protocol_toml, write_protocol
+
+TESTS = Path(__file__).parent
+
+
+@pytest.fixture(autouse=True)
+def _reset_calls():
+    fake_models.CALLS.clear()
+
+
+def test_campaign_rows_verdicts_and_files(tmp_path):
+    protocol = callable_campaign(tmp_path, subgroups='[[subgroups]]\nname = "length"\nby = "stratum"\ngating = true\n')
+    out = tmp_path / "out"
+    summary = run_campaign(protocol, out)
+    rows = read_raw_table(out / "raw_table.csv")
+    assert list(rows[0]) == list(COLUMNS)
+    assert len(rows) == 4 and summary["passes_total"] == 4
+    # rotated order: b1 first in round 1, b4 first in round 2
+    assert [(r["round"], r["position"], r["variant"]) for r in rows] == [
+        ("1", "1", "b1"), ("1", "2", "b4"), ("2", "1", "b4"), ("2", "2", "b1")]
+    for r in rows:
+        assert r["status"] == "ok"
+        assert r["expected_ids"] == "12" and r["observed_ids"] == "12"
+        assert r["ids_match"] == "true" and r["corpus_accepted"] == "true"
+        assert float(r["metric"]) == pytest.approx(1.0)
+        assert r["compile_s"] == "" and "compile_s: empty" in r["notes"]
+        assert float(r["pass_s"]) > 0 and float(r["load_s"]) >= 0
+        pred = out / r["prediction_file"]
+        lines = [json.loads(x) for x in pred.read_text().splitlines()]
+        assert {x["id"] for x in lines} == {f"d{i:02d}" for i in range(12)}
+    # batch 4 -> 3 calls per pass, batch 1 -> 12 calls per pass (+ warm-up calls of 2 inputs)
+    assert sorted(set(fake_models.CALLS)) == [1, 2, 4]
+    assert not list((out / "predictions").glob(".tmp-*"))
+
+
+def test_run_refuses_unlocked_and_changed_protocol(tmp_path):
+    protocol = callable_campaign(tmp_path, locked=False)
+    with pytest.raises(ProtocolError, match="not locked"):
+        run_campaign(protocol, tmp_path / "out")
+    lock(protocol)
+    protocol.write_text(protocol.read_text().replace("threshold = 0.0", "threshold = 0.5"))
+    with pytest.raises(ProtocolError, match="changed after it was locked"):
+        run_campaign(protocol, tmp_path / "out")
+    assert not (tmp_path / "out" / "journal.jsonl").exists()
+
+
+def test_run_refuses_series_with_two_factors(tmp_path):
+    variants = VARIANTS.replace("batch_size = 4", 'batch_size = 4\nbucketing = true')
+    protocol = callable_campaign(tmp_path, variants=variants)
+    with pytest.raises(ProtocolError, match="also differ in bucketing"):
+        run_campaign(protocol, tmp_path / "out")
+
+
+def test_run_refuses_other_protocol_version_in_same_folder(tmp_path):
+    protocol = callable_campaign(tmp_path, passes=1)
+    run_campaign(protocol, tmp_path / "out")
+    protocol.write_text(protocol_toml(model='kind = "callable"\ncallable = "fake_models:keyword_classifier"',
+                                      passes=1, version=2))
+    lock(protocol)
+    from iteralab.errors import RunError
+
+    with pytest.raises(RunError, match="holds a campaign of protocol 'test-protocol' version 1") as err:
+        run_campaign(protocol, tmp_path / "out")
+    assert "never pooled" in err.value.hint
+
+
+def _write_pred(path: Path, ids):
+    path.write_text("".join(json.dumps({"id": i, "label": "plot", "probs": [0.8, 0.1, 0.1]}) + "\n" for i in ids))
+
+
+@pytest.mark.parametrize("mutate, field", [
+    (lambda ids: ids + [ids[0]], "duplicates"),
+    (lambda ids: ids[1:], "missing"),
+    (lambda ids: ids + ["zz"], "extra"),
+])
+def test_ids_mismatch_is_not_accepted(tmp_path, mutate, field):
+    protocol = callable_campaign(tmp_path, passes=1)
+    out = tmp_path / "out"
+    run_campaign(protocol, out)
+    expected = load_expected(out)
+    pred = tmp_path / "p.jsonl"
+    _write_pred(pred, mutate(list(expected.ids)))
+    v = evaluate_file(pred, campaign_protocol(out), expected)
+    assert v["ids_match"] is False and v[field] == 1
+    # The same through the table: edit a stored prediction file -> its row is no longer accepted.
+    state = read_journal(out / "journal.jsonl")
+    first = state.order[0]
+    _write_pred(out / "predictions" / f"{first}.jsonl", mutate(list(expected.ids)))
+    rows = {r["pass_id"]: r for r in read_raw_table(write_raw_table(out))}
+    assert rows[first]["ids_match"] == "false" and rows[first]["corpus_accepted"] == "false"
+    assert "sha256" in rows[first]["notes"]
+
+
+def test_format_problems_are_named(tmp_path):
+    protocol = callable_campaign(tmp_path, passes=1)
+    out = tmp_path / "out"
+    run_campaign(protocol, out)
+    expected = load_expected(out)
+    pred = tmp_path / "p.jsonl"
+    lines = [json.dumps({"id": i, "label": "plot", "probs": [0.8, 0.1, 0.1]}) for i in expected.ids]
+    lines[3] = json.dumps({"id": expected.ids[3], "label": "meh", "probs": [0.8, 0.1, 0.1]})
+    lines[5] = json.dumps({"id": expected.ids[5], "label": "plot", "probs": [0.5, 0.1, 0.1]})
+    pred.write_text("\n".join(lines) + "\n")
+    v = evaluate_file(pred, campaign_protocol(out), expected)
+    assert v["format_ok"] is False
+    assert v["format_problems"] == ["line 4: label 'meh' is not one of the classes", "line 6: probs sum to 0.700000, not 1"]
+
+
+def test_simulated_oom_keeps_failure_row_without_smaller_batch_retry(tmp_path):
+    variants = VARIANTS
+    protocol = callable_campaign(tmp_path, fn="fake_models:oom_on_third_call", passes=1,
+                                 warmup="inputs = 0\npasses = 0", variants=variants.replace('"b1", "b4"', '"b4", "b1"'))
+    out = tmp_path / "out"
+    run_campaign(protocol, out)
+    rows = read_raw_table(out / "raw_table.csv")
+    failed = [r for r in rows if r["status"] == "failed"]
+    assert len(failed) == 1
+    row = failed[0]
+    assert row["variant"] == "b1"  # round 1 runs b1 first: calls 1, 2 succeed, the third raises
+    assert row["completed"] == "2" and row["expected_ids"] == "12"
+    assert "OutOfMemoryError" in row["error"] and "no retry with a smaller batch" in row["notes"]
+    assert row["pass_s"] == "" and row["corpus_accepted"] == "false" and row["ids_match"] == "false"
+    assert row["retries"] == "0"
+    # no smaller-batch retry: every call after the failure used the variant's own batch size
+    assert fake_models.CALLS[:3] == [1, 1, 1]
+    assert all(n == 4 for n in fake_models.CALLS[3:])
+    # the partial prediction file holds the two completed inputs, and is kept as evidence
+    assert len((out / row["prediction_file"]).read_text().splitlines()) == 2
+
+
+def test_resume_variant_retries_in_halves_and_counts(tmp_path):
+    variants = """
+[[variants]]
+name = "b4"
+batch_size = 4
+resume = true
+"""
+    protocol = callable_campaign(tmp_path, fn="fake_models:oom_on_third_call", passes=1, reference="b4",
+                                 warmup="inputs = 0\npasses = 0", variants=variants)
+    out = tmp_path / "out"
+    run_campaign(protocol, out)
+    row = read_raw_table(out / "raw_table.csv")[0]
+    assert row["status"] == "ok" and row["retries"] == "1" and row["completed"] == "12"
+    assert "retried in halves" in row["notes"]
+
+
+def _run_cli(args, env=None):
+    env = dict(os.environ, PYTHONPATH=str(TESTS), **(env or {}))
+    return subprocess.Popen([sys.executable, "-m", "iteralab.cli", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_kill_9_mid_pass_leaves_aborted_row_and_resumes(tmp_path):
+    protocol = callable_campaign(tmp_path, fn="fake_models:slow_classifier", passes=2,
+                                 warmup="inputs = 0\npasses = 0")
+    out = tmp_path / "out"
+    proc = _run_cli(["run", str(protocol), "--out", str(out), "--json"], env={"FAKE_MODEL_DELAY": "0.1"})
+    journal = out / "journal.jsonl"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        state = read_journal(journal)
+        if len(state.finished) >= 1 and len(state.order) >= 2:
+            break
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    state = read_journal(journal)
+    finished_before = set(state.finished)
+    assert finished_before and state.aborted()
+    aborted = state.aborted()[0]
+    rows = {r["pass_id"]: r for r in read_raw_table(write_raw_table(out))}
+    assert rows[aborted]["status"] == "aborted" and rows[aborted]["corpus_accepted"] == "false"
+    assert rows[aborted]["pass_s"] == "" and "aborted" in rows[aborted]["notes"]
+    assert not (out / "predictions" / f"{aborted}.jsonl").exists()
+    # resume: finished passes are kept as they were, the interrupted slot gets a new attempt
+    proc = _run_cli(["run", str(protocol), "--out", str(out), "--json"], env={"FAKE_MODEL_DELAY": "0"})
+    assert proc.wait(timeout=120) == 0, proc.stderr.read()
+    state = read_journal(journal)
+    rows = read_raw_table(out / "raw_table.csv")
+    assert len(rows) == 5  # 4 slots + the aborted attempt
+    assert [r["status"] for r in rows].count("aborted") == 1
+    assert sum(r["corpus_accepted"] == "true" for r in rows) == 4
+    assert finished_before <= set(state.finished)
+    retry = aborted.replace("-a1", "-a2")
+    assert retry in state.finished
+
+
+def test_worker_process_isolation(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(TESTS))
+    protocol = callable_campaign(tmp_path, passes=1, isolation="process")
+    out = tmp_path / "out"
+    run_campaign(protocol, out)
+    rows = read_raw_table(out / "raw_table.csv")
+    assert [r["corpus_accepted"] for r in rows] == ["true", "true"]
+    assert all(r["cpu_peak_rss_bytes"] for r in rows)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["schema_version"] == 1
+
+
+def test_tiny_hf_model_campaign(tmp_path, tiny_classifier_dir):
+    write_corpus_csv(tmp_path)
+    protocol = write_protocol(tmp_path, model=f'kind = "hf_classifier"\npath = "{tiny_classifier_dir}"',
+                              threshold=0.0, tolerance=1.0)
+    lock(protocol)
+    out = tmp_path / "out"
+    run_campaign(protocol, out)
+    rows = read_raw_table(out / "raw_table.csv")
+    assert len(rows) == 4 and all(r["ids_match"] == "true" for r in rows)
+    assert all(r["precision"] == "fp32" for r in rows)
+    manifest = json.loads((out / "manifest.json").read_text())
+    text = json.dumps(manifest)
+    assert "model.safetensors" in text
