@@ -159,12 +159,13 @@ def build_inputs(out: Path, *, docs: int, passes: int, tuning_size: int, seed: i
     """Data splits, the trained head, the protocol file; returns the protocol path (not yet locked)."""
     from iteralab.corpus import write_corpus
     from iteralab.demodata import build_demo_splits, load_rotten_tomatoes, scaled_counts
-    from iteralab.workloads import embed_texts, save_head, train_linear_head
+    from iteralab.workloads import embed_texts, quiet_transformers, save_head, train_linear_head
 
     model_dir = minilm_path()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoTokenizer
 
+    quiet_transformers()
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
 
     def token_length(texts: list[str]) -> list[int]:

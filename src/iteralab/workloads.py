@@ -104,7 +104,8 @@ class Workload(ABC):
         return self.infer(self.tokenize(texts))
 
     def warmup(self, texts: Sequence[str]) -> None:
-        """One untimed-by-us call (the caller times it): triggers compilation and lazy initialisation."""
+        """Run one batch so compilation and lazy initialisation happen here, in a call the caller times as
+        warm-up/compilation, never inside a measured pass."""
         self.predict(texts)
 
 
@@ -205,8 +206,18 @@ def _quantize_dynamic(module: torch.nn.Module) -> tuple[torch.nn.Module, dict[st
     return quantized, info
 
 
+def quiet_transformers() -> None:
+    """Loading reports and progress bars would interleave with the campaign's own progress display; what
+    the loader found (missing or mismatched keys) is checked below and refused when it matters."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
 def _load_pretrained(auto_cls: Any, folder: Path, settings: Settings, allowed_missing: tuple[str, ...] = ()
                      ) -> tuple[torch.nn.Module, list[str]]:
+    quiet_transformers()
     try:
         model, info = auto_cls.from_pretrained(
             str(folder), local_files_only=True, use_safetensors=True, trust_remote_code=settings.trust_remote_code,
@@ -256,7 +267,7 @@ class _HFText(Workload):
         self.parameter_count = int(sum(p.numel() for p in model.parameters()))
         self.quantization: dict[str, Any] | None = None
         if settings.precision == "int8-dynamic":
-            model, self.quantization = self._quantize(model)
+            model, self.quantization = _quantize_dynamic(model)
         self.model = model.to(settings.device).eval()
         self.attn_implementation = getattr(config, "_attn_implementation", None)
         self._forward: Callable[..., Any] = self.model
@@ -265,9 +276,6 @@ class _HFText(Workload):
             if settings.padding == "longest":
                 self.notes.append("compile with padding='longest': new batch shapes may recompile inside a "
                                   "measured pass; padding='max_length' keeps one shape")
-
-    def _quantize(self, model: torch.nn.Module) -> tuple[torch.nn.Module, dict[str, Any]]:
-        return _quantize_dynamic(model)
 
     def tokenize(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
         items = _text_list(texts)
@@ -386,10 +394,10 @@ class EncoderHeadWorkload(_HFText):
         from transformers import AutoModel
 
         _check_settings(settings)
-        model, ignored = _load_pretrained(AutoModel, folder, settings, allowed_missing=("pooler.",))
-        notes = [f"not in the folder and unused by mean pooling: {', '.join(ignored)}"] if ignored else []
         self.head_path = head_path
         self.head = load_head(head_path) if head_path is not None else None
+        model, ignored = _load_pretrained(AutoModel, folder, settings, allowed_missing=("pooler.",))
+        notes = [f"not in the folder and unused by mean pooling: {', '.join(ignored)}"] if ignored else []
         self.classes = self.head.classes if self.head else ()
         if self.head is not None:
             hidden = getattr(model.config, "hidden_size", None)

