@@ -228,3 +228,39 @@ def test_tiny_hf_model_campaign(tmp_path, tiny_classifier_dir):
     manifest = json.loads((out / "manifest.json").read_text())
     text = json.dumps(manifest)
     assert "model.safetensors" in text
+
+
+def test_stratum_subgroup_is_evaluated_and_gates(tmp_path):
+    protocol = callable_campaign(tmp_path, passes=1,
+                                 subgroups='[[subgroups]]\nname = "length"\nby = "stratum"\ngating = true\n')
+    out = tmp_path / "out"
+    run_campaign(protocol, out)
+    row = read_raw_table(out / "raw_table.csv")[0]
+    assert set(json.loads(row["subgroup_metrics"])) == {"length:long", "length:short"}
+    assert row["subgroups_ok"] == "true"
+
+
+def test_gating_subgroup_without_values_is_not_accepted(tmp_path):
+    write_corpus_csv(tmp_path)
+    csv_path = tmp_path / "corpus.csv"
+    csv_path.write_text("\n".join(line.rsplit(",", 1)[0] + "," if i else line
+                                  for i, line in enumerate(csv_path.read_text().splitlines())) + "\n")
+    protocol = write_protocol(tmp_path, model='kind = "callable"\ncallable = "fake_models:keyword_classifier"',
+                              passes=1, subgroups='[[subgroups]]\nname = "length"\nby = "stratum"\ngating = true\n')
+    lock(protocol)
+    out = tmp_path / "out"
+    run_campaign(protocol, out)
+    row = read_raw_table(out / "raw_table.csv")[0]
+    assert row["subgroups_ok"] == "false" and row["corpus_accepted"] == "false"
+    assert "gating subgroup 'length' has no groups" in row["notes"]
+
+
+def test_missing_prediction_file_is_named_not_crashing(tmp_path):
+    protocol = callable_campaign(tmp_path, passes=1)
+    out = tmp_path / "out"
+    run_campaign(protocol, out)
+    first = read_journal(out / "journal.jsonl").order[0]
+    (out / "predictions" / f"{first}.jsonl").unlink()
+    rows = {r["pass_id"]: r for r in read_raw_table(write_raw_table(out))}
+    assert rows[first]["corpus_accepted"] == "false"
+    assert f"prediction file {first}.jsonl is missing" in rows[first]["notes"]

@@ -178,6 +178,254 @@ def window_cmd(
     typer.echo("\n".join(window.render(quote, calendar)))
 
 
+@app.command("stats")
+def stats_cmd(
+    campaign: Path = typer.Argument(..., help="Campaign folder."),
+    as_json: bool = typer.Option(False, "--json", help="Print the statistics as JSON."),
+) -> None:
+    """Per-variant pass times (every pass, median, min, max), failures, exclusions, T5 verdicts and quality."""
+    import json
+
+    from iteralab.stats import campaign_stats, render_stats
+
+    _require_campaign(campaign)
+    stats = campaign_stats(campaign)
+    typer.echo(json.dumps(stats.to_dict(), indent=2, sort_keys=True) if as_json else render_stats(stats).rstrip())
+
+
+@app.command("exclude")
+def exclude_cmd(
+    campaign: Path = typer.Argument(..., help="Campaign folder."),
+    pass_id: str = typer.Argument(..., help="Pass id as shown in raw_table.csv (e.g. r02-p01-b8-a1)."),
+    reason: str = typer.Option(..., "--reason", help="Why (a documented external incident); mandatory."),
+) -> None:
+    """Exclude one pass from the statistics, with its reason, recorded in the journal (one rule for all)."""
+    from iteralab.stats import exclude_pass
+    from iteralab.table import write_raw_table
+
+    _require_campaign(campaign)
+    event = exclude_pass(campaign, pass_id, reason)
+    write_raw_table(campaign)
+    typer.echo(f"excluded {pass_id}: {event['reason']} (rule: {event['rule']})")
+
+
+def _decision_options(rental_id: str | None, project: bool, catalog: Path | None, lots: str) -> dict:
+    from iteralab.pricing import parse_whole
+
+    return {"rental_id": rental_id, "project": project, "catalog": catalog, "lots": parse_whole(lots, "--lots", 1)}
+
+
+@app.command("decide")
+def decide_cmd(
+    campaigns: list[Path] = typer.Argument(..., help="Campaign folder(s); several machines' folders are merged."),
+    out: Path = typer.Option(None, "--out", "-o", help="Folder for decision.md and decision.json (else print)."),
+    rental_id: str = typer.Option(None, "--rental-id", help="Your rental record id, copied into the note."),
+    project: bool = typer.Option(False, "--project", help="Project the window: planned tasks + measured work."),
+    catalog: Path = typer.Option(None, "--catalog", help="Catalog CSV (default: the protocol's, else the shipped one)."),
+    lots: str = typer.Option("1", "--lots", metavar="LOTS", help="Number of lots rented (default 1)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the decision as JSON."),
+) -> None:
+    """Apply the rule: all documents, minimum quality, before the deadline, lowest committed budget."""
+    from iteralab.decision import decide, decision_json, render_decision, write_decision
+
+    for folder in campaigns:
+        _require_campaign(folder)
+    decision = decide(campaigns, **_decision_options(rental_id, project, catalog, lots))
+    if out is not None:
+        paths = write_decision(decision, out)
+        if not as_json:
+            typer.echo("\n".join(str(p) for p in paths.values()))
+    if as_json:
+        typer.echo(decision_json(decision).rstrip())
+    elif out is None:
+        typer.echo(render_decision(decision).rstrip())
+    else:
+        typer.echo(decision.one_line)
+
+
+@app.command("report")
+def report_cmd(
+    campaigns: list[Path] = typer.Argument(..., help="Campaign folder(s); several machines' folders are merged."),
+    out: Path = typer.Option(None, "--out", "-o", help="Output folder (default: the campaign folder, if only one)."),
+    rental_id: str = typer.Option(None, "--rental-id", help="Your rental record id, copied into the note."),
+    project: bool = typer.Option(False, "--project", help="Project the window: planned tasks + measured work."),
+    catalog: Path = typer.Option(None, "--catalog", help="Catalog CSV (default: the protocol's, else the shipped one)."),
+    lots: str = typer.Option("1", "--lots", metavar="LOTS", help="Number of lots rented (default 1)."),
+) -> None:
+    """Write report.html (self-contained), decision.md/.json and stats.txt/.json."""
+    from iteralab.report import finalize
+
+    for folder in campaigns:
+        _require_campaign(folder)
+    if out is None:
+        if len(campaigns) > 1:
+            raise IteraError("several campaign folders need --out", hint="e.g. --out decision-out")
+        out = campaigns[0]
+    result = finalize(campaigns, out, **_decision_options(rental_id, project, catalog, lots))
+    for key in ("stats_txt", "stats_json", "decision_md", "decision_json", "report_html"):
+        typer.echo(result[key])
+    typer.echo(result["decision"])
+
+
+bundle_app = typer.Typer(help="Evidence bundle: seal a campaign folder into one archive, restore it safely (D3).",
+                         no_args_is_help=True)
+app.add_typer(bundle_app, name="bundle")
+
+
+@bundle_app.command("seal")
+def bundle_seal_cmd(campaign: Path = typer.Argument(..., help="Campaign folder to seal.")) -> None:
+    """Write SHA256SUMS (every file's sha256) and SHA256SUMS.sha256 into the folder, without archiving it."""
+    from iteralab.bundle import seal
+
+    _require_campaign(campaign)
+    sealed = seal(campaign)
+    if sealed.changed_since_previous:
+        typer.echo(f"resealed: {len(sealed.changed_since_previous)} file(s) differ from the previous seal: "
+                   + ", ".join(sealed.changed_since_previous))
+    typer.echo(f"sealed {sealed.files} files; seal digest (sha256 of SHA256SUMS): {sealed.digest}")
+
+
+@bundle_app.command("pack")
+def bundle_pack_cmd(
+    campaign: Path = typer.Argument(..., help="Campaign folder to seal and pack."),
+    out: Path = typer.Option(None, "--out", "-o", help="Archive to write (default: FOLDER.tar.gz beside it)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Seal a campaign folder (SHA256SUMS of every file, written last) and pack it into one .tar.gz."""
+    import json
+
+    from iteralab.bundle import pack
+
+    archive, sealed = pack(campaign, out)
+    if as_json:
+        typer.echo(json.dumps({"archive": str(archive), "files": sealed.files, "seal_digest": sealed.digest,
+                               "changed_since_previous_seal": list(sealed.changed_since_previous)},
+                              indent=2, sort_keys=True))
+        return
+    if sealed.changed_since_previous:
+        typer.echo(f"resealed: {len(sealed.changed_since_previous)} file(s) differ from the previous seal: "
+                   + ", ".join(sealed.changed_since_previous))
+    typer.echo(f"sealed {sealed.files} files; seal digest (sha256 of SHA256SUMS): {sealed.digest}")
+    typer.echo(f"archive: {archive}")
+
+
+@bundle_app.command("unpack")
+def bundle_unpack_cmd(
+    archive: Path = typer.Argument(..., help="Archive made by 'iteralab bundle pack'."),
+    dest: Path = typer.Argument(..., help="Folder to restore into (must not exist, or be empty)."),
+) -> None:
+    """Restore a bundle archive safely (no absolute paths, '..', links or devices) and check its seal."""
+    from iteralab.bundle import unpack
+    from iteralab.errors import VerificationError
+
+    result = unpack(archive, dest)
+    typer.echo(f"restored {result.files} files into {result.dest}")
+    for problem in result.seal.problems:
+        typer.echo(f"- {problem}")
+    if not result.seal.ok:
+        raise VerificationError(f"{result.dest}: the restored files do not match their hash list",
+                                hint="the archive was altered after packing; do not use these files as evidence")
+    typer.echo(f"seal ok: {result.seal.files} files match SHA256SUMS (digest {result.seal.digest}); "
+               f"next: iteralab verify {result.dest}")
+
+
+@app.command("verify")
+def verify_cmd(
+    campaign: Path = typer.Argument(..., help="Campaign folder or unpacked bundle."),
+    expect_seal: str = typer.Option(None, "--expect-seal", metavar="SHA256",
+                                    help="Seal digest written down when the bundle was packed."),
+    unsealed: bool = typer.Option(False, "--unsealed", help="Accept a folder never sealed (no SHA256SUMS)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the full report as JSON."),
+) -> None:
+    """Recompute every verdict from the stored files alone; exit 1 naming each difference (no model is run)."""
+    import json
+
+    from iteralab.audit import audit_campaign
+
+    if not campaign.is_dir() or not ((campaign / "campaign.json").exists() or (campaign / "SHA256SUMS").exists()):
+        raise IteraError(f"{campaign}: not a campaign folder (no campaign.json, no SHA256SUMS)",
+                         hint="pass the folder given to 'iteralab run --out' or an unpacked bundle")
+    report = audit_campaign(campaign, require_seal=not unsealed, expect_seal=expect_seal)
+    if as_json:
+        typer.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
+    else:
+        for line in report.differences:
+            typer.echo(f"- {line}")
+        if report.ok:
+            typer.echo(report.summary_line())
+        for note in report.notes:
+            typer.echo(f"note: {note}")
+    report.raise_if_different()
+
+
+@app.command("rerun")
+def rerun_cmd(
+    campaign: Path = typer.Argument(..., help="Earlier campaign folder (or unpacked bundle) to repeat."),
+    out: Path = typer.Option(..., "--out", "-o", help="New campaign folder (an interrupted rerun is resumed)."),
+    tuning: Path = typer.Option(None, "--tuning", help="Tuning data file, when the protocol declares one."),
+    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+) -> None:
+    """Repeat the same locked protocol on the same corpus, then compare with the earlier campaign."""
+    import json
+
+    from iteralab.rerun import rerun
+
+    result = rerun(campaign, out, progress=None if as_json else _CampaignProgress(), tuning=tuning)
+    comparison = result["comparison"]
+    if as_json:
+        typer.echo(json.dumps(comparison, indent=2, sort_keys=True))
+        return
+    changes = [c["key"] for c in comparison["manifest_changes"] if not c["bookkeeping"]]
+    typer.echo(f"manifest fields changed: {len(changes)}" + (f" ({', '.join(changes[:6])}"
+                                                              f"{', …' if len(changes) > 6 else ''})" if changes else ""))
+    for name, v in comparison["variants"].items():
+        ratio = "no ratio" if v["median_ratio"] is None else f"median pass ×{v['median_ratio']:.3f}"
+        typer.echo(f"{name}: {v['old_verdict']} -> {v['new_verdict']} "
+                   f"({'same verdict' if v['same_verdict'] else 'VERDICT CHANGED'}); outputs {v['outputs']}; {ratio}")
+    typer.echo(f"comparison: {result['comparison_files'][0]}")
+
+
+kit_app = typer.Typer(help="The downloadable kit folder (K7).", no_args_is_help=True)
+app.add_typer(kit_app, name="kit")
+
+
+@kit_app.command("export")
+def kit_export_cmd(
+    folder: Path = typer.Argument(..., help="Folder to write the kit into (created; must be empty)."),
+    force: bool = typer.Option(False, "--force", help="Write into a non-empty folder, replacing the kit's files."),
+) -> None:
+    """Write the kit: README, instructions, licence, protocol and raw-table templates, calculator, memory exercise."""
+    from iteralab.kitexport import export_kit
+
+    result = export_kit(folder, force=force)
+    typer.echo(f"kit written to {result.folder}: {', '.join(result.written)}")
+    if result.missing:
+        typer.echo(f"Warning: this installation does not ship {', '.join(result.missing)}", err=True)
+
+
+@app.command("memory")
+def memory_cmd(
+    campaign: Path = typer.Argument(..., help="Campaign folder."),
+    as_json: bool = typer.Option(False, "--json", help="Print the table as JSON."),
+    runtime_overhead: int = typer.Option(
+        None, "--runtime-overhead-bytes", metavar="BYTES", min=0,
+        help="CPU runtime overhead to add to the estimate (default: measured once on this machine).",
+    ),
+) -> None:
+    """Peak memory per variant: estimate (weights, activations, margin) beside the observation, the difference,
+    the counter's scope, and whether every pass completed the corpus (M1-M3)."""
+    import json
+
+    from iteralab.memory import memory_report, render_memory_table
+
+    _require_campaign(campaign)
+    report = memory_report(campaign, runtime_overhead=runtime_overhead)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2, sort_keys=True))
+    else:
+        typer.echo("\n".join(render_memory_table(report["variants"])))
+
+
 def _require_campaign(folder: Path) -> None:
     if not (folder / "campaign.json").is_file():
         raise IteraError(f"{folder}: not a campaign folder (no campaign.json)",
@@ -195,6 +443,13 @@ def _print_summary(summary: dict, as_json: bool) -> None:
     rows = read_raw_table(summary["raw_table"])
     accepted = sum(r["corpus_accepted"] == "true" for r in rows)
     typer.echo(f"raw table: {summary['raw_table']} ({len(rows)} attempted passes, {accepted} verified corpora)")
+    for key, label in (("stats_txt", "statistics"), ("decision_md", "decision note"), ("report_html", "report")):
+        if summary.get(key):
+            typer.echo(f"{label}: {summary[key]}")
+    if summary.get("decision"):
+        typer.echo(f"decision: {summary['decision']}")
+    if summary.get("full_protocol") is False:
+        typer.echo("note: a quick try, not the full pre-registered protocol (1000 documents, 5 passes)")
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

@@ -396,7 +396,7 @@ def load_corpus(
     """
     where = os.fspath(path)
     fmt, compression = detect_format(path, format)
-    wanted = [id_column, text_column, label_column]
+    wanted = [id_column, text_column, label_column, *extra_columns]
     unit = "row" if fmt == "parquet" else "line"
     if fmt == "parquet":
         at, columns, rows = _load_parquet(Path(path), where, wanted)

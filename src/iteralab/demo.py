@@ -234,6 +234,10 @@ def run_demo(out: str | os.PathLike[str], *, docs: int = DEFAULT_DOCS, passes: i
         entry = lock(protocol)
         emit(f"protocol locked: sha256 {entry['sha256'][:16]}… at {entry['locked_at']}")
     summary = run_campaign(protocol, out / "campaign", progress=progress)
+    from iteralab.report import finalize
+
+    emit("statistics, decision note and report (re-read from the campaign's stored files)")
+    summary.update(finalize([out / "campaign"], out / "campaign"))
     summary["protocol"] = str(protocol)
     summary["full_protocol"] = docs == DEFAULT_DOCS and passes == DEFAULT_PASSES
     return summary

@@ -129,7 +129,8 @@ def evaluate_file(pred_path: Path, protocol: Protocol, expected: Expected) -> di
     classes = protocol.corpus.classes
     verdict: dict[str, Any] = {"expected_ids": len(expected.ids)}
     if not pred_path.exists():
-        verdict.update(observed_ids=None, ids_match=False, format_ok=False, coverage=0.0,
+        verdict.update(observed_ids=None, ids_match=False, format_ok=False, coverage=0.0, coverage_ok=False,
+                       metric_name=protocol.metric.name, metric=None, threshold_ok=False, subgroups={},
                        problems=[f"prediction file {pred_path.name} is missing"])
         return verdict
     records, problems = read_predictions(pred_path, classes, protocol.checks.probability_sum_tolerance)
@@ -227,6 +228,10 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]]) -> di
             if not v["tolerance_ok"]:
                 reasons.append("outside tolerance")
         sub_ok = True
+        for name in gating:
+            if not any(key.split(":", 1)[0] == name for key in v["subgroups"]):
+                sub_ok = False
+                reasons.append(f"gating subgroup {name!r} has no groups to evaluate (empty column?)")
         for key, value in v["subgroups"].items():
             sg = gating.get(key.split(":", 1)[0])
             if sg is None:

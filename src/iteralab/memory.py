@@ -1,0 +1,323 @@
+"""Memory as a feasibility criterion (M1–M3): the estimate beside the observation, per variant.
+
+``memory_table`` re-reads the stored files only — ``raw_table.csv`` (the observed peaks and their scopes,
+status, ``ids_match``), ``inputs/protocol.toml`` (batch size, precision, max length), ``campaign.json`` /
+``manifest.json`` (model kind and folder) and the journal (the workload each pass described) — plus the
+model's ``config.json``, from which the architecture is built on PyTorch's ``meta`` device (shapes only, no
+weights read) so that parameters, buffers and the Linear layers that int8-dynamic quantizes are counted
+exactly. The arithmetic itself is the kit's (``iteralab/kit/memoire.py``): one implementation.
+
+What is compared with what:
+
+- CUDA: ``observed_bytes`` is the median of ``max_memory_allocated`` (tensors), the counter the estimate
+  models; ``max_memory_reserved`` (the caching allocator) is shown in its own key with its own difference.
+  The two are never summed: their peaks can occur at different moments. No runtime term (the counters see
+  tensors only).
+- CPU: ``observed_bytes`` is the median of the passes' process peak RSS (VmHWM). It includes the
+  interpreter and libraries, so the estimate adds a runtime overhead, *measured once* by a fresh process
+  that imports what a pass worker imports and loads nothing, and labelled as such.
+
+A number that cannot be computed is ``None`` with a reason, never 0.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from iteralab.errors import IteraError
+from iteralab.kit.memoire import (
+    ACTIVATION_BYTES,
+    BYTES_PER_PARAM,
+    DEFAULT_MARGIN,
+    NO_RUNTIME,
+    MemoryEstimate,
+    MemoryKitError,
+    RuntimeOverhead,
+    WeightCount,
+    config_dims,
+    count_weights,
+    estimate_for_model,
+    estimate_memory,
+    measure_runtime_overhead,
+    mib,
+    runtime_imports,
+)
+
+__all__ = [
+    "ACTIVATION_BYTES", "BYTES_PER_PARAM", "M3_NOTE", "MemoryEstimate", "RuntimeOverhead", "WeightCount",
+    "config_dims", "count_weights", "estimate_for_model", "estimate_memory", "memory_table",
+    "render_memory_table", "worker_runtime_overhead",
+]
+
+SCHEMA_VERSION = 1
+M3_NOTE = ("A per-card capacity and a lot price say nothing about throughput, interconnect, or automatic "
+           "distribution over several GPUs: an estimate that fits one card is a feasibility bound, not a speed, "
+           "and a multi-card lot is only used in parallel when a variant measures it.")
+#: What a pass worker has imported when its peak window starts (besides the model's own tensors).
+WORKER_IMPORTS = ("iteralab.passes", "iteralab.device", "iteralab.corpus", "iteralab.workloads",
+                  "iteralab.manifest")
+
+
+@functools.lru_cache(maxsize=8)
+def _measured(imports: tuple[str, ...]) -> RuntimeOverhead:
+    return measure_runtime_overhead(imports)
+
+
+def worker_runtime_overhead(model_type: str | None = "bert") -> RuntimeOverhead:
+    """The runtime overhead of a CPU pass worker, measured once per process on this machine."""
+    return _measured(runtime_imports(model_type) + WORKER_IMPORTS)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _model_spec(campaign_dir: Path) -> dict[str, Any]:
+    campaign = _read_json(campaign_dir / "campaign.json") or {}
+    spec = dict(campaign.get("model") or {})
+    manifest = _read_json(campaign_dir / "manifest.json") or {}
+    fallback = (manifest.get("extra") or {}).get("model_spec") or {}
+    for key, value in fallback.items():
+        spec.setdefault(key, value)
+    if not spec.get("path"):
+        spec["path"] = (manifest.get("workload") or {}).get("model_path")
+    return spec
+
+
+def _meta_model(spec: dict[str, Any]) -> tuple[Any, int, str | None, str | None]:
+    """(model on the meta device, bytes held beside it (a head), model_type, reason when there is no model)."""
+    kind = spec.get("kind")
+    if kind == "callable":
+        return None, 0, None, "a callable workload owns its model: there is no config to estimate from"
+    if not spec.get("path"):
+        return None, 0, None, "the campaign names no model folder"
+    folder = Path(spec["path"])
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        return None, 0, None, f"model config not found: {config_file}"
+    import torch
+    from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
+
+    trust = bool(spec.get("trust_remote_code"))
+    try:
+        config = AutoConfig.from_pretrained(str(folder), local_files_only=True, trust_remote_code=trust)
+        auto = AutoModelForSequenceClassification if kind == "hf_classifier" else AutoModel
+        with torch.device("meta"):
+            model = auto.from_config(config, trust_remote_code=trust)
+    except (OSError, ValueError, KeyError, ImportError) as exc:
+        return None, 0, None, f"cannot build the architecture from {config_file}: {str(exc).splitlines()[0][:200]}"
+    extra = 0
+    if kind == "encoder_head" and spec.get("head"):
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(str(spec["head"]), framework="numpy") as fh:
+                for name in fh.keys():
+                    shape = fh.get_slice(name).get_shape()
+                    extra += 4 * int(torch.Size(shape).numel())  # the head runs in float32
+        except (SafetensorError, OSError) as exc:
+            return None, 0, None, f"head {spec['head']} unreadable: {exc}"
+    return model, extra, getattr(config, "model_type", None), None
+
+
+def _described_parameters(campaign_dir: Path) -> dict[str, set[int]]:
+    """Per variant, the parameter counts the passes' workloads described (journal ``pass_finished``)."""
+    from iteralab.journal import JOURNAL_NAME, read_journal
+
+    state = read_journal(campaign_dir / JOURNAL_NAME)
+    found: dict[str, set[int]] = {}
+    for pid, record in state.finished.items():
+        count = (record.get("workload") or {}).get("parameter_count")
+        if isinstance(count, int):
+            found.setdefault(state.started[pid]["variant"], set()).add(count)
+    return found
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text not in (None, "") else None
+
+
+def _median(values: list[int]) -> int | None:
+    return int(round(statistics.median(values))) if values else None
+
+
+def _feasible(rows: list[dict[str, str]]) -> tuple[bool, str]:
+    """M1: every attempted (not excluded) pass completed the whole corpus, long inputs included."""
+    counted = [r for r in rows if r.get("excluded") != "true"]
+    if not counted:
+        return False, "no pass attempted (or all excluded): completion not shown"
+    problems = []
+    for r in counted:
+        if r.get("status") == "aborted":
+            problems.append(f"{r['pass_id']}: aborted (the process ended during the pass)")
+        elif r.get("status") != "ok" or r.get("ids_match") != "true" or r.get("completed") != r.get("expected_ids"):
+            error = f" ({r['error'][:120]})" if r.get("error") else ""
+            problems.append(f"{r['pass_id']}: {r.get('status')}, completed {r.get('completed') or '?'} of "
+                            f"{r.get('expected_ids')} inputs, ids_match {r.get('ids_match') or '?'}{error}")
+    if problems:
+        return False, "not every pass completed the corpus: " + "; ".join(problems)
+    return True, f"all {len(counted)} pass(es) completed the {counted[0].get('expected_ids')} inputs (ids_match true)"
+
+
+def memory_table(campaign_dir: str | Path, *, runtime_overhead: RuntimeOverhead | int | None = None,
+                 margin: float = DEFAULT_MARGIN) -> list[dict[str, Any]]:
+    """One row per protocol variant: observed peak, estimate, difference, counter scope, feasibility (M1–M3).
+
+    ``runtime_overhead`` (CPU only): given bytes, a :class:`RuntimeOverhead`, or None to measure it once on
+    this machine (:func:`worker_runtime_overhead`).
+    """
+    from iteralab.protocol import load_protocol
+    from iteralab.table import TABLE_NAME, read_raw_table
+
+    campaign_dir = Path(campaign_dir)
+    table = campaign_dir / TABLE_NAME
+    if not (campaign_dir / "campaign.json").is_file():
+        raise IteraError(f"{campaign_dir}: not a campaign folder (no campaign.json)",
+                         hint="pass the folder given to 'iteralab run --out'")
+    if not table.is_file():
+        raise IteraError(f"{table}: no raw table", hint=f"run 'iteralab table {campaign_dir}' first")
+    protocol = load_protocol(campaign_dir / "inputs" / "protocol.toml")
+    raw = read_raw_table(table)
+    spec = _model_spec(campaign_dir)
+    model, extra_bytes, model_type, model_reason = _meta_model(spec)
+    described = _described_parameters(campaign_dir)
+    if isinstance(runtime_overhead, int) and not isinstance(runtime_overhead, bool):
+        runtime_overhead = RuntimeOverhead(runtime_overhead, "runtime overhead given by the caller "
+                                                             "(--runtime-overhead-bytes)")
+    out = []
+    for variant in protocol.variants:
+        rows = [r for r in raw if r["variant"] == variant.name]
+        devices = {r.get("device") for r in rows if r.get("device")}
+        cuda = any(r.get("cuda_max_allocated_bytes") or r.get("cuda_max_reserved_bytes") for r in rows) or any(
+            d.startswith("cuda") for d in devices)
+        if not cuda and runtime_overhead is None and model is not None:
+            runtime_overhead = worker_runtime_overhead(model_type)
+        overhead = RuntimeOverhead(0, NO_RUNTIME) if cuda else runtime_overhead
+        row = _variant_row(variant, protocol.model.max_length, rows, devices, cuda, model, extra_bytes,
+                           model_reason, overhead, margin, spec, described.get(variant.name, set()))
+        if not cuda and protocol.run.isolation != "process":
+            row["notes"].append(f"isolation {protocol.run.isolation!r}: the passes ran in the campaign's own process, "
+                                "whose peak also holds whatever it had loaded before; the runtime overhead of a "
+                                "fresh worker understates that")
+        out.append(row)
+    return out
+
+
+def _variant_row(variant: Any, max_length: int, rows: list[dict[str, str]], devices: set[str], cuda: bool,
+                 model: Any, extra_bytes: int, model_reason: str | None, overhead: RuntimeOverhead | None,
+                 margin: float, spec: dict[str, Any], described: set[int]) -> dict[str, Any]:
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("excluded") != "true"]
+    notes: list[str] = []
+    row: dict[str, Any] = {
+        "variant": variant.name, "batch_size": variant.batch_size, "precision": variant.precision,
+        "max_length": max_length, "padding": variant.padding, "device": ",".join(sorted(devices)) or None,
+        "passes": len(rows), "observed_passes": 0,
+    }
+    if cuda:
+        alloc = [v for v in (_int(r.get("cuda_max_allocated_bytes")) for r in ok) if v is not None]
+        reserved = [v for v in (_int(r.get("cuda_max_reserved_bytes")) for r in ok) if v is not None]
+        row.update(observed_counter="cuda max_memory_allocated (tensors); reserved in its own key, never summed",
+                   observed_bytes=_median(alloc), observed_values=alloc,
+                   observed_cuda_allocated_bytes=_median(alloc), observed_cuda_reserved_bytes=_median(reserved),
+                   observed_cuda_reserved_values=reserved, observed_passes=len(alloc))
+    else:
+        rss = [v for v in (_int(r.get("cpu_peak_rss_bytes")) for r in ok) if v is not None]
+        row.update(observed_counter="process peak RSS (cpu_peak_rss_bytes)", observed_bytes=_median(rss),
+                   observed_values=rss, observed_cuda_allocated_bytes=None, observed_cuda_reserved_bytes=None,
+                   observed_passes=len(rss))
+    used = [r for r in ok if (r.get("cuda_max_allocated_bytes") if cuda else r.get("cpu_peak_rss_bytes"))]
+    scopes = sorted({r.get("memory_scope") or "" for r in used} - {""})
+    row["observed_scope"] = " | ".join(scopes) or None
+    if len(scopes) > 1:
+        notes.append("the passes' counters have different scopes: their values are not comparable as one median")
+    if row["observed_bytes"] is None:
+        row["observed_reason"] = ("no completed pass with a recorded peak" if not ok
+                                  else "the completed passes recorded no peak (see the raw table's notes)")
+    estimate, reason = None, model_reason
+    if model is not None:
+        try:
+            estimate = estimate_for_model(
+                model, precision=variant.precision, batch_size=variant.batch_size, seq_len=max_length,
+                margin=margin, runtime_overhead_bytes=(overhead.bytes or 0) if overhead else 0,
+                runtime_overhead_label=overhead.label if overhead else None, extra_weight_bytes=extra_bytes,
+                extra_note=f"linear head {extra_bytes:,} B float32" if extra_bytes else None)
+        except MemoryKitError as exc:
+            reason = f"cannot estimate: {exc.one_line()}"
+        if overhead is not None and overhead.bytes is None:
+            reason = f"runtime overhead could not be measured ({overhead.reason}); terms shown, no total"
+        counted = count_weights(model, "fp32").parameter_count
+        mismatch = sorted(n for n in described if n != counted)
+        if mismatch:
+            notes.append(f"the passes' model had {', '.join(f'{n:,}' for n in mismatch)} parameters, the "
+                         f"architecture built from config.json has {counted:,}: the weights term may be off")
+    row["estimate_terms"] = estimate.terms() if estimate else None
+    row["estimate_assumptions"] = list(estimate.assumptions) if estimate else None
+    row["estimate_bytes"] = estimate.total_bytes if estimate and reason is None else None
+    row["estimate_reason"] = reason
+    observed, total = row["observed_bytes"], row["estimate_bytes"]
+    row["difference_bytes"] = observed - total if observed is not None and total is not None else None
+    row["difference_pct"] = (round(100.0 * row["difference_bytes"] / total, 1)
+                             if row["difference_bytes"] is not None and total else None)
+    if cuda:
+        res = row["observed_cuda_reserved_bytes"]
+        row["reserved_difference_bytes"] = res - total if res is not None and total is not None else None
+    if variant.padding == "longest":
+        notes.append(f"padding 'longest': most batches are shorter than max_length {max_length}; the estimate at "
+                     "max_length bounds the activations from above")
+    if not cuda and row["observed_scope"] and "since reset" in row["observed_scope"]:
+        notes.append("the CPU peak window starts after load and warm-up: it includes the runtime, the weights, "
+                     "the tokenizer and any heap the warm-up left resident")
+    row["feasible"], row["feasible_reason"] = _feasible(rows)
+    row["model_path"] = spec.get("path")
+    row["notes"] = notes
+    return row
+
+
+def render_memory_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Text lines: one line per variant (observed, estimate, difference, feasibility), the details of each
+    variant, then the assumptions and notes that apply to every variant, said once."""
+    header = f"{'variant':<14} {'device':<8} {'observed':>14} {'estimate':>14} {'difference':>22}  feasible"
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        diff = ("n/a" if r["difference_bytes"] is None
+                else f"{r['difference_bytes'] / 1048576:+,.1f} MiB ({r['difference_pct']:+.1f} %)")
+        lines.append(f"{r['variant']:<14} {(r['device'] or '?'):<8} {mib(r['observed_bytes']):>14} "
+                     f"{mib(r['estimate_bytes']):>14} {diff:>22}  {'yes' if r['feasible'] else 'NO'}")
+    details = [[*(r["estimate_assumptions"] or [])[1:], *r["notes"]] for r in rows]
+    shared = [d for d in details[0] if all(d in other for other in details[1:])] if details else []
+    lines.append("observed - estimate = difference; observed is the median of the passes' peaks")
+    for r, extra in zip(rows, details):
+        lines += ["", f"{r['variant']}: batch {r['batch_size']}, {r['precision']}, max length {r['max_length']}, "
+                      f"{r['observed_passes']} pass(es) with a peak; counter: {r['observed_counter']}",
+                  f"  scope: {r['observed_scope'] or 'none recorded'}"]
+        if r.get("observed_cuda_reserved_bytes") is not None:
+            lines.append(f"  cuda max_memory_reserved: {mib(r['observed_cuda_reserved_bytes'])} (difference to the "
+                         f"estimate {mib(r.get('reserved_difference_bytes'))}); never added to allocated")
+        if r.get("observed_reason"):
+            lines.append(f"  observed: none, {r['observed_reason']}")
+        if r["estimate_terms"]:
+            lines.append("  estimate: " + ", ".join(f"{k.removesuffix('_bytes').replace('_', ' ')} {mib(v)}"
+                                                   for k, v in r["estimate_terms"].items() if k != "total_bytes"))
+            lines.append(f"    {r['estimate_assumptions'][0]}")
+        if r["estimate_reason"]:
+            lines.append(f"  estimate: none, {r['estimate_reason']}")
+        lines.append(f"  feasible (M1): {r['feasible_reason']}")
+        lines.extend(f"  - {d}" for d in extra if d not in shared)
+    if shared:
+        lines += ["", "For every variant:"] + [f"  - {d}" for d in shared]
+    lines += ["", f"Note: {M3_NOTE}"]
+    return lines
+
+
+def memory_report(campaign_dir: str | Path, *, runtime_overhead: int | None = None) -> dict[str, Any]:
+    """The JSON document of ``iteralab memory --json``."""
+    rows = memory_table(campaign_dir, runtime_overhead=runtime_overhead)
+    return {"schema_version": SCHEMA_VERSION, "campaign": str(campaign_dir), "variants": rows, "note": M3_NOTE}

@@ -1,0 +1,377 @@
+"""The HTML report (X1) and the one call that writes every derived artefact (``finalize``).
+
+``report.html`` is one self-contained file: plots are PNG images embedded as base64 ``data:`` URIs (made
+with matplotlib's Agg backend), the style sheet is inline, there is no script, no font and no external URL.
+The page is rendered by jinja2 with autoescaping on, so corpus texts, error messages and table cells are
+shown as text, never interpreted as HTML.
+
+Plots: every pass time per configuration with its median marked; quality per configuration against the
+threshold and the tolerance band; memory observed vs estimated; cost per verified corpus per priced
+configuration; the calendar window against the 3-, 7- and 30-day packages.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from iteralab.decision import (CPU_ONLY, Config, Decision, cpu_only, decide, exclusion_lines, render_decision,
+                               write_decision)
+from iteralab.fsutil import dumps_json, write_text_atomic
+from iteralab.kit.calcul_forfaits import STANDARD_PACKAGE_DAYS, format_amount, format_hours
+from iteralab.stats import Evidence, fmt_s, render_stats
+from iteralab.table import COLUMNS
+
+TEMPLATE = "report.html.j2"
+EXAMPLES = 5
+COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#7f7f7f", "#bcbd22")
+
+
+# ---------------------------------------------------------------------------------------------- memory
+
+
+def memory_rows(evidence: Evidence) -> tuple[list[dict[str, Any]], str | None]:
+    """Memory per variant: observed (and the estimate when ``iteralab.memory`` provides one).
+
+    Returns the rows and a note; the note says when the estimate is not available.
+    """
+    from iteralab.errors import IteraError
+
+    try:
+        from iteralab.memory import memory_table  # type: ignore[import-not-found]
+    except ImportError:
+        memory_table = None
+        why = "the memory estimate module is not installed"
+    if memory_table is not None:
+        try:
+            return list(memory_table(evidence.folder)), None
+        except IteraError as exc:  # the observation is still shown, the estimate is labelled missing
+            why = str(exc)
+    rows: dict[str, dict[str, Any]] = {}
+    for r in evidence.rows:
+        if r["status"] != "ok" or r["pass_id"] in evidence.exclusions:
+            continue
+        for key in ("cuda_max_allocated_bytes", "cpu_peak_rss_bytes"):
+            if r.get(key):
+                value = int(r[key])
+                entry = rows.setdefault(r["variant"], {"variant": r["variant"], "observed_bytes": value,
+                                                       "observed_scope": f"{key}: {r.get('memory_scope')}",
+                                                       "estimate_bytes": None, "difference_bytes": None})
+                entry["observed_bytes"] = max(entry["observed_bytes"], value)
+                break
+    return list(rows.values()), f"estimate not available: {why}"
+
+
+# ----------------------------------------------------------------------------------------------- plots
+
+
+def _figure(width: float = 11.2, height: float = 4.0):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(width, height), dpi=100)
+    ax.grid(axis="y", alpha=0.3)
+    return plt, fig, ax
+
+
+def _png(plt: Any, fig: Any) -> str:
+    buffer = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buffer, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def short_hardware(label: str) -> str:
+    """'NVIDIA GeForce RTX 4090' -> 'RTX 4090', for axis labels (the tables keep the full name)."""
+    words = [w for w in label.replace("CPU only (", "CPU (").split() if w not in ("NVIDIA", "GeForce", "AMD")]
+    text = " ".join(words)
+    return text if len(text) <= 18 else text[:17] + "..."
+
+
+def _short(c: Config, merged: bool) -> str:
+    return f"{c.variant}\n{short_hardware(c.hardware)}" if merged else c.variant
+
+
+def _colors(configs: list[Config], merged: bool) -> list[str]:
+    """One colour per hardware when folders are merged, one per variant otherwise."""
+    keys = [c.hardware if merged else c.variant for c in configs]
+    order = list(dict.fromkeys(keys))
+    return [COLORS[order.index(k) % len(COLORS)] for k in keys]
+
+
+def plot_times(configs: list[Config], merged: bool) -> str:
+    plt, fig, ax = _figure()
+    for i, (c, color) in enumerate(zip(configs, _colors(configs, merged))):
+        counted = [p.pass_s for p in c.times.passes if p.counted]
+        excluded = [p.pass_s for p in c.times.passes if p.excluded and p.pass_s is not None]
+        offsets = [(k - (len(counted) - 1) / 2) * 0.06 for k in range(len(counted))]
+        ax.scatter([i + o for o in offsets], counted, color=color, s=28, zorder=3,
+                   label="pass (every one)" if i == 0 else None)
+        if excluded:
+            ax.scatter([i + 0.2] * len(excluded), excluded, facecolors="none", edgecolors="grey", s=34, zorder=3,
+                       label="excluded pass")
+        if c.times.median is not None:
+            ax.hlines(c.times.median, i - 0.3, i + 0.3, colors="black", linewidth=2, zorder=4,
+                      label="median" if i == 0 else None)
+        failed = c.times.count("failed") + c.times.count("aborted")
+        if failed:
+            ax.annotate(f"{failed} failed", (i, 0), xycoords=("data", "axes fraction"), xytext=(0, 4),
+                        textcoords="offset points", ha="center", color="#c00000", fontsize=8)
+    ax.set_xticks(range(len(configs)), [_short(c, merged) for c in configs], fontsize=8)
+    ax.set_ylabel("measured pass time (s)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Pass times: every pass, median marked", fontsize=10)
+    ax.legend(fontsize=8, loc="best")
+    return _png(plt, fig)
+
+
+def plot_quality(configs: list[Config], decision: Decision, merged: bool) -> str:
+    metric = decision.evidence[0].protocol.metric
+    plt, fig, ax = _figure()
+    refs = [c.quality.metric_ref for c in configs if c.quality.metric_ref is not None]
+    if refs:
+        ref = refs[0]
+        ax.axhspan(ref - metric.tolerance, ref, color="#2ca02c", alpha=0.12,
+                   label=f"tolerance band (reference - {metric.tolerance:g})")
+        ax.axhline(ref, color="#2ca02c", linewidth=1, linestyle=":", label=f"reference {metric.reference_variant}")
+    ax.axhline(metric.threshold, color="#c00000", linewidth=1.2, linestyle="--",
+               label=f"threshold {metric.threshold:g}")
+    for i, c in enumerate(configs):
+        values = list(c.quality.metrics)
+        marked = c.quality.tolerance_ok is False or c.quality.threshold_ok is False
+        ax.scatter([i] * len(values), values, color="#c00000" if marked else "#1f77b4", s=30, zorder=3,
+                   marker="x" if marked else "o")
+        if marked:
+            ax.annotate("MARKED", (i, max(values) if values else metric.threshold), xytext=(0, 6),
+                        textcoords="offset points", ha="center", color="#c00000", fontsize=8)
+    ax.set_xticks(range(len(configs)), [_short(c, merged) for c in configs], fontsize=8)
+    ax.set_ylabel(metric.name)
+    ax.set_title(f"Quality per configuration: {metric.name} against threshold and tolerance", fontsize=10)
+    ax.legend(fontsize=8, loc="best")
+    return _png(plt, fig)
+
+
+def plot_memory(rows: list[tuple[str, dict[str, Any]]]) -> str | None:
+    if not rows:
+        return None
+    plt, fig, ax = _figure()
+    xs = range(len(rows))
+    observed = [(r.get("observed_bytes") or 0) / 2**20 for _, r in rows]
+    ax.bar([x - 0.2 for x in xs], observed, width=0.4, color="#1f77b4", label="observed (peak, see scope)")
+    estimates = [r.get("estimate_bytes") for _, r in rows]
+    if any(e is not None for e in estimates):
+        ax.bar([x + 0.2 for x in xs], [(e or 0) / 2**20 for e in estimates], width=0.4, color="#ff7f0e",
+               label="estimate")
+    else:
+        ax.text(0.5, 0.92, "estimate not available", transform=ax.transAxes, ha="center", color="#c00000")
+    ax.set_xticks(list(xs), [label for label, _ in rows], fontsize=8)
+    ax.set_ylabel("MiB")
+    ax.set_title("Memory: observed vs estimated", fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+    return _png(plt, fig)
+
+
+def plot_cost(configs: list[Config], merged: bool, chosen: Config | None = None) -> str | None:
+    priced = [c for c in configs if c.pricing.cost is not None]
+    if not priced:
+        return None
+    plt, fig, ax = _figure()
+    for i, (c, color) in enumerate(zip(priced, _colors(priced, merged))):
+        cost = c.pricing.cost
+        assert cost is not None
+        if cost.per_result is None:
+            ax.text(i, 0, "undefined:\n0 accepted", ha="center", va="bottom", fontsize=8, color="#c00000")
+            continue
+        ax.bar(i, float(cost.per_result), color=color, edgecolor="black" if c is chosen else color,
+               linewidth=2 if c is chosen else 0)
+        label = f"{format_amount(cost.per_result)} {cost.currency}" + (" (chosen)" if c is chosen else "")
+        ax.annotate(label, (i, float(cost.per_result)), xytext=(0, 3), textcoords="offset points", ha="center",
+                    fontsize=8, fontweight="bold" if c is chosen else "normal")
+    ax.set_xticks(range(len(priced)), [_short(c, merged) for c in priced], fontsize=8)
+    ax.set_ylabel(f"per verified corpus ({priced[0].pricing.cost.currency})")  # type: ignore[union-attr]
+    ax.set_title("Cost per verified corpus (committed package fee / accepted corpora)", fontsize=10)
+    return _png(plt, fig)
+
+
+def plot_window(decision: Decision) -> str | None:
+    windows = [("planned", decision.planned.window)]
+    merged = len(decision.evidence) > 1
+    projected = [c for c in decision.configs if c.window.window is not None and c.window.label == "projected"]
+    if projected:
+        longest = max(projected, key=lambda c: c.window.window.span_hours)  # type: ignore[union-attr]
+        shown = [("chosen", decision.chosen)] if decision.chosen in projected else []
+        shown += [("longest", longest)] if longest is not decision.chosen else []
+        windows += [(f"projected, {why}: {_short(c, merged).replace(chr(10), ' on ')}", c.window.window)
+                    for why, c in shown]
+    windows += [(f"observed, passes only{' (' + short_hardware(e.hardware.label) + ')' if merged else ''}", o.window)
+                for e, o in zip(decision.evidence, decision.observed) if o is not None]
+    windows = [(label, w) for label, w in windows if w is not None]
+    if not windows:
+        return None
+    plt, fig, ax = _figure(11.2, 1.2 + 0.42 * (len(windows) + len(STANDARD_PACKAGE_DAYS)))
+    labels, values, colors = [], [], []
+    quoted = {c.pricing.quote.gpu_id for c in decision.configs if c.pricing.quote is not None}
+    prices: dict[int, list[str]] = {}
+    for e in sorted(decision.catalog.entries, key=lambda e: (e.gpu_id, e.package_days)):
+        if quoted and e.gpu_id not in quoted:
+            continue
+        total = e.price_per_lot * decision.lots
+        prices.setdefault(e.package_days, []).append(f"{e.gpu_id} {format_amount(total)} {decision.catalog.currency}")
+    if not quoted:
+        for days in prices:
+            prices[days][-1] += " (catalog, not priced here)"
+    for days in STANDARD_PACKAGE_DAYS:
+        labels.append(f"{days}-day package")
+        values.append(days * 24)
+        colors.append("#bbbbbb")
+    for label, w in windows:
+        labels.append(f"{label} window")
+        values.append(float(w.span_hours))  # type: ignore[union-attr]
+        colors.append("#1f77b4" if label.startswith("planned") else "#ff7f0e" if label.startswith("projected")
+                      else "#2ca02c")
+    ax.barh(range(len(values)), values, color=colors)
+    for i, (label, value) in enumerate(zip(labels, values)):
+        days = int(label.split("-")[0]) if label.endswith("package") else None
+        note = "; ".join(prices.get(days, ["not in catalog"])) if days else f"{format_hours(Decimal(str(value)))} h"
+        ax.annotate(note, (value, i), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlabel("hours (log scale)")
+    ax.invert_yaxis()
+    ax.set_title("Calendar window against the 3-, 7- and 30-day packages", fontsize=10)
+    ax.set_xlim(left=min(values) / 2, right=max(values) * 30)
+    return _png(plt, fig)
+
+
+# -------------------------------------------------------------------------------------------- examples
+
+
+def wrong_predictions(evidence: Evidence, limit: int = EXAMPLES) -> tuple[str | None, list[dict[str, str]]]:
+    """A few wrong predictions (id, text, true and predicted label) from the reference variant's first
+    counted pass (or the first counted pass)."""
+    import csv
+
+    counted = [r for r in evidence.rows if r["status"] == "ok" and r["pass_id"] not in evidence.exclusions
+               and r.get("prediction_file")]
+    ref = evidence.protocol.metric.reference_variant
+    chosen = next((r for r in counted if r["variant"] == ref), counted[0] if counted else None)
+    if chosen is None:
+        return None, []
+    corpus: dict[str, dict[str, str]] = {}
+    csv.field_size_limit(1 << 30)
+    with open(evidence.folder / "inputs" / "corpus.csv", encoding="utf-8", newline="") as fh:
+        for row in csv.DictReader(fh):
+            corpus[row["id"]] = row
+    out: list[dict[str, str]] = []
+    path = evidence.folder / chosen["prediction_file"]
+    if not path.is_file():
+        return chosen["pass_id"], []
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            truth = corpus.get(str(rec.get("id")))
+            if truth is None or truth.get("label") == rec.get("label"):
+                continue
+            text = truth.get("text", "")
+            out.append({"id": str(rec["id"]), "label": truth.get("label", ""), "predicted": str(rec.get("label")),
+                        "stratum": truth.get("stratum", ""), "text": text if len(text) <= 300 else text[:300] + "..."})
+            if len(out) >= limit:
+                break
+    return chosen["pass_id"], out
+
+
+# ---------------------------------------------------------------------------------------------- render
+
+
+def _config_row(c: Config) -> dict[str, Any]:
+    b = c.pricing.budget
+    return {
+        "key": c.key, "feasible": c.feasible, "failures": c.failures, "quality": c.quality,
+        "marked": c.quality.mark, "median": fmt_s(c.times.median), "times": ", ".join(fmt_s(t) for t in c.times.times),
+        "window": c.window.describe(), "deadline": c.window.deadline_text(), "meets_deadline": c.window.meets_deadline,
+        "package": "not priced: CPU only" if c.pricing.reason == CPU_ONLY else c.pricing.describe(),
+        "committed": f"{format_amount(b.total)} {b.currency}" if b else "-",
+        "accepted": c.accepted, "cost": c.pricing.cost.describe() if c.pricing.cost else "-",
+        "exclusions": c.exclusions, "chosen": False,
+    }
+
+
+def render_report(decision: Decision, decision_md: str | None = None) -> str:
+    """The report page as one self-contained HTML string."""
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+    configs = list(decision.configs)
+    merged = len(decision.evidence) > 1
+    rows = [_config_row(c) for c in configs]
+    for row, c in zip(rows, configs):
+        row["chosen"] = c is decision.chosen
+    memory = []
+    memory_notes = []
+    for hw_ev in decision.evidence:
+        mrows, note = memory_rows(hw_ev)
+        for r in mrows:
+            label = f"{r['variant']}\n{short_hardware(hw_ev.hardware.label)}" if merged else r["variant"]
+            memory.append((label, r))
+        if note and note not in memory_notes:
+            memory_notes.append(note)
+    campaigns = []
+    for ev, st in zip(decision.evidence, decision.stats):
+        example_pass, examples = wrong_predictions(ev)
+        failures = [r for r in ev.rows if r["status"] != "ok"]
+        campaigns.append({"folder": str(ev.folder), "hardware": ev.hardware.label, "rows": ev.rows,
+                          "failures": failures, "example_pass": example_pass, "examples": examples,
+                          "stats": render_stats(st)})
+    cpu = cpu_only(decision)
+    exclusions = exclusion_lines(decision)
+    env = Environment(loader=FileSystemLoader(str(Path(__file__).with_name("templates"))), autoescape=True,
+                      undefined=StrictUndefined, keep_trailing_newline=True)
+    proto = decision.evidence[0].campaign["protocol"]
+    return env.get_template(TEMPLATE).render(
+        d=decision, proto=proto, question=decision.evidence[0].protocol.question, rows=rows,
+        campaigns=campaigns, columns=COLUMNS, decision_md=decision_md or render_decision(decision),
+        plot_times=plot_times(configs, merged), plot_quality=plot_quality(configs, decision, merged),
+        plot_memory=plot_memory(memory), memory=memory, memory_notes=memory_notes,
+        plot_cost=plot_cost(configs, merged, decision.chosen), cpu_only=cpu, exclusions=exclusions,
+        plot_window=plot_window(decision),
+        corpus_size=decision.evidence[0].corpus_size, fingerprint=decision.evidence[0].fingerprint,
+        mib=lambda b: "-" if b in (None, "") else f"{int(b) / 2**20:.1f} MiB",
+    )
+
+
+def render_all_stats(decision: Decision) -> tuple[str, dict[str, Any]]:
+    text = "\n".join(render_stats(st) for st in decision.stats)
+    data = {"schema_version": 1, "campaigns": [st.to_dict() for st in decision.stats]}
+    return text, data
+
+
+def finalize(campaign_dirs: list[Path], out: Path, *, rental_id: str | None = None, project: bool = False,
+             catalog: str | Path | None = None, lots: int = 1) -> dict[str, Any]:
+    """Write stats.txt, stats.json, decision.md, decision.json and report.html into ``out``.
+
+    Returns the paths written and the one-line decision.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    decision = decide(list(campaign_dirs), rental_id=rental_id, project=project, catalog=catalog, lots=lots)
+    text, data = render_all_stats(decision)
+    paths: dict[str, Any] = {"stats_txt": out / "stats.txt", "stats_json": out / "stats.json"}
+    write_text_atomic(paths["stats_txt"], text)
+    write_text_atomic(paths["stats_json"], dumps_json(data))
+    paths.update(write_decision(decision, out))
+    paths["report_html"] = out / "report.html"
+    write_text_atomic(paths["report_html"], render_report(decision, paths["decision_md"].read_text("utf-8")))
+    return {**{k: str(v) for k, v in paths.items()}, "decision": decision.one_line,
+            "chosen": decision.chosen.key if decision.chosen else None}
+
+
+__all__ = ["finalize", "memory_rows", "render_all_stats", "render_report", "short_hardware", "wrong_predictions"]

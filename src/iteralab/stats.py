@@ -1,0 +1,585 @@
+"""Statistics per variant (T3–T5) and quality per variant (Q1–Q3), recomputed from the stored evidence.
+
+Everything here re-reads the campaign folder: ``raw_table.csv`` (one row per attempted pass), the journal
+(exclusions are ``pass_excluded`` events, the source of truth), the locked ``inputs/protocol.toml`` and
+``manifest.json``. Nothing comes from the runner's memory.
+
+Per variant: every measured pass time in run order, the median, minimum and maximum of the counted passes,
+and the counts of successes, failures and aborts (separately) and of excluded passes with their reasons.
+Every pass is shown; a variant is never summarised by its best pass.
+
+There is deliberately no p95 (nor any other tail percentile). A handful of corpus times is not a latency
+distribution: five corpus pass times and one thousand per-request latencies are different populations. A
+latency study needs individual request times under an arrival scenario with a stated concurrency, which an
+offline campaign does not measure. A tail percentile of five values would be the maximum under another name.
+
+Two variants of a series are *distinguished* only when the absolute difference of their medians is larger
+than the spread (max - min) of both; otherwise the comparison says the series does not distinguish them yet
+and what to do (T5).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from iteralab.errors import IteraError, RunError
+from iteralab.journal import JOURNAL_NAME, Journal, read_journal
+from iteralab.protocol import Protocol, load_protocol
+from iteralab.table import PHASES, TABLE_NAME, read_raw_table
+
+SCHEMA_VERSION = 1
+NO_TAIL_PERCENTILE = (
+    "no p95 or other tail percentile: a few corpus pass times and per-request latencies are different "
+    "populations; a latency study needs individual request times under an arrival scenario and concurrency"
+)
+INVESTIGATE = "add passes under the same protocol, or look at loading, input format, compilation, concurrent activity"
+MISSING_SUBGROUP = "its check was not actually made (look at the stratum column of inputs/corpus.csv)"
+Q2_MARK = "kept in the table, MARKED, excluded from the equivalent-quality comparison (Q2)"
+
+
+# ------------------------------------------------------------------------------------------- evidence
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What the runtime reported (manifest device inventory), never what the configuration asked for."""
+
+    backend: str
+    gpus: tuple[str, ...]
+    cpu: str | None
+
+    @property
+    def label(self) -> str:
+        if not self.gpus:
+            return f"CPU only ({self.cpu})" if self.cpu else "CPU only"
+        names = sorted(set(self.gpus))
+        return ", ".join(f"{self.gpus.count(n)}x {n}" if self.gpus.count(n) > 1 else n for n in names)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "gpus": list(self.gpus), "cpu": self.cpu, "label": self.label}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The stored files of one campaign folder, read once."""
+
+    folder: Path
+    campaign: dict[str, Any]
+    manifest: dict[str, Any] | None
+    protocol: Protocol
+    rows: tuple[dict[str, str], ...]
+    exclusions: dict[str, str]
+    hardware: Hardware
+
+    @property
+    def corpus_size(self) -> int:
+        return int(self.campaign["corpus"]["size"])
+
+    @property
+    def fingerprint(self) -> str:
+        return str(self.campaign["corpus"]["fingerprint"])
+
+    def scheduled(self, variant: str) -> int:
+        return sum(1 for s in self.campaign.get("schedule", {}).get("slots", []) if s["variant"] == variant)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise RunError(f"{path}: not valid JSON ({exc})", hint="restore the file from the evidence bundle") from None
+
+
+def _hardware(manifest: dict[str, Any] | None, journal_devices: list[dict[str, Any]]) -> Hardware:
+    inventory = None
+    if manifest:
+        env = manifest.get("environment") or {}
+        inventory = env.get("device_inventory") or env.get("devices")
+    if not inventory and journal_devices:
+        inventory = journal_devices[0]
+    if not inventory:
+        return Hardware("unknown", (), None)
+    gpus = tuple(str(g.get("name")) for g in inventory.get("gpus") or [] if g.get("name"))
+    cpu = (inventory.get("cpu") or {}).get("model")
+    return Hardware(str(inventory.get("backend") or ("cuda" if gpus else "cpu")), gpus, cpu)
+
+
+def load_evidence(campaign_dir: str | Path) -> Evidence:
+    """Read a campaign folder (campaign.json, manifest.json, journal, protocol, raw table)."""
+    folder = Path(campaign_dir)
+    campaign = _read_json(folder / "campaign.json")
+    if campaign is None:
+        raise IteraError(f"{folder}: not a campaign folder (no campaign.json)",
+                         hint="pass the folder given to 'iteralab run --out'")
+    table = folder / TABLE_NAME
+    if not table.is_file():
+        raise IteraError(f"{folder}: no {TABLE_NAME}", hint=f"regenerate it: iteralab table {folder}")
+    protocol = load_protocol(folder / "inputs" / "protocol.toml")
+    state = read_journal(folder / JOURNAL_NAME)
+    rows = tuple(read_raw_table(table))
+    exclusions = {r["pass_id"]: r["exclusion_reason"] for r in rows if r.get("excluded") == "true"}
+    exclusions.update({pid: str(e.get("reason") or "") for pid, e in state.exclusions.items()})
+    devices = [f["environment_summary"]["devices"] for f in state.finished.values()
+               if (f.get("environment_summary") or {}).get("devices")]
+    manifest = _read_json(folder / "manifest.json")
+    return Evidence(folder, campaign, manifest, protocol, rows, exclusions, _hardware(manifest, devices))
+
+
+def exclude_pass(campaign_dir: str | Path, pass_id: str, reason: str) -> dict[str, Any]:
+    """Record that a pass is excluded (T4): a ``pass_excluded`` event appended to the journal.
+
+    The reason is mandatory (a documented external incident, say). The protocol's exclusion rule is copied
+    into the event: one rule for every variant. The pass stays in the raw table, marked excluded.
+    """
+    folder = Path(campaign_dir)
+    if not isinstance(reason, str) or not reason.strip():
+        raise IteraError(f"{folder}: excluding {pass_id} needs a reason",
+                         hint="say what happened, e.g. --reason 'host backup ran during the pass'")
+    state = read_journal(folder / JOURNAL_NAME)
+    if pass_id not in state.started:
+        known = ", ".join(state.order[:6]) + (" ..." if len(state.order) > 6 else "")
+        raise IteraError(f"{folder}: no pass {pass_id!r} in the journal", hint=f"known passes: {known or 'none'}")
+    if pass_id in state.exclusions:
+        raise IteraError(f"{folder}: pass {pass_id} is already excluded ({state.exclusions[pass_id].get('reason')})",
+                         hint="an exclusion is recorded once")
+    protocol = load_protocol(folder / "inputs" / "protocol.toml")
+    return Journal(folder / JOURNAL_NAME).append(
+        "pass_excluded", pass_id=pass_id, variant=state.started[pass_id]["variant"], reason=reason.strip(),
+        rule=protocol.run.exclusion_rule)
+
+
+# ---------------------------------------------------------------------------------------------- times
+
+
+def _float(text: str | None) -> float | None:
+    return None if text in (None, "") else float(text)
+
+
+def _bool(text: str | None) -> bool | None:
+    return None if text in (None, "") else text == "true"
+
+
+@dataclass(frozen=True)
+class PassTime:
+    pass_id: str
+    status: str
+    pass_s: float | None
+    phases: dict[str, float | None]
+    excluded: bool
+    exclusion_reason: str | None
+    error: str | None
+    completed: str
+
+    @property
+    def counted(self) -> bool:
+        return self.status == "ok" and not self.excluded and self.pass_s is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pass_id": self.pass_id, "status": self.status, "pass_s": self.pass_s, "phases": self.phases,
+                "excluded": self.excluded, "exclusion_reason": self.exclusion_reason, "error": self.error,
+                "completed": self.completed}
+
+
+@dataclass(frozen=True)
+class VariantTimes:
+    """Every pass of one variant in run order, and the summary of the counted ones."""
+
+    variant: str
+    series: tuple[str, ...]
+    passes: tuple[PassTime, ...]
+
+    @property
+    def times(self) -> tuple[float, ...]:
+        return tuple(p.pass_s for p in self.passes if p.counted)  # type: ignore[misc]
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.times) if self.times else None
+
+    @property
+    def minimum(self) -> float | None:
+        return min(self.times) if self.times else None
+
+    @property
+    def maximum(self) -> float | None:
+        return max(self.times) if self.times else None
+
+    @property
+    def spread(self) -> float | None:
+        return None if not self.times else max(self.times) - min(self.times)
+
+    def count(self, status: str) -> int:
+        return sum(1 for p in self.passes if p.status == status and not p.excluded)
+
+    @property
+    def excluded(self) -> tuple[PassTime, ...]:
+        return tuple(p for p in self.passes if p.excluded)
+
+    def phase_median(self, phase: str) -> float | None:
+        values = [p.phases.get(phase) for p in self.passes if p.status == "ok" and not p.excluded]
+        known = [v for v in values if v is not None]
+        return statistics.median(known) if known else None
+
+    @property
+    def total_median(self) -> float | None:
+        """Median over counted passes of the sum of every measured phase (start-up included)."""
+        totals = [sum(v for v in p.phases.values() if v is not None) for p in self.passes if p.counted]
+        return statistics.median(totals) if totals else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "variant": self.variant, "series": list(self.series), "passes": [p.to_dict() for p in self.passes],
+            "times": list(self.times), "median": self.median, "min": self.minimum, "max": self.maximum,
+            "spread": self.spread, "n_ok": self.count("ok"), "n_failed": self.count("failed"),
+            "n_aborted": self.count("aborted"), "n_excluded": len(self.excluded),
+            "phase_medians": {p: self.phase_median(p) for p in PHASES},
+        }
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """T5 verdict between two variants: ``distinguished``, ``not distinguished yet`` or ``no comparison``."""
+
+    scope: str
+    a: str
+    b: str
+    verdict: str
+    text: str
+    faster: str | None = None
+    ratio: float | None = None
+
+    @property
+    def distinguished(self) -> bool:
+        return self.verdict == "distinguished"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"scope": self.scope, "a": self.a, "b": self.b, "verdict": self.verdict, "text": self.text,
+                "faster": self.faster, "ratio": self.ratio}
+
+
+def fmt_s(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds:.3f}" if seconds >= 0.01 else f"{seconds:.5f}"
+
+
+def _pct(fraction: float) -> str:
+    value = 100 * fraction
+    return f"{value:.0f} %" if value >= 1 or value == 0 else f"{value:.1f} %"
+
+
+def compare(a: VariantTimes, b: VariantTimes, scope: str = "", names: tuple[str, str] | None = None) -> Comparison:
+    """The T5 comparison of two variants' counted pass times (failed passes are named after the verdict)."""
+    c = _compare(a, b, scope, names or (a.variant, b.variant))
+    failing = [(n, v.count("failed") + v.count("aborted")) for v, n in zip((a, b), (c.a, c.b))]
+    notes = [f"{n} also has {k} failed or aborted pass{'es' if k != 1 else ''} (see feasibility)"
+             for n, k in failing if k]
+    if notes and c.verdict != "no comparison":
+        return Comparison(c.scope, c.a, c.b, c.verdict, f"{c.text}; {'; '.join(notes)}", c.faster, c.ratio)
+    return c
+
+
+def _compare(a: VariantTimes, b: VariantTimes, scope: str, names: tuple[str, str]) -> Comparison:
+    na, nb = names
+    for v, n in ((a, na), (b, nb)):
+        if not v.times:
+            return Comparison(scope, na, nb, "no comparison",
+                              f"no comparison: {n} has no counted successful pass "
+                              f"({v.count('failed')} failed, {v.count('aborted')} aborted, {len(v.excluded)} excluded)")
+    for v, n in ((a, na), (b, nb)):
+        if len(v.times) < 2:
+            return Comparison(scope, na, nb, "not distinguished yet",
+                              f"not distinguished yet: {n} has only 1 counted pass, so its spread is unknown: "
+                              f"{INVESTIGATE}")
+    ma, mb = a.median, b.median
+    assert ma is not None and mb is not None and a.spread is not None and b.spread is not None
+    gap = abs(ma - mb)
+    wide, wide_name = (a, na) if a.spread >= b.spread else (b, nb)
+    spread = wide.spread or 0.0
+    if spread >= gap:
+        base = wide.median or 1.0
+        word = "larger than" if spread > gap else "as large as"
+        return Comparison(
+            scope, na, nb, "not distinguished yet",
+            f"not distinguished yet: spread {_pct(spread / base)} of {wide_name}'s median, {word} the "
+            f"{_pct(gap / base)} gap between {na} and {nb}: {INVESTIGATE}")
+    fast, slow, fast_name, slow_name = (a, b, na, nb) if ma < mb else (b, a, nb, na)
+    ratio = slow.median / fast.median if fast.median else None  # type: ignore[operator]
+    times = "faster" if ratio is None else f"{ratio:.2f}x faster"
+    return Comparison(
+        scope, na, nb, "distinguished",
+        f"distinguished: {fast_name} is {times} than {slow_name} by median ({fmt_s(fast.median)} s vs "
+        f"{fmt_s(slow.median)} s); the {fmt_s(gap)} s gap exceeds both spreads "
+        f"({fmt_s(a.spread)} s, {fmt_s(b.spread)} s)", fast_name, ratio)
+
+
+# -------------------------------------------------------------------------------------------- quality
+
+
+@dataclass(frozen=True)
+class VariantQuality:
+    """Quality verdicts of one variant over its completed, counted passes (Q1–Q3)."""
+
+    variant: str
+    completed: int
+    accepted: int
+    format_ok: bool | None
+    ids_ok: bool | None
+    metrics: tuple[float, ...]
+    metric_ref: float | None
+    threshold_ok: bool | None
+    tolerance_ok: bool | None
+    subgroups_ok: bool | None
+    subgroups: dict[str, tuple[float | None, ...]]
+    reproduction_ok: bool | None
+    label_agreement: float | None
+    max_abs_prob_diff: float | None
+
+    @property
+    def equivalent(self) -> bool:
+        """Inside the equivalent-quality comparison: evaluated and within the tolerance of the reference."""
+        return self.tolerance_ok is True
+
+    @property
+    def meets_quality(self) -> bool:
+        return all(x is True for x in (self.format_ok, self.ids_ok, self.threshold_ok, self.tolerance_ok,
+                                       self.subgroups_ok, self.reproduction_ok)) and self.accepted == self.completed
+
+    def missing_subgroups(self, gating: list[str]) -> list[str]:
+        """Gating subgroups declared by the protocol for which the evidence holds no value at all."""
+        if self.completed == 0:
+            return []
+        return [name for name in gating if not any(k.split(":", 1)[0] == name for k in self.subgroups)]
+
+    @property
+    def mark(self) -> str | None:
+        if self.tolerance_ok is False:
+            return f"outside the tolerance: {Q2_MARK}"
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "variant": self.variant, "completed_passes": self.completed, "accepted_passes": self.accepted,
+            "format_ok": self.format_ok, "ids_ok": self.ids_ok, "metrics": list(self.metrics),
+            "metric_ref": self.metric_ref, "threshold_ok": self.threshold_ok, "tolerance_ok": self.tolerance_ok,
+            "subgroups_ok": self.subgroups_ok, "subgroups": {k: list(v) for k, v in self.subgroups.items()},
+            "reproduction_ok": self.reproduction_ok, "label_agreement_min": self.label_agreement,
+            "max_abs_prob_diff": self.max_abs_prob_diff, "equivalent": self.equivalent,
+            "meets_quality": self.meets_quality, "mark": self.mark,
+        }
+
+
+def _all(values: list[bool | None]) -> bool | None:
+    if any(v is False for v in values):
+        return False
+    return True if values and all(v is True for v in values) else None
+
+
+def _quality(variant: str, rows: list[dict[str, str]], excluded: dict[str, str]) -> VariantQuality:
+    done = [r for r in rows if r["status"] == "ok" and r["pass_id"] not in excluded]
+    metrics = tuple(m for m in (_float(r.get("metric")) for r in done) if m is not None)
+    refs = [m for m in (_float(r.get("metric_ref")) for r in done) if m is not None]
+    groups: dict[str, list[float | None]] = {}
+    for r in done:
+        try:
+            values = json.loads(r.get("subgroup_metrics") or "{}") or {}
+        except ValueError:
+            values = {}
+        for key, value in values.items():
+            groups.setdefault(key, []).append(value)
+    agreements = [a for a in (_float(r.get("label_agreement")) for r in done) if a is not None]
+    diffs = [d for d in (_float(r.get("max_abs_prob_diff")) for r in done) if d is not None]
+    return VariantQuality(
+        variant=variant, completed=len(done), accepted=sum(r.get("corpus_accepted") == "true" for r in done),
+        format_ok=_all([_bool(r.get("format_ok")) for r in done]),
+        ids_ok=_all([_bool(r.get("ids_match")) for r in done]),
+        metrics=metrics, metric_ref=refs[0] if refs else None,
+        threshold_ok=_all([_bool(r.get("threshold_ok")) for r in done]),
+        tolerance_ok=_all([_bool(r.get("tolerance_ok")) for r in done]),
+        subgroups_ok=_all([_bool(r.get("subgroups_ok")) for r in done]),
+        subgroups={k: tuple(v) for k, v in sorted(groups.items())},
+        reproduction_ok=_all([_bool(r.get("reproduction_ok")) for r in done]),
+        label_agreement=min(agreements) if agreements else None, max_abs_prob_diff=max(diffs) if diffs else None)
+
+
+# -------------------------------------------------------------------------------------------- summary
+
+
+@dataclass(frozen=True)
+class CampaignStats:
+    evidence: Evidence
+    variants: tuple[VariantTimes, ...]
+    comparisons: tuple[Comparison, ...]
+    quality: tuple[VariantQuality, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    def times(self, variant: str) -> VariantTimes:
+        return next(v for v in self.variants if v.variant == variant)
+
+    def quality_of(self, variant: str) -> VariantQuality:
+        return next(q for q in self.quality if q.variant == variant)
+
+    def to_dict(self) -> dict[str, Any]:
+        ev, p = self.evidence, self.evidence.protocol
+        return {
+            "schema_version": SCHEMA_VERSION, "campaign": str(ev.folder),
+            "protocol": {k: ev.campaign["protocol"].get(k) for k in ("name", "version", "sha256", "locked_at")},
+            "corpus": {"fingerprint": ev.fingerprint, "size": ev.corpus_size},
+            "hardware": ev.hardware.to_dict(), "tail_percentiles": NO_TAIL_PERCENTILE,
+            "exclusion_rule": p.run.exclusion_rule,
+            "variants": [v.to_dict() for v in self.variants],
+            "comparisons": [c.to_dict() for c in self.comparisons],
+            "quality": {"metric": p.metric.name, "threshold": p.metric.threshold, "tolerance": p.metric.tolerance,
+                        "reference_variant": p.metric.reference_variant,
+                        "gating_subgroups": [s.name for s in p.subgroups if s.gating],
+                        "reproduction": p.reproduction.model_dump(mode="json"),
+                        "variants": [q.to_dict() for q in self.quality]},
+            "notes": list(self.notes),
+        }
+
+
+def campaign_stats(campaign_dir: str | Path | Evidence) -> CampaignStats:
+    """Statistics and quality per variant of one campaign folder, from its stored files."""
+    ev = campaign_dir if isinstance(campaign_dir, Evidence) else load_evidence(campaign_dir)
+    declared = [v["name"] for v in ev.campaign["variants"]]
+    by_variant: dict[str, list[dict[str, str]]] = {name: [] for name in declared}
+    for row in ev.rows:
+        by_variant.setdefault(row["variant"], []).append(row)
+    series_of: dict[str, list[str]] = {}
+    for s in ev.campaign.get("series", []):
+        for name in s["variants"]:
+            series_of.setdefault(name, []).append(s["name"])
+    variants = []
+    for name, rows in by_variant.items():
+        passes = tuple(
+            PassTime(r["pass_id"], r["status"], _float(r.get("pass_s")), {ph: _float(r.get(ph)) for ph in PHASES},
+                     r["pass_id"] in ev.exclusions, ev.exclusions.get(r["pass_id"]), r.get("error") or None,
+                     r.get("completed") or "")
+            for r in rows)
+        variants.append(VariantTimes(name, tuple(series_of.get(name, [])), passes))
+    index = {v.variant: v for v in variants}
+    comparisons = []
+    for s in ev.campaign.get("series", []):
+        members = [index[n] for n in s["variants"] if n in index]
+        for i, a in enumerate(members):
+            for b in members[i + 1:]:
+                comparisons.append(compare(a, b, f"series {s['name']}"))
+    quality = tuple(_quality(name, rows, ev.exclusions) for name, rows in by_variant.items())
+    notes = []
+    excluded_in = sorted({v.variant for v in variants if v.excluded})
+    if excluded_in:
+        notes.append(f"exclusions recorded in {', '.join(excluded_in)}; the same rule applies to every variant: "
+                     f"{ev.protocol.run.exclusion_rule}")
+    return CampaignStats(ev, tuple(variants), tuple(comparisons), quality, tuple(notes))
+
+
+# ------------------------------------------------------------------------------------------ rendering
+
+
+def _flag(value: bool | None, yes: str, no: str, unknown: str = "not evaluated") -> str:
+    return unknown if value is None else yes if value else no
+
+
+def _values(values: tuple[float | None, ...] | tuple[float, ...]) -> str:
+    known = [v for v in values if v is not None]
+    if not known:
+        return "-"
+    if min(known) == max(known):
+        return f"{known[0]:.4f}"
+    return f"{min(known):.4f}-{max(known):.4f} (per pass {', '.join(f'{v:.4f}' for v in known)})"
+
+
+def render_quality(stats: CampaignStats) -> list[str]:
+    p = stats.evidence.protocol
+    rep = p.reproduction
+    target = f"{rep.target} (bound {rep.bound:g})" if rep.target == "bounded" and rep.bound else rep.target
+    determinism = ((stats.evidence.manifest or {}).get("environment") or {}).get("determinism") or {}
+    torch_det = determinism.get("torch_deterministic_algorithms")
+    gating = [s.name for s in p.subgroups if s.gating]
+    lines = [
+        f"Quality: {p.metric.name} >= {p.metric.threshold:g}, within {p.metric.tolerance:g} of reference "
+        f"{p.metric.reference_variant}; gating subgroups: {', '.join(gating) or 'none'}",
+        f"reproduction target declared: {target}; seeds {', '.join(str(s) for s in rep.seeds)}; deterministic "
+        f"options requested: {'yes' if rep.deterministic else 'no'}"
+        + ("" if torch_det is None else f" (torch deterministic algorithms observed: {torch_det})"),
+    ]
+    for q in stats.quality:
+        if q.completed == 0:
+            lines.append(f"  {q.variant}: not evaluated, no completed pass")
+            continue
+        delta = ""
+        if q.metrics and q.metric_ref is not None:
+            delta = f" (reference {q.metric_ref:.4f}, delta {min(q.metrics) - q.metric_ref:+.4f})"
+        parts = [
+            f"{q.completed} completed pass{'es' if q.completed != 1 else ''}, {q.accepted} accepted",
+            _flag(q.format_ok, "format ok", "FORMAT PROBLEMS"),
+            _flag(q.ids_ok, "ids match", "IDS DO NOT MATCH"),
+            f"{p.metric.name} {_values(q.metrics)}{delta}",
+            _flag(q.threshold_ok, "threshold met", "BELOW THRESHOLD"),
+            _flag(q.tolerance_ok, "within tolerance", "OUTSIDE TOLERANCE"),
+            _flag(q.subgroups_ok, "gating subgroups ok", "GATING SUBGROUP FAILS"),
+            f"reproduction {_flag(q.reproduction_ok, 'held', 'NOT HELD')}"
+            + ("" if q.max_abs_prob_diff is None else
+               f" (label agreement >= {q.label_agreement:.4f}, max |prob diff| {q.max_abs_prob_diff:.2e})"),
+        ]
+        lines.append(f"  {q.variant}: " + "; ".join(parts))
+        if q.subgroups:
+            lines.append("    subgroups: " + ", ".join(f"{k} {_values(v)}" for k, v in q.subgroups.items()))
+        for name in q.missing_subgroups(gating):
+            lines.append(f"    WARNING: gating subgroup {name!r} has no value in the raw table: {MISSING_SUBGROUP}")
+        if q.mark:
+            lines.append(f"    {q.variant} is {q.mark}")
+    return lines
+
+
+def render_stats(stats: CampaignStats) -> str:
+    """The text a person reads: every pass time, median/min/max, counts, exclusions, T5 verdicts, quality."""
+    ev = stats.evidence
+    proto = ev.campaign["protocol"]
+    lines = [
+        f"Statistics: {ev.folder}",
+        f"protocol {proto['name']} version {proto['version']} (sha256 {proto['sha256'][:12]}), corpus "
+        f"{ev.fingerprint[:12]} ({ev.corpus_size} documents), hardware observed: {ev.hardware.label}",
+        "pass time = the measured pass (reading, tokenization, transfers, inference, predictions on the host); "
+        "start-up phases are listed apart",
+        NO_TAIL_PERCENTILE,
+        "",
+    ]
+    for v in stats.variants:
+        series = f" (series {', '.join(v.series)})" if v.series else ""
+        lines.append(f"{v.variant}{series}: {len(v.passes)} attempted, {v.count('ok')} ok, {v.count('failed')} "
+                     f"failed, {v.count('aborted')} aborted, {len(v.excluded)} excluded")
+        shown = []
+        for p in v.passes:
+            value = f"{fmt_s(p.pass_s)} s" if p.pass_s is not None else "no time"
+            tag = "" if p.status == "ok" else f" [{p.status}]"
+            tag += " [excluded]" if p.excluded else ""
+            shown.append(f"{p.pass_id} {value}{tag}")
+        lines.append("  every pass, in run order: " + ("; ".join(shown) or "none attempted"))
+        if v.times:
+            spread = f", spread {_pct(v.spread / v.median)} of median" if v.median else ""  # type: ignore[operator]
+            lines.append(f"  median {fmt_s(v.median)} s, min {fmt_s(v.minimum)} s, max {fmt_s(v.maximum)} s over "
+                         f"{len(v.times)} counted pass{'es' if len(v.times) != 1 else ''}{spread}")
+            lines.append("  start-up and other phases (median s): " + ", ".join(
+                f"{ph[:-2]} {fmt_s(v.phase_median(ph))}" for ph in PHASES if ph != "pass_s"))
+        else:
+            lines.append("  no counted pass: no median")
+        for p in v.passes:
+            if p.status != "ok" and p.error:
+                lines.append(f"  {p.pass_id} {p.status}: {p.error} (completed {p.completed or 'unknown'})")
+            elif p.status == "aborted":
+                lines.append(f"  {p.pass_id} aborted: the process ended during the pass")
+        for p in v.excluded:
+            lines.append(f"  {p.pass_id} excluded: {p.exclusion_reason}")
+    lines += ["", "Comparisons within each series (T5):"]
+    lines += [f"  {c.scope}: {c.a} vs {c.b}: {c.text}" for c in stats.comparisons] or ["  no series declared"]
+    lines += ["", *render_quality(stats)]
+    if stats.notes:
+        lines += ["", *(f"note: {n}" for n in stats.notes)]
+    return "\n".join(lines) + "\n"
