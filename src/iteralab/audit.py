@@ -1,0 +1,351 @@
+"""Independent verification of a campaign folder (D3): every verdict recomputed from the stored files alone.
+
+``audit_campaign`` never runs a model and never imports torch. It reads what the folder holds and checks:
+
+1. the hash list (``SHA256SUMS`` and its own hash, see ``bundle.py``): no file edited, deleted or added;
+2. the protocol: ``inputs/protocol.toml`` still has the sha256 recorded in its lock file and in
+   ``campaign.json`` (an edited threshold is a changed protocol), and it still parses;
+3. the corpus: ``inputs/corpus.csv`` has the recorded sha256, fingerprint, order hash and size;
+4. the schedule and variants in ``campaign.json`` are the ones the locked protocol implies;
+5. every prediction file has the sha256 the journal recorded for its pass, no unexplained prediction file
+   exists, and each pass's recorded intrinsic verdict equals the one recomputed from its file;
+6. the raw table regenerated in memory (``table.build_rows`` + ``render_csv``) equals the stored
+   ``raw_table.csv`` cell by cell — nothing is ignored.
+
+Each difference is one line that names the file (and pass, row, column) at fault. A check that cannot run
+because its input is damaged is itself a difference, never a silent pass.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from iteralab.bundle import SEAL_FILES, SUMS_NAME, check_seal
+from iteralab.errors import IteraError, VerificationError
+from iteralab.fsutil import sha256_file
+
+AUDIT_SCHEMA = 1
+TABLE = "raw_table.csv"
+PROTOCOL = "inputs/protocol.toml"
+LOCK = "inputs/protocol.toml.lock.json"
+CORPUS = "inputs/corpus.csv"
+#: Keys of a pass's intrinsic verdict (journal ``pass_evaluated``) that must be recomputed identically.
+INTRINSIC_KEYS = ("expected_ids", "observed_ids", "unique_ids", "duplicates", "missing", "extra", "ids_match",
+                  "format_ok", "n_format_problems", "coverage", "coverage_ok", "metric_name", "metric",
+                  "threshold_ok", "subgroups")
+
+
+@dataclass
+class AuditReport:
+    folder: Path
+    differences: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    passes: int = 0
+    accepted: int = 0
+    files_hashed: int = 0
+    seal_digest: str | None = None
+    verdicts: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences
+
+    def summary_line(self) -> str:
+        return f"verified: {self.passes} passes, {self.accepted} accepted, {self.files_hashed} files hashed"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema_version": AUDIT_SCHEMA, "folder": str(self.folder), "ok": self.ok,
+                "differences": list(self.differences), "notes": list(self.notes), "passes": self.passes,
+                "accepted": self.accepted, "files_hashed": self.files_hashed, "seal_digest": self.seal_digest,
+                "verdicts": self.verdicts}
+
+    def raise_if_different(self) -> None:
+        if self.differences:
+            raise VerificationError(
+                f"{self.folder}: {len(self.differences)} difference(s); the evidence does not verify",
+                hint="each line above names a file that no longer matches the evidence it should; restore the "
+                     "original bundle (or unpack the archive again) — never re-seal a changed folder to hide it",
+            )
+
+
+class _Audit:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.report = AuditReport(folder)
+
+    def diff(self, line: str) -> None:
+        if line not in self.report.differences:
+            self.report.differences.append(line)
+
+    def note(self, line: str) -> None:
+        if line not in self.report.notes:
+            self.report.notes.append(line)
+
+    def stage(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run one check; a damaged input that stops it is reported as a difference, never skipped."""
+        try:
+            return fn(*args)
+        except IteraError as exc:
+            self.diff(f"{what}: {exc.message}")
+        except Exception as exc:  # noqa: BLE001 - any failure to recompute is a failed verification
+            self.diff(f"{what}: could not be checked from the stored files ({type(exc).__name__}: {exc})")
+        return None
+
+    def load_json(self, rel: str) -> Any:
+        path = self.folder / rel
+        if not path.is_file():
+            self.diff(f"{rel}: missing")
+            return None
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            self.diff(f"{rel}: not valid JSON ({exc})")
+            return None
+
+
+def _normal(value: Any) -> Any:
+    return json.loads(json.dumps(value, sort_keys=True))
+
+
+def audit_campaign(folder: str | Path, *, require_seal: bool = True, expect_seal: str | None = None) -> AuditReport:
+    """Check a campaign folder against its own evidence; see the module docstring for every check."""
+    audit = _Audit(Path(folder))
+    report = audit.report
+    if require_seal or (audit.folder / SUMS_NAME).exists() or expect_seal:
+        sealed = check_seal(audit.folder, expect_digest=expect_seal)
+        report.files_hashed, report.seal_digest = sealed.files, sealed.digest
+        for problem in sealed.problems:
+            audit.diff(problem)
+    else:
+        audit.note(f"not sealed: no {SUMS_NAME}, so added or deleted files cannot be told apart "
+                   "(seal it with 'iteralab bundle pack')")
+    campaign = audit.load_json("campaign.json")
+    if not isinstance(campaign, dict):
+        if campaign is not None:
+            audit.diff("campaign.json: not a campaign record")
+        return report
+    protocol = audit.stage(PROTOCOL, _check_protocol, audit, campaign)
+    if protocol is None:
+        return report
+    audit.stage(CORPUS, _check_corpus, audit, campaign, protocol)
+    audit.stage("campaign.json", _check_schedule, audit, campaign, protocol)
+    audit.stage("journal.jsonl", _check_journal, audit, campaign, protocol)
+    audit.stage(TABLE, _check_table, audit)
+    return report
+
+
+# ------------------------------------------------------------------------------------------------- checks
+
+
+def _check_protocol(audit: _Audit, campaign: dict[str, Any]) -> Any:
+    from iteralab.protocol import load_protocol
+
+    path = audit.folder / PROTOCOL
+    recorded = campaign["protocol"]
+    label = f"protocol {recorded.get('name')!r} version {recorded.get('version')}"
+    if not path.is_file():
+        audit.diff(f"{PROTOCOL}: missing ({label})")
+        return None
+    digest = sha256_file(path)
+    lock = audit.load_json(LOCK)
+    entries = lock.get("locks") if isinstance(lock, dict) else None
+    if lock is not None and not isinstance(entries, list):
+        audit.diff(f"{LOCK}: not a protocol lock file")
+        entries = None
+    if entries is not None:
+        if not any(isinstance(e, dict) and e.get("sha256") == digest for e in entries):
+            locked = next((e for e in entries if isinstance(e, dict) and e.get("sha256") == recorded.get("sha256")),
+                          None)
+            when = f" at {locked.get('locked_at')}" if locked else ""
+            audit.diff(f"{PROTOCOL}: {label} changed after it was locked (lock sha256 "
+                       f"{str(recorded.get('sha256'))[:12]}…{when}, file now {digest[:12]}…): a threshold or "
+                       "another pre-registered rule was edited")
+        if not any(isinstance(e, dict) and e.get("sha256") == recorded.get("sha256") for e in entries):
+            audit.diff(f"{LOCK}: has no lock for the sha256 that campaign.json records for {label}")
+    if recorded.get("sha256") != digest:
+        audit.diff(f"campaign.json: records {label} with sha256 {str(recorded.get('sha256'))[:12]}…, "
+                   f"but {PROTOCOL} has {digest[:12]}…")
+    protocol = load_protocol(path)
+    if (protocol.name, protocol.version) != (recorded.get("name"), recorded.get("version")):
+        audit.diff(f"{PROTOCOL}: names protocol {protocol.name!r} version {protocol.version}, "
+                   f"campaign.json records {label}")
+    return protocol
+
+
+def _check_corpus(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> None:
+    from iteralab.corpus import load_corpus
+
+    path = audit.folder / CORPUS
+    recorded = campaign["corpus"]
+    if not path.is_file():
+        audit.diff(f"{CORPUS}: missing")
+        return
+    if sha256_file(path) != recorded.get("file_sha256"):
+        audit.diff(f"{CORPUS}: sha256 differs from campaign.json (a text, id or reference label was edited)")
+    corpus = load_corpus(path, classes=list(protocol.corpus.classes))
+    for key, value in (("fingerprint", corpus.fingerprint()), ("order_hash", corpus.order_hash()),
+                       ("size", len(corpus))):
+        if recorded.get(key) != value:
+            audit.diff(f"{CORPUS}: {key} recomputed as {str(value)[:16]}, campaign.json records "
+                       f"{str(recorded.get(key))[:16]}")
+    manifest_path = audit.folder / "manifest.json"
+    if manifest_path.is_file():
+        manifest = audit.load_json("manifest.json")
+        corpus_part = manifest.get("corpus") if isinstance(manifest, dict) else None
+        if not isinstance(corpus_part, dict):
+            audit.diff("manifest.json: no corpus section")
+            return
+        for key in ("fingerprint", "order_hash"):
+            if corpus_part.get(key) != recorded.get(key):
+                audit.diff(f"manifest.json: corpus {key} differs from campaign.json")
+
+
+def _check_schedule(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> None:
+    from iteralab.runner import schedule_slots
+
+    design, slots = schedule_slots(protocol)
+    expected = {"design": design, "slots": [s.__dict__ for s in slots]}
+    if _normal(campaign.get("schedule")) != _normal(expected):
+        audit.diff("campaign.json: the schedule is not the one the locked protocol implies")
+    if _normal(campaign.get("variants")) != _normal([v.model_dump() for v in protocol.variants]):
+        audit.diff("campaign.json: the variants differ from the locked protocol's")
+    if _normal(campaign.get("series")) != _normal([s.model_dump() for s in protocol.series]):
+        audit.diff("campaign.json: the series differ from the locked protocol's")
+
+
+def _inside(folder: Path, rel: Any) -> Path | None:
+    if not isinstance(rel, str) or not rel or rel.startswith("/") or ".." in rel.split("/") or "\\" in rel:
+        return None
+    return folder / rel
+
+
+def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> None:
+    from iteralab.journal import JOURNAL_NAME, read_journal
+    from iteralab.verify import evaluate_file, load_expected
+
+    folder = audit.folder
+    if not (folder / JOURNAL_NAME).is_file():
+        audit.diff(f"{JOURNAL_NAME}: missing")
+        return
+    state = read_journal(folder / JOURNAL_NAME)
+    for number in state.damaged_lines:
+        audit.note(f"{JOURNAL_NAME} line {number}: unreadable (a write cut short by a kill); the event it held "
+                   "is not counted")
+    if state.campaign is None:
+        audit.diff(f"{JOURNAL_NAME}: no campaign_started record")
+    else:
+        for key, recorded in (("protocol_sha256", campaign["protocol"].get("sha256")),
+                              ("corpus_fingerprint", campaign["corpus"].get("fingerprint"))):
+            if state.campaign.get(key) != recorded:
+                audit.diff(f"{JOURNAL_NAME}: campaign_started {key} differs from campaign.json")
+    slots = {(s["round"], s["position"]): s["variant"] for s in campaign["schedule"]["slots"]}
+    expected = load_expected(folder)
+    referenced: set[str] = set()
+    for pid in state.order:
+        start = state.started[pid]
+        if slots.get((start.get("round"), start.get("position"))) != start.get("variant"):
+            audit.diff(f"{JOURNAL_NAME}: pass {pid} ({start.get('variant')}) is not a slot of the schedule")
+        fin = state.finished.get(pid)
+        if fin is None:
+            continue
+        rel = fin.get("prediction_file")
+        if rel is None:
+            continue
+        path = _inside(folder, rel)
+        if path is None or not rel.startswith("predictions/"):
+            audit.diff(f"{JOURNAL_NAME}: pass {pid} names a prediction file outside predictions/: {rel!r}")
+            continue
+        referenced.add(rel)
+        if not path.is_file():
+            audit.diff(f"{rel}: missing (the journal records it for pass {pid})")
+            continue
+        if sha256_file(path) != fin.get("prediction_sha256"):
+            audit.diff(f"{rel}: edited — sha256 differs from the journal's record for pass {pid}")
+        intrinsic = (state.evaluated.get(pid) or {}).get("intrinsic")
+        if not isinstance(intrinsic, dict):
+            audit.diff(f"{JOURNAL_NAME}: pass {pid} has no recorded evaluation")
+            continue
+        recomputed = _normal(evaluate_file(path, protocol, expected))
+        recorded = _normal(intrinsic)
+        for key in INTRINSIC_KEYS:
+            if key in recorded and recorded.get(key) != recomputed.get(key):
+                audit.diff(f"{rel}: pass {pid}'s verdict field {key!r} recomputed as {recomputed.get(key)!r}, "
+                           f"the journal recorded {recorded.get(key)!r}")
+    pred_dir = folder / "predictions"
+    if pred_dir.is_dir():
+        for path in sorted(p for p in pred_dir.rglob("*") if p.is_file()):
+            rel = path.relative_to(folder).as_posix()
+            if rel in referenced:
+                continue
+            stem = path.name.removesuffix(".jsonl")
+            if path.name.startswith(".tmp-"):
+                audit.note(f"{rel}: temporary file of an interrupted write, not counted")
+            elif stem in state.started and stem not in state.finished:
+                audit.note(f"{rel}: written by aborted pass {stem}, not counted")
+            else:
+                audit.diff(f"{rel}: not written by any pass in the journal")
+
+
+def _check_table(audit: _Audit) -> None:
+    from iteralab.table import COLUMNS, build_rows, render_csv
+
+    rows = build_rows(audit.folder)
+    audit.report.passes = len(rows)
+    audit.report.accepted = sum(1 for r in rows if r.get("corpus_accepted") is True)
+    audit.report.verdicts = [{"pass_id": r["pass_id"], "variant": r["variant"], "status": r.get("status"),
+                              "corpus_accepted": bool(r.get("corpus_accepted")),
+                              "prediction_file": r.get("prediction_file")} for r in rows]
+    fresh = render_csv(rows)
+    path = audit.folder / TABLE
+    if not path.is_file():
+        audit.diff(f"{TABLE}: missing")
+        return
+    stored_bytes = path.read_bytes()
+    if stored_bytes == fresh.encode("utf-8"):
+        return
+    try:
+        stored = list(csv.reader(io.StringIO(stored_bytes.decode("utf-8"), newline="")))
+    except (UnicodeDecodeError, csv.Error) as exc:
+        audit.diff(f"{TABLE}: unreadable ({exc})")
+        return
+    recomputed = list(csv.reader(io.StringIO(fresh, newline="")))
+    before = len(audit.report.differences)
+    header, fresh_header = (stored[0] if stored else []), recomputed[0]
+    if header != fresh_header:
+        audit.diff(f"{TABLE}: header differs from the raw-table columns (stored {len(header)} columns, "
+                   f"expected {len(COLUMNS)}: {', '.join(sorted(set(header) ^ set(fresh_header))[:6]) or 'order'})")
+    index = {name: i for i, name in enumerate(header)}
+    for n, fresh_row in enumerate(recomputed[1:], start=1):
+        pid = fresh_row[0]
+        pred = rows[n - 1].get("prediction_file")
+        where = f"{TABLE} row {n} (pass {pid}" + (f", {pred}" if pred else "") + ")"
+        if n >= len(stored):
+            audit.diff(f"{where}: missing from the stored table")
+            continue
+        stored_row = stored[n]
+        for c, name in enumerate(fresh_header):
+            value = stored_row[index[name]] if name in index and index[name] < len(stored_row) else None
+            if value != fresh_row[c]:
+                audit.diff(f"{where}: column {name!r} stored {_short(value)}, recomputed {_short(fresh_row[c])} "
+                           "from the stored files")
+        if len(stored_row) != len(header):
+            audit.diff(f"{where}: has {len(stored_row)} cells for {len(header)} columns")
+    for n in range(len(recomputed), len(stored)):
+        audit.diff(f"{TABLE} row {n}: not produced by any pass in the journal "
+                   f"(first cell {_short(stored[n][0] if stored[n] else '')})")
+    if len(audit.report.differences) == before:
+        audit.diff(f"{TABLE}: same cells but different bytes than the regenerated table (quoting or line endings)")
+
+
+def _short(value: str | None, limit: int = 40) -> str:
+    if value is None:
+        return "(absent)"
+    return repr(value if len(value) <= limit else value[:limit] + "…")
+
+
+__all__ = ["AUDIT_SCHEMA", "AuditReport", "SEAL_FILES", "audit_campaign"]

@@ -1,0 +1,416 @@
+"""Rerun (D3, C5, Q3): repeat the experimental question of an earlier campaign exactly, then compare.
+
+The rerun uses the earlier campaign's own evidence: the locked ``inputs/protocol.toml`` with its lock file
+(byte for byte, so the lock still holds), its ``inputs/corpus.csv`` (whose fingerprint must equal the one in
+``campaign.json``), and therefore the same variants, series and rotated schedule. Only the machine, the
+software stack or the model files behind the protocol's model reference may differ — which is the point.
+
+Paths in a protocol resolve relative to the protocol file, so the protocol copy is placed in a staging folder
+next to the new campaign (``.<NEW>.rerun-inputs``), nested as deep as its ``..`` references need:
+
+* the corpus (and the tuning data, when the protocol declares it) is written where ``corpus.path`` points, in
+  the declared format and column names, rebuilt from the earlier ``inputs/corpus.csv``; the new campaign's
+  ``inputs/corpus.csv`` must come out byte-identical, or the rerun stops before any pass;
+* a relative model or head path becomes a link to the path recorded in the earlier ``campaign.json``;
+  ``package:NAME/...`` references and absolute paths resolve on this machine as written.
+
+The earlier folder must verify first (``audit.py``): a comparison against tampered evidence means nothing.
+After the runner finishes, ``comparison.md`` and ``comparison.json`` are written in the new folder: the
+manifest fields that changed, and per variant whether its verdict is the same, whether its outputs are
+identical / within the declared bound / only acceptable, and how its median pass time moved.
+"""
+
+from __future__ import annotations
+
+import bz2
+import csv
+import gzip
+import io
+import json
+import lzma
+import os
+import posixpath
+import shutil
+import statistics
+from pathlib import Path
+from typing import Any
+
+from iteralab.errors import RunError
+from iteralab.fsutil import write_json_atomic, write_text_atomic
+from iteralab.protocol import PACKAGE_PREFIX, Protocol, load_protocol, resolve
+
+COMPARISON_SCHEMA = 1
+#: Output classes of a pair of matching passes, from the closest to the farthest.
+OUTCOMES = ("identical", "within bound", "acceptable only", "not acceptable", "not comparable")
+#: Manifest keys that always differ between two campaigns and say nothing about the stack.
+BOOKKEEPING = ("extra.protocol.source", "extra.model_spec.path", "extra.model_spec.head")
+
+
+def staging_folder(out: Path) -> Path:
+    return out.parent / f".{out.name}.rerun-inputs"
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _is_relative(ref: str | None) -> bool:
+    return bool(ref) and not ref.startswith(PACKAGE_PREFIX) and not Path(ref).expanduser().is_absolute()
+
+
+def _ups(ref: str) -> int:
+    parts = posixpath.normpath(Path(ref).as_posix()).split("/")
+    return next((i for i, p in enumerate(parts) if p != ".."), len(parts))
+
+
+# --------------------------------------------------------------------------------------------- staging
+
+
+def _write_declared_corpus(source_csv: Path, target: Path, protocol: Protocol, id_origin: str) -> None:
+    """Rebuild the corpus file the protocol declares (format, compression, column names) from the bundle copy."""
+    from iteralab.corpus import detect_format
+
+    spec = protocol.corpus
+    with open(source_csv, encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    columns: list[tuple[str, str]] = []
+    if id_origin == "data":
+        columns.append((spec.id_column, "id"))
+    columns += [(spec.text_column, "text"), (spec.label_column, "label")]
+    if spec.stratum_column and any(r.get("stratum") for r in rows):
+        columns.append((spec.stratum_column, "stratum"))
+    records = [{name: r.get(key) or "" for name, key in columns} for r in rows]
+    fmt, compression = detect_format(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({name: [r[name] for r in records] for name, _ in columns}), target)
+        return
+    if fmt == "csv":
+        buffer = io.StringIO(newline="")
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow([name for name, _ in columns])
+        writer.writerows([[r[name] for name, _ in columns] for r in records])
+        data = buffer.getvalue().encode("utf-8")
+    else:
+        data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode("utf-8")
+    opener = {"gzip": gzip.open, "bz2": bz2.open, "xz": lzma.open}.get(compression or "")
+    if opener is None:
+        target.write_bytes(data)
+    else:
+        with opener(target, "wb") as fh:
+            fh.write(data)
+
+
+def _place(target: Path, staged_protocol: Path, what: str) -> Path:
+    target = Path(os.path.normpath(target))
+    if target == staged_protocol.parent or target in staged_protocol.parents or target.exists():
+        raise RunError(f"{what}: its path would overlap another staged input ({target})",
+                       hint="give the model and corpus paths in the protocol distinct places")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return target
+
+
+def stage_inputs(source: Path, campaign: dict[str, Any], protocol: Protocol, staging: Path,
+                 tuning: Path | None = None) -> Path:
+    """Write the protocol copy, its lock and the inputs it references under ``staging``; return the protocol path."""
+    spec, model = protocol.corpus, protocol.model
+    refs = [r for r in (spec.path, spec.tuning_path, model.path, model.head) if _is_relative(r)]
+    depth = max((_ups(r) for r in refs), default=0)
+    if staging.exists():
+        shutil.rmtree(staging)
+    proto_dir = staging.joinpath(*(["p"] * depth))
+    proto_dir.mkdir(parents=True)
+    staged = proto_dir / "protocol.toml"
+    shutil.copyfile(source / "inputs" / "protocol.toml", staged)
+    shutil.copyfile(source / "inputs" / "protocol.toml.lock.json", proto_dir / "protocol.toml.lock.json")
+    if _is_relative(spec.path):
+        target = _place(resolve(staged, spec.path), staged, "corpus.path")
+        _write_declared_corpus(source / "inputs" / "corpus.csv", target, protocol,
+                               campaign["corpus"].get("id_origin", "data"))
+    if spec.tuning_path:
+        original = tuning or resolve(Path(campaign["protocol"]["source"]), spec.tuning_path)
+        if original is None or not Path(original).is_file():
+            raise RunError(f"corpus.tuning_path: the tuning data {spec.tuning_path!r} is not part of the bundle and "
+                           f"is not found at {original}",
+                           hint="give the tuning file with --tuning (its disjointness is checked again)")
+        if _is_relative(spec.tuning_path):
+            shutil.copyfile(original, _place(resolve(staged, spec.tuning_path), staged, "corpus.tuning_path"))
+    for key in ("path", "head"):
+        ref = getattr(model, key)
+        if ref and not _is_relative(ref):
+            found = resolve(staged, ref)
+            if found is None or not found.exists():
+                raise RunError(f"model.{key}: {ref!r} is not found on this machine ({found})",
+                               hint="install or copy the model there first: the rerun uses the protocol's own "
+                                    "model reference")
+            continue
+        if not ref:
+            continue
+        recorded = campaign["model"].get(key)
+        if not recorded or not Path(recorded).exists():
+            raise RunError(
+                f"model.{key}: {ref!r} is relative to the original protocol file, and the model it named "
+                f"({recorded}) is not on this machine",
+                hint="install the model there, or write the protocol with a 'package:NAME/...' or absolute path",
+            )
+        os.symlink(Path(recorded).resolve(), _place(resolve(staged, ref), staged, f"model.{key}"))
+    return staged
+
+
+def _same_question(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    checks = [("protocol sha256", old["protocol"]["sha256"], new["protocol"]["sha256"])]
+    for key in ("fingerprint", "order_hash", "size", "file_sha256"):
+        checks.append((f"corpus {key}", old["corpus"].get(key), new["corpus"].get(key)))
+    for key in ("schedule", "variants", "series"):
+        checks.append((key, old.get(key), new.get(key)))
+    return [name for name, a, b in checks if json.dumps(a, sort_keys=True) != json.dumps(b, sort_keys=True)]
+
+
+# ----------------------------------------------------------------------------------------------- rerun
+
+
+def rerun(source: str | os.PathLike[str], out: str | os.PathLike[str], *, isolation: str | None = None,
+          progress: Any = None, tuning: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Repeat the earlier campaign ``source`` into the new folder ``out`` and write the comparison there."""
+    from iteralab.audit import audit_campaign
+    from iteralab.corpus import load_corpus
+    from iteralab.runner import prepare, run_campaign
+
+    source, out = Path(source), Path(out)
+    if not (source / "campaign.json").is_file():
+        raise RunError(f"{source}: not a campaign folder (no campaign.json)",
+                       hint="pass the folder of the earlier campaign (or an unpacked bundle)")
+    src, dst = source.resolve(), out.resolve()
+    if dst == src or src in dst.parents or dst in src.parents:
+        raise RunError(f"{out}: the rerun folder must be outside the earlier campaign {source}",
+                       hint="choose a new --out folder")
+    report = audit_campaign(source, require_seal=False)
+    if not report.ok:
+        raise RunError(f"{source}: the earlier campaign does not verify ({report.differences[0]}"
+                       + (f"; and {len(report.differences) - 1} more" if len(report.differences) > 1 else "") + ")",
+                       hint=f"run: iteralab verify {source}")
+    campaign = _read_json(source / "campaign.json")
+    protocol = load_protocol(source / "inputs" / "protocol.toml")
+    corpus = load_corpus(source / "inputs" / "corpus.csv", classes=list(protocol.corpus.classes))
+    if corpus.fingerprint() != campaign["corpus"]["fingerprint"]:
+        raise RunError(f"{source}/inputs/corpus.csv: fingerprint differs from campaign.json")
+    if out.exists() and any(out.iterdir()):
+        existing = out / "campaign.json"
+        if not existing.is_file() or _read_json(existing)["protocol"]["sha256"] != campaign["protocol"]["sha256"]:
+            raise RunError(f"{out}: exists and is not an earlier rerun of this campaign",
+                           hint="choose a new --out folder (an interrupted rerun into it would be resumed)")
+    staging = staging_folder(out)
+    staged = stage_inputs(source, campaign, protocol, staging, Path(tuning) if tuning else None)
+    new_campaign = prepare(staged, out)
+    differing = _same_question(campaign, new_campaign)
+    if differing:
+        raise RunError(f"{out}: the rerun would not repeat the same question: {', '.join(differing)} differ "
+                       "from the earlier campaign", hint="nothing was run; see the two campaign.json files")
+    summary = run_campaign(staged, out, progress=progress, isolation=isolation)
+    shutil.rmtree(staging, ignore_errors=True)
+    comparison = compare_campaigns(source, out)
+    comparison["source"]["seal_digest"] = report.seal_digest
+    paths = write_comparison(out, comparison)
+    return {**summary, "comparison": comparison, "comparison_files": [str(p) for p in paths]}
+
+
+# ------------------------------------------------------------------------------------------ comparison
+
+
+def _records(path: Path) -> dict[str, tuple[Any, list[float]]]:
+    out: dict[str, tuple[Any, list[float]]] = {}
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            try:
+                rec = json.loads(line)
+                out[rec["id"]] = (rec["label"], [float(p) for p in rec["probs"]])
+            except (ValueError, KeyError, TypeError):
+                continue
+    return out
+
+
+def compare_predictions(a: Path, b: Path) -> dict[str, Any]:
+    """Label agreement and largest absolute probability difference over the ids both files hold."""
+    ra, rb = _records(a), _records(b)
+    common = sorted(set(ra) & set(rb))
+    result: dict[str, Any] = {"ids_a": len(ra), "ids_b": len(rb), "common_ids": len(common),
+                              "same_ids": set(ra) == set(rb), "label_agreement": None, "max_abs_prob_diff": None}
+    if common:
+        result["label_agreement"] = sum(ra[i][0] == rb[i][0] for i in common) / len(common)
+        result["max_abs_prob_diff"] = max(
+            (abs(x - y) for i in common for x, y in zip(ra[i][1], rb[i][1])), default=0.0)
+        if any(len(ra[i][1]) != len(rb[i][1]) for i in common):
+            result["max_abs_prob_diff"] = None
+    result["identical"] = bool(result["same_ids"] and common and result["label_agreement"] == 1.0
+                               and result["max_abs_prob_diff"] == 0.0)
+    return result
+
+
+def _final_attempts(rows: list[dict[str, Any]]) -> dict[tuple[Any, Any], dict[str, Any]]:
+    """Per scheduled slot, the last attempt that finished (success or recorded failure)."""
+    slots: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for row in rows:
+        if row.get("status") != "aborted":
+            slots[(row["round"], row["position"])] = row
+    return slots
+
+
+def _verdict(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "no finished pass"
+    accepted = sum(bool(r.get("corpus_accepted")) for r in rows)
+    return "accepted" if accepted == len(rows) else "not accepted" if accepted == 0 else "mixed"
+
+
+def _median_time(rows: list[dict[str, Any]]) -> float | None:
+    times = [r["pass_s"] for r in rows if r.get("status") == "ok" and not r.get("excluded") and r.get("pass_s")]
+    return statistics.median(times) if times else None
+
+
+def _outcome(pair: dict[str, Any], new_accepted: bool, bound: float | None) -> str:
+    if pair is None or not pair["common_ids"]:
+        return "not comparable"
+    if pair["identical"]:
+        return "identical"
+    if bound is not None and pair["same_ids"] and pair["max_abs_prob_diff"] is not None \
+            and pair["max_abs_prob_diff"] <= bound:
+        return "within bound"
+    return "acceptable only" if new_accepted else "not acceptable"
+
+
+def compare_campaigns(old: str | os.PathLike[str], new: str | os.PathLike[str]) -> dict[str, Any]:
+    """Compare two campaigns of the same locked protocol from their stored files (rows are recomputed)."""
+    from iteralab.manifest import manifest_differences
+    from iteralab.table import build_rows
+
+    old, new = Path(old), Path(new)
+    protocol = load_protocol(new / "inputs" / "protocol.toml")
+    old_campaign, new_campaign = _read_json(old / "campaign.json"), _read_json(new / "campaign.json")
+    manifests = [(_read_json(d / "manifest.json") if (d / "manifest.json").is_file() else None) for d in (old, new)]
+    if None in manifests:
+        changes = [{"key": "manifest.json", "old": "present" if manifests[0] else "absent",
+                    "new": "present" if manifests[1] else "absent", "bookkeeping": False}]
+    else:
+        changes = [{"key": k, "old": a, "new": b, "bookkeeping": k in BOOKKEEPING}
+                   for k, a, b in manifest_differences(manifests[0], manifests[1])]
+    old_rows, new_rows = build_rows(old), build_rows(new)
+    old_slots, new_slots = _final_attempts(old_rows), _final_attempts(new_rows)
+    target = protocol.reproduction.target
+    bound = protocol.reproduction.bound
+    variants: dict[str, Any] = {}
+    for variant in [v.name for v in protocol.variants]:
+        o_rows = [r for k, r in sorted(old_slots.items()) if r["variant"] == variant]
+        n_rows = [r for k, r in sorted(new_slots.items()) if r["variant"] == variant]
+        pairs = []
+        for key, n_row in sorted(new_slots.items()):
+            if n_row["variant"] != variant:
+                continue
+            o_row = old_slots.get(key)
+            pair = None
+            if o_row and o_row.get("prediction_file") and n_row.get("prediction_file") \
+                    and (old / o_row["prediction_file"]).is_file() and (new / n_row["prediction_file"]).is_file():
+                pair = compare_predictions(old / o_row["prediction_file"], new / n_row["prediction_file"])
+            outcome = _outcome(pair, bool(n_row.get("corpus_accepted")), bound)
+            pairs.append({"round": key[0], "position": key[1], "old_pass": o_row["pass_id"] if o_row else None,
+                          "new_pass": n_row["pass_id"], "outcome": outcome, **(pair or {})})
+        worst = max((OUTCOMES.index(p["outcome"]) for p in pairs), default=OUTCOMES.index("not comparable"))
+        agreements = [p["label_agreement"] for p in pairs if p.get("label_agreement") is not None]
+        diffs = [p["max_abs_prob_diff"] for p in pairs if p.get("max_abs_prob_diff") is not None]
+        old_median, new_median = _median_time(o_rows), _median_time(n_rows)
+        old_verdict, new_verdict = _verdict(o_rows), _verdict(n_rows)
+        outputs = OUTCOMES[worst]
+        met = {"identical": outputs == "identical",
+               "bounded": outputs in ("identical", "within bound"),
+               "acceptable": new_verdict == "accepted"}[target]
+        variants[variant] = {
+            "old_verdict": old_verdict, "new_verdict": new_verdict, "same_verdict": old_verdict == new_verdict,
+            "old_accepted": sum(bool(r.get("corpus_accepted")) for r in o_rows), "old_passes": len(o_rows),
+            "new_accepted": sum(bool(r.get("corpus_accepted")) for r in n_rows), "new_passes": len(n_rows),
+            "outputs": outputs, "reproduction_target_met": met,
+            "min_label_agreement": min(agreements) if agreements else None,
+            "max_abs_prob_diff": max(diffs) if diffs else None,
+            "old_median_pass_s": old_median, "new_median_pass_s": new_median,
+            "median_ratio": (new_median / old_median) if old_median and new_median else None,
+            "pairs": pairs,
+        }
+    stack_changed = [c["key"] for c in changes if not c["bookkeeping"]]
+    return {
+        "schema_version": COMPARISON_SCHEMA,
+        "source": {"folder": str(old), "protocol_sha256": old_campaign["protocol"]["sha256"], "seal_digest": None},
+        "rerun": {"folder": str(new), "protocol_sha256": new_campaign["protocol"]["sha256"]},
+        "protocol": {"name": protocol.name, "version": protocol.version, "reproduction_target": target,
+                     "bound": bound},
+        "corpus_fingerprint": new_campaign["corpus"]["fingerprint"],
+        "manifest_changes": changes,
+        "stack_changed": bool(stack_changed),
+        "same_verdicts": all(v["same_verdict"] for v in variants.values()),
+        "variants": variants,
+    }
+
+
+def _value(value: Any, limit: int = 48) -> str:
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False) if not isinstance(value, str) else value
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _seconds(value: float | None) -> str:
+    return "—" if value is None else f"{value:.4f} s"
+
+
+def render_comparison(c: dict[str, Any]) -> str:
+    p = c["protocol"]
+    bound = f" (bound {p['bound']})" if p["bound"] is not None else ""
+    lines = [
+        f"# Rerun comparison: {p['name']} version {p['version']}", "",
+        f"- earlier campaign: `{c['source']['folder']}`" +
+        (f" (seal digest `{c['source']['seal_digest']}`)" if c["source"].get("seal_digest") else ""),
+        f"- rerun: `{c['rerun']['folder']}`",
+        f"- same locked protocol (sha256 `{c['rerun']['protocol_sha256'][:16]}…`), same corpus "
+        f"(fingerprint `{c['corpus_fingerprint'][:16]}…`), same variants and schedule",
+        f"- declared reproduction target: **{p['reproduction_target']}**{bound}",
+        f"- verdicts: {'all the same' if c['same_verdicts'] else 'SOME DIFFER (see below)'}", "",
+        "## Manifest fields that changed", "",
+    ]
+    if c["stack_changed"]:
+        lines += ["The two runs did not use the same software/hardware stack: this comparison concerns the exact "
+                  "configurations tested, listed below (C5).", ""]
+    if not c["manifest_changes"]:
+        lines.append("None.")
+    else:
+        lines += ["| field | earlier | rerun |", "|---|---|---|"]
+        for ch in c["manifest_changes"]:
+            note = " (where the protocol copy was read; always differs)" if ch["bookkeeping"] else ""
+            lines.append(f"| `{ch['key']}`{note} | {_value(ch['old'])} | {_value(ch['new'])} |")
+    lines += ["", "## Per variant", "",
+              "| variant | verdict earlier → rerun | same | outputs | target met | label agreement (min) | "
+              "max abs prob diff | median pass earlier → rerun | ratio |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for name, v in c["variants"].items():
+        ratio = "—" if v["median_ratio"] is None else f"×{v['median_ratio']:.3f}"
+        agree = "—" if v["min_label_agreement"] is None else f"{v['min_label_agreement']:.4f}"
+        diff = "—" if v["max_abs_prob_diff"] is None else f"{v['max_abs_prob_diff']:.3g}"
+        lines.append(
+            f"| {name} | {v['old_verdict']} ({v['old_accepted']}/{v['old_passes']}) → {v['new_verdict']} "
+            f"({v['new_accepted']}/{v['new_passes']}) | {'yes' if v['same_verdict'] else 'NO'} | {v['outputs']} | "
+            f"{'yes' if v['reproduction_target_met'] else 'NO'} | {agree} | {diff} | "
+            f"{_seconds(v['old_median_pass_s'])} → {_seconds(v['new_median_pass_s'])} | {ratio} |")
+    lines += ["", "Outputs compare the prediction files of matching passes (same round and position): "
+              "*identical* = same ids, labels and probabilities; *within bound* = every probability within the "
+              "protocol's declared bound; *acceptable only* = the outputs differ more, but the rerun pass still "
+              "passes every pre-registered check; *not acceptable* = it does not. A pass-time ratio compares "
+              "medians of the measured passes only; it says nothing about a different machine's load.", ""]
+    return "\n".join(lines)
+
+
+def write_comparison(folder: str | os.PathLike[str], comparison: dict[str, Any]) -> list[Path]:
+    folder = Path(folder)
+    write_json_atomic(folder / "comparison.json", comparison)
+    write_text_atomic(folder / "comparison.md", render_comparison(comparison))
+    return [folder / "comparison.md", folder / "comparison.json"]
+
+
+__all__ = ["COMPARISON_SCHEMA", "OUTCOMES", "compare_campaigns", "compare_predictions", "render_comparison",
+           "rerun", "stage_inputs", "write_comparison"]
