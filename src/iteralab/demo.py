@@ -238,6 +238,12 @@ def run_demo(out: str | os.PathLike[str], *, docs: int = DEFAULT_DOCS, passes: i
 
     emit("statistics, decision note and report (re-read from the campaign's stored files)")
     summary.update(finalize([out / "campaign"], out / "campaign"))
+    from iteralab.bundle import seal
+
+    sealed = seal(out / "campaign")
+    emit(f"evidence sealed: {sealed.files} files hashed in SHA256SUMS (seal {sealed.digest[:16]}…); "
+         f"check it any time with: iteralab verify {out / 'campaign'}")
+    summary["seal"] = sealed.digest
     summary["protocol"] = str(protocol)
     summary["full_protocol"] = docs == DEFAULT_DOCS and passes == DEFAULT_PASSES
     return summary
