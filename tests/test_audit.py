@@ -1,3 +1,4 @@
+import csv
 import json
 import random
 import shutil
@@ -112,15 +113,15 @@ def test_edited_prediction_is_named_even_after_resealing(campaign):
 
 def test_changed_raw_table_row_is_named(campaign):
     path = campaign / "raw_table.csv"
-    lines = path.read_text().splitlines()
-    header = lines[0].split(",")
-    cells = lines[2].split(",")
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.reader(fh))
+    header, cells = rows[0], rows[2]
     pid = cells[0]
     column = header.index("corpus_accepted")
     assert cells[column] == "true"
     cells[column] = "false"
-    lines[2] = ",".join(cells)
-    path.write_text("\n".join(lines) + "\n")
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        csv.writer(fh, lineterminator="\n").writerows(rows)
     seal(campaign)
     differences = _differences(campaign)
     assert any(d.startswith(f"raw_table.csv row 2 (pass {pid}, predictions/{pid}.jsonl): column 'corpus_accepted' "
