@@ -38,6 +38,7 @@ from typing import Any
 from iteralab.errors import RunError
 from iteralab.fsutil import write_json_atomic, write_text_atomic
 from iteralab.protocol import PACKAGE_PREFIX, Protocol, load_protocol, resolve
+from iteralab.verify import compare_predictions
 
 COMPARISON_SCHEMA = 1
 #: Output classes of a pair of matching passes, from the closest to the farthest.
@@ -218,35 +219,6 @@ def rerun(source: str | os.PathLike[str], out: str | os.PathLike[str], *, isolat
 
 
 # ------------------------------------------------------------------------------------------ comparison
-
-
-def _records(path: Path) -> dict[str, tuple[Any, list[float]]]:
-    out: dict[str, tuple[Any, list[float]]] = {}
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            try:
-                rec = json.loads(line)
-                out[rec["id"]] = (rec["label"], [float(p) for p in rec["probs"]])
-            except (ValueError, KeyError, TypeError):
-                continue
-    return out
-
-
-def compare_predictions(a: Path, b: Path) -> dict[str, Any]:
-    """Label agreement and largest absolute probability difference over the ids both files hold."""
-    ra, rb = _records(a), _records(b)
-    common = sorted(set(ra) & set(rb))
-    result: dict[str, Any] = {"ids_a": len(ra), "ids_b": len(rb), "common_ids": len(common),
-                              "same_ids": set(ra) == set(rb), "label_agreement": None, "max_abs_prob_diff": None}
-    if common:
-        result["label_agreement"] = sum(ra[i][0] == rb[i][0] for i in common) / len(common)
-        result["max_abs_prob_diff"] = max(
-            (abs(x - y) for i in common for x, y in zip(ra[i][1], rb[i][1])), default=0.0)
-        if any(len(ra[i][1]) != len(rb[i][1]) for i in common):
-            result["max_abs_prob_diff"] = None
-    result["identical"] = bool(result["same_ids"] and common and result["label_agreement"] == 1.0
-                               and result["max_abs_prob_diff"] == 0.0)
-    return result
 
 
 def _final_attempts(rows: list[dict[str, Any]]) -> dict[tuple[Any, Any], dict[str, Any]]:

@@ -168,7 +168,8 @@ def evaluate_pass(campaign_dir: str | Path, pass_id: str) -> dict[str, Any]:
     return evaluate_file(campaign_dir / "predictions" / f"{pass_id}.jsonl", protocol, expected)
 
 
-def _probabilities(path: Path) -> dict[str, tuple[str, list[float]]]:
+def read_probabilities(path: Path) -> dict[str, tuple[str, list[float]]]:
+    """id -> (label, probabilities) for every record of a prediction file that parses."""
     out: dict[str, tuple[str, list[float]]] = {}
     with open(path, encoding="utf-8", errors="replace") as fh:
         for line in fh:
@@ -178,6 +179,27 @@ def _probabilities(path: Path) -> dict[str, tuple[str, list[float]]]:
             except (ValueError, KeyError, TypeError):
                 continue
     return out
+
+
+def compare_outputs(ra: dict[str, tuple[str, list[float]]], rb: dict[str, tuple[str, list[float]]]) -> dict[str, Any]:
+    """Label agreement and largest absolute probability difference over the ids both output sets hold."""
+    common = sorted(set(ra) & set(rb))
+    result: dict[str, Any] = {"ids_a": len(ra), "ids_b": len(rb), "common_ids": len(common),
+                              "same_ids": set(ra) == set(rb), "label_agreement": None, "max_abs_prob_diff": None}
+    if common:
+        result["label_agreement"] = sum(ra[i][0] == rb[i][0] for i in common) / len(common)
+        result["max_abs_prob_diff"] = max(
+            (abs(x - y) for i in common for x, y in zip(ra[i][1], rb[i][1])), default=0.0)
+        if any(len(ra[i][1]) != len(rb[i][1]) for i in common):
+            result["max_abs_prob_diff"] = None
+    result["identical"] = bool(result["same_ids"] and common and result["label_agreement"] == 1.0
+                               and result["max_abs_prob_diff"] == 0.0)
+    return result
+
+
+def compare_predictions(a: Path, b: Path) -> dict[str, Any]:
+    """:func:`compare_outputs` of two prediction files."""
+    return compare_outputs(read_probabilities(a), read_probabilities(b))
 
 
 def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -205,7 +227,7 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]]) -> di
     ref_pass = next((p["pass_id"] for p in passes if p["variant"] == ref_name and verdicts[p["pass_id"]]["complete"]),
                     None)
     ref_v = verdicts.get(ref_pass) if ref_pass else None
-    ref_probs = _probabilities(campaign_dir / f"predictions/{ref_pass}.jsonl") if ref_pass else {}
+    ref_probs = read_probabilities(campaign_dir / f"predictions/{ref_pass}.jsonl") if ref_pass else {}
     gating = {sg.name: sg for sg in protocol.subgroups if sg.gating}
     for p in passes:
         v = verdicts[p["pass_id"]]
@@ -256,12 +278,9 @@ def _reproduction(v: dict[str, Any], protocol: Protocol, path: Path, ref_probs: 
     v["label_agreement"] = None
     v["max_abs_prob_diff"] = None
     if ref_probs and path.is_file():
-        mine = _probabilities(path)
-        common = [i for i in mine if i in ref_probs]
-        if common:
-            v["label_agreement"] = sum(mine[i][0] == ref_probs[i][0] for i in common) / len(common)
-            v["max_abs_prob_diff"] = max(
-                max(abs(a - b) for a, b in zip(mine[i][1], ref_probs[i][1])) for i in common)
+        same = compare_outputs(read_probabilities(path), ref_probs)
+        v["label_agreement"] = same["label_agreement"]
+        v["max_abs_prob_diff"] = same["max_abs_prob_diff"]
     if target == "identical":
         v["reproduction_ok"] = v["label_agreement"] == 1.0 and v["max_abs_prob_diff"] == 0.0
     elif target == "bounded":
