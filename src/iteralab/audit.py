@@ -230,7 +230,10 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> No
 
     folder = audit.folder
     if not (folder / JOURNAL_NAME).is_file():
-        audit.diff(f"{JOURNAL_NAME}: missing")
+        if any((folder / "predictions").glob("*.jsonl")):
+            audit.diff(f"{JOURNAL_NAME}: missing")
+        else:
+            audit.note(f"{JOURNAL_NAME}: absent: the campaign was prepared but no pass was attempted yet")
         return
     state = read_journal(folder / JOURNAL_NAME)
     for number in state.damaged_lines:
@@ -268,7 +271,10 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> No
             audit.diff(f"{rel}: edited — sha256 differs from the journal's record for pass {pid}")
         intrinsic = (state.evaluated.get(pid) or {}).get("intrinsic")
         if not isinstance(intrinsic, dict):
-            audit.diff(f"{JOURNAL_NAME}: pass {pid} has no recorded evaluation")
+            # Killed between the end of the pass and its evaluation: its verdict is recomputed from the file
+            # (below, in the table) and recorded when the campaign resumes.
+            audit.note(f"{JOURNAL_NAME}: pass {pid} has no recorded evaluation yet (interrupted); its verdict "
+                       "is recomputed from its stored file")
             continue
         recomputed = _normal(evaluate_file(path, protocol, expected))
         recorded = _normal(intrinsic)

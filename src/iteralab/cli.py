@@ -473,6 +473,13 @@ def main(argv: list[str] | None = None) -> int:
         if hint:
             typer.echo(f"Hint: {hint}", err=True)
         return int(getattr(exc, "exit_code", 2))
+    except OSError as exc:
+        # The machine refused a read or write (disk full, permissions): one line, and what was recorded stays.
+        where = f"{exc.filename}: " if exc.filename else ""
+        typer.echo(f"Error: {where}{exc.strerror or exc}", err=True)
+        typer.echo("Hint: free disk space or fix permissions, then run the same command again: finished passes "
+                   "are kept and the campaign resumes", err=True)
+        return 2
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     return 0

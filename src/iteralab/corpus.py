@@ -349,7 +349,14 @@ def _bad_utf8_column(data: bytes, where: str) -> str | None:
 
 
 def _cell(value: Any, loc: str, name: str, numbers_ok: bool) -> str | None:
-    if value is None or isinstance(value, str):
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise CorpusError(f"{loc}, field {name}: not valid Unicode text (lone surrogate at character {exc.start})",
+                              hint="fix the escape sequence in the file") from None
+        return value
+    if value is None:
         return value
     if numbers_ok and isinstance(value, int) and not isinstance(value, bool):
         return str(value)
@@ -492,7 +499,8 @@ def write_corpus(
         if len(values) != len(corpus):
             raise CorpusError(f"{path}: extra column {name!r} has {len(values)} values for {len(corpus)} records")
     buf = io.StringIO(newline="")
-    writer = csv.writer(buf, lineterminator="\n")
+    # QUOTE_ALL: a text holding a lone carriage return must stay one field when read back.
+    writer = csv.writer(buf, lineterminator="\n", quoting=csv.QUOTE_ALL)
     writer.writerow(["id", "text", "label", *extra])
     columns = list(extra.values())
     for i, r in enumerate(corpus.records):

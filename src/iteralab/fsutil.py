@@ -21,18 +21,26 @@ def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     """Write to a temporary name in the same folder, fsync, then rename: readers never see half a file."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}.", dir=path.parent)
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}.", dir=path.parent)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+    except BaseException as exc:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+        if isinstance(exc, OSError):
+            from iteralab.errors import RunError
+
+            raise RunError(f"{path}: cannot write ({exc.strerror or exc})",
+                           hint="free disk space or fix permissions, then run again: what was already "
+                                "recorded is kept") from None
         raise
     try:
         dfd = os.open(path.parent, os.O_RDONLY)

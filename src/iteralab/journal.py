@@ -30,8 +30,13 @@ class Journal:
         record = {"event": event, "at": utc_now(), **payload}
         line = json.dumps(record, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
         try:
-            with open(self.path, "a", encoding="utf-8") as fh:
-                fh.write(line)
+            with open(self.path, "a+b") as fh:
+                if fh.tell() > 0:
+                    fh.seek(-1, os.SEEK_END)
+                    if fh.read(1) != b"\n":
+                        # the last record was cut short (kill, full disk): it stays unreadable on its own line
+                        fh.write(b"\n")
+                fh.write(line.encode("utf-8"))
                 fh.flush()
                 os.fsync(fh.fileno())
         except OSError as exc:

@@ -277,6 +277,8 @@ def parse_protocol(text: str, source: str = "<protocol>") -> Protocol:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ProtocolError(f"{source}: not valid TOML: {exc}", hint="fix the TOML syntax") from None
+    except RecursionError:
+        raise ProtocolError(f"{source}: not valid TOML: nested too deeply", hint="fix the TOML syntax") from None
     try:
         return Protocol.model_validate(data)
     except ValidationError as exc:

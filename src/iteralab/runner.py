@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from iteralab.corpus import check_disjoint, load_corpus, write_corpus
 from iteralab.errors import RunError
-from iteralab.fsutil import sha256_file, write_json_atomic, write_text_atomic
+from iteralab.fsutil import sha256_file, write_bytes_atomic, write_json_atomic
 from iteralab.journal import JOURNAL_NAME, Journal, read_journal
 from iteralab.protocol import Protocol, check_locked, check_series, lock_path, resolve
 from iteralab.schedule import plan_rounds
@@ -106,7 +106,7 @@ def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str]) 
             )
         return campaign
     _ensure_folder(out)
-    shutil.copyfile(protocol_path, out / "inputs" / "protocol.toml")
+    write_bytes_atomic(out / "inputs" / "protocol.toml", protocol_path.read_bytes())
     write_json_atomic(out / "inputs" / "protocol.toml.lock.json",
                       {"schema_version": 1, "locks": [lock_entry]})
     corpus, strata = _write_corpus_copy(protocol, protocol_path, out / "inputs" / "corpus.csv")
@@ -205,6 +205,13 @@ def run_campaign(protocol_path: str | os.PathLike[str], out: str | os.PathLike[s
                        corpus_fingerprint=campaign["corpus"]["fingerprint"])
     else:
         journal.append("campaign_resumed", aborted=state.aborted())
+        # A kill between a pass's end and its evaluation: evaluate it now, from its stored file.
+        for pid in state.order:
+            if pid in state.finished and pid not in state.evaluated:
+                t0 = time.perf_counter()
+                verdict = evaluate_pass(out, pid)
+                journal.append("pass_evaluated", pass_id=pid, evaluation_s=time.perf_counter() - t0,
+                               intrinsic=verdict, after_resume=True)
     slots = [Slot(**s) for s in campaign["schedule"]["slots"]]
     done = state.done_slots()
     todo = [s for s in slots if (s.round, s.position) not in done]

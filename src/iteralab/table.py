@@ -42,7 +42,7 @@ def _cell(value: Any) -> str:
         return f"{value:.6f}"
     if isinstance(value, (dict, list)):
         return json.dumps(value, sort_keys=True, ensure_ascii=False)
-    return str(value)
+    return str(value).replace("\r", " ")
 
 
 def _quantization(value: Any) -> str | None:

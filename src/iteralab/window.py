@@ -222,6 +222,9 @@ def load_tasks(path: str | Path, default_label: str = "planned") -> CalendarWind
         raise WindowError(f"{shown}: cannot read the task file ({exc.strerror or exc})") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise WindowError(f"{shown}: not valid TOML ({exc})", hint="see the task file format in --help") from None
+    except RecursionError:
+        raise WindowError(f"{shown}: not valid TOML (nested too deeply)",
+                          hint="see the task file format in --help") from None
     tz = data.get("timezone")
     if not isinstance(tz, str):
         raise WindowError(f"{shown}: missing top-level timezone", hint='add e.g. timezone = "Europe/Paris"')
