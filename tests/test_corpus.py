@@ -303,14 +303,15 @@ def test_stratified_sample_refuses_a_thin_stratum_and_unstratified_texts():
 
 
 def test_write_corpus_round_trip_with_extra_columns(tmp_path):
-    corpus = corpus_of([("a", 'he said "hi",\r\nthen left', "x"), ("b", "plain", None)])
+    corpus = corpus_of([("a", 'he said "hi",\r\nthen left', "x"), ("b", "plain", None), ("c", "good\rfun", "y")])
     path = tmp_path / "out.csv"
-    write_corpus(corpus, path, extra={"stratum": ["short", "long"], "n_tokens": [3, None]})
-    assert path.read_text(encoding="utf-8").splitlines()[0] == "id,text,label,stratum,n_tokens"
+    write_corpus(corpus, path, extra={"stratum": ["short", "long", "short"], "n_tokens": [3, None, 2]})
+    assert path.read_text(encoding="utf-8").splitlines()[0] == '"id","text","label","stratum","n_tokens"'
+
     again = load_corpus(path, require_labels=False)
-    assert again.fingerprint() == corpus.fingerprint() and again.labels == ("x", None)
+    assert again.fingerprint() == corpus.fingerprint() and again.labels == ("x", None, "y")
     assert [p.name for p in tmp_path.iterdir()] == ["out.csv"]
-    with pytest.raises(CorpusError, match="extra column 'n' has 1 values for 2 records"):
+    with pytest.raises(CorpusError, match="extra column 'n' has 1 values for 3 records"):
         write_corpus(corpus, path, extra={"n": [1]})
 
 
