@@ -26,7 +26,14 @@ MAX_LENGTH = 256
 #: The quality bar is fixed from the tuning split only: cross-validated macro-F1 minus this margin.
 THRESHOLD_MARGIN = 0.05
 TOLERANCE = 0.01
-STRATUM_TOLERANCE = 0.03
+#: Length strata hold few texts of some classes (3 plot summaries among 300 medium texts), so a stratum's
+#: macro-F1 moves by several points when one label flips: its tolerance is wider than the overall one.
+STRATUM_TOLERANCE = 0.05
+#: Per-class recall may not drop by more than this against the reference (gating).
+CLASS_TOLERANCE = 0.03
+#: A precision change may not move any probability by more than this against the reference pass: an
+#: aggregate metric alone can hide many labels changing in both directions.
+PROBABILITY_BOUND = 0.05
 
 Emit = Callable[[str], None]
 
@@ -53,7 +60,7 @@ def protocol_text(*, model_ref: str, head: Path, threshold: float, tuned_metric:
 schema_version = 1
 name = "rt-minilm-head-demo"
 version = 1
-question = "Which configuration processes all {docs} documents, meets macro-F1 >= {threshold:.2f} within {TOLERANCE} of the fp32 batch-8 reference (and per length stratum), finishes before the deadline, with the lowest committed budget?"
+question = "Which configuration processes all {docs} documents, meets macro-F1 >= {threshold:.2f} within {TOLERANCE} of the fp32 batch-8 reference (per length stratum within {STRATUM_TOLERANCE}, per class recall within {CLASS_TOLERANCE}, every probability within {PROBABILITY_BOUND}), finishes before the deadline, with the lowest committed budget?"
 scenario = "offline"
 thresholds_tuned_on_final = false
 
@@ -92,10 +99,12 @@ tolerance = {STRATUM_TOLERANCE}
 [[subgroups]]
 name = "class"
 by = "label"
-gating = false
+gating = true
+tolerance = {CLASS_TOLERANCE}
 
 [reproduction]
-target = "acceptable"
+target = "bounded"
+bound = {PROBABILITY_BOUND}
 seeds = [0]
 deterministic = true
 
