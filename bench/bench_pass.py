@@ -3,7 +3,7 @@
 All three run in ONE process, interleaved and rotated across repeats, on the same texts and the same
 batches (batch 8 by default), for fixed order and for length bucketing:
 
-* ``ours``     — ``iteralab.passes.MeasuredPass``: reads the corpus file, tokenizes each batch, moves it to
+* ``ours``     — ``iteralab.campaign.passes.MeasuredPass``: reads the corpus file, tokenizes each batch, moves it to
                  the device, runs the model, materializes the probabilities on the host (what a campaign times);
 * ``bare``     — forward only, on tensors tokenized and moved to the device *before* the timer starts;
 * ``pipeline`` — what a user would write with transformers: ``pipeline("feature-extraction")`` then mean
@@ -38,10 +38,10 @@ def _prepare(tmp: Path, docs: int, seed: int) -> tuple[Path, Path, Path]:
     """A corpus CSV of `docs` real texts and a linear head trained on other texts (MiniLM embeddings)."""
     import random
 
-    from iteralab.corpus import write_corpus
-    from iteralab.demo import CLASSES, minilm_path
-    from iteralab.demodata import load_rotten_tomatoes
-    from iteralab.workloads import embed_texts, save_head, train_linear_head
+    from iteralab.plan.corpus import write_corpus
+    from iteralab.demo.run import CLASSES, minilm_path
+    from iteralab.demo.data import load_rotten_tomatoes
+    from iteralab.models.head import embed_texts, save_head, train_linear_head
 
     corpus = load_rotten_tomatoes()
     ids = list(corpus.ids)
@@ -72,11 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import pipeline
 
-    from iteralab import device as dev
-    from iteralab.corpus import load_corpus
-    from iteralab.demo import CLASSES
-    from iteralab.passes import MeasuredPass
-    from iteralab.workloads import load_head, load_workload
+    from iteralab.models import device as dev
+    from iteralab.plan.corpus import load_corpus
+    from iteralab.demo.run import CLASSES
+    from iteralab.campaign.passes import MeasuredPass
+    from iteralab.models.base import load_workload
+    from iteralab.models.head import load_head
 
     with tempfile.TemporaryDirectory(prefix="iteralab-bench-") as tmp_name:
         tmp = Path(tmp_name)

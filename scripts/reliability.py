@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 import reliability_support as rs  # noqa: E402
-from iteralab.journal import read_journal  # noqa: E402
+from iteralab.campaign.journal import read_journal  # noqa: E402
 
 PASS_SIDE = ("load", "warmup", "pass", "writing", "written")
 

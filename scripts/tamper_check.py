@@ -7,7 +7,7 @@
 
 For every file of the bundle (``SHA256SUMS`` and ``SHA256SUMS.sha256`` included) and every chosen byte
 position, one byte is changed (XOR with a seeded random non-zero mask, so the byte always differs), the full
-independent verification (``iteralab.audit.audit_campaign``, the code behind ``iteralab verify``) is run on the
+independent verification (``iteralab.evidence.verify.audit_campaign``, the code behind ``iteralab verify``) is run on the
 copy, and the byte is restored. Positions: every position of a file of at most ``--per-file`` bytes; for a
 larger file, ``--per-file`` positions drawn with the seed, always including its first and last byte
 (``--all``: every position of every file). The last line is the summary; the exit code is 1 if anything was
@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from iteralab.audit import audit_campaign
-from iteralab.bundle import SEAL_FILES, list_files, seal
+from iteralab.evidence.verify import audit_campaign
+from iteralab.evidence.bundle import SEAL_FILES, list_files, seal
 
 MODEL_MODULE = '''
 def classify(texts):
@@ -95,8 +95,8 @@ def build_campaign(root: Path) -> Path:
     """A small campaign (2 variants x 1 pass, 9 texts, a callable model), run and sealed under ``root``."""
     import csv
 
-    from iteralab.protocol import lock
-    from iteralab.runner import run_campaign
+    from iteralab.plan.protocol import lock
+    from iteralab.campaign.runner import run_campaign
 
     root.mkdir(parents=True, exist_ok=True)
     (root / "tamper_check_model.py").write_text(MODEL_MODULE, encoding="utf-8")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from iteralab.protocol import lock
+from iteralab.plan.protocol import lock
 from protocol_factory import write_protocol
 
 TEXTS = [

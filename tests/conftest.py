@@ -91,7 +91,7 @@ def tiny_encoder_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_head_path(tiny_encoder_dir, tmp_path_factory) -> Path:
-    from iteralab.workloads import load_encoder, save_head, train_linear_head
+    from iteralab.models.head import load_encoder, save_head, train_linear_head
 
     texts = ["a good fun movie", "great acting, loved it", "the plot is a story of a director",
              "the story ends in a scene", "awful and boring", "the worst mess ever", "fine film, best cast",

@@ -7,7 +7,7 @@ How a campaign is killed at a precise moment
 The campaign runs in a separate process (``os.fork`` of an interpreter that already imported torch and
 scikit-learn, or a fresh interpreter with ``--exec``) through the real CLI entry point
 ``iteralab.cli.main(["run", PROTOCOL, "--out", DIR, "--json"])``. Before it starts, that process installs
-*hooks*: thin wrappers around library functions (``os.replace`` in ``iteralab.fsutil``,
+*hooks*: thin wrappers around library functions (``os.replace`` in ``iteralab.common.files``,
 ``workloads.load_workload``, ``device.reset_peaks``, ``verify.evaluate_pass``, ``Journal.append``) that only
 note the phase in ``phases.log`` and, at the requested moment, write a ``paused`` marker and wait. The test
 then sends SIGKILL. The model is :func:`hooked_classifier` (the keyword classifier of ``fake_models``), which
@@ -136,11 +136,11 @@ def install_hooks(config: dict[str, Any]) -> None:
     if _STATE["installed"]:
         return
     _STATE.update(installed=True, config=config, counts={}, measuring=False, pass_no=0)
-    import iteralab.device as device
-    import iteralab.fsutil as fsutil
-    import iteralab.journal as journal
-    import iteralab.verify as verify
-    import iteralab.workloads as workloads
+    import iteralab.models.device as device
+    import iteralab.common.files as fsutil
+    import iteralab.campaign.journal as journal
+    import iteralab.campaign.evaluate as verify
+    import iteralab.models.base as workloads
 
     real_replace = os.replace
 
@@ -210,9 +210,9 @@ def install_hooks(config: dict[str, Any]) -> None:
 
 
 def _hooks_from_env() -> None:
-    """A worker process (``python -m iteralab.passes``) imports this module as its model: hook it too."""
+    """A worker process (``python -m iteralab.campaign.passes``) imports this module as its model: hook it too."""
     raw = os.environ.get(ENV)
-    is_worker = bool(sys.argv) and Path(sys.argv[0]).parts[-2:] == ("iteralab", "passes.py")
+    is_worker = bool(sys.argv) and Path(sys.argv[0]).parts[-3:] == ("iteralab", "campaign", "passes.py")
     if raw and is_worker and not _STATE["installed"]:
         install_hooks(json.loads(raw))
         # the import itself is the model load of this worker
@@ -255,7 +255,7 @@ def make_campaign(folder: Path, *, isolation: str = "inprocess", passes: int = 2
 
     ``deterministic`` is off by default only because ``torch.use_deterministic_algorithms`` imports
     ``torch._inductor`` (seconds per fresh worker process); it plays no part in what is checked here."""
-    from iteralab.protocol import lock
+    from iteralab.plan.protocol import lock
     from protocol_factory import write_protocol
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -322,15 +322,15 @@ def preload() -> None:
     import sklearn.metrics  # noqa: F401
     import torch  # noqa: F401
 
-    import iteralab.audit  # noqa: F401
-    import iteralab.bundle  # noqa: F401
+    import iteralab.evidence.verify  # noqa: F401
+    import iteralab.evidence.bundle  # noqa: F401
     import iteralab.cli  # noqa: F401
-    import iteralab.manifest  # noqa: F401
-    import iteralab.passes  # noqa: F401
-    import iteralab.runner  # noqa: F401
-    import iteralab.table  # noqa: F401
-    import iteralab.verify  # noqa: F401
-    import iteralab.workloads  # noqa: F401
+    import iteralab.campaign.manifest  # noqa: F401
+    import iteralab.campaign.passes  # noqa: F401
+    import iteralab.campaign.runner  # noqa: F401
+    import iteralab.evidence.table  # noqa: F401
+    import iteralab.campaign.evaluate  # noqa: F401
+    import iteralab.models.base  # noqa: F401
 
 
 def _child_env(config: dict[str, Any]) -> dict[str, str]:
@@ -427,13 +427,13 @@ def children_of(pid: int) -> list[int]:
 
 
 def worker_of(pid: int) -> tuple[int, str | None] | None:
-    """The pass worker (``python -m iteralab.passes``) that runner ``pid`` started, with its identity."""
+    """The pass worker (``python -m iteralab.campaign.passes``) that runner ``pid`` started, with its identity."""
     for child in children_of(pid):
         try:
             cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
         except OSError:
             continue
-        if b"iteralab.passes" in cmdline:
+        if b"iteralab.campaign.passes" in cmdline:
             return child, identity(child)
     return None
 
@@ -490,7 +490,7 @@ class Snapshot:
 
 
 def snapshot(out: Path) -> Snapshot:
-    from iteralab.journal import read_journal
+    from iteralab.campaign.journal import read_journal
 
     snap = Snapshot()
     state = read_journal(out / "journal.jsonl")
@@ -514,7 +514,7 @@ def folder_hashes(folder: Path) -> dict[str, str]:
 def evidence_phase(out: Path, model_phase: str | None = None) -> str:
     """Where a kill landed, from the folder (journal + files); ``model_phase`` (the last line of the killed
     process's phase log) tells load / warm-up / measured pass apart inside a started pass."""
-    from iteralab.journal import read_journal
+    from iteralab.campaign.journal import read_journal
 
     if not (out / "campaign.json").exists():
         return "prepare"
@@ -586,8 +586,8 @@ def cli(argv: list[str]) -> CliResult:
 
 def check_after_kill(out: Path, before: Snapshot) -> list[str]:
     """Everything R9 promises about a folder whose runner was just killed. Returns the problems found."""
-    from iteralab.journal import read_journal
-    from iteralab.table import read_raw_table
+    from iteralab.campaign.journal import read_journal
+    from iteralab.evidence.table import read_raw_table
 
     problems: list[str] = []
     if not (out / "campaign.json").exists():
@@ -647,8 +647,8 @@ def lost_passes(before: Snapshot, after: Snapshot) -> list[str]:
 def check_complete(out: Path, before: Snapshot, seal_copy: Path | None = None) -> list[str]:
     """A resumed campaign: every slot has one finished pass, nothing finished before lost or redone,
     every aborted attempt is a row, the table and ``verify`` agree; optionally seal a copy and verify it."""
-    from iteralab.journal import read_journal
-    from iteralab.table import read_raw_table
+    from iteralab.campaign.journal import read_journal
+    from iteralab.evidence.table import read_raw_table
 
     problems: list[str] = []
     state = read_journal(out / "journal.jsonl")
@@ -730,9 +730,9 @@ def fill(folder: Path, leave_bytes: int) -> Path:
 def enospc_on_write(n: int) -> Iterator[dict[str, int]]:
     """The ``n``-th atomic write of the library (``fsutil.write_bytes_atomic``, all evidence files) and every
     journal append after it fail with ENOSPC, as on a disk that just became full."""
-    import iteralab.corpus as corpus
-    import iteralab.fsutil as fsutil
-    import iteralab.journal as journal
+    import iteralab.plan.corpus as corpus
+    import iteralab.common.files as fsutil
+    import iteralab.campaign.journal as journal
 
     real_write = fsutil.write_bytes_atomic
     real_append = journal.Journal.append
@@ -793,7 +793,7 @@ class BadInput:
 def bad_inputs(root: Path, good_protocol: Path, done: Path) -> list[BadInput]:
     """Every bad input of the brief, as CLI argument lists. ``done`` is a finished campaign folder that must
     stay byte-identical whatever happens; ``good_protocol`` is the protocol that produced it."""
-    from iteralab.protocol import lock
+    from iteralab.plan.protocol import lock
     from protocol_factory import protocol_toml
 
     cases: list[BadInput] = []
@@ -893,7 +893,7 @@ def run_bad_input(case: BadInput, done: Path) -> list[str]:
             verified = cli(["verify", out, "--unsealed"])
             if verified.rc != 0:
                 problems.append(f"{case.name}: ran but does not verify: {verified.stdout[:300]!r}")
-            from iteralab.table import read_raw_table
+            from iteralab.evidence.table import read_raw_table
 
             rows = read_raw_table(out / "raw_table.csv")
             if not rows or any(r["corpus_accepted"] != "true" for r in rows):

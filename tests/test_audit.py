@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from campaign_factory import callable_campaign
-from iteralab.audit import audit_campaign
-from iteralab.bundle import SEAL_NAME, SUMS_NAME, list_files, seal
+from iteralab.evidence.verify import audit_campaign
+from iteralab.evidence.bundle import SEAL_NAME, SUMS_NAME, list_files, seal
 from iteralab.cli import main
-from iteralab.journal import read_journal
-from iteralab.runner import run_campaign
+from iteralab.campaign.journal import read_journal
+from iteralab.campaign.runner import run_campaign
 
 SUBGROUPS = '[[subgroups]]\nname = "length"\nby = "stratum"\ngating = true\n'
 
@@ -131,7 +131,7 @@ def test_changed_raw_table_row_is_named(campaign):
 def test_prediction_and_journal_rewritten_together_still_fail(campaign):
     """A forger who edits a prediction, fixes its hash in the journal and re-seals: the table row and the
     recorded verdict no longer match what the prediction file says."""
-    from iteralab.fsutil import sha256_file
+    from iteralab.common.files import sha256_file
 
     pid, pred = _first_pass(campaign)
     path = campaign / pred
@@ -198,7 +198,7 @@ def test_verify_never_imports_torch(campaign):
             "sys.meta_path.insert(0, Block())\n"
             "from iteralab.cli import main\n"
             f"rc = main(['verify', {str(campaign)!r}])\n"
-            "loaded = [m for m in ('torch', 'transformers', 'iteralab.workloads', 'iteralab.passes') if m in sys.modules]\n"
+            "loaded = [m for m in ('torch', 'transformers', 'iteralab.models.base', 'iteralab.campaign.passes') if m in sys.modules]\n"
             "print('loaded:', loaded)\n"
             "sys.exit(rc)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

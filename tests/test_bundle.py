@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from campaign_factory import callable_campaign
-from iteralab.audit import audit_campaign
-from iteralab.bundle import SEAL_NAME, SUMS_NAME, check_seal, list_files, pack, seal, unpack
+from iteralab.evidence.verify import audit_campaign
+from iteralab.evidence.bundle import SEAL_NAME, SUMS_NAME, check_seal, list_files, pack, seal, unpack
 from iteralab.cli import main
 from iteralab.errors import BundleError
-from iteralab.runner import run_campaign
+from iteralab.campaign.runner import run_campaign
 
 
 @pytest.fixture(scope="module")

@@ -10,18 +10,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from iteralab.corpus import (
+from iteralab.plan.corpus import (
     Corpus,
     Record,
-    assign_strata,
     check_disjoint,
     content_id,
-    largest_remainder,
     load_corpus,
-    stratified_sample,
     text_fingerprint,
     write_corpus,
 )
+from iteralab.plan.strata import assign_strata, largest_remainder, stratified_sample
 from iteralab.errors import CorpusError
 
 

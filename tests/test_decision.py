@@ -7,7 +7,9 @@ import json
 import pytest
 
 from iteralab.cli import main
-from iteralab.decision import CPU_ONLY, decide, render_decision, write_decision
+from iteralab.decision.costing import CPU_ONLY
+from iteralab.decision.note import render_decision, write_decision
+from iteralab.decision.rule import decide
 from iteralab.errors import IteraError
 from test_stats import CALENDAR, build_campaign, check_golden, normalised
 

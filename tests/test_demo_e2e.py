@@ -8,8 +8,8 @@ from importlib import metadata
 
 import pytest
 
-from iteralab.journal import read_journal
-from iteralab.table import read_raw_table
+from iteralab.campaign.journal import read_journal
+from iteralab.evidence.table import read_raw_table
 
 pytestmark = pytest.mark.e2e
 

@@ -9,9 +9,10 @@ from collections import Counter
 
 import pytest
 
-from iteralab import demodata
-from iteralab.corpus import check_disjoint, largest_remainder
-from iteralab.demodata import (
+from iteralab.demo import data as demodata
+from iteralab.plan.corpus import check_disjoint
+from iteralab.plan.strata import largest_remainder
+from iteralab.demo.data import (
     DEMO_COUNTS,
     DEMO_STRATA,
     RT_MEMBER,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from iteralab import device as dev
+from iteralab.models import device as dev
 from iteralab.errors import WorkloadError
 
 CPU = torch.device("cpu")

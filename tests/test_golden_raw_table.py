@@ -37,7 +37,7 @@ import json
 import os
 from pathlib import Path
 
-from iteralab.table import TABLE_NAME, write_raw_table
+from iteralab.evidence.table import TABLE_NAME, write_raw_table
 
 GOLDEN = Path(__file__).parent / "golden" / "table" / "raw_table.csv"
 UPDATE = os.environ.get("ITERALAB_UPDATE_GOLDEN") == "1"

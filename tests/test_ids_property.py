@@ -19,9 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from iteralab.passes import _prediction_lines
-from iteralab.protocol import parse_protocol
-from iteralab.verify import Expected, evaluate_file
+from iteralab.campaign.passes import _prediction_lines
+from iteralab.plan.protocol import parse_protocol
+from iteralab.campaign.evaluate import Expected, evaluate_file
 
 CLASSES = ("plot", "fresh", "rotten")
 PROTOCOL = parse_protocol("""schema_version = 1

@@ -365,7 +365,7 @@ def test_kit_folder_has_no_init():
 
 
 def test_library_uses_the_kit_implementation():
-    from iteralab import pricing, window
+    from iteralab.economics import pricing, window
 
     assert pricing.load_catalog is kit.load_catalog
     assert pricing.package_budget is kit.package_budget

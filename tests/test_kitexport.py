@@ -8,10 +8,10 @@ import pytest
 
 from iteralab.cli import main
 from iteralab.errors import ProtocolError
-from iteralab.kitexport import KIT_FILES, KitError, export_kit, kit_source, missing_files
-from iteralab.protocol import check_series, lock, parse_protocol
-from iteralab.runner import schedule_slots
-from iteralab.table import COLUMNS
+from iteralab.economics.kitexport import KIT_FILES, KitError, export_kit, kit_source, missing_files
+from iteralab.plan.protocol import check_series, lock, parse_protocol
+from iteralab.campaign.runner import schedule_slots
+from iteralab.evidence.table import COLUMNS
 
 KIT_DIR = Path(__file__).resolve().parents[1] / "src" / "iteralab" / "kit"
 FILLED = {

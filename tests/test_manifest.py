@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iteralab.manifest import (
+from iteralab.campaign.manifest import (
     MANIFEST_SCHEMA_VERSION,
     campaign_manifest,
     diff_manifests,

@@ -9,16 +9,16 @@ import pytest
 from campaign_factory import callable_campaign, write_corpus_csv
 from iteralab.cli import main
 from iteralab.kit import memoire
-from iteralab.memory import (
+from iteralab.evidence.memory import (
     M3_NOTE,
     count_weights,
     estimate_for_model,
     estimate_memory,
     memory_table,
 )
-from iteralab.protocol import lock
-from iteralab.runner import run_campaign
-from iteralab.table import COLUMNS, read_raw_table
+from iteralab.plan.protocol import lock
+from iteralab.campaign.runner import run_campaign
+from iteralab.evidence.table import COLUMNS, read_raw_table
 from protocol_factory import write_protocol
 
 SMALL = dict(parameter_count=1000, hidden_size=8, num_layers=2, num_heads=2, intermediate_size=32,
@@ -48,10 +48,10 @@ CUDA_SCOPE = "torch.cuda max_memory_allocated/max_memory_reserved since reset, d
 
 
 def test_library_uses_the_kit_arithmetic():
-    import iteralab.memory
+    import iteralab.evidence.memory
 
-    assert iteralab.memory.estimate_memory is memoire.estimate_memory
-    assert iteralab.memory.estimate_for_model is memoire.estimate_for_model
+    assert iteralab.evidence.memory.estimate_memory is memoire.estimate_memory
+    assert iteralab.evidence.memory.estimate_for_model is memoire.estimate_for_model
 
 
 def test_estimate_hand_computed_small_case():

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from iteralab import pricing
+from iteralab.economics import pricing
 from iteralab.cli import main
 from iteralab.kit.calcul_forfaits import COLUMNS, CatalogEntry
 

@@ -4,7 +4,7 @@ import pytest
 
 from iteralab.cli import main
 from iteralab.errors import ProtocolError
-from iteralab.protocol import check_locked, check_series, load_protocol, lock, lock_path, parse_protocol
+from iteralab.plan.protocol import check_locked, check_series, load_protocol, lock, lock_path, parse_protocol
 from protocol_factory import VARIANTS, protocol_toml, write_protocol
 
 

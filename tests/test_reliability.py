@@ -23,11 +23,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import reliability_support as rs
-from iteralab.corpus import load_corpus, write_corpus
+from iteralab.plan.corpus import load_corpus, write_corpus
 from iteralab.errors import CorpusError, ProtocolError
-from iteralab.journal import read_journal
-from iteralab.protocol import parse_protocol
-from iteralab.table import read_raw_table
+from iteralab.campaign.journal import read_journal
+from iteralab.plan.protocol import parse_protocol
+from iteralab.evidence.table import read_raw_table
 from protocol_factory import protocol_toml
 
 FUZZ = settings(max_examples=150, deadline=None, derandomize=True,

@@ -8,8 +8,8 @@ import re
 import pytest
 
 from iteralab.cli import main
-from iteralab.report import finalize, wrong_predictions
-from iteralab.stats import load_evidence
+from iteralab.decision.report import finalize, wrong_predictions
+from iteralab.evidence.stats import load_evidence
 from test_stats import build_campaign
 
 

@@ -6,12 +6,12 @@ import pytest
 
 from campaign_factory import callable_campaign
 from fake_models_rerun import SHIFT_VARIABLE
-from iteralab.audit import audit_campaign
+from iteralab.evidence.verify import audit_campaign
 from iteralab.cli import main
 from iteralab.errors import RunError
-from iteralab.protocol import lock
-from iteralab.rerun import rerun, staging_folder
-from iteralab.runner import run_campaign
+from iteralab.plan.protocol import lock
+from iteralab.evidence.rerun import rerun, staging_folder
+from iteralab.campaign.runner import run_campaign
 from protocol_factory import protocol_toml
 
 MODEL = 'kind = "callable"\ncallable = "fake_models_rerun:shifted_classifier"'

@@ -3,7 +3,7 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from iteralab.schedule import plan_rounds, williams_rows
+from iteralab.plan.schedule import plan_rounds, williams_rows
 
 
 def test_cyclic_example_from_the_protocol():

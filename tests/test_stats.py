@@ -17,9 +17,9 @@ import pytest
 
 from iteralab.cli import main
 from iteralab.errors import IteraError
-from iteralab.journal import read_journal
-from iteralab.stats import NO_TAIL_PERCENTILE, campaign_stats, compare, exclude_pass, render_stats
-from iteralab.table import render_csv
+from iteralab.campaign.journal import read_journal
+from iteralab.evidence.stats import NO_TAIL_PERCENTILE, campaign_stats, compare, exclude_pass, render_stats
+from iteralab.evidence.table import render_csv
 from protocol_factory import protocol_toml
 
 GOLDEN = Path(__file__).parent / "golden" / "decision"
@@ -312,7 +312,7 @@ def test_cli_stats_json_and_exclude(tmp_path, capsys, monkeypatch):
     assert main(["exclude", str(folder), "r01-p01-b1-a1"]) == 2
     assert "Missing option '--reason'" in capsys.readouterr().err
     regenerated = []  # the table's own tests cover its regeneration; here: that exclude asks for it
-    monkeypatch.setattr("iteralab.table.write_raw_table", lambda d: regenerated.append(Path(d)))
+    monkeypatch.setattr("iteralab.evidence.table.write_raw_table", lambda d: regenerated.append(Path(d)))
     assert main(["exclude", str(folder), "r01-p01-b1-a1", "--reason", "power cut"]) == 0
     assert "excluded r01-p01-b1-a1: power cut" in capsys.readouterr().out
     assert regenerated == [folder]

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from iteralab import window
+from iteralab.economics import window
 from iteralab.cli import main
 from iteralab.kit.calcul_forfaits import load_catalog
 

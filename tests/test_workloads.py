@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from iteralab import workloads as wl
+from iteralab.models import base as wl
 from iteralab.errors import WorkloadError
-from iteralab.workloads import Settings, load_head, load_workload, mean_pool, save_head, train_linear_head
+from iteralab.models import head as head_module
+from iteralab.models.base import Settings, load_workload
+from iteralab.models.head import load_head, mean_pool, save_head, train_linear_head
 
 CLASSES = ("plot", "fresh", "rotten")
 TEXTS = ["a good fun movie", "the plot is a story", "awful!", "the worst mess ever, really boring and dull"]
@@ -177,7 +179,7 @@ def test_embed_is_normalised_as_the_head_says(encoder_head, tiny_encoder_dir):
     emb = encoder_head.embed(TEXTS, batch_size=3)
     assert emb.shape == (4, 32) and emb.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-5)
-    raw = wl.embed_texts(tiny_encoder_dir, TEXTS, batch_size=2, normalize=False)
+    raw = head_module.embed_texts(tiny_encoder_dir, TEXTS, batch_size=2, normalize=False)
     assert not np.allclose(np.linalg.norm(raw, axis=1), 1.0)
 
 
@@ -338,8 +340,11 @@ def test_folder_without_safetensors_is_refused(tmp_path, tiny_classifier_dir, mo
 
 
 def test_no_pickle_loading_in_the_source():
-    source = Path(wl.__file__).read_text()
-    assert "torch.load(" not in source and "import pickle" not in source
+    sources = sorted(Path(wl.__file__).parent.glob("*.py"))
+    assert len(sources) >= 4  # base, hf, head, callable
+    for path in sources:
+        source = path.read_text()
+        assert "torch.load(" not in source and "import pickle" not in source, path
 
 
 def test_trust_remote_code_is_off_by_default(tmp_path, tiny_classifier_dir):

@@ -68,7 +68,7 @@ class _CampaignProgress:
 @app.command("lock")
 def lock_cmd(protocol: Path = typer.Argument(..., help="Protocol TOML file to lock.")) -> None:
     """Lock a protocol: record its content hash and a UTC timestamp before any timed pass (P2)."""
-    from iteralab.protocol import check_series, load_protocol, lock, lock_path
+    from iteralab.plan.protocol import check_series, load_protocol, lock, lock_path
 
     check_series(load_protocol(protocol), str(protocol))
     entry = lock(protocol)
@@ -83,7 +83,7 @@ def run_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Run (or resume) a campaign of a locked protocol and write its raw table."""
-    from iteralab.runner import run_campaign
+    from iteralab.campaign.runner import run_campaign
 
     summary = run_campaign(protocol, out, progress=None if as_json else _CampaignProgress())
     _print_summary(summary, as_json)
@@ -92,7 +92,7 @@ def run_cmd(
 @app.command("table")
 def table_cmd(campaign: Path = typer.Argument(..., help="Campaign folder.")) -> None:
     """Regenerate raw_table.csv from the journal and the prediction files."""
-    from iteralab.table import write_raw_table
+    from iteralab.evidence.table import write_raw_table
 
     _require_campaign(campaign)
     typer.echo(str(write_raw_table(campaign)))
@@ -106,7 +106,7 @@ def demo_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Run the worked example on real data: MiniLM + linear head over 1,000 Rotten Tomatoes texts."""
-    from iteralab.demo import run_demo
+    from iteralab.demo.run import run_demo
 
     display = None if as_json else _CampaignProgress()
     if display and (docs != 1000 or passes != 5):
@@ -130,7 +130,7 @@ def price_cmd(
     """Committed package budget (price per lot x lots, paid in full) and cost per verified result."""
     import json
 
-    from iteralab import pricing
+    from iteralab.economics import pricing
 
     quote = pricing.price(
         gpu,
@@ -164,7 +164,7 @@ def window_cmd(
     """Calendar window against the 3-, 7- and 30-day packages of a GPU: which cover it, at what price."""
     import json
 
-    from iteralab import pricing, window
+    from iteralab.economics import pricing, window
 
     quote, calendar = window.quote_from_options(
         pricing.load_catalog(catalog), gpu, pricing.parse_whole(lots, "--lots", 1), label,
@@ -186,7 +186,7 @@ def stats_cmd(
     """Per-variant pass times (every pass, median, min, max), failures, exclusions, T5 verdicts and quality."""
     import json
 
-    from iteralab.stats import campaign_stats, render_stats
+    from iteralab.evidence.stats import campaign_stats, render_stats
 
     _require_campaign(campaign)
     stats = campaign_stats(campaign)
@@ -200,8 +200,8 @@ def exclude_cmd(
     reason: str = typer.Option(..., "--reason", help="Why (a documented external incident); mandatory."),
 ) -> None:
     """Exclude one pass from the statistics, with its reason, recorded in the journal (one rule for all)."""
-    from iteralab.stats import exclude_pass
-    from iteralab.table import write_raw_table
+    from iteralab.evidence.stats import exclude_pass
+    from iteralab.evidence.table import write_raw_table
 
     _require_campaign(campaign)
     event = exclude_pass(campaign, pass_id, reason)
@@ -210,7 +210,7 @@ def exclude_cmd(
 
 
 def _decision_options(rental_id: str | None, project: bool, catalog: Path | None, lots: str) -> dict:
-    from iteralab.pricing import parse_whole
+    from iteralab.economics.pricing import parse_whole
 
     return {"rental_id": rental_id, "project": project, "catalog": catalog, "lots": parse_whole(lots, "--lots", 1)}
 
@@ -226,7 +226,8 @@ def decide_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the decision as JSON."),
 ) -> None:
     """Apply the rule: all documents, minimum quality, before the deadline, lowest committed budget."""
-    from iteralab.decision import decide, decision_json, render_decision, write_decision
+    from iteralab.decision.note import decision_json, render_decision, write_decision
+    from iteralab.decision.rule import decide
 
     for folder in campaigns:
         _require_campaign(folder)
@@ -253,7 +254,7 @@ def report_cmd(
     lots: str = typer.Option("1", "--lots", metavar="LOTS", help="Number of lots rented (default 1)."),
 ) -> None:
     """Write report.html (self-contained), decision.md/.json and stats.txt/.json."""
-    from iteralab.report import finalize
+    from iteralab.decision.report import finalize
 
     for folder in campaigns:
         _require_campaign(folder)
@@ -275,7 +276,7 @@ app.add_typer(bundle_app, name="bundle")
 @bundle_app.command("seal")
 def bundle_seal_cmd(campaign: Path = typer.Argument(..., help="Campaign folder to seal.")) -> None:
     """Write SHA256SUMS (every file's sha256) and SHA256SUMS.sha256 into the folder, without archiving it."""
-    from iteralab.bundle import seal
+    from iteralab.evidence.bundle import seal
 
     _require_campaign(campaign)
     sealed = seal(campaign)
@@ -294,7 +295,7 @@ def bundle_pack_cmd(
     """Seal a campaign folder (SHA256SUMS of every file, written last) and pack it into one .tar.gz."""
     import json
 
-    from iteralab.bundle import pack
+    from iteralab.evidence.bundle import pack
 
     archive, sealed = pack(campaign, out)
     if as_json:
@@ -315,7 +316,7 @@ def bundle_unpack_cmd(
     dest: Path = typer.Argument(..., help="Folder to restore into (must not exist, or be empty)."),
 ) -> None:
     """Restore a bundle archive safely (no absolute paths, '..', links or devices) and check its seal."""
-    from iteralab.bundle import unpack
+    from iteralab.evidence.bundle import unpack
     from iteralab.errors import VerificationError
 
     result = unpack(archive, dest)
@@ -340,7 +341,7 @@ def verify_cmd(
     """Recompute every verdict from the stored files alone; exit 1 naming each difference (no model is run)."""
     import json
 
-    from iteralab.audit import audit_campaign
+    from iteralab.evidence.verify import audit_campaign
 
     if not campaign.is_dir() or not ((campaign / "campaign.json").exists() or (campaign / "SHA256SUMS").exists()):
         raise IteraError(f"{campaign}: not a campaign folder (no campaign.json, no SHA256SUMS)",
@@ -368,7 +369,7 @@ def rerun_cmd(
     """Repeat the same locked protocol on the same corpus, then compare with the earlier campaign."""
     import json
 
-    from iteralab.rerun import rerun
+    from iteralab.evidence.rerun import rerun
 
     result = rerun(campaign, out, progress=None if as_json else _CampaignProgress(), tuning=tuning)
     comparison = result["comparison"]
@@ -395,7 +396,7 @@ def kit_export_cmd(
     force: bool = typer.Option(False, "--force", help="Write into a non-empty folder, replacing the kit's files."),
 ) -> None:
     """Write the kit: README, instructions, licence, protocol and raw-table templates, calculator, memory exercise."""
-    from iteralab.kitexport import export_kit
+    from iteralab.economics.kitexport import export_kit
 
     result = export_kit(folder, force=force)
     typer.echo(f"kit written to {result.folder}: {', '.join(result.written)}")
@@ -416,7 +417,7 @@ def memory_cmd(
     the counter's scope, and whether every pass completed the corpus (M1-M3)."""
     import json
 
-    from iteralab.memory import memory_report, render_memory_table
+    from iteralab.evidence.memory import memory_report, render_memory_table
 
     _require_campaign(campaign)
     report = memory_report(campaign, runtime_overhead=runtime_overhead)
@@ -438,7 +439,7 @@ def _print_summary(summary: dict, as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps(summary, indent=2, sort_keys=True))
         return
-    from iteralab.table import read_raw_table
+    from iteralab.evidence.table import read_raw_table
 
     rows = read_raw_table(summary["raw_table"])
     accepted = sum(r["corpus_accepted"] == "true" for r in rows)

@@ -24,7 +24,7 @@ process: the interpreter, torch's and transformers' libraries, whatever else was
 the activations. The estimate therefore adds a *runtime overhead*: the resident memory of a process that
 imported torch + transformers and loaded nothing, measured once and labelled as such.
 
-This file is also the implementation that ``iteralab.memory`` imports, so the kit and the library compute
+This file is also the implementation that ``iteralab.evidence.memory`` imports, so the kit and the library compute
 the estimate the same way. It does not import ``iteralab``; torch and transformers are imported only after
 the environment check.
 """

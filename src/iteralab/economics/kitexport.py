@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 from iteralab.errors import IteraError
-from iteralab.fsutil import write_bytes_atomic
+from iteralab.common.files import write_bytes_atomic
 
 #: Every file of the kit, in the order the README presents them.
 KIT_FILES = (

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from iteralab.errors import IteraError, RunError
-from iteralab.journal import JOURNAL_NAME, Journal, read_journal
-from iteralab.protocol import Protocol, load_protocol
-from iteralab.table import PHASES, TABLE_NAME, read_raw_table
+from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
+from iteralab.plan.protocol import Protocol, load_protocol
+from iteralab.evidence.table import PHASES, TABLE_NAME, read_raw_table
 
 SCHEMA_VERSION = 1
 NO_TAIL_PERCENTILE = (

@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from iteralab.errors import RunError
-from iteralab.fsutil import write_json_atomic, write_text_atomic
-from iteralab.protocol import PACKAGE_PREFIX, Protocol, load_protocol, resolve
-from iteralab.verify import compare_predictions
+from iteralab.common.files import write_json_atomic, write_text_atomic
+from iteralab.plan.protocol import PACKAGE_PREFIX, Protocol, load_protocol, resolve
+from iteralab.campaign.evaluate import compare_predictions
 
 COMPARISON_SCHEMA = 1
 #: Output classes of a pair of matching passes, from the closest to the farthest.
@@ -69,7 +69,7 @@ def _ups(ref: str) -> int:
 
 def _write_declared_corpus(source_csv: Path, target: Path, protocol: Protocol, id_origin: str) -> None:
     """Rebuild the corpus file the protocol declares (format, compression, column names) from the bundle copy."""
-    from iteralab.corpus import detect_format
+    from iteralab.plan.corpus import detect_format
 
     spec = protocol.corpus
     with open(source_csv, encoding="utf-8", newline="") as fh:
@@ -176,9 +176,9 @@ def _same_question(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 def rerun(source: str | os.PathLike[str], out: str | os.PathLike[str], *, isolation: str | None = None,
           progress: Any = None, tuning: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Repeat the earlier campaign ``source`` into the new folder ``out`` and write the comparison there."""
-    from iteralab.audit import audit_campaign
-    from iteralab.corpus import load_corpus
-    from iteralab.runner import prepare, run_campaign
+    from iteralab.evidence.verify import audit_campaign
+    from iteralab.plan.corpus import load_corpus
+    from iteralab.campaign.runner import prepare, run_campaign
 
     source, out = Path(source), Path(out)
     if not (source / "campaign.json").is_file():
@@ -255,8 +255,8 @@ def _outcome(pair: dict[str, Any], new_accepted: bool, bound: float | None) -> s
 
 def compare_campaigns(old: str | os.PathLike[str], new: str | os.PathLike[str]) -> dict[str, Any]:
     """Compare two campaigns of the same locked protocol from their stored files (rows are recomputed)."""
-    from iteralab.manifest import manifest_differences
-    from iteralab.table import build_rows
+    from iteralab.campaign.manifest import manifest_differences
+    from iteralab.evidence.table import build_rows
 
     old, new = Path(old), Path(new)
     protocol = load_protocol(new / "inputs" / "protocol.toml")

@@ -1,6 +1,6 @@
 """One measured pass (R2–R4, R7, R8, M2): load, warm-up, the synchronized measured pass, the prediction file.
 
-``execute_pass`` is what a worker process runs (``python -m iteralab.passes SPEC RESULT``) and what the
+``execute_pass`` is what a worker process runs (``python -m iteralab.campaign.passes SPEC RESULT``) and what the
 runner calls directly in ``inprocess`` isolation. It never retries a failing batch with a smaller one unless
 the variant is a declared *resume* variant, whose retries are counted.
 
@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from iteralab.fsutil import sha256_file, write_json_atomic, write_text_atomic
+from iteralab.common.files import sha256_file, write_json_atomic, write_text_atomic
 
 Clock = Callable[[], float]
 
@@ -90,7 +90,7 @@ class MeasuredPass:
 
     def run(self, workload: Any, corpus_path: str, corpus_kwargs: dict[str, Any], batch_size: int,
             bucketing: bool, resume: bool, n_classes: int) -> None:
-        from iteralab.corpus import load_corpus
+        from iteralab.plan.corpus import load_corpus
 
         corpus = load_corpus(corpus_path, **corpus_kwargs)
         self.ids = list(corpus.ids)
@@ -116,9 +116,9 @@ def _prediction_lines(ids: list[str], classes: list[str], probs: np.ndarray, row
 
 def execute_pass(spec: dict[str, Any], clock: Clock | None = None) -> dict[str, Any]:
     """Run one pass described by ``spec`` (a JSON-able dict built by the runner); return its result record."""
-    from iteralab import device as dev
-    from iteralab.corpus import load_corpus
-    from iteralab.workloads import load_workload
+    from iteralab.models import device as dev
+    from iteralab.plan.corpus import load_corpus
+    from iteralab.models.base import load_workload
 
     clock = clock or _default_clock
     variant = spec["variant"]
@@ -235,11 +235,11 @@ def _order_hash(ids: list[str]) -> str:
 
 
 def worker_main(argv: list[str]) -> int:
-    """``python -m iteralab.passes SPEC.json RESULT.json``: run one pass in a fresh process."""
+    """``python -m iteralab.campaign.passes SPEC.json RESULT.json``: run one pass in a fresh process."""
     spec_path, result_path = argv
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
     try:
-        from iteralab.manifest import environment_manifest
+        from iteralab.campaign.manifest import environment_manifest
 
         environment = environment_manifest(Path(spec.get("workdir") or os.getcwd()))
     except Exception as exc:

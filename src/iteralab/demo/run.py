@@ -166,9 +166,10 @@ tasks = [
 
 def build_inputs(out: Path, *, docs: int, passes: int, tuning_size: int, seed: int, emit: Emit) -> Path:
     """Data splits, the trained head, the protocol file; returns the protocol path (not yet locked)."""
-    from iteralab.corpus import write_corpus
-    from iteralab.demodata import build_demo_splits, load_rotten_tomatoes, scaled_counts
-    from iteralab.workloads import embed_texts, quiet_transformers, save_head, train_linear_head
+    from iteralab.plan.corpus import write_corpus
+    from iteralab.demo.data import build_demo_splits, load_rotten_tomatoes, scaled_counts
+    from iteralab.models.head import embed_texts, save_head, train_linear_head
+    from iteralab.models.hf import quiet_transformers
 
     model_dir = minilm_path()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -224,8 +225,8 @@ def _cross_validated_macro_f1(embeddings: Any, labels: list[str], seed: int) -> 
 def run_demo(out: str | os.PathLike[str], *, docs: int = DEFAULT_DOCS, passes: int = DEFAULT_PASSES,
              tuning_size: int | None = None, seed: int = 0, emit: Emit | None = None,
              progress: Any = None) -> dict[str, Any]:
-    from iteralab.protocol import lock
-    from iteralab.runner import run_campaign
+    from iteralab.plan.protocol import lock
+    from iteralab.campaign.runner import run_campaign
 
     emit = emit or (lambda message: None)
     out = Path(out)
@@ -243,11 +244,11 @@ def run_demo(out: str | os.PathLike[str], *, docs: int = DEFAULT_DOCS, passes: i
         entry = lock(protocol)
         emit(f"protocol locked: sha256 {entry['sha256'][:16]}… at {entry['locked_at']}")
     summary = run_campaign(protocol, out / "campaign", progress=progress)
-    from iteralab.report import finalize
+    from iteralab.decision.report import finalize
 
     emit("statistics, decision note and report (re-read from the campaign's stored files)")
     summary.update(finalize([out / "campaign"], out / "campaign"))
-    from iteralab.bundle import seal
+    from iteralab.evidence.bundle import seal
 
     sealed = seal(out / "campaign")
     emit(f"evidence sealed: {sealed.files} files hashed in SHA256SUMS (seal {sealed.digest[:16]}…); "

@@ -342,7 +342,7 @@ def lock(protocol_path: str | os.PathLike[str], *, now: datetime | None = None) 
     Locking the same content again returns the existing entry. Changed content under an already-locked
     version is refused: an amendment is a new version with its own lock (the old entries stay).
     """
-    from iteralab.fsutil import write_json_atomic
+    from iteralab.common.files import write_json_atomic
 
     path = Path(protocol_path)
     protocol = load_protocol(path)

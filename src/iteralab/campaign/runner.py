@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,12 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from iteralab.corpus import check_disjoint, load_corpus, write_corpus
+from iteralab.plan.corpus import check_disjoint, load_corpus, write_corpus
 from iteralab.errors import RunError
-from iteralab.fsutil import sha256_file, write_bytes_atomic, write_json_atomic
-from iteralab.journal import JOURNAL_NAME, Journal, read_journal
-from iteralab.protocol import Protocol, check_locked, check_series, lock_path, resolve
-from iteralab.schedule import plan_rounds
+from iteralab.common.files import sha256_file, write_bytes_atomic, write_json_atomic
+from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
+from iteralab.plan.protocol import Protocol, check_locked, check_series, lock_path, resolve
+from iteralab.plan.schedule import plan_rounds
 
 CAMPAIGN_SCHEMA = 1
 ProgressFn = Callable[[str, dict[str, Any]], None]
@@ -156,8 +155,8 @@ def _pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Sl
 
 
 def _run_in_process(spec: dict[str, Any]) -> dict[str, Any]:
-    from iteralab.manifest import environment_manifest
-    from iteralab.passes import execute_pass
+    from iteralab.campaign.manifest import environment_manifest
+    from iteralab.campaign.passes import execute_pass
 
     result = execute_pass(spec)
     result["environment"] = environment_manifest(Path(spec["workdir"]))
@@ -169,7 +168,7 @@ def _run_in_worker(spec: dict[str, Any]) -> dict[str, Any]:
         spec_path = Path(tmp) / "spec.json"
         result_path = Path(tmp) / "result.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
-        proc = subprocess.run([sys.executable, "-m", "iteralab.passes", str(spec_path), str(result_path)],
+        proc = subprocess.run([sys.executable, "-m", "iteralab.campaign.passes", str(spec_path), str(result_path)],
                               capture_output=True, text=True)
         if result_path.exists():
             return json.loads(result_path.read_text(encoding="utf-8"))
@@ -191,8 +190,8 @@ def _manifest_fields(result: dict[str, Any]) -> dict[str, Any]:
 def run_campaign(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], *,
                  progress: ProgressFn | None = None, isolation: str | None = None) -> dict[str, Any]:
     """Run (or resume) every scheduled pass, then regenerate the raw table. Returns a short summary."""
-    from iteralab.table import write_raw_table
-    from iteralab.verify import evaluate_pass
+    from iteralab.evidence.table import write_raw_table
+    from iteralab.campaign.evaluate import evaluate_pass
 
     protocol_path = Path(protocol_path)
     protocol, _ = check_locked(protocol_path)
@@ -268,7 +267,7 @@ def _load_manifest(out: Path) -> dict[str, Any] | None:
 
 def _write_manifest(out: Path, campaign: dict[str, Any], protocol: Protocol, result: dict[str, Any],
                     observed: dict[str, Any]) -> dict[str, Any]:
-    from iteralab.manifest import campaign_manifest
+    from iteralab.campaign.manifest import campaign_manifest
 
     manifest = campaign_manifest(
         environment=result.get("environment") or {},
@@ -287,7 +286,7 @@ def _write_manifest(out: Path, campaign: dict[str, Any], protocol: Protocol, res
 
 
 def _diff(reference: dict[str, Any], observed: dict[str, Any]) -> list[str]:
-    from iteralab.manifest import diff_manifests
+    from iteralab.campaign.manifest import diff_manifests
 
     return diff_manifests(reference, observed)
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from iteralab.errors import BundleError
-from iteralab.fsutil import sha256_file, write_text_atomic
+from iteralab.common.files import sha256_file, write_text_atomic
 
 SUMS_NAME = "SHA256SUMS"
 SEAL_NAME = "SHA256SUMS.sha256"

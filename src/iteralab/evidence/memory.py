@@ -58,8 +58,8 @@ M3_NOTE = ("A per-card capacity and a lot price say nothing about throughput, in
            "distribution over several GPUs: an estimate that fits one card is a feasibility bound, not a speed, "
            "and a multi-card lot is only used in parallel when a variant measures it.")
 #: What a pass worker has imported when its peak window starts (besides the model's own tensors).
-WORKER_IMPORTS = ("iteralab.passes", "iteralab.device", "iteralab.corpus", "iteralab.workloads",
-                  "iteralab.manifest")
+WORKER_IMPORTS = ("iteralab.campaign.passes", "iteralab.models.device", "iteralab.plan.corpus", "iteralab.models.base",
+                  "iteralab.campaign.manifest")
 
 
 @functools.lru_cache(maxsize=8)
@@ -130,7 +130,7 @@ def _meta_model(spec: dict[str, Any]) -> tuple[Any, int, str | None, str | None]
 
 def _described_parameters(campaign_dir: Path) -> dict[str, set[int]]:
     """Per variant, the parameter counts the passes' workloads described (journal ``pass_finished``)."""
-    from iteralab.journal import JOURNAL_NAME, read_journal
+    from iteralab.campaign.journal import JOURNAL_NAME, read_journal
 
     state = read_journal(campaign_dir / JOURNAL_NAME)
     found: dict[str, set[int]] = {}
@@ -174,8 +174,8 @@ def memory_table(campaign_dir: str | Path, *, runtime_overhead: RuntimeOverhead 
     ``runtime_overhead`` (CPU only): given bytes, a :class:`RuntimeOverhead`, or None to measure it once on
     this machine (:func:`worker_runtime_overhead`).
     """
-    from iteralab.protocol import load_protocol
-    from iteralab.table import TABLE_NAME, read_raw_table
+    from iteralab.plan.protocol import load_protocol
+    from iteralab.evidence.table import TABLE_NAME, read_raw_table
 
     campaign_dir = Path(campaign_dir)
     table = campaign_dir / TABLE_NAME

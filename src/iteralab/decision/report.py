@@ -19,12 +19,13 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from iteralab.decision import (CPU_ONLY, Config, Decision, cpu_only, decide, exclusion_lines, render_decision,
-                               write_decision)
-from iteralab.fsutil import dumps_json, write_text_atomic
+from iteralab.decision.costing import CPU_ONLY
+from iteralab.decision.note import cpu_only, exclusion_lines, render_decision, write_decision
+from iteralab.decision.rule import Config, Decision, decide
+from iteralab.common.files import dumps_json, write_text_atomic
 from iteralab.kit.calcul_forfaits import STANDARD_PACKAGE_DAYS, format_amount, format_hours
-from iteralab.stats import Evidence, fmt_s, render_stats
-from iteralab.table import COLUMNS
+from iteralab.evidence.stats import Evidence, fmt_s, render_stats
+from iteralab.evidence.table import COLUMNS
 
 TEMPLATE = "report.html.j2"
 EXAMPLES = 5
@@ -35,14 +36,14 @@ COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#7f
 
 
 def memory_rows(evidence: Evidence) -> tuple[list[dict[str, Any]], str | None]:
-    """Memory per variant: observed (and the estimate when ``iteralab.memory`` provides one).
+    """Memory per variant: observed (and the estimate when ``iteralab.evidence.memory`` provides one).
 
     Returns the rows and a note; the note says when the estimate is not available.
     """
     from iteralab.errors import IteraError
 
     try:
-        from iteralab.memory import memory_table  # type: ignore[import-not-found]
+        from iteralab.evidence.memory import memory_table  # type: ignore[import-not-found]
     except ImportError:
         memory_table = None
         why = "the memory estimate module is not installed"

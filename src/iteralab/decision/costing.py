@@ -1,0 +1,117 @@
+"""What a configuration commits (K1–K4): the observed GPU matched to a catalog row, the cheapest listed
+package that covers its window, the cost per verified result. Arithmetic is the kit's, never re-implemented."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from iteralab.kit.calcul_forfaits import format_hours
+from iteralab.economics.pricing import (Catalog, CatalogEntry, CostPerResult, PackageBudget, cost_per_result,
+                              format_amount, load_catalog, package_budget)
+from iteralab.plan.protocol import resolve
+from iteralab.evidence.stats import (Evidence, VariantTimes)
+from iteralab.economics.window import WindowQuote, quote_calendar
+
+
+CPU_ONLY = "ran on CPU only: no rental GPU was observed, so no package can be priced from these runs"
+
+
+# ------------------------------------------------------------------------------------------- pricing
+
+
+@dataclass(frozen=True)
+class Pricing:
+    gpu: CatalogEntry | None = None
+    quote: WindowQuote | None = None
+    budget: PackageBudget | None = None
+    cost: CostPerResult | None = None
+    reason: str | None = None
+
+    @property
+    def priced(self) -> bool:
+        return self.budget is not None
+
+    def describe(self) -> str:
+        if self.budget is None:
+            return f"not priced: {self.reason}"
+        b = self.budget
+        return (f"{b.gpu_id} {b.package_days}-day package, {b.lots} lot{'s' if b.lots != 1 else ''} "
+                f"({b.cards} card{'s' if b.cards != 1 else ''}): {format_amount(b.total)} {b.currency} committed")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gpu_id": self.gpu.gpu_id if self.gpu else None, "reason": self.reason,
+                "quote": self.quote.to_dict() if self.quote else None,
+                "budget": self.budget.to_dict() if self.budget else None,
+                "cost_per_result": self.cost.to_dict() if self.cost else None}
+from iteralab.decision.windows import WindowInfo
+
+
+def _tokens(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def match_gpu(name: str, catalog: Catalog) -> CatalogEntry | None:
+    """The catalog GPU whose name (or id) matches an observed GPU name, e.g. 'NVIDIA GeForce RTX 4090'."""
+    seen = _tokens(name)
+    for e in catalog.entries:
+        if _tokens(e.gpu_name) == seen:
+            return e
+    for e in catalog.entries:
+        wanted = _tokens(e.gpu_id)
+        if wanted and all(t in seen for t in wanted):
+            return e
+    return None
+
+
+def _observed_gpu(ev: Evidence, times: VariantTimes) -> tuple[str | None, str | None]:
+    """(observed GPU name, None) or (None, reason it cannot be priced)."""
+    hw = ev.hardware
+    if not hw.gpus:
+        return None, CPU_ONLY
+    devices = {r.get("device") or "" for r in ev.rows if r["variant"] == times.variant and r["status"] == "ok"}
+    if devices and all(d == "cpu" for d in devices):
+        return None, (f"ran on CPU although {hw.label} was visible: these times say nothing about the GPU, "
+                      "so no package is priced from them")
+    indexes = {int(d.split(":")[1]) for d in devices if re.fullmatch(r"cuda:\d+", d)}
+    names = {hw.gpus[i] for i in indexes if i < len(hw.gpus)} or set(hw.gpus)
+    if len(names) > 1:
+        return None, f"several GPU models were visible ({', '.join(sorted(names))}) and the variant's device is unknown"
+    return names.pop(), None
+
+
+def price_config(ev: Evidence, times: VariantTimes, window: WindowInfo, accepted: int, catalog: Catalog,
+                 lots: int) -> Pricing:
+    """Cheapest listed package of the observed GPU that covers the window, via the kit's functions."""
+    name, reason = _observed_gpu(ev, times)
+    if name is None:
+        return Pricing(reason=reason)
+    entry = match_gpu(name, catalog)
+    if entry is None:
+        known = ", ".join(f"{g} ({catalog.entries_for(g)[0].gpu_name})" for g in catalog.gpu_ids())
+        return Pricing(reason=f"GPU '{name}' observed in the manifest is not in catalog {catalog.path} "
+                              f"(version {catalog.version}); available: {known}")
+    if window.window is None:
+        return Pricing(gpu=entry, reason=f"no window to cover: {window.reason}")
+    quote = quote_calendar(window.window, catalog, entry.gpu_id, lots)
+    covering = [o for o in quote.options if o.covers and o.in_catalog]
+    if not covering:
+        return Pricing(gpu=entry, quote=quote,
+                       reason=f"no listed package of {entry.gpu_id} covers the {window.label} window of "
+                              f"{format_hours(window.window.span_hours)} h: change the schedule, or price extra "
+                              "periods explicitly (never an automatic extension)")
+    best = min(covering, key=lambda o: (o.total, o.package_days))
+    budget = package_budget(catalog.entry(entry.gpu_id, best.package_days), lots)
+    return Pricing(entry, quote, budget, cost_per_result(budget.total, accepted, budget.currency))
+
+
+def _catalog(ev: Evidence, path: str | Path | None) -> Catalog:
+    if path is not None:
+        return load_catalog(path)
+    declared = ev.protocol.catalog.path
+    if declared is None:
+        return load_catalog(None)
+    return load_catalog(resolve(ev.campaign["protocol"].get("source") or ev.folder / "inputs" / "protocol.toml",
+                                declared))

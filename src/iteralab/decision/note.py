@@ -1,0 +1,162 @@
+"""The decision note (D2): the Markdown a person reads, and the JSON a machine reads, written atomically."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from iteralab.common.files import dumps_json, write_text_atomic
+from iteralab.kit.calcul_forfaits import format_hours
+from iteralab.economics.pricing import (format_amount)
+from iteralab.evidence.stats import (fmt_s)
+from iteralab.decision.costing import CPU_ONLY
+from iteralab.decision.rule import SCOPE, Config, Decision, package_summary
+
+
+# -------------------------------------------------------------------------------------------- the note
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _yes(value: bool | None, yes: str = "yes", no: str = "no") -> str:
+    return "-" if value is None else yes if value else no
+
+
+def _quality_cell(c: Config) -> str:
+    q = c.quality
+    if q.completed == 0:
+        return "not evaluated"
+    if q.meets_quality:
+        return "ok"
+    return "MARKED: outside tolerance" if q.tolerance_ok is False else "fails"
+
+
+def cpu_only(d: Decision) -> bool:
+    """True when every configuration that completed its passes is unpriced because no GPU was observed."""
+    done = [c for c in d.configs if not c.failures]
+    return bool(done) and all(c.pricing.reason == CPU_ONLY for c in done)
+
+
+def exclusion_lines(d: Decision) -> list[tuple[str, str]]:
+    """(who, why) for every configuration left out of the choice, and every excluded pass."""
+    common = cpu_only(d)
+    lines = [("every configuration", f"not priced, {CPU_ONLY}")] if common else []
+    for c in d.configs:
+        unpriced = not (c.pricing.priced or c.failures or common)
+        why = list(c.exclusions) + ([f"not priced: {c.pricing.reason}"] if unpriced else [])
+        if why:
+            lines.append((c.key, "; ".join(why)))
+    for c in d.configs:
+        for pt in c.times.excluded:
+            lines.append((f"pass {pt.pass_id} ({c.key})", f"excluded from the statistics: {pt.exclusion_reason}"))
+    return lines
+
+
+def render_decision(d: Decision) -> str:
+    """The decision note (Markdown, D2): deterministic, so it can be compared with a golden file."""
+    ev = d.evidence[0]
+    proto = ev.campaign["protocol"]
+    p = ev.protocol
+    chosen = d.chosen
+    out = [f"# Decision note: {proto['name']}, protocol version {proto['version']}", "",
+           f"Question (locked protocol): {p.question}", "", "## Decision", ""]
+    if chosen is not None:
+        out.append(f"**Chosen setting: {chosen.key}**: {package_summary(chosen)}.")
+        v = p.variant(chosen.variant)
+        out.append(f"Setting: batch size {v.batch_size}, precision {v.precision}, bucketing "
+                   f"{'on' if v.bucketing else 'off'}, padding {v.padding}, compile {'on' if v.compile else 'off'}, "
+                   f"{d.lots} lot{'s' if d.lots != 1 else ''}.")
+    else:
+        out.append(f"**{d.one_line[0].upper()}{d.one_line[1:]}.**")
+    out += ["", "## Covered load", "",
+            f"- {ev.corpus_size} documents, corpus fingerprint `{ev.fingerprint}`",
+            f"- accepted deliveries: {chosen.accepted if chosen else 'see the table'} (each corpus counted once by "
+            "fingerprint, however many passes delivered it)",
+            f"- protocol `{proto['name']}` version {proto['version']}, sha256 `{proto['sha256']}`, locked at "
+            f"{proto.get('locked_at')}",
+            f"- metric {p.metric.name} >= {p.metric.threshold:g}, within {p.metric.tolerance:g} of "
+            f"{p.metric.reference_variant}; gating subgroups: "
+            f"{', '.join(s.name for s in p.subgroups if s.gating) or 'none'}; reproduction target "
+            f"{p.reproduction.target}",
+            f"- catalog version {d.catalog.version} dated {d.catalog.date.isoformat()}",
+            *(f"- campaign `{e.folder}`: hardware observed {e.hardware.label}" for e in d.evidence),
+            "", "## Reasons", "", *(f"- {r}" for r in d.reasons), "",
+            "## Configurations", "",
+            "| configuration | feasible | quality | median pass (s) | counted passes | window | deadline | package "
+            "| committed | accepted | cost per verified corpus |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in d.configs:
+        b = c.pricing.budget
+        cost = c.pricing.cost.describe() if c.pricing.cost else "-"
+        win = f"{c.window.label} {format_hours(c.window.window.span_hours)} h" if c.window.window else "none"
+        out.append("| " + " | ".join(_cell(x) for x in (
+            c.key, _yes(c.feasible), _quality_cell(c), fmt_s(c.times.median), len(c.times.times), win,
+            _yes(c.window.meets_deadline, "met", "MISSED"),
+            f"{b.gpu_id} {b.package_days} days x {b.lots}" if b else "not priced",
+            f"{format_amount(b.total)} {b.currency}" if b else "-", c.accepted, cost)) + " |")
+    out += ["", "## Excluded and why", ""]
+    out += [f"- {who}: {why}" for who, why in exclusion_lines(d)] or ["- nothing was excluded"]
+    out += ["", "## Calendar window", "", f"- {d.planned.describe()}", f"- {d.planned.deadline_text()}"]
+    if d.project:
+        out += [f"- {c.key}: {c.window.describe()}; {c.window.deadline_text()}" for c in d.configs
+                if c.window.window is not d.planned.window]
+    for e, o in zip(d.evidence, d.observed):
+        if o is not None:
+            out.append(f"- {e.hardware.label}: {o.describe()}")
+    shown_quotes: dict[str, Config] = {}
+    for c in ([d.chosen] if d.chosen else d.configs):
+        if c.pricing.quote is not None:
+            shown_quotes.setdefault(f"{c.pricing.quote.gpu_id} {c.window.label}", c)
+    for c in shown_quotes.values():
+        quote = c.pricing.quote
+        assert quote is not None
+        listed = [f"{o.package_days} days ({o.package_hours} h) {'covers' if o.covers else 'does not cover'}, "
+                  f"{'not in catalog' if o.total is None else format_amount(o.total) + ' ' + o.currency}"
+                  for o in quote.options]
+        out.append(f"- {quote.gpu_id} packages against the {c.window.label} window "
+                   f"({format_hours(quote.hours)} h): " + "; ".join(listed))
+    out += ["", "## What remains uncertain", "", *(f"- {u}" for u in d.uncertain or ["nothing flagged"])]
+    out += ["", "## Manifest differences between merged campaigns (C5)", ""]
+    if not d.manifest_diffs:
+        out.append("- one campaign folder: nothing merged")
+    for a, b, keys in d.manifest_diffs:
+        shown = ", ".join(f"`{k}`" for k in keys[:40]) + (f" and {len(keys) - 40} more" if len(keys) > 40 else "")
+        out.append(f"- `{a}` vs `{b}`: {shown or 'no difference'}")
+    if d.manifest_diffs:
+        out.append("- the comparison concerns exactly the configurations tested, on the stacks listed above")
+    out += ["", "## Scope", "", f"- {SCOPE}.",
+            "- the comparison concerns exactly the configurations tested; a capacity estimate never replaces "
+            "observed accepted results", "", "## Rental record", "",
+            f"- rental id: {d.rental_id}" if d.rental_id else "- rental id: none given"]
+    if d.notes:
+        out += ["", "## Notes", "", *(f"- {n}" for n in d.notes)]
+    return "\n".join(out) + "\n"
+
+
+def write_decision(d: Decision, out: str | Path) -> dict[str, Path]:
+    """Write decision.md and decision.json (atomically) into ``out``."""
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {"decision_md": folder / "decision.md", "decision_json": folder / "decision.json"}
+    write_text_atomic(paths["decision_md"], render_decision(d))
+    write_text_atomic(paths["decision_json"], decision_json(d))
+    return paths
+
+
+def decision_json(d: Decision) -> str:
+    """The decision as deterministic JSON text (sorted keys, amounts as strings)."""
+    return dumps_json(_jsonable(d.to_dict()))
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (Decimal, Path, datetime)):
+        return str(obj)
+    return obj

@@ -1,0 +1,314 @@
+"""The decision (D1, D2, D4, K6, M1, W4): which configuration to rent, from the stored evidence only.
+
+For each configuration, keyed by (hardware observed, variant) so that folders run on different machines can
+be merged, this brings together: feasibility first (a configuration that did not complete the corpus in
+every counted pass is *not feasible* and is never priced, M1), the quality verdicts (Q1–Q3), the raw times
+(T3), the campaign window (planned from the protocol's calendar tasks, or projected from measured times on
+request: always labelled), the deadline, the committed package fee for the hardware *observed* in the manifest
+(never from the configuration), and the accepted deliveries, counted once per corpus fingerprint (K6).
+
+The rule (D1): all documents, minimum quality, before the deadline, lowest committed budget; ties are
+separated by committed cost, then failures, then remaining uncertainty (T5). The pricing and window
+arithmetic is the kit's (``iteralab.economics.pricing``, ``iteralab.economics.window``), never re-implemented here.
+"""
+
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from iteralab.errors import IteraError
+from iteralab.campaign.manifest import diff_manifests
+from iteralab.economics.pricing import (Catalog, count_accepted_results, format_amount)
+from iteralab.evidence.stats import (MISSING_SUBGROUP, Q2_MARK, CampaignStats, Evidence, VariantQuality, VariantTimes,
+                            campaign_stats, compare, fmt_s, load_evidence)
+from iteralab.decision.costing import CPU_ONLY, Pricing, _catalog, match_gpu, price_config
+from iteralab.decision.windows import WindowInfo, observed_span, planned_window, projected_window
+
+
+SCHEMA_VERSION = 1
+SCOPE = ("offline batch inference only: this protocol does not qualify an interactive service, training to "
+         "convergence, or another dataset; those need their useful unit and checks redefined first")
+NOT_FEASIBLE = "not feasible: a configuration that did not complete the corpus is never priced"
+RULE = ("processes all documents, meets the minimum quality, finishes before the deadline, lowest committed "
+        "budget; ties separated by committed cost, then failures, then remaining uncertainty (T5)")
+
+
+
+# -------------------------------------------------------------------------------------- configurations
+
+
+@dataclass(frozen=True)
+class Config:
+    """One configuration: a variant on the hardware observed in its campaign folder."""
+
+    hardware: str
+    variant: str
+    folder: Path
+    times: VariantTimes
+    quality: VariantQuality
+    accepted: int
+    window: WindowInfo
+    pricing: Pricing
+    failures: tuple[str, ...]
+    exclusions: tuple[str, ...]
+    merged: bool = True
+
+    @property
+    def key(self) -> str:
+        """(hardware, variant) when folders from several machines are merged; the variant alone otherwise."""
+        return f"{self.hardware} / {self.variant}" if self.merged else self.variant
+
+    @property
+    def feasible(self) -> bool:
+        return not self.failures
+
+    @property
+    def candidate(self) -> bool:
+        return not self.exclusions and self.pricing.priced
+
+    @property
+    def n_failures(self) -> int:
+        return self.times.count("failed") + self.times.count("aborted")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key, "hardware": self.hardware, "variant": self.variant, "folder": str(self.folder),
+            "feasible": self.feasible, "failures": list(self.failures), "quality": self.quality.to_dict(),
+            "median_pass_s": self.times.median, "times": list(self.times.times), "accepted_deliveries": self.accepted,
+            "window": self.window.to_dict(), "pricing": self.pricing.to_dict(), "exclusions": list(self.exclusions),
+            "candidate": self.candidate,
+        }
+
+
+def _failures(ev: Evidence, times: VariantTimes) -> tuple[str, ...]:
+    counted = [p for p in times.passes if not p.excluded]
+    if not counted:
+        return ("no counted pass: the corpus was never completed",)
+    out = []
+    for p in counted:
+        row = next(r for r in ev.rows if r["pass_id"] == p.pass_id)
+        if p.status != "ok":
+            done = f" after {p.completed} of {ev.corpus_size} documents" if p.completed else ""
+            why = f": {p.error}" if p.error else ""
+            if not why and p.status == "aborted":
+                why = ": the process ended during the pass"
+            out.append(f"pass {p.pass_id} {p.status}{done}{why}")
+        elif row.get("ids_match") != "true":
+            out.append(f"pass {p.pass_id} did not deliver exactly the {ev.corpus_size} expected ids")
+    return tuple(out)
+
+
+def _quality_exclusions(q: VariantQuality, metric: str) -> list[str]:
+    out = []
+    if q.completed == 0:
+        return out
+    if q.format_ok is False:
+        out.append("format problems in the predictions")
+    if q.threshold_ok is False:
+        out.append(f"{metric} below the threshold ({min(q.metrics):.4f})" if q.metrics else "below the threshold")
+    if q.tolerance_ok is False:
+        delta = f" ({metric} {min(q.metrics):.4f} vs reference {q.metric_ref:.4f})" if q.metrics and \
+            q.metric_ref is not None else ""
+        out.append(f"outside the tolerance{delta}: {Q2_MARK}")
+    if q.subgroups_ok is False:
+        out.append("a gating subgroup misses its threshold or tolerance")
+    if q.reproduction_ok is False:
+        out.append("the declared reproduction target does not hold")
+    if not out and q.accepted < q.completed:
+        out.append(f"only {q.accepted} of {q.completed} completed passes were accepted")
+    return out
+
+
+def _hardware_keys(evidence: list[Evidence]) -> list[str]:
+    labels = [ev.hardware.label for ev in evidence]
+    return [f"{label} [{ev.folder.name}]" if labels.count(label) > 1 else label for label, ev in zip(labels, evidence)]
+
+
+def check_mergeable(evidence: list[Evidence]) -> None:
+    """Refuse to merge campaigns of different protocol versions/content or different corpora."""
+    first = evidence[0]
+    p0 = first.campaign["protocol"]
+    for ev in evidence[1:]:
+        p = ev.campaign["protocol"]
+        if (p["name"], p["version"], p["sha256"]) != (p0["name"], p0["version"], p0["sha256"]):
+            raise IteraError(
+                f"cannot merge {first.folder} and {ev.folder}: protocol {p0['name']!r} version {p0['version']} "
+                f"(sha256 {p0['sha256'][:12]}) vs {p['name']!r} version {p['version']} (sha256 {p['sha256'][:12]})",
+                hint="results of different protocol versions are never pooled: decide on each folder separately")
+        if ev.fingerprint != first.fingerprint:
+            raise IteraError(
+                f"cannot merge {first.folder} and {ev.folder}: corpus fingerprint {first.fingerprint[:12]} vs "
+                f"{ev.fingerprint[:12]}", hint="every configuration must process the same corpus (K6)")
+
+
+
+
+# --------------------------------------------------------------------------------------------- decision
+
+
+@dataclass(frozen=True)
+class Decision:
+    evidence: tuple[Evidence, ...]
+    stats: tuple[CampaignStats, ...]
+    configs: tuple[Config, ...]
+    chosen: Config | None
+    one_line: str
+    reasons: tuple[str, ...]
+    uncertain: tuple[str, ...]
+    manifest_diffs: tuple[tuple[str, str, tuple[str, ...]], ...]
+    planned: WindowInfo
+    observed: tuple[WindowInfo | None, ...]
+    catalog: Catalog
+    rental_id: str | None = None
+    project: bool = False
+    lots: int = 1
+    notes: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        ev = self.evidence[0]
+        return {
+            "schema_version": SCHEMA_VERSION, "decision": self.one_line,
+            "chosen": self.chosen.key if self.chosen else None, "rule": RULE,
+            "protocol": {k: ev.campaign["protocol"].get(k) for k in ("name", "version", "sha256", "locked_at")},
+            "question": ev.protocol.question,
+            "corpus": {"fingerprint": ev.fingerprint, "size": ev.corpus_size},
+            "campaigns": [{"folder": str(e.folder), "hardware": e.hardware.to_dict()} for e in self.evidence],
+            "catalog": self.catalog.to_dict(), "lots": self.lots, "project": self.project,
+            "planned_window": self.planned.to_dict(),
+            "observed_spans": [o.to_dict() if o else None for o in self.observed],
+            "configurations": [c.to_dict() for c in self.configs],
+            "reasons": list(self.reasons), "uncertain": list(self.uncertain),
+            "manifest_differences": [{"a": a, "b": b, "fields": list(k)} for a, b, k in self.manifest_diffs],
+            "scope": SCOPE, "rental_id": self.rental_id, "notes": list(self.notes),
+        }
+
+
+def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, project: bool = False,
+           catalog: str | Path | None = None, lots: int = 1) -> Decision:
+    """Merge campaign folders and apply the rule (D1). Raises IteraError on folders that cannot be merged."""
+    if not campaign_dirs:
+        raise IteraError("no campaign folder given", hint="pass at least one folder written by 'iteralab run'")
+    evidence = [load_evidence(d) for d in campaign_dirs]
+    check_mergeable(evidence)
+    cat = _catalog(evidence[0], catalog)
+    stats = [campaign_stats(ev) for ev in evidence]
+    planned = planned_window(evidence[0])
+    metric = evidence[0].protocol.metric.name
+    configs: list[Config] = []
+    for hw, ev, st in zip(_hardware_keys(evidence), evidence, stats):
+        for times in st.variants:
+            quality = st.quality_of(times.variant)
+            pairs = [(r["corpus_fingerprint"] or ev.fingerprint, r.get("corpus_accepted") == "true")
+                     for r in ev.rows if r["variant"] == times.variant and r["pass_id"] not in ev.exclusions]
+            accepted = count_accepted_results(pairs)
+            window = projected_window(ev, planned, times) if project else planned
+            failures = _failures(ev, times)
+            exclusions = [f"not feasible (M1): {'; '.join(failures)}; never priced"] if failures else []
+            exclusions += _quality_exclusions(quality, metric)
+            if window.meets_deadline is False:
+                exclusions.append(f"misses the deadline: {window.deadline_text()}")
+            pricing = Pricing(reason=NOT_FEASIBLE) if failures else price_config(ev, times, window, accepted, cat, lots)
+            configs.append(Config(hw, times.variant, ev.folder, times, quality, accepted, window, pricing, failures,
+                                  tuple(exclusions), merged=len(evidence) > 1))
+    chosen, one_line, reasons, uncertain = _apply_rule(configs, evidence[0])
+    for st in stats:
+        uncertain += [f"{st.evidence.hardware.label}, {c.scope}: {c.a} vs {c.b}: {c.text}"
+                      for c in st.comparisons if not c.distinguished]
+    gating = [s.name for s in evidence[0].protocol.subgroups if s.gating]
+    for name in gating:
+        lacking = [c.key for c in configs if name in c.quality.missing_subgroups(gating)]
+        if lacking:
+            uncertain.append(f"gating subgroup {name!r} has no value in the raw table for {', '.join(lacking)}: "
+                             f"{MISSING_SUBGROUP}")
+    if planned.window is not None:
+        uncertain.append(f"the window is {'projected' if project else 'planned'}, not observed: a planning "
+                         "assumption until the rental's real dates are known (W4)")
+    if evidence[0].protocol.thresholds_tuned_on_final:
+        uncertain.append("thresholds were tuned after seeing the final corpus (P4): the result needs a new "
+                         "independent evaluation corpus")
+    diffs = []
+    for ev in evidence[1:]:
+        if evidence[0].manifest is None or ev.manifest is None:
+            diffs.append((str(evidence[0].folder), str(ev.folder), ("manifest.json missing in one folder",)))
+        else:
+            diffs.append((str(evidence[0].folder), str(ev.folder), tuple(diff_manifests(evidence[0].manifest,
+                                                                                        ev.manifest))))
+    notes = [n for st in stats for n in st.notes]
+    for ev in evidence:
+        for name in sorted(set(ev.hardware.gpus)):
+            entry = match_gpu(name, cat)
+            seen = ev.hardware.gpus.count(name)
+            if entry is not None and seen != entry.cards_per_lot * lots:
+                notes.append(f"{ev.folder}: the campaign saw {seen} x {name}; {lots} lot{'s' if lots != 1 else ''} "
+                             f"of {entry.gpu_id} hold{'s' if lots == 1 else ''} {entry.cards_per_lot * lots} cards: "
+                             "the times measure the cards seen, extra cards are never assumed to speed anything up")
+    return Decision(tuple(evidence), tuple(stats), tuple(configs), chosen, one_line, tuple(reasons),
+                    tuple(uncertain), tuple(diffs), planned, tuple(observed_span(ev) for ev in evidence), cat,
+                    rental_id, project, lots, tuple(notes))
+
+
+def _apply_rule(configs: list[Config], ev: Evidence) -> tuple[Config | None, str, list[str], list[str]]:
+    reasons = [f"rule (D1): {RULE}"]
+    uncertain: list[str] = []
+    eligible = [c for c in configs if not c.exclusions]
+    candidates = [c for c in eligible if c.pricing.priced]
+    if not candidates:
+        fastest = sorted((c for c in eligible if c.times.median is not None), key=lambda c: c.times.median)
+        if eligible and all(c.pricing.reason == CPU_ONLY for c in eligible):
+            line = f"no choice possible: {CPU_ONLY}"
+            detail = (f"decision-equivalent configurations (all documents, quality within the tolerance, deadline): "
+                      f"{', '.join(c.key for c in eligible)}")
+            if fastest:
+                detail += f"; fastest by median on this CPU: {fastest[0].key} ({fmt_s(fastest[0].times.median)} s)"
+                if len(fastest) > 1:
+                    first, second = fastest[0], fastest[1]
+                    detail += f" ({compare(first.times, second.times, names=(first.key, second.key)).text})"
+            reasons += [detail, "the choice of rental cannot be made from CPU runs: run the same protocol on the "
+                                "rental GPUs and decide again"]
+        elif eligible:
+            line = "no choice possible: no configuration that meets every condition could be priced"
+            reasons += [f"{c.key}: {c.pricing.reason}" for c in eligible]
+        else:
+            line = ("no choice possible: no configuration processes all documents at the minimum quality before "
+                    "the deadline")
+            reasons.append("every configuration is left out for a reason listed under 'Excluded and why'")
+        return None, line, reasons, uncertain
+    ranked = sorted(candidates, key=lambda c: (c.pricing.budget.total, c.n_failures,  # type: ignore[union-attr]
+                                               c.times.median if c.times.median is not None else float("inf")))
+    best = ranked[0]
+    tied = [c for c in ranked[1:] if c.pricing.budget.total == best.pricing.budget.total  # type: ignore[union-attr]
+            and c.n_failures == best.n_failures]
+    budget = best.pricing.budget
+    assert budget is not None and best.pricing.cost is not None
+    line = f"chosen: {best.key}: {package_summary(best)}"
+    reasons.append(f"{best.key}: all {ev.corpus_size} documents in every counted pass, quality within the "
+                   f"tolerance, {best.window.deadline_text()}, {best.pricing.describe()}")
+    for c in tied:
+        verdict = compare(best.times, c.times, "tie", names=(best.key, c.key))
+        if verdict.distinguished and verdict.faster == best.key:
+            reasons.append(f"{c.key}: same committed cost and failures; the tie is settled by the evidence: "
+                           f"{verdict.text}")
+        else:
+            reasons.append(f"{c.key}: same committed cost and failures, decision-equivalent; {best.key} is listed "
+                           "first by median pass time only")
+            uncertain.append(f"{best.key} vs {c.key} (tied on committed cost): {verdict.text}")
+    for c in ranked[1:]:
+        b = c.pricing.budget
+        assert b is not None
+        if c not in tied:
+            reasons.append(f"{c.key}: also meets every condition but commits {format_amount(b.total)} {b.currency} "
+                           f"({b.gpu_id} {b.package_days}-day) vs {format_amount(budget.total)} {budget.currency}")
+    return best, line, reasons, uncertain
+
+
+def package_summary(c: Config) -> str:
+    """'7-day package, 1 lot, 110.00 USD committed, 110.00 USD per verified corpus (1 accepted)'."""
+    b, cost = c.pricing.budget, c.pricing.cost
+    assert b is not None and cost is not None
+    per = (f"{format_amount(cost.per_result)} {b.currency} per verified corpus ({cost.accepted_results} accepted)"
+           if cost.per_result is not None else "cost per verified corpus undefined (0 accepted)")
+    return (f"{b.gpu_id} {b.package_days}-day package, {b.lots} lot{'s' if b.lots != 1 else ''}, "
+            f"{format_amount(b.total)} {b.currency} committed, {per}")

@@ -1,0 +1,224 @@
+"""The model under test (X5): a Hugging Face classifier, an encoder + trained linear head, or a Python callable.
+
+Every workload offers the same small interface (:class:`Workload`): ``tokenize`` → ``infer`` gives float32
+probabilities ``[n, n_classes]`` on the host, ``describe`` and ``file_hashes`` feed the manifest (C3).
+
+Rules kept here:
+- Models come from a local folder only (``local_files_only=True``); nothing is downloaded.
+- Weights are read from safetensors only; no pickle, no ``torch.load``. A folder without safetensors is refused.
+- ``trust_remote_code`` is False unless the caller sets it.
+- Precision: ``fp32``; ``bf16`` (CPU and GPUs that support it); ``fp16`` on GPU only — on CPU it is refused
+  because most hosts emulate half-precision matmul, so its time says nothing about a rental; use ``bf16``
+  there; ``int8-dynamic`` (dynamic int8 of every ``nn.Linear`` via ``torch.ao.quantization.quantize_dynamic``)
+  on CPU only — PyTorch's dynamic int8 kernels are CPU kernels (fbgemm/x86/qnnpack).
+- ``compile=True`` wraps the forward in ``torch.compile``; compilation happens at the first call, which the
+  caller makes as a separate, timed warm-up (``warmup``).
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from iteralab.models.device import resolve_device
+from iteralab.errors import WorkloadError
+from iteralab.common.files import sha256_file
+
+KINDS = ("hf_classifier", "encoder_head", "callable")
+PRECISIONS = ("fp32", "bf16", "fp16", "int8-dynamic")
+PADDINGS = ("longest", "max_length")
+HEAD_FORMAT = "iteralab-linear-head"
+POOLING = "mean over real tokens (attention-mask weighted, padding excluded), float32"
+
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8-dynamic": torch.float32}
+_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+# Files never read by a workload: documentation, other frameworks' weights. Everything else is hashed.
+_UNUSED_SUFFIXES = (".md", ".png", ".jpg", ".jpeg", ".gif", ".h5", ".msgpack", ".onnx", ".ot") + _PICKLE_SUFFIXES
+_REVISION = re.compile(r"[0-9a-f]{40}")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How a text model is run; recorded verbatim in ``describe()``."""
+
+    precision: str = "fp32"
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    max_length: int = 256
+    truncation: bool = True
+    padding: str = "longest"
+    compile: bool = False
+    trust_remote_code: bool = False
+
+
+class Workload(ABC):
+    """Common interface of every model under test. ``encoded`` batches are host-side mappings of tensors."""
+
+    kind: str
+    classes: tuple[str, ...]
+    device: torch.device
+
+    @abstractmethod
+    def tokenize(self, texts: Sequence[str]) -> Mapping[str, Any]:
+        """Host tensors for one batch, padded/truncated by the declared policy."""
+
+    @abstractmethod
+    def to_device(self, encoded: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The batch on the workload's device (non-blocking copies on GPU)."""
+
+    @abstractmethod
+    def forward_device(self, encoded_on_device: Mapping[str, Any]) -> torch.Tensor:
+        """Forward + softmax on the device, no transfer: float32 probabilities [n, C] left on the device."""
+
+    @abstractmethod
+    def token_lengths(self, texts: Sequence[str]) -> list[int]:
+        """Tokenizer counts including special tokens, without truncation (C2 length strata)."""
+
+    @abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready facts for the manifest (C3)."""
+
+    @abstractmethod
+    def file_hashes(self) -> dict[str, str]:
+        """sha256 of every file the workload reads, recomputed at each call (relative name → hex)."""
+
+    def infer(self, encoded: Mapping[str, Any]) -> np.ndarray:
+        """Probabilities [n, C] as float32 on the host (the copy back waits for the device)."""
+        with torch.inference_mode():
+            probs = self.forward_device(self.to_device(encoded))
+            return probs.float().cpu().numpy()
+
+    def predict(self, texts: Sequence[str]) -> np.ndarray:
+        texts = _text_list(texts)
+        if not texts:
+            return np.zeros((0, len(self.classes)), dtype=np.float32)
+        return self.infer(self.tokenize(texts))
+
+    def warmup(self, texts: Sequence[str]) -> None:
+        """Run one batch so compilation and lazy initialisation happen here, in a call the caller times as
+        warm-up/compilation, never inside a measured pass."""
+        self.predict(texts)
+
+
+# ----------------------------------------------------------------------------------------- helpers
+
+
+def _text_list(texts: Sequence[str]) -> list[str]:
+    if isinstance(texts, str):
+        raise WorkloadError("texts: expected a sequence of strings, got one string",
+                            hint="wrap a single text in a list")
+    items = list(texts)
+    for i, text in enumerate(items):
+        if not isinstance(text, str):
+            raise WorkloadError(f"texts[{i}]: expected a string, got {type(text).__name__}")
+    return items
+
+
+def _model_folder(path: str | Path | None, kind: str) -> Path:
+    if path is None:
+        raise WorkloadError(f"path: a local model folder is required for kind {kind!r}")
+    folder = Path(path)
+    if not folder.is_dir():
+        raise WorkloadError(f"path: model folder {folder} does not exist",
+                            hint="give a local folder; hub ids are never downloaded")
+    if not any(folder.glob("*.safetensors")):
+        pickles = sorted(p.name for p in folder.iterdir() if p.suffix in _PICKLE_SUFFIXES)
+        found = f" (found {', '.join(pickles)}: pickled weights are refused)" if pickles else ""
+        raise WorkloadError(f"path: {folder} has no safetensors weights{found}",
+                            hint="save the model with save_pretrained(..., safe_serialization=True)")
+    return folder
+
+
+def folder_hashes(folder: Path, prefix: str = "") -> dict[str, str]:
+    """sha256 of the top-level files a model folder contributes (weights, config, tokenizer, code)."""
+    hashes = {}
+    for item in sorted(folder.iterdir()):
+        name = item.name
+        if not item.is_file() or name.startswith(".") or name.upper().startswith(("README", "LICENSE")):
+            continue
+        if item.suffix.lower() in _UNUSED_SUFFIXES:
+            continue
+        hashes[prefix + name] = sha256_file(item)
+    return hashes
+
+
+def hub_revision(folder: Path) -> str | None:
+    """The hub commit a folder came from: an HF cache ``snapshots/<sha>`` folder, or the metadata that
+    ``huggingface-cli download --local-dir`` leaves under ``.cache/huggingface/download``. None otherwise."""
+    resolved = folder.resolve()
+    if resolved.parent.name == "snapshots" and _REVISION.fullmatch(resolved.name):
+        return resolved.name
+    meta = folder / ".cache" / "huggingface" / "download"
+    revisions = set()
+    if meta.is_dir():
+        for item in meta.rglob("*.metadata"):
+            first = item.read_text(encoding="utf-8", errors="replace").split("\n", 1)[0].strip()
+            if _REVISION.fullmatch(first):
+                revisions.add(first)
+    return ",".join(sorted(revisions)) or None
+
+
+def _check_settings(settings: Settings) -> None:
+    precision, device = settings.precision, settings.device
+    if precision not in PRECISIONS:
+        raise WorkloadError(f"precision: {precision!r} is not one of {', '.join(PRECISIONS)}")
+    if settings.padding not in PADDINGS:
+        raise WorkloadError(f"padding: {settings.padding!r} is not one of {', '.join(PADDINGS)}")
+    if isinstance(settings.max_length, bool) or not isinstance(settings.max_length, int) or settings.max_length < 2:
+        raise WorkloadError(f"max_length: {settings.max_length!r} must be an integer ≥ 2")
+    if settings.padding == "max_length" and not settings.truncation:
+        raise WorkloadError("padding: 'max_length' needs truncation enabled (longer texts cannot be padded to it)",
+                            hint="set truncation = true, or use padding = 'longest'")
+    if precision == "fp16" and device.type == "cpu":
+        raise WorkloadError("precision: fp16 is refused on CPU (half-precision matmul is emulated on most hosts, "
+                            "so its time means nothing for a GPU rental)", hint="use bf16 or fp32 on CPU")
+    if precision == "int8-dynamic" and device.type != "cpu":
+        raise WorkloadError(f"precision: int8-dynamic runs on CPU only, not on {device}",
+                            hint="dynamic int8 kernels in PyTorch are CPU kernels; use fp16/bf16 on a GPU")
+    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise WorkloadError(f"precision: bf16 is not supported by {torch.cuda.get_device_name(device)}",
+                            hint="use fp16 or fp32 on this GPU")
+
+
+# ----------------------------------------------------------------------------------------- factory
+
+
+def load_workload(kind: str, *, path: str | Path | None = None, head: str | Path | None = None,
+                  callable_ref: str | None = None, classes: Sequence[str] | None = None, precision: str = "fp32",
+                  device: str | torch.device = "cpu", max_length: int = 256, truncation: bool = True,
+                  padding: str = "longest", compile: bool = False, trust_remote_code: bool = False) -> Workload:
+    """Build the declared workload. Every refusal is a :class:`WorkloadError` naming the field."""
+    if kind not in KINDS:
+        raise WorkloadError(f"kind: {kind!r} is not one of {', '.join(KINDS)}")
+    if kind == "callable":
+        if callable_ref is None:
+            raise WorkloadError("callable: required for kind 'callable' ('package.module:function')")
+        if classes is None:
+            raise WorkloadError("classes: required for a callable workload (the order of its probability columns)")
+        if precision != "fp32" or compile:
+            raise WorkloadError(f"precision/compile: {precision!r}/{compile} cannot be applied to a callable",
+                                hint="the callable owns its model; declare precision 'fp32' and compile false")
+        from iteralab.models.callable import CallableWorkload
+
+        return CallableWorkload(callable_ref, classes, Path(path) if path is not None else None)
+    settings = Settings(precision=precision, device=resolve_device(device), max_length=max_length,
+                        truncation=bool(truncation), padding=padding, compile=bool(compile),
+                        trust_remote_code=bool(trust_remote_code))
+    _check_settings(settings)
+    folder = _model_folder(path, kind)
+    if kind == "hf_classifier":
+        from iteralab.models.hf import HFClassifierWorkload
+
+        return HFClassifierWorkload(folder, settings, classes)
+    if head is None:
+        raise WorkloadError("head: required for kind 'encoder_head' (a safetensors head file)",
+                            hint="train one with train_linear_head and save_head")
+    from iteralab.models.head import EncoderHeadWorkload
+
+    return EncoderHeadWorkload(folder, settings, Path(head), classes)

@@ -1,0 +1,226 @@
+"""An encoder + a trained linear head (``kind = "encoder_head"``): mean pooling, the head's file format
+(safetensors with metadata) and its training on the tuning split (P4)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from iteralab.common.files import sha256_file, write_bytes_atomic
+from iteralab.errors import WorkloadError
+from iteralab.models.base import (HEAD_FORMAT, POOLING, Settings, _check_settings, _model_folder, _text_list,
+                                  folder_hashes)
+from iteralab.models.device import resolve_device
+from iteralab.models.hf import _HFText, _load_pretrained
+
+
+# ----------------------------------------------------------------------------------------- encoder + head
+
+
+@dataclass(frozen=True)
+class LinearHead:
+    """A trained linear head: ``weight`` [C, H], ``bias`` [C] (float32), class names in order."""
+
+    weight: np.ndarray
+    bias: np.ndarray
+    classes: tuple[str, ...]
+    normalize: bool
+    metadata: dict[str, str]
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Mean of the hidden states over real tokens only (padding has mask 0), computed in float32."""
+    mask = attention_mask.to(torch.float32).unsqueeze(-1)
+    summed = (hidden.to(torch.float32) * mask).sum(dim=1)
+    return summed / mask.sum(dim=1).clamp(min=1.0)
+
+
+class EncoderHeadWorkload(_HFText):
+    """An ``AutoModel`` encoder, mean pooling over real tokens, optional L2 normalisation, a linear head.
+
+    Pooling, normalisation and the head run in float32 whatever the encoder's precision; int8-dynamic
+    quantizes the encoder's Linear layers, the (tiny) head stays float32. Without a head (see
+    :func:`load_encoder`) only ``embed`` is usable.
+    """
+
+    kind = "encoder_head"
+
+    def __init__(self, folder: Path, settings: Settings, head_path: Path | None = None,
+                 classes: Sequence[str] | None = None) -> None:
+        from transformers import AutoModel
+
+        _check_settings(settings)
+        self.head_path = head_path
+        self.head = load_head(head_path) if head_path is not None else None
+        model, ignored = _load_pretrained(AutoModel, folder, settings, allowed_missing=("pooler.",))
+        notes = [f"not in the folder and unused by mean pooling: {', '.join(ignored)}"] if ignored else []
+        self.classes = self.head.classes if self.head else ()
+        if self.head is not None:
+            hidden = getattr(model.config, "hidden_size", None)
+            if hidden is not None and self.head.weight.shape[1] != hidden:
+                raise WorkloadError(f"head: {head_path} expects {self.head.weight.shape[1]}-dim embeddings, "
+                                    f"the encoder gives {hidden}", hint="train the head on this encoder")
+            if classes is not None and tuple(classes) != self.classes:
+                raise WorkloadError(f"classes: the protocol declares {list(classes)} but the head {head_path} "
+                                    f"holds {list(self.classes)}", hint="declare the classes in the head's order")
+        super().__init__(folder, settings, model, notes)
+        if self.head is not None:
+            self._weight = torch.from_numpy(self.head.weight).to(self.device)
+            self._bias = torch.from_numpy(self.head.bias).to(self.device)
+
+    def _pooled(self, encoded_on_device: Mapping[str, Any], normalize: bool) -> torch.Tensor:
+        hidden = self._forward(**encoded_on_device).last_hidden_state
+        pooled = mean_pool(hidden, encoded_on_device["attention_mask"])
+        return torch.nn.functional.normalize(pooled, dim=-1) if normalize else pooled
+
+    def forward_device(self, encoded_on_device: Mapping[str, Any]) -> torch.Tensor:
+        if self.head is None:
+            raise WorkloadError("head: this encoder was loaded without a head; only embed() is available")
+        with torch.inference_mode():
+            pooled = self._pooled(encoded_on_device, self.head.normalize)
+            return torch.softmax(pooled @ self._weight.T + self._bias, dim=-1)
+
+    def embed(self, texts: Sequence[str], batch_size: int = 32, *, normalize: bool | None = None) -> np.ndarray:
+        """Pooled embeddings [n, H] float32, as fed to the head (normalised if the head says so, or if asked)."""
+        items = _text_list(texts)
+        if batch_size < 1:
+            raise WorkloadError(f"batch_size: {batch_size} must be ≥ 1")
+        norm = normalize if normalize is not None else bool(self.head and self.head.normalize)
+        hidden = int(getattr(self.model.config, "hidden_size", 0))
+        chunks = [np.zeros((0, hidden), dtype=np.float32)]
+        with torch.inference_mode():
+            for start in range(0, len(items), batch_size):
+                encoded = self.to_device(self.tokenize(items[start:start + batch_size]))
+                chunks.append(self._pooled(encoded, norm).float().cpu().numpy())
+        return np.concatenate(chunks, axis=0)
+
+    def file_hashes(self) -> dict[str, str]:
+        hashes = folder_hashes(self.folder)
+        if self.head_path is not None:
+            hashes[f"head/{self.head_path.name}"] = sha256_file(self.head_path)
+        return hashes
+
+    def describe(self) -> dict[str, Any]:
+        info = super().describe()
+        if self.quantization is not None:
+            info["quantization"] = {**self.quantization, "scope": "encoder nn.Linear layers; head kept float32"}
+        if self.head is not None:
+            info["head"] = {"file": self.head_path.name if self.head_path else None,
+                            "normalize": self.head.normalize, "pooling": POOLING,
+                            "shape": list(self.head.weight.shape), "dtype": "float32"}
+        return info
+
+
+def train_linear_head(embeddings: np.ndarray, labels: Sequence[str], classes: Sequence[str], *, seed: int = 0,
+                      C: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """Fit a multinomial logistic regression (lbfgs, deterministic); return ``weight`` [C, H], ``bias`` [C].
+
+    With two classes scikit-learn fits one logit; it is returned as two rows (0 and w) whose softmax equals
+    the fitted sigmoid, so every head has one row per class, in the order of ``classes``.
+    """
+    from sklearn.linear_model import LogisticRegression
+
+    x = np.asarray(embeddings, dtype=np.float64)
+    names = tuple(classes)
+    if x.ndim != 2 or x.shape[0] != len(labels):
+        raise WorkloadError(f"embeddings: shape {list(x.shape)} does not match {len(labels)} labels")
+    if len(set(names)) != len(names) or len(names) < 2:
+        raise WorkloadError(f"classes: {list(names)} must be at least two distinct names")
+    index = {name: i for i, name in enumerate(names)}
+    unknown = sorted({str(label) for label in labels if label not in index})
+    if unknown:
+        raise WorkloadError(f"labels: {unknown[:5]} are not among the classes {list(names)}")
+    seen = set(labels)
+    absent = [name for name in names if name not in seen]
+    if absent:
+        raise WorkloadError(f"labels: no training example for class(es) {absent}",
+                            hint="every class needs at least one labelled example")
+    y = np.array([index[label] for label in labels])
+    model = LogisticRegression(C=C, max_iter=2000, random_state=seed).fit(x, y)
+    coef, intercept = model.coef_, model.intercept_
+    if len(names) == 2:
+        coef = np.vstack([np.zeros_like(coef[0]), coef[0]])
+        intercept = np.array([0.0, intercept[0]])
+    return coef.astype(np.float32), intercept.astype(np.float32)
+
+
+def save_head(path: str | Path, weight: np.ndarray, bias: np.ndarray, classes: Sequence[str], *,
+              normalize: bool, extra_metadata: Mapping[str, Any] | None = None) -> Path:
+    """Write a head as safetensors (``weight``, ``bias``; classes and normalize in the metadata), atomically."""
+    from safetensors.numpy import save
+
+    w = np.ascontiguousarray(weight, dtype=np.float32)
+    b = np.ascontiguousarray(bias, dtype=np.float32)
+    names = [str(c) for c in classes]
+    if w.ndim != 2 or b.shape != (w.shape[0],) or len(names) != w.shape[0] or len(set(names)) != len(names):
+        raise WorkloadError(f"head: weight {list(w.shape)}, bias {list(b.shape)} and {len(names)} distinct "
+                            "classes do not agree", hint="weight is [C, H], bias is [C], one name per class")
+    metadata = {"format": HEAD_FORMAT, "schema_version": "1", "classes": json.dumps(names, ensure_ascii=False),
+                "normalize": "true" if normalize else "false"}
+    for key, value in sorted((extra_metadata or {}).items()):
+        if key in metadata:
+            raise WorkloadError(f"extra_metadata: key {key!r} is reserved")
+        metadata[str(key)] = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    target = Path(path)
+    write_bytes_atomic(target, save({"weight": w, "bias": b}, metadata=metadata))
+    return target
+
+
+def load_head(path: str | Path) -> LinearHead:
+    """Read and validate a head written by :func:`save_head` (safetensors only, never pickle)."""
+    from safetensors import SafetensorError, safe_open
+
+    source = Path(path)
+    if not source.is_file():
+        raise WorkloadError(f"head: {source} does not exist", hint="train one with train_linear_head/save_head")
+    try:
+        with safe_open(str(source), framework="numpy") as fh:
+            metadata = dict(fh.metadata() or {})
+            keys = set(fh.keys())
+            if not {"weight", "bias"} <= keys:
+                raise WorkloadError(f"head: {source} must hold tensors 'weight' and 'bias', has {sorted(keys)}")
+            weight, bias = fh.get_tensor("weight"), fh.get_tensor("bias")
+    except (SafetensorError, OSError) as exc:
+        raise WorkloadError(f"head: {source} is not a readable safetensors file ({exc})") from exc
+    try:
+        classes = json.loads(metadata["classes"])
+    except (KeyError, json.JSONDecodeError) as exc:
+        raise WorkloadError(f"head: {source} metadata has no valid 'classes' list",
+                            hint="write heads with save_head(...)") from exc
+    if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes) or len(set(classes)) != len(classes):
+        raise WorkloadError(f"head: {source} metadata 'classes' must be a list of distinct names")
+    if weight.ndim != 2 or weight.shape[0] != len(classes) or bias.shape != (len(classes),):
+        raise WorkloadError(f"head: {source} weight {list(weight.shape)} / bias {list(bias.shape)} do not match "
+                            f"{len(classes)} classes")
+    normalize = metadata.get("normalize", "false").lower()
+    if normalize not in ("true", "false"):
+        raise WorkloadError(f"head: {source} metadata 'normalize' must be 'true' or 'false', not {normalize!r}")
+    return LinearHead(weight=weight.astype(np.float32), bias=bias.astype(np.float32), classes=tuple(classes),
+                      normalize=normalize == "true", metadata=metadata)
+
+
+def load_encoder(path: str | Path, *, precision: str = "fp32", device: str | torch.device = "cpu",
+                 max_length: int = 256, truncation: bool = True, padding: str = "longest",
+                 trust_remote_code: bool = False) -> EncoderHeadWorkload:
+    """An encoder without a head, for ``embed`` (training a head on tuning data, P4)."""
+    settings = Settings(precision=precision, device=resolve_device(device), max_length=max_length,
+                        truncation=bool(truncation), padding=padding, trust_remote_code=bool(trust_remote_code))
+    _check_settings(settings)
+    return EncoderHeadWorkload(_model_folder(path, "encoder_head"), settings)
+
+
+def embed_texts(path: str | Path, texts: Sequence[str], *, batch_size: int = 32, max_length: int = 256,
+                normalize: bool = True, precision: str = "fp32", device: str | torch.device = "cpu") -> np.ndarray:
+    """Mean-pooled embeddings [n, H] float32 of ``texts`` by the encoder in ``path``.
+
+    ``normalize`` defaults to True (the L2-normalised sentence embedding, as sentence-transformers defines it
+    for MiniLM): train a head on these and save it with ``normalize=True`` so inference pools the same way.
+    """
+    encoder = load_encoder(path, precision=precision, device=device, max_length=max_length)
+    return encoder.embed(texts, batch_size, normalize=normalize)
