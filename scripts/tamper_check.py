@@ -96,7 +96,7 @@ def build_campaign(root: Path) -> Path:
     import csv
 
     from iteralab.plan.protocol import lock
-    from iteralab.campaign.runner import run_campaign
+    from iteralab.evidence.run import run_campaign
 
     root.mkdir(parents=True, exist_ok=True)
     (root / "tamper_check_model.py").write_text(MODEL_MODULE, encoding="utf-8")

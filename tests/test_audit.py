@@ -13,7 +13,7 @@ from iteralab.evidence.verify import audit_campaign
 from iteralab.evidence.bundle import SEAL_NAME, SUMS_NAME, list_files, seal
 from iteralab.cli import main
 from iteralab.campaign.journal import read_journal
-from iteralab.campaign.runner import run_campaign
+from iteralab.evidence.run import run_campaign
 
 SUBGROUPS = '[[subgroups]]\nname = "length"\nby = "stratum"\ngating = true\n'
 

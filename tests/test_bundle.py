@@ -12,7 +12,7 @@ from iteralab.evidence.verify import audit_campaign
 from iteralab.evidence.bundle import SEAL_NAME, SUMS_NAME, check_seal, list_files, pack, seal, unpack
 from iteralab.cli import main
 from iteralab.errors import BundleError
-from iteralab.campaign.runner import run_campaign
+from iteralab.evidence.run import run_campaign
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from iteralab.evidence.memory import (
     memory_table,
 )
 from iteralab.plan.protocol import lock
-from iteralab.campaign.runner import run_campaign
+from iteralab.evidence.run import run_campaign
 from iteralab.evidence.table import COLUMNS, read_raw_table
 from protocol_factory import write_protocol
 

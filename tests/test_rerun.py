@@ -11,7 +11,7 @@ from iteralab.cli import main
 from iteralab.errors import RunError
 from iteralab.plan.protocol import lock
 from iteralab.evidence.rerun import rerun, staging_folder
-from iteralab.campaign.runner import run_campaign
+from iteralab.evidence.run import run_campaign
 from protocol_factory import protocol_toml
 
 MODEL = 'kind = "callable"\ncallable = "fake_models_rerun:shifted_classifier"'

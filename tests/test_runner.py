@@ -13,7 +13,7 @@ from campaign_factory import callable_campaign, write_corpus_csv
 from iteralab.errors import ProtocolError
 from iteralab.campaign.journal import read_journal
 from iteralab.plan.protocol import lock
-from iteralab.campaign.runner import run_campaign
+from iteralab.evidence.run import run_campaign
 from iteralab.evidence.table import COLUMNS, read_raw_table, write_raw_table
 from iteralab.campaign.evaluate import evaluate_file, load_expected, campaign_protocol
 from protocol_factory import VARIANTS, protocol_toml, write_protocol

@@ -18,7 +18,8 @@ import pytest
 from iteralab.cli import main
 from iteralab.errors import IteraError
 from iteralab.campaign.journal import read_journal
-from iteralab.evidence.stats import NO_TAIL_PERCENTILE, campaign_stats, compare, exclude_pass, render_stats
+from iteralab.evidence.stats import NO_TAIL_PERCENTILE, campaign_stats, compare, render_stats
+from iteralab.evidence.table import exclude_pass
 from iteralab.evidence.table import render_csv
 from protocol_factory import protocol_toml
 

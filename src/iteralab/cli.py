@@ -83,7 +83,7 @@ def run_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Run (or resume) a campaign of a locked protocol and write its raw table."""
-    from iteralab.campaign.runner import run_campaign
+    from iteralab.evidence.run import run_campaign
 
     summary = run_campaign(protocol, out, progress=None if as_json else _CampaignProgress())
     _print_summary(summary, as_json)
@@ -200,12 +200,9 @@ def exclude_cmd(
     reason: str = typer.Option(..., "--reason", help="Why (a documented external incident); mandatory."),
 ) -> None:
     """Exclude one pass from the statistics, with its reason, recorded in the journal (one rule for all)."""
-    from iteralab.evidence.stats import exclude_pass
-    from iteralab.evidence.table import write_raw_table
+    from iteralab.evidence.table import exclude_pass
 
-    _require_campaign(campaign)
     event = exclude_pass(campaign, pass_id, reason)
-    write_raw_table(campaign)
     typer.echo(f"excluded {pass_id}: {event['reason']} (rule: {event['rule']})")
 
 

@@ -187,10 +187,11 @@ def _manifest_fields(result: dict[str, Any]) -> dict[str, Any]:
     return {"environment": env, "file_hashes": result.get("file_hashes")}
 
 
-def run_campaign(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], *,
-                 progress: ProgressFn | None = None, isolation: str | None = None) -> dict[str, Any]:
-    """Run (or resume) every scheduled pass, then regenerate the raw table. Returns a short summary."""
-    from iteralab.evidence.table import write_raw_table
+def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], *,
+               progress: ProgressFn | None = None, isolation: str | None = None) -> dict[str, Any]:
+    """Run (or resume) every scheduled pass, journaled and evaluated one by one. Returns a short summary.
+
+    The raw table is derived later, from what this wrote (:func:`iteralab.evidence.run.run_campaign`)."""
     from iteralab.campaign.evaluate import evaluate_pass
 
     protocol_path = Path(protocol_path)
@@ -246,9 +247,7 @@ def run_campaign(protocol_path: str | os.PathLike[str], out: str | os.PathLike[s
                        intrinsic=verdict)
         emit("done", {"pass_id": pass_id, "status": result.get("status"), "pass_s": result["phases"]["pass_s"]
                       if result.get("phases") else None})
-    table = write_raw_table(out)
-    emit("end", {"table": str(table)})
-    return {"out": str(out), "passes_total": len(slots), "passes_run_now": len(todo), "raw_table": str(table)}
+    return {"out": str(out), "passes_total": len(slots), "passes_run_now": len(todo)}
 
 
 def _env_summary(environment: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -71,7 +71,7 @@ def _observed_gpu(ev: Evidence, times: VariantTimes) -> tuple[str | None, str | 
     hw = ev.hardware
     if not hw.gpus:
         return None, CPU_ONLY
-    devices = {r.get("device") or "" for r in ev.rows if r["variant"] == times.variant and r["status"] == "ok"}
+    devices = {r.device or "" for r in ev.rows if r.variant == times.variant and r.ok}
     if devices and all(d == "cpu" for d in devices):
         return None, (f"ran on CPU although {hw.label} was visible: these times say nothing about the GPU, "
                       "so no package is priced from them")

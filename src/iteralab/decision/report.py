@@ -40,31 +40,9 @@ def memory_rows(evidence: Evidence) -> tuple[list[dict[str, Any]], str | None]:
 
     Returns the rows and a note; the note says when the estimate is not available.
     """
-    from iteralab.errors import IteraError
+    from iteralab.evidence.memory import memory_table
 
-    try:
-        from iteralab.evidence.memory import memory_table  # type: ignore[import-not-found]
-    except ImportError:
-        memory_table = None
-        why = "the memory estimate module is not installed"
-    if memory_table is not None:
-        try:
-            return list(memory_table(evidence.folder)), None
-        except IteraError as exc:  # the observation is still shown, the estimate is labelled missing
-            why = str(exc)
-    rows: dict[str, dict[str, Any]] = {}
-    for r in evidence.rows:
-        if r["status"] != "ok" or r["pass_id"] in evidence.exclusions:
-            continue
-        for key in ("cuda_max_allocated_bytes", "cpu_peak_rss_bytes"):
-            if r.get(key):
-                value = int(r[key])
-                entry = rows.setdefault(r["variant"], {"variant": r["variant"], "observed_bytes": value,
-                                                       "observed_scope": f"{key}: {r.get('memory_scope')}",
-                                                       "estimate_bytes": None, "difference_bytes": None})
-                entry["observed_bytes"] = max(entry["observed_bytes"], value)
-                break
-    return list(rows.values()), f"estimate not available: {why}"
+    return list(memory_table(evidence.folder)), None
 
 
 # ----------------------------------------------------------------------------------------------- plots
@@ -259,10 +237,9 @@ def wrong_predictions(evidence: Evidence, limit: int = EXAMPLES) -> tuple[str | 
     counted pass (or the first counted pass)."""
     import csv
 
-    counted = [r for r in evidence.rows if r["status"] == "ok" and r["pass_id"] not in evidence.exclusions
-               and r.get("prediction_file")]
+    counted = [r for r in evidence.rows if r.ok and r.pass_id not in evidence.exclusions and r.prediction_file]
     ref = evidence.protocol.metric.reference_variant
-    chosen = next((r for r in counted if r["variant"] == ref), counted[0] if counted else None)
+    chosen = next((r for r in counted if r.variant == ref), counted[0] if counted else None)
     if chosen is None:
         return None, []
     corpus: dict[str, dict[str, str]] = {}
@@ -271,9 +248,9 @@ def wrong_predictions(evidence: Evidence, limit: int = EXAMPLES) -> tuple[str | 
         for row in csv.DictReader(fh):
             corpus[row["id"]] = row
     out: list[dict[str, str]] = []
-    path = evidence.folder / chosen["prediction_file"]
+    path = evidence.folder / chosen.prediction_file
     if not path.is_file():
-        return chosen["pass_id"], []
+        return chosen.pass_id, []
     with open(path, encoding="utf-8", errors="replace") as fh:
         for line in fh:
             try:
@@ -288,7 +265,7 @@ def wrong_predictions(evidence: Evidence, limit: int = EXAMPLES) -> tuple[str | 
                         "stratum": truth.get("stratum", ""), "text": text if len(text) <= 300 else text[:300] + "..."})
             if len(out) >= limit:
                 break
-    return chosen["pass_id"], out
+    return chosen.pass_id, out
 
 
 # ---------------------------------------------------------------------------------------------- render
@@ -328,7 +305,7 @@ def render_report(decision: Decision, decision_md: str | None = None) -> str:
     campaigns = []
     for ev, st in zip(decision.evidence, decision.stats):
         example_pass, examples = wrong_predictions(ev)
-        failures = [r for r in ev.rows if r["status"] != "ok"]
+        failures = [r for r in ev.rows if not r.ok]
         campaigns.append({"folder": str(ev.folder), "hardware": ev.hardware.label, "rows": ev.rows,
                           "failures": failures, "example_pass": example_pass, "examples": examples,
                           "stats": render_stats(st)})

@@ -24,6 +24,7 @@ from iteralab.campaign.manifest import diff_manifests
 from iteralab.economics.pricing import (Catalog, count_accepted_results, format_amount)
 from iteralab.evidence.stats import (MISSING_SUBGROUP, Q2_MARK, CampaignStats, Evidence, VariantQuality, VariantTimes,
                             campaign_stats, compare, fmt_s, load_evidence)
+from iteralab.evidence.feasibility import feasibility
 from iteralab.decision.costing import CPU_ONLY, Pricing, _catalog, match_gpu, price_config
 from iteralab.decision.windows import WindowInfo, observed_span, planned_window, projected_window
 
@@ -84,21 +85,8 @@ class Config:
 
 
 def _failures(ev: Evidence, times: VariantTimes) -> tuple[str, ...]:
-    counted = [p for p in times.passes if not p.excluded]
-    if not counted:
-        return ("no counted pass: the corpus was never completed",)
-    out = []
-    for p in counted:
-        row = next(r for r in ev.rows if r["pass_id"] == p.pass_id)
-        if p.status != "ok":
-            done = f" after {p.completed} of {ev.corpus_size} documents" if p.completed else ""
-            why = f": {p.error}" if p.error else ""
-            if not why and p.status == "aborted":
-                why = ": the process ended during the pass"
-            out.append(f"pass {p.pass_id} {p.status}{done}{why}")
-        elif row.get("ids_match") != "true":
-            out.append(f"pass {p.pass_id} did not deliver exactly the {ev.corpus_size} expected ids")
-    return tuple(out)
+    rows = [r for r in ev.rows if r.variant == times.variant]
+    return feasibility(rows, ev.corpus_size, ev.exclusions).failures()
 
 
 def _quality_exclusions(q: VariantQuality, metric: str) -> list[str]:
@@ -201,8 +189,8 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
     for hw, ev, st in zip(_hardware_keys(evidence), evidence, stats):
         for times in st.variants:
             quality = st.quality_of(times.variant)
-            pairs = [(r["corpus_fingerprint"] or ev.fingerprint, r.get("corpus_accepted") == "true")
-                     for r in ev.rows if r["variant"] == times.variant and r["pass_id"] not in ev.exclusions]
+            pairs = [(r.corpus_fingerprint or ev.fingerprint, r.accepted)
+                     for r in ev.rows if r.variant == times.variant and r.pass_id not in ev.exclusions]
             accepted = count_accepted_results(pairs)
             window = projected_window(ev, planned, times) if project else planned
             failures = _failures(ev, times)

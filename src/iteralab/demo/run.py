@@ -226,7 +226,7 @@ def run_demo(out: str | os.PathLike[str], *, docs: int = DEFAULT_DOCS, passes: i
              tuning_size: int | None = None, seed: int = 0, emit: Emit | None = None,
              progress: Any = None) -> dict[str, Any]:
     from iteralab.plan.protocol import lock
-    from iteralab.campaign.runner import run_campaign
+    from iteralab.evidence.run import run_campaign
 
     emit = emit or (lambda message: None)
     out = Path(out)

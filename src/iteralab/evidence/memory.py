@@ -23,12 +23,12 @@ A number that cannot be computed is ``None`` with a reason, never 0.
 from __future__ import annotations
 
 import functools
-import json
 import statistics
 from pathlib import Path
 from typing import Any
 
-from iteralab.errors import IteraError
+from iteralab.campaign.folder import CampaignFolder, RawRow
+from iteralab.evidence.feasibility import feasibility
 from iteralab.kit.memoire import (
     ACTIVATION_BYTES,
     BYTES_PER_PARAM,
@@ -59,7 +59,7 @@ M3_NOTE = ("A per-card capacity and a lot price say nothing about throughput, in
            "and a multi-card lot is only used in parallel when a variant measures it.")
 #: What a pass worker has imported when its peak window starts (besides the model's own tensors).
 WORKER_IMPORTS = ("iteralab.campaign.passes", "iteralab.models.device", "iteralab.plan.corpus", "iteralab.models.base",
-                  "iteralab.campaign.manifest")
+                  "iteralab.models.hf", "iteralab.models.head", "iteralab.campaign.manifest")
 
 
 @functools.lru_cache(maxsize=8)
@@ -72,18 +72,9 @@ def worker_runtime_overhead(model_type: str | None = "bert") -> RuntimeOverhead:
     return _measured(runtime_imports(model_type) + WORKER_IMPORTS)
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _model_spec(campaign_dir: Path) -> dict[str, Any]:
-    campaign = _read_json(campaign_dir / "campaign.json") or {}
-    spec = dict(campaign.get("model") or {})
-    manifest = _read_json(campaign_dir / "manifest.json") or {}
+def _model_spec(folder: CampaignFolder) -> dict[str, Any]:
+    spec = dict(folder.campaign.get("model") or {})
+    manifest = folder.manifest or {}
     fallback = (manifest.get("extra") or {}).get("model_spec") or {}
     for key, value in fallback.items():
         spec.setdefault(key, value)
@@ -141,30 +132,8 @@ def _described_parameters(campaign_dir: Path) -> dict[str, set[int]]:
     return found
 
 
-def _int(text: str | None) -> int | None:
-    return int(text) if text not in (None, "") else None
-
-
 def _median(values: list[int]) -> int | None:
     return int(round(statistics.median(values))) if values else None
-
-
-def _feasible(rows: list[dict[str, str]]) -> tuple[bool, str]:
-    """M1: every attempted (not excluded) pass completed the whole corpus, long inputs included."""
-    counted = [r for r in rows if r.get("excluded") != "true"]
-    if not counted:
-        return False, "no pass attempted (or all excluded): completion not shown"
-    problems = []
-    for r in counted:
-        if r.get("status") == "aborted":
-            problems.append(f"{r['pass_id']}: aborted (the process ended during the pass)")
-        elif r.get("status") != "ok" or r.get("ids_match") != "true" or r.get("completed") != r.get("expected_ids"):
-            error = f" ({r['error'][:120]})" if r.get("error") else ""
-            problems.append(f"{r['pass_id']}: {r.get('status')}, completed {r.get('completed') or '?'} of "
-                            f"{r.get('expected_ids')} inputs, ids_match {r.get('ids_match') or '?'}{error}")
-    if problems:
-        return False, "not every pass completed the corpus: " + "; ".join(problems)
-    return True, f"all {len(counted)} pass(es) completed the {counted[0].get('expected_ids')} inputs (ids_match true)"
 
 
 def memory_table(campaign_dir: str | Path, *, runtime_overhead: RuntimeOverhead | int | None = None,
@@ -174,19 +143,12 @@ def memory_table(campaign_dir: str | Path, *, runtime_overhead: RuntimeOverhead 
     ``runtime_overhead`` (CPU only): given bytes, a :class:`RuntimeOverhead`, or None to measure it once on
     this machine (:func:`worker_runtime_overhead`).
     """
-    from iteralab.plan.protocol import load_protocol
-    from iteralab.evidence.table import TABLE_NAME, read_raw_table
-
-    campaign_dir = Path(campaign_dir)
-    table = campaign_dir / TABLE_NAME
-    if not (campaign_dir / "campaign.json").is_file():
-        raise IteraError(f"{campaign_dir}: not a campaign folder (no campaign.json)",
-                         hint="pass the folder given to 'iteralab run --out'")
-    if not table.is_file():
-        raise IteraError(f"{table}: no raw table", hint=f"run 'iteralab table {campaign_dir}' first")
-    protocol = load_protocol(campaign_dir / "inputs" / "protocol.toml")
-    raw = read_raw_table(table)
-    spec = _model_spec(campaign_dir)
+    folder = CampaignFolder.open(campaign_dir)
+    campaign_dir = folder.path
+    protocol = folder.protocol
+    raw = folder.raw_rows()
+    expected = folder.corpus_size
+    spec = _model_spec(folder)
     model, extra_bytes, model_type, model_reason = _meta_model(spec)
     described = _described_parameters(campaign_dir)
     if isinstance(runtime_overhead, int) and not isinstance(runtime_overhead, bool):
@@ -194,15 +156,15 @@ def memory_table(campaign_dir: str | Path, *, runtime_overhead: RuntimeOverhead 
                                                              "(--runtime-overhead-bytes)")
     out = []
     for variant in protocol.variants:
-        rows = [r for r in raw if r["variant"] == variant.name]
-        devices = {r.get("device") for r in rows if r.get("device")}
-        cuda = any(r.get("cuda_max_allocated_bytes") or r.get("cuda_max_reserved_bytes") for r in rows) or any(
+        rows = [r for r in raw if r.variant == variant.name]
+        devices = {r.device for r in rows if r.device}
+        cuda = any(r.cuda_max_allocated_bytes or r.cuda_max_reserved_bytes for r in rows) or any(
             d.startswith("cuda") for d in devices)
         if not cuda and runtime_overhead is None and model is not None:
             runtime_overhead = worker_runtime_overhead(model_type)
         overhead = RuntimeOverhead(0, NO_RUNTIME) if cuda else runtime_overhead
         row = _variant_row(variant, protocol.model.max_length, rows, devices, cuda, model, extra_bytes,
-                           model_reason, overhead, margin, spec, described.get(variant.name, set()))
+                           model_reason, overhead, margin, spec, described.get(variant.name, set()), expected)
         if not cuda and protocol.run.isolation != "process":
             row["notes"].append(f"isolation {protocol.run.isolation!r}: the passes ran in the campaign's own process, "
                                 "whose peak also holds whatever it had loaded before; the runtime overhead of a "
@@ -211,10 +173,10 @@ def memory_table(campaign_dir: str | Path, *, runtime_overhead: RuntimeOverhead 
     return out
 
 
-def _variant_row(variant: Any, max_length: int, rows: list[dict[str, str]], devices: set[str], cuda: bool,
+def _variant_row(variant: Any, max_length: int, rows: list[RawRow], devices: set[str], cuda: bool,
                  model: Any, extra_bytes: int, model_reason: str | None, overhead: RuntimeOverhead | None,
-                 margin: float, spec: dict[str, Any], described: set[int]) -> dict[str, Any]:
-    ok = [r for r in rows if r.get("status") == "ok" and r.get("excluded") != "true"]
+                 margin: float, spec: dict[str, Any], described: set[int], expected: int) -> dict[str, Any]:
+    ok = [r for r in rows if r.ok and not r.excluded]
     notes: list[str] = []
     row: dict[str, Any] = {
         "variant": variant.name, "batch_size": variant.batch_size, "precision": variant.precision,
@@ -222,19 +184,19 @@ def _variant_row(variant: Any, max_length: int, rows: list[dict[str, str]], devi
         "passes": len(rows), "observed_passes": 0,
     }
     if cuda:
-        alloc = [v for v in (_int(r.get("cuda_max_allocated_bytes")) for r in ok) if v is not None]
-        reserved = [v for v in (_int(r.get("cuda_max_reserved_bytes")) for r in ok) if v is not None]
+        alloc = [r.cuda_max_allocated_bytes for r in ok if r.cuda_max_allocated_bytes is not None]
+        reserved = [r.cuda_max_reserved_bytes for r in ok if r.cuda_max_reserved_bytes is not None]
         row.update(observed_counter="cuda max_memory_allocated (tensors); reserved in its own key, never summed",
                    observed_bytes=_median(alloc), observed_values=alloc,
                    observed_cuda_allocated_bytes=_median(alloc), observed_cuda_reserved_bytes=_median(reserved),
                    observed_cuda_reserved_values=reserved, observed_passes=len(alloc))
     else:
-        rss = [v for v in (_int(r.get("cpu_peak_rss_bytes")) for r in ok) if v is not None]
+        rss = [r.cpu_peak_rss_bytes for r in ok if r.cpu_peak_rss_bytes is not None]
         row.update(observed_counter="process peak RSS (cpu_peak_rss_bytes)", observed_bytes=_median(rss),
                    observed_values=rss, observed_cuda_allocated_bytes=None, observed_cuda_reserved_bytes=None,
                    observed_passes=len(rss))
-    used = [r for r in ok if (r.get("cuda_max_allocated_bytes") if cuda else r.get("cpu_peak_rss_bytes"))]
-    scopes = sorted({r.get("memory_scope") or "" for r in used} - {""})
+    used = [r for r in ok if (r.cuda_max_allocated_bytes if cuda else r.cpu_peak_rss_bytes)]
+    scopes = sorted({r.memory_scope or "" for r in used} - {""})
     row["observed_scope"] = " | ".join(scopes) or None
     if len(scopes) > 1:
         notes.append("the passes' counters have different scopes: their values are not comparable as one median")
@@ -275,7 +237,8 @@ def _variant_row(variant: Any, max_length: int, rows: list[dict[str, str]], devi
     if not cuda and row["observed_scope"] and "since reset" in row["observed_scope"]:
         notes.append("the CPU peak window starts after load and warm-up: it includes the runtime, the weights, "
                      "the tokenizer and any heap the warm-up left resident")
-    row["feasible"], row["feasible_reason"] = _feasible(rows)
+    verdict = feasibility(rows, expected)
+    row["feasible"], row["feasible_reason"] = verdict.feasible, verdict.reason()
     row["model_path"] = spec.get("path")
     row["notes"] = notes
     return row

@@ -178,7 +178,8 @@ def rerun(source: str | os.PathLike[str], out: str | os.PathLike[str], *, isolat
     """Repeat the earlier campaign ``source`` into the new folder ``out`` and write the comparison there."""
     from iteralab.evidence.verify import audit_campaign
     from iteralab.plan.corpus import load_corpus
-    from iteralab.campaign.runner import prepare, run_campaign
+    from iteralab.campaign.runner import prepare
+    from iteralab.evidence.run import run_campaign
 
     source, out = Path(source), Path(out)
     if not (source / "campaign.json").is_file():

@@ -20,16 +20,13 @@ and what to do (T5).
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from iteralab.errors import IteraError, RunError
-from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
-from iteralab.plan.protocol import Protocol, load_protocol
-from iteralab.evidence.table import PHASES, TABLE_NAME, read_raw_table
+from iteralab.campaign.folder import PHASES, CampaignFolder, RawRow
+from iteralab.plan.protocol import Protocol
 
 SCHEMA_VERSION = 1
 NO_TAIL_PERCENTILE = (
@@ -71,7 +68,7 @@ class Evidence:
     campaign: dict[str, Any]
     manifest: dict[str, Any] | None
     protocol: Protocol
-    rows: tuple[dict[str, str], ...]
+    rows: tuple[RawRow, ...]
     exclusions: dict[str, str]
     hardware: Hardware
 
@@ -85,15 +82,6 @@ class Evidence:
 
     def scheduled(self, variant: str) -> int:
         return sum(1 for s in self.campaign.get("schedule", {}).get("slots", []) if s["variant"] == variant)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise RunError(f"{path}: not valid JSON ({exc})", hint="restore the file from the evidence bundle") from None
 
 
 def _hardware(manifest: dict[str, Any] | None, journal_devices: list[dict[str, Any]]) -> Hardware:
@@ -111,58 +99,20 @@ def _hardware(manifest: dict[str, Any] | None, journal_devices: list[dict[str, A
 
 
 def load_evidence(campaign_dir: str | Path) -> Evidence:
-    """Read a campaign folder (campaign.json, manifest.json, journal, protocol, raw table)."""
-    folder = Path(campaign_dir)
-    campaign = _read_json(folder / "campaign.json")
-    if campaign is None:
-        raise IteraError(f"{folder}: not a campaign folder (no campaign.json)",
-                         hint="pass the folder given to 'iteralab run --out'")
-    table = folder / TABLE_NAME
-    if not table.is_file():
-        raise IteraError(f"{folder}: no {TABLE_NAME}", hint=f"regenerate it: iteralab table {folder}")
-    protocol = load_protocol(folder / "inputs" / "protocol.toml")
-    state = read_journal(folder / JOURNAL_NAME)
-    rows = tuple(read_raw_table(table))
-    exclusions = {r["pass_id"]: r["exclusion_reason"] for r in rows if r.get("excluded") == "true"}
+    """Read a campaign folder once (campaign.json, manifest.json, journal, protocol, raw table)."""
+    folder = CampaignFolder.open(campaign_dir)
+    campaign = folder.campaign
+    rows = folder.raw_rows()
+    state = folder.journal()
+    exclusions = {r.pass_id: r.exclusion_reason or "" for r in rows if r.excluded}
     exclusions.update({pid: str(e.get("reason") or "") for pid, e in state.exclusions.items()})
     devices = [f["environment_summary"]["devices"] for f in state.finished.values()
                if (f.get("environment_summary") or {}).get("devices")]
-    manifest = _read_json(folder / "manifest.json")
-    return Evidence(folder, campaign, manifest, protocol, rows, exclusions, _hardware(manifest, devices))
-
-
-def exclude_pass(campaign_dir: str | Path, pass_id: str, reason: str) -> dict[str, Any]:
-    """Record that a pass is excluded (T4): a ``pass_excluded`` event appended to the journal.
-
-    The reason is mandatory (a documented external incident, say). The protocol's exclusion rule is copied
-    into the event: one rule for every variant. The pass stays in the raw table, marked excluded.
-    """
-    folder = Path(campaign_dir)
-    if not isinstance(reason, str) or not reason.strip():
-        raise IteraError(f"{folder}: excluding {pass_id} needs a reason",
-                         hint="say what happened, e.g. --reason 'host backup ran during the pass'")
-    state = read_journal(folder / JOURNAL_NAME)
-    if pass_id not in state.started:
-        known = ", ".join(state.order[:6]) + (" ..." if len(state.order) > 6 else "")
-        raise IteraError(f"{folder}: no pass {pass_id!r} in the journal", hint=f"known passes: {known or 'none'}")
-    if pass_id in state.exclusions:
-        raise IteraError(f"{folder}: pass {pass_id} is already excluded ({state.exclusions[pass_id].get('reason')})",
-                         hint="an exclusion is recorded once")
-    protocol = load_protocol(folder / "inputs" / "protocol.toml")
-    return Journal(folder / JOURNAL_NAME).append(
-        "pass_excluded", pass_id=pass_id, variant=state.started[pass_id]["variant"], reason=reason.strip(),
-        rule=protocol.run.exclusion_rule)
+    manifest = folder.manifest
+    return Evidence(folder.path, campaign, manifest, folder.protocol, rows, exclusions, _hardware(manifest, devices))
 
 
 # ---------------------------------------------------------------------------------------------- times
-
-
-def _float(text: str | None) -> float | None:
-    return None if text in (None, "") else float(text)
-
-
-def _bool(text: str | None) -> bool | None:
-    return None if text in (None, "") else text == "true"
 
 
 @dataclass(frozen=True)
@@ -174,7 +124,7 @@ class PassTime:
     excluded: bool
     exclusion_reason: str | None
     error: str | None
-    completed: str
+    completed: int | None
 
     @property
     def counted(self) -> bool:
@@ -381,30 +331,26 @@ def _all(values: list[bool | None]) -> bool | None:
     return True if values and all(v is True for v in values) else None
 
 
-def _quality(variant: str, rows: list[dict[str, str]], excluded: dict[str, str]) -> VariantQuality:
-    done = [r for r in rows if r["status"] == "ok" and r["pass_id"] not in excluded]
-    metrics = tuple(m for m in (_float(r.get("metric")) for r in done) if m is not None)
-    refs = [m for m in (_float(r.get("metric_ref")) for r in done) if m is not None]
+def _quality(variant: str, rows: list[RawRow], excluded: dict[str, str]) -> VariantQuality:
+    done = [r for r in rows if r.ok and r.pass_id not in excluded]
+    metrics = tuple(r.metric for r in done if r.metric is not None)
+    refs = [r.metric_ref for r in done if r.metric_ref is not None]
     groups: dict[str, list[float | None]] = {}
     for r in done:
-        try:
-            values = json.loads(r.get("subgroup_metrics") or "{}") or {}
-        except ValueError:
-            values = {}
-        for key, value in values.items():
+        for key, value in (r.subgroup_metrics or {}).items():
             groups.setdefault(key, []).append(value)
-    agreements = [a for a in (_float(r.get("label_agreement")) for r in done) if a is not None]
-    diffs = [d for d in (_float(r.get("max_abs_prob_diff")) for r in done) if d is not None]
+    agreements = [r.label_agreement for r in done if r.label_agreement is not None]
+    diffs = [r.max_abs_prob_diff for r in done if r.max_abs_prob_diff is not None]
     return VariantQuality(
-        variant=variant, completed=len(done), accepted=sum(r.get("corpus_accepted") == "true" for r in done),
-        format_ok=_all([_bool(r.get("format_ok")) for r in done]),
-        ids_ok=_all([_bool(r.get("ids_match")) for r in done]),
+        variant=variant, completed=len(done), accepted=sum(r.accepted for r in done),
+        format_ok=_all([r.format_ok for r in done]),
+        ids_ok=_all([r.ids_match for r in done]),
         metrics=metrics, metric_ref=refs[0] if refs else None,
-        threshold_ok=_all([_bool(r.get("threshold_ok")) for r in done]),
-        tolerance_ok=_all([_bool(r.get("tolerance_ok")) for r in done]),
-        subgroups_ok=_all([_bool(r.get("subgroups_ok")) for r in done]),
+        threshold_ok=_all([r.threshold_ok for r in done]),
+        tolerance_ok=_all([r.tolerance_ok for r in done]),
+        subgroups_ok=_all([r.subgroups_ok for r in done]),
         subgroups={k: tuple(v) for k, v in sorted(groups.items())},
-        reproduction_ok=_all([_bool(r.get("reproduction_ok")) for r in done]),
+        reproduction_ok=_all([r.reproduction_ok for r in done]),
         label_agreement=min(agreements) if agreements else None, max_abs_prob_diff=max(diffs) if diffs else None)
 
 
@@ -448,9 +394,9 @@ def campaign_stats(campaign_dir: str | Path | Evidence) -> CampaignStats:
     """Statistics and quality per variant of one campaign folder, from its stored files."""
     ev = campaign_dir if isinstance(campaign_dir, Evidence) else load_evidence(campaign_dir)
     declared = [v["name"] for v in ev.campaign["variants"]]
-    by_variant: dict[str, list[dict[str, str]]] = {name: [] for name in declared}
+    by_variant: dict[str, list[RawRow]] = {name: [] for name in declared}
     for row in ev.rows:
-        by_variant.setdefault(row["variant"], []).append(row)
+        by_variant.setdefault(row.variant, []).append(row)
     series_of: dict[str, list[str]] = {}
     for s in ev.campaign.get("series", []):
         for name in s["variants"]:
@@ -458,9 +404,8 @@ def campaign_stats(campaign_dir: str | Path | Evidence) -> CampaignStats:
     variants = []
     for name, rows in by_variant.items():
         passes = tuple(
-            PassTime(r["pass_id"], r["status"], _float(r.get("pass_s")), {ph: _float(r.get(ph)) for ph in PHASES},
-                     r["pass_id"] in ev.exclusions, ev.exclusions.get(r["pass_id"]), r.get("error") or None,
-                     r.get("completed") or "")
+            PassTime(r.pass_id, r.status, r.pass_s, {ph: r.phase(ph) for ph in PHASES},
+                     r.pass_id in ev.exclusions, ev.exclusions.get(r.pass_id), r.error or None, r.completed)
             for r in rows)
         variants.append(VariantTimes(name, tuple(series_of.get(name, [])), passes))
     index = {v.variant: v for v in variants}

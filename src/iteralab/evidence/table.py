@@ -9,40 +9,16 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from pathlib import Path
 from typing import Any
 
+from iteralab.campaign.folder import COLUMNS, PHASES, TABLE, CampaignFolder, format_cell as _cell
+from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
 from iteralab.common.files import write_text_atomic
-from iteralab.campaign.journal import JOURNAL_NAME, read_journal
+from iteralab.errors import IteraError
+from iteralab.plan.protocol import load_protocol
 
-TABLE_NAME = "raw_table.csv"
-PHASES = ("load_s", "compile_s", "warmup_s", "pass_s", "evaluation_s", "writing_s")
-COLUMNS = (
-    "pass_id", "variant", "series", "round", "position", "attempt", "seed", "status",
-    "batch_size", "precision", "quantization", "bucketing", "padding", "resume", "compile", "device",
-    "protocol_name", "protocol_version", "protocol_sha256", "corpus_fingerprint", "order_hash",
-    *PHASES, "docs_per_s",
-    "expected_ids", "observed_ids", "ids_match", "duplicates", "missing", "extra", "format_ok", "coverage",
-    "completed", "retries",
-    "metric_name", "metric", "metric_ref", "metric_delta", "threshold_ok", "tolerance_ok", "subgroups_ok",
-    "subgroup_metrics", "label_agreement", "max_abs_prob_diff", "reproduction_ok", "corpus_accepted",
-    "excluded", "exclusion_reason",
-    "cpu_peak_rss_bytes", "cuda_max_allocated_bytes", "cuda_max_reserved_bytes", "memory_scope",
-    "manifest_diff", "prediction_file", "prediction_sha256", "error", "notes",
-)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return f"{value:.6f}"
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, sort_keys=True, ensure_ascii=False)
-    return str(value).replace("\r", " ")
+TABLE_NAME = TABLE  # re-exported: the layout lives in the campaign-folder layer
 
 
 def _quantization(value: Any) -> str | None:
@@ -60,8 +36,8 @@ def _quantization(value: Any) -> str | None:
 def build_rows(campaign_dir: str | Path) -> list[dict[str, Any]]:
     from iteralab.campaign.evaluate import judge_campaign
 
-    campaign_dir = Path(campaign_dir)
-    campaign = json.loads((campaign_dir / "campaign.json").read_text(encoding="utf-8"))
+    folder = CampaignFolder.open(campaign_dir)
+    campaign_dir, campaign = folder.path, folder.campaign
     state = read_journal(campaign_dir / JOURNAL_NAME)
     variants = {v["name"]: v for v in campaign["variants"]}
     series_of: dict[str, list[str]] = {}
@@ -174,3 +150,32 @@ def write_raw_table(campaign_dir: str | Path) -> Path:
 def read_raw_table(path: str | Path) -> list[dict[str, str]]:
     with open(path, encoding="utf-8", newline="") as fh:
         return list(csv.DictReader(fh))
+
+
+def exclude_pass(campaign_dir: str | Path, pass_id: str, reason: str) -> dict[str, Any]:
+    """Record that a pass is excluded (T4): a ``pass_excluded`` event appended to the journal, then the raw
+    table regenerated from it.
+
+    The reason is mandatory (a documented external incident, say). The protocol's exclusion rule is copied
+    into the event: one rule for every variant. The pass stays in the raw table, marked excluded.
+    """
+    folder = CampaignFolder.open(campaign_dir).path
+    if not isinstance(reason, str) or not reason.strip():
+        raise IteraError(f"{folder}: excluding {pass_id} needs a reason",
+                         hint="say what happened, e.g. --reason 'host backup ran during the pass'")
+    state = read_journal(folder / JOURNAL_NAME)
+    if pass_id not in state.started:
+        known = ", ".join(state.order[:6]) + (" ..." if len(state.order) > 6 else "")
+        raise IteraError(f"{folder}: no pass {pass_id!r} in the journal", hint=f"known passes: {known or 'none'}")
+    if pass_id in state.exclusions:
+        raise IteraError(f"{folder}: pass {pass_id} is already excluded ({state.exclusions[pass_id].get('reason')})",
+                         hint="an exclusion is recorded once")
+    protocol = load_protocol(folder / "inputs" / "protocol.toml")
+    event = Journal(folder / JOURNAL_NAME).append(
+        "pass_excluded", pass_id=pass_id, variant=state.started[pass_id]["variant"], reason=reason.strip(),
+        rule=protocol.run.exclusion_rule)
+    write_raw_table(folder)
+    return event
+
+
+# ---------------------------------------------------------------------------------------------- times

@@ -1,0 +1,308 @@
+"""One campaign folder: every path it holds, one ``open`` check, and typed readers of its records.
+
+Every stage after the runner (table, stats, decision, memory, report, verify, rerun, the CLI) reads a folder
+through :class:`CampaignFolder`, so the layout is written down once and "not a campaign folder" is one error.
+The raw table is read into frozen :class:`RawRow` objects with real ``bool``/``int``/``float``/``None`` cells
+(an empty cell is ``None``: a measurement that was not taken, never 0 or ``"false"``).
+
+Layout::
+
+    inputs/protocol.toml, inputs/protocol.toml.lock.json   the locked protocol, as run
+    inputs/corpus.csv                                       the comparison corpus (id, text, label, stratum)
+    inputs/tuning.csv                                       the tuning split, when the protocol declares one
+    inputs/catalog.csv                                      the package catalog the decision prices from
+    campaign.json                                           fingerprints, schedule, variants (written once)
+    manifest.json                                           environment + model + corpus (C3)
+    journal.jsonl                                           append-only, fsync'd events (the source of truth)
+    predictions/<pass_id>.jsonl                             one verified output set per pass
+    raw_table.csv                                           regenerated from the journal and the files
+    SHA256SUMS                                              the seal (``iteralab bundle seal``)
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, fields
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from iteralab.errors import IteraError
+
+CAMPAIGN = "campaign.json"
+MANIFEST = "manifest.json"
+JOURNAL = "journal.jsonl"
+TABLE = "raw_table.csv"
+SUMS = "SHA256SUMS"
+INPUTS = "inputs"
+PROTOCOL = "inputs/protocol.toml"
+LOCK = "inputs/protocol.toml.lock.json"
+CORPUS = "inputs/corpus.csv"
+TUNING = "inputs/tuning.csv"
+CATALOG = "inputs/catalog.csv"
+PREDICTIONS = "predictions"
+
+PHASES = ("load_s", "compile_s", "warmup_s", "pass_s", "evaluation_s", "writing_s")
+COLUMNS = (
+    "pass_id", "variant", "series", "round", "position", "attempt", "seed", "status",
+    "batch_size", "precision", "quantization", "bucketing", "padding", "resume", "compile", "device",
+    "protocol_name", "protocol_version", "protocol_sha256", "corpus_fingerprint", "order_hash",
+    *PHASES, "docs_per_s",
+    "expected_ids", "observed_ids", "ids_match", "duplicates", "missing", "extra", "format_ok", "coverage",
+    "completed", "retries",
+    "metric_name", "metric", "metric_ref", "metric_delta", "threshold_ok", "tolerance_ok", "subgroups_ok",
+    "subgroup_metrics", "label_agreement", "max_abs_prob_diff", "reproduction_ok", "corpus_accepted",
+    "excluded", "exclusion_reason",
+    "cpu_peak_rss_bytes", "cuda_max_allocated_bytes", "cuda_max_reserved_bytes", "memory_scope",
+    "manifest_diff", "prediction_file", "prediction_sha256", "error", "notes",
+)
+
+
+def format_cell(value: Any) -> str:
+    """How a value is written in the raw table (the one writer's rule; :func:`read_raw_rows` inverts it)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:.6f}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return str(value).replace("\r", " ")
+
+
+class NotACampaignFolder(IteraError):
+    """The path is not a folder written by ``iteralab run`` (no campaign.json)."""
+
+
+def read_json(path: Path, *, what: str | None = None) -> Any:
+    """A stored JSON record, or None when the file does not exist; a damaged one is a one-line error."""
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise IteraError(f"{path}: {what or 'record'} is not valid JSON ({exc})",
+                         hint="restore the file from the evidence bundle") from None
+
+
+@dataclass(frozen=True)
+class RawRow:
+    """One row of ``raw_table.csv`` with typed cells; an empty cell is None."""
+
+    pass_id: str
+    variant: str
+    series: str | None
+    round: int | None
+    position: int | None
+    attempt: int | None
+    seed: int | None
+    status: str
+    batch_size: int | None
+    precision: str | None
+    quantization: str | None
+    bucketing: bool | None
+    padding: str | None
+    resume: bool | None
+    compile: bool | None
+    device: str | None
+    protocol_name: str | None
+    protocol_version: int | None
+    protocol_sha256: str | None
+    corpus_fingerprint: str | None
+    order_hash: str | None
+    load_s: float | None
+    compile_s: float | None
+    warmup_s: float | None
+    pass_s: float | None
+    evaluation_s: float | None
+    writing_s: float | None
+    docs_per_s: float | None
+    expected_ids: int | None
+    observed_ids: int | None
+    ids_match: bool | None
+    duplicates: int | None
+    missing: int | None
+    extra: int | None
+    format_ok: bool | None
+    coverage: float | None
+    completed: int | None
+    retries: int | None
+    metric_name: str | None
+    metric: float | None
+    metric_ref: float | None
+    metric_delta: float | None
+    threshold_ok: bool | None
+    tolerance_ok: bool | None
+    subgroups_ok: bool | None
+    subgroup_metrics: dict[str, Any] | None
+    label_agreement: float | None
+    max_abs_prob_diff: float | None
+    reproduction_ok: bool | None
+    corpus_accepted: bool | None
+    excluded: bool | None
+    exclusion_reason: str | None
+    cpu_peak_rss_bytes: int | None
+    cuda_max_allocated_bytes: int | None
+    cuda_max_reserved_bytes: int | None
+    memory_scope: str | None
+    manifest_diff: str | None
+    prediction_file: str | None
+    prediction_sha256: str | None
+    error: str | None
+    notes: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def accepted(self) -> bool:
+        return self.corpus_accepted is True
+
+    def cell(self, name: str) -> str:
+        """The cell as the raw table shows it."""
+        return format_cell(getattr(self, name))
+
+    def phase(self, name: str) -> float | None:
+        if name not in PHASES:
+            raise KeyError(name)
+        return getattr(self, name)
+
+
+_KINDS: dict[str, str] = {}
+for _f in fields(RawRow):
+    _type = str(_f.type)
+    _KINDS[_f.name] = ("bool" if _type.startswith("bool") else "int" if _type.startswith("int")
+                       else "float" if _type.startswith("float") else "json" if _type.startswith("dict") else "str")
+assert tuple(_KINDS) == COLUMNS, "RawRow fields must follow the raw table's columns"
+
+
+def _typed(kind: str, text: str, where: str) -> Any:
+    if text == "":
+        return None
+    try:
+        if kind == "bool":
+            if text not in ("true", "false"):
+                raise ValueError(f"{text!r} is not true/false")
+            return text == "true"
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            return float(text)
+        if kind == "json":
+            return json.loads(text)
+    except ValueError as exc:
+        raise IteraError(f"{where}: cannot read the cell ({exc})",
+                         hint="regenerate the table from the journal: iteralab table FOLDER") from None
+    return text
+
+
+def read_raw_rows(path: str | Path) -> tuple[RawRow, ...]:
+    """Every row of a raw table as a typed :class:`RawRow` (columns checked against the known layout)."""
+    path = Path(path)
+    with open(path, encoding="utf-8", newline="") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header is None or tuple(header) != COLUMNS:
+            raise IteraError(f"{path}: not a raw table of this version (unexpected header)",
+                             hint="regenerate it from the journal: iteralab table FOLDER")
+        rows = []
+        for line, cells in enumerate(reader, start=2):
+            if len(cells) != len(COLUMNS):
+                raise IteraError(f"{path}, line {line}: {len(cells)} cells, expected {len(COLUMNS)}",
+                                 hint="regenerate it from the journal: iteralab table FOLDER")
+            rows.append(RawRow(**{name: _typed(_KINDS[name], cell, f"{path}, line {line}, column {name}")
+                                  for name, cell in zip(COLUMNS, cells)}))
+    return tuple(rows)
+
+
+@dataclass(frozen=True)
+class CampaignFolder:
+    """A campaign folder written by ``iteralab run``; open it with :meth:`open`."""
+
+    path: Path
+
+    @classmethod
+    def open(cls, path: str | Path, *, sealed_only_ok: bool = False) -> CampaignFolder:
+        """The folder, checked: it must hold campaign.json (or, with ``sealed_only_ok``, at least a seal)."""
+        folder = Path(path)
+        if (folder / CAMPAIGN).is_file() or (sealed_only_ok and (folder / SUMS).is_file()):
+            return cls(folder)
+        what = "no campaign.json, no SHA256SUMS" if sealed_only_ok else "no campaign.json"
+        if not folder.exists():
+            what = "it does not exist"
+        raise NotACampaignFolder(f"{folder}: not a campaign folder ({what})",
+                                 hint="pass the folder given to 'iteralab run --out'")
+
+    def file(self, relative: str) -> Path:
+        return self.path / relative
+
+    @property
+    def table_path(self) -> Path:
+        return self.path / TABLE
+
+    @property
+    def journal_path(self) -> Path:
+        return self.path / JOURNAL
+
+    @property
+    def protocol_path(self) -> Path:
+        return self.path / PROTOCOL
+
+    @property
+    def corpus_path(self) -> Path:
+        return self.path / CORPUS
+
+    @property
+    def catalog_path(self) -> Path | None:
+        """The folder's copy of the catalog the protocol named (None: the shipped snapshot was declared)."""
+        path = self.path / CATALOG
+        return path if path.is_file() else None
+
+    @property
+    def tuning_path(self) -> Path | None:
+        path = self.path / TUNING
+        return path if path.is_file() else None
+
+    def prediction_path(self, relative: str) -> Path:
+        return self.path / relative
+
+    @cached_property
+    def campaign(self) -> dict[str, Any]:
+        record = read_json(self.path / CAMPAIGN, what="the campaign record")
+        if not isinstance(record, dict):
+            raise NotACampaignFolder(f"{self.path}: not a campaign folder (no campaign.json)",
+                                     hint="pass the folder given to 'iteralab run --out'")
+        return record
+
+    @cached_property
+    def manifest(self) -> dict[str, Any] | None:
+        return read_json(self.path / MANIFEST, what="the manifest")
+
+    @cached_property
+    def protocol(self) -> Any:
+        from iteralab.plan.protocol import load_protocol
+
+        return load_protocol(self.path / PROTOCOL)
+
+    def journal(self) -> Any:
+        """The journal's state, read now (it grows while a campaign runs)."""
+        from iteralab.campaign.journal import read_journal
+
+        return read_journal(self.path / JOURNAL)
+
+    def raw_rows(self) -> tuple[RawRow, ...]:
+        """The typed raw table (``iteralab.evidence.table.write_raw_table`` regenerates it)."""
+        if not self.table_path.is_file():
+            raise IteraError(f"{self.path}: no {TABLE}", hint=f"regenerate it: iteralab table {self.path}")
+        return read_raw_rows(self.table_path)
+
+    @property
+    def corpus_size(self) -> int:
+        return int(self.campaign["corpus"]["size"])
+
+    @property
+    def corpus_fingerprint(self) -> str:
+        return str(self.campaign["corpus"]["fingerprint"])

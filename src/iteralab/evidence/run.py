@@ -1,0 +1,20 @@
+"""A campaign run as a user means it: every scheduled pass (the campaign stage), then the raw table derived
+from what the passes stored. Reads the locked protocol; writes the campaign folder and its raw_table.csv."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from iteralab.campaign.runner import ProgressFn, run_passes
+from iteralab.evidence.table import write_raw_table
+
+
+def run_campaign(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], *,
+                 progress: ProgressFn | None = None, isolation: str | None = None) -> dict[str, Any]:
+    """Run (or resume) every scheduled pass, then regenerate the raw table. Returns a short summary."""
+    summary = run_passes(protocol_path, out, progress=progress, isolation=isolation)
+    table = write_raw_table(summary["out"])
+    if progress is not None:
+        progress("end", {"table": str(table)})
+    return {**summary, "raw_table": str(table)}

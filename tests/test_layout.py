@@ -1,0 +1,200 @@
+"""The folder list is the architecture: what lives in ``src/iteralab`` and which way imports may run.
+
+Fast and import-free: every check parses the source with ``ast``; no module of the package is imported.
+
+- ``src/iteralab/`` holds ``cli.py``, ``errors.py``, ``__init__.py`` and sub-packages only (a folder with an
+  ``__init__.py``), plus ``kit/``: a folder of files that are downloaded and run on their own, not a package
+  with an ``__init__``;
+- no module outside ``kit/`` is longer than ``MAX_LINES`` lines (STYLE.md: one sitting's read);
+- the kit runs from the standard library alone (K7, K8): it never imports ``iteralab``; at module level it
+  imports the standard library only; torch, transformers and pynvml are imported inside functions of
+  ``memoire.py`` only, after its environment check (M4); ``calcul_forfaits.py`` uses the standard library
+  everywhere;
+- imports follow the pipeline order ``plan < models < campaign < evidence < economics < decision < demo``: a
+  module of a stage imports stages at or before its own, plus ``iteralab.errors``, ``iteralab.common`` and
+  ``iteralab.kit``; ``errors.py`` and ``common/`` import none of the stages; ``cli.py`` may import anything.
+  Module-level and function-level imports both count (``ast.walk``);
+- every package ``__init__.py`` has a docstring (what the stage reads and what it writes).
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+
+PKG = Path(__file__).resolve().parents[1] / "src" / "iteralab"
+STAGES = ("plan", "models", "campaign", "evidence", "economics", "decision", "demo")
+#: Importable from every stage; they import no stage themselves.
+BASE = ("errors", "common", "kit")
+TOP_FILES = {"__init__.py", "cli.py", "errors.py"}
+MAX_LINES = 600
+#: Imported inside functions of the kit's memory script, after it has checked the environment (M4).
+KIT_LAZY = {"memoire.py": {"torch", "transformers", "pynvml"}}
+IGNORED = {"__pycache__"}
+
+
+def _modules(root: Path = PKG) -> list[Path]:
+    return sorted(p for p in root.rglob("*.py") if not IGNORED & set(p.relative_to(root).parts))
+
+
+def _rel(path: Path) -> str:
+    return path.relative_to(PKG.parent).as_posix()
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def _imports(path: Path) -> list[tuple[int, str, bool]]:
+    """Every import in the file: (line, absolute module name, at module level?). ``from X import a, b`` gives
+    ``X.a`` and ``X.b`` when X is a package of ours (a name may be a sub-module), else ``X``."""
+    tree = _tree(path)
+    package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
+    nested: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            nested |= {id(n) for n in ast.walk(node) if n is not node}
+    found: list[tuple[int, str, bool]] = []
+    for node in ast.walk(tree):
+        top = id(node) not in nested
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name, top) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            if module == "iteralab" or (module.startswith("iteralab.") and module.count(".") == 1):
+                found += [(node.lineno, f"{module}.{alias.name}", top) for alias in node.names]
+            else:
+                found.append((node.lineno, module, top))
+    return sorted(found)
+
+
+def _rank(module: str) -> tuple[str, int] | None:
+    """(part, rank) of an ``iteralab`` module: base parts rank -1, stages 0..6; None outside ``iteralab``."""
+    parts = module.split(".")
+    if parts[0] != "iteralab":
+        return None
+    if len(parts) == 1 or parts[1] in BASE or parts[1] == "__version__":
+        return (parts[1] if len(parts) > 1 else "iteralab", -1)
+    if parts[1] in STAGES:
+        return (parts[1], STAGES.index(parts[1]))
+    if parts[1] == "cli":
+        return ("cli", len(STAGES))
+    return (parts[1], len(STAGES) + 1)  # unknown part: allowed nowhere until it is placed in the order
+
+
+def order_violations() -> list[str]:
+    problems = []
+    for path in _modules():
+        rel = path.relative_to(PKG)
+        if rel.parts[0] in ("cli.py", "__init__.py") or rel.parts[0] == "kit":
+            continue  # cli may import anything; the root holds only the version; the kit is checked below
+        own = _rank(_module_name(path))
+        assert own is not None
+        for line, module, _top in _imports(path):
+            target = _rank(module)
+            if target is not None and target[1] > own[1]:
+                problems.append(f"{_rel(path)}:{line} → {module}")
+    return problems
+
+
+# --------------------------------------------------------------------------------------------- the folder
+
+
+def test_top_level_holds_only_cli_errors_init_and_subpackages():
+    strays = []
+    for entry in sorted(PKG.iterdir()):
+        if entry.name in IGNORED:
+            continue
+        if entry.is_file():
+            if entry.name not in TOP_FILES:
+                strays.append(f"{entry.name}: a file; only {', '.join(sorted(TOP_FILES))} live at the top")
+        elif entry.is_dir():
+            if entry.name != "kit" and not (entry / "__init__.py").is_file():
+                strays.append(f"{entry.name}/: a folder without __init__.py (not a sub-package)")
+        else:
+            strays.append(f"{entry.name}: neither a file nor a folder")
+    assert not strays, "\n".join(strays)
+    assert TOP_FILES <= {p.name for p in PKG.iterdir()}
+
+
+def test_every_subpackage_has_a_place_in_the_pipeline_order():
+    parts = {p.name for p in PKG.iterdir() if p.is_dir() and p.name not in IGNORED}
+    unplaced = sorted(parts - set(STAGES) - set(BASE))
+    assert not unplaced, f"place these in STAGES or BASE of {Path(__file__).name}: {unplaced}"
+    assert set(STAGES) <= parts, f"stages missing: {sorted(set(STAGES) - parts)}"
+
+
+def test_every_package_init_has_a_docstring():
+    inits = [p for p in _modules() if p.name == "__init__.py"]
+    assert len(inits) >= 1 + len(STAGES)
+    missing = [_rel(p) for p in inits if not (ast.get_docstring(_tree(p)) or "").strip()]
+    assert not missing, f"no module docstring (say what the stage reads and writes): {missing}"
+
+
+def test_no_module_outside_the_kit_is_longer_than_the_limit():
+    long = []
+    for path in _modules():
+        if path.relative_to(PKG).parts[0] == "kit":
+            continue
+        n = len(path.read_text(encoding="utf-8").splitlines())
+        if n > MAX_LINES:
+            long.append(f"{_rel(path)}: {n} lines")
+    assert not long, f"split these (limit {MAX_LINES} lines): {long}"
+
+
+# ------------------------------------------------------------------------------------------------ the kit
+
+
+def test_kit_runs_from_the_standard_library_alone():
+    kit = PKG / "kit"
+    files = _modules(kit)
+    assert {p.name for p in files} >= {"calcul_forfaits.py", "memoire.py"}
+    stdlib = set(sys.stdlib_module_names)
+    problems = []
+    for path in files:
+        lazy = KIT_LAZY.get(path.name, set())
+        for line, module, top in _imports(path):
+            root = module.split(".")[0]
+            where = f"{_rel(path)}:{line} imports {module}"
+            if root == "iteralab" or not root:
+                problems.append(f"{where}: the kit never imports the package (K8 runs the other way)")
+            elif root in stdlib:
+                continue
+            elif top:
+                problems.append(f"{where} at module level: only the standard library may be imported there")
+            elif root not in lazy:
+                allowed = f"the standard library or {', '.join(sorted(lazy))}" if lazy else "the standard library"
+                problems.append(f"{where}: only {allowed} may be imported in this file")
+    assert not problems, "\n".join(problems)
+
+
+# ---------------------------------------------------------------------------------------- pipeline order
+
+def test_imports_follow_the_pipeline_order():
+    problems = order_violations()
+    assert not problems, "imports against plan < models < campaign < evidence < economics < decision < demo:\n" + (
+        "\n".join(problems))
+
+
+def test_the_import_scan_sees_function_level_imports():
+    """The scanner itself: relative, aliased and nested imports resolve to absolute module names."""
+    imports = {m for _, m, _ in _imports(PKG / "campaign" / "runner.py")}
+    assert {"iteralab.plan.corpus", "iteralab.campaign.passes"} <= imports
+    nested = {(m, top) for _, m, top in _imports(PKG / "campaign" / "passes.py")}
+    assert ("iteralab.models.device", False) in nested  # ``from iteralab.models import device as dev``
+    assert _rank("iteralab.kit.calcul_forfaits") == ("kit", -1)
+    assert _rank("iteralab.decision.rule") == ("decision", STAGES.index("decision"))
