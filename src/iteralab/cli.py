@@ -68,9 +68,8 @@ class _CampaignProgress:
 @app.command("lock")
 def lock_cmd(protocol: Path = typer.Argument(..., help="Protocol TOML file to lock.")) -> None:
     """Lock a protocol: record its content hash and a UTC timestamp before any timed pass (P2)."""
-    from iteralab.plan.protocol import check_series, load_protocol, lock, lock_path
+    from iteralab.plan.protocol import lock, lock_path
 
-    check_series(load_protocol(protocol), str(protocol))
     entry = lock(protocol)
     typer.echo(f"locked {protocol} version {entry['version']}: sha256 {entry['sha256']} at {entry['locked_at']}")
     typer.echo(f"lock file: {lock_path(protocol)}")
@@ -340,9 +339,9 @@ def verify_cmd(
 
     from iteralab.evidence.verify import audit_campaign
 
-    if not campaign.is_dir() or not ((campaign / "campaign.json").exists() or (campaign / "SHA256SUMS").exists()):
-        raise IteraError(f"{campaign}: not a campaign folder (no campaign.json, no SHA256SUMS)",
-                         hint="pass the folder given to 'iteralab run --out' or an unpacked bundle")
+    from iteralab.campaign.folder import CampaignFolder
+
+    CampaignFolder.open(campaign, sealed_only_ok=True)
     report = audit_campaign(campaign, require_seal=not unsealed, expect_seal=expect_seal)
     if as_json:
         typer.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
@@ -425,9 +424,9 @@ def memory_cmd(
 
 
 def _require_campaign(folder: Path) -> None:
-    if not (folder / "campaign.json").is_file():
-        raise IteraError(f"{folder}: not a campaign folder (no campaign.json)",
-                         hint="pass the folder given to 'iteralab run --out'")
+    from iteralab.campaign.folder import CampaignFolder
+
+    CampaignFolder.open(folder)
 
 
 def _print_summary(summary: dict, as_json: bool) -> None:
@@ -436,11 +435,14 @@ def _print_summary(summary: dict, as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps(summary, indent=2, sort_keys=True))
         return
-    from iteralab.evidence.table import read_raw_table
+    from iteralab.campaign.folder import read_raw_rows
+    from iteralab.economics.pricing import count_accepted_results
 
-    rows = read_raw_table(summary["raw_table"])
-    accepted = sum(r["corpus_accepted"] == "true" for r in rows)
-    typer.echo(f"raw table: {summary['raw_table']} ({len(rows)} attempted passes, {accepted} verified corpora)")
+    rows = read_raw_rows(summary["raw_table"])
+    accepted = sum(r.accepted for r in rows)
+    corpora = count_accepted_results((r.corpus_fingerprint or "", r.accepted) for r in rows)
+    typer.echo(f"raw table: {summary['raw_table']} ({len(rows)} attempted passes, {accepted} accepted; "
+               f"{corpora} verified {'corpus' if corpora == 1 else 'corpora'}: each corpus counts once, K6)")
     for key, label in (("stats_txt", "statistics"), ("decision_md", "decision note"), ("report_html", "report")):
         if summary.get(key):
             typer.echo(f"{label}: {summary[key]}")
@@ -451,14 +453,12 @@ def _print_summary(summary: dict, as_json: bool) -> None:
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    errors: list[type[BaseException]] = [IteraError]
-    try:
-        from iteralab.kit.calcul_forfaits import KitError
+    """The library's error base and the two kit files' bases (each kit file is handed out on its own, so each
+    keeps its own standard-library base; the library never re-declares them)."""
+    from iteralab.kit.calcul_forfaits import KitError
+    from iteralab.kit.memoire import MemoryKitError
 
-        errors.append(KitError)
-    except ImportError:  # pragma: no cover - the kit module is part of the package
-        pass
-    return tuple(errors)
+    return (IteraError, KitError, MemoryKitError)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from iteralab.plan.corpus import check_disjoint, load_corpus, write_corpus
-from iteralab.errors import RunError
+from iteralab.errors import ProtocolError, RunError
 from iteralab.common.files import sha256_file, write_bytes_atomic, write_json_atomic
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
 from iteralab.plan.protocol import Protocol, check_locked, check_series, lock_path, resolve
@@ -71,7 +71,8 @@ def _ensure_folder(out: Path) -> None:
                        hint="choose a folder you can write to") from None
 
 
-def _write_corpus_copy(protocol: Protocol, protocol_path: Path, target: Path) -> tuple[Any, dict[str, str]]:
+def _write_corpus_copy(protocol: Protocol, protocol_path: Path, target: Path
+                       ) -> tuple[Any, dict[str, str], dict[str, Any] | None]:
     spec = protocol.corpus
     columns = dict(id_column=spec.id_column, text_column=spec.text_column, label_column=spec.label_column,
                    classes=list(spec.classes))
@@ -79,12 +80,34 @@ def _write_corpus_copy(protocol: Protocol, protocol_path: Path, target: Path) ->
     corpus = load_corpus(resolve(protocol_path, spec.path), **columns,
                          extra_columns=[spec.stratum_column] if spec.stratum_column and needs_strata else [])
     strata: dict[str, str] = {}
+    tuning_info = None
     if needs_strata:
         strata = {i: s or "" for i, s in zip(corpus.ids, corpus.columns[spec.stratum_column])}
     if spec.tuning_path:
-        check_disjoint(load_corpus(resolve(protocol_path, spec.tuning_path), **columns), corpus)
+        tuning = load_corpus(resolve(protocol_path, spec.tuning_path), **columns)
+        check_disjoint(tuning, corpus)
+        copy = target.with_name("tuning.csv")
+        write_corpus(tuning, copy)
+        tuning_info = {"file": "inputs/tuning.csv", "id_origin": tuning.id_origin, "size": len(tuning),
+                       "fingerprint": tuning.fingerprint(), "file_sha256": sha256_file(copy)}
     write_corpus(corpus, target, extra={"stratum": [strata.get(i, "") for i in corpus.ids]})
-    return corpus, strata
+    return corpus, strata, tuning_info
+
+
+def _copy_catalog(protocol: Protocol, protocol_path: Path, target: Path) -> dict[str, Any]:
+    """The catalog the decision will price from, validated and copied into the folder (so the seal covers it
+    and a folder moved to another machine decides the same way)."""
+    from iteralab.kit.calcul_forfaits import DEFAULT_CATALOG, KitError, load_catalog
+
+    declared = protocol.catalog.path
+    source = resolve(protocol_path, declared) if declared else DEFAULT_CATALOG
+    try:
+        catalog = load_catalog(source)
+    except KitError as exc:
+        raise ProtocolError(f"catalog.path: {exc}", hint=exc.hint) from None
+    write_bytes_atomic(target, Path(source).read_bytes())
+    return {"file": "inputs/catalog.csv", "source": str(declared) if declared else f"shipped {source.name}",
+            "version": catalog.version, "sha256": sha256_file(target)}
 
 
 def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str]) -> dict[str, Any]:
@@ -108,7 +131,8 @@ def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str]) 
     write_bytes_atomic(out / "inputs" / "protocol.toml", protocol_path.read_bytes())
     write_json_atomic(out / "inputs" / "protocol.toml.lock.json",
                       {"schema_version": 1, "locks": [lock_entry]})
-    corpus, strata = _write_corpus_copy(protocol, protocol_path, out / "inputs" / "corpus.csv")
+    corpus, strata, tuning = _write_corpus_copy(protocol, protocol_path, out / "inputs" / "corpus.csv")
+    catalog = _copy_catalog(protocol, protocol_path, out / "inputs" / "catalog.csv")
     design, slots = schedule_slots(protocol)
     model = protocol.model
     campaign = {
@@ -123,6 +147,8 @@ def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str]) 
                   "head": str(resolve(protocol_path, model.head)) if model.head else None,
                   "callable": model.callable, "max_length": model.max_length, "truncation": model.truncation,
                   "trust_remote_code": model.trust_remote_code},
+        "tuning": tuning,
+        "catalog": catalog,
         "schedule": {"design": design, "slots": [s.__dict__ for s in slots]},
         "variants": [v.model_dump() for v in protocol.variants],
         "series": [s.model_dump() for s in protocol.series],

@@ -46,6 +46,7 @@ class Pricing:
                 "quote": self.quote.to_dict() if self.quote else None,
                 "budget": self.budget.to_dict() if self.budget else None,
                 "cost_per_result": self.cost.to_dict() if self.cost else None}
+from iteralab.campaign.folder import CATALOG, CampaignFolder
 from iteralab.decision.windows import WindowInfo
 
 
@@ -107,11 +108,17 @@ def price_config(ev: Evidence, times: VariantTimes, window: WindowInfo, accepted
     return Pricing(entry, quote, budget, cost_per_result(budget.total, accepted, budget.currency))
 
 
-def _catalog(ev: Evidence, path: str | Path | None) -> Catalog:
+def _catalog(ev: Evidence, path: str | Path | None) -> tuple[Catalog, str]:
+    """The catalog to price from and a line saying where it came from (named in the decision note)."""
     if path is not None:
-        return load_catalog(path)
+        return load_catalog(path), (f"`{path}`, given with --catalog when deciding (it overrides the copy "
+                                    "sealed in the campaign folder)")
+    copy = CampaignFolder(ev.folder).catalog_path
+    if copy is not None:
+        origin = (ev.campaign.get("catalog") or {}).get("source") or "the protocol's catalog"
+        return load_catalog(copy), f"`{CATALOG}` of the campaign folder (sealed copy of {origin})"
     declared = ev.protocol.catalog.path
     if declared is None:
-        return load_catalog(None)
-    return load_catalog(resolve(ev.campaign["protocol"].get("source") or ev.folder / "inputs" / "protocol.toml",
-                                declared))
+        return load_catalog(None), "the shipped snapshot (this campaign folder holds no catalog copy)"
+    source = resolve(ev.campaign["protocol"].get("source") or ev.folder / "inputs" / "protocol.toml", declared)
+    return load_catalog(source), f"`{source}` (this campaign folder holds no catalog copy)"

@@ -82,7 +82,8 @@ def render_decision(d: Decision) -> str:
             f"{p.metric.reference_variant}; gating subgroups: "
             f"{', '.join(s.name for s in p.subgroups if s.gating) or 'none'}; reproduction target "
             f"{p.reproduction.target}",
-            f"- catalog version {d.catalog.version} dated {d.catalog.date.isoformat()}",
+            f"- catalog version {d.catalog.version} dated {d.catalog.date.isoformat()}, priced from "
+            f"{d.catalog_source}",
             *(f"- campaign `{e.folder}`: hardware observed {e.hardware.label}" for e in d.evidence),
             "", "## Reasons", "", *(f"- {r}" for r in d.reasons), "",
             "## Configurations", "",

@@ -150,6 +150,7 @@ class Decision:
     planned: WindowInfo
     observed: tuple[WindowInfo | None, ...]
     catalog: Catalog
+    catalog_source: str = ""
     rental_id: str | None = None
     project: bool = False
     lots: int = 1
@@ -164,7 +165,7 @@ class Decision:
             "question": ev.protocol.question,
             "corpus": {"fingerprint": ev.fingerprint, "size": ev.corpus_size},
             "campaigns": [{"folder": str(e.folder), "hardware": e.hardware.to_dict()} for e in self.evidence],
-            "catalog": self.catalog.to_dict(), "lots": self.lots, "project": self.project,
+            "catalog": {**self.catalog.to_dict(), "source": self.catalog_source}, "lots": self.lots, "project": self.project,
             "planned_window": self.planned.to_dict(),
             "observed_spans": [o.to_dict() if o else None for o in self.observed],
             "configurations": [c.to_dict() for c in self.configs],
@@ -181,7 +182,7 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
         raise IteraError("no campaign folder given", hint="pass at least one folder written by 'iteralab run'")
     evidence = [load_evidence(d) for d in campaign_dirs]
     check_mergeable(evidence)
-    cat = _catalog(evidence[0], catalog)
+    cat, cat_source = _catalog(evidence[0], catalog)
     stats = [campaign_stats(ev) for ev in evidence]
     planned = planned_window(evidence[0])
     metric = evidence[0].protocol.metric.name
@@ -235,7 +236,7 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
                              "the times measure the cards seen, extra cards are never assumed to speed anything up")
     return Decision(tuple(evidence), tuple(stats), tuple(configs), chosen, one_line, tuple(reasons),
                     tuple(uncertain), tuple(diffs), planned, tuple(observed_span(ev) for ev in evidence), cat,
-                    rental_id, project, lots, tuple(notes))
+                    cat_source, rental_id, project, lots, tuple(notes))
 
 
 def _apply_rule(configs: list[Config], ev: Evidence) -> tuple[Config | None, str, list[str], list[str]]:

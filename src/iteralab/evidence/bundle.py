@@ -29,6 +29,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from iteralab.campaign.folder import CampaignFolder
 from iteralab.errors import BundleError
 from iteralab.common.files import sha256_file, write_text_atomic
 
@@ -232,10 +233,7 @@ def pack(folder: str | os.PathLike[str], out: str | os.PathLike[str] | None = No
 
     The archive is written to a temporary name and renamed; an existing archive is never overwritten.
     """
-    folder = Path(folder)
-    if not (folder / "campaign.json").is_file():
-        raise BundleError(f"{folder}: not a campaign folder (no campaign.json)",
-                          hint="pass the folder given to 'iteralab run --out'")
+    folder = CampaignFolder.open(folder).path
     target = Path(out) if out is not None else folder.parent / f"{folder.resolve().name}.tar.gz"
     if target.exists():
         raise BundleError(f"{target}: already exists; evidence is never overwritten", hint="choose another --out")

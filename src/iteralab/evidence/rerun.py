@@ -35,6 +35,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from iteralab.campaign.folder import CampaignFolder
 from iteralab.errors import RunError
 from iteralab.common.files import write_json_atomic, write_text_atomic
 from iteralab.plan.protocol import PACKAGE_PREFIX, Protocol, load_protocol, resolve
@@ -131,8 +132,13 @@ def stage_inputs(source: Path, campaign: dict[str, Any], protocol: Protocol, sta
         target = _place(resolve(staged, spec.path), staged, "corpus.path")
         _write_declared_corpus(source / "inputs" / "corpus.csv", target, protocol,
                                campaign["corpus"].get("id_origin", "data"))
-    if spec.tuning_path:
-        original = tuning or resolve(Path(campaign["protocol"]["source"]), spec.tuning_path)
+    copied = source / "inputs" / "tuning.csv"
+    if spec.tuning_path and tuning is None and copied.is_file() and _is_relative(spec.tuning_path):
+        _write_declared_corpus(copied, _place(resolve(staged, spec.tuning_path), staged, "corpus.tuning_path"),
+                               protocol, (campaign.get("tuning") or {}).get("id_origin", "data"))
+    elif spec.tuning_path:
+        original = tuning or (copied if copied.is_file() else resolve(Path(campaign["protocol"]["source"]),
+                                                                      spec.tuning_path))
         if original is None or not Path(original).is_file():
             raise RunError(f"corpus.tuning_path: the tuning data {spec.tuning_path!r} is not part of the bundle and "
                            f"is not found at {original}",
@@ -182,9 +188,7 @@ def rerun(source: str | os.PathLike[str], out: str | os.PathLike[str], *, isolat
     from iteralab.evidence.run import run_campaign
 
     source, out = Path(source), Path(out)
-    if not (source / "campaign.json").is_file():
-        raise RunError(f"{source}: not a campaign folder (no campaign.json)",
-                       hint="pass the folder of the earlier campaign (or an unpacked bundle)")
+    CampaignFolder.open(source)
     src, dst = source.resolve(), out.resolve()
     if dst == src or src in dst.parents or dst in src.parents:
         raise RunError(f"{out}: the rerun folder must be outside the earlier campaign {source}",

@@ -346,6 +346,7 @@ def lock(protocol_path: str | os.PathLike[str], *, now: datetime | None = None) 
 
     path = Path(protocol_path)
     protocol = load_protocol(path)
+    check_series(protocol, str(path))
     digest = content_hash(path)
     lpath = lock_path(path)
     record = _read_lock(lpath)
