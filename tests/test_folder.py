@@ -126,3 +126,25 @@ def test_tuning_split_is_carried_in_the_folder(tmp_path):
     assert folder.tuning_path is not None
     assert folder.campaign["tuning"]["size"] == 2
     assert "a tuning text only" in folder.tuning_path.read_text(encoding="utf-8")
+
+
+class StepClock:
+    """Every reading is one second after the previous one."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def now(self) -> float:
+        self.t += 1.0
+        return self.t
+
+
+def test_every_phase_of_the_real_pass_is_timed_by_the_one_injectable_clock(tmp_path, monkeypatch):
+    import iteralab.models.device as dev
+
+    monkeypatch.setattr(dev, "PERF_CLOCK", StepClock())
+    out = tmp_path / "out"
+    run_campaign(callable_campaign(tmp_path, passes=1, warmup="inputs = 2\npasses = 2"), out)
+    for row in CampaignFolder.open(out).raw_rows():
+        # two readings per phase (start, stop): exactly one step each; warm-up is two timed passes
+        assert (row.load_s, row.warmup_s, row.pass_s, row.writing_s) == (1.0, 2.0, 1.0, 1.0), row

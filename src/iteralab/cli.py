@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from iteralab import __version__
+from iteralab.demo.run import DEFAULT_DOCS as DEMO_DOCS, DEFAULT_PASSES as DEMO_PASSES
 from iteralab.errors import IteraError
 
 app = typer.Typer(
@@ -100,16 +101,16 @@ def table_cmd(campaign: Path = typer.Argument(..., help="Campaign folder.")) -> 
 @app.command("demo")
 def demo_cmd(
     out: Path = typer.Option(Path("demo-out"), "--out", "-o", help="Output folder."),
-    docs: int = typer.Option(1000, "--docs", help="Documents in the comparison corpus (1000 = full protocol)."),
-    passes: int = typer.Option(5, "--passes", help="Measured passes per variant (5 = full protocol)."),
+    docs: int = typer.Option(DEMO_DOCS, "--docs", help=f"Documents in the comparison corpus ({DEMO_DOCS} = full protocol)."),
+    passes: int = typer.Option(DEMO_PASSES, "--passes", help=f"Measured passes per variant ({DEMO_PASSES} = full protocol)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Run the worked example on real data: MiniLM + linear head over 1,000 Rotten Tomatoes texts."""
-    from iteralab.demo.run import run_demo
+    from iteralab.demo.run import QUICK_TRY, run_demo
 
     display = None if as_json else _CampaignProgress()
-    if display and (docs != 1000 or passes != 5):
-        display.message(f"quick try: {docs} documents, {passes} passes — NOT the full protocol (1000 documents, 5 passes)")
+    if display and (docs != DEMO_DOCS or passes != DEMO_PASSES):
+        display.message(f"quick try: {docs} documents, {passes} passes — {QUICK_TRY}")
     summary = run_demo(out, docs=docs, passes=passes, emit=display.message if display else None, progress=display)
     _print_summary(summary, as_json)
 
@@ -252,12 +253,6 @@ def report_cmd(
     """Write report.html (self-contained), decision.md/.json and stats.txt/.json."""
     from iteralab.decision.report import finalize
 
-    for folder in campaigns:
-        _require_campaign(folder)
-    if out is None:
-        if len(campaigns) > 1:
-            raise IteraError("several campaign folders need --out", hint="e.g. --out decision-out")
-        out = campaigns[0]
     result = finalize(campaigns, out, **_decision_options(rental_id, project, catalog, lots))
     for key in ("stats_txt", "stats_json", "decision_md", "decision_json", "report_html"):
         typer.echo(result[key])
@@ -372,13 +367,10 @@ def rerun_cmd(
     if as_json:
         typer.echo(json.dumps(comparison, indent=2, sort_keys=True))
         return
-    changes = [c["key"] for c in comparison["manifest_changes"] if not c["bookkeeping"]]
-    typer.echo(f"manifest fields changed: {len(changes)}" + (f" ({', '.join(changes[:6])}"
-                                                              f"{', …' if len(changes) > 6 else ''})" if changes else ""))
-    for name, v in comparison["variants"].items():
-        ratio = "no ratio" if v["median_ratio"] is None else f"median pass ×{v['median_ratio']:.3f}"
-        typer.echo(f"{name}: {v['old_verdict']} -> {v['new_verdict']} "
-                   f"({'same verdict' if v['same_verdict'] else 'VERDICT CHANGED'}); outputs {v['outputs']}; {ratio}")
+    from iteralab.evidence.rerun import summary_lines
+
+    for line in summary_lines(comparison):
+        typer.echo(line)
     typer.echo(f"comparison: {result['comparison_files'][0]}")
 
 
@@ -449,7 +441,9 @@ def _print_summary(summary: dict, as_json: bool) -> None:
     if summary.get("decision"):
         typer.echo(f"decision: {summary['decision']}")
     if summary.get("full_protocol") is False:
-        typer.echo("note: a quick try, not the full pre-registered protocol (1000 documents, 5 passes)")
+        from iteralab.demo.run import QUICK_TRY
+
+        typer.echo(f"note: a quick try, {QUICK_TRY}")
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

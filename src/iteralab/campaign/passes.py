@@ -16,19 +16,12 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from iteralab.common.files import sha256_file, write_json_atomic, write_text_atomic
 
-Clock = Callable[[], float]
-
-
-def _default_clock() -> float:
-    import time
-
-    return time.perf_counter()
 
 
 def _chunks(order: list[int], size: int) -> list[list[int]]:
@@ -114,13 +107,16 @@ def _prediction_lines(ids: list[str], classes: list[str], probs: np.ndarray, row
     return "\n".join(lines) + ("\n" if lines else "")
 
 
-def execute_pass(spec: dict[str, Any], clock: Clock | None = None) -> dict[str, Any]:
-    """Run one pass described by ``spec`` (a JSON-able dict built by the runner); return its result record."""
+def execute_pass(spec: dict[str, Any], clock: Any = None) -> dict[str, Any]:
+    """Run one pass described by ``spec`` (a JSON-able dict built by the runner); return its result record.
+
+    Every phase is timed by :func:`iteralab.models.device.timed` (synchronize, read, body, synchronize, read)
+    with one clock, injectable as ``clock`` (an object with ``now()``, default ``time.perf_counter``)."""
     from iteralab.models import device as dev
     from iteralab.plan.corpus import load_corpus
     from iteralab.models.base import load_workload
 
-    clock = clock or _default_clock
+    clock = clock or dev.PERF_CLOCK
     variant = spec["variant"]
     phases: dict[str, float | None] = {k: None for k in ("load_s", "compile_s", "warmup_s", "pass_s", "writing_s")}
     notes: list[str] = []
@@ -138,15 +134,14 @@ def execute_pass(spec: dict[str, Any], clock: Clock | None = None) -> dict[str, 
             torch.use_deterministic_algorithms(True, warn_only=True)
         device = dev.resolve_device(variant.get("device") or spec.get("device", "auto"))
         model = spec["model"]
-        t0 = clock()
-        workload = load_workload(
-            model["kind"], path=model.get("path"), head=model.get("head"), callable_ref=model.get("callable"),
-            classes=spec["classes"], precision=variant["precision"], device=str(device),
-            max_length=model["max_length"], truncation=model["truncation"], padding=variant["padding"],
-            compile=variant["compile"], trust_remote_code=model["trust_remote_code"],
-        )
-        dev.synchronize(device)
-        phases["load_s"] = clock() - t0
+        with dev.timed(device, clock) as loading:
+            workload = load_workload(
+                model["kind"], path=model.get("path"), head=model.get("head"), callable_ref=model.get("callable"),
+                classes=spec["classes"], precision=variant["precision"], device=str(device),
+                max_length=model["max_length"], truncation=model["truncation"], padding=variant["padding"],
+                compile=variant["compile"], trust_remote_code=model["trust_remote_code"],
+            )
+        phases["load_s"] = loading.seconds
         result["workload"] = workload.describe()
         result["file_hashes"] = workload.file_hashes()
     except Exception as exc:  # a load failure is a failed pass row, with its error
@@ -164,12 +159,10 @@ def execute_pass(spec: dict[str, Any], clock: Clock | None = None) -> dict[str, 
         if warm["inputs"] > 0 and warm["passes"] > 0:
             warm_texts = list(load_corpus(spec["corpus_path"], **corpus_kwargs).texts[: warm["inputs"]])
             for i in range(warm["passes"]):
-                dev.synchronize(device)
-                t0 = clock()
-                for chunk in _chunks(list(range(len(warm_texts))), batch_size):
-                    workload.infer(workload.tokenize([warm_texts[j] for j in chunk]))
-                dev.synchronize(device)
-                elapsed = clock() - t0
+                with dev.timed(device, clock) as warming:
+                    for chunk in _chunks(list(range(len(warm_texts))), batch_size):
+                        workload.infer(workload.tokenize([warm_texts[j] for j in chunk]))
+                elapsed = warming.seconds
                 if i == 0 and variant["compile"]:
                     phases["compile_s"] = elapsed  # first warm-up call compiles: recorded as compilation
                 else:
@@ -186,13 +179,11 @@ def execute_pass(spec: dict[str, Any], clock: Clock | None = None) -> dict[str, 
 
     pass_run = MeasuredPass()
     dev.reset_peaks(device)
-    dev.synchronize(device)
-    start = clock()
     try:
-        pass_run.run(workload, spec["corpus_path"], corpus_kwargs, batch_size, bool(variant["bucketing"]),
-                     bool(variant["resume"]), len(spec["classes"]))
-        dev.synchronize(device)
-        phases["pass_s"] = clock() - start
+        with dev.timed(device, clock) as measured:
+            pass_run.run(workload, spec["corpus_path"], corpus_kwargs, batch_size, bool(variant["bucketing"]),
+                         bool(variant["resume"]), len(spec["classes"]))
+        phases["pass_s"] = measured.seconds
     except Exception as exc:
         measured_error = exc
         try:
@@ -214,14 +205,14 @@ def execute_pass(spec: dict[str, Any], clock: Clock | None = None) -> dict[str, 
         notes.append("pass_s: empty, the measured pass did not complete")
 
     # Writing (outside the measured region): only completed rows, in pass order, atomically, then hashed.
-    t0 = clock()
+    t0 = clock.now()
     done_rows = [i for i in order if progress.done[i]]
     pred_dir = Path(spec["prediction_dir"])
     target = pred_dir / f"{spec['pass_id']}.jsonl"
     write_text_atomic(target, _prediction_lines(ids, list(spec["classes"]), probs, done_rows))
     result["prediction_file"] = f"predictions/{target.name}"
     result["prediction_sha256"] = sha256_file(target)
-    phases["writing_s"] = clock() - t0
+    phases["writing_s"] = clock.now() - t0
     result["order_hash"] = _order_hash([ids[i] for i in order]) if ids else None
     if measured_error is None:
         result["status"] = "ok"

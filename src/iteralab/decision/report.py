@@ -22,6 +22,8 @@ from typing import Any
 from iteralab.decision.costing import CPU_ONLY
 from iteralab.decision.note import cpu_only, exclusion_lines, render_decision, write_decision
 from iteralab.decision.rule import Config, Decision, decide
+from iteralab.campaign.folder import CampaignFolder
+from iteralab.errors import IteraError
 from iteralab.common.files import dumps_json, write_text_atomic
 from iteralab.kit.calcul_forfaits import STANDARD_PACKAGE_DAYS, format_amount, format_hours
 from iteralab.evidence.stats import Evidence, fmt_s, render_stats
@@ -332,12 +334,16 @@ def render_all_stats(decision: Decision) -> tuple[str, dict[str, Any]]:
     return text, data
 
 
-def finalize(campaign_dirs: list[Path], out: Path, *, rental_id: str | None = None, project: bool = False,
-             catalog: str | Path | None = None, lots: int = 1) -> dict[str, Any]:
-    """Write stats.txt, stats.json, decision.md, decision.json and report.html into ``out``.
-
-    Returns the paths written and the one-line decision.
+def finalize(campaign_dirs: list[Path], out: Path | None = None, *, rental_id: str | None = None,
+             project: bool = False, catalog: str | Path | None = None, lots: int = 1) -> dict[str, Any]:
+    """Write stats.txt, stats.json, decision.md, decision.json and report.html into ``out`` (default: the
+    campaign folder, when there is only one). Returns the paths written and the one-line decision.
     """
+    folders = [CampaignFolder.open(d).path for d in campaign_dirs]
+    if out is None:
+        if len(folders) != 1:
+            raise IteraError("several campaign folders need --out", hint="e.g. --out decision-out")
+        out = folders[0]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     decision = decide(list(campaign_dirs), rental_id=rental_id, project=project, catalog=catalog, lots=lots)

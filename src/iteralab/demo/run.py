@@ -19,6 +19,7 @@ from iteralab.errors import RunError
 DEFAULT_DOCS = 1000
 DEFAULT_PASSES = 5
 DEFAULT_TUNING = 1000
+QUICK_TRY = f"not the full pre-registered protocol ({DEFAULT_DOCS} documents, {DEFAULT_PASSES} passes)"
 STRATA = {"short": (0, 30), "medium": (31, 50), "long": (51, None)}
 COUNTS = {"short": 600, "medium": 300, "long": 100}
 CLASSES = ("plot", "fresh", "rotten")

@@ -337,6 +337,18 @@ def _seconds(value: float | None) -> str:
     return "—" if value is None else f"{value:.4f} s"
 
 
+def summary_lines(c: dict[str, Any]) -> list[str]:
+    """The short terminal summary of a comparison (the full one is :func:`render_comparison`)."""
+    changes = [ch["key"] for ch in c["manifest_changes"] if not ch["bookkeeping"]]
+    lines = [f"manifest fields changed: {len(changes)}" + (f" ({', '.join(changes[:6])}"
+                                                          f"{', …' if len(changes) > 6 else ''})" if changes else "")]
+    for name, v in c["variants"].items():
+        ratio = "no ratio" if v["median_ratio"] is None else f"median pass ×{v['median_ratio']:.3f}"
+        lines.append(f"{name}: {v['old_verdict']} -> {v['new_verdict']} "
+                     f"({'same verdict' if v['same_verdict'] else 'VERDICT CHANGED'}); outputs {v['outputs']}; {ratio}")
+    return lines
+
+
 def render_comparison(c: dict[str, Any]) -> str:
     p = c["protocol"]
     bound = f" (bound {p['bound']})" if p["bound"] is not None else ""

@@ -550,24 +550,34 @@ def _driver() -> tuple[str | None, str | None]:
     return (version.decode() if isinstance(version, bytes) else str(version)), None
 
 
+def precision_refusal(precision: str, device: str) -> tuple[str, str] | None:
+    """The one device-precision policy (the library applies this same function): ``(reason, hint)`` when
+    ``precision`` cannot be measured honestly on ``device`` ("cpu", "cuda", "cuda:1" …), else None."""
+    if precision not in PRECISIONS:
+        return f"{precision!r} is not one of {', '.join(PRECISIONS)}", "choose one of the listed precisions"
+    on_cpu = device.split(":")[0] == "cpu"
+    if precision == "fp16" and on_cpu:
+        return "fp16 is refused on CPU (half-precision matmul is emulated there)", "use bf16 or fp32 on CPU"
+    if precision == "int8-dynamic" and not on_cpu:
+        return (f"int8-dynamic runs on CPU only, not on {device}",
+                "PyTorch's dynamic int8 kernels are CPU kernels; use fp16/bf16 on a GPU")
+    if precision == "bf16" and not on_cpu:
+        import torch
+
+        if not torch.cuda.is_bf16_supported():
+            return (f"bf16 is not supported by {torch.cuda.get_device_name(device)}", "use fp16 or fp32 on this GPU")
+    return None
+
+
 def check_settings(precision: str, device: str, batch_size: int, max_length: int) -> None:
-    """Refuse combinations that cannot run here (same policy as the library)."""
+    """Refuse combinations that cannot run here (the policy of :func:`precision_refusal`)."""
     if precision not in PRECISIONS:
         raise EnvironmentRefused(f"--precision {precision!r} is not one of {', '.join(PRECISIONS)}")
     _whole("--batch-size", batch_size)
     _whole("--max-length", max_length, 2)
-    if precision == "fp16" and device == "cpu":
-        raise EnvironmentRefused("--precision fp16 is refused on CPU (half-precision matmul is emulated there)",
-                                 hint="use bf16 or fp32 on CPU")
-    if precision == "int8-dynamic" and device != "cpu":
-        raise EnvironmentRefused(f"--precision int8-dynamic runs on CPU only, not on {device}",
-                                 hint="PyTorch's dynamic int8 kernels are CPU kernels; use fp16/bf16 on a GPU")
-    if precision == "bf16" and device != "cpu":
-        import torch
-
-        if not torch.cuda.is_bf16_supported():
-            raise EnvironmentRefused(f"--precision bf16 is not supported by {torch.cuda.get_device_name(device)}",
-                                     hint="use fp16 or fp32 on this GPU")
+    refused = precision_refusal(precision, device)
+    if refused is not None:
+        raise EnvironmentRefused(f"--precision {refused[0]}", hint=refused[1])
 
 
 # ------------------------------------------------------------------------------------------ model + forward

@@ -29,10 +29,10 @@ import torch
 
 from iteralab.models.device import resolve_device
 from iteralab.errors import WorkloadError
+from iteralab.kit.memoire import PRECISIONS, precision_refusal
 from iteralab.common.files import sha256_file
 
 KINDS = ("hf_classifier", "encoder_head", "callable")
-PRECISIONS = ("fp32", "bf16", "fp16", "int8-dynamic")
 PADDINGS = ("longest", "max_length")
 HEAD_FORMAT = "iteralab-linear-head"
 POOLING = "mean over real tokens (attention-mask weighted, padding excluded), float32"
@@ -175,15 +175,9 @@ def _check_settings(settings: Settings) -> None:
     if settings.padding == "max_length" and not settings.truncation:
         raise WorkloadError("padding: 'max_length' needs truncation enabled (longer texts cannot be padded to it)",
                             hint="set truncation = true, or use padding = 'longest'")
-    if precision == "fp16" and device.type == "cpu":
-        raise WorkloadError("precision: fp16 is refused on CPU (half-precision matmul is emulated on most hosts, "
-                            "so its time means nothing for a GPU rental)", hint="use bf16 or fp32 on CPU")
-    if precision == "int8-dynamic" and device.type != "cpu":
-        raise WorkloadError(f"precision: int8-dynamic runs on CPU only, not on {device}",
-                            hint="dynamic int8 kernels in PyTorch are CPU kernels; use fp16/bf16 on a GPU")
-    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise WorkloadError(f"precision: bf16 is not supported by {torch.cuda.get_device_name(device)}",
-                            hint="use fp16 or fp32 on this GPU")
+    refused = precision_refusal(precision, str(device))
+    if refused is not None:
+        raise WorkloadError(f"precision: {refused[0]}", hint=refused[1])
 
 
 # ----------------------------------------------------------------------------------------- factory

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from iteralab.errors import ProtocolError
+from iteralab.kit.memoire import PRECISIONS  # the kit's list: one list for library and kit
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -28,7 +29,6 @@ else:  # pragma: no cover
 SCHEMA_VERSION = 1
 LOCK_SUFFIX = ".lock.json"
 METRICS = ("accuracy", "macro_f1", "weighted_f1", "balanced_accuracy")
-PRECISIONS = ("fp32", "bf16", "fp16", "int8-dynamic")
 #: The variant fields a series may vary (R1). Everything else is fixed by the protocol for all variants.
 FACTORS = ("batch_size", "precision", "bucketing", "padding", "resume", "compile", "device")
 
