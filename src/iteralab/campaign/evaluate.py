@@ -45,6 +45,17 @@ def load_expected(campaign_dir: str | Path) -> Expected:
     return Expected(tuple(ids), labels, strata)
 
 
+def corpus_texts(campaign_dir: str | Path, wanted: set[str]) -> dict[str, str]:
+    """The texts of the ``wanted`` ids only (streamed: the corpus is never held whole)."""
+    csv.field_size_limit(1 << 30)
+    out: dict[str, str] = {}
+    with open(Path(campaign_dir) / "inputs" / "corpus.csv", encoding="utf-8", newline="") as fh:
+        for row in csv.DictReader(fh):
+            if row["id"] in wanted:
+                out[row["id"]] = row["text"]
+    return out
+
+
 def campaign_protocol(campaign_dir: str | Path) -> Protocol:
     return load_protocol(Path(campaign_dir) / "inputs" / "protocol.toml")
 

@@ -62,6 +62,17 @@ class JournalState:
     def aborted(self) -> list[str]:
         return [p for p in self.order if p not in self.finished]
 
+    def pass_times(self) -> list[datetime]:
+        """Timestamps of every pass event (started, finished, evaluated), to the second."""
+        stamps = []
+        for records in (self.started, self.finished, self.evaluated):
+            for record in records.values():
+                try:
+                    stamps.append(datetime.fromisoformat(record["at"]).replace(microsecond=0))
+                except (KeyError, TypeError, ValueError):
+                    continue
+        return stamps
+
     def done_slots(self) -> set[tuple[int, int]]:
         """(round, position) slots with a finished pass (success or recorded failure)."""
         return {(self.started[p]["round"], self.started[p]["position"]) for p in self.finished}

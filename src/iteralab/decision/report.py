@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import io
-import json
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -237,36 +236,25 @@ def plot_window(decision: Decision) -> str | None:
 def wrong_predictions(evidence: Evidence, limit: int = EXAMPLES) -> tuple[str | None, list[dict[str, str]]]:
     """A few wrong predictions (id, text, true and predicted label) from the reference variant's first
     counted pass (or the first counted pass)."""
-    import csv
+    from iteralab.campaign.evaluate import corpus_texts, load_expected, read_probabilities
 
     counted = [r for r in evidence.rows if r.ok and r.pass_id not in evidence.exclusions and r.prediction_file]
     ref = evidence.protocol.metric.reference_variant
     chosen = next((r for r in counted if r.variant == ref), counted[0] if counted else None)
     if chosen is None:
         return None, []
-    corpus: dict[str, dict[str, str]] = {}
-    csv.field_size_limit(1 << 30)
-    with open(evidence.folder / "inputs" / "corpus.csv", encoding="utf-8", newline="") as fh:
-        for row in csv.DictReader(fh):
-            corpus[row["id"]] = row
-    out: list[dict[str, str]] = []
     path = evidence.folder / chosen.prediction_file
     if not path.is_file():
         return chosen.pass_id, []
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            truth = corpus.get(str(rec.get("id")))
-            if truth is None or truth.get("label") == rec.get("label"):
-                continue
-            text = truth.get("text", "")
-            out.append({"id": str(rec["id"]), "label": truth.get("label", ""), "predicted": str(rec.get("label")),
-                        "stratum": truth.get("stratum", ""), "text": text if len(text) <= 300 else text[:300] + "..."})
-            if len(out) >= limit:
-                break
+    expected = load_expected(evidence.folder)
+    wrong = [(pid, label) for pid, (label, _) in read_probabilities(path).items()
+             if pid in expected.labels and expected.labels[pid] != label][:limit]
+    texts = corpus_texts(evidence.folder, {pid for pid, _ in wrong})
+    out = []
+    for pid, label in wrong:
+        text = texts.get(pid, "")
+        out.append({"id": pid, "label": expected.labels[pid], "predicted": str(label),
+                    "stratum": expected.strata.get(pid, ""), "text": text if len(text) <= 300 else text[:300] + "..."})
     return chosen.pass_id, out
 
 

@@ -95,17 +95,9 @@ def projected_window(ev: Evidence, planned: WindowInfo, times: VariantTimes) -> 
 
 def observed_span(ev: Evidence) -> WindowInfo | None:
     """When this campaign's passes actually ran (journal timestamps): observed, but not a full rental window."""
-    import json
+    from iteralab.campaign.folder import CampaignFolder
 
-    stamps = []
-    path = ev.folder / "journal.jsonl"
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []:
-        try:
-            record = json.loads(line)
-            if record.get("event") in ("pass_started", "pass_finished", "pass_evaluated"):
-                stamps.append(datetime.fromisoformat(record["at"]).replace(microsecond=0))
-        except (ValueError, KeyError, TypeError):
-            continue
+    stamps = CampaignFolder(ev.folder).journal().pass_times()
     if len(stamps) < 2 or max(stamps) <= min(stamps):
         return None
     window = build_window([Task("campaign passes (journal)", min(stamps), max(stamps))], "observed",

@@ -35,7 +35,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from iteralab.campaign.folder import CampaignFolder
+from iteralab.campaign.folder import CampaignFolder, read_json
 from iteralab.errors import RunError
 from iteralab.common.files import write_json_atomic, write_text_atomic
 from iteralab.plan.protocol import PACKAGE_PREFIX, Protocol, load_protocol, resolve
@@ -50,10 +50,6 @@ BOOKKEEPING = ("extra.protocol.source", "extra.model_spec.path", "extra.model_sp
 
 def staging_folder(out: Path) -> Path:
     return out.parent / f".{out.name}.rerun-inputs"
-
-
-def _read_json(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def _is_relative(ref: str | None) -> bool:
@@ -198,14 +194,14 @@ def rerun(source: str | os.PathLike[str], out: str | os.PathLike[str], *, isolat
         raise RunError(f"{source}: the earlier campaign does not verify ({report.differences[0]}"
                        + (f"; and {len(report.differences) - 1} more" if len(report.differences) > 1 else "") + ")",
                        hint=f"run: iteralab verify {source}")
-    campaign = _read_json(source / "campaign.json")
+    campaign = read_json(source / "campaign.json")
     protocol = load_protocol(source / "inputs" / "protocol.toml")
     corpus = load_corpus(source / "inputs" / "corpus.csv", classes=list(protocol.corpus.classes))
     if corpus.fingerprint() != campaign["corpus"]["fingerprint"]:
         raise RunError(f"{source}/inputs/corpus.csv: fingerprint differs from campaign.json")
     if out.exists() and any(out.iterdir()):
         existing = out / "campaign.json"
-        if not existing.is_file() or _read_json(existing)["protocol"]["sha256"] != campaign["protocol"]["sha256"]:
+        if not existing.is_file() or read_json(existing)["protocol"]["sha256"] != campaign["protocol"]["sha256"]:
             raise RunError(f"{out}: exists and is not an earlier rerun of this campaign",
                            hint="choose a new --out folder (an interrupted rerun into it would be resumed)")
     staging = staging_folder(out)
@@ -265,8 +261,8 @@ def compare_campaigns(old: str | os.PathLike[str], new: str | os.PathLike[str]) 
 
     old, new = Path(old), Path(new)
     protocol = load_protocol(new / "inputs" / "protocol.toml")
-    old_campaign, new_campaign = _read_json(old / "campaign.json"), _read_json(new / "campaign.json")
-    manifests = [(_read_json(d / "manifest.json") if (d / "manifest.json").is_file() else None) for d in (old, new)]
+    old_campaign, new_campaign = read_json(old / "campaign.json"), read_json(new / "campaign.json")
+    manifests = [(read_json(d / "manifest.json") if (d / "manifest.json").is_file() else None) for d in (old, new)]
     if None in manifests:
         changes = [{"key": "manifest.json", "old": "present" if manifests[0] else "absent",
                     "new": "present" if manifests[1] else "absent", "bookkeeping": False}]
