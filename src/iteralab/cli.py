@@ -106,11 +106,12 @@ def demo_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Run the worked example on real data: MiniLM + linear head over 1,000 Rotten Tomatoes texts."""
-    from iteralab.demo.run import QUICK_TRY, run_demo
+    from iteralab.demo.run import run_demo
 
     display = None if as_json else _CampaignProgress()
     if display and (docs != DEMO_DOCS or passes != DEMO_PASSES):
-        display.message(f"quick try: {docs} documents, {passes} passes — {QUICK_TRY}")
+        display.message(f"quick try: {docs} documents, {passes} passes — NOT the full protocol ({DEMO_DOCS} "
+                        f"documents, {DEMO_PASSES} passes)")
     summary = run_demo(out, docs=docs, passes=passes, emit=display.message if display else None, progress=display)
     _print_summary(summary, as_json)
 
