@@ -96,8 +96,12 @@ def test_out_of_tolerance_variant_is_marked_and_leaves_the_comparison(merged):
 
 def test_cpu_only_campaign_is_unpriced_with_its_reason(tmp_path):
     decision = decide([build_campaign(tmp_path / "camp")])
-    assert decision.chosen is None
-    assert decision.one_line == f"no choice possible: {CPU_ONLY}"
+    assert decision.chosen is None  # no rental is chosen …
+    assert decision.one_line == f"configuration on CPU only (Test CPU 8-core): b8; rental not priced: {CPU_ONLY}"
+    [machine] = decision.machines  # … but the configuration on the machine observed is (issue: both halves)
+    assert machine.chosen.variant == "b8" and [c.variant for c in machine.inseparable] == ["b4"]
+    assert "the series does not distinguish it from b4" in machine.line
+    assert decision.rental_line == f"not priced: {CPU_ONLY}"
     assert all(c.pricing.reason == CPU_ONLY for c in decision.configs if c.feasible)
     reasons = " ".join(decision.reasons)
     assert "decision-equivalent configurations (all documents, quality within the tolerance, deadline): b1, b4, b8" \

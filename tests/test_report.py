@@ -70,7 +70,7 @@ def test_cpu_only_report_says_not_priced(tmp_path, capsys):
     folder = build_campaign(tmp_path / "camp")
     assert main(["report", str(folder), "--out", str(tmp_path / "out")]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[-1].startswith("no choice possible: ran on CPU only")
+    assert lines[-1].startswith("configuration on CPU only (Test CPU 8-core): b8; rental not priced: ran on CPU only")
     html = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
     assert "Not priced: CPU-only campaign" in html
     assert main(["report", str(folder), str(folder)]) == 2

@@ -1,5 +1,6 @@
-"""What a configuration commits (K1–K4): the observed GPU matched to a catalog row, the cheapest listed
-package that covers its window, the cost per verified result. Arithmetic is the kit's, never re-implemented."""
+"""What a configuration commits (K1–K4): the observed device matched *exactly* to a catalog row (a GPU, or a
+CPU server package with the same CPU model and logical core count), the cheapest listed package that covers
+its window, the cost per verified result. The arithmetic is the kit's, never re-implemented."""
 
 from __future__ import annotations
 
@@ -8,15 +9,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from iteralab.kit.calcul_forfaits import format_hours
+from iteralab.campaign.folder import CATALOG, CampaignFolder
+from iteralab.decision.windows import WindowInfo
 from iteralab.economics.pricing import (Catalog, CatalogEntry, CostPerResult, PackageBudget, cost_per_result,
-                              format_amount, load_catalog, package_budget)
-from iteralab.plan.protocol import resolve
-from iteralab.evidence.stats import (Evidence, VariantTimes)
+                                        format_amount, load_catalog, package_budget)
 from iteralab.economics.window import WindowQuote, quote_calendar
+from iteralab.evidence.stats import Evidence, VariantTimes
+from iteralab.kit.calcul_forfaits import find_entry, format_hours
+from iteralab.plan.protocol import resolve
 
-
-CPU_ONLY = "ran on CPU only: no rental GPU was observed, so no package can be priced from these runs"
+CPU_ONLY = ("ran on CPU only: no rental GPU was observed and the catalog lists no CPU server package for this "
+            "CPU model and core count, so no package is priced from these runs")
 
 
 # ------------------------------------------------------------------------------------------- pricing
@@ -46,25 +49,12 @@ class Pricing:
                 "quote": self.quote.to_dict() if self.quote else None,
                 "budget": self.budget.to_dict() if self.budget else None,
                 "cost_per_result": self.cost.to_dict() if self.cost else None}
-from iteralab.campaign.folder import CATALOG, CampaignFolder
-from iteralab.decision.windows import WindowInfo
-
-
-def _tokens(text: str) -> list[str]:
-    return re.findall(r"[a-z0-9]+", text.lower())
 
 
 def match_gpu(name: str, catalog: Catalog) -> CatalogEntry | None:
-    """The catalog GPU whose name (or id) matches an observed GPU name, e.g. 'NVIDIA GeForce RTX 4090'."""
-    seen = _tokens(name)
-    for e in catalog.entries:
-        if _tokens(e.gpu_name) == seen:
-            return e
-    for e in catalog.entries:
-        wanted = _tokens(e.gpu_id)
-        if wanted and all(t in seen for t in wanted):
-            return e
-    return None
+    """The catalog GPU row that prices an observed GPU name: its ``device_match`` names/patterns, else its
+    ``gpu_name`` after whitespace and case normalisation. Never by shared words ('RTX 4090 D' is not 'RTX 4090')."""
+    return find_entry(catalog, name)
 
 
 def _observed_gpu(ev: Evidence, times: VariantTimes) -> tuple[str | None, str | None]:
@@ -87,13 +77,20 @@ def price_config(ev: Evidence, times: VariantTimes, window: WindowInfo, accepted
                  lots: int) -> Pricing:
     """Cheapest listed package of the observed GPU that covers the window, via the kit's functions."""
     name, reason = _observed_gpu(ev, times)
-    if name is None:
+    hw = ev.hardware
+    if name is None and not hw.gpus and hw.cpu:
+        entry = find_entry(catalog, hw.cpu, hw.cpu_cores)  # a CPU server package competes honestly
+        if entry is None:
+            return Pricing(reason=CPU_ONLY)
+    elif name is None:
         return Pricing(reason=reason)
-    entry = match_gpu(name, catalog)
+    else:
+        entry = match_gpu(name, catalog)
     if entry is None:
         known = ", ".join(f"{g} ({catalog.entries_for(g)[0].gpu_name})" for g in catalog.gpu_ids())
         return Pricing(reason=f"GPU '{name}' observed in the manifest is not in catalog {catalog.path} "
-                              f"(version {catalog.version}); available: {known}")
+                              f"(version {catalog.version}); rows match exactly (gpu_name or device_match), "
+                              f"never by shared words; available: {known}")
     if window.window is None:
         return Pricing(gpu=entry, reason=f"no window to cover: {window.reason}")
     quote = quote_calendar(window.window, catalog, entry.gpu_id, lots)

@@ -72,6 +72,16 @@ def render_decision(d: Decision) -> str:
                    f"{d.lots} lot{'s' if d.lots != 1 else ''}.")
     else:
         out.append(f"**{d.one_line[0].upper()}{d.one_line[1:]}.**")
+    out += ["", "Both halves of the answer:", "", "- **Configuration on each observed machine** (no price is needed "
+            "to choose among configurations that fit the same package on the same hardware):"]
+    for m in d.machines:
+        out.append(f"  - {m.line}")
+        if m.chosen is not None:
+            v = p.variant(m.chosen.variant)
+            out.append(f"    setting: batch size {v.batch_size}, precision {v.precision}, bucketing "
+                       f"{'on' if v.bucketing else 'off'}, padding {v.padding}, compile "
+                       f"{'on' if v.compile else 'off'}")
+    out.append(f"- **Rental**: {d.rental_line}")
     out += ["", "## Covered load", "",
             f"- {ev.corpus_size} documents, corpus fingerprint `{ev.fingerprint}`",
             f"- accepted deliveries: {chosen.accepted if chosen else 'see the table'} (each corpus counted once by "

@@ -16,6 +16,7 @@ arithmetic is the kit's (``iteralab.economics.pricing``, ``iteralab.economics.wi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +139,23 @@ def check_mergeable(evidence: list[Evidence]) -> None:
 
 
 @dataclass(frozen=True)
+class MachineChoice:
+    """The configuration answer on one observed machine (D1 applied without needing a price)."""
+
+    hardware: str
+    chosen: Config | None
+    inseparable: tuple[Config, ...]
+    line: str
+    reasons: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"hardware": self.hardware, "chosen": self.chosen.key if self.chosen else None,
+                "variant": self.chosen.variant if self.chosen else None,
+                "not_distinguished_from": [c.variant for c in self.inseparable], "answer": self.line,
+                "reasons": list(self.reasons)}
+
+
+@dataclass(frozen=True)
 class Decision:
     evidence: tuple[Evidence, ...]
     stats: tuple[CampaignStats, ...]
@@ -155,11 +173,15 @@ class Decision:
     project: bool = False
     lots: int = 1
     notes: tuple[str, ...] = field(default=())
+    machines: tuple[MachineChoice, ...] = field(default=())
+    rental_line: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         ev = self.evidence[0]
         return {
             "schema_version": SCHEMA_VERSION, "decision": self.one_line,
+            "configuration_per_machine": [m.to_dict() for m in self.machines],
+            "rental": {"chosen": self.chosen.key if self.chosen else None, "answer": self.rental_line},
             "chosen": self.chosen.key if self.chosen else None, "rule": RULE,
             "protocol": {k: ev.campaign["protocol"].get(k) for k in ("name", "version", "sha256", "locked_at")},
             "question": ev.protocol.question,
@@ -202,7 +224,10 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
             pricing = Pricing(reason=NOT_FEASIBLE) if failures else price_config(ev, times, window, accepted, cat, lots)
             configs.append(Config(hw, times.variant, ev.folder, times, quality, accepted, window, pricing, failures,
                                   tuple(exclusions), merged=len(evidence) > 1))
-    chosen, one_line, reasons, uncertain = _apply_rule(configs, evidence[0])
+    chosen, rental_line, reasons, uncertain = _apply_rule(configs, evidence[0])
+    machines = tuple(choose_on_machine([c for c in configs if c.hardware == hw], evidence[0])
+                     for hw in dict.fromkeys(c.hardware for c in configs))
+    one_line = _one_line(machines, chosen, rental_line)
     for st in stats:
         uncertain += [f"{st.evidence.hardware.label}, {c.scope}: {c.a} vs {c.b}: {c.text}"
                       for c in st.comparisons if not c.distinguished]
@@ -236,7 +261,59 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
                              "the times measure the cards seen, extra cards are never assumed to speed anything up")
     return Decision(tuple(evidence), tuple(stats), tuple(configs), chosen, one_line, tuple(reasons),
                     tuple(uncertain), tuple(diffs), planned, tuple(observed_span(ev) for ev in evidence), cat,
-                    cat_source, rental_id, project, lots, tuple(notes))
+                    cat_source, rental_id, project, lots, tuple(notes), machines, rental_line)
+
+
+def _one_line(machines: tuple[MachineChoice, ...], chosen: Config | None, rental_line: str) -> str:
+    """Both halves of the answer in one line; 'no choice possible' only when no configuration qualifies."""
+    if chosen is not None:
+        return rental_line
+    answered = [m for m in machines if m.chosen is not None]
+    if not answered:
+        return rental_line
+    configs = "; ".join(f"on {m.hardware}: {m.chosen.variant}" for m in answered)  # type: ignore[union-attr]
+    return f"configuration {configs}; rental {rental_line}"
+
+
+def choose_on_machine(configs: list[Config], ev: Evidence) -> MachineChoice:
+    """Among one machine's configurations that process all documents at the quality bar before the deadline:
+    committed cost where priced, then failures, then the evidence (T5) — the median decides only what the
+    series distinguishes; the set it cannot separate is named, never hidden."""
+    hw = configs[0].hardware if configs else "unknown hardware"
+    eligible = [c for c in configs if not c.exclusions and c.times.median is not None]
+    if not eligible:
+        return MachineChoice(hw, None, (), f"no configuration on {hw} processes all documents at the minimum "
+                             "quality before the deadline", ())
+
+    def cost(c: Config) -> tuple[int, Decimal]:
+        return (0, c.pricing.budget.total) if c.pricing.budget is not None else (1, Decimal(0))
+
+    ranked = sorted(eligible, key=lambda c: (cost(c), c.n_failures, c.times.median))
+    best = ranked[0]
+    peers = [c for c in ranked[1:] if cost(c) == cost(best) and c.n_failures == best.n_failures]
+    reasons = [f"{best.key}: all {ev.corpus_size} documents in every counted pass, quality within the tolerance, "
+               f"{best.window.deadline_text()}; median pass {fmt_s(best.times.median)} s"]
+    inseparable = []
+    for c in peers:
+        verdict = compare(best.times, c.times, "choice", names=(best.variant, c.variant))
+        if verdict.distinguished and verdict.faster == best.variant:
+            reasons.append(f"{c.variant}: same committed cost and failures, slower: {verdict.text}")
+        else:
+            inseparable.append(c)
+            reasons.append(f"{c.variant}: same committed cost and failures, not separable yet: {verdict.text}")
+    for c in ranked[1:]:
+        if c not in peers:
+            reasons.append(f"{c.variant}: commits more or failed more ({c.pricing.describe()}; "
+                           f"{c.n_failures} failure(s))")
+    line = f"on {hw}: {best.variant}"
+    if inseparable:
+        names = ", ".join(c.variant for c in inseparable)
+        line += (f" (first by median; the series does not distinguish it from {names}: any of them is "
+                 "decision-equivalent until more passes separate them)")
+    else:
+        line += " (distinguished from every other qualifying configuration)" if peers else \
+            " (the only qualifying configuration)"
+    return MachineChoice(hw, best, tuple(inseparable), line, tuple(reasons))
 
 
 def _apply_rule(configs: list[Config], ev: Evidence) -> tuple[Config | None, str, list[str], list[str]]:
@@ -247,7 +324,7 @@ def _apply_rule(configs: list[Config], ev: Evidence) -> tuple[Config | None, str
     if not candidates:
         fastest = sorted((c for c in eligible if c.times.median is not None), key=lambda c: c.times.median)
         if eligible and all(c.pricing.reason == CPU_ONLY for c in eligible):
-            line = f"no choice possible: {CPU_ONLY}"
+            line = f"not priced: {CPU_ONLY}"
             detail = (f"decision-equivalent configurations (all documents, quality within the tolerance, deadline): "
                       f"{', '.join(c.key for c in eligible)}")
             if fastest:
@@ -258,7 +335,7 @@ def _apply_rule(configs: list[Config], ev: Evidence) -> tuple[Config | None, str
             reasons += [detail, "the choice of rental cannot be made from CPU runs: run the same protocol on the "
                                 "rental GPUs and decide again"]
         elif eligible:
-            line = "no choice possible: no configuration that meets every condition could be priced"
+            line = "not priced: no configuration that meets every condition could be priced"
             reasons += [f"{c.key}: {c.pricing.reason}" for c in eligible]
         else:
             line = ("no choice possible: no configuration processes all documents at the minimum quality before "

@@ -48,16 +48,24 @@ class Hardware:
     backend: str
     gpus: tuple[str, ...]
     cpu: str | None
+    cpu_cores: int | None = None
+    cpu_flags: tuple[str, ...] | None = None
 
     @property
     def label(self) -> str:
         if not self.gpus:
-            return f"CPU only ({self.cpu})" if self.cpu else "CPU only"
+            if not self.cpu:
+                return "CPU only"
+            extra = f", {self.cpu_cores} logical cores" if self.cpu_cores else ""
+            if self.cpu_flags is not None:
+                extra += f", flags: {' '.join(self.cpu_flags) or 'none of avx2/avx512/amx'}"
+            return f"CPU only ({self.cpu}{extra})"
         names = sorted(set(self.gpus))
         return ", ".join(f"{self.gpus.count(n)}x {n}" if self.gpus.count(n) > 1 else n for n in names)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"backend": self.backend, "gpus": list(self.gpus), "cpu": self.cpu, "label": self.label}
+        return {"backend": self.backend, "gpus": list(self.gpus), "cpu": self.cpu, "cpu_cores": self.cpu_cores,
+                "label": self.label}
 
 
 @dataclass(frozen=True)
@@ -95,7 +103,11 @@ def _hardware(manifest: dict[str, Any] | None, journal_devices: list[dict[str, A
         return Hardware("unknown", (), None)
     gpus = tuple(str(g.get("name")) for g in inventory.get("gpus") or [] if g.get("name"))
     cpu = (inventory.get("cpu") or {}).get("model")
-    return Hardware(str(inventory.get("backend") or ("cuda" if gpus else "cpu")), gpus, cpu)
+    cores = (inventory.get("cpu") or {}).get("logical_cores")
+    flags = (inventory.get("cpu") or {}).get("relevant_flags")
+    return Hardware(str(inventory.get("backend") or ("cuda" if gpus else "cpu")), gpus, cpu,
+                    int(cores) if isinstance(cores, int) else None,
+                    tuple(flags) if isinstance(flags, list) else None)
 
 
 def load_evidence(campaign_dir: str | Path) -> Evidence:

@@ -55,6 +55,9 @@ COLUMNS = (
     "price_per_lot",
     "currency",
 )
+#: Optional columns: ``device_match`` (exact runtime names or ``re:`` patterns, ``;``-separated) and
+#: ``cpu_cores`` (a CPU server package: its logical cores; matched with the observed CPU model and count).
+OPTIONAL_COLUMNS = ("device_match", "cpu_cores")
 STANDARD_PACKAGE_DAYS = (3, 7, 30)
 WINDOW_LABELS = ("planned", "projected", "observed")
 CENT = Decimal("0.01")
@@ -129,10 +132,34 @@ class CatalogEntry:
     price_per_lot: Decimal
     currency: str
     line: int
+    #: Exact device names as the runtime reports them, or ``re:<pattern>`` (full match); empty: the
+    #: observed name must equal ``gpu_name`` after whitespace and case normalisation.
+    device_match: tuple[str, ...] = ()
+    #: For a CPU server package (no GPU): the logical cores it provides; None for a GPU package.
+    cpu_cores: int | None = None
 
     @property
     def package_hours(self) -> int:
         return self.package_days * 24
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.cpu_cores is not None
+
+    def matches(self, observed_name: str, logical_cores: int | None = None) -> bool:
+        """Whether this row prices the device observed: exactly (never by shared words), and for a CPU
+        package only with the same number of logical cores (a 2-core measurement never prices 16 cores)."""
+        if self.is_cpu and logical_cores != self.cpu_cores:
+            return False
+        if self.device_match:
+            for pattern in self.device_match:
+                if pattern.startswith("re:"):
+                    if re.fullmatch(pattern[3:], observed_name.strip()):
+                        return True
+                elif pattern.strip() == observed_name.strip():
+                    return True
+            return False
+        return _normal_name(self.gpu_name) == _normal_name(observed_name)
 
     def to_dict(self) -> dict:
         return {
@@ -143,6 +170,8 @@ class CatalogEntry:
             "package_hours": self.package_hours,
             "price_per_lot": format_amount(self.price_per_lot),
             "currency": self.currency,
+            "device_match": list(self.device_match),
+            "cpu_cores": self.cpu_cores,
         }
 
 
@@ -183,6 +212,30 @@ class Catalog:
 
     def to_dict(self) -> dict:
         return {"path": self.path, "version": self.version, "date": self.date.isoformat(), "currency": self.currency}
+
+
+def _normal_name(name: str) -> str:
+    return " ".join(name.split()).casefold()
+
+
+def find_entry(catalog: Catalog, observed_name: str, logical_cores: int | None = None) -> CatalogEntry | None:
+    """The catalog device that prices an observed device (see :meth:`CatalogEntry.matches`), or None."""
+    for entry in catalog.entries:
+        if entry.matches(observed_name, logical_cores):
+            return entry
+    return None
+
+
+def _device_match(path: str, line: int, text: str) -> tuple[str, ...]:
+    patterns = tuple(p.strip() for p in text.split(";") if p.strip())
+    for p in patterns:
+        if p.startswith("re:"):
+            try:
+                re.compile(p[3:])
+            except re.error as exc:
+                raise _field_error(path, line, "device_match", p, f"is not a regular expression ({exc})",
+                                   "write re: followed by a Python regular expression, or an exact name") from None
+    return patterns
 
 
 def _field_error(path: str, line: int, name: str, value: str, problem: str, hint: str) -> CatalogError:
@@ -241,7 +294,8 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
                 f"{shown} line 1: missing column {', '.join(missing)}",
                 hint=f"the columns are: {','.join(COLUMNS)}",
             )
-        duplicated = sorted({h for h in header if header.count(h) > 1 and h in COLUMNS})
+        optional = {name: header.index(name) for name in OPTIONAL_COLUMNS if name in header}
+        duplicated = sorted({h for h in header if header.count(h) > 1 and h in COLUMNS + OPTIONAL_COLUMNS})
         if duplicated:
             raise CatalogError(f"{shown} line 1: column {', '.join(duplicated)} appears twice", hint="keep one")
         entries: list[CatalogEntry] = []
@@ -301,8 +355,15 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
                     hint="keep one price per GPU and package length",
                 )
             keys[key] = line
+            extra = {name: row[i].strip() for name, i in optional.items()}
+            cores = (_positive_int(shown, line, "cpu_cores", extra["cpu_cores"])
+                     if extra.get("cpu_cores") else None)
+            if cores is not None and cards != 1:
+                raise _field_error(shown, line, "cards_per_lot", cells["cards_per_lot"],
+                                   "must be 1 for a CPU server package (cpu_cores given)", "one server per lot")
             entries.append(
-                CatalogEntry(cells["gpu_id"], cells["gpu_name"], cards, days, price, cells["currency"], line)
+                CatalogEntry(cells["gpu_id"], cells["gpu_name"], cards, days, price, cells["currency"], line,
+                             _device_match(shown, line, extra.get("device_match", "")), cores)
             )
     except csv.Error as exc:
         raise CatalogError(f"{shown} line {reader.line_num}: not valid CSV ({exc})", hint="check the quotes") from None

@@ -246,6 +246,25 @@ def _cpu_model() -> tuple[str | None, str | None]:
     return None, "CPU model not found in /proc/cpuinfo nor platform.processor()"
 
 
+#: CPU instruction-set flags that change inference speed by precision (bf16 runs natively only with
+#: avx512_bf16 / amx_bf16; int8 with vnni/amx_int8): named beside every CPU figure.
+RELEVANT_CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8", "fma")
+
+
+def cpu_flags() -> list[str] | None:
+    """The relevant flags /proc/cpuinfo lists for this CPU (None where there is no /proc/cpuinfo)."""
+    try:
+        text = _PROC_CPUINFO.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            present = set(value.split())
+            return [f for f in RELEVANT_CPU_FLAGS if f in present]
+    return None
+
+
 def _nvidia_driver() -> tuple[str | None, str | None]:
     try:
         import pynvml  # from the nvidia-ml-py package (extra "gpu")
@@ -308,6 +327,7 @@ def device_inventory() -> dict[str, Any]:
             "model": cpu_model,
             "model_reason": cpu_reason,
             "logical_cores": os.cpu_count(),
+            "relevant_flags": cpu_flags(),
             "torch_threads": torch.get_num_threads(),
             "torch_interop_threads": torch.get_num_interop_threads(),
         },

@@ -1,0 +1,111 @@
+"""Every campaign ends in an answer: the configuration on each observed machine, and the rental wherever a
+catalog row prices the observed device exactly (a GPU, or a CPU server package of the same CPU and cores)."""
+
+import json
+
+import pytest
+
+from test_stats import build_campaign
+from iteralab.cli import main
+from iteralab.decision.note import render_decision
+from iteralab.decision.rule import decide
+from iteralab.kit.calcul_forfaits import CatalogError, find_entry, load_catalog
+
+HEADER = "catalog_version,catalog_date,gpu_id,gpu_name,cards_per_lot,package_days,price_per_lot,currency"
+
+
+def _catalog(tmp_path, rows: list[str], extra_columns: str = "") -> str:
+    path = tmp_path / "user-catalog.csv"
+    path.write_text("\n".join([HEADER + extra_columns, *rows]) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def test_names_match_exactly_never_by_shared_words(tmp_path):
+    cat = load_catalog(_catalog(tmp_path, ["u1,2026-12-01,rtx-4090,NVIDIA GeForce RTX 4090,1,7,110.00,USD"]))
+    assert find_entry(cat, "NVIDIA GeForce RTX 4090").gpu_id == "rtx-4090"
+    assert find_entry(cat, "  nvidia geforce   RTX 4090 ").gpu_id == "rtx-4090"  # whitespace and case only
+    assert find_entry(cat, "NVIDIA GeForce RTX 4090 D") is None  # contains the words, is another card
+    assert find_entry(cat, "RTX 4090") is None
+
+
+def test_device_match_names_and_patterns(tmp_path):
+    cat = load_catalog(_catalog(tmp_path, [
+        'u1,2026-12-01,rtx-4090,RTX 4090,1,7,110.00,USD,NVIDIA GeForce RTX 4090;re:NVIDIA GeForce RTX 4090 Laptop GPU,'],
+        ",device_match,cpu_cores"))
+    assert find_entry(cat, "NVIDIA GeForce RTX 4090").gpu_id == "rtx-4090"
+    assert find_entry(cat, "NVIDIA GeForce RTX 4090 Laptop GPU").gpu_id == "rtx-4090"
+    assert find_entry(cat, "RTX 4090") is None  # with device_match, gpu_name alone no longer matches
+    assert find_entry(cat, "NVIDIA GeForce RTX 4090 D") is None
+
+
+def test_catalog_refuses_bad_optional_cells(tmp_path):
+    with pytest.raises(CatalogError, match=r"line 2, field device_match: 're:\(' is not a regular expression"):
+        load_catalog(_catalog(tmp_path, ["u1,2026-12-01,x,X,1,7,1.00,USD,re:(,"], ",device_match,cpu_cores"))
+    with pytest.raises(CatalogError, match="line 2, field cards_per_lot: '2' must be 1 for a CPU server package"):
+        load_catalog(_catalog(tmp_path, ["u1,2026-12-01,cpu-x,X,2,7,1.00,USD,,16"], ",device_match,cpu_cores"))
+
+
+def _set_cores(folder, cores):
+    path = folder / "manifest.json"
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    env = manifest["environment"]
+    inventory = env.get("device_inventory") or env.get("devices")
+    inventory["cpu"]["logical_cores"] = cores
+    path.write_text(json.dumps(manifest), encoding="utf-8")
+
+
+CPU_ROW = "u1,2026-12-01,cpu-test-8c,Test CPU 8-core,1,7,50.00,USD,,8"
+
+
+def test_a_cpu_server_package_prices_the_observed_cpu_and_cores(tmp_path):
+    folder = build_campaign(tmp_path / "camp")
+    _set_cores(folder, 8)
+    catalog = _catalog(tmp_path, [CPU_ROW], ",device_match,cpu_cores")
+    decision = decide([folder], catalog=catalog)
+    assert decision.chosen is not None and decision.chosen.variant == "b8"
+    assert decision.one_line == ("chosen: b8: cpu-test-8c 7-day package, 1 lot, 50.00 USD committed, 50.00 USD per "
+                                 "verified corpus (1 accepted)")  # budget / 1 verified corpus
+    note = render_decision(decision)
+    assert "- **Rental**: chosen: b8: cpu-test-8c 7-day package" in note
+    assert "  - on CPU only (Test CPU 8-core, 8 logical cores): b8 (first by median" in note
+    assert f"priced from `{catalog}`, given with --catalog" in note
+
+
+def test_a_two_core_measurement_never_prices_a_sixteen_core_package(tmp_path):
+    folder = build_campaign(tmp_path / "camp")
+    _set_cores(folder, 2)
+    catalog = _catalog(tmp_path, ["u1,2026-12-01,cpu-test-16c,Test CPU 8-core,1,7,50.00,USD,,16"],
+                       ",device_match,cpu_cores")
+    decision = decide([folder], catalog=catalog)
+    assert decision.chosen is None
+    assert decision.one_line.startswith("configuration on CPU only (Test CPU 8-core, 2 logical cores): b8; "
+                                        "rental not priced: ran on CPU only")
+
+
+def test_gpu_row_whose_name_only_shares_words_is_not_used(tmp_path):
+    folder = build_campaign(tmp_path / "h100", hardware="h100")
+    catalog = _catalog(tmp_path, ["u1,2026-12-01,h100,NVIDIA H100,1,7,900.00,USD"])
+    decision = decide([folder], catalog=catalog)
+    assert decision.chosen is None
+    reason = next(c for c in decision.configs if c.variant == "b8").pricing.reason
+    assert reason.startswith("GPU 'NVIDIA H100 80GB HBM3' observed in the manifest is not in catalog")
+    assert "never by shared words" in reason
+    assert decision.one_line.startswith("configuration on NVIDIA H100 80GB HBM3: b8; rental not priced:")
+
+
+def test_decide_json_states_both_halves(tmp_path, capsys):
+    folder = build_campaign(tmp_path / "camp")
+    assert main(["decide", str(folder), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    [machine] = data["configuration_per_machine"]
+    assert machine["variant"] == "b8" and machine["not_distinguished_from"] == ["b4"]
+    assert data["rental"]["chosen"] is None and data["rental"]["answer"].startswith("not priced: ran on CPU only")
+
+
+def test_no_choice_only_when_nothing_qualifies(tmp_path):
+    variants = {"b1": {"batch_size": 1, "passes": [{"s": 1.0, "metric": 0.1}, {"s": 1.1, "metric": 0.1}]},
+                "b4": {"batch_size": 4, "passes": [{"s": 1.0, "metric": 0.1}, {"s": 1.1, "metric": 0.1}]}}
+    folder = build_campaign(tmp_path / "camp", variants=variants, series={"batch": ("batch_size", ["b1", "b4"])})
+    decision = decide([folder])
+    assert decision.one_line.startswith("no choice possible: no configuration processes all documents")
+    assert decision.machines[0].chosen is None
