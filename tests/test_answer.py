@@ -109,3 +109,63 @@ def test_no_choice_only_when_nothing_qualifies(tmp_path):
     decision = decide([folder])
     assert decision.one_line.startswith("no choice possible: no configuration processes all documents")
     assert decision.machines[0].chosen is None
+
+
+def test_a_pass_over_the_time_limit_is_a_failed_row_with_its_completed_count(tmp_path, monkeypatch):
+    """run.pass_timeout_s: b1 (12 calls of 0.05 s) exceeds 0.3 s and is stopped; b4 (3 calls) is not."""
+    from campaign_factory import callable_campaign
+    from iteralab.campaign.folder import CampaignFolder
+    from iteralab.evidence.run import run_campaign
+    from protocol_factory import VARIANTS
+
+    monkeypatch.setenv("FAKE_MODEL_DELAY", "0.05")
+    protocol = callable_campaign(tmp_path, fn="fake_models:slow_classifier", passes=1, warmup="inputs = 0\npasses = 0",
+                                 variants="pass_timeout_s = 0.3\n" + VARIANTS)
+    out = tmp_path / "out"
+    run_campaign(protocol, out)
+    rows = {r.variant: r for r in CampaignFolder.open(out).raw_rows()}
+    slow, fast = rows["b1"], rows["b4"]
+    assert slow.status == "failed" and slow.pass_s is None and slow.accepted is False
+    assert slow.error == "PassTimeout: exceeded the pass time limit of 0.3 s"
+    assert 1 <= slow.completed < 12  # the inputs it completed are kept (R8)
+    assert fast.ok and fast.completed == 12
+    decision = decide([out])
+    b1 = next(c for c in decision.configs if c.variant == "b1")
+    assert any(f"failed after {slow.completed} of 12 documents: PassTimeout: exceeded the pass time limit of 0.3 s"
+               in e for e in b1.exclusions)
+
+
+def test_production_job_is_planned_for_every_qualifying_configuration(tmp_path):
+    from campaign_factory import callable_campaign
+    from iteralab.evidence.run import run_campaign
+
+    protocol = callable_campaign(tmp_path, passes=2, extra="[job]\ndocuments = 2000000\n")
+    out = tmp_path / "out"
+    run_campaign(protocol, out)
+    decision = decide([out])
+    assert {j.key for j in decision.jobs} == {c.key for c in decision.configs if not c.exclusions} == {"b1", "b4"}
+    for plan in decision.jobs:
+        times = next(c for c in decision.configs if c.key == plan.key).times.times
+        assert plan.docs_per_s_slowest == pytest.approx(12 / max(times))
+        assert plan.hours_slowest == pytest.approx((2_000_000 / plan.docs_per_s_slowest + plan.startup_s) / 3600)
+        assert plan.hours_median <= plan.hours_slowest
+        assert plan.packages == () and plan.reason == "no catalog row prices this hardware"
+    note = render_decision(decision)
+    assert "## Production job (planned)" in note and "planned from observed throughput" in note
+    assert "never counted as accepted results (K6)" in note
+    assert all(c.accepted <= 1 for c in decision.configs)  # the plan adds no accepted result
+
+
+def test_job_packages_that_cover_the_plan(tmp_path):
+    from iteralab.decision.job import plan_job
+
+    cat = load_catalog(_catalog(tmp_path, ["u1,2026-12-01,cpu-8c,Test CPU,1,3,20.00,USD,,8",
+                                           "u1,2026-12-01,cpu-8c,Test CPU,1,7,40.00,USD,,8"],
+                                ",device_match,cpu_cores"))
+    entry = cat.entries[0]
+    # 1,000 documents in 10 s (slowest): 100 docs/s; 30,000,000 documents = 300,000 s = 83.3 h > 72 h
+    plan = plan_job("b8", 30_000_000, 1000, (8.0, 10.0), 0.0, entry, cat)
+    assert plan.hours_slowest == pytest.approx(83.333, abs=0.01)
+    assert plan.packages == ("cpu-8c 7-day package, 1 lot: 40.00 USD",)
+    plan = plan_job("b8", 10**9, 1000, (10.0,), 0.0, entry, cat)
+    assert plan.packages == () and plan.reason.startswith("no listed package covers 2778 h (longest: 7 days)")

@@ -37,6 +37,25 @@ def _is_oom(exc: BaseException) -> bool:
     return type(exc).__name__ in ("OutOfMemoryError", "MemoryError") or "out of memory" in str(exc).lower()
 
 
+class PassTimeout(Exception):
+    """The measured pass ran past the protocol's pass time limit (``run.pass_timeout_s``)."""
+
+    def __init__(self, limit: float) -> None:
+        super().__init__(f"exceeded the pass time limit of {limit:g} s")
+
+
+class _Limit:
+    """The pass time limit, read between batches from the pass's own clock (one reading per batch)."""
+
+    def __init__(self, clock: Any, seconds: float | None) -> None:
+        self.clock, self.seconds = clock, seconds
+        self.start = clock.now() if seconds is not None else 0.0
+
+    def check(self) -> None:
+        if self.seconds is not None and self.clock.now() - self.start > self.seconds:
+            raise PassTimeout(self.seconds)
+
+
 class _Progress:
     """Inputs completed so far; read after a failure to report how far the pass got (R8)."""
 
@@ -47,9 +66,11 @@ class _Progress:
 
 
 def _run_batches(workload: Any, texts: list[str], order: list[int], batch_size: int, resume: bool,
-                 out: np.ndarray, progress: _Progress) -> None:
+                 out: np.ndarray, progress: _Progress, limit: _Limit | None = None) -> None:
     for batch in _chunks(order, batch_size):
         _run_one(workload, texts, batch, resume, out, progress)
+        if limit is not None:
+            limit.check()
 
 
 def _run_one(workload: Any, texts: list[str], batch: list[int], resume: bool, out: np.ndarray,
@@ -82,7 +103,7 @@ class MeasuredPass:
         self.progress = _Progress()
 
     def run(self, workload: Any, corpus_path: str, corpus_kwargs: dict[str, Any], batch_size: int,
-            bucketing: bool, resume: bool, n_classes: int) -> None:
+            bucketing: bool, resume: bool, n_classes: int, limit: _Limit | None = None) -> None:
         from iteralab.plan.corpus import load_corpus
 
         corpus = load_corpus(corpus_path, **corpus_kwargs)
@@ -95,7 +116,7 @@ class MeasuredPass:
             self.order = sorted(range(len(texts)), key=lambda i: (lengths[i], i))
         else:
             self.order = list(range(len(texts)))
-        _run_batches(workload, texts, self.order, batch_size, resume, self.probs, self.progress)
+        _run_batches(workload, texts, self.order, batch_size, resume, self.probs, self.progress, limit)
 
 
 def _prediction_lines(ids: list[str], classes: list[str], probs: np.ndarray, rows: list[int]) -> str:
@@ -181,8 +202,9 @@ def execute_pass(spec: dict[str, Any], clock: Any = None) -> dict[str, Any]:
     dev.reset_peaks(device)
     try:
         with dev.timed(device, clock) as measured:
+            limit = _Limit(clock, spec.get("pass_timeout_s"))
             pass_run.run(workload, spec["corpus_path"], corpus_kwargs, batch_size, bool(variant["bucketing"]),
-                         bool(variant["resume"]), len(spec["classes"]))
+                         bool(variant["resume"]), len(spec["classes"]), limit)
         phases["pass_s"] = measured.seconds
     except Exception as exc:
         measured_error = exc
@@ -199,7 +221,8 @@ def execute_pass(spec: dict[str, Any], clock: Any = None) -> dict[str, Any]:
         notes.append(f"resume variant: {progress.retries} failing batch(es) retried in halves")
     if measured_error is not None:
         result["error"] = _error_text(measured_error)
-        result["error_kind"] = "oom" if _is_oom(measured_error) else "pass"
+        result["error_kind"] = ("oom" if _is_oom(measured_error) else
+                                "timeout" if isinstance(measured_error, PassTimeout) else "pass")
         notes.append(f"failed after {progress.completed} of {len(ids)} inputs: {result['error']}; "
                      "no retry with a smaller batch")
         notes.append("pass_s: empty, the measured pass did not complete")

@@ -173,6 +173,7 @@ def _pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Sl
         "corpus_path": str(out / "inputs" / "corpus.csv"),
         "prediction_dir": str(out / "predictions"),
         "warmup": protocol.warmup.model_dump(),
+        "pass_timeout_s": protocol.run.pass_timeout_s,
         "device": protocol.run.device,
         "seed": slot.seed,
         "deterministic": protocol.reproduction.deterministic,

@@ -12,6 +12,7 @@ from iteralab.kit.calcul_forfaits import format_hours
 from iteralab.economics.pricing import (format_amount)
 from iteralab.evidence.stats import (fmt_s)
 from iteralab.decision.costing import CPU_ONLY
+from iteralab.decision.job import render_job
 from iteralab.decision.rule import SCOPE, Config, Decision, package_summary
 
 
@@ -109,7 +110,12 @@ def render_decision(d: Decision) -> str:
             _yes(c.window.meets_deadline, "met", "MISSED"),
             f"{b.gpu_id} {b.package_days} days x {b.lots}" if b else "not priced",
             f"{format_amount(b.total)} {b.currency}" if b else "-", c.accepted, cost)) + " |")
-    out += ["", "## Excluded and why", ""]
+    out.append("")
+    if p.job is not None:
+        out += render_job(list(d.jobs), p.job.documents)
+        if not d.jobs:
+            out += ["No qualifying configuration: nothing to plan.", ""]
+    out += ["## Excluded and why", ""]
     out += [f"- {who}: {why}" for who, why in exclusion_lines(d)] or ["- nothing was excluded"]
     out += ["", "## Calendar window", "", f"- {d.planned.describe()}", f"- {d.planned.deadline_text()}"]
     if d.project:

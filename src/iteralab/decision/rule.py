@@ -25,6 +25,7 @@ from iteralab.campaign.manifest import diff_manifests
 from iteralab.economics.pricing import (Catalog, count_accepted_results, format_amount)
 from iteralab.evidence.stats import (MISSING_SUBGROUP, Q2_MARK, CampaignStats, Evidence, VariantQuality, VariantTimes,
                             campaign_stats, compare, fmt_s, load_evidence)
+from iteralab.decision.job import JobPlan, plan_job
 from iteralab.evidence.feasibility import feasibility
 from iteralab.decision.costing import CPU_ONLY, Pricing, _catalog, match_gpu, price_config
 from iteralab.decision.windows import WindowInfo, observed_span, planned_window, projected_window
@@ -175,6 +176,7 @@ class Decision:
     notes: tuple[str, ...] = field(default=())
     machines: tuple[MachineChoice, ...] = field(default=())
     rental_line: str = ""
+    jobs: tuple[JobPlan, ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
         ev = self.evidence[0]
@@ -182,6 +184,7 @@ class Decision:
             "schema_version": SCHEMA_VERSION, "decision": self.one_line,
             "configuration_per_machine": [m.to_dict() for m in self.machines],
             "rental": {"chosen": self.chosen.key if self.chosen else None, "answer": self.rental_line},
+            "production_job": [j.to_dict() for j in self.jobs],
             "chosen": self.chosen.key if self.chosen else None, "rule": RULE,
             "protocol": {k: ev.campaign["protocol"].get(k) for k in ("name", "version", "sha256", "locked_at")},
             "question": ev.protocol.question,
@@ -228,6 +231,7 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
     machines = tuple(choose_on_machine([c for c in configs if c.hardware == hw], evidence[0])
                      for hw in dict.fromkeys(c.hardware for c in configs))
     one_line = _one_line(machines, chosen, rental_line)
+    jobs = _plan_jobs(configs, evidence[0], cat)
     for st in stats:
         uncertain += [f"{st.evidence.hardware.label}, {c.scope}: {c.a} vs {c.b}: {c.text}"
                       for c in st.comparisons if not c.distinguished]
@@ -261,7 +265,22 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
                              "the times measure the cards seen, extra cards are never assumed to speed anything up")
     return Decision(tuple(evidence), tuple(stats), tuple(configs), chosen, one_line, tuple(reasons),
                     tuple(uncertain), tuple(diffs), planned, tuple(observed_span(ev) for ev in evidence), cat,
-                    cat_source, rental_id, project, lots, tuple(notes), machines, rental_line)
+                    cat_source, rental_id, project, lots, tuple(notes), machines, rental_line, jobs)
+
+
+def _plan_jobs(configs: list[Config], ev: Evidence, catalog: Catalog) -> tuple[JobPlan, ...]:
+    job = ev.protocol.job
+    if job is None:
+        return ()
+    plans = []
+    for c in configs:
+        if c.exclusions:
+            continue
+        startup = sum(c.times.phase_median(ph) or 0.0 for ph in ("load_s", "compile_s", "warmup_s"))
+        plan = plan_job(c.key, job.documents, ev.corpus_size, c.times.times, startup, c.pricing.gpu, catalog)
+        if plan is not None:
+            plans.append(plan)
+    return tuple(plans)
 
 
 def _one_line(machines: tuple[MachineChoice, ...], chosen: Config | None, rental_line: str) -> str:

@@ -138,6 +138,9 @@ class RunSpec(_Strict):
     passes: int = Field(default=5, ge=1)
     isolation: Literal["process", "inprocess"] = "process"
     device: str = "auto"
+    #: A limit fixed in advance for one measured pass (seconds): a pass that exceeds it is stopped and kept as
+    #: a failed row with the inputs it completed (R8). Checked between batches.
+    pass_timeout_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     exclusion_rule: str = (
         "a pass is excluded only for a documented external incident; the same rule applies to every variant"
     )
@@ -191,6 +194,13 @@ class CatalogSpec(_Strict):
     path: str | None = None
 
 
+class JobSpec(_Strict):
+    """The production job the comparison stands for (W4): planned from observed throughput, never counted
+    as accepted results (K6)."""
+
+    documents: int = Field(gt=0)
+
+
 class Protocol(_Strict):
     schema_version: int = SCHEMA_VERSION
     name: str
@@ -206,6 +216,7 @@ class Protocol(_Strict):
     subgroups: tuple[Subgroup, ...] = ()
     reproduction: Reproduction = Reproduction()
     warmup: Warmup = Warmup()
+    job: JobSpec | None = None
     run: RunSpec = RunSpec()
     variants: tuple[Variant, ...] = Field(min_length=1)
     series: tuple[Series, ...] = ()
