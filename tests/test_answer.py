@@ -169,3 +169,30 @@ def test_job_packages_that_cover_the_plan(tmp_path):
     assert plan.packages == ("cpu-8c 7-day package, 1 lot: 40.00 USD",)
     plan = plan_job("b8", 10**9, 1000, (10.0,), 0.0, entry, cat)
     assert plan.packages == () and plan.reason.startswith("no listed package covers 2778 h (longest: 7 days)")
+
+
+def test_a_variant_stopped_by_the_limit_is_not_run_again_and_says_so(tmp_path, monkeypatch):
+    from campaign_factory import callable_campaign
+    from iteralab.campaign.folder import CampaignFolder
+    from iteralab.evidence.run import run_campaign
+    from protocol_factory import VARIANTS
+
+    monkeypatch.setenv("FAKE_MODEL_DELAY", "0.05")
+    protocol = callable_campaign(tmp_path, fn="fake_models:slow_classifier", passes=3, warmup="inputs = 0\npasses = 0",
+                                 variants="pass_timeout_s = 0.3\n" + VARIANTS)
+    out = tmp_path / "out"
+    run_campaign(protocol, out)
+    rows = [r for r in CampaignFolder.open(out).raw_rows() if r.variant == "b1"]
+    assert len(rows) == 3 and all(r.status == "failed" for r in rows)
+    first, later = rows[0], rows[1:]
+    assert first.error == "PassTimeout: exceeded the pass time limit of 0.3 s" and first.completed >= 1
+    for r in later:
+        assert r.error == f"not run: b1 exceeded the pass time limit of 0.3 s in {first.pass_id}"
+        assert r.completed == 0 and r.pass_s is None and r.load_s is None
+    assert all(r.ok for r in CampaignFolder.open(out).raw_rows() if r.variant == "b4")
+    from iteralab.evidence.bundle import seal
+    from iteralab.evidence.verify import audit_campaign
+
+    seal(out)
+    report = audit_campaign(out)
+    assert report.ok, report.differences

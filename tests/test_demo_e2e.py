@@ -40,7 +40,7 @@ def test_demo_quick_try_end_to_end(tmp_path):
     assert lock["locked_at"] <= first_start  # locked before the first timed pass
     rows = read_raw_table(campaign / "raw_table.csv")
     assert len(rows) == 10  # 5 distinct variants x 2 passes
-    assert {r["variant"] for r in rows} == {"b1-fp32", "b4-fp32", "b8-fp32", "b8-bf16", "b8-int8"}
+    assert {r["variant"] for r in rows} == {"b1-fp32", "b8-fp32", "b8-fp32-sorted", "b8-bf16", "b8-int8"}
     for r in rows:
         assert r["corpus_accepted"] in ("true", "false")
         assert r["expected_ids"] == "60"
@@ -53,3 +53,11 @@ def test_demo_quick_try_end_to_end(tmp_path):
     for r in rows:
         if r["precision"] == "fp32":
             assert float(r["label_agreement"]) >= 0.95
+    # the quick try ends with an answer: a configuration on the CPU observed, the rental unpriced with its reason
+    decision = json.loads((campaign / "decision.json").read_text())
+    [machine] = decision["configuration_per_machine"]
+    assert machine["chosen"] is not None and machine["hardware"].startswith("CPU only")
+    assert decision["rental"]["chosen"] is None and decision["rental"]["answer"].startswith("not priced: ran on CPU")
+    assert not decision["decision"].startswith("no choice possible")
+    assert decision["production_job"] and all(j["label"] == "planned from observed throughput"
+                                              for j in decision["production_job"])

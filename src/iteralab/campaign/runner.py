@@ -251,6 +251,10 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
     reference_manifest = _load_manifest(out)
     emit = progress or (lambda kind, info: None)
     emit("start", {"total": len(slots), "todo": len(todo), "done": len(slots) - len(todo)})
+    # A variant stopped by the pass time limit is not run again: its remaining slots become failed rows
+    # that name the first timeout (rule fixed with the protocol's run.pass_timeout_s, never a silent skip).
+    timed_out = {state.started[pid]["variant"]: pid for pid in state.order
+                 if (state.finished.get(pid) or {}).get("error_kind") == "timeout"}
     for slot in todo:
         key = (slot.round, slot.position)
         attempts[key] = attempts.get(key, 0) + 1
@@ -259,7 +263,13 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
         emit("pass", {"pass_id": pass_id, "variant": slot.variant, "round": slot.round})
         journal.append("pass_started", pass_id=pass_id, variant=slot.variant, round=slot.round,
                        position=slot.position, seed=slot.seed, attempt=attempts[key])
-        result = runner(_pass_spec(campaign, protocol, out, slot, pass_id))
+        if slot.variant in timed_out:
+            result = _not_run(pass_id, f"not run: {slot.variant} exceeded the pass time limit of "
+                                       f"{protocol.run.pass_timeout_s:g} s in {timed_out[slot.variant]}")
+        else:
+            result = runner(_pass_spec(campaign, protocol, out, slot, pass_id))
+        if result.get("error_kind") == "timeout":
+            timed_out.setdefault(slot.variant, pass_id)
         observed = _manifest_fields(result)
         if reference_manifest is None and result.get("status") == "ok":
             reference_manifest = _write_manifest(out, campaign, protocol, result, observed)
@@ -275,6 +285,14 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
         emit("done", {"pass_id": pass_id, "status": result.get("status"), "pass_s": result["phases"]["pass_s"]
                       if result.get("phases") else None})
     return {"out": str(out), "passes_total": len(slots), "passes_run_now": len(todo)}
+
+
+def _not_run(pass_id: str, why: str) -> dict[str, Any]:
+    """The record of a slot that the protocol's own rule says not to run (every measurement empty)."""
+    phases = dict.fromkeys(("load_s", "compile_s", "warmup_s", "pass_s", "writing_s"))
+    return {"pass_id": pass_id, "phases": phases, "notes": [why], "status": "failed", "completed": 0,
+            "expected": None, "error": why, "error_kind": "not_run", "retries": 0, "prediction_file": None,
+            "prediction_sha256": None, "memory": None, "workload": None}
 
 
 def _env_summary(environment: dict[str, Any] | None) -> dict[str, Any] | None:
