@@ -207,10 +207,12 @@ def exclude_cmd(
     typer.echo(f"excluded {pass_id}: {event['reason']} (rule: {event['rule']})")
 
 
-def _decision_options(rental_id: str | None, project: bool, catalog: Path | None, lots: str) -> dict:
+def _decision_options(rental_id: str | None, project: bool, catalog: Path | None, lots: str,
+                      partial: bool = False) -> dict:
     from iteralab.economics.pricing import parse_whole
 
-    return {"rental_id": rental_id, "project": project, "catalog": catalog, "lots": parse_whole(lots, "--lots", 1)}
+    return {"rental_id": rental_id, "project": project, "catalog": catalog, "lots": parse_whole(lots, "--lots", 1),
+            "partial": partial}
 
 
 @app.command("decide")
@@ -221,6 +223,7 @@ def decide_cmd(
     project: bool = typer.Option(False, "--project", help="Project the window: planned tasks + measured work."),
     catalog: Path = typer.Option(None, "--catalog", help="Catalog CSV (default: the protocol's, else the shipped one)."),
     lots: str = typer.Option("1", "--lots", metavar="LOTS", help="Number of lots rented (default 1)."),
+    partial: bool = typer.Option(False, "--partial", help="Decide on an incomplete campaign (the note records it)."),
     as_json: bool = typer.Option(False, "--json", help="Print the decision as JSON."),
 ) -> None:
     """Apply the rule: all documents, minimum quality, before the deadline, lowest committed budget."""
@@ -229,7 +232,7 @@ def decide_cmd(
 
     for folder in campaigns:
         _require_campaign(folder)
-    decision = decide(campaigns, **_decision_options(rental_id, project, catalog, lots))
+    decision = decide(campaigns, **_decision_options(rental_id, project, catalog, lots, partial))
     if out is not None:
         paths = write_decision(decision, out)
         if not as_json:
@@ -250,11 +253,12 @@ def report_cmd(
     project: bool = typer.Option(False, "--project", help="Project the window: planned tasks + measured work."),
     catalog: Path = typer.Option(None, "--catalog", help="Catalog CSV (default: the protocol's, else the shipped one)."),
     lots: str = typer.Option("1", "--lots", metavar="LOTS", help="Number of lots rented (default 1)."),
+    partial: bool = typer.Option(False, "--partial", help="Decide on an incomplete campaign (the note records it)."),
 ) -> None:
     """Write report.html (self-contained), decision.md/.json and stats.txt/.json."""
     from iteralab.decision.report import finalize
 
-    result = finalize(campaigns, out, **_decision_options(rental_id, project, catalog, lots))
+    result = finalize(campaigns, out, **_decision_options(rental_id, project, catalog, lots, partial))
     for key in ("stats_txt", "stats_json", "decision_md", "decision_json", "report_html"):
         typer.echo(result[key])
     typer.echo(result["decision"])

@@ -83,6 +83,7 @@ def render_decision(d: Decision) -> str:
                        f"{'on' if v.bucketing else 'off'}, padding {v.padding}, compile "
                        f"{'on' if v.compile else 'off'}")
     out.append(f"- **Rental**: {d.rental_line}")
+    out += [f"- **{n}**" for n in d.notes if n.startswith("PARTIAL DECISION")]
     out += ["", "## Covered load", "",
             f"- {ev.corpus_size} documents, corpus fingerprint `{ev.fingerprint}`",
             f"- accepted deliveries: {chosen.accepted if chosen else 'see the table'} (each corpus counted once by "

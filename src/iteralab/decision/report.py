@@ -323,7 +323,8 @@ def render_all_stats(decision: Decision) -> tuple[str, dict[str, Any]]:
 
 
 def finalize(campaign_dirs: list[Path], out: Path | None = None, *, rental_id: str | None = None,
-             project: bool = False, catalog: str | Path | None = None, lots: int = 1) -> dict[str, Any]:
+             project: bool = False, catalog: str | Path | None = None, lots: int = 1,
+             partial: bool = False) -> dict[str, Any]:
     """Write stats.txt, stats.json, decision.md, decision.json and report.html into ``out`` (default: the
     campaign folder, when there is only one). Returns the paths written and the one-line decision.
     """
@@ -334,7 +335,8 @@ def finalize(campaign_dirs: list[Path], out: Path | None = None, *, rental_id: s
         out = folders[0]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    decision = decide(list(campaign_dirs), rental_id=rental_id, project=project, catalog=catalog, lots=lots)
+    decision = decide(list(campaign_dirs), rental_id=rental_id, project=project, catalog=catalog, lots=lots,
+                      partial=partial)
     text, data = render_all_stats(decision)
     paths: dict[str, Any] = {"stats_txt": out / "stats.txt", "stats_json": out / "stats.json"}
     write_text_atomic(paths["stats_txt"], text)

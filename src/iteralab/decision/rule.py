@@ -66,7 +66,7 @@ class Config:
 
     @property
     def feasible(self) -> bool:
-        return not self.failures
+        return not self.failures and bool(self.times.passes)
 
     @property
     def candidate(self) -> bool:
@@ -201,11 +201,16 @@ class Decision:
 
 
 def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, project: bool = False,
-           catalog: str | Path | None = None, lots: int = 1) -> Decision:
-    """Merge campaign folders and apply the rule (D1). Raises IteraError on folders that cannot be merged."""
+           catalog: str | Path | None = None, lots: int = 1, partial: bool = False) -> Decision:
+    """Merge campaign folders and apply the rule (D1). Raises IteraError on folders that cannot be merged,
+    and on an incomplete campaign unless ``partial`` (then the note records it)."""
     if not campaign_dirs:
         raise IteraError("no campaign folder given", hint="pass at least one folder written by 'iteralab run'")
     evidence = [load_evidence(d) for d in campaign_dirs]
+    incomplete = [ev.incomplete_line() for ev in evidence if ev.not_attempted]
+    if incomplete and not partial:
+        raise IteraError(f"{incomplete[0]}", hint="finish the schedule first, or decide on what exists with "
+                                                  "--partial (the note records it)")
     check_mergeable(evidence)
     cat, cat_source = _catalog(evidence[0], catalog)
     stats = [campaign_stats(ev) for ev in evidence]
@@ -220,11 +225,17 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
             accepted = count_accepted_results(pairs)
             window = projected_window(ev, planned, times) if project else planned
             failures = _failures(ev, times)
-            exclusions = [f"not feasible (M1): {'; '.join(failures)}; never priced"] if failures else []
+            if not times.passes and ev.not_attempted:
+                failures = ()  # never attempted: not a failure of the configuration
+                exclusions = ["not attempted yet: the campaign is incomplete (decided with --partial); never priced"]
+            else:
+                exclusions = [f"not feasible (M1): {'; '.join(failures)}; never priced"] if failures else []
             exclusions += _quality_exclusions(quality, metric)
             if window.meets_deadline is False:
                 exclusions.append(f"misses the deadline: {window.deadline_text()}")
-            pricing = Pricing(reason=NOT_FEASIBLE) if failures else price_config(ev, times, window, accepted, cat, lots)
+            pricing = (Pricing(reason=NOT_FEASIBLE) if failures else
+                       Pricing(reason="not attempted yet") if not times.passes else
+                       price_config(ev, times, window, accepted, cat, lots))
             configs.append(Config(hw, times.variant, ev.folder, times, quality, accepted, window, pricing, failures,
                                   tuple(exclusions), merged=len(evidence) > 1))
     chosen, rental_line, reasons, uncertain = _apply_rule(configs, evidence[0])
@@ -255,6 +266,7 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
             diffs.append((str(evidence[0].folder), str(ev.folder), tuple(diff_manifests(evidence[0].manifest,
                                                                                         ev.manifest))))
     notes = [n for st in stats for n in st.notes]
+    notes += [f"PARTIAL DECISION (--partial): {line}" for line in incomplete]
     for ev in evidence:
         for name in sorted(set(ev.hardware.gpus)):
             entry = match_gpu(name, cat)

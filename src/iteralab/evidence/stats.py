@@ -34,6 +34,8 @@ NO_TAIL_PERCENTILE = (
     "populations; a latency study needs individual request times under an arrival scenario and concurrency"
 )
 INVESTIGATE = "add passes under the same protocol, or look at loading, input format, compilation, concurrent activity"
+#: T5: "distinguished" is never claimed from fewer counted passes per variant than this.
+MIN_PASSES_TO_DISTINGUISH = 3
 MISSING_SUBGROUP = "its check was not actually made (look at the stratum column of inputs/corpus.csv)"
 Q2_MARK = "kept in the table, MARKED, excluded from the equivalent-quality comparison (Q2)"
 
@@ -79,6 +81,8 @@ class Evidence:
     rows: tuple[RawRow, ...]
     exclusions: dict[str, str]
     hardware: Hardware
+    #: Scheduled (round, position) slots without a finished pass: the campaign is incomplete when > 0.
+    not_attempted: int = 0
 
     @property
     def corpus_size(self) -> int:
@@ -90,6 +94,17 @@ class Evidence:
 
     def scheduled(self, variant: str) -> int:
         return sum(1 for s in self.campaign.get("schedule", {}).get("slots", []) if s["variant"] == variant)
+
+    @property
+    def scheduled_total(self) -> int:
+        return len(self.campaign.get("schedule", {}).get("slots", []))
+
+    def incomplete_line(self) -> str | None:
+        """'campaign incomplete: N of M scheduled passes not attempted — resume …', or None when complete."""
+        if not self.not_attempted:
+            return None
+        return (f"campaign incomplete: {self.not_attempted} of {self.scheduled_total} scheduled passes not "
+                f"attempted — resume with `iteralab run PROTOCOL --out {self.folder}`")
 
 
 def _hardware(manifest: dict[str, Any] | None, journal_devices: list[dict[str, Any]]) -> Hardware:
@@ -114,14 +129,22 @@ def load_evidence(campaign_dir: str | Path) -> Evidence:
     """Read a campaign folder once (campaign.json, manifest.json, journal, protocol, raw table)."""
     folder = CampaignFolder.open(campaign_dir)
     campaign = folder.campaign
+    if not folder.table_path.is_file():  # derived from the journal: regenerated, never asked for
+        from iteralab.evidence.table import write_raw_table
+
+        write_raw_table(folder.path)
     rows = folder.raw_rows()
     state = folder.journal()
+    done = state.done_slots()
+    slots = campaign.get("schedule", {}).get("slots", [])
+    not_attempted = sum(1 for s in slots if (s["round"], s["position"]) not in done)
     exclusions = {r.pass_id: r.exclusion_reason or "" for r in rows if r.excluded}
     exclusions.update({pid: str(e.get("reason") or "") for pid, e in state.exclusions.items()})
     devices = [f["environment_summary"]["devices"] for f in state.finished.values()
                if (f.get("environment_summary") or {}).get("devices")]
     manifest = folder.manifest
-    return Evidence(folder.path, campaign, manifest, folder.protocol, rows, exclusions, _hardware(manifest, devices))
+    return Evidence(folder.path, campaign, manifest, folder.protocol, rows, exclusions, _hardware(manifest, devices),
+                    not_attempted)
 
 
 # ---------------------------------------------------------------------------------------------- times
@@ -255,10 +278,11 @@ def _compare(a: VariantTimes, b: VariantTimes, scope: str, names: tuple[str, str
                               f"no comparison: {n} has no counted successful pass "
                               f"({v.count('failed')} failed, {v.count('aborted')} aborted, {len(v.excluded)} excluded)")
     for v, n in ((a, na), (b, nb)):
-        if len(v.times) < 2:
+        if len(v.times) < MIN_PASSES_TO_DISTINGUISH:
+            count = f"only {len(v.times)} counted pass{'es' if len(v.times) != 1 else ''}"
             return Comparison(scope, na, nb, "not distinguished yet",
-                              f"not distinguished yet: {n} has only 1 counted pass, so its spread is unknown: "
-                              f"{INVESTIGATE}")
+                              f"not distinguished yet: {n} has {count}; a difference is never claimed from fewer "
+                              f"than {MIN_PASSES_TO_DISTINGUISH}: {INVESTIGATE}")
     ma, mb = a.median, b.median
     assert ma is not None and mb is not None and a.spread is not None and b.spread is not None
     gap = abs(ma - mb)
@@ -508,6 +532,9 @@ def render_stats(stats: CampaignStats) -> str:
         NO_TAIL_PERCENTILE,
         "",
     ]
+    incomplete = ev.incomplete_line()
+    if incomplete:
+        lines.insert(1, incomplete)
     for v in stats.variants:
         series = f" (series {', '.join(v.series)})" if v.series else ""
         lines.append(f"{v.variant}{series}: {len(v.passes)} attempted, {v.count('ok')} ok, {v.count('failed')} "
