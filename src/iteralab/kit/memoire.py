@@ -561,11 +561,20 @@ def precision_refusal(precision: str, device: str) -> tuple[str, str] | None:
     if precision == "int8-dynamic" and not on_cpu:
         return (f"int8-dynamic runs on CPU only, not on {device}",
                 "PyTorch's dynamic int8 kernels are CPU kernels; use fp16/bf16 on a GPU")
-    if precision == "bf16" and not on_cpu:
+    if precision in ("bf16", "fp16") and not on_cpu:
         import torch
 
-        if not torch.cuda.is_bf16_supported():
-            return (f"bf16 is not supported by {torch.cuda.get_device_name(device)}", "use fp16 or fp32 on this GPU")
+        if torch.version.hip:  # every GPU target ROCm builds for has bf16 and fp16 arithmetic
+            return None
+        major, minor = torch.cuda.get_device_capability(device)
+        name = f"{torch.cuda.get_device_name(device)} (compute capability {major}.{minor})"
+        # No silent emulation: below these, PyTorch would emulate the type or fall back to slow paths.
+        if precision == "bf16" and major < 8:
+            return (f"bf16 is not supported natively by {name}; bf16 arithmetic needs compute capability 8.0",
+                    "use fp16 or fp32 on this GPU")
+        if precision == "fp16" and (major, minor) < (5, 3):
+            return (f"fp16 is not supported natively by {name}; half arithmetic needs compute capability 5.3",
+                    "use fp32 on this GPU")
     return None
 
 

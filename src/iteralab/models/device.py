@@ -132,6 +132,48 @@ def time_call(device: torch.device, fn: Callable[[], T], clock: Clock = PERF_CLO
     return result, timing.seconds
 
 
+GPU_SCOPE_LABEL = ("GPU stream time between CUDA events recorded just inside the measured pass's synchronized "
+                   "boundaries: device-side time only, never a pass time (R3)")
+
+
+class GpuEvents:
+    """An optional GPU-side scope (R4): a pair of CUDA events recorded inside a host-timed region.
+
+    The events are created before the timed region (``GpuEvents(device)``); ``record_start``/``record_stop``
+    are called inside it; :meth:`result` reads ``elapsed_time`` after the region's closing synchronization.
+    The value is labelled as a GPU scope and kept apart from pass times: nothing compares it with them.
+    On CPU nothing is recorded and the result says why.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._events: tuple[Any, Any] | None = None
+        self._started = self._stopped = False
+        if device.type == "cuda":
+            self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+
+    def record_start(self) -> None:
+        if self._events is not None:
+            self._events[0].record(torch.cuda.current_stream(self.device))
+            self._started = True
+
+    def record_stop(self) -> None:
+        if self._events is not None and self._started:
+            self._events[1].record(torch.cuda.current_stream(self.device))
+            self._stopped = True
+
+    def result(self) -> dict[str, Any]:
+        """``{"label", "seconds", "reason"}``; call after the closing synchronization of the timed region."""
+        if self._events is None:
+            return {"label": GPU_SCOPE_LABEL, "seconds": None, "reason": f"not measured: no CUDA events on "
+                                                                         f"{self.device.type}"}
+        if not self._stopped:
+            return {"label": GPU_SCOPE_LABEL, "seconds": None,
+                    "reason": "not measured: the measured pass did not complete"}
+        start, stop = self._events
+        return {"label": GPU_SCOPE_LABEL, "seconds": float(start.elapsed_time(stop)) / 1000.0, "reason": None}
+
+
 # --------------------------------------------------------------------------------------------- memory
 
 # What the last reset_peaks() achieved, per device key ("cpu", "cuda:0"): (pid, scope text).
