@@ -237,12 +237,21 @@ def test_precision_policy_thresholds(monkeypatch, precision, capability, refused
     assert (precision_refusal(precision, "cuda:0") is not None) is refused
 
 
-def test_rocm_accepts_bf16_and_fp16_without_reading_a_compute_capability(monkeypatch):
+@pytest.mark.parametrize("arch, bf16_refused", [
+    ("gfx942:sramecc+:xnack-", False), ("gfx90a", False), ("gfx1100", False), ("gfx906", True), ("gfx1030", True),
+])
+def test_rocm_precision_policy_reads_the_gpu_target_not_a_compute_capability(monkeypatch, arch, bf16_refused):
     rec = Recorder()
-    fake_cuda(monkeypatch, rec, capability=(9, 4))
+    fake_cuda(monkeypatch, rec, name="AMD GPU")
     monkeypatch.setattr(torch.version, "hip", "6.2.41133-dd7f95766")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: pytest.fail("not read on ROCm"))
-    assert precision_refusal("bf16", "cuda:0") is None and precision_refusal("fp16", "cuda:0") is None
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d=None: types.SimpleNamespace(gcnArchName=arch))
+    assert precision_refusal("fp16", "cuda:0") is None
+    refusal = precision_refusal("bf16", "cuda:0")
+    assert (refusal is not None) is bf16_refused
+    if bf16_refused:
+        assert refusal == (f"bf16 is not supported natively by AMD GPU ({arch}); bf16 matrix instructions start "
+                           "with gfx908, gfx90a (MI100, MI200)", "use fp16 or fp32 on this GPU")
 
 
 def test_gpu_events_on_cpu_record_nothing_and_say_why():

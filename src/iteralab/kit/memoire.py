@@ -550,6 +550,11 @@ def _driver() -> tuple[str | None, str | None]:
     return (version.decode() if isinstance(version, bytes) else str(version)), None
 
 
+# AMD targets with bf16 matrix instructions (MI100, MI200, MI300, MI350, RDNA3, RDNA4); PyTorch reports bf16 as
+# supported on every ROCm GPU, which would let older ones run it emulated.
+ROCM_BF16_TARGETS = ("gfx908", "gfx90a", "gfx94", "gfx95", "gfx11", "gfx12")
+
+
 def precision_refusal(precision: str, device: str) -> tuple[str, str] | None:
     """The one device-precision policy (the library applies this same function): ``(reason, hint)`` when
     ``precision`` cannot be measured honestly on ``device`` ("cpu", "cuda", "cuda:1" …), else None."""
@@ -564,7 +569,12 @@ def precision_refusal(precision: str, device: str) -> tuple[str, str] | None:
     if precision in ("bf16", "fp16") and not on_cpu:
         import torch
 
-        if torch.version.hip:  # every GPU target ROCm builds for has bf16 and fp16 arithmetic
+        if torch.version.hip:  # fp16: every target ROCm 6 builds for; bf16: the targets with bf16 matrix units
+            arch = (getattr(torch.cuda.get_device_properties(device), "gcnArchName", "") or "").split(":")[0]
+            if precision == "bf16" and not arch.startswith(ROCM_BF16_TARGETS):
+                return (f"bf16 is not supported natively by {torch.cuda.get_device_name(device)} "
+                        f"({arch or 'target unknown'}); bf16 matrix instructions start with "
+                        f"{', '.join(ROCM_BF16_TARGETS[:2])} (MI100, MI200)", "use fp16 or fp32 on this GPU")
             return None
         major, minor = torch.cuda.get_device_capability(device)
         name = f"{torch.cuda.get_device_name(device)} (compute capability {major}.{minor})"
