@@ -214,13 +214,38 @@ def test_inventory_nvidia_with_nvml(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: _props())
     monkeypatch.setattr(torch.version, "hip", None)
     fake = types.SimpleNamespace(NVMLError=RuntimeError, nvmlInit=lambda: None, nvmlShutdown=lambda: None,
-                                 nvmlSystemGetDriverVersion=lambda: b"570.86.15")
+                                 nvmlSystemGetDriverVersion=lambda: b"570.86.15",
+                                 nvmlSystemGetCudaDriverVersion_v2=lambda: 12080)
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     inv = dev.device_inventory()
     assert inv["backend"] == "cuda" and inv["gpu_count"] == 1
     assert inv["gpus"][0] == {"index": 0, "name": "NVIDIA H200", "total_memory_bytes": 150_000_000_000,
                               "compute_capability": "9.0", "multi_processor_count": 132}
     assert inv["driver_version"] == "570.86.15" and inv["driver_version_reason"] is None
+    assert inv["cuda_driver_api_version"] == "12.8" and inv["cuda_driver_api_version_reason"] is None
+    assert inv["torch_cuda"] == torch.version.cuda  # the runtime torch was built with, beside the driver's
+    assert inv["rocm"] == {"verdict": "not applicable", "reason": "not a ROCm runtime (torch.version.hip is None)"}
+
+
+def test_inventory_nvml_error_on_one_field_keeps_the_other(monkeypatch):
+    _fake_gpu(monkeypatch, count=1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: _props())
+    monkeypatch.setattr(torch.version, "hip", None)
+
+    class NVMLError(Exception):
+        pass
+
+    def no_cuda():
+        raise NVMLError("Not Supported")
+
+    fake = types.SimpleNamespace(NVMLError=NVMLError, nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+                                 nvmlSystemGetDriverVersion=lambda: "575.51.03",
+                                 nvmlSystemGetCudaDriverVersion_v2=no_cuda)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    inv = dev.device_inventory()
+    assert inv["driver_version"] == "575.51.03"
+    assert inv["cuda_driver_api_version"] is None
+    assert inv["cuda_driver_api_version_reason"] == "NVML could not read the CUDA driver version: Not Supported"
 
 
 def test_inventory_nvidia_without_nvml_says_why(monkeypatch):
@@ -230,6 +255,7 @@ def test_inventory_nvidia_without_nvml_says_why(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
     inv = dev.device_inventory()
     assert inv["driver_version"] is None and "nvidia-ml-py" in inv["driver_version_reason"]
+    assert inv["cuda_driver_api_version"] is None and "nvidia-ml-py" in inv["cuda_driver_api_version_reason"]
 
 
 def test_inventory_rocm_records_gcn_arch(monkeypatch):

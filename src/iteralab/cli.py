@@ -420,6 +420,31 @@ def memory_cmd(
         typer.echo("\n".join(render_memory_table(report["variants"])))
 
 
+@app.command("rocm-check")
+def rocm_check_cmd(
+    os_name: str = typer.Option(None, "--os", help="Operating system and version, e.g. 'Ubuntu 22.04'."),
+    arch: str = typer.Option(None, "--arch", help="GPU LLVM target (gfx942; suffixes such as :sramecc+ are "
+                                                  "stripped) or architecture (CDNA3)."),
+    rocm: str = typer.Option(..., "--rocm", help="ROCm release, e.g. 6.2.0 (6.2 reads the 6.2.0 column)."),
+    framework: str = typer.Option(None, "--framework", metavar="NAME=VERSION", help="e.g. pytorch=2.3."),
+    snapshot: str = typer.Option(None, "--snapshot", help="Ask one shipped snapshot file (default: the newest "
+                                                          "with a column for --rocm)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the verdicts as JSON."),
+) -> None:
+    """Look a ROCm combination up in AMD's compatibility matrix as shipped (C4): per fact listed, not listed or
+    no snapshot entry, naming the snapshot file and date. Exit 0 only when every fact is listed."""
+    import json
+
+    from iteralab.models.rocm import rocm_check
+
+    check = rocm_check(os_name=os_name, arch=arch, rocm=rocm, framework=framework, snapshot=snapshot)
+    if as_json:
+        typer.echo(json.dumps(check.to_dict(), indent=2, sort_keys=True))
+    else:
+        typer.echo("\n".join(check.lines()))
+    raise typer.Exit(check.exit_code)
+
+
 def _require_campaign(folder: Path) -> None:
     from iteralab.campaign.folder import CampaignFolder
 

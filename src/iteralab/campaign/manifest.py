@@ -23,7 +23,8 @@ from typing import Any
 from iteralab.common.files import sha256_file, write_json_atomic
 
 __all__ = ["MANIFEST_SCHEMA_VERSION", "PACKAGES", "campaign_manifest", "diff_manifests", "environment_manifest",
-           "flatten", "manifest_differences", "sha256_file", "write_json_atomic"]
+           "flatten", "manifest_differences", "rocm_compatibility", "rocm_compatibility_line", "sha256_file",
+           "write_json_atomic"]
 
 MANIFEST_SCHEMA_VERSION = 1
 PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "scikit-learn", "iteralab",
@@ -134,6 +135,31 @@ def campaign_manifest(*, environment: dict[str, Any], workload_description: dict
         "extra": _jsonable(extra or {}, "extra"),
     }
     return manifest
+
+
+def rocm_compatibility(manifest: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The C4 verdict a campaign's manifest recorded (``environment.device_inventory.rocm``): the lookup of what
+    the ROCm runtime observed, ``{"verdict": "not applicable", …}`` on CUDA or CPU, None in a manifest written
+    before the field existed."""
+    inventory = ((manifest or {}).get("environment") or {}).get("device_inventory") or {}
+    found = inventory.get("rocm")
+    return dict(found) if isinstance(found, Mapping) else None
+
+
+def rocm_compatibility_line(manifest: Mapping[str, Any] | None) -> str | None:
+    """One line for the raw table's notes and the decision note, e.g. ``C4 ROCm 6.2.0 matrix
+    (compatibility-matrix-historical-6.0@7.2.0.csv, 2026-01-21): not listed: os Ubuntu 20.04 not listed; …``.
+    None where C4 does not apply (no ROCm runtime) or was not recorded."""
+    c4 = rocm_compatibility(manifest)
+    if c4 is None or c4.get("verdict") == "not applicable":
+        return None
+    source = (f" ({c4['snapshot']}, {c4.get('snapshot_date')})" if c4.get("snapshot")
+              else " (no shipped snapshot has this ROCm release)" if c4.get("facts") else "")
+    facts = "; ".join(f"{f['fact']} {f['key']} {f['verdict']}" for f in c4.get("facts") or [])
+    reason = c4.get("reason")
+    tail = "; ".join(x for x in (facts, reason) if x)
+    return f"C4 ROCm {c4.get('rocm_column') or c4.get('rocm') or '?'} matrix{source}: {c4['verdict']}" + (
+        f": {tail}" if tail else "")
 
 
 def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:

@@ -199,12 +199,15 @@ def execute_pass(spec: dict[str, Any], clock: Any = None) -> dict[str, Any]:
         return result
 
     pass_run = MeasuredPass()
+    gpu_scope = dev.GpuEvents(device)  # CUDA events, created outside the timed region; a labelled GPU scope
     dev.reset_peaks(device)
     try:
         with dev.timed(device, clock) as measured:
             limit = _Limit(clock, spec.get("pass_timeout_s"))
+            gpu_scope.record_start()
             pass_run.run(workload, spec["corpus_path"], corpus_kwargs, batch_size, bool(variant["bucketing"]),
                          bool(variant["resume"]), len(spec["classes"]), limit)
+            gpu_scope.record_stop()
         phases["pass_s"] = measured.seconds
     except Exception as exc:
         measured_error = exc
@@ -214,6 +217,8 @@ def execute_pass(spec: dict[str, Any], clock: Any = None) -> dict[str, Any]:
             pass
     ids, probs, order, progress = pass_run.ids, pass_run.probs, pass_run.order, pass_run.progress
     result["memory"] = dev.read_peaks(device)
+    if device.type == "cuda":  # kept apart from `phases`: a GPU-side scope is never a pass time (R3)
+        result["gpu_scope"] = gpu_scope.result()
     result["expected"] = len(ids)
     result["completed"] = progress.completed
     result["retries"] = progress.retries

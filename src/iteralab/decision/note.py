@@ -11,6 +11,7 @@ from iteralab.common.files import dumps_json, write_text_atomic
 from iteralab.kit.calcul_forfaits import format_hours
 from iteralab.economics.pricing import (format_amount)
 from iteralab.evidence.stats import (fmt_s)
+from iteralab.campaign.manifest import rocm_compatibility, rocm_compatibility_line
 from iteralab.decision.costing import CPU_ONLY
 from iteralab.decision.job import render_job
 from iteralab.decision.rule import SCOPE, Config, Decision, package_summary
@@ -63,6 +64,8 @@ def render_decision(d: Decision) -> str:
     proto = ev.campaign["protocol"]
     p = ev.protocol
     chosen = d.chosen
+    c4 = {e.folder: rocm_compatibility_line(e.manifest) for e in d.evidence}  # ROCm runs only (C4)
+    c4_verdict = {e.folder: (rocm_compatibility(e.manifest) or {}).get("verdict") for e in d.evidence}
     out = [f"# Decision note: {proto['name']}, protocol version {proto['version']}", "",
            f"Question (locked protocol): {p.question}", "", "## Decision", ""]
     if chosen is not None:
@@ -96,7 +99,8 @@ def render_decision(d: Decision) -> str:
             f"{p.reproduction.target}",
             f"- catalog version {d.catalog.version} dated {d.catalog.date.isoformat()}, priced from "
             f"{d.catalog_source}",
-            *(f"- campaign `{e.folder}`: hardware observed {e.hardware.label}" for e in d.evidence),
+            *(f"- campaign `{e.folder}`: hardware observed {e.hardware.label}"
+              + (f"; {c4[e.folder]}" if c4.get(e.folder) else "") for e in d.evidence),
             "", "## Reasons", "", *(f"- {r}" for r in d.reasons), "",
             "## Configurations", "",
             "| configuration | feasible | quality | median pass (s) | counted passes | window | deadline | package "
@@ -109,7 +113,8 @@ def render_decision(d: Decision) -> str:
         out.append("| " + " | ".join(_cell(x) for x in (
             c.key, _yes(c.feasible), _quality_cell(c), fmt_s(c.times.median), len(c.times.times), win,
             _yes(c.window.meets_deadline, "met", "MISSED"),
-            f"{b.gpu_id} {b.package_days} days x {b.lots}" if b else "not priced",
+            (f"{b.gpu_id} {b.package_days} days x {b.lots}" if b else "not priced")
+            + (f" (C4 ROCm matrix: {c4_verdict[c.folder]})" if c4.get(c.folder) else ""),
             f"{format_amount(b.total)} {b.currency}" if b else "-", c.accepted, cost)) + " |")
     out.append("")
     if p.job is not None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from iteralab.campaign.folder import COLUMNS, PHASES, TABLE, CampaignFolder, format_cell as _cell
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
+from iteralab.campaign.manifest import rocm_compatibility_line
 from iteralab.common.files import write_text_atomic
 from iteralab.errors import IteraError
 from iteralab.plan.protocol import load_protocol
@@ -52,6 +53,7 @@ def build_rows(campaign_dir: str | Path) -> list[dict[str, Any]]:
                              "prediction_file": f.get("prediction_file"),
                              "prediction_sha256": f.get("prediction_sha256")})
     verdicts = judge_campaign(campaign_dir, finished) if finished else {}
+    c4_line = rocm_compatibility_line(folder.manifest)  # None unless the campaign ran on a ROCm runtime
     rows = []
     for pid in state.order:
         start = state.started[pid]
@@ -121,6 +123,8 @@ def build_rows(campaign_dir: str | Path) -> list[dict[str, Any]]:
         for problem in (v.get("format_problems") or [])[:2] + (v.get("problems") or [])[:2]:
             notes.append(problem)
         notes.extend(n for n in fin.get("notes") or [] if n)
+        if c4_line:
+            notes.append(c4_line)
         if row["prediction_file"]:
             notes.append(f"predictions: {row['prediction_file']}")
         excl = state.exclusions.get(pid)

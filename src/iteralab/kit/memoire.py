@@ -550,6 +550,11 @@ def _driver() -> tuple[str | None, str | None]:
     return (version.decode() if isinstance(version, bytes) else str(version)), None
 
 
+# AMD targets with bf16 matrix instructions (MI100, MI200, MI300, MI350, RDNA3, RDNA4); PyTorch reports bf16 as
+# supported on every ROCm GPU, which would let older ones run it emulated.
+ROCM_BF16_TARGETS = ("gfx908", "gfx90a", "gfx94", "gfx95", "gfx11", "gfx12")
+
+
 def precision_refusal(precision: str, device: str) -> tuple[str, str] | None:
     """The one device-precision policy (the library applies this same function): ``(reason, hint)`` when
     ``precision`` cannot be measured honestly on ``device`` ("cpu", "cuda", "cuda:1" …), else None."""
@@ -561,11 +566,25 @@ def precision_refusal(precision: str, device: str) -> tuple[str, str] | None:
     if precision == "int8-dynamic" and not on_cpu:
         return (f"int8-dynamic runs on CPU only, not on {device}",
                 "PyTorch's dynamic int8 kernels are CPU kernels; use fp16/bf16 on a GPU")
-    if precision == "bf16" and not on_cpu:
+    if precision in ("bf16", "fp16") and not on_cpu:
         import torch
 
-        if not torch.cuda.is_bf16_supported():
-            return (f"bf16 is not supported by {torch.cuda.get_device_name(device)}", "use fp16 or fp32 on this GPU")
+        if torch.version.hip:  # fp16: every target ROCm 6 builds for; bf16: the targets with bf16 matrix units
+            arch = (getattr(torch.cuda.get_device_properties(device), "gcnArchName", "") or "").split(":")[0]
+            if precision == "bf16" and not arch.startswith(ROCM_BF16_TARGETS):
+                return (f"bf16 is not supported natively by {torch.cuda.get_device_name(device)} "
+                        f"({arch or 'target unknown'}); bf16 matrix instructions start with "
+                        f"{', '.join(ROCM_BF16_TARGETS[:2])} (MI100, MI200)", "use fp16 or fp32 on this GPU")
+            return None
+        major, minor = torch.cuda.get_device_capability(device)
+        name = f"{torch.cuda.get_device_name(device)} (compute capability {major}.{minor})"
+        # No silent emulation: below these, PyTorch would emulate the type or fall back to slow paths.
+        if precision == "bf16" and major < 8:
+            return (f"bf16 is not supported natively by {name}; bf16 arithmetic needs compute capability 8.0",
+                    "use fp16 or fp32 on this GPU")
+        if precision == "fp16" and (major, minor) < (5, 3):
+            return (f"fp16 is not supported natively by {name}; half arithmetic needs compute capability 5.3",
+                    "use fp32 on this GPU")
     return None
 
 

@@ -1,6 +1,8 @@
 """The device a pass runs on: resolution, synchronized timing (R4), peak-memory counters (M2), inventory (C3).
 
-Everything here reads the runtime (torch, ``/proc``, NVML), never the configuration. CUDA and ROCm share
+Everything here reads the runtime (torch, ``/proc``, ``/etc/os-release``, NVML on NVIDIA, amdsmi on AMD, each
+imported only when installed), never the configuration. On ROCm the C4 verdict for what the runtime observed is
+part of the inventory. CUDA and ROCm share
 PyTorch's ``cuda`` device type (``torch.version.hip`` tells them apart); every GPU path is guarded by
 ``device.type == "cuda"`` so the same code runs honestly on a CPU-only machine.
 
@@ -27,6 +29,7 @@ T = TypeVar("T")
 _PROC_STATUS = Path("/proc/self/status")
 _PROC_CLEAR_REFS = Path("/proc/self/clear_refs")
 _PROC_CPUINFO = Path("/proc/cpuinfo")
+_OS_RELEASE = (Path("/etc/os-release"), Path("/usr/lib/os-release"))
 
 
 # --------------------------------------------------------------------------------------------- device
@@ -132,6 +135,48 @@ def time_call(device: torch.device, fn: Callable[[], T], clock: Clock = PERF_CLO
     return result, timing.seconds
 
 
+GPU_SCOPE_LABEL = ("GPU stream time between CUDA events recorded just inside the measured pass's synchronized "
+                   "boundaries: device-side time only, never a pass time (R3)")
+
+
+class GpuEvents:
+    """An optional GPU-side scope (R4): a pair of CUDA events recorded inside a host-timed region.
+
+    The events are created before the timed region (``GpuEvents(device)``); ``record_start``/``record_stop``
+    are called inside it; :meth:`result` reads ``elapsed_time`` after the region's closing synchronization.
+    The value is labelled as a GPU scope and kept apart from pass times: nothing compares it with them.
+    On CPU nothing is recorded and the result says why.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._events: tuple[Any, Any] | None = None
+        self._started = self._stopped = False
+        if device.type == "cuda":
+            self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+
+    def record_start(self) -> None:
+        if self._events is not None:
+            self._events[0].record(torch.cuda.current_stream(self.device))
+            self._started = True
+
+    def record_stop(self) -> None:
+        if self._events is not None and self._started:
+            self._events[1].record(torch.cuda.current_stream(self.device))
+            self._stopped = True
+
+    def result(self) -> dict[str, Any]:
+        """``{"label", "seconds", "reason"}``; call after the closing synchronization of the timed region."""
+        if self._events is None:
+            return {"label": GPU_SCOPE_LABEL, "seconds": None, "reason": f"not measured: no CUDA events on "
+                                                                         f"{self.device.type}"}
+        if not self._stopped:
+            return {"label": GPU_SCOPE_LABEL, "seconds": None,
+                    "reason": "not measured: the measured pass did not complete"}
+        start, stop = self._events
+        return {"label": GPU_SCOPE_LABEL, "seconds": float(start.elapsed_time(stop)) / 1000.0, "reason": None}
+
+
 # --------------------------------------------------------------------------------------------- memory
 
 # What the last reset_peaks() achieved, per device key ("cpu", "cuda:0"): (pid, scope text).
@@ -212,13 +257,19 @@ def read_peaks(device: torch.device) -> dict[str, Any]:
     key = _device_key(device)
     if device.type == "cuda":
         synchronize(device)
-        return {
+        peaks: dict[str, Any] = {
             "cuda_max_allocated_bytes": int(torch.cuda.max_memory_allocated(device)),
             "cuda_max_reserved_bytes": int(torch.cuda.max_memory_reserved(device)),
             "scope": _scope_for(key, f"torch.cuda max_memory_allocated/max_memory_reserved since process "
                                      f"start (no reset requested), device {key}"),
             "reason": None,
         }
+        if torch.version.hip:  # a third, device-wide view on ROCm, never merged with the two counters above
+            used, why = amdsmi_vram_used()
+            peaks["amdsmi_vram_used_bytes"] = used
+            peaks["amdsmi_scope"] = ("amdsmi VRAM in use per AMD GPU (whole device, every process; not a peak), "
+                                     "read after the pass" if used is not None else f"not measured: {why}")
+        return peaks
     status = _proc_status_kib("VmHWM")
     if not status or "VmHWM" not in status:
         return {"cpu_peak_rss_bytes": None, "scope": "process peak RSS",
@@ -265,22 +316,127 @@ def cpu_flags() -> list[str] | None:
     return None
 
 
-def _nvidia_driver() -> tuple[str | None, str | None]:
+def _nvml_facts() -> dict[str, Any]:
+    """Driver and CUDA driver-API versions through NVML (``nvidia-ml-py``, extra "gpu"), each None + reason when
+    they cannot be read. NVML's CUDA version is the newest CUDA the installed driver supports; the CUDA runtime
+    PyTorch was built with is ``torch.version.cuda`` (recorded beside it)."""
+    facts: dict[str, Any] = {"driver_version": None, "driver_version_reason": None,
+                             "cuda_driver_api_version": None, "cuda_driver_api_version_reason": None}
     try:
-        import pynvml  # from the nvidia-ml-py package (extra "gpu")
+        import pynvml  # from the nvidia-ml-py package (extra "gpu"); imported only when installed
     except ImportError:
-        return None, "pynvml (nvidia-ml-py) not installed: pip install 'iteralab[gpu]'"
+        reason = "pynvml (nvidia-ml-py) not installed: pip install 'iteralab[gpu]'"
+        return {**facts, "driver_version_reason": reason, "cuda_driver_api_version_reason": reason}
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
-        return None, f"NVML could not start: {exc}"
+        reason = f"NVML could not start: {exc}"
+        return {**facts, "driver_version_reason": reason, "cuda_driver_api_version_reason": reason}
     try:
-        version = pynvml.nvmlSystemGetDriverVersion()
-    except pynvml.NVMLError as exc:
-        return None, f"NVML could not read the driver version: {exc}"
+        try:
+            version = pynvml.nvmlSystemGetDriverVersion()
+            facts["driver_version"] = version.decode() if isinstance(version, bytes) else str(version)
+        except pynvml.NVMLError as exc:
+            facts["driver_version_reason"] = f"NVML could not read the driver version: {exc}"
+        try:
+            read = getattr(pynvml, "nvmlSystemGetCudaDriverVersion_v2", None) or pynvml.nvmlSystemGetCudaDriverVersion
+            number = int(read())  # e.g. 12040 -> "12.4"
+            facts["cuda_driver_api_version"] = f"{number // 1000}.{(number % 1000) // 10}"
+        except pynvml.NVMLError as exc:
+            facts["cuda_driver_api_version_reason"] = f"NVML could not read the CUDA driver version: {exc}"
     finally:
         pynvml.nvmlShutdown()
-    return (version.decode() if isinstance(version, bytes) else str(version)), None
+    return facts
+
+
+def _amdsmi_facts() -> dict[str, Any]:
+    """Per AMD GPU (amdsmi's enumeration order): driver version and VRAM total, through ``amdsmi`` when it is
+    installed (it ships with ROCm); ``{"gpus": [], "reason": …}`` otherwise. Only facts that stay fixed during a
+    campaign are read here (the manifest is compared pass by pass); VRAM in use is read per pass (read_peaks)."""
+    try:
+        import amdsmi  # ships with ROCm; imported only when present
+    except ImportError:
+        return {"gpus": [], "reason": "amdsmi not installed (it ships with ROCm: /opt/rocm/share/amd_smi)"}
+    try:
+        amdsmi.amdsmi_init()
+    except amdsmi.AmdSmiException as exc:
+        return {"gpus": [], "reason": f"amdsmi could not start: {exc}"}
+    gpus: list[dict[str, Any]] = []
+    reason = None
+    try:
+        for i, handle in enumerate(amdsmi.amdsmi_get_processor_handles()):
+            driver = amdsmi.amdsmi_get_gpu_driver_info(handle)
+            total = amdsmi.amdsmi_get_gpu_memory_total(handle, amdsmi.AmdSmiMemoryType.VRAM)
+            gpus.append({"amdsmi_index": i, "driver_version": driver.get("driver_version"),
+                         "vram_total_bytes": int(total)})
+    except amdsmi.AmdSmiException as exc:
+        reason = f"amdsmi could not read a GPU: {exc}"
+    finally:
+        amdsmi.amdsmi_shut_down()
+    return {"gpus": gpus, "reason": reason}
+
+
+def amdsmi_vram_used() -> tuple[list[int] | None, str | None]:
+    """VRAM in use per AMD GPU (whole device, every process), bytes, in amdsmi's order; None + reason without it."""
+    try:
+        import amdsmi
+    except ImportError:
+        return None, "amdsmi not installed"
+    try:
+        amdsmi.amdsmi_init()
+    except amdsmi.AmdSmiException as exc:
+        return None, f"amdsmi could not start: {exc}"
+    try:
+        return [int(amdsmi.amdsmi_get_gpu_memory_usage(h, amdsmi.AmdSmiMemoryType.VRAM))
+                for h in amdsmi.amdsmi_get_processor_handles()], None
+    except amdsmi.AmdSmiException as exc:
+        return None, f"amdsmi could not read VRAM usage: {exc}"
+    finally:
+        amdsmi.amdsmi_shut_down()
+
+
+def os_release_text() -> str | None:
+    """``/etc/os-release`` (or ``/usr/lib/os-release``) as text; None where neither exists."""
+    for path in _OS_RELEASE:
+        try:
+            return path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+    return None
+
+
+def rocm_facts(gpus: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a ROCm runtime observed and the C4 verdict for it (``not applicable`` on CUDA or CPU builds).
+
+    Inputs: ``torch.version.hip``; ``torch.version.rocm`` where this torch has it (else the ROCm release is
+    derived from HIP, see :func:`iteralab.models.rocm.rocm_from_hip`); the GPUs' ``gcnArchName`` (the first in
+    sorted order is looked up, and several targets are said); the OS
+    release; the torch version as ``pytorch=X.Y.Z``. A card's name is never used.
+    """
+    from iteralab.models.rocm import RocmCheckError, observed_rocm_verdict
+
+    hip = torch.version.hip
+    if not hip:
+        return {"verdict": "not applicable", "reason": "not a ROCm runtime (torch.version.hip is None)"}
+    rocm = getattr(torch.version, "rocm", None)
+    archs = sorted({g.get("gcn_arch_name") for g in gpus if g.get("gcn_arch_name")})
+    release = os_release_text()
+    framework = f"pytorch={torch.__version__.split('+')[0]}"
+    observed = {"hip_version": hip, "torch_version_rocm": rocm, "gcn_arch_names": archs,
+                "os_release": None if release is None else _pretty_os(release), "framework": framework}
+    try:
+        verdict = observed_rocm_verdict(hip, rocm, archs[0] if archs else None, release, framework)
+    except RocmCheckError as exc:
+        verdict = {"verdict": "no snapshot entry", "reason": f"the observed values could not be looked up: {exc}"}
+    if len(archs) > 1:
+        verdict["reason"] = f"several GPU targets observed ({', '.join(archs)}); only {archs[0]} was looked up"
+    return {**verdict, "observed": observed, "amdsmi": _amdsmi_facts()}
+
+
+def _pretty_os(release: str) -> str:
+    from iteralab.models.rocm import os_name_from_release
+
+    return os_name_from_release(release)
 
 
 def _gpu(index: int) -> dict[str, Any]:
@@ -307,11 +463,15 @@ def device_inventory() -> dict[str, Any]:
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     gpus = [_gpu(i) for i in range(torch.cuda.device_count())] if gpu_available else []
     if not gpu_available:
-        driver, driver_reason = None, "no GPU visible to torch"
+        reason = "no GPU visible to torch"
+        nvml = {"driver_version": None, "driver_version_reason": reason, "cuda_driver_api_version": None,
+                "cuda_driver_api_version_reason": reason}
     elif torch.version.hip:
-        driver, driver_reason = None, "ROCm: the driver version is not read (NVML is NVIDIA-only)"
+        reason = "ROCm: NVML is NVIDIA-only (amdsmi facts are under rocm)"
+        nvml = {"driver_version": None, "driver_version_reason": reason, "cuda_driver_api_version": None,
+                "cuda_driver_api_version_reason": reason}
     else:
-        driver, driver_reason = _nvidia_driver()
+        nvml = _nvml_facts()
     cpu_model, cpu_reason = _cpu_model()
     return {
         "backend": backend,
@@ -321,8 +481,12 @@ def device_inventory() -> dict[str, Any]:
         "cudnn": cudnn,
         "gpu_count": len(gpus),
         "gpus": gpus,
-        "driver_version": driver,
-        "driver_version_reason": driver_reason,
+        **nvml,
+        "tf32": {"matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+                 "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+                 "float32_matmul_precision": torch.get_float32_matmul_precision()},
+        "rocm": rocm_facts(gpus) if gpu_available else {"verdict": "not applicable",
+                                                        "reason": "no GPU visible to torch"},
         "cpu": {
             "model": cpu_model,
             "model_reason": cpu_reason,
