@@ -61,3 +61,43 @@ def test_never_distinguished_from_fewer_than_three_counted_passes(tmp_path):
     c = compare(stats.times("b1"), stats.times("b4"))
     assert not c.distinguished  # 5x apart, tight spreads: still only two passes each
     assert "b1 has only 2 counted passes; a difference is never claimed from fewer than 3" in c.text
+
+
+def _real_campaign(tmp_path):
+    from campaign_factory import callable_campaign
+    from iteralab.evidence.run import run_campaign
+
+    out = tmp_path / "out"
+    run_campaign(callable_campaign(tmp_path, passes=1), out)
+    return out
+
+
+def test_verify_on_a_never_sealed_folder_says_so(tmp_path, capsys):
+    folder = _real_campaign(tmp_path)
+    assert main(["verify", str(folder)]) == 1
+    err = capsys.readouterr().err
+    assert f"Error: {folder}: the folder was never sealed (no SHA256SUMS)" in err
+    assert f"iteralab bundle seal {folder}" in err and f"iteralab verify --unsealed {folder}" in err
+    assert "restore the original bundle" not in err
+    assert main(["verify", "--unsealed", str(folder)]) == 0
+
+
+def test_commands_that_would_change_a_sealed_folder_refuse(tmp_path, capsys):
+    from iteralab.evidence.bundle import seal
+    from iteralab.evidence.verify import audit_campaign
+
+    folder = _real_campaign(tmp_path)
+    assert main(["report", str(folder)]) == 0  # unsealed: written into the folder
+    seal(folder)
+    assert audit_campaign(folder).ok
+    capsys.readouterr()
+    assert main(["report", str(folder)]) != 0
+    err = capsys.readouterr().err
+    assert f"Error: {folder}: the folder is sealed (SHA256SUMS); writing stats, decision and report.html into it " \
+           "would change it and break the seal" in err
+    assert main(["decide", str(folder), "--out", str(folder)]) != 0
+    pass_id = folder.joinpath("raw_table.csv").read_text().splitlines()[1].split(",")[0]
+    assert main(["exclude", str(folder), pass_id, "--reason", "backup"]) != 0
+    assert main(["table", str(folder)]) == 0  # byte-identical: nothing written, the seal holds
+    assert main(["report", str(folder), "--out", str(tmp_path / "elsewhere")]) == 0
+    assert audit_campaign(folder).ok  # nothing in the sealed folder changed

@@ -92,10 +92,9 @@ def run_cmd(
 @app.command("table")
 def table_cmd(campaign: Path = typer.Argument(..., help="Campaign folder.")) -> None:
     """Regenerate raw_table.csv from the journal and the prediction files."""
-    from iteralab.evidence.table import write_raw_table
+    from iteralab.evidence.table import regenerate_table
 
-    _require_campaign(campaign)
-    typer.echo(str(write_raw_table(campaign)))
+    typer.echo(str(regenerate_table(campaign)))
 
 
 @app.command("demo")

@@ -14,6 +14,7 @@ from iteralab.evidence.stats import (fmt_s)
 from iteralab.campaign.manifest import rocm_compatibility, rocm_compatibility_line
 from iteralab.decision.costing import CPU_ONLY
 from iteralab.decision.job import render_job
+from iteralab.evidence.bundle import refuse_if_sealed
 from iteralab.decision.rule import SCOPE, Config, Decision, package_summary
 
 
@@ -163,6 +164,7 @@ def render_decision(d: Decision) -> str:
 def write_decision(d: Decision, out: str | Path) -> dict[str, Path]:
     """Write decision.md and decision.json (atomically) into ``out``."""
     folder = Path(out)
+    refuse_if_sealed(folder, "writing decision.md and decision.json into it")
     folder.mkdir(parents=True, exist_ok=True)
     paths = {"decision_md": folder / "decision.md", "decision_json": folder / "decision.json"}
     write_text_atomic(paths["decision_md"], render_decision(d))

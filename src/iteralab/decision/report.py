@@ -22,6 +22,7 @@ from iteralab.decision.costing import CPU_ONLY
 from iteralab.decision.note import cpu_only, exclusion_lines, render_decision, write_decision
 from iteralab.decision.rule import Config, Decision, decide
 from iteralab.campaign.folder import CampaignFolder
+from iteralab.evidence.bundle import refuse_if_sealed
 from iteralab.errors import IteraError
 from iteralab.common.files import dumps_json, write_text_atomic
 from iteralab.kit.calcul_forfaits import STANDARD_PACKAGE_DAYS, format_amount, format_hours
@@ -334,6 +335,7 @@ def finalize(campaign_dirs: list[Path], out: Path | None = None, *, rental_id: s
             raise IteraError("several campaign folders need --out", hint="e.g. --out decision-out")
         out = folders[0]
     out = Path(out)
+    refuse_if_sealed(out, "writing stats, decision and report.html into it")
     out.mkdir(parents=True, exist_ok=True)
     decision = decide(list(campaign_dirs), rental_id=rental_id, project=project, catalog=catalog, lots=lots,
                       partial=partial)

@@ -167,6 +167,15 @@ def seal(folder: str | os.PathLike[str]) -> Seal:
     return Seal(folder, len(files), digest, previous is not None, tuple(changed))
 
 
+def refuse_if_sealed(folder: str | os.PathLike[str], what: str) -> None:
+    """A sealed folder is evidence as handed over: a command that would change it refuses (never silently)."""
+    folder = Path(folder)
+    if (folder / SUMS_NAME).is_file():
+        raise BundleError(f"{folder}: the folder is sealed ({SUMS_NAME}); {what} would change it and break the seal",
+                          hint="write elsewhere with --out DIR (e.g. --out decision-out), or work on an unpacked "
+                               "copy; a sealed folder is never rewritten silently")
+
+
 def check_seal(folder: str | os.PathLike[str], *, expect_digest: str | None = None) -> SealCheck:
     """Compare the folder with its hash list; one problem line per difference (nothing is skipped)."""
     folder = Path(folder)

@@ -14,6 +14,7 @@ from typing import Any
 
 from iteralab.campaign.folder import COLUMNS, PHASES, TABLE, CampaignFolder, format_cell as _cell
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
+from iteralab.evidence.bundle import refuse_if_sealed
 from iteralab.campaign.manifest import rocm_compatibility_line
 from iteralab.common.files import write_text_atomic
 from iteralab.errors import IteraError
@@ -151,6 +152,19 @@ def write_raw_table(campaign_dir: str | Path) -> Path:
     return target
 
 
+def regenerate_table(campaign_dir: str | Path) -> Path:
+    """``iteralab table``: rebuild the raw table; in a sealed folder only when it comes out byte-identical
+    (then nothing is written), otherwise the command refuses rather than break the seal."""
+    folder = CampaignFolder.open(campaign_dir).path
+    target = folder / TABLE_NAME
+    text = render_csv(build_rows(folder))
+    if target.is_file() and target.read_text(encoding="utf-8") == text:
+        return target
+    refuse_if_sealed(folder, f"regenerating {TABLE_NAME} (it would differ from the sealed one)")
+    write_text_atomic(target, text)
+    return target
+
+
 def read_raw_table(path: str | Path) -> list[dict[str, str]]:
     with open(path, encoding="utf-8", newline="") as fh:
         return list(csv.DictReader(fh))
@@ -164,6 +178,7 @@ def exclude_pass(campaign_dir: str | Path, pass_id: str, reason: str) -> dict[st
     into the event: one rule for every variant. The pass stays in the raw table, marked excluded.
     """
     folder = CampaignFolder.open(campaign_dir).path
+    refuse_if_sealed(folder, f"excluding {pass_id} (a journal event and a new raw table)")
     if not isinstance(reason, str) or not reason.strip():
         raise IteraError(f"{folder}: excluding {pass_id} needs a reason",
                          hint="say what happened, e.g. --reason 'host backup ran during the pass'")

@@ -64,7 +64,18 @@ class AuditReport:
                 "accepted": self.accepted, "files_hashed": self.files_hashed, "seal_digest": self.seal_digest,
                 "verdicts": self.verdicts}
 
+    def never_sealed(self) -> bool:
+        """The only difference is a missing hash list: the folder was never sealed (nothing was changed)."""
+        return len(self.differences) == 1 and self.differences[0].startswith(f"{SUMS_NAME}: missing")
+
     def raise_if_different(self) -> None:
+        if self.never_sealed():
+            raise VerificationError(
+                f"{self.folder}: the folder was never sealed (no {SUMS_NAME}), so a changed file cannot be told "
+                "from an original one",
+                hint=f"seal it first: iteralab bundle seal {self.folder} — or check what is there without a seal: "
+                     f"iteralab verify --unsealed {self.folder}",
+            )
         if self.differences:
             raise VerificationError(
                 f"{self.folder}: {len(self.differences)} difference(s); the evidence does not verify",
