@@ -41,7 +41,7 @@ def test_unknown_key_inside_array_table_names_variant():
     text = protocol_toml(variants=VARIANTS.replace("batch_size = 4", "batch_size = 4\nbatchsize = 4"))
     with pytest.raises(ProtocolError) as err:
         parse_protocol(text, "p.toml")
-    assert str(err.value) == "p.toml: unknown key 'variants[1] (b4).batchsize'"
+    assert str(err.value) == "p.toml: unknown key 'variants[1] (b4).batchsize' (did you mean 'batch_size'?)"
 
 
 @pytest.mark.parametrize("bad, expected", [
@@ -124,3 +124,12 @@ def test_load_protocol_not_utf8(tmp_path):
     p.write_bytes(b"name = \"\xff\"")
     with pytest.raises(ProtocolError, match="not UTF-8"):
         load_protocol(p)
+
+
+def test_every_problem_is_shown_with_a_did_you_mean():
+    text = protocol_toml().replace("threshold = 0.0", "treshold = 0.0")
+    with pytest.raises(ProtocolError) as err:
+        parse_protocol(text, "p.toml")
+    assert str(err.value) == ("p.toml: unknown key 'metric.treshold' (did you mean 'threshold'?); "
+                              "missing key 'metric.threshold'")
+    assert "\n" not in str(err.value)

@@ -293,22 +293,52 @@ def parse_protocol(text: str, source: str = "<protocol>") -> Protocol:
     try:
         return Protocol.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        key = _location(data, tuple(first["loc"])) or "(top level)"
-        kind = first["type"]
-        if kind == "extra_forbidden":
-            message = f"{source}: unknown key '{key}'"
-            hint = "remove it or check its spelling; unknown keys are refused so that nothing is silently ignored"
-        elif kind == "missing":
-            message = f"{source}: missing key '{key}'"
-            hint = "see the protocol template (iteralab kit export) for every required key"
-        else:
-            reason = str(first["msg"]).removeprefix("Value error, ")
-            message = f"{source}: key '{key}': {reason}"
-            hint = "fix the value; a locked protocol is amended by raising its version and locking again"
-        if len(exc.errors()) > 1:
-            message += f" (and {len(exc.errors()) - 1} more problem(s))"
+        # Unknown keys first: a misspelt key usually explains the "missing" one that follows from it.
+        errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+        problems = [_problem(data, e) for e in errors[:MAX_PROBLEMS]]
+        kind = errors[0]["type"]
+        hint = {"extra_forbidden": "remove it or check its spelling; unknown keys are refused so that nothing is "
+                                   "silently ignored",
+                "missing": "see the protocol template (iteralab kit export) for every required key"}.get(
+            kind, "fix the value; a locked protocol is amended by raising its version and locking again")
+        more = f"; and {len(errors) - MAX_PROBLEMS} more" if len(errors) > MAX_PROBLEMS else ""
+        message = f"{source}: " + "; ".join(problems) + more  # one line, every problem (up to 10)
         raise ProtocolError(message, hint=hint) from None
+
+
+#: How many validation problems a protocol error shows at once.
+MAX_PROBLEMS = 10
+
+
+def _known_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys the protocol accepts at the table that holds ``loc``'s last key."""
+    import typing
+
+    model: Any = Protocol
+    for part in loc[:-1]:
+        if isinstance(part, int) or not (isinstance(model, type) and issubclass(model, BaseModel)):
+            continue
+        field = model.model_fields.get(part)
+        if field is None:
+            return []
+        candidates = [field.annotation, *typing.get_args(field.annotation)]
+        model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if model is None:
+            return []
+    return list(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []
+
+
+def _problem(data: Any, error: Any) -> str:
+    import difflib
+
+    loc = tuple(error["loc"])
+    key = _location(data, loc) or "(top level)"
+    if error["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(str(loc[-1]), _known_keys(loc), n=1)
+        return f"unknown key '{key}'" + (f" (did you mean '{close[0]}'?)" if close else "")
+    if error["type"] == "missing":
+        return f"missing key '{key}'"
+    return f"key '{key}': " + str(error["msg"]).removeprefix("Value error, ")
 
 
 def load_protocol(path: str | os.PathLike[str]) -> Protocol:
