@@ -148,3 +148,13 @@ def test_every_phase_of_the_real_pass_is_timed_by_the_one_injectable_clock(tmp_p
     for row in CampaignFolder.open(out).raw_rows():
         # two readings per phase (start, stop): exactly one step each; warm-up is two timed passes
         assert (row.load_s, row.warmup_s, row.pass_s, row.writing_s) == (1.0, 2.0, 1.0, 1.0), row
+
+
+def test_run_refuses_an_unrelated_non_empty_out_folder(tmp_path, capsys):
+    protocol = callable_campaign(tmp_path, passes=1)
+    out = tmp_path / "mydata"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine", encoding="utf-8")
+    assert main(["run", str(protocol), "--out", str(out)]) == 2
+    assert f"Error: {out}: not empty and not a campaign folder (holds notes.txt)" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]  # nothing written beside the user's files

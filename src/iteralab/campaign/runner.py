@@ -58,7 +58,17 @@ def schedule_slots(protocol: Protocol) -> tuple[str, list[Slot]]:
     return design, slots
 
 
+#: What a campaign folder holds before campaign.json exists (a run interrupted while copying its inputs).
+_OWN_ENTRIES = {"inputs", "predictions", "journal.jsonl", "manifest.json", "raw_table.csv", ".write-probe"}
+
+
 def _ensure_folder(out: Path) -> None:
+    if out.is_dir():
+        foreign = sorted(p.name for p in out.iterdir() if p.name not in _OWN_ENTRIES and not p.name.startswith(".tmp"))
+        if foreign:
+            shown = ", ".join(foreign[:4]) + (" …" if len(foreign) > 4 else "")
+            raise RunError(f"{out}: not empty and not a campaign folder (holds {shown})",
+                           hint="choose a new or empty --out folder: a campaign folder holds only its own evidence")
     try:
         out.mkdir(parents=True, exist_ok=True)
         (out / "predictions").mkdir(exist_ok=True)
