@@ -34,6 +34,8 @@ NO_TAIL_PERCENTILE = (
     "populations; a latency study needs individual request times under an arrival scenario and concurrency"
 )
 INVESTIGATE = "add passes under the same protocol, or look at loading, input format, compilation, concurrent activity"
+#: The declared reproduction target, named in every verdict (Q3): "held" never reads as "the same result".
+TARGET_NAMES = {"identical": "identical-output", "bounded": "bounded-difference", "acceptable": "acceptable-quality"}
 #: T5: "distinguished" is never claimed from fewer counted passes per variant than this.
 MIN_PASSES_TO_DISTINGUISH = 3
 MISSING_SUBGROUP = "its check was not actually made (look at the stratum column of inputs/corpus.csv)"
@@ -505,13 +507,16 @@ def render_quality(stats: CampaignStats) -> list[str]:
             _flag(q.threshold_ok, "threshold met", "BELOW THRESHOLD"),
             _flag(q.tolerance_ok, "within tolerance", "OUTSIDE TOLERANCE"),
             _flag(q.subgroups_ok, "gating subgroups ok", "GATING SUBGROUP FAILS"),
-            f"reproduction {_flag(q.reproduction_ok, 'held', 'NOT HELD')}"
-            + ("" if q.max_abs_prob_diff is None else
-               f" (label agreement >= {q.label_agreement:.4f}, max |prob diff| {q.max_abs_prob_diff:.2e})"),
+            f"{TARGET_NAMES.get(rep.target, rep.target)} target {_flag(q.reproduction_ok, 'held', 'NOT HELD')}"
+            + ("" if q.label_agreement is None else
+               f" (up to {_pct(1 - q.label_agreement)} of labels differ from the reference in a pass, max |prob diff| "
+               f"{q.max_abs_prob_diff:.2e})"),
         ]
         lines.append(f"  {q.variant}: " + "; ".join(parts))
         if q.subgroups:
-            lines.append("    subgroups: " + ", ".join(f"{k} {_values(v)}" for k, v in q.subgroups.items()))
+            metric_of = {s.name: (p.metric.name if s.by == "stratum" else "recall") for s in p.subgroups}
+            lines.append("    subgroups: " + ", ".join(f"{k} {metric_of.get(k.split(':')[0], '')} {_values(v)}"
+                                                      for k, v in q.subgroups.items()))
         for name in q.missing_subgroups(gating):
             lines.append(f"    WARNING: gating subgroup {name!r} has no value in the raw table: {MISSING_SUBGROUP}")
         if q.mark:
