@@ -158,3 +158,33 @@ def test_run_refuses_an_unrelated_non_empty_out_folder(tmp_path, capsys):
     assert main(["run", str(protocol), "--out", str(out)]) == 2
     assert f"Error: {out}: not empty and not a campaign folder (holds notes.txt)" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]  # nothing written beside the user's files
+
+
+def test_evidence_files_follow_the_umask_not_mkstemp(tmp_path):
+    import os
+    import stat
+
+    from iteralab.common.files import write_text_atomic
+
+    old = os.umask(0o022)
+    try:
+        import importlib
+
+        import iteralab.common.files as files
+        importlib.reload(files)
+        files.write_text_atomic(tmp_path / "report.html", "<p>x</p>")
+        assert stat.S_IMODE((tmp_path / "report.html").stat().st_mode) == 0o644
+    finally:
+        os.umask(old)
+        importlib.reload(files)
+    assert write_text_atomic  # the module-level name stays importable
+
+
+def test_price_names_a_cpu_server_package_as_such(tmp_path, capsys):
+    catalog = tmp_path / "c.csv"
+    catalog.write_text("catalog_version,catalog_date,gpu_id,gpu_name,cards_per_lot,package_days,price_per_lot,"
+                       "currency,device_match,cpu_cores\nu1,2026-12-01,epyc-16c,AMD EPYC,1,7,35.00,USD,,16\n",
+                       encoding="utf-8")
+    assert main(["price", "--gpu", "epyc-16c", "--days", "7", "--catalog", str(catalog)]) == 0
+    out = capsys.readouterr().out
+    assert "package price: 35.00 USD for 1 CPU server" in out and "GPU (" not in out.split("package price")[1]

@@ -18,12 +18,22 @@ def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+def _file_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+FILE_MODE = _file_mode()
+
+
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     """Write to a temporary name in the same folder, fsync, then rename: readers never see half a file."""
     path = Path(path)
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}.", dir=path.parent)
+        os.fchmod(fd, FILE_MODE)  # mkstemp creates 0600: evidence gets the user's usual permissions
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

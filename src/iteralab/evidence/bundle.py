@@ -31,7 +31,7 @@ from pathlib import Path
 
 from iteralab.campaign.folder import CampaignFolder
 from iteralab.errors import BundleError
-from iteralab.common.files import sha256_file, write_text_atomic
+from iteralab.common.files import FILE_MODE, sha256_file, write_text_atomic
 
 SUMS_NAME = "SHA256SUMS"
 SEAL_NAME = "SHA256SUMS.sha256"
@@ -264,6 +264,7 @@ def pack(folder: str | os.PathLike[str], out: str | os.PathLike[str] | None = No
             d = posixpath.dirname(d)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".tmp-{target.name}.", dir=target.parent)
+    os.fchmod(fd, FILE_MODE)  # an archive gets the user's usual permissions, not mkstemp's 0600
     try:
         with os.fdopen(fd, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz, \
                 tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:

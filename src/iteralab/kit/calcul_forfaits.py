@@ -414,6 +414,8 @@ class PackageBudget:
     cards_per_lot: int
     price_per_lot: Decimal
     currency: str
+    #: What one unit of a lot is: a GPU card, or a CPU server (a catalog row with cpu_cores).
+    unit: str = "GPU"
 
     @property
     def cards(self) -> int:
@@ -442,7 +444,8 @@ def package_budget(entry: CatalogEntry, lots: int) -> PackageBudget:
     """Budget of ``lots`` lots of a catalog package (K1, K5): no card multiplication, no proration."""
     check_lots(lots)
     return PackageBudget(
-        entry.gpu_id, entry.gpu_name, entry.package_days, lots, entry.cards_per_lot, entry.price_per_lot, entry.currency
+        entry.gpu_id, entry.gpu_name, entry.package_days, lots, entry.cards_per_lot, entry.price_per_lot, entry.currency,
+        "CPU server" if entry.is_cpu else "GPU",
     )
 
 
@@ -768,7 +771,7 @@ def render_price(quote: PriceQuote) -> list[str]:
         f"package: {b.package_days} days, {format_amount(b.price_per_lot)} {b.currency} per lot of "
         f"{_plural(b.cards_per_lot, 'card')}, full price however short the use",
         f"lots: {b.lots} ({_plural(b.cards, 'card')})",
-        f"package price: {format_amount(b.total)} {b.currency} for {_plural(b.cards, 'GPU')} "
+        f"package price: {format_amount(b.total)} {b.currency} for {_plural(b.cards, b.unit)} "
         f"({_plural(b.lots, 'lot')} x {format_amount(b.price_per_lot)} {b.currency})",
     ]
     if quote.cost is not None:
