@@ -80,13 +80,20 @@ def lock_cmd(protocol: Path = typer.Argument(..., help="Protocol TOML file to lo
 def run_cmd(
     protocol: Path = typer.Argument(..., help="Locked protocol TOML file."),
     out: Path = typer.Option(..., "--out", "-o", help="Campaign folder (created; an existing one is resumed)."),
+    keep_unrunnable: bool = typer.Option(False, "--keep-unrunnable",
+                                         help="Record variants this machine cannot run as failed rows, then exit 1."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
-    """Run (or resume) a campaign of a locked protocol and write its raw table."""
+    """Run (or resume) a campaign of a locked protocol and write its raw table (preflight first)."""
     from iteralab.evidence.run import run_campaign
 
-    summary = run_campaign(protocol, out, progress=None if as_json else _CampaignProgress())
+    summary = run_campaign(protocol, out, progress=None if as_json else _CampaignProgress(),
+                           keep_unrunnable=keep_unrunnable)
     _print_summary(summary, as_json)
+    if summary.get("unrunnable"):
+        names = ", ".join(f"{n} ({why})" for n, why in summary["unrunnable"].items())
+        typer.echo(f"not runnable on this machine, recorded as failed rows: {names}", err=True)
+        raise typer.Exit(1)
 
 
 @app.command("table")

@@ -225,14 +225,22 @@ def _manifest_fields(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], *,
-               progress: ProgressFn | None = None, isolation: str | None = None) -> dict[str, Any]:
+               progress: ProgressFn | None = None, isolation: str | None = None,
+               keep_unrunnable: bool = False) -> dict[str, Any]:
     """Run (or resume) every scheduled pass, journaled and evaluated one by one. Returns a short summary.
 
     The raw table is derived later, from what this wrote (:func:`iteralab.evidence.run.run_campaign`)."""
     from iteralab.campaign.evaluate import evaluate_pass
 
+    from iteralab.campaign.preflight import preflight
+
     protocol_path = Path(protocol_path)
     protocol, _ = check_locked(protocol_path)
+    flight = preflight(protocol, protocol_path)  # before anything is written or journaled
+    if flight.unrunnable and not keep_unrunnable:
+        raise RunError(f"{protocol_path}: {flight.summary()}",
+                       hint="remove them in a new protocol version, run on a machine that can, or run anyway with "
+                            "--keep-unrunnable (they are recorded as failed rows)")
     campaign = prepare(protocol_path, out)
     out = Path(out)
     journal = Journal(out / JOURNAL_NAME)
@@ -273,7 +281,10 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
         emit("pass", {"pass_id": pass_id, "variant": slot.variant, "round": slot.round})
         journal.append("pass_started", pass_id=pass_id, variant=slot.variant, round=slot.round,
                        position=slot.position, seed=slot.seed, attempt=attempts[key])
-        if slot.variant in timed_out:
+        if slot.variant in flight.unrunnable:
+            result = _not_run(pass_id, f"not runnable on this machine: {flight.unrunnable[slot.variant]}")
+            result["error_kind"] = "unrunnable"
+        elif slot.variant in timed_out:
             result = _not_run(pass_id, f"not run: {slot.variant} exceeded the pass time limit of "
                                        f"{protocol.run.pass_timeout_s:g} s in {timed_out[slot.variant]}")
         else:
@@ -294,7 +305,8 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
                        intrinsic=verdict)
         emit("done", {"pass_id": pass_id, "status": result.get("status"), "pass_s": result["phases"]["pass_s"]
                       if result.get("phases") else None})
-    return {"out": str(out), "passes_total": len(slots), "passes_run_now": len(todo)}
+    return {"out": str(out), "passes_total": len(slots), "passes_run_now": len(todo),
+            "unrunnable": dict(flight.unrunnable)}
 
 
 def _not_run(pass_id: str, why: str) -> dict[str, Any]:

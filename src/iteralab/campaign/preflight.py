@@ -1,0 +1,62 @@
+"""Preflight: what can be known before the first timed pass is checked before it, not discovered as failed
+passes. Reads the locked protocol and loads the workload once (fp32, in this process); writes nothing.
+
+- A user mistake (classes in another order than the model's or head's labels, a model or head file that
+  cannot be loaded, a device name that is not one) raises :class:`~iteralab.errors.WorkloadError`: one
+  line, nothing run, nothing journaled.
+- A variant this machine cannot run (a GPU device on a machine without one, a precision the device does not
+  support) is *reported*: ``run`` refuses unless told to keep such variants, which are then recorded as
+  failed rows "not runnable on this machine: …" (R8) and make ``run`` end with a non-zero exit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from iteralab.errors import WorkloadError
+from iteralab.plan.protocol import Protocol, resolve
+
+
+@dataclass(frozen=True)
+class Preflight:
+    #: variant name -> why this machine cannot run it
+    unrunnable: dict[str, str] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        return "; ".join(f"{name}: not runnable on this machine: {why}" for name, why in self.unrunnable.items())
+
+
+def _variant_problem(protocol: Protocol, variant: object) -> str | None:
+    from iteralab.kit.memoire import precision_refusal
+    from iteralab.models.device import resolve_device
+
+    device_name = getattr(variant, "device", None) or protocol.run.device
+    try:
+        device = resolve_device(device_name)
+    except WorkloadError as exc:
+        if "sees no GPU" in exc.message or "does not exist" in exc.message:
+            return exc.message
+        raise  # not a device name at all: a user mistake
+    if protocol.model.kind == "callable":
+        return None  # the callable owns its precision and device
+    refused = precision_refusal(getattr(variant, "precision", "fp32"), str(device))
+    return f"precision {refused[0]}" if refused else None
+
+
+def preflight(protocol: Protocol, protocol_path: str | Path) -> Preflight:
+    """Load the workload once and check every variant against this machine (see the module docstring)."""
+    from iteralab.models.base import load_workload
+
+    model = protocol.model
+    load_workload(model.kind, path=resolve(protocol_path, model.path) if model.path else None,
+                  head=resolve(protocol_path, model.head) if model.head else None, callable_ref=model.callable,
+                  classes=list(protocol.corpus.classes), precision="fp32", device="cpu",
+                  max_length=model.max_length, truncation=model.truncation,
+                  trust_remote_code=model.trust_remote_code)
+    unrunnable = {}
+    for variant in protocol.variants:
+        problem = _variant_problem(protocol, variant)
+        if problem:
+            unrunnable[variant.name] = problem
+    return Preflight(unrunnable)

@@ -1,0 +1,69 @@
+"""Preflight: mistakes knowable before the first timed pass are refused before it (one line, nothing run,
+nothing journaled); variants this machine cannot run are reported, and recorded as failed rows only when
+the user runs anyway."""
+
+import torch
+
+import pytest
+
+import fake_models
+from campaign_factory import callable_campaign, write_corpus_csv
+from conftest import TINY_CLASSES
+from iteralab.campaign.folder import CampaignFolder
+from iteralab.cli import main
+from protocol_factory import VARIANTS, write_protocol
+from iteralab.plan.protocol import lock
+
+GPU_VARIANT = VARIANTS + '\n[[variants]]\nname = "g4"\nbatch_size = 4\ndevice = "cuda"\n'
+
+
+@pytest.fixture(autouse=True)
+def _reset_calls():
+    fake_models.CALLS.clear()
+
+
+def test_classes_in_another_order_than_the_head_are_refused_before_any_pass(tmp_path, tiny_encoder_dir,
+                                                                             tiny_head_path, capsys):
+    write_corpus_csv(tmp_path)
+    reordered = list(reversed(TINY_CLASSES))
+    protocol = write_protocol(tmp_path, model=f'kind = "encoder_head"\npath = "{tiny_encoder_dir}"\n'
+                                             f'head = "{tiny_head_path}"')
+    text = protocol.read_text(encoding="utf-8").replace('classes = ["plot", "fresh", "rotten"]',
+                                                        f"classes = {reordered!r}".replace("'", '"'))
+    protocol.write_text(text, encoding="utf-8")
+    lock(protocol)
+    out = tmp_path / "out"
+    assert main(["run", str(protocol), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"Error: classes: the protocol declares {reordered} but the head {tiny_head_path} holds " \
+           f"{list(TINY_CLASSES)}" in err
+    assert not out.exists()  # nothing run, nothing written, nothing journaled
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the refusal cannot be observed")
+def test_a_gpu_variant_on_a_cpu_machine_is_reported_then_kept_only_when_asked(tmp_path, capsys):
+    protocol = callable_campaign(tmp_path, passes=1, variants=GPU_VARIANT)
+    out = tmp_path / "out"
+    assert main(["run", str(protocol), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "g4: not runnable on this machine: device: 'cuda' requested but this PyTorch build sees no GPU" in err
+    assert "--keep-unrunnable" in err and not out.exists()
+
+    assert main(["run", str(protocol), "--out", str(out), "--keep-unrunnable"]) == 1
+    err = capsys.readouterr().err
+    assert "not runnable on this machine, recorded as failed rows: g4 (device: 'cuda' requested" in err
+    rows = {r.variant: r for r in CampaignFolder.open(out).raw_rows()}
+    assert rows["g4"].status == "failed" and rows["g4"].completed == 0
+    assert rows["g4"].error.startswith("not runnable on this machine: device: 'cuda' requested")
+    assert rows["b1"].ok and rows["b4"].ok  # the runnable variants ran
+
+
+def test_fp16_on_cpu_is_not_runnable_here(tmp_path, tiny_classifier_dir, capsys):
+    write_corpus_csv(tmp_path)
+    variants = VARIANTS + '\n[[variants]]\nname = "h4"\nbatch_size = 4\nprecision = "fp16"\ndevice = "cpu"\n'
+    protocol = write_protocol(tmp_path, model=f'kind = "hf_classifier"\npath = "{tiny_classifier_dir}"',
+                              variants=variants)
+    lock(protocol)
+    assert main(["run", str(protocol), "--out", str(tmp_path / "out")]) == 2
+    assert ("h4: not runnable on this machine: precision fp16 is refused on CPU (half-precision matmul is "
+            "emulated there)") in capsys.readouterr().err
