@@ -101,3 +101,32 @@ def test_commands_that_would_change_a_sealed_folder_refuse(tmp_path, capsys):
     assert main(["table", str(folder)]) == 0  # byte-identical: nothing written, the seal holds
     assert main(["report", str(folder), "--out", str(tmp_path / "elsewhere")]) == 0
     assert audit_campaign(folder).ok  # nothing in the sealed folder changed
+
+
+def test_a_pass_measured_under_concurrent_load_is_flagged(tmp_path, monkeypatch):
+    import iteralab.models.device as dev
+    from campaign_factory import callable_campaign
+    from iteralab.campaign.folder import CampaignFolder
+    from iteralab.evidence.run import run_campaign
+
+    readings = iter([{"busy_s": 100.0, "steal_s": 0.0, "own_s": 10.0}, {"busy_s": 300.0, "steal_s": 1.0,
+                                                                          "own_s": 10.5}] * 8)
+    monkeypatch.setattr(dev, "load_snapshot", lambda: next(readings))
+    out = tmp_path / "out"
+    run_campaign(callable_campaign(tmp_path, passes=2), out)
+    rows = CampaignFolder.open(out).raw_rows()
+    assert all("measured under concurrent load: other processes used 199.50 CPU-s" in r.notes for r in rows)
+    stats = campaign_stats(out)
+    assert all(p.concurrent for v in stats.variants for p in v.passes)
+    assert "[concurrent load]" in render_stats(stats)
+    c = compare(stats.times("b1"), stats.times("b4"))
+    assert "4 of these counted passes were measured under concurrent load" in c.text
+
+
+def test_a_quiet_pass_is_not_flagged(tmp_path):
+    from iteralab.models.device import concurrent_load
+
+    quiet = concurrent_load({"busy_s": 10.0, "steal_s": 0.0, "own_s": 1.0},
+                            {"busy_s": 12.0, "steal_s": 0.0, "own_s": 2.9}, 2.0)
+    assert quiet["other_cpu_s"] == 0.1 and quiet["flagged"] is False
+    assert concurrent_load(None, None, 2.0) is None

@@ -200,6 +200,7 @@ def execute_pass(spec: dict[str, Any], clock: Any = None) -> dict[str, Any]:
 
     pass_run = MeasuredPass()
     gpu_scope = dev.GpuEvents(device)  # CUDA events, created outside the timed region; a labelled GPU scope
+    machine_before = dev.load_snapshot()  # what else uses the machine: read outside the timed region
     dev.reset_peaks(device)
     try:
         with dev.timed(device, clock) as measured:
@@ -217,6 +218,7 @@ def execute_pass(spec: dict[str, Any], clock: Any = None) -> dict[str, Any]:
             pass
     ids, probs, order, progress = pass_run.ids, pass_run.probs, pass_run.order, pass_run.progress
     result["memory"] = dev.read_peaks(device)
+    result["concurrent_load"] = dev.concurrent_load(machine_before, dev.load_snapshot(), phases["pass_s"])
     if device.type == "cuda":  # kept apart from `phases`: a GPU-side scope is never a pass time (R3)
         result["gpu_scope"] = gpu_scope.result()
     result["expected"] = len(ids)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from iteralab.campaign.folder import PHASES, CampaignFolder, RawRow
+from iteralab.evidence.table import CONCURRENT_NOTE
 from iteralab.plan.protocol import Protocol
 
 SCHEMA_VERSION = 1
@@ -162,6 +163,8 @@ class PassTime:
     exclusion_reason: str | None
     error: str | None
     completed: int | None
+    #: Other processes used the machine during the measured region (see the row's notes).
+    concurrent: bool = False
 
     @property
     def counted(self) -> bool:
@@ -267,6 +270,10 @@ def compare(a: VariantTimes, b: VariantTimes, scope: str = "", names: tuple[str,
     failing = [(n, v.count("failed") + v.count("aborted")) for v, n in zip((a, b), (c.a, c.b))]
     notes = [f"{n} also has {k} failed or aborted pass{'es' if k != 1 else ''} (see feasibility)"
              for n, k in failing if k]
+    loaded = sum(1 for v in (a, b) for p in v.passes if p.counted and p.concurrent)
+    if loaded:
+        notes.append(f"{loaded} of these counted passes were {CONCURRENT_NOTE} (see the raw table's notes): "
+                     "repeat them on a quiet machine before trusting this comparison")
     if notes and c.verdict != "no comparison":
         return Comparison(c.scope, c.a, c.b, c.verdict, f"{c.text}; {'; '.join(notes)}", c.faster, c.ratio)
     return c
@@ -443,7 +450,8 @@ def campaign_stats(campaign_dir: str | Path | Evidence) -> CampaignStats:
     for name, rows in by_variant.items():
         passes = tuple(
             PassTime(r.pass_id, r.status, r.pass_s, {ph: r.phase(ph) for ph in PHASES},
-                     r.pass_id in ev.exclusions, ev.exclusions.get(r.pass_id), r.error or None, r.completed)
+                     r.pass_id in ev.exclusions, ev.exclusions.get(r.pass_id), r.error or None, r.completed,
+                     CONCURRENT_NOTE in (r.notes or ""))
             for r in rows)
         variants.append(VariantTimes(name, tuple(series_of.get(name, [])), passes))
     index = {v.variant: v for v in variants}
@@ -549,6 +557,7 @@ def render_stats(stats: CampaignStats) -> str:
             value = f"{fmt_s(p.pass_s)} s" if p.pass_s is not None else "no time"
             tag = "" if p.status == "ok" else f" [{p.status}]"
             tag += " [excluded]" if p.excluded else ""
+            tag += " [concurrent load]" if p.concurrent else ""
             shown.append(f"{p.pass_id} {value}{tag}")
         lines.append("  every pass, in run order: " + ("; ".join(shown) or "none attempted"))
         if v.times:

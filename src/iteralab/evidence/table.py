@@ -20,6 +20,8 @@ from iteralab.common.files import write_text_atomic
 from iteralab.errors import IteraError
 from iteralab.plan.protocol import load_protocol
 
+#: The note that marks a pass measured while other processes used the machine (read back by stats).
+CONCURRENT_NOTE = "measured under concurrent load"
 TABLE_NAME = TABLE  # re-exported: the layout lives in the campaign-folder layer
 
 
@@ -103,6 +105,11 @@ def build_rows(campaign_dir: str | Path) -> list[dict[str, Any]]:
         for key in ("cpu_peak_rss_bytes", "cuda_max_allocated_bytes", "cuda_max_reserved_bytes"):
             row[key] = memory.get(key)
         row["memory_scope"] = memory.get("scope")
+        load = fin.get("concurrent_load") or {}
+        if load.get("flagged"):
+            notes.append(f"{CONCURRENT_NOTE}: other processes used {load['other_cpu_s']:.2f} CPU-s "
+                         f"({load['other_cpu_per_s']:.2f} per second of the pass, {load['logical_cores']} logical "
+                         f"cores, load average {load['load_avg_1m']}); this time may be inflated (T5)")
         if memory.get("reason"):
             notes.append(f"memory: {memory['reason']}")
         if not memory:

@@ -496,3 +496,40 @@ def device_inventory() -> dict[str, Any]:
             "torch_interop_threads": torch.get_num_interop_threads(),
         },
     }
+
+
+# ------------------------------------------------------------------------------------------ other load
+
+#: Other processes' CPU use during a measured pass above this share of the machine's logical cores flags
+#: the pass as measured under concurrent load (T5 names concurrent activity as a cause of spread).
+CONCURRENT_SHARE = 0.25
+
+
+def load_snapshot() -> dict[str, float] | None:
+    """Machine-wide busy CPU seconds, steal, and this process's own CPU seconds (psutil), or None."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    total = psutil.cpu_times()
+    own = psutil.Process().cpu_times()
+    busy = total.user + total.system + getattr(total, "nice", 0.0) + getattr(total, "irq", 0.0) + \
+        getattr(total, "softirq", 0.0)
+    return {"busy_s": busy, "steal_s": getattr(total, "steal", 0.0),
+            "own_s": own.user + own.system + getattr(own, "children_user", 0.0) + getattr(own, "children_system", 0.0)}
+
+
+def concurrent_load(before: dict[str, float] | None, after: dict[str, float] | None,
+                    seconds: float | None) -> dict[str, Any] | None:
+    """What else used the machine between two snapshots: other processes' CPU seconds (machine busy time
+    minus this process's), per second of the region, steal where the kernel reports it, the 1-minute load
+    average, and whether it is enough to flag the region (None when not measurable)."""
+    if before is None or after is None or not seconds:
+        return None
+    other = max(0.0, (after["busy_s"] - before["busy_s"]) - (after["own_s"] - before["own_s"]))
+    cores = os.cpu_count() or 1
+    per_s = other / seconds
+    return {"other_cpu_s": round(other, 3), "other_cpu_per_s": round(per_s, 3),
+            "steal_s": round(after["steal_s"] - before["steal_s"], 3),
+            "load_avg_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
+            "logical_cores": cores, "flagged": per_s > CONCURRENT_SHARE * cores}
