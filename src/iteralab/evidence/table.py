@@ -33,7 +33,9 @@ def _quantization(value: Any) -> str | None:
     return str(value)
 
 
-def build_rows(campaign_dir: str | Path) -> list[dict[str, Any]]:
+def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None) -> list[dict[str, Any]]:
+    """The raw table's rows; ``reader``/``context`` (``campaign.evaluate``) let a caller that already read the
+    folder's prediction files and corpus share them (each file is read once)."""
     from iteralab.campaign.evaluate import judge_campaign
 
     folder = CampaignFolder.open(campaign_dir)
@@ -51,7 +53,7 @@ def build_rows(campaign_dir: str | Path) -> list[dict[str, Any]]:
             finished.append({"pass_id": pid, "variant": state.started[pid]["variant"], "status": f.get("status"),
                              "prediction_file": f.get("prediction_file"),
                              "prediction_sha256": f.get("prediction_sha256")})
-    verdicts = judge_campaign(campaign_dir, finished) if finished else {}
+    verdicts = judge_campaign(campaign_dir, finished, reader, context) if finished else {}
     rows = []
     for pid in state.order:
         start = state.started[pid]

@@ -134,8 +134,14 @@ def audit_campaign(folder: str | Path, *, require_seal: bool = True, expect_seal
         return report
     audit.stage(CORPUS, _check_corpus, audit, campaign, protocol)
     audit.stage("campaign.json", _check_schedule, audit, campaign, protocol)
-    audit.stage("journal.jsonl", _check_journal, audit, campaign, protocol)
-    audit.stage(TABLE, _check_table, audit)
+    from iteralab.campaign.evaluate import EvaluationContext, PredictionReader
+
+    # The corpus and every prediction file are read once and shared by the journal and the table checks.
+    shared = audit.stage(CORPUS, lambda: (EvaluationContext.of(audit.folder), PredictionReader(protocol)))
+    if shared is None:
+        return report
+    audit.stage("journal.jsonl", _check_journal, audit, campaign, protocol, *shared)
+    audit.stage(TABLE, _check_table, audit, *shared)
     return report
 
 
@@ -224,13 +230,14 @@ def _inside(folder: Path, rel: Any) -> Path | None:
     return folder / rel
 
 
-def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> None:
+def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any, context: Any, reader: Any) -> None:
     from iteralab.campaign.journal import JOURNAL_NAME, read_journal
-    from iteralab.campaign.evaluate import evaluate_file, load_expected
+    from iteralab.campaign.evaluate import evaluate_set
+    from iteralab.campaign.predictions import is_prediction_name, pass_of
 
     folder = audit.folder
     if not (folder / JOURNAL_NAME).is_file():
-        if any((folder / "predictions").glob("*.jsonl")):
+        if any(is_prediction_name(p.name) for p in (folder / "predictions").glob("*")):
             audit.diff(f"{JOURNAL_NAME}: missing")
         else:
             audit.note(f"{JOURNAL_NAME}: absent: the campaign was prepared but no pass was attempted yet")
@@ -247,7 +254,7 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> No
             if state.campaign.get(key) != recorded:
                 audit.diff(f"{JOURNAL_NAME}: campaign_started {key} differs from campaign.json")
     slots = {(s["round"], s["position"]): s["variant"] for s in campaign["schedule"]["slots"]}
-    expected = load_expected(folder)
+    expected = context.expected
     referenced: set[str] = set()
     for pid in state.order:
         start = state.started[pid]
@@ -264,10 +271,11 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> No
             audit.diff(f"{JOURNAL_NAME}: pass {pid} names a prediction file outside predictions/: {rel!r}")
             continue
         referenced.add(rel)
-        if not path.is_file():
+        entry = reader.read(path)
+        if entry is None:
             audit.diff(f"{rel}: missing (the journal records it for pass {pid})")
             continue
-        if sha256_file(path) != fin.get("prediction_sha256"):
+        if entry[0] != fin.get("prediction_sha256"):
             audit.diff(f"{rel}: edited — sha256 differs from the journal's record for pass {pid}")
         intrinsic = (state.evaluated.get(pid) or {}).get("intrinsic")
         if not isinstance(intrinsic, dict):
@@ -276,7 +284,7 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> No
             audit.note(f"{JOURNAL_NAME}: pass {pid} has no recorded evaluation yet (interrupted); its verdict "
                        "is recomputed from its stored file")
             continue
-        recomputed = _normal(evaluate_file(path, protocol, expected))
+        recomputed = _normal(evaluate_set(entry[1], protocol, expected))
         recorded = _normal(intrinsic)
         for key in INTRINSIC_KEYS:
             if key in recorded and recorded.get(key) != recomputed.get(key):
@@ -288,7 +296,7 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> No
             rel = path.relative_to(folder).as_posix()
             if rel in referenced:
                 continue
-            stem = path.name.removesuffix(".jsonl")
+            stem = pass_of(path.name)
             if path.name.startswith(".tmp-"):
                 audit.note(f"{rel}: temporary file of an interrupted write, not counted")
             elif stem in state.started and stem not in state.finished:
@@ -297,10 +305,10 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> No
                 audit.diff(f"{rel}: not written by any pass in the journal")
 
 
-def _check_table(audit: _Audit) -> None:
+def _check_table(audit: _Audit, context: Any, reader: Any) -> None:
     from iteralab.evidence.table import COLUMNS, build_rows, render_csv
 
-    rows = build_rows(audit.folder)
+    rows = build_rows(audit.folder, reader, context)
     audit.report.passes = len(rows)
     audit.report.accepted = sum(1 for r in rows if r.get("corpus_accepted") is True)
     audit.report.verdicts = [{"pass_id": r["pass_id"], "variant": r["variant"], "status": r.get("status"),
