@@ -294,3 +294,29 @@ def test_missing_prediction_file_is_named_not_crashing(tmp_path):
     rows = {r["pass_id"]: r for r in read_raw_table(write_raw_table(out))}
     assert rows[first]["corpus_accepted"] == "false"
     assert f"prediction file {first}.parquet is missing" in rows[first]["notes"]
+
+
+def test_a_callable_pass_never_imports_torch_and_reports_its_start_up(tmp_path):
+    """The fixed cost of a pass: a worker running a Python callable imports neither torch nor sklearn, and its
+    start-up phases (process start, imports, environment record, runtime) are in its result (R2)."""
+    from iteralab.campaign.runner import Slot, _pass_spec, prepare
+    from iteralab.plan.protocol import load_protocol
+
+    protocol_path = callable_campaign(tmp_path, passes=1)
+    out = tmp_path / "out"
+    campaign = prepare(protocol_path, out)
+    spec = _pass_spec(campaign, load_protocol(protocol_path), out, Slot(1, 1, "b4", 0), "r01-p01-b4-a1")
+    spec_path, result_path = tmp_path / "spec.json", tmp_path / "result.json"
+    spec_path.write_text(json.dumps({**spec, "spawned_at": time.time()}))
+    code = ("import sys\nfrom iteralab.campaign.passes import worker_main\nworker_main(sys.argv[1:])\n"
+            "print(sorted(m for m in ('torch', 'sklearn', 'transformers') if m in sys.modules))\n")
+    env = dict(os.environ, PYTHONPATH=str(TESTS))
+    proc = subprocess.run([sys.executable, "-c", code, str(spec_path), str(result_path)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stderr
+    result = json.loads(result_path.read_text())
+    assert result["status"] == "ok" and result["completed"] == 12
+    assert set(result["startup"]) == {"process_start_s", "imports_s", "environment_s", "runtime_s"}
+    assert all(v is not None and v >= 0 for v in result["startup"].values())
+    assert result["environment"]["device_inventory"]["torch"] is None
+    assert "callable" in result["environment"]["device_inventory"]["runtime_reason"]

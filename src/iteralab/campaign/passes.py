@@ -197,17 +197,21 @@ def execute_pass(spec: dict[str, Any], clock: Any = None, startup: dict[str, flo
     startup = startup if startup is not None else {}
     result["startup"] = startup
     seed = int(spec.get("seed", 0))
+    model = spec["model"]
     try:
         t0 = time.perf_counter()
-        import torch
-
-        torch.manual_seed(seed)
         np.random.seed(seed % (2**32))
-        if spec.get("deterministic"):
-            torch.use_deterministic_algorithms(True, warn_only=True)
-        device = dev.resolve_device(variant.get("device") or spec.get("device", "auto"))
+        if model["kind"] == "callable":
+            # The callable owns its model, device and seeds: the harness runs on the host and never imports torch.
+            device: Any = dev.HOST
+        else:
+            import torch
+
+            torch.manual_seed(seed)
+            if spec.get("deterministic"):
+                torch.use_deterministic_algorithms(True, warn_only=True)
+            device = dev.resolve_device(variant.get("device") or spec.get("device", "auto"))
         startup["runtime_s"] = time.perf_counter() - t0
-        model = spec["model"]
         with dev.timed(device, clock) as loading:
             workload = load_workload(
                 model["kind"], path=model.get("path"), head=model.get("head"), callable_ref=model.get("callable"),
@@ -308,9 +312,10 @@ def worker_main(argv: list[str]) -> int:
         "imports_s": started - _IMPORT_START}
     t0 = time.perf_counter()
     try:
-        from iteralab.campaign.manifest import environment_manifest
+        from iteralab.campaign.manifest import environment_manifest, owns_device
 
-        environment = environment_manifest(Path(spec.get("workdir") or os.getcwd()))
+        environment = environment_manifest(Path(spec.get("workdir") or os.getcwd()),
+                                           runtime=not owns_device(spec["model"]["kind"]))
     except Exception as exc:
         environment = {"error": _error_text(exc)}
     startup["environment_s"] = time.perf_counter() - t0

@@ -181,11 +181,11 @@ def _pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Sl
 
 
 def _run_in_process(spec: dict[str, Any]) -> dict[str, Any]:
-    from iteralab.campaign.manifest import environment_manifest
+    from iteralab.campaign.manifest import environment_manifest, owns_device
     from iteralab.campaign.passes import execute_pass
 
     result = execute_pass(spec)
-    result["environment"] = environment_manifest(Path(spec["workdir"]))
+    result["environment"] = environment_manifest(Path(spec["workdir"]), runtime=not owns_device(spec["model"]["kind"]))
     return result
 
 
