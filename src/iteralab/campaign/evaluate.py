@@ -14,6 +14,7 @@ same value as on the full label lists, at the cost of at most k² rows. A campai
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -209,6 +210,7 @@ class PredictionReader:
         self.classes = tuple(protocol.corpus.classes)
         self.sum_tol = protocol.checks.probability_sum_tolerance
         self._cache: dict[Path, tuple[tuple[int, int], str, PredictionSet]] = {}
+        self._verdicts: dict[tuple[Path, str], dict[str, Any]] = {}
 
     def read(self, path: Path) -> tuple[str, PredictionSet] | None:
         try:
@@ -226,6 +228,16 @@ class PredictionReader:
                       read_predictions(path, self.classes, self.sum_tol, data))
             self._cache[key] = cached
         return cached[1], cached[2]
+
+    def verdict(self, path: Path, protocol: Protocol, expected: Expected) -> dict[str, Any] | None:
+        """:func:`evaluate_set` of the file (computed once per file version; each caller gets its own copy)."""
+        entry = self.read(path)
+        if entry is None:
+            return None
+        key = (path.resolve(), entry[0])
+        if key not in self._verdicts:
+            self._verdicts[key] = evaluate_set(entry[1], protocol, expected)
+        return copy.deepcopy(self._verdicts[key])
 
     def sha256(self, path: Path) -> str | None:
         entry = self.read(path)
@@ -305,7 +317,7 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
         path = paths[p["pass_id"]] = (campaign_dir / p["prediction_file"] if p.get("prediction_file")
                                       else prediction_path(campaign_dir, p["pass_id"]))
         entry = reader.read(path)
-        v = evaluate_set(entry[1], protocol, expected) if entry else _missing_verdict(path.name, protocol, expected)
+        v = reader.verdict(path, protocol, expected) if entry else _missing_verdict(path.name, protocol, expected)
         v["hash_ok"] = entry is not None and p.get("prediction_sha256") == entry[0]
         if entry is not None and not v["hash_ok"]:
             v.setdefault("problems", []).append("prediction file does not match its recorded sha256")

@@ -261,6 +261,50 @@ def _csv_batches(path: Path, columns: list[str], block_size: int) -> Any:
 
 
 @dataclass(frozen=True)
+class CorpusDigests:
+    """What campaign.json records of the corpus copy, recomputed from the file by streaming."""
+
+    size: int
+    fingerprint: str
+    order_hash: str
+    duplicate_ids: int
+    labels_outside: int
+
+
+def corpus_digests(path: str | Path, classes: list[str] | tuple[str, ...], chunk: int = 1 << 15) -> CorpusDigests:
+    """``Corpus.fingerprint`` (SHA-256 of the JSON of the (id, text) pairs sorted), ``Corpus.order_hash``
+    (of the ids in file order) and the size of a corpus file, computed from Arrow columns chunk by chunk: the
+    same digests as ``plan.corpus`` without a Python object per record held at once. Also counts what would make
+    the copy an invalid corpus (repeated ids, labels that are no class)."""
+    import hashlib
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = pa.Table.from_batches(list(read_corpus_batches(path, ["id", "text", "label"])))
+    ids, texts = table.column("id").combine_chunks(), table.column("text").combine_chunks()
+    order = hashlib.sha256(b"[")
+    for start in range(0, len(ids), chunk):
+        part = json.dumps(ids.slice(start, chunk).to_pylist(), ensure_ascii=True, separators=(",", ":"))[1:-1]
+        order.update(((("," if start else "") + part)).encode())
+    order.update(b"]")
+    sorted_rows = pc.sort_indices(pa.table({"id": ids, "text": texts}), sort_keys=[("id", "ascending"),
+                                                                                      ("text", "ascending")])
+    fingerprint = hashlib.sha256(b"[")
+    for start in range(0, len(ids), chunk):
+        rows = sorted_rows.slice(start, chunk)
+        pairs = [list(p) for p in zip(ids.take(rows).to_pylist(), texts.take(rows).to_pylist())]
+        part = json.dumps(pairs, ensure_ascii=True, separators=(",", ":"))[1:-1]
+        fingerprint.update(((("," if start else "") + part)).encode())
+    fingerprint.update(b"]")
+    labels = table.column("label") if "label" in table.column_names else pa.chunked_array([], pa.string())
+    outside = len(labels) - pc.sum(pc.is_in(labels, value_set=pa.array(list(classes), pa.string()))).as_py() \
+        if len(labels) else 0
+    return CorpusDigests(len(ids), fingerprint.hexdigest(), order.hexdigest(),
+                         len(ids) - pc.count_distinct(ids).as_py(), int(outside or 0))
+
+
+@dataclass(frozen=True)
 class CampaignFolder:
     """A campaign folder written by ``iteralab run``; open it with :meth:`open`."""
 

@@ -184,7 +184,7 @@ def _check_protocol(audit: _Audit, campaign: dict[str, Any]) -> Any:
 
 
 def _check_corpus(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> None:
-    from iteralab.plan.corpus import load_corpus
+    from iteralab.campaign.folder import corpus_digests
 
     path = audit.folder / CORPUS
     recorded = campaign["corpus"]
@@ -193,9 +193,12 @@ def _check_corpus(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> Non
         return
     if sha256_file(path) != recorded.get("file_sha256"):
         audit.diff(f"{CORPUS}: sha256 differs from campaign.json (a text, id or reference label was edited)")
-    corpus = load_corpus(path, classes=list(protocol.corpus.classes))
-    for key, value in (("fingerprint", corpus.fingerprint()), ("order_hash", corpus.order_hash()),
-                       ("size", len(corpus))):
+    corpus = corpus_digests(path, protocol.corpus.classes)
+    if corpus.duplicate_ids or corpus.labels_outside:
+        audit.diff(f"{CORPUS}: not a valid corpus ({corpus.duplicate_ids} repeated ids, {corpus.labels_outside} "
+                   "labels that are not classes of the protocol)")
+    for key, value in (("fingerprint", corpus.fingerprint), ("order_hash", corpus.order_hash),
+                       ("size", corpus.size)):
         if recorded.get(key) != value:
             audit.diff(f"{CORPUS}: {key} recomputed as {str(value)[:16]}, campaign.json records "
                        f"{str(recorded.get(key))[:16]}")
@@ -232,7 +235,6 @@ def _inside(folder: Path, rel: Any) -> Path | None:
 
 def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any, context: Any, reader: Any) -> None:
     from iteralab.campaign.journal import JOURNAL_NAME, read_journal
-    from iteralab.campaign.evaluate import evaluate_set
     from iteralab.campaign.predictions import is_prediction_name, pass_of
 
     folder = audit.folder
@@ -284,7 +286,7 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any, conte
             audit.note(f"{JOURNAL_NAME}: pass {pid} has no recorded evaluation yet (interrupted); its verdict "
                        "is recomputed from its stored file")
             continue
-        recomputed = _normal(evaluate_set(entry[1], protocol, expected))
+        recomputed = _normal(reader.verdict(path, protocol, expected))
         recorded = _normal(intrinsic)
         for key in INTRINSIC_KEYS:
             if key in recorded and recorded.get(key) != recomputed.get(key):
