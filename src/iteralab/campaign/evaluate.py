@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -162,19 +163,30 @@ def _missing_verdict(name: str, protocol: Protocol, expected: Expected) -> dict[
 def evaluate_set(preds: PredictionSet, protocol: Protocol, expected: Expected) -> dict[str, Any]:
     """Checks of one output set on its own: ids, format, coverage, metric vs threshold, subgroups."""
     n_expected = len(expected)
-    uniq, per_id, last = preds.by_id()
-    where = pc.fill_null(pc.index_in(uniq, value_set=expected.ids), -1).to_numpy(zero_copy_only=False)
+    rows = len(preds.ids)
+    # One hash lookup of every record's id among the expected ids (a repeated id: its last record counts).
+    where = pc.fill_null(pc.index_in(preds.ids, value_set=expected.ids), -1).to_numpy(zero_copy_only=False)
     known = where >= 0
-    covered = np.zeros(n_expected, dtype=bool)
-    covered[where[known]] = True
+    per_expected = np.bincount(where[known], minlength=n_expected)
+    covered = per_expected > 0
     y_pred = np.full(n_expected, -1, dtype=np.int32)
-    y_pred[where[known]] = preds.labels[last[known]]
-    dup_mask, extra_mask = per_id > 1, ~known
-    duplicates, missing, extra = int(dup_mask.sum()), int(n_expected - covered.sum()), int(extra_mask.sum())
+    if per_expected.max(initial=0) <= 1:
+        y_pred[where[known]] = preds.labels[known]
+    else:
+        last = np.full(n_expected, -1, dtype=np.int64)
+        np.maximum.at(last, where[known], np.arange(rows, dtype=np.int64)[known])
+        y_pred[covered] = preds.labels[last[covered]]
+    extra_ids = preds.ids.filter(pa.array(~known)) if not known.all() else pa.array([], pa.string())
+    extra_counts = pc.value_counts(extra_ids) if len(extra_ids) else None
+    extra_unique = extra_counts.field("values") if extra_counts is not None else extra_ids
+    extra_repeated = extra_unique.filter(pc.greater(extra_counts.field("counts"), 1)) if extra_counts is not None \
+        else extra_ids
+    repeated = pa.concat_arrays([expected.ids.filter(pa.array(per_expected > 1)), extra_repeated])
+    duplicates, missing, extra = len(repeated), int(n_expected - covered.sum()), len(extra_unique)
     verdict: dict[str, Any] = {
-        "expected_ids": n_expected, "observed_ids": preds.records, "unique_ids": len(uniq),
+        "expected_ids": n_expected, "observed_ids": preds.records, "unique_ids": int(covered.sum()) + extra,
         "duplicates": duplicates, "missing": missing, "extra": extra,
-        "ids_match": not duplicates and not missing and not extra and len(preds.ids) == n_expected,
+        "ids_match": not duplicates and not missing and not extra and rows == n_expected,
         "format_ok": not preds.n_problems, "format_problems": list(preds.problems),
         "n_format_problems": preds.n_problems,
         "coverage": int(covered.sum()) / n_expected if n_expected else 0.0,
@@ -186,9 +198,9 @@ def evaluate_set(preds: PredictionSet, protocol: Protocol, expected: Expected) -
     verdict["threshold_ok"] = verdict["metric"] is not None and verdict["metric"] + TOL >= protocol.metric.threshold
     verdict["subgroups"] = subgroup_metrics(protocol, expected, covered, y_pred)
     verdict["examples"] = {
-        "duplicates": _first_sorted(uniq.filter(pa.array(dup_mask))) if duplicates else [],
+        "duplicates": _first_sorted(repeated) if duplicates else [],
         "missing": _first_sorted(expected.ids.filter(pa.array(~covered))) if missing else [],
-        "extra": _first_sorted(uniq.filter(pa.array(extra_mask))) if extra else []}
+        "extra": _first_sorted(extra_unique) if extra else []}
     return verdict
 
 
@@ -203,45 +215,88 @@ def evaluate_file(pred_path: Path, protocol: Protocol, expected: Expected,
 
 
 class PredictionReader:
-    """Reads each prediction file once: one read gives its sha256 and its arrays (kept while the file's size
-    and modification time stay the same)."""
+    """Reads the prediction files of one folder once: one read gives a file's sha256 and its arrays, and its
+    verdict is computed once per file version (size, modification time). The arrays of the ``keep`` most
+    recently read files stay in memory; hashes and verdicts (small) stay for every file."""
 
-    def __init__(self, protocol: Protocol) -> None:
+    def __init__(self, protocol: Protocol, keep: int = 4) -> None:
         self.classes = tuple(protocol.corpus.classes)
         self.sum_tol = protocol.checks.probability_sum_tolerance
-        self._cache: dict[Path, tuple[tuple[int, int], str, PredictionSet]] = {}
+        self.keep = keep
+        self._hashes: dict[Path, tuple[tuple[int, int], str]] = {}
+        self._sets: OrderedDict[Path, tuple[tuple[int, int], PredictionSet]] = OrderedDict()
         self._verdicts: dict[tuple[Path, str], dict[str, Any]] = {}
 
-    def read(self, path: Path) -> tuple[str, PredictionSet] | None:
+    @staticmethod
+    def _stamp(path: Path) -> tuple[int, int] | None:
         try:
             stat = path.stat()
         except OSError:
             return None
-        if not path.is_file():
+        return (stat.st_size, stat.st_mtime_ns) if path.is_file() else None
+
+    def read(self, path: Path) -> tuple[str, PredictionSet] | None:
+        stamp = self._stamp(path)
+        if stamp is None:
             return None
         key = path.resolve()
-        stamp = (stat.st_size, stat.st_mtime_ns)
-        cached = self._cache.get(key)
-        if cached is None or cached[0] != stamp:
-            data = path.read_bytes()
-            cached = (stamp, hashlib.sha256(data).hexdigest(),
-                      read_predictions(path, self.classes, self.sum_tol, data))
-            self._cache[key] = cached
-        return cached[1], cached[2]
+        cached, known = self._sets.get(key), self._hashes.get(key)
+        if cached is not None and known is not None and cached[0] == stamp == known[0]:
+            self._sets.move_to_end(key)
+            return known[1], cached[1]
+        data = path.read_bytes()
+        digest = hashlib.sha256(data).hexdigest()
+        preds = read_predictions(path, self.classes, self.sum_tol, data)
+        self._hashes[key] = (stamp, digest)
+        self._sets[key] = (stamp, preds)
+        while len(self._sets) > self.keep:
+            self._sets.popitem(last=False)
+        return digest, preds
+
+    def sha256(self, path: Path) -> str | None:
+        stamp = self._stamp(path)
+        if stamp is None:
+            return None
+        known = self._hashes.get(path.resolve())
+        if known is not None and known[0] == stamp:
+            return known[1]
+        entry = self.read(path)
+        return entry[0] if entry else None
 
     def verdict(self, path: Path, protocol: Protocol, expected: Expected) -> dict[str, Any] | None:
         """:func:`evaluate_set` of the file (computed once per file version; each caller gets its own copy)."""
-        entry = self.read(path)
-        if entry is None:
+        digest = self.sha256(path)
+        if digest is None:
             return None
-        key = (path.resolve(), entry[0])
+        key = (path.resolve(), digest)
         if key not in self._verdicts:
+            entry = self.read(path)
+            if entry is None:
+                return None
             self._verdicts[key] = evaluate_set(entry[1], protocol, expected)
         return copy.deepcopy(self._verdicts[key])
 
-    def sha256(self, path: Path) -> str | None:
-        entry = self.read(path)
-        return entry[0] if entry else None
+
+class CampaignReads:
+    """What every evaluation of one run and its raw table share: the protocol, the expected ids and the
+    prediction files, each read once (lazily: nothing is read before the first evaluation)."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self._context: EvaluationContext | None = None
+        self._reader: PredictionReader | None = None
+
+    @property
+    def context(self) -> EvaluationContext:
+        if self._context is None:
+            self._context = EvaluationContext.of(self.folder)
+        return self._context
+
+    @property
+    def reader(self) -> PredictionReader:
+        if self._reader is None:
+            self._reader = PredictionReader(self.context.protocol)
+        return self._reader
 
 
 def prediction_path(campaign_dir: Path, pass_id: str) -> Path:
@@ -264,16 +319,20 @@ class EvaluationContext:
         return cls(protocol, load_expected(campaign_dir, protocol.corpus.classes))
 
 
-def evaluate_pass(campaign_dir: str | Path, pass_id: str, context: EvaluationContext | None = None
-                  ) -> dict[str, Any]:
+def evaluate_pass(campaign_dir: str | Path, pass_id: str, reads: CampaignReads | None = None) -> dict[str, Any]:
     campaign_dir = Path(campaign_dir)
-    context = context or EvaluationContext.of(campaign_dir)
-    return evaluate_file(prediction_path(campaign_dir, pass_id), context.protocol, context.expected)
+    reads = reads or CampaignReads(campaign_dir)
+    path = prediction_path(campaign_dir, pass_id)
+    verdict = reads.reader.verdict(path, reads.context.protocol, reads.context.expected)
+    return verdict if verdict is not None else _missing_verdict(path.name, reads.context.protocol,
+                                                                reads.context.expected)
 
 
 def compare_outputs(a: PredictionSet, b: PredictionSet) -> dict[str, Any]:
     """Label agreement and largest absolute probability difference over the ids both output sets hold (a
     repeated id: its last record)."""
+    if len(a.ids) == len(b.ids) and a.ids.equals(b.ids) and pc.count_distinct(a.ids).as_py() == len(a.ids):
+        return _compare_rows(a, b)  # the same distinct ids in the same order: row by row, no lookup
     ua, _, la = a.by_id()
     ub, _, lb = b.by_id()
     where = pc.fill_null(pc.index_in(ua, value_set=ub), -1).to_numpy(zero_copy_only=False)
@@ -290,6 +349,19 @@ def compare_outputs(a: PredictionSet, b: PredictionSet) -> dict[str, Any]:
             result["max_abs_prob_diff"] = None if np.isnan(diff).any() else float(diff.max(initial=0.0))
     result["identical"] = bool(same_ids and n_common and result["label_agreement"] == 1.0
                                and result["max_abs_prob_diff"] == 0.0)
+    return result
+
+
+def _compare_rows(a: PredictionSet, b: PredictionSet) -> dict[str, Any]:
+    n = len(a.ids)
+    result: dict[str, Any] = {"ids_a": n, "ids_b": n, "common_ids": n, "same_ids": True, "label_agreement": None,
+                              "max_abs_prob_diff": None}
+    if n:
+        result["label_agreement"] = float(np.mean(a.labels == b.labels))
+        if a.probs.shape[1:] == b.probs.shape[1:]:
+            diff = np.abs(a.probs.astype(np.float64) - b.probs.astype(np.float64))
+            result["max_abs_prob_diff"] = None if np.isnan(diff).any() else float(diff.max(initial=0.0))
+    result["identical"] = bool(n and result["label_agreement"] == 1.0 and result["max_abs_prob_diff"] == 0.0)
     return result
 
 
@@ -316,10 +388,10 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
     for p in passes:
         path = paths[p["pass_id"]] = (campaign_dir / p["prediction_file"] if p.get("prediction_file")
                                       else prediction_path(campaign_dir, p["pass_id"]))
-        entry = reader.read(path)
-        v = reader.verdict(path, protocol, expected) if entry else _missing_verdict(path.name, protocol, expected)
-        v["hash_ok"] = entry is not None and p.get("prediction_sha256") == entry[0]
-        if entry is not None and not v["hash_ok"]:
+        digest = reader.sha256(path)
+        v = reader.verdict(path, protocol, expected) if digest else _missing_verdict(path.name, protocol, expected)
+        v["hash_ok"] = digest is not None and p.get("prediction_sha256") == digest
+        if digest is not None and not v["hash_ok"]:
             v.setdefault("problems", []).append("prediction file does not match its recorded sha256")
         v["complete"] = p.get("status") == "ok" and v["ids_match"] and v["format_ok"] and v["hash_ok"]
         verdicts[p["pass_id"]] = v

@@ -220,11 +220,13 @@ def _manifest_fields(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], *,
-               progress: ProgressFn | None = None, isolation: str | None = None) -> dict[str, Any]:
+               progress: ProgressFn | None = None, isolation: str | None = None, shared: Any = None
+               ) -> dict[str, Any]:
     """Run (or resume) every scheduled pass, journaled and evaluated one by one. Returns a short summary.
+    ``shared`` (``evaluate.CampaignReads``) lets the caller reuse what the evaluations read (the raw table).
 
     The raw table is derived later, from what this wrote (:func:`iteralab.evidence.run.run_campaign`)."""
-    from iteralab.campaign.evaluate import evaluate_pass
+    from iteralab.campaign.evaluate import CampaignReads, evaluate_pass
 
     protocol_path = Path(protocol_path)
     protocol, _ = check_locked(protocol_path)
@@ -232,7 +234,7 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
     out = Path(out)
     journal = Journal(out / JOURNAL_NAME)
     state = read_journal(journal.path)
-    context = _Context(out)
+    reads = shared or CampaignReads(out)
     if state.campaign is None:
         journal.append("campaign_started", protocol_sha256=campaign["protocol"]["sha256"],
                        corpus_fingerprint=campaign["corpus"]["fingerprint"])
@@ -242,7 +244,7 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
         for pid in state.order:
             if pid in state.finished and pid not in state.evaluated:
                 t0 = time.perf_counter()
-                verdict = evaluate_pass(out, pid, context.get())
+                verdict = evaluate_pass(out, pid, reads)
                 journal.append("pass_evaluated", pass_id=pid, evaluation_s=time.perf_counter() - t0,
                                intrinsic=verdict, after_resume=True)
     slots = [Slot(**s) for s in campaign["schedule"]["slots"]]
@@ -275,27 +277,12 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
         journal.append("pass_finished", manifest_diff=diff,
                        environment_summary=_env_summary(environment), **result)
         t0 = time.perf_counter()
-        verdict = evaluate_pass(out, pass_id, context.get())
+        verdict = evaluate_pass(out, pass_id, reads)
         journal.append("pass_evaluated", pass_id=pass_id, evaluation_s=time.perf_counter() - t0,
                        intrinsic=verdict)
         emit("done", {"pass_id": pass_id, "status": result.get("status"), "pass_s": result["phases"]["pass_s"]
                       if result.get("phases") else None})
     return {"out": str(out), "passes_total": len(slots), "passes_run_now": len(todo)}
-
-
-class _Context:
-    """The protocol and expected ids every evaluation of this run shares, read once (at the first evaluation)."""
-
-    def __init__(self, out: Path) -> None:
-        self.out = out
-        self.value: Any = None
-
-    def get(self) -> Any:
-        if self.value is None:
-            from iteralab.campaign.evaluate import EvaluationContext
-
-            self.value = EvaluationContext.of(self.out)
-        return self.value
 
 
 def _env_summary(environment: dict[str, Any] | None) -> dict[str, Any] | None:

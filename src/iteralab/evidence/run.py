@@ -13,8 +13,11 @@ from iteralab.evidence.table import write_raw_table
 def run_campaign(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], *,
                  progress: ProgressFn | None = None, isolation: str | None = None) -> dict[str, Any]:
     """Run (or resume) every scheduled pass, then regenerate the raw table. Returns a short summary."""
-    summary = run_passes(protocol_path, out, progress=progress, isolation=isolation)
-    table = write_raw_table(summary["out"])
+    from iteralab.campaign.evaluate import CampaignReads
+
+    reads = CampaignReads(out)  # the corpus and each prediction file read once, for the evaluations and the table
+    summary = run_passes(protocol_path, out, progress=progress, isolation=isolation, shared=reads)
+    table = write_raw_table(summary["out"], reads)
     if progress is not None:
         progress("end", {"table": str(table)})
     return {**summary, "raw_table": str(table)}

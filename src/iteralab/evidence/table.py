@@ -142,10 +142,12 @@ def render_csv(rows: list[dict[str, Any]]) -> str:
     return buffer.getvalue()
 
 
-def write_raw_table(campaign_dir: str | Path) -> Path:
+def write_raw_table(campaign_dir: str | Path, reads: Any = None) -> Path:
+    """Regenerate raw_table.csv; ``reads`` (``evaluate.CampaignReads``) shares what a run already read."""
     campaign_dir = Path(campaign_dir)
     target = campaign_dir / TABLE_NAME
-    write_text_atomic(target, render_csv(build_rows(campaign_dir)))
+    rows = build_rows(campaign_dir, reads.reader, reads.context) if reads is not None else build_rows(campaign_dir)
+    write_text_atomic(target, render_csv(rows))
     return target
 
 
