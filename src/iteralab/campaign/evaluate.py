@@ -165,7 +165,10 @@ def evaluate_set(preds: PredictionSet, protocol: Protocol, expected: Expected) -
     n_expected = len(expected)
     rows = len(preds.ids)
     # One hash lookup of every record's id among the expected ids (a repeated id: its last record counts).
-    where = pc.fill_null(pc.index_in(preds.ids, value_set=expected.ids), -1).to_numpy(zero_copy_only=False)
+    if rows == n_expected and preds.ids.equals(expected.ids):  # a fixed-order pass: the corpus order, no lookup
+        where = np.arange(rows, dtype=np.int64)
+    else:
+        where = pc.fill_null(pc.index_in(preds.ids, value_set=expected.ids), -1).to_numpy(zero_copy_only=False)
     known = where >= 0
     per_expected = np.bincount(where[known], minlength=n_expected)
     covered = per_expected > 0
