@@ -23,6 +23,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
+import pyarrow  # noqa: F401  # imported at start-up, never inside the measured region (the pass reads with it)
+import pyarrow.csv  # noqa: F401
+import pyarrow.parquet  # noqa: F401  # and writes the prediction file with it
 
 from iteralab.common.files import write_json_atomic
 
