@@ -166,8 +166,10 @@ def _report(folder: Path, gpu: bool, checks: Checks) -> dict[str, dict[str, floa
                          f"{where}: {row.variant} within the declared bound {BOUND} of fp32 "
                          f"(max |dp| {row.max_abs_prob_diff})")
         if row.variant == "fp32" and row.prediction_file:
-            lines = camp.prediction_path(row.prediction_file).read_text(encoding="utf-8").splitlines()
-            probs.setdefault(row.variant, {}).update({(d := json.loads(x))["id"]: d["probs"] for x in lines})
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(camp.prediction_path(row.prediction_file)).to_pydict()
+            probs.setdefault(row.variant, {}).update(dict(zip(table["id"], table["probs"])))
     return probs
 
 

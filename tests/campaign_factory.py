@@ -36,3 +36,19 @@ def callable_campaign(folder: Path, fn: str = "fake_models:keyword_classifier", 
     if locked:
         lock(path)
     return path
+
+
+def rewrite_predictions(path: Path, edit) -> None:
+    """Rewrite a stored prediction file (Parquet) as a forger would: ``edit(ids, probs)`` changes the list of
+    ids and the float32 probability rows in place; labels follow the probabilities, as the pass writes them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from iteralab.campaign.predictions import encode
+
+    table = pq.read_table(path)
+    ids = table.column("id").to_pylist()
+    classes = ["plot", "fresh", "rotten"]
+    probs = table.column("probs").combine_chunks().values.to_numpy().reshape(len(ids), len(classes)).copy()
+    edit(ids, probs)
+    path.write_bytes(encode(pa.array(ids, pa.string()), classes, probs))

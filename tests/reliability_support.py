@@ -524,9 +524,9 @@ def evidence_phase(out: Path, model_phase: str | None = None) -> str:
     last = state.order[-1]
     if last not in state.finished:
         preds = out / "predictions"
-        if list(preds.glob(f".tmp-{last}.jsonl.*")):
+        if list(preds.glob(f".tmp-{last}.parquet.*")):
             return "writing"
-        if (preds / f"{last}.jsonl").exists():
+        if (preds / f"{last}.parquet").exists():
             return "written"
         word = (model_phase or "").split(" ", 1)[0]
         return {"load": "load", "warmup": "warm-up", "pass": "in pass", "released": "in pass"}.get(word, "load")

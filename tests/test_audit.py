@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from campaign_factory import callable_campaign
+from campaign_factory import callable_campaign, rewrite_predictions
 from iteralab.evidence.verify import audit_campaign
 from iteralab.evidence.bundle import SEAL_NAME, SUMS_NAME, list_files, seal
 from iteralab.cli import main
@@ -100,12 +100,11 @@ def test_edited_threshold_names_the_protocol_even_after_resealing(campaign):
 def test_edited_prediction_is_named_even_after_resealing(campaign):
     pid, pred = _first_pass(campaign)
     path = campaign / pred
-    lines = path.read_text().splitlines()
-    record = json.loads(lines[0])
-    record["probs"] = [0.7, 0.2, 0.1] if record["label"] == "plot" else record["probs"][::-1]
-    record["label"] = ["plot", "fresh", "rotten"][record["probs"].index(max(record["probs"]))]
-    lines[0] = json.dumps(record)
-    path.write_text("\n".join(lines) + "\n")
+
+    def edit(ids, probs):
+        probs[0] = [0.7, 0.2, 0.1] if probs[0].argmax() == 0 else probs[0][::-1].copy()
+
+    rewrite_predictions(path, edit)
     seal(campaign)
     differences = _differences(campaign)
     assert f"{pred}: edited — sha256 differs from the journal's record for pass {pid}" in differences
@@ -124,7 +123,7 @@ def test_changed_raw_table_row_is_named(campaign):
         csv.writer(fh, lineterminator="\n").writerows(rows)
     seal(campaign)
     differences = _differences(campaign)
-    assert any(d.startswith(f"raw_table.csv row 2 (pass {pid}, predictions/{pid}.jsonl): column 'corpus_accepted' "
+    assert any(d.startswith(f"raw_table.csv row 2 (pass {pid}, predictions/{pid}.parquet): column 'corpus_accepted' "
                             "stored 'false', recomputed 'true'") for d in differences), differences
 
 
@@ -135,10 +134,11 @@ def test_prediction_and_journal_rewritten_together_still_fail(campaign):
 
     pid, pred = _first_pass(campaign)
     path = campaign / pred
-    records = [json.loads(x) for x in path.read_text().splitlines()]
-    for r in records:
-        r["label"], r["probs"] = "rotten", [0.1, 0.1, 0.8]
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+    def edit(ids, probs):
+        probs[:] = [0.1, 0.1, 0.8]  # every record "rotten"
+
+    rewrite_predictions(path, edit)
     journal = campaign / "journal.jsonl"
     old_sha = read_journal(journal).finished[pid]["prediction_sha256"]
     journal.write_text(journal.read_text().replace(old_sha, sha256_file(path)))
@@ -219,12 +219,12 @@ def test_a_killed_and_resumed_campaign_verifies_with_notes(built, tmp_path):
     last = records[-1]["pass_id"]
     kept = [r for r in records if not (r.get("pass_id") == last and r["event"] in ("pass_finished", "pass_evaluated"))]
     journal.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in kept) + '{"event": "pass_fin')
-    (campaign / "predictions" / f".tmp-{last}.jsonl.x1").write_text('{"id": "d00"')
+    (campaign / "predictions" / f".tmp-{last}.parquet.x1").write_text('{"id": "d00"')
     run_campaign(built.parent / "protocol.toml", campaign)  # resume: the slot runs again as attempt 2
     seal(campaign)
     report = audit_campaign(campaign)
     assert report.ok, report.differences
     assert (report.passes, report.accepted) == (5, 4)
-    assert f"predictions/{last}.jsonl: written by aborted pass {last}, not counted" in report.notes
+    assert f"predictions/{last}.parquet: written by aborted pass {last}, not counted" in report.notes
     assert any(n.startswith("predictions/.tmp-") and "interrupted write" in n for n in report.notes)
     assert any(n.startswith("journal.jsonl line") for n in report.notes)

@@ -188,3 +188,26 @@ def test_price_names_a_cpu_server_package_as_such(tmp_path, capsys):
     assert main(["price", "--gpu", "epyc-16c", "--days", "7", "--catalog", str(catalog)]) == 0
     out = capsys.readouterr().out
     assert "package price: 35.00 USD for 1 CPU server" in out and "GPU (" not in out.split("package price")[1]
+
+
+def test_streamed_corpus_digests_equal_the_corpus_loaders(tmp_path):
+    """verify recomputes the corpus copy's fingerprint and order hash from Arrow chunks: the same digests as
+    plan.corpus, on texts with CRLF, a lone CR, quotes, commas, non-ASCII and an astral character."""
+    import csv as csv_module
+
+    from iteralab.campaign.folder import corpus_digests
+    from iteralab.plan.corpus import load_corpus, write_corpus
+
+    source = tmp_path / "c.csv"
+    rows = [("b", "line\r\nbreak é", "x"), ("a", "lone\rcr \U0001F600", "y"), ("c", 'quote " and , comma\n', "x"),
+            ("a2", "tab\tz", "y"), ("a10", "z", "x")]
+    with open(source, "w", newline="", encoding="utf-8") as fh:
+        writer = csv_module.writer(fh)
+        writer.writerow(["id", "text", "label"])
+        writer.writerows(rows)
+    corpus = load_corpus(source, classes=["x", "y"])
+    write_corpus(corpus, tmp_path / "copy.csv", extra={"stratum": ["s"] * len(corpus)})
+    digests = corpus_digests(tmp_path / "copy.csv", ["x", "y"], chunk=2)
+    assert (digests.size, digests.fingerprint, digests.order_hash) == (5, corpus.fingerprint(), corpus.order_hash())
+    assert (digests.duplicate_ids, digests.labels_outside) == (0, 0)
+    assert corpus_digests(tmp_path / "copy.csv", ["x"]).labels_outside == 2

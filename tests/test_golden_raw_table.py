@@ -37,6 +37,11 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
+
+from iteralab.campaign.predictions import encode
+
 from iteralab.evidence.table import TABLE_NAME, write_raw_table
 
 GOLDEN = Path(__file__).parent / "golden" / "table" / "raw_table.csv"
@@ -144,10 +149,14 @@ def _probs(label: str, high: float = 0.8) -> list[float]:
     return [high if c == label else rest for c in CLASSES]
 
 
-def _prediction_text(records: list[tuple[str, str, list[float]]]) -> str:
-    """One JSON record per line (id, label, probs), non-ASCII kept, a final newline: the pass's format."""
-    lines = [json.dumps({"id": i, "label": label, "probs": probs}, ensure_ascii=False) for i, label, probs in records]
-    return "\n".join(lines) + ("\n" if lines else "")
+def _prediction_bytes(records: list[tuple[str, str, list[float]]]) -> bytes:
+    """The pass's format (Parquet: id, label, probs as float32), through the pass's own writer. The bytes, and so
+    the recorded sha256, depend on pyarrow's version: regenerate the golden (ITERALAB_UPDATE_GOLDEN=1) after an
+    upgrade that changes them, and check that only prediction_sha256 cells moved."""
+    probs = np.asarray([p for _, _, p in records], dtype=np.float32).reshape(len(records), len(CLASSES))
+    data = encode(pa.array([i for i, _, _ in records], pa.string()), list(CLASSES), probs)
+    assert all(CLASSES[int(np.argmax(p))] == label for _, label, p in records)  # the writer derives the label
+    return data
 
 
 def _perfect() -> list[tuple[str, str, list[float]]]:
@@ -241,9 +250,9 @@ def build_folder(folder: Path) -> Path:
                  error_kind=None, memory, workload, notes, manifest_diff=(), evaluation_s=0.125) -> None:
         pred_file = pred_sha = None
         if records is not None:
-            data = _prediction_text(records).encode("utf-8")
-            (folder / "predictions" / f"{pid}.jsonl").write_bytes(data)
-            pred_file, pred_sha = f"predictions/{pid}.jsonl", _sha(data)
+            data = _prediction_bytes(records)
+            (folder / "predictions" / f"{pid}.parquet").write_bytes(data)
+            pred_file, pred_sha = f"predictions/{pid}.parquet", _sha(data)
         result = {"pass_id": pid, "phases": phases, "notes": notes, "status": status, "completed": completed,
                   "expected": expected, "error": error, "retries": 0, "prediction_file": pred_file,
                   "prediction_sha256": pred_sha, "memory": memory, "workload": workload}

@@ -203,8 +203,10 @@ def test_out_of_memory_is_a_failed_row_with_the_completed_count(monkeypatch, tmp
     start = rec.calls.index("record event_start")
     assert [c for c in rec.calls[start:] if c.startswith("infer")] == ["infer 4", "infer 4", "infer 4 -> OOM"]
     assert "record event_stop" not in rec.calls  # no stop event, no elapsed_time on a failed pass
-    lines = (tmp_path / "predictions" / "r01-p01-b4-a1.jsonl").read_text().splitlines()
-    assert len(lines) == 8  # the completed inputs only
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(tmp_path / "predictions" / result["prediction_file"].split("/")[-1]).num_rows == 8
+    # the completed inputs only
     assert result["memory"]["cuda_max_allocated_bytes"] == 1_000  # still read after the failure
 
 

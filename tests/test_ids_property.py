@@ -3,13 +3,12 @@ observed_ids, unique_ids, duplicates, missing, extra and ids_match.
 
 Order never matters; a duplicated, dropped or extra id each breaks the match and is counted exactly; ids are
 compared as exact strings (no number parsing, no whitespace stripping, no Unicode normalisation or case
-folding). Prediction files are written in the pass's format: one JSON record per line with exactly
-``id``, ``label``, ``probs``, non-ASCII kept as is, a final newline.
+folding). Prediction files are written in the pass's format: Parquet with exactly ``id``, ``label``,
+``probs`` (``predictions.encode``, the pass's own writer).
 """
 
 from __future__ import annotations
 
-import json
 import unicodedata
 from collections import Counter
 from pathlib import Path
@@ -19,7 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from iteralab.campaign.passes import _prediction_lines
+import pyarrow as pa
+
+from iteralab.campaign.predictions import encode, read_predictions
 from iteralab.plan.protocol import parse_protocol
 from iteralab.campaign.evaluate import Expected, evaluate_file
 
@@ -55,19 +56,19 @@ ids_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_siz
 id_lists = st.lists(ids_text, min_size=1, max_size=8, unique=True)
 
 
-def prediction_text(ids: list[str]) -> str:
-    """The records a pass writes for ``ids`` in this order (every record labelled 'plot')."""
-    lines = [json.dumps({"id": i, "label": "plot", "probs": PROBS}, ensure_ascii=False) for i in ids]
-    return "\n".join(lines) + ("\n" if lines else "")
+def prediction_bytes(ids: list[str]) -> bytes:
+    """The file a pass writes for ``ids`` in this order (every record labelled 'plot')."""
+    probs = np.tile(np.asarray(PROBS, dtype=np.float32), (len(ids), 1))
+    return encode(pa.array(ids, pa.string()), list(CLASSES), probs)
 
 
 def expected_of(ids: list[str]) -> Expected:
-    return Expected(tuple(ids), {i: "plot" for i in ids}, {})
+    return Expected.of(ids, {i: "plot" for i in ids}, {}, CLASSES)
 
 
 def check(tmp_path: Path, expected_ids: list[str], observed: list[str]) -> dict:
-    path = tmp_path / "pass.jsonl"
-    path.write_bytes(prediction_text(observed).encode("utf-8"))
+    path = tmp_path / "pass.parquet"
+    path.write_bytes(prediction_bytes(observed))
     return evaluate_file(path, PROTOCOL, expected_of(expected_ids))
 
 
@@ -77,9 +78,13 @@ def counts(verdict: dict) -> tuple:
 
 @SETTINGS
 @given(ids=st.lists(ids_text, max_size=8))
-def test_the_helper_writes_what_a_pass_writes(ids):
-    probs = np.tile(np.asarray(PROBS, dtype=np.float32), (len(ids), 1))
-    assert prediction_text(ids) == _prediction_lines(ids, list(CLASSES), probs, list(range(len(ids))))
+def test_a_written_file_reads_back_as_written(tmp_path, ids):
+    path = tmp_path / "pass.parquet"
+    path.write_bytes(prediction_bytes(ids))
+    preds = read_predictions(path, CLASSES, 1e-6)
+    assert preds.ids.to_pylist() == ids and preds.records == len(ids) and preds.n_problems == 0
+    assert preds.labels.tolist() == [0] * len(ids)
+    assert np.array_equal(preds.probs, np.tile(np.asarray(PROBS, dtype=np.float32), (len(ids), 1)).reshape(-1, 3))
 
 
 @SETTINGS

@@ -144,7 +144,7 @@ def test_sigkill_with_worker_processes_parent_then_both_then_worker(tmp_path, re
     before = rs.snapshot(out)
     (tmp_path / "w1" / "release").write_text("go")  # the orphan carries on after its runner died
     assert rs.wait_gone(worker, ident=paused["ident"])
-    orphan_file = out / "predictions" / f"{read_journal(out / 'journal.jsonl').order[-1]}.jsonl"
+    orphan_file = out / "predictions" / f"{read_journal(out / 'journal.jsonl').order[-1]}.parquet"
     assert orphan_file.exists()
     _no_problems(rs.check_after_kill(out, before))
     assert rs.cli(["verify", out, "--unsealed"]).stdout.count("written by aborted pass") == 1

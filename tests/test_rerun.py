@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from campaign_factory import callable_campaign
+from campaign_factory import callable_campaign, rewrite_predictions
 from fake_models_rerun import SHIFT_VARIABLE
 from iteralab.evidence.verify import audit_campaign
 from iteralab.cli import main
@@ -95,8 +95,12 @@ def test_changed_model_that_fails_the_checks_changes_the_verdict(earlier, tmp_pa
 def test_rerun_refuses_a_source_that_does_not_verify(earlier, tmp_path):
     source = tmp_path / "source"
     shutil.copytree(earlier, source)
-    pred = next((source / "predictions").glob("*.jsonl"))
-    pred.write_text(pred.read_text().replace("0.8", "0.7", 1))
+    pred = next((source / "predictions").glob("*.parquet"))
+
+    def edit(ids, probs):
+        probs[0, probs[0].argmax()] -= 0.1
+
+    rewrite_predictions(pred, edit)
     with pytest.raises(RunError, match="does not verify") as err:
         rerun(source, tmp_path / "again")
     assert "iteralab verify" in err.value.hint

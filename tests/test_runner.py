@@ -6,6 +6,9 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import fake_models
@@ -16,6 +19,7 @@ from iteralab.plan.protocol import lock
 from iteralab.evidence.run import run_campaign
 from iteralab.evidence.table import COLUMNS, read_raw_table, write_raw_table
 from iteralab.campaign.evaluate import evaluate_file, load_expected, campaign_protocol
+from iteralab.campaign.predictions import encode, schema
 from protocol_factory import VARIANTS, protocol_toml, write_protocol
 
 TESTS = Path(__file__).parent
@@ -44,8 +48,7 @@ def test_campaign_rows_verdicts_and_files(tmp_path):
         assert r["compile_s"] == "" and "compile_s: empty" in r["notes"]
         assert float(r["pass_s"]) > 0 and float(r["load_s"]) >= 0
         pred = out / r["prediction_file"]
-        lines = [json.loads(x) for x in pred.read_text().splitlines()]
-        assert {x["id"] for x in lines} == {f"d{i:02d}" for i in range(12)}
+        assert set(pq.read_table(pred).column("id").to_pylist()) == {f"d{i:02d}" for i in range(12)}
     # batch 4 -> 3 calls per pass, batch 1 -> 12 calls per pass (+ warm-up calls of 2 inputs)
     assert sorted(set(fake_models.CALLS)) == [1, 2, 4]
     assert not list((out / "predictions").glob(".tmp-*"))
@@ -91,6 +94,11 @@ def test_run_refuses_other_protocol_version_in_same_folder(tmp_path):
 
 
 def _write_pred(path: Path, ids):
+    """Every id labelled 'plot': a Parquet file as a pass writes it, or a legacy JSONL file (still verified)."""
+    if path.suffix == ".parquet":
+        probs = np.tile(np.asarray([0.8, 0.1, 0.1], dtype=np.float32), (len(ids), 1))
+        path.write_bytes(encode(pa.array(ids, pa.string()), ["plot", "fresh", "rotten"], probs))
+        return
     path.write_text("".join(json.dumps({"id": i, "label": "plot", "probs": [0.8, 0.1, 0.1]}) + "\n" for i in ids))
 
 
@@ -105,13 +113,14 @@ def test_ids_mismatch_is_not_accepted(tmp_path, mutate, field):
     run_campaign(protocol, out)
     expected = load_expected(out)
     pred = tmp_path / "p.jsonl"
-    _write_pred(pred, mutate(list(expected.ids)))
-    v = evaluate_file(pred, campaign_protocol(out), expected)
-    assert v["ids_match"] is False and v[field] == 1
+    for pred in (tmp_path / "p.parquet", tmp_path / "p.jsonl"):
+        _write_pred(pred, mutate(expected.ids.to_pylist()))
+        v = evaluate_file(pred, campaign_protocol(out), expected)
+        assert v["ids_match"] is False and v[field] == 1
     # The same through the table: edit a stored prediction file -> its row is no longer accepted.
     state = read_journal(out / "journal.jsonl")
     first = state.order[0]
-    _write_pred(out / "predictions" / f"{first}.jsonl", mutate(list(expected.ids)))
+    _write_pred(out / "predictions" / f"{first}.parquet", mutate(expected.ids.to_pylist()))
     rows = {r["pass_id"]: r for r in read_raw_table(write_raw_table(out))}
     assert rows[first]["ids_match"] == "false" and rows[first]["corpus_accepted"] == "false"
     assert "sha256" in rows[first]["notes"]
@@ -123,13 +132,26 @@ def test_format_problems_are_named(tmp_path):
     run_campaign(protocol, out)
     expected = load_expected(out)
     pred = tmp_path / "p.jsonl"
-    lines = [json.dumps({"id": i, "label": "plot", "probs": [0.8, 0.1, 0.1]}) for i in expected.ids]
-    lines[3] = json.dumps({"id": expected.ids[3], "label": "meh", "probs": [0.8, 0.1, 0.1]})
-    lines[5] = json.dumps({"id": expected.ids[5], "label": "plot", "probs": [0.5, 0.1, 0.1]})
+    ids = expected.ids.to_pylist()
+    lines = [json.dumps({"id": i, "label": "plot", "probs": [0.8, 0.1, 0.1]}) for i in ids]
+    lines[3] = json.dumps({"id": ids[3], "label": "meh", "probs": [0.8, 0.1, 0.1]})
+    lines[5] = json.dumps({"id": ids[5], "label": "plot", "probs": [0.5, 0.1, 0.1]})
     pred.write_text("\n".join(lines) + "\n")
     v = evaluate_file(pred, campaign_protocol(out), expected)
     assert v["format_ok"] is False
     assert v["format_problems"] == ["line 4: label 'meh' is not one of the classes", "line 6: probs sum to 0.700000, not 1"]
+    # The same two problems in a Parquet file, named by row.
+    labels = ["plot"] * len(ids)
+    labels[3] = "meh"
+    probs = np.tile(np.asarray([0.8, 0.1, 0.1], dtype=np.float32), (len(ids), 1))
+    probs[5] = [0.5, 0.1, 0.1]
+    table = pa.Table.from_arrays([pa.array(ids), pa.array(labels),
+                                  pa.FixedSizeListArray.from_arrays(pa.array(probs.reshape(-1)), 3)],
+                                 schema=schema(3))
+    pq.write_table(table, tmp_path / "p.parquet")
+    v = evaluate_file(tmp_path / "p.parquet", campaign_protocol(out), expected)
+    assert v["format_ok"] is False and v["n_format_problems"] == 2
+    assert v["format_problems"] == ["row 4: label 'meh' is not one of the classes", "row 6: probs sum to 0.700000, not 1"]
 
 
 def test_simulated_oom_keeps_failure_row_without_smaller_batch_retry(tmp_path):
@@ -151,7 +173,7 @@ def test_simulated_oom_keeps_failure_row_without_smaller_batch_retry(tmp_path):
     assert fake_models.CALLS[:3] == [1, 1, 1]
     assert all(n == 4 for n in fake_models.CALLS[3:])
     # the partial prediction file holds the two completed inputs, and is kept as evidence
-    assert len((out / row["prediction_file"]).read_text().splitlines()) == 2
+    assert pq.read_table(out / row["prediction_file"]).num_rows == 2
 
 
 def test_resume_variant_retries_in_halves_and_counts(tmp_path):
@@ -268,7 +290,33 @@ def test_missing_prediction_file_is_named_not_crashing(tmp_path):
     out = tmp_path / "out"
     run_campaign(protocol, out)
     first = read_journal(out / "journal.jsonl").order[0]
-    (out / "predictions" / f"{first}.jsonl").unlink()
+    (out / "predictions" / f"{first}.parquet").unlink()
     rows = {r["pass_id"]: r for r in read_raw_table(write_raw_table(out))}
     assert rows[first]["corpus_accepted"] == "false"
-    assert f"prediction file {first}.jsonl is missing" in rows[first]["notes"]
+    assert f"prediction file {first}.parquet is missing" in rows[first]["notes"]
+
+
+def test_a_callable_pass_never_imports_torch_and_reports_its_start_up(tmp_path):
+    """The fixed cost of a pass: a worker running a Python callable imports neither torch nor sklearn, and its
+    start-up phases (process start, imports, environment record, runtime) are in its result (R2)."""
+    from iteralab.campaign.runner import Slot, _pass_spec, prepare
+    from iteralab.plan.protocol import load_protocol
+
+    protocol_path = callable_campaign(tmp_path, passes=1)
+    out = tmp_path / "out"
+    campaign = prepare(protocol_path, out)
+    spec = _pass_spec(campaign, load_protocol(protocol_path), out, Slot(1, 1, "b4", 0), "r01-p01-b4-a1")
+    spec_path, result_path = tmp_path / "spec.json", tmp_path / "result.json"
+    spec_path.write_text(json.dumps({**spec, "spawned_at": time.time()}))
+    code = ("import sys\nfrom iteralab.campaign.passes import worker_main\nworker_main(sys.argv[1:])\n"
+            "print(sorted(m for m in ('torch', 'sklearn', 'transformers') if m in sys.modules))\n")
+    env = dict(os.environ, PYTHONPATH=str(TESTS))
+    proc = subprocess.run([sys.executable, "-c", code, str(spec_path), str(result_path)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stderr
+    result = json.loads(result_path.read_text())
+    assert result["status"] == "ok" and result["completed"] == 12
+    assert set(result["startup"]) == {"process_start_s", "imports_s", "environment_s", "runtime_s"}
+    assert all(v is not None and v >= 0 for v in result["startup"].values())
+    assert result["environment"]["device_inventory"]["torch"] is None
+    assert "callable" in result["environment"]["device_inventory"]["runtime_reason"]

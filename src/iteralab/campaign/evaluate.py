@@ -1,23 +1,32 @@
-"""Verification of output sets (P3, Q1–Q3), from the stored files only.
+"""Verification of output sets (P3, Q1–Q3), from the stored files only, on Arrow/NumPy arrays.
 
 A pass yields a *verified corpus* when its prediction file holds exactly the expected ids (no duplicate,
 none missing, none extra), every record has the declared format, coverage is complete, and the metric
 (scikit-learn's) meets the threshold and stays within the tolerance of the reference variant — overall and
 in each gating subgroup — and the declared reproduction target holds. Nothing here reads the runner's memory:
 the expected ids and labels come from ``inputs/corpus.csv``, the rules from the locked ``inputs/protocol.toml``.
+
+Every check runs on arrays: ids are compared with Arrow hash joins (``index_in``), labels are class indices,
+and a metric is scikit-learn's, called on the distinct (true, predicted) pairs weighted by their counts — the
+same value as on the full label lists, at the cost of at most k² rows. A campaign's files are read once
+(:class:`PredictionReader`: one read per file gives its sha256 and its arrays).
 """
 
 from __future__ import annotations
 
-import csv
-import json
-import math
-from dataclasses import dataclass
+import copy
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
+from iteralab.campaign.folder import read_corpus_batches
+from iteralab.campaign.predictions import LEGACY_SUFFIX, PredictionSet, file_name, read_predictions
 from iteralab.plan.protocol import Protocol, load_protocol
 
 TOL = 1e-12
@@ -25,34 +34,60 @@ TOL = 1e-12
 
 @dataclass(frozen=True)
 class Expected:
-    ids: tuple[str, ...]
-    labels: dict[str, str]
-    strata: dict[str, str]
+    """The corpus as the checks need it: ids (Arrow strings, corpus order), the class index of each reference
+    label (-1: not a class), and each record's stratum (index into ``stratum_names``; -1: none)."""
+
+    ids: pa.Array
+    labels: np.ndarray
+    classes: tuple[str, ...]
+    strata: np.ndarray
+    stratum_names: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def of(cls, ids: Sequence[str], labels: Mapping[str, str], strata: Mapping[str, str],
+           classes: Sequence[str]) -> Expected:
+        """Built from Python values (tests and small callers)."""
+        names = tuple(sorted({s for s in strata.values() if s}))
+        return cls(pa.array(list(ids), pa.string()),
+                   np.asarray([list(classes).index(labels[i]) if labels.get(i) in classes else -1 for i in ids],
+                              dtype=np.int32), tuple(classes),
+                   np.asarray([names.index(strata[i]) if strata.get(i) else -1 for i in ids], dtype=np.int32), names)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def label_of(self, rows: np.ndarray) -> list[str]:
+        return [self.classes[c] if c >= 0 else "" for c in self.labels[rows]]
 
 
-def load_expected(campaign_dir: str | Path) -> Expected:
-    path = Path(campaign_dir) / "inputs" / "corpus.csv"
-    csv.field_size_limit(1 << 30)
-    ids: list[str] = []
-    labels: dict[str, str] = {}
-    strata: dict[str, str] = {}
-    with open(path, encoding="utf-8", newline="") as fh:
-        for row in csv.DictReader(fh):
-            ids.append(row["id"])
-            labels[row["id"]] = row["label"]
-            if row.get("stratum"):
-                strata[row["id"]] = row["stratum"]
-    return Expected(tuple(ids), labels, strata)
+def load_expected(campaign_dir: str | Path, classes: Sequence[str] | None = None) -> Expected:
+    campaign_dir = Path(campaign_dir)
+    if classes is None:
+        classes = campaign_protocol(campaign_dir).corpus.classes
+    table = pa.Table.from_batches(list(read_corpus_batches(campaign_dir / "inputs" / "corpus.csv",
+                                                           ["id", "label", "stratum"])))
+    ids = table.column("id").combine_chunks()
+    labels = pc.fill_null(pc.index_in(table.column("label").combine_chunks(),
+                                      value_set=pa.array(list(classes), pa.string())), -1)
+    strata = np.full(len(ids), -1, dtype=np.int32)
+    names: tuple[str, ...] = ()
+    if "stratum" in table.column_names:
+        column = table.column("stratum").combine_chunks()
+        names = tuple(sorted(n for n in pc.unique(column).to_pylist() if n))
+        codes = pc.index_in(column, value_set=pa.array(list(names), pa.string()))
+        strata = pc.fill_null(codes, -1).to_numpy(zero_copy_only=False).astype(np.int32)
+    return Expected(ids, labels.to_numpy(zero_copy_only=False).astype(np.int32), tuple(classes), strata, names)
 
 
 def corpus_texts(campaign_dir: str | Path, wanted: set[str]) -> dict[str, str]:
     """The texts of the ``wanted`` ids only (streamed: the corpus is never held whole)."""
-    csv.field_size_limit(1 << 30)
     out: dict[str, str] = {}
-    with open(Path(campaign_dir) / "inputs" / "corpus.csv", encoding="utf-8", newline="") as fh:
-        for row in csv.DictReader(fh):
-            if row["id"] in wanted:
-                out[row["id"]] = row["text"]
+    keep = pa.array(sorted(wanted), pa.string())
+    for batch in read_corpus_batches(Path(campaign_dir) / "inputs" / "corpus.csv", ["id", "text"]):
+        mask = pc.is_in(batch.column(0), value_set=keep)
+        if pc.any(mask).as_py():
+            chosen = batch.filter(mask)
+            out.update(zip(chosen.column(0).to_pylist(), chosen.column(1).to_pylist()))
     return out
 
 
@@ -60,177 +95,306 @@ def campaign_protocol(campaign_dir: str | Path) -> Protocol:
     return load_protocol(Path(campaign_dir) / "inputs" / "protocol.toml")
 
 
-def read_predictions(path: Path, classes: tuple[str, ...], sum_tol: float) -> tuple[list[dict[str, Any]], list[str]]:
-    """Parse a prediction file; return (records that parsed, format problems with their line numbers)."""
-    records: list[dict[str, Any]] = []
-    problems: list[str] = []
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                problems.append(f"line {number}: not a JSON record")
-                continue
-            problem = _record_problem(rec, classes, sum_tol)
-            if problem:
-                problems.append(f"line {number}: {problem}")
-            if isinstance(rec, dict) and isinstance(rec.get("id"), str):
-                records.append(rec)
-    return records, problems
-
-
-def _record_problem(rec: Any, classes: tuple[str, ...], sum_tol: float) -> str | None:
-    if not isinstance(rec, dict) or set(rec) != {"id", "label", "probs"}:
-        return "record must have exactly the fields id, label, probs"
-    if not isinstance(rec["id"], str) or not rec["id"]:
-        return "id must be a non-empty string"
-    if rec["label"] not in classes:
-        return f"label {rec['label']!r} is not one of the classes"
-    probs = rec["probs"]
-    if not isinstance(probs, list) or len(probs) != len(classes):
-        return f"probs must be a list of {len(classes)} numbers"
-    if not all(isinstance(p, (int, float)) and math.isfinite(p) and -1e-6 <= p <= 1 + 1e-6 for p in probs):
-        return "probs must be finite numbers in [0, 1]"
-    if abs(sum(probs) - 1.0) > sum_tol:
-        return f"probs sum to {sum(probs):.6f}, not 1"
-    if classes[int(np.argmax(probs))] != rec["label"]:
-        return "label is not the most probable class"
-    return None
-
-
-def metric_value(name: str, y_true: list[str], y_pred: list[str], classes: tuple[str, ...]) -> float | None:
+def metric_value(name: str, y_true: Any, y_pred: Any, classes: Sequence[Any],
+                 sample_weight: Any = None) -> float | None:
     from sklearn.metrics import accuracy_score, balanced_accuracy_score, f1_score
 
-    if not y_true:
+    if len(y_true) == 0:
         return None
+    w = sample_weight
     if name == "accuracy":
-        return float(accuracy_score(y_true, y_pred))
+        return float(accuracy_score(y_true, y_pred, sample_weight=w))
     if name == "macro_f1":
-        return float(f1_score(y_true, y_pred, labels=list(classes), average="macro", zero_division=0))
+        return float(f1_score(y_true, y_pred, labels=list(classes), average="macro", zero_division=0, sample_weight=w))
     if name == "weighted_f1":
-        return float(f1_score(y_true, y_pred, labels=list(classes), average="weighted", zero_division=0))
+        return float(f1_score(y_true, y_pred, labels=list(classes), average="weighted", zero_division=0,
+                              sample_weight=w))
     if name == "balanced_accuracy":
-        return float(balanced_accuracy_score(y_true, y_pred))
+        return float(balanced_accuracy_score(y_true, y_pred, sample_weight=w))
     raise ValueError(name)
 
 
-def subgroup_metrics(protocol: Protocol, expected: Expected, predicted: dict[str, str]) -> dict[str, float | None]:
-    """Metric per planned subgroup, keyed ``<subgroup>:<group>``.
+def metric_of_codes(name: str, y_true: np.ndarray, y_pred: np.ndarray, k: int) -> float | None:
+    """``metric_value`` of class-index arrays (-1: a label that is no class), computed by scikit-learn on the
+    distinct (true, predicted) pairs weighted by how often each occurs: exact, and O(k²) for sklearn."""
+    if len(y_true) == 0:
+        return None
+    key = y_true.astype(np.int64) * (k + 1) + (y_pred.astype(np.int64) + 1)
+    counts = np.bincount(key, minlength=(k + 1) * (k + 1))
+    pairs = np.flatnonzero(counts)
+    return metric_value(name, pairs // (k + 1), pairs % (k + 1) - 1, range(k), sample_weight=counts[pairs])
+
+
+def subgroup_metrics(protocol: Protocol, expected: Expected, covered: np.ndarray, y_pred: np.ndarray
+                     ) -> dict[str, float | None]:
+    """Metric per planned subgroup, keyed ``<subgroup>:<group>``; ``covered`` marks the expected rows that
+    have a prediction and ``y_pred`` holds it (class index, per expected row).
 
     Length strata use the main metric inside the stratum; class groups use the recall of that class
     (the accuracy inside it), since a macro metric over a single true class is meaningless.
     """
     out: dict[str, float | None] = {}
+    k = len(expected.classes)
     for sg in protocol.subgroups:
-        key_of = expected.strata if sg.by == "stratum" else expected.labels
-        groups = sorted(set(key_of.values()))
-        for group in groups:
-            ids = [i for i in expected.ids if key_of.get(i) == group and i in predicted]
-            y_true = [expected.labels[i] for i in ids]
-            y_pred = [predicted[i] for i in ids]
-            name = protocol.metric.name if sg.by == "stratum" else "accuracy"
-            out[f"{sg.name}:{group}"] = metric_value(name, y_true, y_pred, protocol.corpus.classes)
+        if sg.by == "stratum":
+            groups = [(name, expected.strata == i) for i, name in enumerate(expected.stratum_names)]
+        else:
+            present = sorted(expected.classes[c] for c in np.unique(expected.labels) if c >= 0)
+            groups = [(name, expected.labels == expected.classes.index(name)) for name in present]
+        metric = protocol.metric.name if sg.by == "stratum" else "accuracy"
+        for name, member in groups:
+            rows = member & covered
+            out[f"{sg.name}:{name}"] = metric_of_codes(metric, expected.labels[rows], y_pred[rows], k)
     return out
 
 
-def evaluate_file(pred_path: Path, protocol: Protocol, expected: Expected) -> dict[str, Any]:
-    """Checks of one prediction file on its own: ids, format, coverage, metric vs threshold, subgroups."""
-    classes = protocol.corpus.classes
-    verdict: dict[str, Any] = {"expected_ids": len(expected.ids)}
-    if not pred_path.exists():
-        verdict.update(observed_ids=None, ids_match=False, format_ok=False, coverage=0.0, coverage_ok=False,
-                       metric_name=protocol.metric.name, metric=None, threshold_ok=False, subgroups={},
-                       problems=[f"prediction file {pred_path.name} is missing"])
-        return verdict
-    records, problems = read_predictions(pred_path, classes, protocol.checks.probability_sum_tolerance)
-    seen: dict[str, int] = {}
-    for rec in records:
-        seen[rec["id"]] = seen.get(rec["id"], 0) + 1
-    expected_set = set(expected.ids)
-    duplicates = sorted(i for i, n in seen.items() if n > 1)
-    missing = sorted(expected_set - set(seen))
-    extra = sorted(set(seen) - expected_set)
-    predicted = {rec["id"]: rec["label"] for rec in records if rec["id"] in expected_set}
-    covered = len(expected_set & set(seen))
-    verdict.update(
-        observed_ids=len(records) + sum(1 for p in problems if "not a JSON record" in p),
-        unique_ids=len(seen), duplicates=len(duplicates), missing=len(missing), extra=len(extra),
-        ids_match=not duplicates and not missing and not extra and len(records) == len(expected.ids),
-        format_ok=not problems, format_problems=problems[:5], n_format_problems=len(problems),
-        coverage=covered / len(expected.ids) if expected.ids else 0.0,
-    )
+def _first_sorted(values: pa.Array, n: int = 3) -> list[str]:
+    if len(values) == 0:
+        return []
+    return values.take(pc.array_sort_indices(values)[:n]).to_pylist()
+
+
+def _missing_verdict(name: str, protocol: Protocol, expected: Expected) -> dict[str, Any]:
+    return {"expected_ids": len(expected), "observed_ids": None, "ids_match": False, "format_ok": False,
+            "coverage": 0.0, "coverage_ok": False, "metric_name": protocol.metric.name, "metric": None,
+            "threshold_ok": False, "subgroups": {}, "problems": [f"prediction file {name} is missing"]}
+
+
+def evaluate_set(preds: PredictionSet, protocol: Protocol, expected: Expected) -> dict[str, Any]:
+    """Checks of one output set on its own: ids, format, coverage, metric vs threshold, subgroups."""
+    n_expected = len(expected)
+    rows = len(preds.ids)
+    # One hash lookup of every record's id among the expected ids (a repeated id: its last record counts).
+    if rows == n_expected and preds.ids.equals(expected.ids):  # a fixed-order pass: the corpus order, no lookup
+        where = np.arange(rows, dtype=np.int64)
+    else:
+        where = pc.fill_null(pc.index_in(preds.ids, value_set=expected.ids), -1).to_numpy(zero_copy_only=False)
+    known = where >= 0
+    per_expected = np.bincount(where[known], minlength=n_expected)
+    covered = per_expected > 0
+    y_pred = np.full(n_expected, -1, dtype=np.int32)
+    if per_expected.max(initial=0) <= 1:
+        y_pred[where[known]] = preds.labels[known]
+    else:
+        last = np.full(n_expected, -1, dtype=np.int64)
+        np.maximum.at(last, where[known], np.arange(rows, dtype=np.int64)[known])
+        y_pred[covered] = preds.labels[last[covered]]
+    extra_ids = preds.ids.filter(pa.array(~known)) if not known.all() else pa.array([], pa.string())
+    extra_counts = pc.value_counts(extra_ids) if len(extra_ids) else None
+    extra_unique = extra_counts.field("values") if extra_counts is not None else extra_ids
+    extra_repeated = extra_unique.filter(pc.greater(extra_counts.field("counts"), 1)) if extra_counts is not None \
+        else extra_ids
+    repeated = pa.concat_arrays([expected.ids.filter(pa.array(per_expected > 1)), extra_repeated])
+    duplicates, missing, extra = len(repeated), int(n_expected - covered.sum()), len(extra_unique)
+    verdict: dict[str, Any] = {
+        "expected_ids": n_expected, "observed_ids": preds.records, "unique_ids": int(covered.sum()) + extra,
+        "duplicates": duplicates, "missing": missing, "extra": extra,
+        "ids_match": not duplicates and not missing and not extra and rows == n_expected,
+        "format_ok": not preds.n_problems, "format_problems": list(preds.problems),
+        "n_format_problems": preds.n_problems,
+        "coverage": int(covered.sum()) / n_expected if n_expected else 0.0,
+    }
     verdict["coverage_ok"] = verdict["coverage"] + TOL >= protocol.checks.coverage
-    y_true = [expected.labels[i] for i in expected.ids if i in predicted]
-    y_pred = [predicted[i] for i in expected.ids if i in predicted]
     verdict["metric_name"] = protocol.metric.name
-    verdict["metric"] = metric_value(protocol.metric.name, y_true, y_pred, classes)
+    verdict["metric"] = metric_of_codes(protocol.metric.name, expected.labels[covered], y_pred[covered],
+                                        len(expected.classes))
     verdict["threshold_ok"] = verdict["metric"] is not None and verdict["metric"] + TOL >= protocol.metric.threshold
-    verdict["subgroups"] = subgroup_metrics(protocol, expected, predicted)
-    verdict["examples"] = {"duplicates": duplicates[:3], "missing": missing[:3], "extra": extra[:3]}
+    verdict["subgroups"] = subgroup_metrics(protocol, expected, covered, y_pred)
+    verdict["examples"] = {
+        "duplicates": _first_sorted(repeated) if duplicates else [],
+        "missing": _first_sorted(expected.ids.filter(pa.array(~covered))) if missing else [],
+        "extra": _first_sorted(extra_unique) if extra else []}
     return verdict
 
 
-def evaluate_pass(campaign_dir: str | Path, pass_id: str) -> dict[str, Any]:
+def evaluate_file(pred_path: Path, protocol: Protocol, expected: Expected,
+                  reader: PredictionReader | None = None) -> dict[str, Any]:
+    """:func:`evaluate_set` of a stored prediction file (a missing file fails every check)."""
+    reader = reader or PredictionReader(protocol)
+    entry = reader.read(pred_path)
+    if entry is None:
+        return _missing_verdict(pred_path.name, protocol, expected)
+    return evaluate_set(entry[1], protocol, expected)
+
+
+class PredictionReader:
+    """Reads the prediction files of one folder once: one read gives a file's sha256 and its arrays, and its
+    verdict is computed once per file version (size, modification time). The arrays of the ``keep`` most
+    recently read files stay in memory; hashes and verdicts (small) stay for every file."""
+
+    def __init__(self, protocol: Protocol, keep: int = 4) -> None:
+        self.classes = tuple(protocol.corpus.classes)
+        self.sum_tol = protocol.checks.probability_sum_tolerance
+        self.keep = keep
+        self._hashes: dict[Path, tuple[tuple[int, int], str]] = {}
+        self._sets: OrderedDict[Path, tuple[tuple[int, int], PredictionSet]] = OrderedDict()
+        self._verdicts: dict[tuple[Path, str], dict[str, Any]] = {}
+
+    @staticmethod
+    def _stamp(path: Path) -> tuple[int, int] | None:
+        try:
+            stat = path.stat()
+        except OSError:
+            return None
+        return (stat.st_size, stat.st_mtime_ns) if path.is_file() else None
+
+    def read(self, path: Path) -> tuple[str, PredictionSet] | None:
+        stamp = self._stamp(path)
+        if stamp is None:
+            return None
+        key = path.resolve()
+        cached, known = self._sets.get(key), self._hashes.get(key)
+        if cached is not None and known is not None and cached[0] == stamp == known[0]:
+            self._sets.move_to_end(key)
+            return known[1], cached[1]
+        data = path.read_bytes()
+        digest = hashlib.sha256(data).hexdigest()
+        preds = read_predictions(path, self.classes, self.sum_tol, data)
+        self._hashes[key] = (stamp, digest)
+        self._sets[key] = (stamp, preds)
+        while len(self._sets) > self.keep:
+            self._sets.popitem(last=False)
+        return digest, preds
+
+    def sha256(self, path: Path) -> str | None:
+        stamp = self._stamp(path)
+        if stamp is None:
+            return None
+        known = self._hashes.get(path.resolve())
+        if known is not None and known[0] == stamp:
+            return known[1]
+        entry = self.read(path)
+        return entry[0] if entry else None
+
+    def verdict(self, path: Path, protocol: Protocol, expected: Expected) -> dict[str, Any] | None:
+        """:func:`evaluate_set` of the file (computed once per file version; each caller gets its own copy)."""
+        digest = self.sha256(path)
+        if digest is None:
+            return None
+        key = (path.resolve(), digest)
+        if key not in self._verdicts:
+            entry = self.read(path)
+            if entry is None:
+                return None
+            self._verdicts[key] = evaluate_set(entry[1], protocol, expected)
+        return copy.deepcopy(self._verdicts[key])
+
+
+class CampaignReads:
+    """What every evaluation of one run and its raw table share: the protocol, the expected ids and the
+    prediction files, each read once (lazily: nothing is read before the first evaluation)."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self._context: EvaluationContext | None = None
+        self._reader: PredictionReader | None = None
+
+    @property
+    def context(self) -> EvaluationContext:
+        if self._context is None:
+            self._context = EvaluationContext.of(self.folder)
+        return self._context
+
+    @property
+    def reader(self) -> PredictionReader:
+        if self._reader is None:
+            self._reader = PredictionReader(self.context.protocol)
+        return self._reader
+
+
+def prediction_path(campaign_dir: Path, pass_id: str) -> Path:
+    """Where a pass's file is: ``<pass_id>.parquet``, or a legacy ``.jsonl`` when only that exists."""
+    path = campaign_dir / "predictions" / file_name(pass_id)
+    legacy = campaign_dir / "predictions" / f"{pass_id}{LEGACY_SUFFIX}"
+    return legacy if not path.exists() and legacy.exists() else path
+
+
+@dataclass
+class EvaluationContext:
+    """What every per-pass evaluation of one campaign shares (read once per run, not once per pass)."""
+
+    protocol: Protocol
+    expected: Expected
+
+    @classmethod
+    def of(cls, campaign_dir: str | Path) -> EvaluationContext:
+        protocol = campaign_protocol(campaign_dir)
+        return cls(protocol, load_expected(campaign_dir, protocol.corpus.classes))
+
+
+def evaluate_pass(campaign_dir: str | Path, pass_id: str, reads: CampaignReads | None = None) -> dict[str, Any]:
     campaign_dir = Path(campaign_dir)
-    protocol = campaign_protocol(campaign_dir)
-    expected = load_expected(campaign_dir)
-    return evaluate_file(campaign_dir / "predictions" / f"{pass_id}.jsonl", protocol, expected)
+    reads = reads or CampaignReads(campaign_dir)
+    path = prediction_path(campaign_dir, pass_id)
+    verdict = reads.reader.verdict(path, reads.context.protocol, reads.context.expected)
+    return verdict if verdict is not None else _missing_verdict(path.name, reads.context.protocol,
+                                                                reads.context.expected)
 
 
-def read_probabilities(path: Path) -> dict[str, tuple[str, list[float]]]:
-    """id -> (label, probabilities) for every record of a prediction file that parses."""
-    out: dict[str, tuple[str, list[float]]] = {}
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            try:
-                rec = json.loads(line)
-                out[rec["id"]] = (rec["label"], [float(p) for p in rec["probs"]])
-            except (ValueError, KeyError, TypeError):
-                continue
-    return out
-
-
-def compare_outputs(ra: dict[str, tuple[str, list[float]]], rb: dict[str, tuple[str, list[float]]]) -> dict[str, Any]:
-    """Label agreement and largest absolute probability difference over the ids both output sets hold."""
-    common = sorted(set(ra) & set(rb))
-    result: dict[str, Any] = {"ids_a": len(ra), "ids_b": len(rb), "common_ids": len(common),
-                              "same_ids": set(ra) == set(rb), "label_agreement": None, "max_abs_prob_diff": None}
-    if common:
-        result["label_agreement"] = sum(ra[i][0] == rb[i][0] for i in common) / len(common)
-        result["max_abs_prob_diff"] = max(
-            (abs(x - y) for i in common for x, y in zip(ra[i][1], rb[i][1])), default=0.0)
-        if any(len(ra[i][1]) != len(rb[i][1]) for i in common):
-            result["max_abs_prob_diff"] = None
-    result["identical"] = bool(result["same_ids"] and common and result["label_agreement"] == 1.0
+def compare_outputs(a: PredictionSet, b: PredictionSet) -> dict[str, Any]:
+    """Label agreement and largest absolute probability difference over the ids both output sets hold (a
+    repeated id: its last record)."""
+    if len(a.ids) == len(b.ids) and a.ids.equals(b.ids) and pc.count_distinct(a.ids).as_py() == len(a.ids):
+        return _compare_rows(a, b)  # the same distinct ids in the same order: row by row, no lookup
+    ua, _, la = a.by_id()
+    ub, _, lb = b.by_id()
+    where = pc.fill_null(pc.index_in(ua, value_set=ub), -1).to_numpy(zero_copy_only=False)
+    common = where >= 0
+    n_common = int(common.sum())
+    same_ids = n_common == len(ua) == len(ub)
+    result: dict[str, Any] = {"ids_a": len(ua), "ids_b": len(ub), "common_ids": n_common, "same_ids": same_ids,
+                              "label_agreement": None, "max_abs_prob_diff": None}
+    if n_common:
+        ra, rb = la[common], lb[where[common]]
+        result["label_agreement"] = float(np.mean(a.labels[ra] == b.labels[rb]))
+        if a.probs.shape[1:] == b.probs.shape[1:]:
+            diff = np.abs(a.probs[ra].astype(np.float64) - b.probs[rb].astype(np.float64))
+            result["max_abs_prob_diff"] = None if np.isnan(diff).any() else float(diff.max(initial=0.0))
+    result["identical"] = bool(same_ids and n_common and result["label_agreement"] == 1.0
                                and result["max_abs_prob_diff"] == 0.0)
     return result
 
 
-def compare_predictions(a: Path, b: Path) -> dict[str, Any]:
+def _compare_rows(a: PredictionSet, b: PredictionSet) -> dict[str, Any]:
+    n = len(a.ids)
+    result: dict[str, Any] = {"ids_a": n, "ids_b": n, "common_ids": n, "same_ids": True, "label_agreement": None,
+                              "max_abs_prob_diff": None}
+    if n:
+        result["label_agreement"] = float(np.mean(a.labels == b.labels))
+        if a.probs.shape[1:] == b.probs.shape[1:]:
+            diff = np.abs(a.probs.astype(np.float64) - b.probs.astype(np.float64))
+            result["max_abs_prob_diff"] = None if np.isnan(diff).any() else float(diff.max(initial=0.0))
+    result["identical"] = bool(n and result["label_agreement"] == 1.0 and result["max_abs_prob_diff"] == 0.0)
+    return result
+
+
+def compare_predictions(a: Path, b: Path, protocol: Protocol) -> dict[str, Any]:
     """:func:`compare_outputs` of two prediction files."""
-    return compare_outputs(read_probabilities(a), read_probabilities(b))
+    reader = PredictionReader(protocol)
+    return compare_outputs(reader.read(a)[1], reader.read(b)[1])
 
 
-def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reader: PredictionReader | None = None,
+                   context: EvaluationContext | None = None) -> dict[str, dict[str, Any]]:
     """Full verdict of each finished pass, including the comparisons with the reference variant.
 
     ``passes`` are the finished passes in journal order, each with ``pass_id``, ``variant``, ``status`` and
     ``prediction_file``/``prediction_sha256`` as recorded. A file whose hash differs from the recorded one is
-    not counted.
+    not counted. Each file is read once (``reader``, shareable with other checks of the same folder).
     """
-    from iteralab.common.files import sha256_file
-
     campaign_dir = Path(campaign_dir)
-    protocol = campaign_protocol(campaign_dir)
-    expected = load_expected(campaign_dir)
+    context = context or EvaluationContext.of(campaign_dir)
+    protocol, expected = context.protocol, context.expected
+    reader = reader or PredictionReader(protocol)
     verdicts: dict[str, dict[str, Any]] = {}
+    paths: dict[str, Path] = {}
     for p in passes:
-        path = campaign_dir / (p.get("prediction_file") or f"predictions/{p['pass_id']}.jsonl")
-        v = evaluate_file(path, protocol, expected)
-        v["hash_ok"] = path.exists() and p.get("prediction_sha256") == sha256_file(path)
-        if path.exists() and not v["hash_ok"]:
+        path = paths[p["pass_id"]] = (campaign_dir / p["prediction_file"] if p.get("prediction_file")
+                                      else prediction_path(campaign_dir, p["pass_id"]))
+        digest = reader.sha256(path)
+        v = reader.verdict(path, protocol, expected) if digest else _missing_verdict(path.name, protocol, expected)
+        v["hash_ok"] = digest is not None and p.get("prediction_sha256") == digest
+        if digest is not None and not v["hash_ok"]:
             v.setdefault("problems", []).append("prediction file does not match its recorded sha256")
         v["complete"] = p.get("status") == "ok" and v["ids_match"] and v["format_ok"] and v["hash_ok"]
         verdicts[p["pass_id"]] = v
@@ -238,7 +402,8 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]]) -> di
     ref_pass = next((p["pass_id"] for p in passes if p["variant"] == ref_name and verdicts[p["pass_id"]]["complete"]),
                     None)
     ref_v = verdicts.get(ref_pass) if ref_pass else None
-    ref_probs = read_probabilities(campaign_dir / f"predictions/{ref_pass}.jsonl") if ref_pass else {}
+    ref_entry = reader.read(paths[ref_pass]) if ref_pass else None
+    ref_probs = ref_entry[1] if ref_entry else None
     gating = {sg.name: sg for sg in protocol.subgroups if sg.gating}
     for p in passes:
         v = verdicts[p["pass_id"]]
@@ -276,7 +441,8 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]]) -> di
                 sub_ok = False
                 reasons.append(f"subgroup {key}")
         v["subgroups_ok"] = sub_ok
-        _reproduction(v, protocol, campaign_dir / (p.get("prediction_file") or ""), ref_probs)
+        entry = reader.read(paths[p["pass_id"]]) if p.get("prediction_file") else None
+        _reproduction(v, protocol, entry[1] if entry else None, ref_probs)
         if not v["reproduction_ok"]:
             reasons.append(f"reproduction target '{protocol.reproduction.target}'")
         v["corpus_accepted"] = not reasons
@@ -284,12 +450,13 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]]) -> di
     return verdicts
 
 
-def _reproduction(v: dict[str, Any], protocol: Protocol, path: Path, ref_probs: dict[str, Any]) -> None:
+def _reproduction(v: dict[str, Any], protocol: Protocol, preds: PredictionSet | None,
+                  ref_probs: PredictionSet | None) -> None:
     target = protocol.reproduction.target
     v["label_agreement"] = None
     v["max_abs_prob_diff"] = None
-    if ref_probs and path.is_file():
-        same = compare_outputs(read_probabilities(path), ref_probs)
+    if ref_probs is not None and len(ref_probs.ids) and preds is not None:
+        same = compare_outputs(preds, ref_probs)
         v["label_agreement"] = same["label_agreement"]
         v["max_abs_prob_diff"] = same["max_abs_prob_diff"]
     if target == "identical":

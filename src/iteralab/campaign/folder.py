@@ -14,7 +14,8 @@ Layout::
     campaign.json                                           fingerprints, schedule, variants (written once)
     manifest.json                                           environment + model + corpus (C3)
     journal.jsonl                                           append-only, fsync'd events (the source of truth)
-    predictions/<pass_id>.jsonl                             one verified output set per pass
+    predictions/<pass_id>.parquet                           one verified output set per pass (Parquet; a
+                                                            legacy folder's .jsonl files are still read)
     raw_table.csv                                           regenerated from the journal and the files
     SHA256SUMS                                              the seal (``iteralab bundle seal``)
 """
@@ -216,6 +217,91 @@ def read_raw_rows(path: str | Path) -> tuple[RawRow, ...]:
             rows.append(RawRow(**{name: _typed(_KINDS[name], cell, f"{path}, line {line}, column {name}")
                                   for name, cell in zip(COLUMNS, cells)}))
     return tuple(rows)
+
+
+def read_corpus_batches(path: str | Path, columns: list[str], *, block_size: int = 1 << 22) -> Any:
+    """Record batches (Arrow strings) of some columns of a corpus file, streamed: a campaign's corpus copy
+    (``write_corpus``'s CSV, every cell quoted, texts may hold line breaks) or a Parquet corpus. The whole file
+    is never held in Python objects; a column the file lacks is left out."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        handle = pq.ParquetFile(path)
+        present = [c for c in columns if c in handle.schema_arrow.names]
+        return handle.iter_batches(columns=present)
+    return _csv_batches(path, columns, block_size)
+
+
+def _csv_batches(path: Path, columns: list[str], block_size: int) -> Any:
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    with open(path, encoding="utf-8", newline="") as fh:
+        header = next(csv.reader(fh), [])
+    done = 0
+    while True:
+        seen = 0
+        try:
+            reader = pacsv.open_csv(
+                path, read_options=pacsv.ReadOptions(block_size=block_size, use_threads=False),
+                parse_options=pacsv.ParseOptions(newlines_in_values=True),
+                convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in header},
+                                                     include_columns=[c for c in columns if c in header]))
+            for batch in reader:
+                if seen + len(batch) > done:  # after a restart, skip the rows already given
+                    yield batch.slice(max(0, done - seen))
+                    done = seen + len(batch)
+                seen += len(batch)
+            return
+        except pa.ArrowInvalid as exc:
+            if "straddl" not in str(exc):
+                raise
+            block_size *= 4  # one record is longer than a block: read again with larger blocks
+
+
+@dataclass(frozen=True)
+class CorpusDigests:
+    """What campaign.json records of the corpus copy, recomputed from the file by streaming."""
+
+    size: int
+    fingerprint: str
+    order_hash: str
+    duplicate_ids: int
+    labels_outside: int
+
+
+def corpus_digests(path: str | Path, classes: list[str] | tuple[str, ...], chunk: int = 1 << 15) -> CorpusDigests:
+    """``Corpus.fingerprint`` (SHA-256 of the JSON of the (id, text) pairs sorted), ``Corpus.order_hash``
+    (of the ids in file order) and the size of a corpus file, computed from Arrow columns chunk by chunk: the
+    same digests as ``plan.corpus`` without a Python object per record held at once. Also counts what would make
+    the copy an invalid corpus (repeated ids, labels that are no class)."""
+    import hashlib
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = pa.Table.from_batches(list(read_corpus_batches(path, ["id", "text", "label"])))
+    ids, texts = table.column("id").combine_chunks(), table.column("text").combine_chunks()
+    order = hashlib.sha256(b"[")
+    for start in range(0, len(ids), chunk):
+        part = json.dumps(ids.slice(start, chunk).to_pylist(), ensure_ascii=True, separators=(",", ":"))[1:-1]
+        order.update(((("," if start else "") + part)).encode())
+    order.update(b"]")
+    sorted_rows = pc.sort_indices(pa.table({"id": ids, "text": texts}), sort_keys=[("id", "ascending"),
+                                                                                      ("text", "ascending")])
+    fingerprint = hashlib.sha256(b"[")
+    for start in range(0, len(ids), chunk):
+        rows = sorted_rows.slice(start, chunk)
+        pairs = [list(p) for p in zip(ids.take(rows).to_pylist(), texts.take(rows).to_pylist())]
+        part = json.dumps(pairs, ensure_ascii=True, separators=(",", ":"))[1:-1]
+        fingerprint.update(((("," if start else "") + part)).encode())
+    fingerprint.update(b"]")
+    labels = table.column("label") if "label" in table.column_names else pa.chunked_array([], pa.string())
+    outside = len(labels) - pc.sum(pc.is_in(labels, value_set=pa.array(list(classes), pa.string()))).as_py() \
+        if len(labels) else 0
+    return CorpusDigests(len(ids), fingerprint.hexdigest(), order.hexdigest(),
+                         len(ids) - pc.count_distinct(ids).as_py(), int(outside or 0))
 
 
 @dataclass(frozen=True)

@@ -82,26 +82,42 @@ def _determinism() -> dict[str, Any]:
     }
 
 
-def environment_manifest(workdir: Path | None = None) -> dict[str, Any]:
+def environment_manifest(workdir: Path | None = None, *, runtime: bool = True) -> dict[str, Any]:
     """The software and hardware this process runs on, read from the runtime. ``workdir`` (default: the
-    current folder) is where the code version is read from git."""
-    import torch
-
-    from iteralab.models.device import device_inventory
+    current folder) is where the code version is read from git. ``runtime=False`` (a workload that owns its
+    model and device, e.g. a Python callable) reads no fact that would import torch: torch's version comes from
+    the installed package, its runtime fields are None with the reason."""
+    from iteralab.models.device import device_inventory, host_inventory
 
     versions = {name: _package_version(name) for name in PACKAGES}
-    if versions["torch"] is None:  # e.g. a torch built from source: the module still knows its version
+    if runtime and versions["torch"] is None:  # e.g. a torch built from source: the module still knows its version
+        import torch
+
         versions["torch"] = torch.__version__
-    return {
+    env = {
         "python": {"version": platform.python_version(), "implementation": platform.python_implementation()},
         "platform": {"system": platform.system(), "release": platform.release(), "machine": platform.machine(),
                      "platform": platform.platform(), "libc": "-".join(filter(None, platform.libc_ver())) or None},
         "packages": versions,
-        "device_inventory": device_inventory(),
+        # torch already imported in this process (an in-process campaign): its runtime facts cost nothing more
+        "device_inventory": device_inventory() if runtime or "torch" in sys.modules else host_inventory(),
         "git": git_state(Path(workdir) if workdir is not None else Path.cwd()),
-        "determinism": _determinism(),
-        "torch_threads": torch.get_num_threads(),
     }
+    if runtime:
+        import torch
+
+        env["determinism"] = _determinism()
+        env["torch_threads"] = torch.get_num_threads()
+    else:
+        env["determinism"] = {"pythonhashseed": os.environ.get("PYTHONHASHSEED"),
+                              "reason": "torch not imported: the workload owns its model and device"}
+        env["torch_threads"] = None
+    return env
+
+
+def owns_device(model_kind: str | None) -> bool:
+    """A workload kind that owns its model and device (the harness then never imports torch)."""
+    return model_kind == "callable"
 
 
 def _jsonable(value: Any, where: str) -> Any:

@@ -11,21 +11,25 @@ Nothing else (logging, hashing, writing) happens inside it.
 
 from __future__ import annotations
 
+import time
+
+_IMPORT_WALL, _IMPORT_START = time.time(), time.perf_counter()  # the worker's start-up phases (R2) start here
+
 import json
 import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
+import pyarrow  # noqa: F401  # imported at start-up, never inside the measured region (the pass reads with it)
+import pyarrow.csv  # noqa: F401
+import pyarrow.parquet  # noqa: F401  # and writes the prediction file with it
 
-from iteralab.common.files import sha256_file, write_json_atomic, write_text_atomic
+from iteralab.common.files import write_json_atomic
 
-
-
-def _chunks(order: list[int], size: int) -> list[list[int]]:
-    return [order[i : i + size] for i in range(0, len(order), size)]
+READ_BLOCK = 1 << 22  # bytes of corpus file per record batch (a pass holds O(block + batch) texts)
 
 
 def _error_text(exc: BaseException) -> str:
@@ -57,84 +61,160 @@ class _Limit:
 
 
 class _Progress:
-    """Inputs completed so far; read after a failure to report how far the pass got (R8)."""
+    """Inputs completed so far; read after a failure to report how far the pass got (R8). Batches run in pass
+    order and the first failure ends the pass, so the completed inputs are always the first ``completed`` of
+    the pass order."""
 
-    def __init__(self, n: int = 0) -> None:
+    def __init__(self) -> None:
         self.completed = 0
         self.retries = 0
-        self.done = np.zeros(n, dtype=bool)
 
 
-def _run_batches(workload: Any, texts: list[str], order: list[int], batch_size: int, resume: bool,
-                 out: np.ndarray, progress: _Progress, limit: _Limit | None = None) -> None:
-    for batch in _chunks(order, batch_size):
-        _run_one(workload, texts, batch, resume, out, progress)
-        if limit is not None:
-            limit.check()
+def _text_batches(corpus_path: str, corpus_kwargs: dict[str, Any], columns: list[str]) -> Iterator[Any]:
+    """Record batches of the corpus file (Arrow), streamed; a corpus in another format is loaded and cut."""
+    import pyarrow as pa
+
+    from iteralab.campaign.folder import read_corpus_batches
+
+    if corpus_path.endswith((".csv", ".parquet")):
+        yield from read_corpus_batches(corpus_path, columns, block_size=READ_BLOCK)
+        return
+    from iteralab.plan.corpus import load_corpus
+
+    corpus = load_corpus(corpus_path, **corpus_kwargs)
+    yield pa.record_batch([pa.array(list(corpus.ids), pa.string()), pa.array(list(corpus.texts), pa.string())],
+                          names=["id", "text"])
 
 
-def _run_one(workload: Any, texts: list[str], batch: list[int], resume: bool, out: np.ndarray,
-             progress: _Progress) -> None:
+def _run_one(workload: Any, texts: list[str], resume: bool, outputs: list[np.ndarray], progress: _Progress) -> None:
     try:
-        probs = workload.infer(workload.tokenize([texts[i] for i in batch]))
+        probs = workload.infer(workload.tokenize(texts))
     except Exception:
-        if not resume or len(batch) == 1:
+        if not resume or len(texts) == 1:
             raise
         # Declared resume variant only: the failing part is retried in halves, and every retry is counted.
         progress.retries += 1
-        half = len(batch) // 2
-        _run_one(workload, texts, batch[:half], resume, out, progress)
-        _run_one(workload, texts, batch[half:], resume, out, progress)
+        half = len(texts) // 2
+        _run_one(workload, texts[:half], resume, outputs, progress)
+        _run_one(workload, texts[half:], resume, outputs, progress)
         return
-    out[batch] = probs
-    progress.done[batch] = True
-    progress.completed += len(batch)
+    outputs.append(probs)
+    progress.completed += len(texts)
 
 
 class MeasuredPass:
-    """The work inside the measured region (R3): read the corpus file, order it (bucketing: by token length),
-    tokenize, transfer, infer and materialize probabilities on the host. Its state stays readable after a
-    failure, so the caller can report how many inputs were completed."""
+    """The work inside the measured region (R3): read the corpus file in record batches, order it (bucketing:
+    by token length), tokenize, transfer, infer and materialize probabilities on the host.
+
+    A fixed-order pass holds one record batch of texts at a time; ids are kept as Arrow arrays and
+    probabilities as one float32 row per input (O(classes) bytes per document). A bucketed pass must sort the
+    whole corpus by length first, so it keeps the text column as one Arrow array (bytes, not Python strings).
+    Its state stays readable after a failure, so the caller can report how many inputs were completed."""
 
     def __init__(self) -> None:
-        self.ids: list[str] = []
-        self.order: list[int] = []
-        self.probs = np.zeros((0, 0), dtype=np.float32)
+        self.id_chunks: list[Any] = []
+        self.order: np.ndarray | None = None  # None: file order
+        self.outputs: list[np.ndarray] = []
         self.progress = _Progress()
+        self.n_classes = 0
+        self.limit: _Limit | None = None
 
     def run(self, workload: Any, corpus_path: str, corpus_kwargs: dict[str, Any], batch_size: int,
             bucketing: bool, resume: bool, n_classes: int, limit: _Limit | None = None) -> None:
-        from iteralab.plan.corpus import load_corpus
-
-        corpus = load_corpus(corpus_path, **corpus_kwargs)
-        self.ids = list(corpus.ids)
-        texts = list(corpus.texts)
-        self.probs = np.zeros((len(texts), n_classes), dtype=np.float32)
-        self.progress = _Progress(len(texts))
+        self.n_classes = n_classes
+        self.limit = limit
+        self.progress = _Progress()
+        self._batches = batches = _text_batches(corpus_path, corpus_kwargs, ["id", "text"])
         if bucketing:
-            lengths = workload.token_lengths(texts)
-            self.order = sorted(range(len(texts)), key=lambda i: (lengths[i], i))
-        else:
-            self.order = list(range(len(texts)))
-        _run_batches(workload, texts, self.order, batch_size, resume, self.probs, self.progress, limit)
+            self._run_bucketed(workload, batches, batch_size, resume)
+            return
+        carry: list[str] = []
+        for record_batch in batches:
+            self.id_chunks.append(record_batch.column(0))
+            texts = carry + record_batch.column(1).to_pylist()
+            full = len(texts) - len(texts) % batch_size
+            for start in range(0, full, batch_size):
+                _run_one(workload, texts[start:start + batch_size], resume, self.outputs, self.progress)
+                self._check_limit()
+            carry = texts[full:]
+        if carry:
+            _run_one(workload, carry, resume, self.outputs, self.progress)
+            self._check_limit()
+
+    def _check_limit(self) -> None:
+        if self.limit is not None:
+            self.limit.check()
+
+    def _run_bucketed(self, workload: Any, batches: Iterator[Any], batch_size: int, resume: bool) -> None:
+        import pyarrow as pa
+
+        text_chunks = []
+        lengths: list[int] = []
+        for record_batch in batches:
+            self.id_chunks.append(record_batch.column(0))
+            text_chunks.append(record_batch.column(1))
+            lengths.extend(workload.token_lengths(record_batch.column(1).to_pylist()))
+        texts = pa.chunked_array(text_chunks, pa.string())
+        self.order = np.argsort(np.asarray(lengths, dtype=np.int64), kind="stable")
+        for start in range(0, len(self.order), batch_size):
+            chunk = texts.take(pa.array(self.order[start:start + batch_size])).to_pylist()
+            _run_one(workload, chunk, resume, self.outputs, self.progress)
+            self._check_limit()
+
+    def read_remaining_ids(self) -> None:
+        """After a failure (outside the measured region): read the ids the pass did not reach, so the row still
+        records the whole pass order."""
+        for record_batch in getattr(self, "_batches", ()):
+            self.id_chunks.append(record_batch.column(0))
+
+    @property
+    def expected(self) -> int:
+        return sum(len(c) for c in self.id_chunks)
+
+    def ordered_ids(self) -> Any:
+        """Every id of the corpus, in pass order (an Arrow string array)."""
+        import pyarrow as pa
+
+        ids = pa.concat_arrays([c.cast(pa.string()) for c in self.id_chunks]) if self.id_chunks else \
+            pa.array([], pa.string())
+        return ids if self.order is None else ids.take(pa.array(self.order))
+
+    @property
+    def probs(self) -> np.ndarray:
+        """The completed inputs' probabilities, in pass order (rows × classes, float32)."""
+        if not self.outputs:
+            return np.zeros((0, self.n_classes), dtype=np.float32)
+        return np.concatenate([np.asarray(o, dtype=np.float32).reshape(-1, self.n_classes) for o in self.outputs])
 
 
-def _prediction_lines(ids: list[str], classes: list[str], probs: np.ndarray, rows: list[int]) -> str:
-    labels = probs.argmax(axis=1)
-    lines = []
-    for i in rows:
-        lines.append(json.dumps({"id": ids[i], "label": classes[int(labels[i])],
-                                 "probs": [round(float(x), 7) for x in probs[i]]}, ensure_ascii=False))
-    return "\n".join(lines) + ("\n" if lines else "")
+def order_hash(ids: Any, chunk: int = 1 << 16) -> str:
+    """SHA-256 of ``json.dumps(ids, ensure_ascii=False)`` (the pass order, C1), hashed chunk by chunk."""
+    import hashlib
+
+    digest = hashlib.sha256(b"[")
+    for start in range(0, len(ids), chunk):
+        part = json.dumps(ids[start:start + chunk].to_pylist(), ensure_ascii=False)[1:-1]
+        digest.update(((", " if start else "") + part).encode("utf-8"))
+    digest.update(b"]")
+    return digest.hexdigest()
 
 
-def execute_pass(spec: dict[str, Any], clock: Any = None) -> dict[str, Any]:
+def _first_texts(corpus_path: str, corpus_kwargs: dict[str, Any], n: int) -> list[str]:
+    texts: list[str] = []
+    for record_batch in _text_batches(corpus_path, corpus_kwargs, ["id", "text"]):
+        texts.extend(record_batch.column(1).slice(0, n - len(texts)).to_pylist())
+        if len(texts) >= n:
+            break
+    return texts
+
+
+def execute_pass(spec: dict[str, Any], clock: Any = None, startup: dict[str, float | None] | None = None
+                 ) -> dict[str, Any]:
     """Run one pass described by ``spec`` (a JSON-able dict built by the runner); return its result record.
 
     Every phase is timed by :func:`iteralab.models.device.timed` (synchronize, read, body, synchronize, read)
     with one clock, injectable as ``clock`` (an object with ``now()``, default ``time.perf_counter``)."""
     from iteralab.models import device as dev
-    from iteralab.plan.corpus import load_corpus
     from iteralab.models.base import load_workload
 
     clock = clock or dev.PERF_CLOCK
@@ -145,16 +225,24 @@ def execute_pass(spec: dict[str, Any], clock: Any = None) -> dict[str, Any]:
                               "completed": 0, "expected": None, "error": None, "retries": 0,
                               "prediction_file": None, "prediction_sha256": None, "memory": None,
                               "workload": None, "file_hashes": None}
+    startup = startup if startup is not None else {}
+    result["startup"] = startup
     seed = int(spec.get("seed", 0))
+    model = spec["model"]
     try:
-        import torch
-
-        torch.manual_seed(seed)
+        t0 = time.perf_counter()
         np.random.seed(seed % (2**32))
-        if spec.get("deterministic"):
-            torch.use_deterministic_algorithms(True, warn_only=True)
-        device = dev.resolve_device(variant.get("device") or spec.get("device", "auto"))
-        model = spec["model"]
+        if model["kind"] == "callable":
+            # The callable owns its model, device and seeds: the harness runs on the host and never imports torch.
+            device: Any = dev.HOST
+        else:
+            import torch
+
+            torch.manual_seed(seed)
+            if spec.get("deterministic"):
+                torch.use_deterministic_algorithms(True, warn_only=True)
+            device = dev.resolve_device(variant.get("device") or spec.get("device", "auto"))
+        startup["runtime_s"] = time.perf_counter() - t0
         with dev.timed(device, clock) as loading:
             workload = load_workload(
                 model["kind"], path=model.get("path"), head=model.get("head"), callable_ref=model.get("callable"),
@@ -178,11 +266,11 @@ def execute_pass(spec: dict[str, Any], clock: Any = None) -> dict[str, Any]:
         # Warm-up (R5): the first `inputs` texts of the corpus, `passes` times, with the variant's batch size.
         warm = spec["warmup"]
         if warm["inputs"] > 0 and warm["passes"] > 0:
-            warm_texts = list(load_corpus(spec["corpus_path"], **corpus_kwargs).texts[: warm["inputs"]])
+            warm_texts = _first_texts(spec["corpus_path"], corpus_kwargs, int(warm["inputs"]))
             for i in range(warm["passes"]):
                 with dev.timed(device, clock) as warming:
-                    for chunk in _chunks(list(range(len(warm_texts))), batch_size):
-                        workload.infer(workload.tokenize([warm_texts[j] for j in chunk]))
+                    for start in range(0, len(warm_texts), batch_size):
+                        workload.infer(workload.tokenize(warm_texts[start:start + batch_size]))
                 elapsed = warming.seconds
                 if i == 0 and variant["compile"]:
                     phases["compile_s"] = elapsed  # first warm-up call compiles: recorded as compilation
@@ -216,12 +304,13 @@ def execute_pass(spec: dict[str, Any], clock: Any = None) -> dict[str, Any]:
             dev.synchronize(device)
         except Exception:  # the device may be unusable after the error; the row keeps the first error
             pass
-    ids, probs, order, progress = pass_run.ids, pass_run.probs, pass_run.order, pass_run.progress
+    progress = pass_run.progress
     result["memory"] = dev.read_peaks(device)
     result["concurrent_load"] = dev.concurrent_load(machine_before, dev.load_snapshot(), phases["pass_s"])
     if device.type == "cuda":  # kept apart from `phases`: a GPU-side scope is never a pass time (R3)
         result["gpu_scope"] = gpu_scope.result()
-    result["expected"] = len(ids)
+    if measured_error is not None:
+        pass_run.read_remaining_ids()
     result["completed"] = progress.completed
     result["retries"] = progress.retries
     if progress.retries:
@@ -230,47 +319,53 @@ def execute_pass(spec: dict[str, Any], clock: Any = None) -> dict[str, Any]:
         result["error"] = _error_text(measured_error)
         result["error_kind"] = ("oom" if _is_oom(measured_error) else
                                 "timeout" if isinstance(measured_error, PassTimeout) else "pass")
-        notes.append(f"failed after {progress.completed} of {len(ids)} inputs: {result['error']}; "
+        notes.append(f"failed after {progress.completed} of {pass_run.expected} inputs: {result['error']}; "
                      "no retry with a smaller batch")
         notes.append("pass_s: empty, the measured pass did not complete")
 
-    # Writing (outside the measured region): only completed rows, in pass order, atomically, then hashed.
+    # Writing (outside the measured region): the completed rows, in pass order, from the arrays, atomically.
+    from iteralab.campaign.predictions import file_name, write_predictions
+
     t0 = clock.now()
-    done_rows = [i for i in order if progress.done[i]]
-    pred_dir = Path(spec["prediction_dir"])
-    target = pred_dir / f"{spec['pass_id']}.jsonl"
-    write_text_atomic(target, _prediction_lines(ids, list(spec["classes"]), probs, done_rows))
+    ids = pass_run.ordered_ids()
+    result["expected"] = len(ids)
+    target = Path(spec["prediction_dir"]) / file_name(spec["pass_id"])
+    result["prediction_sha256"] = write_predictions(target, ids.slice(0, progress.completed), spec["classes"],
+                                                    pass_run.probs)
     result["prediction_file"] = f"predictions/{target.name}"
-    result["prediction_sha256"] = sha256_file(target)
     phases["writing_s"] = clock.now() - t0
-    result["order_hash"] = _order_hash([ids[i] for i in order]) if ids else None
+    result["order_hash"] = order_hash(ids) if len(ids) else None
     if measured_error is None:
         result["status"] = "ok"
     return result
 
 
-def _order_hash(ids: list[str]) -> str:
-    import hashlib
-
-    return hashlib.sha256(json.dumps(ids, ensure_ascii=False).encode("utf-8")).hexdigest()
-
-
 def worker_main(argv: list[str]) -> int:
     """``python -m iteralab.campaign.passes SPEC.json RESULT.json``: run one pass in a fresh process."""
     spec_path, result_path = argv
+    started = time.perf_counter()
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
+    spawned = spec.get("spawned_at")
+    # Start-up phases, reported in the journal (R2): they occupy rental time, outside every pass phase.
+    startup: dict[str, float | None] = {
+        "process_start_s": _IMPORT_WALL - spawned if isinstance(spawned, (int, float)) else None,
+        "imports_s": started - _IMPORT_START}
+    t0 = time.perf_counter()
     try:
-        from iteralab.campaign.manifest import environment_manifest
+        from iteralab.campaign.manifest import environment_manifest, owns_device
 
-        environment = environment_manifest(Path(spec.get("workdir") or os.getcwd()))
+        environment = environment_manifest(Path(spec.get("workdir") or os.getcwd()),
+                                           runtime=not owns_device(spec["model"]["kind"]))
     except Exception as exc:
         environment = {"error": _error_text(exc)}
+    startup["environment_s"] = time.perf_counter() - t0
     try:
-        result = execute_pass(spec)
+        result = execute_pass(spec, startup=startup)
     except Exception as exc:  # unexpected: still leave a failure record behind
         result = {"pass_id": spec.get("pass_id"), "status": "failed", "error": _error_text(exc),
                   "error_kind": "internal", "notes": [traceback.format_exc(limit=3).replace("\n", " | ")]}
     result["environment"] = environment
+    result.setdefault("startup", startup)
     write_json_atomic(result_path, result)
     return 0
 

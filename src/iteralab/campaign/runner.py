@@ -7,7 +7,7 @@ Layout of a campaign folder::
     campaign.json                                           fingerprints, schedule, variants (written once)
     manifest.json                                           environment + model + corpus (C3)
     journal.jsonl                                           append-only record of every attempt
-    predictions/<pass_id>.jsonl                             one file per pass, written atomically
+    predictions/<pass_id>.parquet                           one file per pass, written atomically
     raw_table.csv                                           regenerated from the journal and the files
 
 Running again on the same folder resumes: finished passes (successes and recorded failures) are kept, an
@@ -192,11 +192,11 @@ def _pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Sl
 
 
 def _run_in_process(spec: dict[str, Any]) -> dict[str, Any]:
-    from iteralab.campaign.manifest import environment_manifest
+    from iteralab.campaign.manifest import environment_manifest, owns_device
     from iteralab.campaign.passes import execute_pass
 
     result = execute_pass(spec)
-    result["environment"] = environment_manifest(Path(spec["workdir"]))
+    result["environment"] = environment_manifest(Path(spec["workdir"]), runtime=not owns_device(spec["model"]["kind"]))
     return result
 
 
@@ -204,11 +204,17 @@ def _run_in_worker(spec: dict[str, Any]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="iteralab-pass-") as tmp:
         spec_path = Path(tmp) / "spec.json"
         result_path = Path(tmp) / "result.json"
-        spec_path.write_text(json.dumps(spec), encoding="utf-8")
+        spec_path.write_text(json.dumps({**spec, "spawned_at": time.time()}), encoding="utf-8")
+        t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "iteralab.campaign.passes", str(spec_path), str(result_path)],
                               capture_output=True, text=True)
+        worker_s = time.perf_counter() - t0
         if result_path.exists():
-            return json.loads(result_path.read_text(encoding="utf-8"))
+            result = json.loads(result_path.read_text(encoding="utf-8"))
+            startup = result.get("startup")
+            if isinstance(startup, dict):
+                startup["worker_wall_s"] = worker_s
+            return result
         tail = (proc.stderr or "").strip().splitlines()[-1:] or [""]
         how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}"
         return {"pass_id": spec["pass_id"], "status": "failed", "completed": None, "error_kind": "crash",
@@ -225,12 +231,13 @@ def _manifest_fields(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], *,
-               progress: ProgressFn | None = None, isolation: str | None = None,
+               progress: ProgressFn | None = None, isolation: str | None = None, shared: Any = None,
                keep_unrunnable: bool = False) -> dict[str, Any]:
     """Run (or resume) every scheduled pass, journaled and evaluated one by one. Returns a short summary.
+    ``shared`` (``evaluate.CampaignReads``) lets the caller reuse what the evaluations read (the raw table).
 
     The raw table is derived later, from what this wrote (:func:`iteralab.evidence.run.run_campaign`)."""
-    from iteralab.campaign.evaluate import evaluate_pass
+    from iteralab.campaign.evaluate import CampaignReads, evaluate_pass
 
     from iteralab.campaign.preflight import preflight
 
@@ -245,6 +252,7 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
     out = Path(out)
     journal = Journal(out / JOURNAL_NAME)
     state = read_journal(journal.path)
+    reads = shared or CampaignReads(out)
     if state.campaign is None:
         journal.append("campaign_started", protocol_sha256=campaign["protocol"]["sha256"],
                        corpus_fingerprint=campaign["corpus"]["fingerprint"])
@@ -254,7 +262,7 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
         for pid in state.order:
             if pid in state.finished and pid not in state.evaluated:
                 t0 = time.perf_counter()
-                verdict = evaluate_pass(out, pid)
+                verdict = evaluate_pass(out, pid, reads)
                 journal.append("pass_evaluated", pass_id=pid, evaluation_s=time.perf_counter() - t0,
                                intrinsic=verdict, after_resume=True)
     slots = [Slot(**s) for s in campaign["schedule"]["slots"]]
@@ -300,7 +308,7 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
         journal.append("pass_finished", manifest_diff=diff,
                        environment_summary=_env_summary(environment), **result)
         t0 = time.perf_counter()
-        verdict = evaluate_pass(out, pass_id)
+        verdict = evaluate_pass(out, pass_id, reads)
         journal.append("pass_evaluated", pass_id=pass_id, evaluation_s=time.perf_counter() - t0,
                        intrinsic=verdict)
         emit("done", {"pass_id": pass_id, "status": result.get("status"), "pass_s": result["phases"]["pass_s"]

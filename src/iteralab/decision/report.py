@@ -237,7 +237,10 @@ def plot_window(decision: Decision) -> str | None:
 def wrong_predictions(evidence: Evidence, limit: int = EXAMPLES) -> tuple[str | None, list[dict[str, str]]]:
     """A few wrong predictions (id, text, true and predicted label) from the reference variant's first
     counted pass (or the first counted pass)."""
-    from iteralab.campaign.evaluate import corpus_texts, load_expected, read_probabilities
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from iteralab.campaign.evaluate import PredictionReader, corpus_texts, load_expected
 
     counted = [r for r in evidence.rows if r.ok and r.pass_id not in evidence.exclusions and r.prediction_file]
     ref = evidence.protocol.metric.reference_variant
@@ -245,17 +248,26 @@ def wrong_predictions(evidence: Evidence, limit: int = EXAMPLES) -> tuple[str | 
     if chosen is None:
         return None, []
     path = evidence.folder / chosen.prediction_file
-    if not path.is_file():
+    entry = PredictionReader(evidence.protocol).read(path)
+    if entry is None:
         return chosen.pass_id, []
-    expected = load_expected(evidence.folder)
-    wrong = [(pid, label) for pid, (label, _) in read_probabilities(path).items()
-             if pid in expected.labels and expected.labels[pid] != label][:limit]
-    texts = corpus_texts(evidence.folder, {pid for pid, _ in wrong})
+    preds = entry[1]
+    expected = load_expected(evidence.folder, evidence.protocol.corpus.classes)
+    uniq, _, last = preds.by_id()
+    where = pc.fill_null(pc.index_in(uniq, value_set=expected.ids), -1).to_numpy(zero_copy_only=False)
+    rows = np.flatnonzero((where >= 0) & (expected.labels[np.maximum(where, 0)] != preds.labels[last]))[:limit]
+    classes = expected.classes
+    wrong = [(uniq[int(i)].as_py(), int(where[i]), int(preds.labels[last[i]])) for i in rows]
+    texts = corpus_texts(evidence.folder, {pid for pid, _, _ in wrong})
+    strata = expected.stratum_names
     out = []
-    for pid, label in wrong:
+    for pid, row, label in wrong:
         text = texts.get(pid, "")
-        out.append({"id": pid, "label": expected.labels[pid], "predicted": str(label),
-                    "stratum": expected.strata.get(pid, ""), "text": text if len(text) <= 300 else text[:300] + "..."})
+        stratum = int(expected.strata[row])
+        out.append({"id": pid, "label": classes[int(expected.labels[row])],
+                    "predicted": classes[label] if label >= 0 else "",
+                    "stratum": strata[stratum] if stratum >= 0 else "",
+                    "text": text if len(text) <= 300 else text[:300] + "..."})
     return chosen.pass_id, out
 
 

@@ -285,7 +285,8 @@ def compare_campaigns(old: str | os.PathLike[str], new: str | os.PathLike[str]) 
             pair = None
             if o_row and o_row.get("prediction_file") and n_row.get("prediction_file") \
                     and (old / o_row["prediction_file"]).is_file() and (new / n_row["prediction_file"]).is_file():
-                pair = compare_predictions(old / o_row["prediction_file"], new / n_row["prediction_file"])
+                pair = compare_predictions(old / o_row["prediction_file"], new / n_row["prediction_file"],
+                                           protocol)
             outcome = _outcome(pair, bool(n_row.get("corpus_accepted")), bound)
             pairs.append({"round": key[0], "position": key[1], "old_pass": o_row["pass_id"] if o_row else None,
                           "new_pass": n_row["pass_id"], "outcome": outcome, **(pair or {})})

@@ -14,9 +14,12 @@ def run_campaign(protocol_path: str | os.PathLike[str], out: str | os.PathLike[s
                  progress: ProgressFn | None = None, isolation: str | None = None,
                  keep_unrunnable: bool = False) -> dict[str, Any]:
     """Run (or resume) every scheduled pass, then regenerate the raw table. Returns a short summary."""
-    summary = run_passes(protocol_path, out, progress=progress, isolation=isolation,
+    from iteralab.campaign.evaluate import CampaignReads
+
+    reads = CampaignReads(out)  # the corpus and each prediction file read once, for the evaluations and the table
+    summary = run_passes(protocol_path, out, progress=progress, isolation=isolation, shared=reads,
                          keep_unrunnable=keep_unrunnable)
-    table = write_raw_table(summary["out"])
+    table = write_raw_table(summary["out"], reads)
     if progress is not None:
         progress("end", {"table": str(table)})
     return {**summary, "raw_table": str(table)}

@@ -37,7 +37,9 @@ def _quantization(value: Any) -> str | None:
     return str(value)
 
 
-def build_rows(campaign_dir: str | Path) -> list[dict[str, Any]]:
+def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None) -> list[dict[str, Any]]:
+    """The raw table's rows; ``reader``/``context`` (``campaign.evaluate``) let a caller that already read the
+    folder's prediction files and corpus share them (each file is read once)."""
     from iteralab.campaign.evaluate import judge_campaign
 
     folder = CampaignFolder.open(campaign_dir)
@@ -55,7 +57,7 @@ def build_rows(campaign_dir: str | Path) -> list[dict[str, Any]]:
             finished.append({"pass_id": pid, "variant": state.started[pid]["variant"], "status": f.get("status"),
                              "prediction_file": f.get("prediction_file"),
                              "prediction_sha256": f.get("prediction_sha256")})
-    verdicts = judge_campaign(campaign_dir, finished) if finished else {}
+    verdicts = judge_campaign(campaign_dir, finished, reader, context) if finished else {}
     c4_line = rocm_compatibility_line(folder.manifest)  # None unless the campaign ran on a ROCm runtime
     rows = []
     for pid in state.order:
@@ -152,10 +154,12 @@ def render_csv(rows: list[dict[str, Any]]) -> str:
     return buffer.getvalue()
 
 
-def write_raw_table(campaign_dir: str | Path) -> Path:
+def write_raw_table(campaign_dir: str | Path, reads: Any = None) -> Path:
+    """Regenerate raw_table.csv; ``reads`` (``evaluate.CampaignReads``) shares what a run already read."""
     campaign_dir = Path(campaign_dir)
     target = campaign_dir / TABLE_NAME
-    write_text_atomic(target, render_csv(build_rows(campaign_dir)))
+    rows = build_rows(campaign_dir, reads.reader, reads.context) if reads is not None else build_rows(campaign_dir)
+    write_text_atomic(target, render_csv(rows))
     return target
 
 

@@ -145,8 +145,14 @@ def audit_campaign(folder: str | Path, *, require_seal: bool = True, expect_seal
         return report
     audit.stage(CORPUS, _check_corpus, audit, campaign, protocol)
     audit.stage("campaign.json", _check_schedule, audit, campaign, protocol)
-    audit.stage("journal.jsonl", _check_journal, audit, campaign, protocol)
-    audit.stage(TABLE, _check_table, audit)
+    from iteralab.campaign.evaluate import EvaluationContext, PredictionReader
+
+    # The corpus and every prediction file are read once and shared by the journal and the table checks.
+    shared = audit.stage(CORPUS, lambda: (EvaluationContext.of(audit.folder), PredictionReader(protocol)))
+    if shared is None:
+        return report
+    audit.stage("journal.jsonl", _check_journal, audit, campaign, protocol, *shared)
+    audit.stage(TABLE, _check_table, audit, *shared)
     return report
 
 
@@ -189,7 +195,7 @@ def _check_protocol(audit: _Audit, campaign: dict[str, Any]) -> Any:
 
 
 def _check_corpus(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> None:
-    from iteralab.plan.corpus import load_corpus
+    from iteralab.campaign.folder import corpus_digests
 
     path = audit.folder / CORPUS
     recorded = campaign["corpus"]
@@ -198,9 +204,12 @@ def _check_corpus(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> Non
         return
     if sha256_file(path) != recorded.get("file_sha256"):
         audit.diff(f"{CORPUS}: sha256 differs from campaign.json (a text, id or reference label was edited)")
-    corpus = load_corpus(path, classes=list(protocol.corpus.classes))
-    for key, value in (("fingerprint", corpus.fingerprint()), ("order_hash", corpus.order_hash()),
-                       ("size", len(corpus))):
+    corpus = corpus_digests(path, protocol.corpus.classes)
+    if corpus.duplicate_ids or corpus.labels_outside:
+        audit.diff(f"{CORPUS}: not a valid corpus ({corpus.duplicate_ids} repeated ids, {corpus.labels_outside} "
+                   "labels that are not classes of the protocol)")
+    for key, value in (("fingerprint", corpus.fingerprint), ("order_hash", corpus.order_hash),
+                       ("size", corpus.size)):
         if recorded.get(key) != value:
             audit.diff(f"{CORPUS}: {key} recomputed as {str(value)[:16]}, campaign.json records "
                        f"{str(recorded.get(key))[:16]}")
@@ -235,13 +244,13 @@ def _inside(folder: Path, rel: Any) -> Path | None:
     return folder / rel
 
 
-def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> None:
+def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any, context: Any, reader: Any) -> None:
     from iteralab.campaign.journal import JOURNAL_NAME, read_journal
-    from iteralab.campaign.evaluate import evaluate_file, load_expected
+    from iteralab.campaign.predictions import is_prediction_name, pass_of
 
     folder = audit.folder
     if not (folder / JOURNAL_NAME).is_file():
-        if any((folder / "predictions").glob("*.jsonl")):
+        if any(is_prediction_name(p.name) for p in (folder / "predictions").glob("*")):
             audit.diff(f"{JOURNAL_NAME}: missing")
         else:
             audit.note(f"{JOURNAL_NAME}: absent: the campaign was prepared but no pass was attempted yet")
@@ -258,7 +267,7 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> No
             if state.campaign.get(key) != recorded:
                 audit.diff(f"{JOURNAL_NAME}: campaign_started {key} differs from campaign.json")
     slots = {(s["round"], s["position"]): s["variant"] for s in campaign["schedule"]["slots"]}
-    expected = load_expected(folder)
+    expected = context.expected
     referenced: set[str] = set()
     for pid in state.order:
         start = state.started[pid]
@@ -275,10 +284,11 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> No
             audit.diff(f"{JOURNAL_NAME}: pass {pid} names a prediction file outside predictions/: {rel!r}")
             continue
         referenced.add(rel)
-        if not path.is_file():
+        entry = reader.read(path)
+        if entry is None:
             audit.diff(f"{rel}: missing (the journal records it for pass {pid})")
             continue
-        if sha256_file(path) != fin.get("prediction_sha256"):
+        if entry[0] != fin.get("prediction_sha256"):
             audit.diff(f"{rel}: edited — sha256 differs from the journal's record for pass {pid}")
         intrinsic = (state.evaluated.get(pid) or {}).get("intrinsic")
         if not isinstance(intrinsic, dict):
@@ -287,7 +297,7 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> No
             audit.note(f"{JOURNAL_NAME}: pass {pid} has no recorded evaluation yet (interrupted); its verdict "
                        "is recomputed from its stored file")
             continue
-        recomputed = _normal(evaluate_file(path, protocol, expected))
+        recomputed = _normal(reader.verdict(path, protocol, expected))
         recorded = _normal(intrinsic)
         for key in INTRINSIC_KEYS:
             if key in recorded and recorded.get(key) != recomputed.get(key):
@@ -299,7 +309,7 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> No
             rel = path.relative_to(folder).as_posix()
             if rel in referenced:
                 continue
-            stem = path.name.removesuffix(".jsonl")
+            stem = pass_of(path.name)
             if path.name.startswith(".tmp-"):
                 audit.note(f"{rel}: temporary file of an interrupted write, not counted")
             elif stem in state.started and stem not in state.finished:
@@ -308,10 +318,10 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> No
                 audit.diff(f"{rel}: not written by any pass in the journal")
 
 
-def _check_table(audit: _Audit) -> None:
+def _check_table(audit: _Audit, context: Any, reader: Any) -> None:
     from iteralab.evidence.table import COLUMNS, build_rows, render_csv
 
-    rows = build_rows(audit.folder)
+    rows = build_rows(audit.folder, reader, context)
     audit.report.passes = len(rows)
     audit.report.accepted = sum(1 for r in rows if r.get("corpus_accepted") is True)
     audit.report.verdicts = [{"pass_id": r["pass_id"], "variant": r["variant"], "status": r.get("status"),

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from iteralab.models.device import resolve_device
+from iteralab.models.lazy import torch  # imported on first use: a callable workload never loads it
 from iteralab.errors import WorkloadError
 from iteralab.kit.memoire import PRECISIONS, precision_refusal
 from iteralab.common.files import sha256_file
@@ -37,7 +37,14 @@ PADDINGS = ("longest", "max_length")
 HEAD_FORMAT = "iteralab-linear-head"
 POOLING = "mean over real tokens (attention-mask weighted, padding excluded), float32"
 
-_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8-dynamic": torch.float32}
+class _Dtypes(dict):
+    """precision -> torch dtype, resolved when read (so importing this module does not import torch)."""
+
+    def __getitem__(self, precision: str) -> Any:
+        return getattr(torch, dict.__getitem__(self, precision))
+
+
+_DTYPES = _Dtypes({"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8-dynamic": "float32"})
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 # Files never read by a workload: documentation, other frameworks' weights. Everything else is hashed.
 _UNUSED_SUFFIXES = (".md", ".png", ".jpg", ".jpeg", ".gif", ".h5", ".msgpack", ".onnx", ".ot") + _PICKLE_SUFFIXES

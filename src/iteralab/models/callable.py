@@ -8,12 +8,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import sys
+
 import numpy as np
-import torch
 
 from iteralab.common.files import sha256_file
 from iteralab.errors import WorkloadError
 from iteralab.models.base import Workload, _text_list, folder_hashes
+from iteralab.models.device import HOST
+from iteralab.models.lazy import torch
 
 
 # ----------------------------------------------------------------------------------------- callable
@@ -54,7 +57,7 @@ class CallableWorkload(Workload):
         self.classes = tuple(str(c) for c in classes)
         if len(self.classes) < 1 or len(set(self.classes)) != len(self.classes):
             raise WorkloadError(f"classes: {list(classes)} must be distinct names")
-        self.device = torch.device("cpu")
+        self.device = HOST  # the callable owns its device; the harness runs on the host, without torch
         self.tokenizer_folder = tokenizer_folder
         self.tokenizer = None
         if tokenizer_folder is not None:
@@ -88,7 +91,8 @@ class CallableWorkload(Workload):
         if out is None:
             raise WorkloadError(f"callable: {ref} returned None, expected probability rows [{n}, {width}] "
                                 f"or {n} labels")
-        if isinstance(out, torch.Tensor):
+        loaded = sys.modules.get("torch")  # a tensor can only come from a torch the callable imported
+        if loaded is not None and isinstance(out, loaded.Tensor):
             out = out.detach().float().cpu().numpy()
         if isinstance(out, np.ndarray) and out.dtype.kind in "USO":
             out = out.tolist()

@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-import torch
-
 from iteralab.errors import WorkloadError
+from iteralab.models.lazy import torch  # imported on first use: a callable workload never loads it
 
 T = TypeVar("T")
 
@@ -533,3 +532,32 @@ def concurrent_load(before: dict[str, float] | None, after: dict[str, float] | N
             "steal_s": round(after["steal_s"] - before["steal_s"], 3),
             "load_avg_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
             "logical_cores": cores, "flagged": per_s > CONCURRENT_SHARE * cores}
+
+
+# ------------------------------------------------------------------------------------ host-only workloads
+
+
+@dataclass(frozen=True)
+class HostDevice:
+    """The harness's device when the workload owns its own (a Python callable): the host CPU, named without
+    importing torch. It has what timing and memory reads look at (``type``, ``index``)."""
+
+    type: str = "cpu"
+    index: None = None
+
+    def __str__(self) -> str:
+        return "cpu"
+
+
+HOST = HostDevice()
+
+
+def host_inventory() -> dict[str, Any]:
+    """:func:`device_inventory` for a process that did not import torch: the host CPU; the runtime's fields
+    are None with the reason."""
+    cpu_model, cpu_reason = _cpu_model()
+    reason = "torch not imported: the workload (a Python callable) owns its model and device"
+    return {"backend": "cpu", "torch": None, "torch_cuda": None, "torch_hip": None, "cudnn": None, "gpu_count": 0,
+            "gpus": [], "driver_version": None, "driver_version_reason": reason, "runtime_reason": reason,
+            "cpu": {"model": cpu_model, "model_reason": cpu_reason, "logical_cores": os.cpu_count(),
+                    "relevant_flags": cpu_flags(), "torch_threads": None, "torch_interop_threads": None}}

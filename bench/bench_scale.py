@@ -1,0 +1,276 @@
+"""Benchmark: the harness itself at scale — a whole campaign with a near-free model, then ``verify``.
+
+It writes a corpus of N short synthetic texts, a protocol with a Python callable that costs almost nothing
+(so what is measured is the harness: reading, ordering, writing, evaluating, journaling, verifying), locks it,
+runs ``iteralab run`` in a child process (2 variants × 2 passes, one worker process per pass, as the
+protocol's default isolation) and then ``verify`` in another child process, and prints in one run:
+
+* run wall, the sum of the measured passes, load / warm-up / evaluation / writing per pass (medians) and the
+  worker's start-up phases (process start, imports, environment record, runtime) per pass;
+* the fixed cost per pass outside load + warm-up + measured pass, and the ratio
+  campaign wall / (sum of load + warm-up + measured passes);
+* peak RSS of the run (the largest of the runner and its workers, ``RUSAGE_CHILDREN``), per document, and its
+  growth per document against a 1,000-document baseline run;
+* prediction file bytes per document; ``verify`` wall per prediction and its peak RSS.
+
+Targets (issue 11; ratios and per-unit figures, never test assertions): verify ≤ 5 µs per prediction; peak RSS
+≤ 400 MB at 200,000 documents and ≤ 1 GB at 1,000,000, growth ≤ 100 bytes per document; fixed cost ≤ 1 s per
+pass with this model.
+
+    python bench/bench_scale.py --docs 200000
+    python bench/bench_scale.py --docs 1000000 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+MODEL = '''"""A near-free classifier for the scale benchmark: a checksum per text, then numpy. Its probabilities
+vary from text to text (as a real model's do), so prediction files do not compress better than real ones."""
+import zlib
+
+import numpy as np
+
+
+def classify(texts):
+    h = np.fromiter((zlib.crc32(t.encode()) for t in texts), dtype=np.uint32, count=len(texts))
+    x = (h & 0xFFFF).astype(np.float32) / 65536.0
+    y = ((h >> 16) & 0xFFFF).astype(np.float32) / 65536.0
+    rows = np.stack([0.2 + x, 0.2 + y, 1.2 - 0.5 * (x + y)], axis=1)
+    return rows / rows.sum(axis=1, keepdims=True)
+'''
+
+PROTOCOL = """schema_version = 1
+name = "scale-benchmark"
+version = 1
+question = "What does the harness cost per document at scale?"
+scenario = "offline"
+
+[corpus]
+path = "corpus.csv"
+classes = ["plot", "fresh", "rotten"]
+
+[model]
+kind = "callable"
+callable = "bench_scale_model:classify"
+
+[metric]
+name = "macro_f1"
+threshold = 0.0
+tolerance = 1.0
+reference_variant = "b64"
+
+[[subgroups]]
+name = "length"
+by = "stratum"
+
+[reproduction]
+target = "acceptable"
+
+[warmup]
+inputs = 256
+passes = 1
+
+[run]
+passes = 2
+isolation = "process"
+device = "cpu"
+
+[[variants]]
+name = "b64"
+batch_size = 64
+
+[[variants]]
+name = "b256"
+batch_size = 256
+
+[[series]]
+name = "batch"
+factor = "batch_size"
+variants = ["b64", "b256"]
+"""
+
+WORDS = ("story", "good", "dull", "space", "acting", "script", "long", "fun", "city", "dog", "mess", "great")
+
+
+def cpu_line() -> str:
+    model, flags = "unknown CPU", ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and model == "unknown CPU":
+                model = line.split(":", 1)[1].strip()
+            if line.startswith("flags") and not flags:
+                flags = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    simd = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "fma", "sha_ni") if f in flags.split()]
+    return f"{model}, {os.cpu_count()} cores, flags incl. {' '.join(simd) or 'none of avx2/avx512'}"
+
+
+def write_inputs(folder: Path, docs: int) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "bench_scale_model.py").write_text(MODEL, encoding="utf-8")
+    classes = ("plot", "fresh", "rotten")
+    with open(folder / "corpus.csv", "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(["id", "text", "label", "stratum"])
+        for i in range(docs):
+            n = 4 + i % 9
+            text = " ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(n)) + f" #{i}"
+            w.writerow([f"d{i:07d}", text, classes[len(text) % 3], "short" if n < 8 else "long"])
+    path = folder / "protocol.toml"
+    path.write_text(PROTOCOL, encoding="utf-8")
+    return path
+
+
+def _children_maxrss() -> int:
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+
+
+def run_child(argv: list[str], cwd: Path) -> tuple[float, int, subprocess.CompletedProcess]:
+    """Wall seconds and peak RSS (bytes) of one child process tree (largest waited-for descendant)."""
+    code = ("import resource, subprocess, sys, json\n"
+            "p = subprocess.run(sys.argv[1:])\n"
+            "r = max(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, 0) * 1024\n"
+            "print('MAXRSS', r, file=sys.stderr)\n"
+            "sys.exit(p.returncode)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(cwd), os.environ.get("PYTHONPATH", "")]))
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", code, *argv], cwd=cwd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    rss = next((int(line.split()[1]) for line in proc.stderr.splitlines() if line.startswith("MAXRSS")), 0)
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return wall, rss, proc
+
+
+def campaign(folder: Path, docs: int) -> dict:
+    protocol = write_inputs(folder, docs)
+    iteralab = [sys.executable, "-m", "iteralab.cli"]
+    subprocess.run([*iteralab, "lock", str(protocol)], check=True, capture_output=True, cwd=folder)
+    started_at = time.time()
+    wall, rss, _ = run_child([*iteralab, "run", str(protocol), "--out", str(folder / "out")], folder)
+    ended_at = started_at + wall
+    out = folder / "out"
+    events = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines() if line.strip()]
+
+    def at(event: dict) -> float:
+        return datetime.fromisoformat(event["at"]).timestamp()
+
+    starts = {e["pass_id"]: at(e) for e in events if e["event"] == "pass_started"}
+    ends = {e["pass_id"]: at(e) for e in events if e["event"] == "pass_finished"}
+    evals = {e["pass_id"]: at(e) for e in events if e["event"] == "pass_evaluated"}
+    finished = [e for e in events if e["event"] == "pass_finished"]
+    evaluated = [e for e in events if e["event"] == "pass_evaluated"]
+    phases = [e["phases"] for e in finished]
+    startup = [e.get("startup") or {} for e in finished]
+    preds = [out / e["prediction_file"] for e in finished if e.get("prediction_file")]
+    verify_code = ("import json, resource, sys, time\n"
+                   "from iteralab.evidence.verify import audit_campaign\n"
+                   "t = time.perf_counter(); r = audit_campaign(sys.argv[1], require_seal=False)\n"
+                   "w = time.perf_counter() - t\n"
+                   "print(json.dumps({'wall': w, 'ok': r.ok, 'differences': r.differences[:3],\n"
+                   "  'rss': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))\n")
+    _, _, proc = run_child([sys.executable, "-c", verify_code, str(out)], folder)
+    verify = json.loads(proc.stdout.strip().splitlines()[-1])
+
+    def total(key: str) -> float:
+        return sum(p.get(key) or 0.0 for p in phases)
+
+    def median(values: list) -> float | None:
+        values = [v for v in values if v is not None]
+        return statistics.median(values) if values else None
+
+    inside = total("load_s") + total("warmup_s") + total("compile_s") + total("pass_s")
+    n_pass = len(finished)
+    # Where the time outside load + warm-up + pass goes, from the journal's timestamps (millisecond resolution):
+    # before the first pass (interpreter, imports, preparing the folder: the corpus copy), each pass's worker
+    # beyond its phases and its evaluation, and after the last pass (the raw table).
+    before = min(starts.values()) - started_at
+    after = ended_at - max(evals.values())
+    recurring = [(ends[p] - starts[p]) - sum((f["phases"].get(k) or 0.0) for k in ("load_s", "warmup_s", "compile_s",
+                 "pass_s")) + (evals[p] - ends[p]) for p, f in ((e["pass_id"], e) for e in finished)]
+    worker_peak = max(((e.get("memory") or {}).get("cpu_peak_rss_bytes") or 0) for e in finished)
+    return {
+        "docs": docs, "passes": n_pass, "statuses": sorted({e.get("status") for e in finished}),
+        "run_wall_s": wall, "sum_pass_s": total("pass_s"), "sum_load_warmup_pass_s": inside,
+        "load_s": median([p.get("load_s") for p in phases]), "warmup_s": median([p.get("warmup_s") for p in phases]),
+        "evaluation_s": median([e.get("evaluation_s") for e in evaluated]),
+        "writing_s": median([p.get("writing_s") for p in phases]),
+        "startup": {k: median([s.get(k) for s in startup]) for k in
+                    ("process_start_s", "imports_s", "environment_s", "runtime_s", "worker_wall_s")},
+        "fixed_per_pass_s": (wall - inside) / n_pass if n_pass else None,
+        "before_first_pass_s": before, "after_last_pass_s": after,
+        "recurring_per_pass_s": statistics.median(recurring) if recurring else None,
+        "first_evaluation_s": evaluated[0].get("evaluation_s") if evaluated else None,
+        "worker_peak_rss_bytes": worker_peak,
+        "wall_ratio": wall / inside if inside else None,
+        "peak_rss_bytes": rss, "prediction_bytes_per_doc": statistics.mean(p.stat().st_size for p in preds) / docs,
+        "verify_s": verify["wall"], "verify_ok": verify["ok"], "verify_differences": verify["differences"],
+        "verify_us_per_prediction": verify["wall"] / (docs * n_pass) * 1e6, "verify_peak_rss_bytes": verify["rss"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--docs", type=int, default=200_000, help="documents in the corpus (default 200000)")
+    parser.add_argument("--baseline-docs", type=int, default=1_000, help="the small run that growth is measured "
+                        "against (default 1000)")
+    parser.add_argument("--keep", type=Path, default=None, help="build the campaigns in this folder and keep them")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="iteralab-scale-") as tmp_name:
+        root = args.keep or Path(tmp_name)
+        base = campaign(root / f"base-{args.baseline_docs}", args.baseline_docs)
+        big = campaign(root / f"docs-{args.docs}", args.docs)
+    big["growth_bytes_per_doc"] = (big["peak_rss_bytes"] - base["peak_rss_bytes"]) / (args.docs - args.baseline_docs)
+    big["baseline_peak_rss_bytes"] = base["peak_rss_bytes"]
+    big["cpu"] = cpu_line()
+    if args.json:
+        print(json.dumps(big, indent=2))
+        return 0
+    mb = 1e6
+    s = big["startup"]
+
+    def f(x: float | None, unit: str = "s", scale: float = 1.0, digits: int = 3) -> str:
+        return "n/a" if x is None else f"{x * scale:.{digits}f} {unit}"
+
+    print(f"bench_scale: {big['docs']:,} documents, {big['passes']} passes (2 variants x 2), callable model; "
+          f"CPU: {big['cpu']}")
+    print(f"  run wall {f(big['run_wall_s'])}; sum of measured passes {f(big['sum_pass_s'])}; "
+          f"sum load+warm-up+pass {f(big['sum_load_warmup_pass_s'])}; statuses {','.join(big['statuses'])}")
+    print(f"  per pass (median): load {f(big['load_s'])}, warm-up {f(big['warmup_s'])}, "
+          f"evaluation {f(big['evaluation_s'])}, writing {f(big['writing_s'])}")
+    print(f"  worker start-up per pass (median): process start {f(s['process_start_s'])}, imports "
+          f"{f(s['imports_s'])}, environment record {f(s['environment_s'])}, runtime {f(s['runtime_s'])}, "
+          f"worker wall {f(s['worker_wall_s'])}")
+    print(f"  fixed cost outside load+warm-up+pass: {f(big['fixed_per_pass_s'])} per pass (target <= 1 s) = "
+          f"once {f(big['before_first_pass_s'])} before the first pass (imports, corpus copy) + "
+          f"{f(big['after_last_pass_s'])} after the last (raw table) + per pass {f(big['recurring_per_pass_s'])} "
+          f"(worker start-up, writing, evaluation; the first evaluation {f(big['first_evaluation_s'])} includes "
+          f"importing scikit-learn)")
+    print(f"  campaign wall / (load+warm-up+pass) = {big['wall_ratio']:.2f}")
+    print(f"  peak RSS of run {big['peak_rss_bytes'] / mb:.0f} MB = {big['peak_rss_bytes'] / big['docs']:.0f} "
+          f"bytes/doc; growth over the {args.baseline_docs:,}-doc run ({big['baseline_peak_rss_bytes'] / mb:.0f} MB) "
+          f"{big['growth_bytes_per_doc']:.0f} bytes/doc (target <= 100); worker peak during a pass "
+          f"{big['worker_peak_rss_bytes'] / mb:.0f} MB")
+    print(f"  prediction file {big['prediction_bytes_per_doc']:.1f} bytes/doc")
+    print(f"  verify {f(big['verify_s'])} = {big['verify_us_per_prediction']:.2f} us/prediction (target <= 5), "
+          f"peak RSS {big['verify_peak_rss_bytes'] / mb:.0f} MB, "
+          f"{'ok' if big['verify_ok'] else 'DIFFERENCES: ' + '; '.join(big['verify_differences'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,258 @@
+"""The prediction file of one pass (R7): its format, its one writer and its one reader.
+
+A prediction file is Parquet with exactly three columns, one row per completed input in pass order:
+
+    id     string                          the corpus id
+    label  string                          the most probable class
+    probs  fixed_size_list<float32>[k]     one probability per class, in the protocol's class order
+
+It is serialised whole from Arrow/NumPy arrays (no Python object per row), written atomically (temporary name,
+fsync, rename) and its sha256 is computed from the same bytes. :func:`read_predictions` returns the file as
+arrays (:class:`PredictionSet`) with its format problems; every check of ``evaluate`` runs on those arrays.
+
+Folders written before this format hold ``predictions/<pass_id>.jsonl`` (one ``{"id", "label", "probs"}``
+record per line). They are still read — parsed into the same arrays, so verified by the same checks — only
+more slowly: the JSONL parser is a compatibility path, never written any more.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from iteralab.common import files
+
+SUFFIX = ".parquet"
+LEGACY_SUFFIX = ".jsonl"
+FORMAT_VERSION = "1"
+ROW_GROUP = 1 << 17
+#: How many format problems are spelled out (all are counted).
+SHOWN_PROBLEMS = 5
+
+
+def file_name(pass_id: str) -> str:
+    return f"{pass_id}{SUFFIX}"
+
+
+def is_prediction_name(name: str) -> bool:
+    return name.endswith(SUFFIX) or name.endswith(LEGACY_SUFFIX)
+
+
+def pass_of(name: str) -> str:
+    """The pass id a prediction file name belongs to (either format)."""
+    return name.removesuffix(SUFFIX).removesuffix(LEGACY_SUFFIX)
+
+
+def schema(n_classes: int) -> pa.Schema:
+    return pa.schema([("id", pa.string()), ("label", pa.string()),
+                      ("probs", pa.list_(pa.float32(), n_classes))],
+                     metadata={"iteralab.predictions": FORMAT_VERSION})
+
+
+def encode(ids: pa.Array, classes: list[str] | tuple[str, ...], probs: np.ndarray) -> bytes:
+    """The Parquet bytes of one output set: ``ids`` (Arrow strings) and ``probs`` (rows × classes)."""
+    k = len(classes)
+    probs = np.ascontiguousarray(probs, dtype=np.float32).reshape(len(ids), k)
+    labels = pc.take(pa.array(list(classes), pa.string()), pa.array(probs.argmax(axis=1) if len(probs) else
+                                                                     np.zeros(0, np.int64)))
+    table = pa.Table.from_arrays(
+        [pa.array(ids, pa.string()), labels, pa.FixedSizeListArray.from_arrays(pa.array(probs.reshape(-1)), k)],
+        schema=schema(k))
+    import pyarrow.parquet as pq
+
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, row_group_size=ROW_GROUP, compression="zstd", use_dictionary=["label"],
+                   write_statistics=False)
+    return sink.getvalue().to_pybytes()
+
+
+def write_predictions(path: Path, ids: pa.Array, classes: list[str] | tuple[str, ...], probs: np.ndarray) -> str:
+    """Write the file atomically; return its sha256 (of the bytes written)."""
+    data = encode(ids, classes, probs)
+    files.write_bytes_atomic(path, data)  # looked up at call time: one atomic writer for every evidence file
+    return hashlib.sha256(data).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class PredictionSet:
+    """A prediction file as arrays. ``ids`` holds every record that has a string id (a record without one is
+    counted in ``records`` only); ``labels`` is the class index of each of those records' label (-1: not a
+    class); ``probs`` their probabilities (a row of NaN where they are not ``k`` numbers)."""
+
+    ids: pa.Array
+    labels: np.ndarray
+    probs: np.ndarray
+    records: int
+    problems: tuple[str, ...]
+    n_problems: int
+
+    def by_id(self) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+        """(distinct ids in order of first appearance, records per id, row of each id's last record — a repeated
+        id's last record is the one that counts)."""
+        encoded = pc.dictionary_encode(self.ids)
+        codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        m = len(encoded.dictionary)
+        last = np.full(m, -1, dtype=np.int64)
+        np.maximum.at(last, codes, np.arange(len(codes), dtype=np.int64))
+        return encoded.dictionary, np.bincount(codes, minlength=m), last
+
+
+def _class_codes(values: pa.Array, classes: tuple[str, ...]) -> np.ndarray:
+    codes = pc.index_in(values, value_set=pa.array(list(classes), pa.string()))
+    return pc.fill_null(codes, -1).to_numpy(zero_copy_only=False).astype(np.int32)
+
+
+def read_predictions(path: Path, classes: tuple[str, ...], sum_tol: float, data: bytes | None = None
+                     ) -> PredictionSet:
+    """Read a prediction file (Parquet, or a legacy JSONL file) with its format problems."""
+    if path.name.endswith(LEGACY_SUFFIX):
+        return _read_jsonl(path, classes, sum_tol, data)
+    return _read_parquet(path, classes, sum_tol, data)
+
+
+def _empty(records: int, problems: list[str]) -> PredictionSet:
+    return PredictionSet(pa.array([], pa.string()), np.zeros(0, np.int32), np.zeros((0, 0), np.float32),
+                         records, tuple(problems[:SHOWN_PROBLEMS]), len(problems))
+
+
+def _read_parquet(path: Path, classes: tuple[str, ...], sum_tol: float, data: bytes | None) -> PredictionSet:
+    import pyarrow.parquet as pq
+
+    k = len(classes)
+    try:
+        table = pq.read_table(pa.BufferReader(data) if data is not None else path)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        return _empty(0, [f"not a readable Parquet file ({str(exc).splitlines()[0][:120]})"])
+    n = table.num_rows
+    if table.column_names != ["id", "label", "probs"]:
+        return _empty(n, [f"columns must be exactly id, label, probs (found {', '.join(table.column_names)})"])
+    ids, label, probs = (table.column(c).combine_chunks() for c in ("id", "label", "probs"))
+    if pa.types.is_dictionary(ids.type):
+        ids = ids.dictionary_decode()
+    if pa.types.is_dictionary(label.type):
+        label = label.dictionary_decode()
+    if not pa.types.is_string(ids.type) or not pa.types.is_string(label.type) or not (
+            pa.types.is_fixed_size_list(probs.type) and probs.type.list_size == k
+            and pa.types.is_floating(probs.type.value_type)):
+        return _empty(n, [f"column types must be id: string, label: string, probs: fixed_size_list<float>[{k}] "
+                          f"(found {ids.type}, {label.type}, {probs.type})"])
+    has_id = pc.is_valid(ids).to_numpy(zero_copy_only=False)
+    matrix = np.full((n, k), np.nan, dtype=np.float32)
+    probs_ok = pc.is_valid(probs).to_numpy(zero_copy_only=False)
+    if n:
+        values = probs.values.slice(probs.offset * k, n * k)  # every slot, null rows included
+        if values.null_count:
+            values = pc.fill_null(values, float("nan"))
+        matrix = values.to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(n, k).copy()
+        matrix[~probs_ok] = np.nan
+    codes = _class_codes(label, classes)
+    checks = _row_checks(
+        id_ok=has_id & (pc.fill_null(pc.utf8_length(ids), 0).to_numpy(zero_copy_only=False) > 0),
+        label_ok=codes >= 0, probs_ok=probs_ok, matrix=matrix, codes=codes, sum_tol=sum_tol)
+    problems = _problems(checks, lambda i, kind: _message(kind, i, label, matrix, k), "row")
+    kept = np.flatnonzero(has_id)
+    return PredictionSet(ids.filter(pa.array(has_id)) if not has_id.all() else ids, codes[kept], matrix[kept],
+                         n, tuple(problems[0]), problems[1])
+
+
+def _row_checks(*, id_ok: np.ndarray, label_ok: np.ndarray, probs_ok: np.ndarray, matrix: np.ndarray,
+                codes: np.ndarray, sum_tol: float) -> list[tuple[str, np.ndarray]]:
+    """(kind, rows failing it) in the order a record is checked; a row counts under its first failure."""
+    with np.errstate(invalid="ignore"):
+        finite = np.isfinite(matrix).all(axis=1) & (matrix >= -1e-6).all(axis=1) & (matrix <= 1 + 1e-6).all(axis=1)
+        sums = matrix.astype(np.float64).sum(axis=1) if matrix.size else np.zeros(len(matrix))
+    argmax = np.where(finite, np.nan_to_num(matrix, nan=-1.0).argmax(axis=1) if matrix.size else 0, -2)
+    order = [("id", ~id_ok), ("label", ~label_ok), ("length", ~probs_ok), ("range", ~finite),
+             ("sum", np.abs(sums - 1.0) > sum_tol), ("argmax", argmax != codes)]
+    failed = np.zeros(len(id_ok), dtype=bool)
+    out = []
+    for kind, bad in order:
+        first = bad & ~failed
+        out.append((kind, first))
+        failed |= bad
+    return out
+
+
+def _problems(checks: list[tuple[str, np.ndarray]], message: Any, unit: str) -> tuple[list[str], int]:
+    rows = [(int(i), kind) for kind, bad in checks for i in np.flatnonzero(bad)[:SHOWN_PROBLEMS]]
+    total = int(sum(int(bad.sum()) for _, bad in checks))
+    return [f"{unit} {i + 1}: {message(i, kind)}" for i, kind in sorted(rows)[:SHOWN_PROBLEMS]], total
+
+
+def _message(kind: str, i: int, label: pa.Array, matrix: np.ndarray, k: int) -> str:
+    if kind == "id":
+        return "id must be a non-empty string"
+    if kind == "label":
+        return f"label {label[i].as_py()!r} is not one of the classes"
+    if kind == "length":
+        return f"probs must be a list of {k} numbers"
+    if kind == "range":
+        return "probs must be finite numbers in [0, 1]"
+    if kind == "sum":
+        return f"probs sum to {float(matrix[i].astype(np.float64).sum()):.6f}, not 1"
+    return "label is not the most probable class"
+
+
+# ------------------------------------------------------------------------------------- legacy: JSONL
+
+
+def _read_jsonl(path: Path, classes: tuple[str, ...], sum_tol: float, data: bytes | None) -> PredictionSet:
+    text = (data if data is not None else path.read_bytes()).decode("utf-8", errors="replace")
+    k = len(classes)
+    ids: list[str] = []
+    labels: list[int] = []
+    rows: list[list[float]] = []
+    problems: list[str] = []
+    unreadable = 0
+    # Universal newlines, as the text-mode reader that wrote these folders' verdicts split them.
+    for number, line in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            problems.append(f"line {number}: not a JSON record")
+            unreadable += 1
+            continue
+        problem = _record_problem(rec, classes, sum_tol)
+        if problem:
+            problems.append(f"line {number}: {problem}")
+        if isinstance(rec, dict) and isinstance(rec.get("id"), str):
+            ids.append(rec["id"])
+            labels.append(classes.index(rec["label"]) if rec.get("label") in classes else -1)
+            p = rec.get("probs")
+            ok = isinstance(p, list) and len(p) == k and all(isinstance(x, (int, float)) for x in p)
+            rows.append([float(x) for x in p] if ok else [math.nan] * k)
+    return PredictionSet(pa.array(ids, pa.string()), np.asarray(labels, dtype=np.int32),
+                         np.asarray(rows, dtype=np.float64).reshape(len(rows), k), len(ids) + unreadable,
+                         tuple(problems[:SHOWN_PROBLEMS]), len(problems))
+
+
+def _record_problem(rec: Any, classes: tuple[str, ...], sum_tol: float) -> str | None:
+    if not isinstance(rec, dict) or set(rec) != {"id", "label", "probs"}:
+        return "record must have exactly the fields id, label, probs"
+    if not isinstance(rec["id"], str) or not rec["id"]:
+        return "id must be a non-empty string"
+    if rec["label"] not in classes:
+        return f"label {rec['label']!r} is not one of the classes"
+    probs = rec["probs"]
+    if not isinstance(probs, list) or len(probs) != len(classes):
+        return f"probs must be a list of {len(classes)} numbers"
+    if not all(isinstance(p, (int, float)) and math.isfinite(p) and -1e-6 <= p <= 1 + 1e-6 for p in probs):
+        return "probs must be finite numbers in [0, 1]"
+    if abs(sum(probs) - 1.0) > sum_tol:
+        return f"probs sum to {sum(probs):.6f}, not 1"
+    if classes[int(np.argmax(probs))] != rec["label"]:
+        return "label is not the most probable class"
+    return None
