@@ -196,3 +196,25 @@ def test_a_variant_stopped_by_the_limit_is_not_run_again_and_says_so(tmp_path, m
     seal(out)
     report = audit_campaign(out)
     assert report.ok, report.differences
+
+
+def _with_job(folder, documents):
+    """The same hand-built campaign, its protocol declaring a production job."""
+    path = folder / "inputs" / "protocol.toml"
+    text = path.read_text(encoding="utf-8")
+    head, sep, rest = text.partition("[corpus]")
+    path.write_text(head + f"[job]\ndocuments = {documents}\n\n" + sep + rest, encoding="utf-8")
+    return folder
+
+
+def test_the_production_job_enters_the_window_the_deadline_and_the_package(tmp_path):
+    # 6 documents in ~10 s (b1) vs ~3.8 s (b8): 50,000 documents = ~23 h for b1 and ~9 h for b8 after the
+    # planned tasks; the hand-built calendar leaves 3 h before the deadline, so every configuration misses it
+    folder = _with_job(build_campaign(tmp_path / "camp"), 50_000)
+    decision = decide([folder])
+    b1 = next(c for c in decision.configs if c.variant == "b1")
+    assert b1.window.window is not None and "production job of b1" in " ".join(t.name for t in b1.window.window.tasks)
+    assert any(e.startswith("misses the deadline") for e in b1.exclusions)
+    assert decision.one_line.startswith("no choice possible")
+    small = decide([_with_job(build_campaign(tmp_path / "small"), 6)])  # a job of one corpus fits
+    assert small.machines[0].chosen is not None

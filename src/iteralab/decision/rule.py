@@ -28,7 +28,7 @@ from iteralab.evidence.stats import (MISSING_SUBGROUP, Q2_MARK, CampaignStats, E
 from iteralab.decision.job import JobPlan, plan_job
 from iteralab.evidence.feasibility import feasibility
 from iteralab.decision.costing import CPU_ONLY, Pricing, _catalog, match_gpu, price_config
-from iteralab.decision.windows import WindowInfo, observed_span, planned_window, projected_window
+from iteralab.decision.windows import WindowInfo, job_window, observed_span, planned_window, projected_window
 
 
 SCHEMA_VERSION = 1
@@ -224,6 +224,11 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
                      for r in ev.rows if r.variant == times.variant and r.pass_id not in ev.exclusions]
             accepted = count_accepted_results(pairs)
             window = projected_window(ev, planned, times) if project else planned
+            job = ev.protocol.job
+            plan = plan_job(times.variant, job.documents, ev.corpus_size, times.times, _startup(times), None, cat) \
+                if job is not None else None
+            if plan is not None:  # the rental must cover the production job too, and the deadline allow it
+                window = job_window(window, times.variant, plan.hours_slowest)
             failures = _failures(ev, times)
             if not times.passes and ev.not_attempted:
                 failures = ()  # never attempted: not a failure of the configuration
@@ -280,6 +285,11 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
                     cat_source, rental_id, project, lots, tuple(notes), machines, rental_line, jobs)
 
 
+def _startup(times: VariantTimes) -> float:
+    """Median start-up phases of a variant's passes (load, compilation, warm-up), 0 where not measured."""
+    return sum(times.phase_median(ph) or 0.0 for ph in ("load_s", "compile_s", "warmup_s"))
+
+
 def _plan_jobs(configs: list[Config], ev: Evidence, catalog: Catalog) -> tuple[JobPlan, ...]:
     job = ev.protocol.job
     if job is None:
@@ -288,8 +298,8 @@ def _plan_jobs(configs: list[Config], ev: Evidence, catalog: Catalog) -> tuple[J
     for c in configs:
         if c.exclusions:
             continue
-        startup = sum(c.times.phase_median(ph) or 0.0 for ph in ("load_s", "compile_s", "warmup_s"))
-        plan = plan_job(c.key, job.documents, ev.corpus_size, c.times.times, startup, c.pricing.gpu, catalog)
+        plan = plan_job(c.key, job.documents, ev.corpus_size, c.times.times, _startup(c.times), c.pricing.gpu,
+                        catalog)
         if plan is not None:
             plans.append(plan)
     return tuple(plans)
