@@ -364,6 +364,11 @@ def worker_main(argv: list[str]) -> int:
     except Exception as exc:  # unexpected: still leave a failure record behind
         result = {"pass_id": spec.get("pass_id"), "status": "failed", "error": _error_text(exc),
                   "error_kind": "internal", "notes": [traceback.format_exc(limit=3).replace("\n", " | ")]}
+    if isinstance(environment.get("determinism"), dict) and "torch" in sys.modules:
+        # read after the pass applied the protocol's determinism options, not before (as configured, not default)
+        from iteralab.campaign.manifest import _determinism
+
+        environment["determinism"] = _determinism()
     result["environment"] = environment
     result.setdefault("startup", startup)
     write_json_atomic(result_path, result)
