@@ -459,15 +459,23 @@ def reset_peak(device: Any) -> str:
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         return f"torch.cuda max_memory_allocated / max_memory_reserved since reset, {device}"
-    before = _status_kib("VmHWM", "VmRSS")
+    return reset_cpu_peak()
+
+
+def reset_cpu_peak(read_status: Any = None, clear_refs: Path | None = None) -> str:
+    """Reset the process high-water mark (VmHWM, by writing ``5`` to ``/proc/self/clear_refs``) and return the
+    honest scope of the next reads. The library's CPU peak counter is this same function."""
+    read = read_status or _status_kib
+    before = read("VmHWM", "VmRSS") or {}
     if "VmHWM" not in before:
         return "process peak RSS: not available (no VmHWM in /proc/self/status)"
     try:
-        with open(_CLEAR_REFS, "w", encoding="ascii") as fh:
+        with open(clear_refs or _CLEAR_REFS, "w", encoding="ascii") as fh:
             fh.write("5")
     except OSError as exc:
         return f"process peak RSS (VmHWM) since process start (reset not permitted: {exc.strerror or exc})"
-    after = _status_kib("VmHWM")
+    after = read("VmHWM", "VmRSS") or {}
+    # A kernel that accepted the write but ignored it keeps an old peak that is above the current RSS.
     if before["VmHWM"] > before.get("VmRSS", 0) and after.get("VmHWM") == before["VmHWM"]:
         return "process peak RSS (VmHWM) since process start (reset not honoured by this kernel)"
     return "process peak RSS (VmHWM) since reset"

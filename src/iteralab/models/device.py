@@ -207,20 +207,10 @@ def _proc_status_kib(*fields: str) -> dict[str, int] | None:
 
 
 def _reset_cpu_peak() -> str:
-    """Reset VmHWM by writing ``5`` to ``/proc/self/clear_refs``; return the honest scope of later reads."""
-    before = _proc_status_kib("VmHWM", "VmRSS")
-    if before is None or "VmHWM" not in before:
-        return "process peak RSS: not available on this platform (no VmHWM in /proc/self/status)"
-    try:
-        with open(_PROC_CLEAR_REFS, "w", encoding="ascii") as fh:
-            fh.write("5")
-    except OSError as exc:
-        return f"process peak RSS (VmHWM) since process start (reset not permitted: {exc.strerror or exc})"
-    after = _proc_status_kib("VmHWM", "VmRSS") or {}
-    # A kernel that accepted the write but ignored it keeps an old peak that is above the current RSS.
-    if before["VmHWM"] > before.get("VmRSS", 0) and after.get("VmHWM") == before["VmHWM"]:
-        return "process peak RSS (VmHWM) since process start (reset not honoured by this kernel)"
-    return CPU_SCOPE_RESET
+    """Reset VmHWM; return the honest scope of later reads (the kit's counter: one implementation)."""
+    from iteralab.kit.memoire import reset_cpu_peak
+
+    return reset_cpu_peak(lambda *fields: _proc_status_kib(*fields), _PROC_CLEAR_REFS)
 
 
 def reset_peaks(device: torch.device) -> str:
