@@ -67,12 +67,19 @@ class _CampaignProgress:
 
 
 @app.command("lock")
-def lock_cmd(protocol: Path = typer.Argument(..., help="Protocol TOML file to lock.")) -> None:
-    """Lock a protocol: record its content hash and a UTC timestamp before any timed pass (P2)."""
-    from iteralab.plan.protocol import lock, lock_path
+def lock_cmd(
+    protocol: Path = typer.Argument(..., help="Protocol TOML file to lock."),
+    allow_large: bool = typer.Option(False, "--allow-large", help="Accept a schedule of more than 10,000 passes."),
+) -> None:
+    """Check every input, then lock: the protocol's hash, the inputs' fingerprints and a UTC timestamp (P2)."""
+    from iteralab.campaign.inputs import lock
+    from iteralab.plan.protocol import lock_path
 
-    entry = lock(protocol)
+    entry = lock(protocol, allow_large=allow_large)
     typer.echo(f"locked {protocol} version {entry['version']}: sha256 {entry['sha256']} at {entry['locked_at']}")
+    typer.echo(f"schedule: {entry['schedule']}")
+    typer.echo("inputs fingerprinted: corpus, " + ("tuning split, " if entry["inputs"].get("tuning") else "")
+               + "model files, catalog")
     typer.echo(f"lock file: {lock_path(protocol)}")
 
 

@@ -243,7 +243,7 @@ def _cross_validated_macro_f1(embeddings: Any, labels: list[str], seed: int) -> 
 def run_demo(out: str | os.PathLike[str], *, docs: int = DEFAULT_DOCS, passes: int = DEFAULT_PASSES,
              tuning_size: int | None = None, seed: int = 0, emit: Emit | None = None,
              progress: Any = None) -> dict[str, Any]:
-    from iteralab.plan.protocol import lock
+    from iteralab.campaign.inputs import lock
     from iteralab.evidence.run import run_campaign
 
     emit = emit or (lambda message: None)

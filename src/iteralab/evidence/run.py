@@ -11,9 +11,10 @@ from iteralab.evidence.table import write_raw_table
 
 
 def run_campaign(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], *,
-                 progress: ProgressFn | None = None, isolation: str | None = None) -> dict[str, Any]:
+                 progress: ProgressFn | None = None, isolation: str | None = None,
+                 rerun: bool = False) -> dict[str, Any]:
     """Run (or resume) every scheduled pass, then regenerate the raw table. Returns a short summary."""
-    summary = run_passes(protocol_path, out, progress=progress, isolation=isolation)
+    summary = run_passes(protocol_path, out, progress=progress, isolation=isolation, rerun=rerun)
     table = write_raw_table(summary["out"])
     if progress is not None:
         progress("end", {"table": str(table)})
