@@ -180,3 +180,20 @@ def test_lock_prints_schedule_and_refuses_a_huge_one(tmp_path, capsys):
     assert not lock_path(protocol).exists()
     assert main(["lock", str(protocol), "--allow-large"]) == 0
     assert "schedule: 2 variants × 1000000 passes = 2,000,000 measured passes, rotated" in capsys.readouterr().out
+
+
+def test_stratum_subgroup_needs_declared_strata_and_a_tokenizer(tmp_path):
+    protocol = callable_campaign(tmp_path, passes=1, locked=False,
+                                 subgroups='[[subgroups]]\nname = "length"\nby = "stratum"\ngating = true\n')
+    text = protocol.read_text()
+    protocol.write_text(text.replace("strata = { short = [0, 8], long = [9] }\n", ""))
+    with pytest.raises(ProtocolError) as err:
+        lock(protocol)
+    assert str(err.value) == (f"{protocol}: corpus.strata: a subgroup by 'stratum' needs the strata declared (e.g. "
+                              "strata = { short = [0, 30], long = [31] }, token bounds, inclusive)")
+    protocol.write_text(text.replace('\npath = "tokenizer"', ""))
+    with pytest.raises(ProtocolError) as err:
+        lock(protocol)
+    assert str(err.value) == (f"{protocol}: model.path: length strata are counted with the model's tokenizer; this "
+                              "callable names none")
+    assert not lock_path(protocol).exists()

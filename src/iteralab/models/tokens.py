@@ -105,3 +105,39 @@ def check_row_strata(protocol: Protocol, protocol_path: Path, corpus: Corpus) ->
                 f"the model's tokenizer counts {n} tokens ({should!r})",
                 hint="recompute the strata with: iteralab prepare")
 
+
+def model_kind(folder: Path) -> str:
+    """``hf_classifier`` when the folder's config names a sequence-classification architecture, else an
+    encoder that needs a trained head (``encoder_head``)."""
+    import json
+
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "encoder_head"
+    architectures = config.get("architectures") or []
+    return "hf_classifier" if any(str(a).endswith("ForSequenceClassification") for a in architectures) \
+        else "encoder_head"
+
+
+def resolve_model(ref: str) -> tuple[Path, str]:
+    """A model named on the command line: a folder (its absolute path goes into the draft) or
+    ``package:NAME/sub`` (kept as written, so the protocol stays portable)."""
+    from iteralab.plan.protocol import PACKAGE_PREFIX
+
+    folder = resolve(Path.cwd() / "command-line", ref)
+    if folder is None or not folder.is_dir():
+        raise WorkloadError(f"--model: {ref} is not a model folder",
+                            hint="give a local Hugging Face folder or package:NAME/sub/folder")
+    return folder, ref if ref.startswith(PACKAGE_PREFIX) else str(folder.resolve())
+
+
+def prepare_for_model(source: str | Path, out: str | Path, *, model: str, **options: Any) -> dict[str, Any]:
+    """``iteralab prepare``: token counts by ``model``'s own tokenizer, then :func:`plan.prepare.prepare_corpus`."""
+    from iteralab.plan.prepare import prepare_corpus
+
+    folder, ref = resolve_model(model)
+    tokenizer = load_tokenizer(folder)
+    info = {"model": ref, "class": type(tokenizer).__name__, "files": tokenizer_hashes(folder)}
+    return prepare_corpus(source, out, token_length=token_counter(tokenizer), tokenizer=info, model_ref=ref,
+                          model_kind=model_kind(folder), **options)
