@@ -138,6 +138,8 @@ def check_inputs(protocol_path: str | os.PathLike[str], entry: dict[str, Any], *
     A ``rerun`` repeats the question on this machine's model and catalog (that is its purpose, D3): only the
     corpus and the tuning split must be the locked ones."""
     path = Path(protocol_path)
+    if rerun and "inputs" not in entry:
+        return  # a campaign locked before inputs were fingerprinted: the rerun checks its corpus fingerprint
     _require_fingerprints(path, entry)
     now = fingerprint_inputs(path)
     if rerun:
