@@ -63,9 +63,10 @@ threshold = 0.5
 tolerance = 0.05
 reference_variant = "b4"
 
+# (a length subgroup needs strata counted by a model's tokenizer; this callable has none: classes instead)
 [[subgroups]]
-name = "length"
-by = "stratum"
+name = "class"
+by = "label"
 
 [warmup]
 inputs = 2
@@ -95,7 +96,7 @@ def build_campaign(root: Path) -> Path:
     """A small campaign (2 variants x 1 pass, 9 texts, a callable model), run and sealed under ``root``."""
     import csv
 
-    from iteralab.plan.protocol import lock
+    from iteralab.campaign.inputs import lock
     from iteralab.evidence.run import run_campaign
 
     root.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ def protocol_toml(*, corpus: str = "corpus.csv", model: str | None = None, varia
                   extra: str = "", passes: int = 2, threshold: float = 0.0, tolerance: float = 0.05,
                   reference: str = "b4", isolation: str = "inprocess", subgroups: str = "",
                   reproduction: str = 'target = "acceptable"', warmup: str = "inputs = 2\npasses = 1",
-                  head: str | None = None, version: int = 1) -> str:
+                  head: str | None = None, version: int = 1, corpus_extra: str = "") -> str:
     model = model or 'kind = "hf_classifier"\npath = "model"'
     return f"""schema_version = 1
 name = "test-protocol"
@@ -35,7 +35,7 @@ scenario = "offline"
 [corpus]
 path = "{corpus}"
 classes = ["plot", "fresh", "rotten"]
-
+{corpus_extra}
 [model]
 {model}
 max_length = 32

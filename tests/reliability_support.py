@@ -255,7 +255,7 @@ def make_campaign(folder: Path, *, isolation: str = "inprocess", passes: int = 2
 
     ``deterministic`` is off by default only because ``torch.use_deterministic_algorithms`` imports
     ``torch._inductor`` (seconds per fresh worker process); it plays no part in what is checked here."""
-    from iteralab.plan.protocol import lock
+    from iteralab.campaign.inputs import lock
     from protocol_factory import write_protocol
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -793,7 +793,7 @@ class BadInput:
 def bad_inputs(root: Path, good_protocol: Path, done: Path) -> list[BadInput]:
     """Every bad input of the brief, as CLI argument lists. ``done`` is a finished campaign folder that must
     stay byte-identical whatever happens; ``good_protocol`` is the protocol that produced it."""
-    from iteralab.plan.protocol import lock
+    from iteralab.campaign.inputs import lock
     from protocol_factory import protocol_toml
 
     cases: list[BadInput] = []
@@ -805,8 +805,8 @@ def bad_inputs(root: Path, good_protocol: Path, done: Path) -> list[BadInput]:
         (folder / f"corpus{suffix}").write_bytes(body)
         p = folder / "protocol.toml"
         p.write_text(protocol_toml(corpus=f"corpus{suffix}", model=model, passes=1), encoding="utf-8")
-        lock(p)
-        cases.append(BadInput(name, ["run", p, "--out", folder / "out", "--json"], expect))
+        # lock reads the corpus before recording anything: the mistake is refused there (issue 14, item 2)
+        cases.append(BadInput(name, ["lock", p], expect))
 
     header = b"id,text,label\n"
     corpus_case("corpus-duplicate-ids", header + b"a,good fun,fresh\nb,a story,plot\na,boring,rotten\n",
@@ -869,6 +869,7 @@ def bad_inputs(root: Path, good_protocol: Path, done: Path) -> list[BadInput]:
     cr_protocol = make_campaign(cr_dir, passes=1)
     with open(cr_dir / "corpus.csv", "a", encoding="utf-8", newline="") as fh:
         fh.write('cr-1,"good\rfun",fresh,short\n')  # a valid, quoted text holding a carriage return
+    (cr_dir / "protocol.toml.lock.json").unlink()  # the corpus is part of the lock: lock it as it now is
     lock(cr_protocol)
     cases.append(BadInput("corpus-carriage-return", ["run", cr_protocol, "--out", cr_dir / "out", "--json"], None,
                           accept=True))

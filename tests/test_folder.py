@@ -16,7 +16,7 @@ from iteralab.evidence.bundle import seal
 from iteralab.evidence.run import run_campaign
 from iteralab.evidence.verify import audit_campaign
 from iteralab.kit.calcul_forfaits import DEFAULT_CATALOG
-from iteralab.plan.protocol import lock
+from iteralab.campaign.inputs import lock
 
 FIVE_VARIANTS = "\n".join(f"[[variants]]\nname = \"b{b}\"\nbatch_size = {b}\n" for b in (1, 2, 4, 8, 16)) + """
 [[series]]
@@ -105,10 +105,13 @@ def test_catalog_override_is_written_in_the_note(tmp_path):
 
 def test_unreadable_catalog_refused_before_any_pass(tmp_path):
     (tmp_path / "bad.csv").write_text("not,a,catalog\n", encoding="utf-8")
-    protocol = callable_campaign(tmp_path, passes=1, extra='[catalog]\npath = "bad.csv"\n')
-    with pytest.raises(IteraError) as err:
+    protocol = callable_campaign(tmp_path, passes=1, locked=False, extra='[catalog]\npath = "bad.csv"\n')
+    with pytest.raises(IteraError) as err:  # lock checks the catalog before recording anything
+        lock(protocol)
+    assert "bad.csv" in str(err.value) and str(err.value).startswith(f"{protocol}: catalog.path: ")
+    assert not (tmp_path / "protocol.toml.lock.json").exists()
+    with pytest.raises(IteraError):
         run_campaign(protocol, tmp_path / "out")
-    assert "bad.csv" in str(err.value)
     assert not (tmp_path / "out" / "journal.jsonl").exists()
 
 

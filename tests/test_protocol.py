@@ -108,9 +108,12 @@ def test_changed_after_lock_refused_and_amendment_is_new_version(tmp_path):
 
 
 def test_cli_lock_and_errors(tmp_path, capsys):
-    path = write_protocol(tmp_path)
+    from campaign_factory import callable_campaign
+
+    path = callable_campaign(tmp_path, locked=False)
     assert main(["lock", str(path)]) == 0
-    assert "locked" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "locked" in out and "schedule: 2 variants × 2 passes = 4 measured passes, rotated" in out
     assert main(["lock", str(tmp_path / "missing.toml")]) == 2
     assert capsys.readouterr().err.splitlines()[0] == f"Error: {tmp_path / 'missing.toml'}: protocol file not found"
     bad = tmp_path / "bad.toml"

@@ -224,8 +224,11 @@ def test_bad_input_is_one_line_error_and_changes_nothing(bad_world, name):
 def test_refused_corpus_leaves_no_campaign_behind(bad_world):
     cases, _ = bad_world
     case = cases["corpus-duplicate-ids"]
-    out = Path(case.argv[case.argv.index("--out") + 1])
-    rs.cli(case.argv)
+    protocol = Path(case.argv[1])
+    rs.cli(case.argv)  # refused at lock: no lock recorded, so no run can start on it
+    assert not protocol.with_name("protocol.toml.lock.json").exists()
+    rs.cli(["run", protocol, "--out", protocol.parent / "out", "--json"])
+    out = protocol.parent / "out"
     assert not (out / "campaign.json").exists() and not (out / "journal.jsonl").exists()
 
 

@@ -13,9 +13,11 @@ import pytest
 
 import fake_models
 from campaign_factory import callable_campaign, write_corpus_csv
-from iteralab.errors import ProtocolError
+from iteralab.errors import CorpusError, ProtocolError
+
+STRATUM_SUBGROUP = '[[subgroups]]\nname = "length"\nby = "stratum"\ngating = true\n'
 from iteralab.campaign.journal import read_journal
-from iteralab.plan.protocol import lock
+from iteralab.campaign.inputs import lock
 from iteralab.evidence.run import run_campaign
 from iteralab.evidence.table import COLUMNS, read_raw_table, write_raw_table
 from iteralab.campaign.evaluate import evaluate_file, load_expected, campaign_protocol
@@ -270,19 +272,38 @@ def test_stratum_subgroup_is_evaluated_and_gates(tmp_path):
     assert row["subgroups_ok"] == "true"
 
 
-def test_gating_subgroup_without_values_is_not_accepted(tmp_path):
-    write_corpus_csv(tmp_path)
+def test_empty_or_undeclared_stratum_cells_are_refused_at_lock(tmp_path):
+    protocol = callable_campaign(tmp_path, passes=1, locked=False, subgroups=STRATUM_SUBGROUP)
     csv_path = tmp_path / "corpus.csv"
-    csv_path.write_text("\n".join(line.rsplit(",", 1)[0] + "," if i else line
-                                  for i, line in enumerate(csv_path.read_text().splitlines())) + "\n")
-    protocol = write_protocol(tmp_path, model='kind = "callable"\ncallable = "fake_models:keyword_classifier"',
-                              passes=1, subgroups='[[subgroups]]\nname = "length"\nby = "stratum"\ngating = true\n')
-    lock(protocol)
-    out = tmp_path / "out"
-    run_campaign(protocol, out)
-    row = read_raw_table(out / "raw_table.csv")[0]
-    assert row["subgroups_ok"] == "false" and row["corpus_accepted"] == "false"
-    assert "gating subgroup 'length' has no groups" in row["notes"]
+    original = csv_path.read_text()
+    lines = original.splitlines()
+    lines[3] = lines[3].rsplit(",", 1)[0] + ","
+    csv_path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(CorpusError) as err:
+        lock(protocol)
+    assert str(err.value) == f"{csv_path} line 4, id 'd02': empty stratum cell (declared: short 0-8, long 9+)"
+    lines[3] = lines[3] + "medium"
+    csv_path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(CorpusError) as err:
+        lock(protocol)
+    assert str(err.value) == (f"{csv_path} line 4, id 'd02': stratum 'medium' is not declared in corpus.strata "
+                              "(short 0-8, long 9+)")
+    assert not (tmp_path / "protocol.toml.lock.json").exists()
+
+
+def test_stratum_disagreeing_with_the_tokenizer_is_refused_by_run(tmp_path):
+    protocol = callable_campaign(tmp_path, passes=1, subgroups=STRATUM_SUBGROUP)
+    csv_path = tmp_path / "corpus.csv"
+    text = csv_path.read_text()
+    assert '"d01",' not in text and "d01,good fun,fresh,short" in text
+    lock_file = tmp_path / "protocol.toml.lock.json"
+    before = lock_file.read_bytes()
+    csv_path.write_text(text.replace("d01,good fun,fresh,short", "d01,good fun,fresh,long"))
+    with pytest.raises(CorpusError) as err:
+        run_campaign(protocol, tmp_path / "out")
+    assert str(err.value) == (f"{csv_path} line 3, id 'd01': stratum 'long' (9+ tokens) but the model's tokenizer "
+                              "counts 4 tokens ('short')")
+    assert lock_file.read_bytes() == before and not (tmp_path / "out" / "journal.jsonl").exists()
 
 
 def test_missing_prediction_file_is_named_not_crashing(tmp_path):

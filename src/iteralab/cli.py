@@ -67,13 +67,53 @@ class _CampaignProgress:
 
 
 @app.command("lock")
-def lock_cmd(protocol: Path = typer.Argument(..., help="Protocol TOML file to lock.")) -> None:
-    """Lock a protocol: record its content hash and a UTC timestamp before any timed pass (P2)."""
-    from iteralab.plan.protocol import lock, lock_path
+def lock_cmd(
+    protocol: Path = typer.Argument(..., help="Protocol TOML file to lock."),
+    allow_large: bool = typer.Option(False, "--allow-large", help="Accept a schedule of more than 10,000 passes."),
+) -> None:
+    """Check every input, then lock: the protocol's hash, the inputs' fingerprints and a UTC timestamp (P2)."""
+    from iteralab.campaign.inputs import lock
+    from iteralab.plan.protocol import lock_path
 
-    entry = lock(protocol)
+    entry = lock(protocol, allow_large=allow_large)
     typer.echo(f"locked {protocol} version {entry['version']}: sha256 {entry['sha256']} at {entry['locked_at']}")
+    typer.echo(f"schedule: {entry['schedule']}")
+    typer.echo("inputs fingerprinted: corpus, " + ("tuning split, " if entry["inputs"].get("tuning") else "")
+               + "model files, catalog")
     typer.echo(f"lock file: {lock_path(protocol)}")
+
+
+@app.command("prepare")
+def prepare_cmd(
+    source: Path = typer.Argument(..., help="Your corpus: CSV, JSONL or Parquet with text and label columns."),
+    model: str = typer.Option(..., "--model", help="Model folder (or package:NAME/sub) whose tokenizer counts tokens."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for final.csv, tuning.csv, prepare.json, protocol.toml."),
+    id_column: str = typer.Option("id", "--id-column", help="Id column (absent: ids derived from the texts)."),
+    text_column: str = typer.Option("text", "--text-column", help="Text column."),
+    label_column: str = typer.Option("label", "--label-column", help="Reference label column."),
+    strata: str = typer.Option("short=0-30,medium=31-50,long=51-", "--strata",
+                               help="Token-length strata, inclusive bounds, the last open-ended."),
+    sample: str = typer.Option("short=600,medium=300,long=100", "--sample", help="Final texts per stratum."),
+    tuning: int = typer.Option(None, "--tuning", min=0,
+                               help="Size of the disjoint tuning split (default: what remains, capped at the sample size)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the draw (same source + seed: identical files)."),
+    max_length: int = typer.Option(None, "--max-length", min=2, help="Max length the model will use (recorded)."),
+) -> None:
+    """Build the stratified final corpus and a disjoint tuning split with the model's tokenizer (C2, P4)."""
+    from iteralab.models.tokens import prepare_for_model
+    from iteralab.plan.prepare import parse_sample, parse_strata
+
+    bounds = parse_strata(strata)
+    record = prepare_for_model(source, out, model=model, id_column=id_column, text_column=text_column,
+                               label_column=label_column, strata=bounds, sample=parse_sample(sample, bounds),
+                               tuning=tuning, seed=seed, max_length=max_length)
+    for name, mix in record["counts"]["final"].items():
+        typer.echo(f"final {name}: {sum(mix.values())} texts ({', '.join(f'{c} {n}' for c, n in mix.items())})")
+    typer.echo(f"tuning: {record['tuning_size']} texts, disjoint from final by id and text")
+    if record["left_out"]:
+        typer.echo(f"left out: {len(record['left_out'])} repeated texts (see prepare.json)")
+    typer.echo(f"written: {out / 'final.csv'}, {out / 'tuning.csv'}, {out / 'prepare.json'}, {out / 'protocol.toml'}")
+    typer.echo(f"next: make each CHOOSE in {out / 'protocol.toml'}, then iteralab lock {out / 'protocol.toml'}")
 
 
 @app.command("run")
@@ -383,6 +423,30 @@ def rerun_cmd(
     for line in summary_lines(comparison):
         typer.echo(line)
     typer.echo(f"comparison: {result['comparison_files'][0]}")
+
+
+head_app = typer.Typer(help="A linear head for an encoder, trained on the tuning split only (P4).",
+                       no_args_is_help=True)
+app.add_typer(head_app, name="head")
+
+
+@head_app.command("train")
+def head_train_cmd(
+    model: str = typer.Option(..., "--model", help="Encoder folder (or package:NAME/sub)."),
+    tuning: Path = typer.Option(..., "--tuning", help="Tuning split (e.g. DIR/tuning.csv written by prepare)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Head file to write (.safetensors)."),
+    final: Path = typer.Option(None, "--final", help="Final corpus it must not overlap (default: final.csv beside it)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the cross-validation folds and the fit."),
+    max_length: int = typer.Option(256, "--max-length", min=2, help="Max length of the embeddings' tokenization."),
+) -> None:
+    """Embed the tuning split, fit a linear head, report its k-fold cross-validated macro-F1 and a threshold."""
+    from iteralab.models.head import train_head
+    from iteralab.models.tokens import resolve_model
+
+    folder, _ = resolve_model(model)
+    result = train_head(folder, tuning, out, final=final, seed=seed, max_length=max_length)
+    typer.echo(f"head: {result['head']} (classes {', '.join(result['classes'])}; {result['tuning_size']} tuning texts)")
+    typer.echo(f"suggested threshold {result['suggested_threshold']:.2f}: {result['how']}")
 
 
 kit_app = typer.Typer(help="The downloadable kit folder (K7).", no_args_is_help=True)

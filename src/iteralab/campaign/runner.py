@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from iteralab.plan.corpus import check_disjoint, load_corpus, write_corpus
+from iteralab.plan.corpus import write_corpus
+from iteralab.campaign.inputs import check_inputs, load_inputs
 from iteralab.errors import ProtocolError, RunError
 from iteralab.common.files import sha256_file, write_bytes_atomic, write_json_atomic
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
@@ -84,18 +85,12 @@ def _ensure_folder(out: Path) -> None:
 def _write_corpus_copy(protocol: Protocol, protocol_path: Path, target: Path
                        ) -> tuple[Any, dict[str, str], dict[str, Any] | None]:
     spec = protocol.corpus
-    columns = dict(id_column=spec.id_column, text_column=spec.text_column, label_column=spec.label_column,
-                   classes=list(spec.classes))
-    needs_strata = any(sg.by == "stratum" for sg in protocol.subgroups)
-    corpus = load_corpus(resolve(protocol_path, spec.path), **columns,
-                         extra_columns=[spec.stratum_column] if spec.stratum_column and needs_strata else [])
+    corpus, tuning = load_inputs(protocol, protocol_path)
     strata: dict[str, str] = {}
     tuning_info = None
-    if needs_strata:
+    if any(sg.by == "stratum" for sg in protocol.subgroups) and spec.stratum_column:
         strata = {i: s or "" for i, s in zip(corpus.ids, corpus.columns[spec.stratum_column])}
-    if spec.tuning_path:
-        tuning = load_corpus(resolve(protocol_path, spec.tuning_path), **columns)
-        check_disjoint(tuning, corpus)
+    if tuning is not None:
         copy = target.with_name("tuning.csv")
         write_corpus(tuning, copy)
         tuning_info = {"file": "inputs/tuning.csv", "id_origin": tuning.id_origin, "size": len(tuning),
@@ -120,11 +115,14 @@ def _copy_catalog(protocol: Protocol, protocol_path: Path, target: Path) -> dict
             "version": catalog.version, "sha256": sha256_file(target)}
 
 
-def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str]) -> dict[str, Any]:
-    """Check the lock and the series, copy the inputs, and write campaign.json + manifest.json (once)."""
+def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], *,
+            rerun: bool = False) -> dict[str, Any]:
+    """Check the lock, the series and every input against its lock fingerprint (a ``rerun`` may use another
+    model and catalog), copy the inputs, and write campaign.json + manifest.json (once)."""
     protocol_path = Path(protocol_path)
     protocol, lock_entry = check_locked(protocol_path)
     check_series(protocol, str(protocol_path))
+    check_inputs(protocol_path, lock_entry, rerun=rerun)
     out = Path(out)
     existing = out / "campaign.json"
     if existing.exists():
@@ -232,7 +230,7 @@ def _manifest_fields(result: dict[str, Any]) -> dict[str, Any]:
 
 def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], *,
                progress: ProgressFn | None = None, isolation: str | None = None, shared: Any = None,
-               keep_unrunnable: bool = False) -> dict[str, Any]:
+               keep_unrunnable: bool = False, rerun: bool = False) -> dict[str, Any]:
     """Run (or resume) every scheduled pass, journaled and evaluated one by one. Returns a short summary.
     ``shared`` (``evaluate.CampaignReads``) lets the caller reuse what the evaluations read (the raw table).
 
@@ -248,11 +246,17 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
         raise RunError(f"{protocol_path}: {flight.summary()}",
                        hint="remove them in a new protocol version, run on a machine that can, or run anyway with "
                             "--keep-unrunnable (they are recorded as failed rows)")
-    campaign = prepare(protocol_path, out)
+    campaign = prepare(protocol_path, out, rerun=rerun)
     out = Path(out)
     journal = Journal(out / JOURNAL_NAME)
     state = read_journal(journal.path)
     reads = shared or CampaignReads(out)
+    slots = [Slot(**s) for s in campaign["schedule"]["slots"]]
+    done = state.done_slots()
+    todo = [s for s in slots if (s.round, s.position) not in done]
+    reference_manifest = _load_manifest(out)
+    if reference_manifest is not None and todo:
+        _check_resume_environment(out, reference_manifest)  # before anything is appended to the journal
     if state.campaign is None:
         journal.append("campaign_started", protocol_sha256=campaign["protocol"]["sha256"],
                        corpus_fingerprint=campaign["corpus"]["fingerprint"])
@@ -265,16 +269,12 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
                 verdict = evaluate_pass(out, pid, reads)
                 journal.append("pass_evaluated", pass_id=pid, evaluation_s=time.perf_counter() - t0,
                                intrinsic=verdict, after_resume=True)
-    slots = [Slot(**s) for s in campaign["schedule"]["slots"]]
-    done = state.done_slots()
-    todo = [s for s in slots if (s.round, s.position) not in done]
     attempts: dict[tuple[int, int], int] = {}
     for pid in state.order:
         key = (state.started[pid]["round"], state.started[pid]["position"])
         attempts[key] = attempts.get(key, 0) + 1
     mode = isolation or protocol.run.isolation
     runner = _run_in_worker if mode == "process" else _run_in_process
-    reference_manifest = _load_manifest(out)
     emit = progress or (lambda kind, info: None)
     emit("start", {"total": len(slots), "todo": len(todo), "done": len(slots) - len(todo)})
     # A variant stopped by the pass time limit is not run again: its remaining slots become failed rows
@@ -323,6 +323,31 @@ def _not_run(pass_id: str, why: str) -> dict[str, Any]:
     return {"pass_id": pass_id, "phases": phases, "notes": [why], "status": "failed", "completed": 0,
             "expected": None, "error": why, "error_kind": "not_run", "retries": 0, "prediction_file": None,
             "prediction_sha256": None, "memory": None, "workload": None}
+
+
+#: The environment facts that make a pass another configuration (C3/C5): a resume refuses to mix them.
+RESUME_KEYS = ("python.version", "packages.torch", "packages.transformers", "packages.tokenizers",
+               "packages.safetensors", "device_inventory.backend", "device_inventory.gpu_count",
+               "device_inventory.gpus.*.name", "device_inventory.driver_version", "device_inventory.torch_cuda",
+               "device_inventory.torch_hip")
+
+
+def _check_resume_environment(out: Path, reference: dict[str, Any]) -> None:
+    """Before a resumed campaign runs a pass: the software and devices must be those of its finished passes."""
+    from fnmatch import fnmatchcase
+
+    from iteralab.campaign.manifest import environment_manifest, manifest_differences
+
+    def wanted(key: str) -> bool:
+        return any(key == p or fnmatchcase(key, p) for p in RESUME_KEYS)
+
+    now = environment_manifest(Path(os.getcwd()))
+    for key, before, after in manifest_differences(reference.get("environment") or {}, now):
+        if wanted(key):
+            raise RunError(
+                f"{out}: resume refused: {key} was {before} for the passes already run, now {after}; the "
+                "remaining passes would be another configuration",
+                hint="resume in the environment the campaign started in, or run this protocol into a new --out folder")
 
 
 def _env_summary(environment: dict[str, Any] | None) -> dict[str, Any] | None:

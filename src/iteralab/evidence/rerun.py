@@ -206,12 +206,12 @@ def rerun(source: str | os.PathLike[str], out: str | os.PathLike[str], *, isolat
                            hint="choose a new --out folder (an interrupted rerun into it would be resumed)")
     staging = staging_folder(out)
     staged = stage_inputs(source, campaign, protocol, staging, Path(tuning) if tuning else None)
-    new_campaign = prepare(staged, out)
+    new_campaign = prepare(staged, out, rerun=True)
     differing = _same_question(campaign, new_campaign)
     if differing:
         raise RunError(f"{out}: the rerun would not repeat the same question: {', '.join(differing)} differ "
                        "from the earlier campaign", hint="nothing was run; see the two campaign.json files")
-    summary = run_campaign(staged, out, progress=progress, isolation=isolation)
+    summary = run_campaign(staged, out, progress=progress, isolation=isolation, rerun=True)
     shutil.rmtree(staging, ignore_errors=True)
     comparison = compare_campaigns(source, out)
     comparison["source"]["seal_digest"] = report.seal_digest

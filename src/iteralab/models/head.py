@@ -224,3 +224,59 @@ def embed_texts(path: str | Path, texts: Sequence[str], *, batch_size: int = 32,
     """
     encoder = load_encoder(path, precision=precision, device=device, max_length=max_length)
     return encoder.embed(texts, batch_size, normalize=normalize)
+
+
+#: The suggested threshold is the tuning split's cross-validated metric minus this margin, rounded down.
+THRESHOLD_MARGIN = 0.05
+CV_FOLDS = 5
+
+
+def cross_validated_macro_f1(embeddings: np.ndarray, labels: Sequence[str], classes: Sequence[str], *,
+                             seed: int = 0, folds: int = CV_FOLDS) -> float:
+    """Macro-F1 of the same logistic regression, k-fold cross-validated (stratified, seeded) on the tuning split."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import f1_score
+    from sklearn.model_selection import StratifiedKFold, cross_val_predict
+
+    smallest = min(list(labels).count(c) for c in set(labels))
+    if smallest < 2:
+        raise WorkloadError(f"tuning: a class has {smallest} example; {folds}-fold cross-validation needs at least "
+                            "2 per class", hint="use a larger tuning split")
+    splitter = StratifiedKFold(n_splits=min(folds, smallest), shuffle=True, random_state=seed)
+    predicted = cross_val_predict(LogisticRegression(max_iter=2000, C=1.0), embeddings, list(labels), cv=splitter)
+    return float(f1_score(list(labels), predicted, labels=list(classes), average="macro", zero_division=0))
+
+
+def train_head(encoder: str | Path, tuning: str | Path, out: str | Path, *, final: str | Path | None = None,
+               classes: Sequence[str] | None = None, seed: int = 0, max_length: int = 256,
+               metadata: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``iteralab head train``: embeddings of the tuning split only (P4), a linear head, and the k-fold
+    cross-validated macro-F1 on that split with the threshold it suggests. A tuning file that shares ids or texts
+    with ``final`` (default: ``final.csv`` beside it) is refused. Returns what was done (also written, when the
+    tuning file sits in a ``prepare`` folder, into its prepare.json and draft protocol)."""
+    import math
+
+    from iteralab.plan.corpus import check_disjoint, load_corpus
+    from iteralab.plan.prepare import record_suggestion
+
+    tuning = Path(tuning)
+    split = load_corpus(tuning)
+    final_path = Path(final) if final is not None else tuning.with_name("final.csv")
+    if final is not None or final_path.is_file():
+        check_disjoint(split, load_corpus(final_path, require_labels=False))
+    names = tuple(classes) if classes else tuple(sorted({str(label) for label in split.labels}))
+    labels = [str(label) for label in split.labels]
+    embeddings = embed_texts(encoder, list(split.texts), batch_size=32, max_length=max_length)
+    tuned = cross_validated_macro_f1(embeddings, labels, names, seed=seed)
+    weight, bias = train_linear_head(embeddings, labels, names, seed=seed)
+    suggested = max(0.0, math.floor((tuned - THRESHOLD_MARGIN) * 100) / 100)
+    how = (f"{CV_FOLDS}-fold cross-validated macro-F1 {tuned:.4f} on {tuning.name} ({len(split)} texts) minus "
+           f"{THRESHOLD_MARGIN}, rounded down")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    save_head(out, weight, bias, names, normalize=True,
+              extra_metadata={"trained_on": tuning.name, "tuning_cv_macro_f1": f"{tuned:.4f}", **(metadata or {})})
+    result = {"head": str(out), "classes": list(names), "tuning": str(tuning), "tuning_size": len(split),
+              "tuning_fingerprint": split.fingerprint(), "cv_macro_f1": round(tuned, 4),
+              "suggested_threshold": suggested, "how": how, "head_sha256": sha256_file(out)}
+    record_suggestion(tuning.parent, result)
+    return result

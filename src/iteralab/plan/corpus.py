@@ -393,12 +393,14 @@ def load_corpus(
     format: str | None = None,
     require_labels: bool = True,
     extra_columns: Sequence[str] = (),
+    duplicate_texts: Literal["refuse", "skip"] = "refuse",
 ) -> Corpus:
     """Read a CSV, JSONL or Parquet corpus, refusing anything that would make ids or texts ambiguous.
 
     Ids come from ``id_column`` when the file has that column; when it has none, they are derived from
     the texts (``id_origin="content"``) and two records with the same normalised text are refused.
-    Raises :class:`CorpusError` naming the file, line (Parquet: row) and field at fault.
+    Raises :class:`CorpusError` naming the file, line (Parquet: row) and field at fault. With
+    ``duplicate_texts="skip"`` a repeated text in a file without ids is left out instead, and ``notes`` says so.
     """
     where = os.fspath(path)
     fmt, compression = detect_format(path, format)
@@ -444,6 +446,7 @@ def load_corpus(
     first_at: dict[str, int] = {}
     full_fp: dict[str, str] = {}
     records: list[Record] = []
+    skipped: list[str] = []
     for line, cells in rows:
         loc = f"{where} {unit} {line}"
         text_value = _cell(cells.get(text_column), loc, text_column, numbers_ok=False)
@@ -459,6 +462,9 @@ def load_corpus(
         else:
             fp = text_fingerprint(text_value)
             rid = "t-" + fp[:16]
+            if rid in first_at and duplicate_texts == "skip" and full_fp[rid] == fp:
+                skipped.append(f"{unit} {line}: same text as {unit} {first_at[rid]} (derived id {rid})")
+                continue
             if rid in first_at:
                 same = full_fp[rid] == fp
                 raise CorpusError(
@@ -482,7 +488,7 @@ def load_corpus(
         for name, values in extra.items():
             values.append(_cell(cells.get(name), loc, name, numbers_ok=True))
         records.append(Record(rid, text_value, label, line))
-    return Corpus(tuple(records), where, "data" if has_id else "content",
+    return Corpus(tuple(records), where, "data" if has_id else "content", tuple(skipped),
                   columns={name: tuple(values) for name, values in extra.items()})
 
 

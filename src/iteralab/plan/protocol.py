@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator,
+                      model_validator)
 
 from iteralab.errors import ProtocolError
 from iteralab.kit.memoire import PRECISIONS  # the kit's list: one list for library and kit
@@ -38,20 +40,64 @@ INTERACTIVE_REFUSAL = (
 )
 
 
+def _kind(value: Any) -> str:
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    return {list: "an array", dict: "a table"}.get(type(value), type(value).__name__)
+
+
+def _number(value: Any) -> Any:
+    """A TOML number as written: no string or boolean coerced into one; NaN and infinities refused."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"expected a number, got {_kind(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{value} is not a finite number")
+    return value
+
+
+def _whole(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{value} is not a finite number")
+        raise ValueError(f"expected a whole number, got {_kind(value) if not isinstance(value, float) else value}")
+    return value
+
+
+def _boolean(value: Any) -> Any:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {_kind(value)}")
+    return value
+
+
+def _string(value: Any) -> Any:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {_kind(value)}")
+    return value
+
+
+#: Protocol values are taken as written (P1): "0.8" is not a number, 1 is not true, NaN is not a threshold.
+Number = Annotated[float, BeforeValidator(_number)]
+Whole = Annotated[int, BeforeValidator(_whole)]
+Flag = Annotated[bool, BeforeValidator(_boolean)]
+Text = Annotated[str, BeforeValidator(_string)]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class CorpusSpec(_Strict):
-    path: str
-    tuning_path: str | None = None
-    id_column: str = "id"
-    text_column: str = "text"
-    label_column: str = "label"
-    stratum_column: str | None = "stratum"
-    classes: tuple[str, ...] = Field(min_length=2)
+    path: Text
+    tuning_path: Text | None = None
+    id_column: Text = "id"
+    text_column: Text = "text"
+    label_column: Text = "label"
+    stratum_column: Text | None = "stratum"
+    classes: tuple[Text, ...] = Field(min_length=2)
     #: Token-length strata by the model's own tokenizer: name -> [min, max] inclusive, or [min] open-ended.
-    strata: dict[str, tuple[int, ...]] = Field(default_factory=dict)
+    strata: dict[str, tuple[Whole, ...]] = Field(default_factory=dict)
 
     @field_validator("strata")
     @classmethod
@@ -64,12 +110,12 @@ class CorpusSpec(_Strict):
 
 class ModelSpec(_Strict):
     kind: Literal["hf_classifier", "encoder_head", "callable"]
-    path: str | None = None
-    head: str | None = None
-    callable: str | None = None
-    max_length: int = Field(default=256, gt=0)
-    truncation: bool = True
-    trust_remote_code: bool = False
+    path: Text | None = None
+    head: Text | None = None
+    callable: Text | None = None
+    max_length: Whole = Field(default=256, gt=0)
+    truncation: Flag = True
+    trust_remote_code: Flag = False
 
     @model_validator(mode="after")
     def _complete(self) -> ModelSpec:
@@ -84,16 +130,16 @@ class ModelSpec(_Strict):
 
 class Checks(_Strict):
     #: Fraction of the expected ids that must carry a prediction (1.0 = all documents).
-    coverage: float = Field(default=1.0, gt=0, le=1)
+    coverage: Number = Field(default=1.0, gt=0, le=1)
     #: Probabilities of each record must sum to 1 within this tolerance.
-    probability_sum_tolerance: float = Field(default=1e-3, gt=0, lt=1)
+    probability_sum_tolerance: Number = Field(default=1e-3, gt=0, lt=1)
 
 
 class MetricSpec(_Strict):
-    name: str
-    threshold: float = Field(ge=0, le=1)
-    tolerance: float = Field(ge=0, le=1)
-    reference_variant: str
+    name: Text
+    threshold: Number = Field(ge=0, le=1)
+    tolerance: Number = Field(ge=0, le=1)
+    reference_variant: Text
 
     @field_validator("name")
     @classmethod
@@ -104,20 +150,20 @@ class MetricSpec(_Strict):
 
 
 class Subgroup(_Strict):
-    name: str
+    name: Text
     by: Literal["stratum", "label"]
-    gating: bool = True
+    gating: Flag = True
     #: Minimum metric inside each group (optional); the tolerance against the reference always applies.
-    threshold: float | None = Field(default=None, ge=0, le=1)
-    tolerance: float | None = Field(default=None, ge=0, le=1)
+    threshold: Number | None = Field(default=None, ge=0, le=1)
+    tolerance: Number | None = Field(default=None, ge=0, le=1)
 
 
 class Reproduction(_Strict):
     target: Literal["identical", "bounded", "acceptable"] = "acceptable"
     #: For 'bounded': the largest absolute probability difference allowed against the reference pass.
-    bound: float | None = Field(default=None, gt=0)
-    seeds: tuple[int, ...] = (0,)
-    deterministic: bool = True
+    bound: Number | None = Field(default=None, gt=0)
+    seeds: tuple[Whole, ...] = (0,)
+    deterministic: Flag = True
 
     @model_validator(mode="after")
     def _bound(self) -> Reproduction:
@@ -129,33 +175,33 @@ class Reproduction(_Strict):
 class Warmup(_Strict):
     #: Warm-up runs over the first ``inputs`` texts of the pass order, ``passes`` times, with the variant's
     #: batch size, before every measured pass (same rule for every variant). Compilation happens here.
-    inputs: int = Field(default=16, ge=0)
-    passes: int = Field(default=1, ge=0)
-    recompilation: str = "a recompilation during the measured pass is recorded in notes, never hidden"
+    inputs: Whole = Field(default=16, ge=0)
+    passes: Whole = Field(default=1, ge=0)
+    recompilation: Text = "a recompilation during the measured pass is recorded in notes, never hidden"
 
 
 class RunSpec(_Strict):
-    passes: int = Field(default=5, ge=1)
+    passes: Whole = Field(default=5, ge=1)
     isolation: Literal["process", "inprocess"] = "process"
-    device: str = "auto"
+    device: Text = "auto"
     #: A limit fixed in advance for one measured pass (seconds): a pass that exceeds it is stopped and kept as
     #: a failed row with the inputs it completed (R8). Checked between batches.
-    pass_timeout_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    exclusion_rule: str = (
+    pass_timeout_s: Number | None = Field(default=None, gt=0)
+    exclusion_rule: Text = (
         "a pass is excluded only for a documented external incident; the same rule applies to every variant"
     )
 
 
 class Variant(_Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    batch_size: int = Field(gt=0)
-    precision: str = "fp32"
-    bucketing: bool = False
+    name: Text = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    batch_size: Whole = Field(gt=0)
+    precision: Text = "fp32"
+    bucketing: Flag = False
     padding: Literal["longest", "max_length"] = "longest"
     #: R8: a declared resume variant retries a failing batch in halves; its attempts count in the balance.
-    resume: bool = False
-    compile: bool = False
-    device: str | None = None
+    resume: Flag = False
+    compile: Flag = False
+    device: Text | None = None
 
     @field_validator("precision")
     @classmethod
@@ -166,9 +212,9 @@ class Variant(_Strict):
 
 
 class Series(_Strict):
-    name: str
-    factor: str
-    variants: tuple[str, ...] = Field(min_length=2)
+    name: Text
+    factor: Text
+    variants: tuple[Text, ...] = Field(min_length=2)
 
     @field_validator("factor")
     @classmethod
@@ -179,36 +225,36 @@ class Series(_Strict):
 
 
 class CalendarTask(_Strict):
-    name: str
-    start: str
-    end: str
+    name: Text
+    start: Text
+    end: Text
 
 
 class Calendar(_Strict):
-    timezone: str = "UTC"
-    deadline: str | None = None
+    timezone: Text = "UTC"
+    deadline: Text | None = None
     tasks: tuple[CalendarTask, ...] = ()
 
 
 class CatalogSpec(_Strict):
-    path: str | None = None
+    path: Text | None = None
 
 
 class JobSpec(_Strict):
     """The production job the comparison stands for (W4): planned from observed throughput, never counted
     as accepted results (K6)."""
 
-    documents: int = Field(gt=0)
+    documents: Whole = Field(gt=0)
 
 
 class Protocol(_Strict):
-    schema_version: int = SCHEMA_VERSION
-    name: str
-    version: int = Field(default=1, ge=1)
-    question: str
-    scenario: str = "offline"
+    schema_version: Whole = SCHEMA_VERSION
+    name: Text
+    version: Whole = Field(default=1, ge=1)
+    question: Text
+    scenario: Text = "offline"
     #: P4: set true if thresholds were tuned after seeing the final corpus (the decision then says so).
-    thresholds_tuned_on_final: bool = False
+    thresholds_tuned_on_final: Flag = False
     corpus: CorpusSpec
     model: ModelSpec
     checks: Checks = Checks()
@@ -377,17 +423,50 @@ def _read_lock(path: Path) -> dict[str, Any]:
     return data
 
 
-def lock(protocol_path: str | os.PathLike[str], *, now: datetime | None = None) -> dict[str, Any]:
-    """Record the protocol's content hash and a UTC timestamp (P2). Returns the lock entry.
+#: A schedule larger than this is refused by ``lock`` unless asked for explicitly (a typo such as
+#: ``passes = 1000000`` must not commit a rental to years of passes).
+MAX_SCHEDULED_PASSES = 10_000
+
+
+def scheduled_passes(protocol: Protocol) -> int:
+    """Measured passes the protocol commits to: variants × passes × seeds (R6, Q3)."""
+    return len(protocol.variants) * protocol.run.passes * len(protocol.reproduction.seeds)
+
+
+def schedule_line(protocol: Protocol) -> str:
+    """The schedule in words, e.g. "5 variants × 5 passes = 25 measured passes, rotated"."""
+    n, passes, seeds = len(protocol.variants), protocol.run.passes, len(protocol.reproduction.seeds)
+    parts = [f"{n} variant{'s' if n != 1 else ''}", f"{passes} pass{'es' if passes != 1 else ''}"]
+    if seeds > 1:
+        parts.append(f"{seeds} seeds")
+    total = scheduled_passes(protocol)
+    return f"{' × '.join(parts)} = {total:,} measured pass{'es' if total != 1 else ''}, rotated"
+
+
+def check_schedule_size(protocol: Protocol, source: str, allow_large: bool) -> None:
+    total = scheduled_passes(protocol)
+    if total > MAX_SCHEDULED_PASSES and not allow_large:
+        raise ProtocolError(
+            f"{source}: {schedule_line(protocol)}: more than {MAX_SCHEDULED_PASSES:,} scheduled passes",
+            hint="check run.passes and the variants; lock with --allow-large if this schedule is meant",
+        )
+
+
+def lock(protocol_path: str | os.PathLike[str], *, now: datetime | None = None, allow_large: bool = False,
+         inputs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Record the protocol's content hash, a UTC timestamp and the fingerprints of its ``inputs`` (P2).
 
     Locking the same content again returns the existing entry. Changed content under an already-locked
-    version is refused: an amendment is a new version with its own lock (the old entries stay).
+    version is refused: an amendment is a new version with its own lock (the old entries stay). The input
+    fingerprints are computed (and the inputs checked) by :func:`iteralab.campaign.inputs.lock`, which is
+    the lock every command uses.
     """
     from iteralab.common.files import write_json_atomic
 
     path = Path(protocol_path)
     protocol = load_protocol(path)
     check_series(protocol, str(path))
+    check_schedule_size(protocol, str(path), allow_large)
     digest = content_hash(path)
     lpath = lock_path(path)
     record = _read_lock(lpath)
@@ -405,7 +484,10 @@ def lock(protocol_path: str | os.PathLike[str], *, now: datetime | None = None) 
         "sha256": digest,
         "locked_at": (now or datetime.now(timezone.utc)).isoformat(timespec="seconds"),
         "protocol_file": path.name,
+        "schedule": schedule_line(protocol),
     }
+    if inputs is not None:
+        entry["inputs"] = inputs
     record["locks"].append(entry)
     write_json_atomic(lpath, record)
     return entry

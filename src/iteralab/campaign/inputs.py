@@ -1,0 +1,219 @@
+"""Every input a protocol pre-registers, checked and fingerprinted at ``lock`` and re-checked by ``run`` (P2).
+
+Reads the protocol, the corpus and its tuning split, the model's files (weights, tokenizer, head, a callable's
+module file) and the catalog; writes the lock entry (through :func:`iteralab.plan.protocol.lock`). The same
+checks run before anything is recorded, so a typo in a column name never costs a protocol version, and any
+change after the lock is refused with one line saying which input changed and how.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from iteralab.common.files import sha256_file
+from iteralab.errors import ProtocolError
+from iteralab.plan.corpus import Corpus, check_disjoint, load_corpus
+from iteralab.plan.protocol import Protocol, load_protocol, resolve
+from iteralab.plan.protocol import lock as _record_lock
+
+INPUTS_SCHEMA = 1
+AMEND_HINT = "restore the locked input, or amend: raise 'version' in the protocol and lock again"
+
+
+def load_inputs(protocol: Protocol, protocol_path: Path) -> tuple[Corpus, Corpus | None]:
+    """The final corpus (with its stratum column when a stratum subgroup is planned) and the tuning split,
+    read with the protocol's columns and classes; overlapping splits are refused (P4)."""
+    spec = protocol.corpus
+    columns = dict(id_column=spec.id_column, text_column=spec.text_column, label_column=spec.label_column,
+                   classes=list(spec.classes))
+    needs_strata = any(sg.by == "stratum" for sg in protocol.subgroups)
+    corpus = load_corpus(resolve(protocol_path, spec.path), **columns,
+                         extra_columns=[spec.stratum_column] if spec.stratum_column and needs_strata else [])
+    tuning = None
+    if spec.tuning_path:
+        tuning = load_corpus(resolve(protocol_path, spec.tuning_path), **columns)
+        check_disjoint(tuning, corpus)
+    return corpus, tuning
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def corpus_fingerprint(corpus: Corpus) -> dict[str, Any]:
+    """Ids, texts and reference labels: the fingerprint (C1), and per id a text digest and the label, so that a
+    later change can be said in words ("3 ids missing")."""
+    return {"size": len(corpus), "fingerprint": corpus.fingerprint(), "id_origin": corpus.id_origin,
+            "records": {r.id: [_short_hash(r.text), r.label] for r in sorted(corpus.records, key=lambda r: r.id)}}
+
+
+def model_files(protocol: Protocol, protocol_path: Path) -> dict[str, str]:
+    """sha256 of every file the declared model reads: weights, config and tokenizer, the head, the callable's
+    module file. Missing files are refused naming the protocol key."""
+    from iteralab.models.base import folder_hashes
+
+    model, where = protocol.model, str(protocol_path)
+    hashes: dict[str, str] = {}
+    folder = resolve(protocol_path, model.path)
+    if folder is not None:
+        if not folder.is_dir():
+            raise ProtocolError(f"{where}: model.path: folder {folder} does not exist",
+                                hint="give a local model folder (hub ids are never downloaded)")
+        if model.kind != "callable" and not any(folder.glob("*.safetensors")):
+            raise ProtocolError(f"{where}: model.path: {folder} has no safetensors weights",
+                                hint="save the model with save_pretrained(..., safe_serialization=True)")
+        hashes.update(folder_hashes(folder, prefix="tokenizer/" if model.kind == "callable" else ""))
+    if model.head:
+        head = resolve(protocol_path, model.head)
+        if head is None or not head.is_file():
+            raise ProtocolError(f"{where}: model.head: file {head} does not exist",
+                                hint="train one with: iteralab head train")
+        hashes[f"head/{head.name}"] = sha256_file(head)
+    if model.callable:
+        module = model.callable.partition(":")[0]
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None:
+            raise ProtocolError(f"{where}: model.callable: module {module!r} cannot be found",
+                                hint="check the name and that the module is importable from this folder")
+        if spec.origin and Path(spec.origin).is_file():
+            hashes[f"callable/{Path(spec.origin).name}"] = sha256_file(spec.origin)
+    return dict(sorted(hashes.items()))
+
+
+def catalog_fingerprint(protocol: Protocol, protocol_path: Path) -> dict[str, Any]:
+    from iteralab.kit.calcul_forfaits import DEFAULT_CATALOG, KitError, load_catalog
+
+    declared = protocol.catalog.path
+    source = resolve(protocol_path, declared) if declared else Path(DEFAULT_CATALOG)
+    try:
+        catalog = load_catalog(source)
+    except KitError as exc:
+        raise ProtocolError(f"{protocol_path}: catalog.path: {exc}", hint=exc.hint) from None
+    return {"file": source.name, "version": catalog.version, "sha256": sha256_file(source)}
+
+
+def fingerprint_inputs(protocol_path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Check every input the protocol names and return their fingerprints (raises on the first problem)."""
+    path = Path(protocol_path)
+    protocol = load_protocol(path)
+    corpus, tuning = load_inputs(protocol, path)
+    check_strata(protocol, path, corpus)
+    return {"schema_version": INPUTS_SCHEMA, "corpus": corpus_fingerprint(corpus),
+            "tuning": corpus_fingerprint(tuning) if tuning is not None else None,
+            "model": model_files(protocol, path), "catalog": catalog_fingerprint(protocol, path)}
+
+
+def check_strata(protocol: Protocol, protocol_path: Path, corpus: Corpus) -> None:
+    """Length strata (C2): when a stratum subgroup is planned, every row's stratum is declared and agrees with
+    its token count by the model's own tokenizer."""
+    from iteralab.models.tokens import check_row_strata
+
+    check_row_strata(protocol, protocol_path, corpus)
+
+
+def lock(protocol_path: str | os.PathLike[str], *, now: datetime | None = None,
+         allow_large: bool = False) -> dict[str, Any]:
+    """Check every input, then record the protocol hash and the inputs' fingerprints (P2). Locking the same
+    content again returns the existing entry, unless an input changed since: that is refused."""
+    path = Path(protocol_path)
+    inputs = fingerprint_inputs(path)
+    entry = _record_lock(path, now=now, allow_large=allow_large, inputs=inputs)
+    _require_fingerprints(path, entry)
+    compare_inputs(path, entry, inputs)
+    return entry
+
+
+def check_inputs(protocol_path: str | os.PathLike[str], entry: dict[str, Any], *,
+                 rerun: bool = False) -> None:
+    """Refuse a run whose inputs differ from those fingerprinted at the lock (one line: which input, how).
+
+    A ``rerun`` repeats the question on this machine's model and catalog (that is its purpose, D3): only the
+    corpus and the tuning split must be the locked ones."""
+    path = Path(protocol_path)
+    if rerun and "inputs" not in entry:
+        return  # a campaign locked before inputs were fingerprinted: the rerun checks its corpus fingerprint
+    _require_fingerprints(path, entry)
+    now = fingerprint_inputs(path)
+    if rerun:
+        now = {**now, "model": entry["inputs"].get("model"), "catalog": entry["inputs"].get("catalog")}
+    compare_inputs(path, entry, now)
+
+
+def _require_fingerprints(path: Path, entry: dict[str, Any]) -> None:
+    if not isinstance(entry.get("inputs"), dict):
+        raise ProtocolError(f"{path}: the lock of version {entry.get('version')} (at {entry.get('locked_at')}) "
+                            "records no input fingerprints", hint="raise 'version' in the protocol and lock again")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _examples(values: list[str], n: int = 3) -> str:
+    return ", ".join(repr(v) for v in sorted(values)[:n])
+
+
+def _corpus_change(name: str, locked: dict[str, Any] | None, now: dict[str, Any] | None) -> str | None:
+    if locked is None and now is None:
+        return None
+    if locked is None:
+        return f"{name}: declared, none at the lock"
+    if now is None:
+        return f"{name}: removed"
+    before, after = locked["records"], now["records"]
+    missing = sorted(set(before) - set(after))
+    new = sorted(set(after) - set(before))
+    if missing or new:
+        parts = [f"{_plural(len(missing), 'id')} missing"] if missing else []
+        parts += [f"{_plural(len(new), 'new id')}"] if new else []
+        example = f"e.g. {_examples(missing or new)}"
+        return f"{name}: {', '.join(parts)} ({example})"
+    texts = sorted(i for i in before if before[i][0] != after[i][0])
+    if texts:
+        return f"{name}: {_plural(len(texts), 'text')} changed (e.g. {_examples(texts)})"
+    labels = sorted(i for i in before if before[i][1] != after[i][1])
+    if labels:
+        first = labels[0]
+        return (f"{name}: {_plural(len(labels), 'reference label')} changed (e.g. {first!r}: "
+                f"{before[first][1]!r} → {after[first][1]!r})")
+    return None
+
+
+def describe_change(locked: dict[str, Any], now: dict[str, Any]) -> str | None:
+    """The first difference between two input fingerprints, in words (None when they agree)."""
+    change = _corpus_change("corpus", locked.get("corpus"), now.get("corpus"))
+    change = change or _corpus_change("tuning split", locked.get("tuning"), now.get("tuning"))
+    if change:
+        return change
+    before, after = locked.get("model") or {}, now.get("model") or {}
+    if before != after:
+        parts = []
+        for label, names in (("changed", [n for n in before if n in after and before[n] != after[n]]),
+                             ("missing", [n for n in before if n not in after]),
+                             ("new", [n for n in after if n not in before])):
+            if names:
+                parts.append(f"{', '.join(sorted(names)[:3])}{' …' if len(names) > 3 else ''} {label}")
+        return f"model files: {'; '.join(parts)}"
+    cat_before, cat_after = locked.get("catalog") or {}, now.get("catalog") or {}
+    if cat_before.get("sha256") != cat_after.get("sha256"):
+        return (f"catalog: {cat_after.get('file')} changed (sha256 {str(cat_before.get('sha256'))[:12]}… → "
+                f"{str(cat_after.get('sha256'))[:12]}…)")
+    return None
+
+
+def compare_inputs(path: Path, entry: dict[str, Any], inputs: dict[str, Any]) -> None:
+    change = describe_change(entry.get("inputs") or {}, inputs)
+    if change is not None:
+        raise ProtocolError(f"{path}: {change} since the lock at {entry['locked_at']}", hint=AMEND_HINT)
+
+
+__all__ = ["check_inputs", "check_strata", "describe_change", "fingerprint_inputs", "load_inputs",
+           "lock", "model_files"]

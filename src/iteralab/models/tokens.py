@@ -1,0 +1,157 @@
+"""Token counts by the chosen model's own tokenizer (C2), counted the way a pass tokenizes: special tokens
+included, no truncation. Reads a model folder's tokenizer files; writes nothing.
+
+Used by ``prepare`` (to build the strata), by ``lock``/``run`` (to check every row's stratum) and by the demo.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from iteralab.errors import CorpusError, ProtocolError, WorkloadError
+from iteralab.plan.corpus import Corpus
+from iteralab.plan.protocol import Protocol, resolve
+from iteralab.plan.strata import assign_strata, describe_strata
+
+#: The files a Hugging Face tokenizer may read; their hashes are recorded wherever token counts are used.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
+                   "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model", "added_tokens.json",
+                   "config.json")
+
+
+def load_tokenizer(folder: str | Path) -> Any:
+    """The tokenizer of a local model folder (nothing is downloaded)."""
+    import os
+
+    from iteralab.models.hf import quiet_transformers
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoTokenizer
+
+    quiet_transformers()
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise WorkloadError(f"model: folder {folder} does not exist",
+                            hint="give a local model folder (hub ids are never downloaded)")
+    try:
+        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise WorkloadError(f"model: cannot load a tokenizer from {folder}: {first}") from None
+
+
+def token_counter(tokenizer: Any, batch_size: int = 1024) -> Callable[[Sequence[str]], list[int]]:
+    """Token counts as a pass sees them: special tokens included, no truncation."""
+
+    def count(texts: Sequence[str]) -> list[int]:
+        items = list(texts)
+        out: list[int] = []
+        for start in range(0, len(items), batch_size):
+            batch = tokenizer(items[start:start + batch_size], add_special_tokens=True, truncation=False)
+            out.extend(len(ids) for ids in batch["input_ids"])
+        return out
+
+    return count
+
+
+def tokenizer_hashes(folder: str | Path) -> dict[str, str]:
+    from iteralab.common.files import sha256_file
+
+    folder = Path(folder)
+    return {name: sha256_file(folder / name) for name in TOKENIZER_FILES if (folder / name).is_file()}
+
+
+def protocol_strata(protocol: Protocol) -> dict[str, tuple[int, int | None]]:
+    """The declared strata as (min, max or None) token bounds."""
+    return {name: (b[0], b[1] if len(b) == 2 else None) for name, b in protocol.corpus.strata.items()}
+
+
+def check_row_strata(protocol: Protocol, protocol_path: Path, corpus: Corpus) -> None:
+    """When a subgroup by stratum is planned: every row's stratum is a declared one and agrees with its token
+    count by the model's tokenizer under the declared bounds. Refused with one line naming file, line and id."""
+    if not any(sg.by == "stratum" for sg in protocol.subgroups):
+        return
+    where = str(protocol_path)
+    strata = protocol_strata(protocol)
+    if not strata:
+        raise ProtocolError(f"{where}: corpus.strata: a subgroup by 'stratum' needs the strata declared "
+                            "(e.g. strata = { short = [0, 30], long = [31] }, token bounds, inclusive)",
+                            hint="iteralab prepare writes them for you")
+    column = protocol.corpus.stratum_column or "stratum"
+    declared = describe_strata(strata)
+    cells = corpus.columns.get(column, ())
+    for record, cell in zip(corpus.records, cells):
+        at = f"{corpus.source} line {record.line}, id {record.id!r}"
+        if cell is None or not cell.strip():
+            raise CorpusError(f"{at}: empty {column} cell (declared: {declared})",
+                              hint="every row needs its length stratum; iteralab prepare writes them")
+        if cell not in strata:
+            raise CorpusError(f"{at}: {column} {cell!r} is not declared in corpus.strata ({declared})",
+                              hint="declare it, or fix the cell")
+    folder = resolve(protocol_path, protocol.model.path)
+    if folder is None:
+        raise ProtocolError(f"{where}: model.path: length strata are counted with the model's tokenizer; this "
+                            "callable names none", hint="set model.path to the folder of the tokenizer it uses")
+    counts = token_counter(load_tokenizer(folder))(list(corpus.texts))
+    expected = assign_strata(counts, strata, names=list(corpus.ids))
+    for record, cell, n, should in zip(corpus.records, cells, counts, expected):
+        if cell != should:
+            lo, hi = strata[cell]
+            bounds = f"{lo}+" if hi is None else f"{lo}-{hi}"
+            raise CorpusError(
+                f"{corpus.source} line {record.line}, id {record.id!r}: stratum {cell!r} ({bounds} tokens) but "
+                f"the model's tokenizer counts {n} tokens ({should!r})",
+                hint="recompute the strata with: iteralab prepare")
+
+
+def model_kind(folder: Path) -> str:
+    """``hf_classifier`` when the folder's config names a sequence-classification architecture, else an
+    encoder that needs a trained head (``encoder_head``)."""
+    import json
+
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "encoder_head"
+    architectures = config.get("architectures") or []
+    return "hf_classifier" if any(str(a).endswith("ForSequenceClassification") for a in architectures) \
+        else "encoder_head"
+
+
+def model_labels(folder: Path) -> list[str] | None:
+    """A classifier's labels in its output order (config.json ``id2label``), or None."""
+    import json
+
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        id2label = config.get("id2label") or {}
+        return [str(id2label[k]) for k in sorted(id2label, key=int)] or None
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def resolve_model(ref: str) -> tuple[Path, str]:
+    """A model named on the command line: a folder (its absolute path goes into the draft) or
+    ``package:NAME/sub`` (kept as written, so the protocol stays portable)."""
+    from iteralab.plan.protocol import PACKAGE_PREFIX
+
+    folder = resolve(Path.cwd() / "command-line", ref)
+    if folder is None or not folder.is_dir():
+        raise WorkloadError(f"--model: {ref} is not a model folder",
+                            hint="give a local Hugging Face folder or package:NAME/sub/folder")
+    return folder, ref if ref.startswith(PACKAGE_PREFIX) else str(folder.resolve())
+
+
+def prepare_for_model(source: str | Path, out: str | Path, *, model: str, **options: Any) -> dict[str, Any]:
+    """``iteralab prepare``: token counts by ``model``'s own tokenizer, then :func:`plan.prepare.prepare_corpus`."""
+    from iteralab.plan.prepare import prepare_corpus
+
+    folder, ref = resolve_model(model)
+    tokenizer = load_tokenizer(folder)
+    info = {"model": ref, "class": type(tokenizer).__name__, "files": tokenizer_hashes(folder)}
+    kind = model_kind(folder)
+    order = model_labels(folder) if kind == "hf_classifier" else None
+    return prepare_corpus(source, out, token_length=token_counter(tokenizer), tokenizer=info, model_ref=ref,
+                          model_kind=kind, class_order=order, **options)

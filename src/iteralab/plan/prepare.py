@@ -1,0 +1,286 @@
+"""C2 + P4 for any corpus: token-length strata, the stratified final corpus and a disjoint tuning split.
+
+Reads a CSV/JSONL/Parquet source and the token count of each text (by the chosen model's tokenizer, given as a
+function: the tokenizer itself lives behind ``models/``); writes ``final.csv``, ``tuning.csv`` (id, text, label,
+stratum), ``prepare.json`` (what was done, to reproduce it) and a draft ``protocol.toml`` whose remaining
+choices are marked ``"CHOOSE"`` (strings where numbers belong, so the draft cannot be locked before they are
+made). The same seed on the same source gives byte-identical files. The demo draws its split with this code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from iteralab.common.files import sha256_file, write_bytes_atomic
+from iteralab.errors import CorpusError
+from iteralab.plan.corpus import Corpus, check_disjoint, load_corpus, text_fingerprint, write_corpus
+from iteralab.plan.strata import assign_strata, stratified_sample
+
+PREPARE_SCHEMA = 1
+DEFAULT_STRATA = "short=0-30,medium=31-50,long=51-"
+DEFAULT_SAMPLE = "short=600,medium=300,long=100"
+COUNTED = "special tokens included, no truncation (as a pass tokenizes)"
+Bounds = Mapping[str, tuple[int, int | None]]
+
+
+def parse_strata(text: str) -> dict[str, tuple[int, int | None]]:
+    """``short=0-30,medium=31-50,long=51-`` → token bounds, inclusive; an empty maximum is open-ended."""
+    out: dict[str, tuple[int, int | None]] = {}
+    for part in text.split(","):
+        m = re.fullmatch(r"\s*([A-Za-z0-9_.-]+)\s*=\s*(\d+)\s*-\s*(\d*)\s*", part)
+        if not m:
+            raise CorpusError(f"--strata: {part.strip()!r} is not NAME=MIN-MAX or NAME=MIN- (token counts)",
+                              hint=f"e.g. --strata {DEFAULT_STRATA}")
+        name, lo, hi = m.group(1), int(m.group(2)), m.group(3)
+        if name in out:
+            raise CorpusError(f"--strata: stratum {name!r} is given twice")
+        out[name] = (lo, int(hi) if hi else None)
+    assign_strata([], out)  # refuses overlaps and gaps
+    return out
+
+
+def parse_sample(text: str, strata: Bounds) -> dict[str, int]:
+    """``short=600,medium=300,long=100`` → texts per stratum; every stratum named, none unknown."""
+    out: dict[str, int] = {}
+    for part in text.split(","):
+        m = re.fullmatch(r"\s*([A-Za-z0-9_.-]+)\s*=\s*(\d+)\s*", part)
+        if not m:
+            raise CorpusError(f"--sample: {part.strip()!r} is not NAME=COUNT", hint=f"e.g. --sample {DEFAULT_SAMPLE}")
+        out[m.group(1)] = int(m.group(2))
+    unknown = [n for n in out if n not in strata]
+    missing = [n for n in strata if n not in out]
+    if unknown or missing:
+        raise CorpusError(f"--sample: strata {', '.join(unknown or missing)} "
+                          + ("are not in --strata" if unknown else "have no count"),
+                          hint="give one count per stratum of --strata")
+    return {n: out[n] for n in strata}
+
+
+def _bounds_text(lo: int, hi: int | None) -> str:
+    return f"≥ {lo}" if hi is None else f"{lo}-{hi}"
+
+
+@dataclass(frozen=True)
+class Splits:
+    """The final comparison corpus, the disjoint tuning split, and the stratum and token count of every id
+    of the source (after duplicates are left out)."""
+
+    final: Corpus
+    tuning: Corpus
+    strata: dict[str, str]
+    n_tokens: dict[str, int]
+
+
+def draw_splits(corpus: Corpus, lengths: Sequence[int], strata: Bounds, counts: Mapping[str, int], *,
+                tuning_size: int | None, seed: int) -> Splits:
+    """The final corpus takes ``counts[s]`` texts of each stratum with that stratum's class mix (largest
+    remainder); the tuning split takes ``tuning_size`` of the other texts (default: what remains, capped at the
+    final size) with their class mix. Both depend only on the seed and the set of records."""
+    lengths = list(lengths)
+    if len(lengths) != len(corpus):
+        raise CorpusError(f"{corpus.source}: the token counter returned {len(lengths)} counts for {len(corpus)} texts")
+    ids = corpus.ids
+    strata_of = dict(zip(ids, assign_strata(lengths, strata, names=ids)))
+    available = Counter(strata_of.values())
+    for name, wanted in counts.items():
+        if wanted > available.get(name, 0):
+            lo, hi = strata[name]
+            raise CorpusError(f"{corpus.source}: {name}: {wanted} wanted, {available.get(name, 0)} texts have "
+                              f"{_bounds_text(lo, hi)} tokens; lower the bound or the count")
+    final = stratified_sample(corpus, strata_of, counts, seed)
+    chosen = set(final.ids)
+    rest = corpus.subset(i for i in ids if i not in chosen)
+    size = min(len(rest), len(final)) if tuning_size is None else tuning_size
+    if size > len(rest):
+        raise CorpusError(f"{corpus.source}: a tuning sample of {size} needs texts outside the final corpus, "
+                          f"only {len(rest)} are left", hint="lower the tuning size or the final counts")
+    tuning = stratified_sample(rest, dict.fromkeys(rest.ids, "tuning"), {"tuning": size}, seed)
+    final = Corpus(final.records, f"{corpus.source} [final, stratified, seed {seed}]", corpus.id_origin, corpus.notes)
+    tuning = Corpus(tuning.records, f"{corpus.source} [tuning, seed {seed}]", corpus.id_origin, corpus.notes)
+    check_disjoint(tuning, final)
+    n_tokens = dict(zip(ids, lengths))
+    kept = [*final.ids, *tuning.ids]
+    return Splits(final, tuning, {i: strata_of[i] for i in kept}, {i: n_tokens[i] for i in kept})
+
+
+def write_splits(splits: Splits, folder: Path) -> None:
+    """``final.csv`` and ``tuning.csv``: id, text, label, stratum (atomic writes)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, part in (("final.csv", splits.final), ("tuning.csv", splits.tuning)):
+        write_corpus(part, folder / name, extra={"stratum": [splits.strata[i] for i in part.ids]})
+
+
+def drop_repeated_texts(corpus: Corpus) -> tuple[Corpus, list[dict[str, str]]]:
+    """Keep the first record of each whitespace-normalised text, so that no text can land on both sides of
+    the split (P4); return what was left out and why."""
+    first: dict[str, str] = {}
+    kept, left_out = [], []
+    for r in corpus.records:
+        fp = text_fingerprint(r.text)
+        if fp in first:
+            left_out.append({"id": r.id, "line": str(r.line), "reason": f"same text as {first[fp]}"})
+            continue
+        first[fp] = r.id
+        kept.append(r)
+    return Corpus(tuple(kept), corpus.source, corpus.id_origin, corpus.notes), left_out
+
+
+def _mix(corpus: Corpus, strata_of: Mapping[str, str]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for r in corpus.records:
+        cell = out.setdefault(strata_of[r.id], {})
+        cell[str(r.label)] = cell.get(str(r.label), 0) + 1
+    return {s: dict(sorted(c.items())) for s, c in sorted(out.items())}
+
+
+def _toml(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def draft_protocol(*, name: str, model_ref: str, model_kind: str, classes: Sequence[str], strata: Bounds,
+                   max_length: int | None, columns_note: str) -> str:
+    """A protocol with the corpus, classes and strata filled; every other choice marked ``"CHOOSE"``."""
+    strata_toml = ", ".join(f"{n} = [{lo}]" if hi is None else f"{n} = [{lo}, {hi}]" for n, (lo, hi) in strata.items())
+    head = ('head = "head.safetensors"   # train it on the tuning split only: iteralab head train --model '
+            f'{model_ref} --tuning tuning.csv --out head.safetensors\n') if model_kind == "encoder_head" else ""
+    return f"""# Draft written by iteralab prepare: the corpus, classes and strata are filled from the data.
+# Every "CHOOSE" is a choice left to you; the draft cannot be locked before each is made.
+# Then: iteralab lock protocol.toml, iteralab run protocol.toml --out campaign/
+schema_version = 1
+name = {_toml(name)}
+version = 1
+question = "CHOOSE: which configuration processes all documents, meets the minimum quality, finishes before the deadline, with the lowest committed budget?"
+scenario = "offline"
+thresholds_tuned_on_final = false
+
+[corpus]
+# {columns_note}
+path = "final.csv"
+tuning_path = "tuning.csv"
+classes = [{", ".join(_toml(c) for c in classes)}]
+stratum_column = "stratum"
+strata = {{ {strata_toml} }}
+
+[model]
+kind = {_toml(model_kind)}
+path = {_toml(model_ref)}
+{head}max_length = {max_length or 256}
+truncation = true
+
+[metric]
+name = "macro_f1"
+threshold = "CHOOSE"   # the minimum quality, fixed from the tuning split only (iteralab head train suggests one)
+tolerance = "CHOOSE"   # how far a variant may fall below the reference variant
+reference_variant = "b8-fp32"
+
+[[subgroups]]
+name = "length"
+by = "stratum"
+gating = true
+
+[[subgroups]]
+name = "class"
+by = "label"
+gating = true
+
+[reproduction]
+target = "acceptable"
+
+[run]
+passes = 5
+
+# CHOOSE the variants and series: each series varies exactly one factor.
+[[variants]]
+name = "b1-fp32"
+batch_size = 1
+
+[[variants]]
+name = "b8-fp32"
+batch_size = 8
+
+[[series]]
+name = "batch"
+factor = "batch_size"
+variants = ["b1-fp32", "b8-fp32"]
+"""
+
+
+def prepare_corpus(source: str | os.PathLike[str], out: str | os.PathLike[str], *,
+                   token_length: Callable[[list[str]], list[int]], tokenizer: Mapping[str, Any],
+                   model_ref: str, model_kind: str, id_column: str = "id", text_column: str = "text",
+                   label_column: str = "label", strata: Bounds | None = None, sample: Mapping[str, int] | None = None,
+                   tuning: int | None = None, seed: int = 0, max_length: int | None = None,
+                   class_order: Sequence[str] | None = None) -> dict[str, Any]:
+    """Write final.csv, tuning.csv, prepare.json and a draft protocol.toml into ``out``; return prepare.json."""
+    source = Path(source)
+    strata = dict(strata or parse_strata(DEFAULT_STRATA))
+    sample = dict(sample or parse_sample(DEFAULT_SAMPLE, strata))
+    loaded = load_corpus(source, id_column=id_column, text_column=text_column, label_column=label_column,
+                         duplicate_texts="skip")
+    corpus, left_out = drop_repeated_texts(loaded)
+    left_out = [{"reason": note} for note in loaded.notes] + left_out
+    classes = sorted({str(label) for label in corpus.labels})
+    if class_order is not None and set(class_order) == set(classes):
+        classes = list(class_order)  # the classifier's own output order, so the draft matches the model
+    if len(classes) < 2:
+        raise CorpusError(f"{source}: label column {label_column!r} holds a single class ({classes[0]!r}); a "
+                          "comparison of classifiers needs at least two", hint="check --label-column")
+    lengths = token_length(list(corpus.texts))
+    splits = draw_splits(corpus, lengths, strata, sample, tuning_size=tuning, seed=seed)
+    folder = Path(out)
+    write_splits(splits, folder)
+    columns_note = (f"from {source.name}: id = {id_column!r}" if corpus.id_origin == "data" else
+                    f"from {source.name}: no {id_column!r} column, ids derived from the texts (t- + sha256)")
+    columns_note += f", text = {text_column!r}, label = {label_column!r}"
+    draft = draft_protocol(name=f"{source.stem}-{Path(model_ref).name or 'model'}", model_ref=model_ref,
+                           model_kind=model_kind, classes=classes, strata=strata, max_length=max_length,
+                           columns_note=columns_note)
+    write_bytes_atomic(folder / "protocol.toml", draft.encode("utf-8"))
+    record = {
+        "schema_version": PREPARE_SCHEMA,
+        "source": {"file": str(source), "sha256": sha256_file(source), "size_bytes": source.stat().st_size,
+                   "records": len(loaded) + len(loaded.notes), "id_origin": corpus.id_origin,
+                   "columns": {"id": id_column, "text": text_column, "label": label_column}},
+        "tokenizer": {**tokenizer, "counted": COUNTED},
+        "strata": {n: [lo, hi] for n, (lo, hi) in strata.items()},
+        "sample": sample, "tuning_size": len(splits.tuning), "seed": seed, "max_length": max_length,
+        "classes": classes,
+        "counts": {"source": _mix(corpus, dict(zip(corpus.ids, assign_strata(lengths, strata, names=corpus.ids)))),
+                   "final": _mix(splits.final, splits.strata), "tuning": _mix(splits.tuning, splits.strata)},
+        "left_out": left_out,
+        "files": {name: sha256_file(folder / name) for name in ("final.csv", "tuning.csv", "protocol.toml")},
+    }
+    write_bytes_atomic(folder / "prepare.json",
+                       (json.dumps(record, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8"))
+    return record
+
+
+def record_suggestion(folder: Path, head: Mapping[str, Any]) -> bool:
+    """After ``iteralab head train`` on a prepared tuning split: the head and its suggested threshold go into
+    prepare.json, and beside the draft's still-unchosen threshold as a comment. False when ``folder`` holds no
+    prepare.json (a tuning file of the user's own)."""
+    record_path = folder / "prepare.json"
+    if not record_path.is_file():
+        return False
+    record = json.loads(record_path.read_text(encoding="utf-8"))
+    record["head"] = dict(head)
+    draft = folder / "protocol.toml"
+    if draft.is_file():
+        text = draft.read_text(encoding="utf-8")
+        marker = 'threshold = "CHOOSE"'
+        if marker in text:
+            note = f"# suggested threshold {head['suggested_threshold']:.2f}: {head['how']} (iteralab head train)\n"
+            text = "\n".join(line for line in text.split("\n") if not line.startswith("# suggested threshold"))
+            text = text.replace(marker, note + marker, 1)
+            write_bytes_atomic(draft, text.encode("utf-8"))
+        record.setdefault("files", {})["protocol.toml"] = sha256_file(draft)
+    write_bytes_atomic(record_path, (json.dumps(record, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+                       .encode("utf-8"))
+    return True

@@ -1,0 +1,209 @@
+"""``iteralab prepare`` (C2, P4) on corpora written here, with a tiny WordPiece tokenizer; ``head train``; and the
+README's "Your own corpus" walk end to end on a tiny model."""
+
+import csv
+import json
+import shutil
+from collections import Counter
+
+import pytest
+
+from campaign_factory import write_tokenizer
+from iteralab.cli import main
+from iteralab.models.tokens import load_tokenizer, token_counter
+from iteralab.plan.corpus import check_disjoint, load_corpus, text_fingerprint
+from iteralab.plan.strata import largest_remainder
+
+WORDS = ["good", "bad", "story", "movie", "fun", "dull", "great", "plot", "mess", "fine"]
+STRATA = "short=0-8,long=9-"
+
+
+def _rows(n=90):
+    """Texts of 1..14 words (3..16 tokens with [CLS]/[SEP]); classes in a mix that differs by length."""
+    rows = []
+    for i in range(n):
+        k = 1 + i % 14
+        words = " ".join(WORDS[(i + j) % len(WORDS)] for j in range(k))
+        label = "plot" if i % 5 == 0 else ("fresh" if (i // 3) % 2 else "rotten")
+        rows.append((f"doc-{i:03d}", f"{words} {i}", label))
+    return rows
+
+
+def _write_csv(path, rows, header=("id", "text", "label")):
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        w.writerows(rows)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory):
+    return write_tokenizer(tmp_path_factory.mktemp("tok") / "tokenizer")
+
+
+def _prepare(capsys, source, tok, out, *extra):
+    rc = main(["prepare", str(source), "--model", str(tok), "--out", str(out), "--strata", STRATA, *extra])
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err.splitlines()
+
+
+def test_strata_class_mix_files_and_reproducibility(tmp_path, tok, capsys):
+    source = _write_csv(tmp_path / "src.csv", _rows())
+    rc, out, err = _prepare(capsys, source, tok, tmp_path / "a", "--sample", "short=20,long=12", "--tuning", "30")
+    assert rc == 0, err
+    final = load_corpus(tmp_path / "a" / "final.csv", extra_columns=["stratum"])
+    tuning = load_corpus(tmp_path / "a" / "tuning.csv", extra_columns=["stratum"])
+    assert len(final) == 32 and len(tuning) == 30
+    check_disjoint(tuning, final)
+    # every stratum agrees with the tokenizer, and its class mix is the source's by largest remainder
+    count = token_counter(load_tokenizer(tok))
+    source_corpus = load_corpus(source)
+    n_tokens = dict(zip(source_corpus.ids, count(list(source_corpus.texts))))
+    stratum = {i: "short" if n_tokens[i] <= 8 else "long" for i in n_tokens}
+    assert all(stratum[i] == s for i, s in zip(final.ids, final.columns["stratum"]))
+    for name, wanted in (("short", 20), ("long", 12)):
+        pool = Counter(r.label for r in source_corpus.records if stratum[r.id] == name)
+        got = Counter(r.label for r in final.records if stratum[r.id] == name)
+        assert dict(got) == {c: n for c, n in largest_remainder(wanted, dict(sorted(pool.items()))).items() if n}
+    record = json.loads((tmp_path / "a" / "prepare.json").read_text())
+    assert record["strata"] == {"short": [0, 8], "long": [9, None]} and record["seed"] == 0
+    assert record["source"]["id_origin"] == "data" and record["source"]["records"] == 90
+    assert set(record["tokenizer"]["files"]) >= {"tokenizer.json", "tokenizer_config.json"}
+    assert record["tokenizer"]["counted"].startswith("special tokens included, no truncation")
+    assert sum(sum(m.values()) for m in record["counts"]["final"].values()) == 32
+    assert "final short: 20 texts" in out
+    # same source + seed: byte-identical files; another seed: another sample
+    _prepare(capsys, source, tok, tmp_path / "b", "--sample", "short=20,long=12", "--tuning", "30")
+    for name in ("final.csv", "tuning.csv", "prepare.json", "protocol.toml"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    _prepare(capsys, source, tok, tmp_path / "c", "--sample", "short=20,long=12", "--tuning", "30", "--seed", "1")
+    assert (tmp_path / "c" / "final.csv").read_bytes() != (tmp_path / "a" / "final.csv").read_bytes()
+
+
+def test_draft_protocol_has_corpus_filled_and_choices_marked(tmp_path, tok, capsys):
+    source = _write_csv(tmp_path / "src.csv", _rows())
+    _prepare(capsys, source, tok, tmp_path / "p", "--sample", "short=10,long=10")
+    draft = (tmp_path / "p" / "protocol.toml").read_text()
+    assert 'classes = ["fresh", "plot", "rotten"]' in draft and "strata = { short = [0, 8], long = [9] }" in draft
+    assert 'kind = "encoder_head"' in draft  # a bare tokenizer folder names no classifier architecture
+    assert main(["lock", str(tmp_path / "p" / "protocol.toml")]) == 2
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"Error: {tmp_path / 'p' / 'protocol.toml'}: key 'metric.threshold': expected a number, got the string "
+        "'CHOOSE'; key 'metric.tolerance': expected a number, got the string 'CHOOSE'")
+    # default tuning size: what remains, capped at the sample size
+    assert len(load_corpus(tmp_path / "p" / "tuning.csv")) == 20
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_other_formats_without_id_column(tmp_path, tok, capsys, fmt):
+    rows = [{"review": t, "sentiment": l} for _, t, l in _rows(40)]
+    source = tmp_path / f"src.{fmt}"
+    if fmt == "jsonl":
+        source.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.Table.from_pylist(rows), source)
+    rc, _, err = _prepare(capsys, source, tok, tmp_path / "o", "--sample", "short=8,long=8", "--text-column",
+                          "review", "--label-column", "sentiment")
+    assert rc == 0, err
+    final = load_corpus(tmp_path / "o" / "final.csv")
+    assert all(i == "t-" + text_fingerprint(t)[:16] for i, t in zip(final.ids, final.texts))
+    record = json.loads((tmp_path / "o" / "prepare.json").read_text())
+    assert record["source"]["id_origin"] == "content"
+    assert "ids derived from the texts" in (tmp_path / "o" / "protocol.toml").read_text()
+
+
+def test_repeated_texts_never_land_on_both_sides(tmp_path, tok, capsys):
+    rows = _rows(40)
+    dupes = [(f"dup-{i}", "  " + t.upper().lower() + "  ", l) for i, (_, t, l) in enumerate(rows[:20])]
+    source = _write_csv(tmp_path / "src.csv", rows + dupes)
+    rc, out, err = _prepare(capsys, source, tok, tmp_path / "o", "--sample", "short=10,long=10")
+    assert rc == 0, err
+    final, tuning = load_corpus(tmp_path / "o" / "final.csv"), load_corpus(tmp_path / "o" / "tuning.csv")
+    check_disjoint(tuning, final)
+    record = json.loads((tmp_path / "o" / "prepare.json").read_text())
+    assert len(record["left_out"]) == 20 and record["left_out"][0]["reason"] == "same text as doc-000"
+    assert "left out: 20 repeated texts" in out
+    # without an id column, a repeated text is left out too (its derived id would repeat)
+    plain = _write_csv(tmp_path / "plain.csv", [(t, l) for _, t, l in rows + dupes[:3]] + [(rows[0][1], "plot")],
+                       header=("text", "label"))
+    rc, _, err = _prepare(capsys, plain, tok, tmp_path / "p", "--sample", "short=10,long=10")
+    assert rc == 0, err
+    assert len(json.loads((tmp_path / "p" / "prepare.json").read_text())["left_out"]) == 4
+
+
+def test_unicode_texts(tmp_path, tok, capsys):
+    rows = [(f"u{i}", f"café naïve 東京 {'good ' * (i % 12)}🎬 {i}", "fresh" if i % 2 else "rotten")
+            for i in range(40)]
+    source = _write_csv(tmp_path / "src.csv", rows)
+    rc, _, err = _prepare(capsys, source, tok, tmp_path / "o", "--strata", "all=0-", "--sample", "all=14")
+    assert rc == 0, err
+    texts = set(load_corpus(tmp_path / "o" / "final.csv").texts)
+    assert texts <= {t for _, t, _ in rows}
+
+
+def test_refusals_name_stratum_and_numbers(tmp_path, tok, capsys):
+    source = _write_csv(tmp_path / "src.csv", _rows())
+    long_count = sum(1 for n in token_counter(load_tokenizer(tok))([t for _, t, _ in _rows()]) if n >= 9)
+    rc, _, err = _prepare(capsys, source, tok, tmp_path / "o", "--sample", f"short=10,long={long_count + 50}")
+    assert rc == 2
+    assert err == [f"Error: {source}: long: {long_count + 50} wanted, {long_count} texts have ≥ 9 tokens; lower the "
+                   "bound or the count"]
+    empty = tmp_path / "empty.csv"
+    empty.write_text("id,text,label\n", encoding="utf-8")
+    assert _prepare(capsys, empty, tok, tmp_path / "o", "--sample", "short=1,long=1")[2][0] == (
+        f"Error: {empty}: no records after the header (line 1)")
+    one = _write_csv(tmp_path / "one.csv", [(i, t, "fresh") for i, t, _ in _rows()])
+    assert _prepare(capsys, one, tok, tmp_path / "o", "--sample", "short=1,long=1")[2][0] == (
+        f"Error: {one}: label column 'label' holds a single class ('fresh'); a comparison of classifiers needs at "
+        "least two")
+    assert _prepare(capsys, source, tok, tmp_path / "o", "--sample", "short=1,mid=2")[2][0] == (
+        "Error: --sample: strata mid are not in --strata")
+    assert not (tmp_path / "o").exists()
+
+
+def test_head_train_suggests_a_threshold_and_refuses_overlap(tmp_path, tiny_encoder_dir, capsys):
+    source = _write_csv(tmp_path / "src.csv", _rows())
+    assert main(["prepare", str(source), "--model", str(tiny_encoder_dir), "--out", str(tmp_path / "p"),
+                 "--strata", STRATA, "--sample", "short=20,long=12"]) == 0
+    capsys.readouterr()
+    assert main(["head", "train", "--model", str(tiny_encoder_dir), "--tuning", str(tmp_path / "p" / "tuning.csv"),
+                 "--out", str(tmp_path / "p" / "head.safetensors")]) == 0
+    out = capsys.readouterr().out
+    assert "suggested threshold" in out and "5-fold cross-validated macro-F1" in out
+    record = json.loads((tmp_path / "p" / "prepare.json").read_text())
+    assert record["head"]["suggested_threshold"] >= 0 and record["head"]["classes"] == ["fresh", "plot", "rotten"]
+    assert "# suggested threshold" in (tmp_path / "p" / "protocol.toml").read_text()
+    shutil.copyfile(tmp_path / "p" / "final.csv", tmp_path / "p" / "leak.csv")
+    assert main(["head", "train", "--model", str(tiny_encoder_dir), "--tuning", str(tmp_path / "p" / "leak.csv"),
+                 "--out", str(tmp_path / "p" / "h2.safetensors")]) == 2
+    assert capsys.readouterr().err.splitlines()[0].startswith(
+        f"Error: tuning data ({tmp_path / 'p' / 'leak.csv'}) and final corpus ({tmp_path / 'p' / 'final.csv'}) "
+        "overlap: 32 shared ids")
+
+
+def test_readme_walk_from_csv_to_decision(tmp_path, tiny_classifier_dir, capsys, monkeypatch):
+    """README "Your own corpus": prepare → edit the draft → lock → run → decide, on a tiny classifier."""
+    monkeypatch.chdir(tmp_path)
+    _write_csv(tmp_path / "reviews.csv", [(t, l) for _, t, l in _rows()], header=("review", "sentiment"))
+    assert main(["prepare", "reviews.csv", "--model", str(tiny_classifier_dir), "--out", "prep", "--text-column",
+                 "review", "--label-column", "sentiment", "--strata", STRATA, "--sample", "short=12,long=8"]) == 0
+    draft = tmp_path / "prep" / "protocol.toml"
+    text = draft.read_text()
+    assert 'kind = "hf_classifier"' in text
+    text = (text.replace('question = "CHOOSE: ', 'question = "')
+            .replace('threshold = "CHOOSE"', "threshold = 0.0").replace('tolerance = "CHOOSE"', "tolerance = 1.0")
+            .replace("passes = 5", 'passes = 1\nisolation = "inprocess"\ndevice = "cpu"'))
+    draft.write_text(text.replace("max_length = 256", "max_length = 64"))
+    assert main(["lock", "prep/protocol.toml"]) == 0
+    assert "schedule: 2 variants × 1 pass = 2 measured passes, rotated" in capsys.readouterr().out
+    assert main(["run", "prep/protocol.toml", "--out", "camp", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["decide", "camp"]) == 0
+    note = capsys.readouterr().out
+    assert "b1-fp32" in note and "b8-fp32" in note
+    campaign = json.loads((tmp_path / "camp" / "campaign.json").read_text())
+    assert campaign["corpus"]["strata"] == {"long": 8, "short": 12}
