@@ -169,7 +169,7 @@ variants = ["b8-fp32", "b8-bf16", "b8-int8"]
 
 [calendar]
 timezone = "Europe/Istanbul"
-deadline = "2026-12-11T09:00"
+deadline = "2026-12-14T09:00"
 tasks = [
   {{ name = "setup and checks", start = "2026-12-07T09:00", end = "2026-12-07T18:00" }},
   {{ name = "warm-up and comparisons", start = "2026-12-07T14:00", end = "2026-12-09T18:00" }},
