@@ -341,3 +341,26 @@ def test_a_callable_pass_never_imports_torch_and_reports_its_start_up(tmp_path):
     assert all(v is not None and v >= 0 for v in result["startup"].values())
     assert result["environment"]["device_inventory"]["torch"] is None
     assert "callable" in result["environment"]["device_inventory"]["runtime_reason"]
+
+
+def test_sigterm_to_run_kills_its_pass_worker(tmp_path):
+    """SIGTERM (what a scheduler or `kill` sends) ends the runner and its worker: no orphan writes later."""
+    import reliability_support as rs
+
+    protocol = callable_campaign(tmp_path, fn="fake_models:slow_classifier", passes=1, isolation="process")
+    out = tmp_path / "out"
+    proc = _run_cli(["run", str(protocol), "--out", str(out)], env={"FAKE_MODEL_DELAY": "2"})
+    deadline = time.monotonic() + 60
+    worker = None
+    while worker is None and time.monotonic() < deadline:
+        worker = rs.worker_of(proc.pid)
+        time.sleep(0.1)
+    assert worker is not None, proc.stderr.read()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 143
+    for _ in range(100):
+        if not rs.alive(worker[0]):
+            break
+        time.sleep(0.1)
+    assert not rs.alive(worker[0])  # killed with its runner, not left to write into the campaign
+    assert not list((out / "predictions").glob("*.parquet"))

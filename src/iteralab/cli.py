@@ -555,8 +555,28 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return (IteraError, KitError, MemoryKitError)
 
 
+def _terminated(signum: int, frame: object) -> None:
+    # SIGTERM becomes an exception, so a running pass worker is killed on the way out (subprocess.run kills
+    # its child on any exception) instead of finishing orphaned and writing into the campaign later.
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: user mistakes become one ``Error:`` line (plus a hint) and a non-zero exit."""
+    import signal
+    import threading
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        return _main(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         app(args=argv, prog_name="iteralab")
     except _user_errors() as exc:  # type: ignore[misc]
