@@ -556,8 +556,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 def _terminated(signum: int, frame: object) -> None:
-    # SIGTERM becomes an exception, so a running pass worker is killed on the way out (subprocess.run kills
-    # its child on any exception) instead of finishing orphaned and writing into the campaign later.
+    """SIGTERM as an exception: subprocess.run then kills a running pass worker instead of orphaning it."""
     raise SystemExit(128 + signum)
 
 
