@@ -67,3 +67,19 @@ def test_fp16_on_cpu_is_not_runnable_here(tmp_path, tiny_classifier_dir, capsys)
     assert main(["run", str(protocol), "--out", str(tmp_path / "out")]) == 2
     assert ("h4: not runnable on this machine: precision fp16 is refused on CPU (half-precision matmul is "
             "emulated there)") in capsys.readouterr().err
+
+
+def test_preflight_of_a_callable_campaign_does_not_import_torch(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    protocol = callable_campaign(tmp_path, passes=1)
+    code = ("import sys; from iteralab.plan.protocol import check_locked; "
+            "from iteralab.campaign.preflight import preflight; p, _ = check_locked(sys.argv[1]); "
+            "preflight(p, sys.argv[1]); print('torch' in sys.modules)")
+    env = {"PYTHONPATH": str(Path(__file__).parent), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", code, str(protocol)], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

@@ -32,6 +32,8 @@ def _variant_problem(protocol: Protocol, variant: object) -> str | None:
     from iteralab.models.device import resolve_device
 
     device_name = getattr(variant, "device", None) or protocol.run.device
+    if protocol.model.kind == "callable" and str(device_name).strip().lower() in ("auto", "cpu"):
+        return None  # the callable owns its device and precision: nothing to check, and no torch import here
     try:
         device = resolve_device(device_name)
     except WorkloadError as exc:
