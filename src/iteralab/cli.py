@@ -8,6 +8,8 @@ from pathlib import Path
 import typer
 
 from iteralab import __version__
+from iteralab.commands import evidence as evidence_commands, tools as tool_commands
+from iteralab.commands.common import CampaignProgress, require_campaign
 from iteralab.demo.run import DEFAULT_DOCS as DEMO_DOCS, DEFAULT_PASSES as DEMO_PASSES
 from iteralab.errors import IteraError
 
@@ -34,36 +36,6 @@ def _root(
     ),
 ) -> None:
     """IteraGPU Lab command-line tool."""
-
-
-class _CampaignProgress:
-    """Renders the runner's progress events with rich: what is running and what remains."""
-
-    def __init__(self) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.console = Console(stderr=True)
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=self.console, transient=False)
-        self.task = None
-
-    def message(self, text: str) -> None:
-        self.console.print(f"[bold]•[/bold] {text}")
-
-    def __call__(self, kind: str, info: dict) -> None:
-        if kind == "start":
-            self.progress.start()
-            self.task = self.progress.add_task("passes", total=info["total"], completed=info["done"])
-        elif kind == "pass" and self.task is not None:
-            self.progress.update(self.task, description=f"round {info['round']}: {info['variant']}")
-        elif kind == "done" and self.task is not None:
-            self.progress.advance(self.task)
-            seconds = info.get("pass_s")
-            took = f"{seconds:.2f} s" if seconds is not None else "no time (see notes)"
-            self.progress.console.print(f"  {info['pass_id']}: {info['status']}, measured pass {took}")
-        elif kind == "end":
-            self.progress.stop()
 
 
 @app.command("lock")
@@ -127,7 +99,7 @@ def run_cmd(
     """Run (or resume) a campaign of a locked protocol and write its raw table (preflight first)."""
     from iteralab.evidence.run import run_campaign
 
-    summary = run_campaign(protocol, out, progress=None if as_json else _CampaignProgress(),
+    summary = run_campaign(protocol, out, progress=None if as_json else CampaignProgress(),
                            keep_unrunnable=keep_unrunnable)
     _print_summary(summary, as_json)
     if summary.get("unrunnable"):
@@ -154,7 +126,7 @@ def demo_cmd(
     """Run the worked example on real data: MiniLM + linear head over 1,000 Rotten Tomatoes texts."""
     from iteralab.demo.run import run_demo
 
-    display = None if as_json else _CampaignProgress()
+    display = None if as_json else CampaignProgress()
     if display and (docs != DEMO_DOCS or passes != DEMO_PASSES):
         display.message(f"quick try: {docs} documents, {passes} passes — NOT the full protocol ({DEMO_DOCS} "
                         f"documents, {DEMO_PASSES} passes)")
@@ -235,7 +207,7 @@ def stats_cmd(
 
     from iteralab.evidence.stats import campaign_stats, render_stats
 
-    _require_campaign(campaign)
+    require_campaign(campaign)
     stats = campaign_stats(campaign)
     typer.echo(json.dumps(stats.to_dict(), indent=2, sort_keys=True) if as_json else render_stats(stats).rstrip())
 
@@ -277,7 +249,7 @@ def decide_cmd(
     from iteralab.decision.rule import decide
 
     for folder in campaigns:
-        _require_campaign(folder)
+        require_campaign(folder)
     decision = decide(campaigns, **_decision_options(rental_id, project, catalog, lots, partial))
     if out is not None:
         paths = write_decision(decision, out)
@@ -310,215 +282,8 @@ def report_cmd(
     typer.echo(result["decision"])
 
 
-bundle_app = typer.Typer(help="Evidence bundle: seal a campaign folder into one archive, restore it safely (D3).",
-                         no_args_is_help=True)
-app.add_typer(bundle_app, name="bundle")
-
-
-@bundle_app.command("seal")
-def bundle_seal_cmd(campaign: Path = typer.Argument(..., help="Campaign folder to seal.")) -> None:
-    """Write SHA256SUMS (every file's sha256) and SHA256SUMS.sha256 into the folder, without archiving it."""
-    from iteralab.evidence.bundle import seal
-
-    _require_campaign(campaign)
-    sealed = seal(campaign)
-    if sealed.changed_since_previous:
-        typer.echo(f"resealed: {len(sealed.changed_since_previous)} file(s) differ from the previous seal: "
-                   + ", ".join(sealed.changed_since_previous))
-    typer.echo(f"sealed {sealed.files} files; seal digest (sha256 of SHA256SUMS): {sealed.digest}")
-
-
-@bundle_app.command("pack")
-def bundle_pack_cmd(
-    campaign: Path = typer.Argument(..., help="Campaign folder to seal and pack."),
-    out: Path = typer.Option(None, "--out", "-o", help="Archive to write (default: FOLDER.tar.gz beside it)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
-) -> None:
-    """Seal a campaign folder (SHA256SUMS of every file, written last) and pack it into one .tar.gz."""
-    import json
-
-    from iteralab.evidence.bundle import pack
-
-    archive, sealed = pack(campaign, out)
-    if as_json:
-        typer.echo(json.dumps({"archive": str(archive), "files": sealed.files, "seal_digest": sealed.digest,
-                               "changed_since_previous_seal": list(sealed.changed_since_previous)},
-                              indent=2, sort_keys=True))
-        return
-    if sealed.changed_since_previous:
-        typer.echo(f"resealed: {len(sealed.changed_since_previous)} file(s) differ from the previous seal: "
-                   + ", ".join(sealed.changed_since_previous))
-    typer.echo(f"sealed {sealed.files} files; seal digest (sha256 of SHA256SUMS): {sealed.digest}")
-    typer.echo(f"archive: {archive}")
-
-
-@bundle_app.command("unpack")
-def bundle_unpack_cmd(
-    archive: Path = typer.Argument(..., help="Archive made by 'iteralab bundle pack'."),
-    dest: Path = typer.Argument(..., help="Folder to restore into (must not exist, or be empty)."),
-) -> None:
-    """Restore a bundle archive safely (no absolute paths, '..', links or devices) and check its seal."""
-    from iteralab.evidence.bundle import unpack
-    from iteralab.errors import VerificationError
-
-    result = unpack(archive, dest)
-    typer.echo(f"restored {result.files} files into {result.dest}")
-    for problem in result.seal.problems:
-        typer.echo(f"- {problem}")
-    if not result.seal.ok:
-        raise VerificationError(f"{result.dest}: the restored files do not match their hash list",
-                                hint="the archive was altered after packing; do not use these files as evidence")
-    typer.echo(f"seal ok: {result.seal.files} files match SHA256SUMS (digest {result.seal.digest}); "
-               f"next: iteralab verify {result.dest}")
-
-
-@app.command("verify")
-def verify_cmd(
-    campaign: Path = typer.Argument(..., help="Campaign folder or unpacked bundle."),
-    expect_seal: str = typer.Option(None, "--expect-seal", metavar="SHA256",
-                                    help="Seal digest written down when the bundle was packed."),
-    unsealed: bool = typer.Option(False, "--unsealed", help="Accept a folder never sealed (no SHA256SUMS)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the full report as JSON."),
-) -> None:
-    """Recompute every verdict from the stored files alone; exit 1 naming each difference (no model is run)."""
-    import json
-
-    from iteralab.evidence.verify import audit_campaign
-
-    from iteralab.campaign.folder import CampaignFolder
-
-    CampaignFolder.open(campaign, sealed_only_ok=True)
-    report = audit_campaign(campaign, require_seal=not unsealed, expect_seal=expect_seal)
-    if as_json:
-        typer.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
-    else:
-        for line in report.differences:
-            typer.echo(f"- {line}")
-        if report.ok:
-            typer.echo(report.summary_line())
-        for note in report.notes:
-            typer.echo(f"note: {note}")
-    report.raise_if_different()
-
-
-@app.command("rerun")
-def rerun_cmd(
-    campaign: Path = typer.Argument(..., help="Earlier campaign folder (or unpacked bundle) to repeat."),
-    out: Path = typer.Option(..., "--out", "-o", help="New campaign folder (an interrupted rerun is resumed)."),
-    tuning: Path = typer.Option(None, "--tuning", help="Tuning data file, when the protocol declares one."),
-    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
-) -> None:
-    """Repeat the same locked protocol on the same corpus, then compare with the earlier campaign."""
-    import json
-
-    from iteralab.evidence.rerun import rerun
-
-    result = rerun(campaign, out, progress=None if as_json else _CampaignProgress(), tuning=tuning)
-    comparison = result["comparison"]
-    if as_json:
-        typer.echo(json.dumps(comparison, indent=2, sort_keys=True))
-        return
-    from iteralab.evidence.rerun import summary_lines
-
-    for line in summary_lines(comparison):
-        typer.echo(line)
-    typer.echo(f"comparison: {result['comparison_files'][0]}")
-
-
-head_app = typer.Typer(help="A linear head for an encoder, trained on the tuning split only (P4).",
-                       no_args_is_help=True)
-app.add_typer(head_app, name="head")
-
-
-@head_app.command("train")
-def head_train_cmd(
-    model: str = typer.Option(..., "--model", help="Encoder folder (or package:NAME/sub)."),
-    tuning: Path = typer.Option(..., "--tuning", help="Tuning split (e.g. DIR/tuning.csv written by prepare)."),
-    out: Path = typer.Option(..., "--out", "-o", help="Head file to write (.safetensors)."),
-    final: Path = typer.Option(None, "--final", help="Final corpus it must not overlap (default: final.csv beside it)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the cross-validation folds and the fit."),
-    max_length: int = typer.Option(256, "--max-length", min=2, help="Max length of the embeddings' tokenization."),
-) -> None:
-    """Embed the tuning split, fit a linear head, report its k-fold cross-validated macro-F1 and a threshold."""
-    from iteralab.models.head import train_head
-    from iteralab.models.tokens import resolve_model
-
-    folder, _ = resolve_model(model)
-    result = train_head(folder, tuning, out, final=final, seed=seed, max_length=max_length)
-    typer.echo(f"head: {result['head']} (classes {', '.join(result['classes'])}; {result['tuning_size']} tuning texts)")
-    typer.echo(f"suggested threshold {result['suggested_threshold']:.2f}: {result['how']}")
-
-
-kit_app = typer.Typer(help="The downloadable kit folder (K7).", no_args_is_help=True)
-app.add_typer(kit_app, name="kit")
-
-
-@kit_app.command("export")
-def kit_export_cmd(
-    folder: Path = typer.Argument(..., help="Folder to write the kit into (created; must be empty)."),
-    force: bool = typer.Option(False, "--force", help="Write into a non-empty folder, replacing the kit's files."),
-) -> None:
-    """Write the kit: README, instructions, licence, protocol and raw-table templates, calculator, memory exercise."""
-    from iteralab.economics.kitexport import export_kit
-
-    result = export_kit(folder, force=force)
-    typer.echo(f"kit written to {result.folder}: {', '.join(result.written)}")
-    if result.missing:
-        typer.echo(f"Warning: this installation does not ship {', '.join(result.missing)}", err=True)
-
-
-@app.command("memory")
-def memory_cmd(
-    campaign: Path = typer.Argument(..., help="Campaign folder."),
-    as_json: bool = typer.Option(False, "--json", help="Print the table as JSON."),
-    runtime_overhead: int = typer.Option(
-        None, "--runtime-overhead-bytes", metavar="BYTES", min=0,
-        help="CPU runtime overhead to add to the estimate (default: measured once on this machine).",
-    ),
-) -> None:
-    """Peak memory per variant: estimate (weights, activations, margin) beside the observation, the difference,
-    the counter's scope, and whether every pass completed the corpus (M1-M3)."""
-    import json
-
-    from iteralab.evidence.memory import memory_report, render_memory_table
-
-    _require_campaign(campaign)
-    report = memory_report(campaign, runtime_overhead=runtime_overhead)
-    if as_json:
-        typer.echo(json.dumps(report, indent=2, sort_keys=True))
-    else:
-        typer.echo("\n".join(render_memory_table(report["variants"])))
-
-
-@app.command("rocm-check")
-def rocm_check_cmd(
-    os_name: str = typer.Option(None, "--os", help="Operating system and version, e.g. 'Ubuntu 22.04'."),
-    arch: str = typer.Option(None, "--arch", help="GPU LLVM target (gfx942; suffixes such as :sramecc+ are "
-                                                  "stripped) or architecture (CDNA3)."),
-    rocm: str = typer.Option(..., "--rocm", help="ROCm release, e.g. 6.2.0 (6.2 reads the 6.2.0 column)."),
-    framework: str = typer.Option(None, "--framework", metavar="NAME=VERSION", help="e.g. pytorch=2.3."),
-    snapshot: str = typer.Option(None, "--snapshot", help="Ask one shipped snapshot file (default: the newest "
-                                                          "with a column for --rocm)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the verdicts as JSON."),
-) -> None:
-    """Look a ROCm combination up in AMD's compatibility matrix as shipped (C4): per fact listed, not listed or
-    no snapshot entry, naming the snapshot file and date. Exit 0 only when every fact is listed."""
-    import json
-
-    from iteralab.models.rocm import rocm_check
-
-    check = rocm_check(os_name=os_name, arch=arch, rocm=rocm, framework=framework, snapshot=snapshot)
-    if as_json:
-        typer.echo(json.dumps(check.to_dict(), indent=2, sort_keys=True))
-    else:
-        typer.echo("\n".join(check.lines()))
-    raise typer.Exit(check.exit_code)
-
-
-def _require_campaign(folder: Path) -> None:
-    from iteralab.campaign.folder import CampaignFolder
-
-    CampaignFolder.open(folder)
+evidence_commands.register(app)
+tool_commands.register(app)
 
 
 def _print_summary(summary: dict, as_json: bool) -> None:
