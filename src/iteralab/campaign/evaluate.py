@@ -139,8 +139,8 @@ def subgroup_metrics(protocol: Protocol, expected: Expected, covered: np.ndarray
         if sg.by == "stratum":
             groups = [(name, expected.strata == i) for i, name in enumerate(expected.stratum_names)]
         else:
-            present = sorted(expected.classes[c] for c in np.unique(expected.labels) if c >= 0)
-            groups = [(name, expected.labels == expected.classes.index(name)) for name in present]
+            present = set(np.unique(expected.labels).tolist())  # classes in the protocol's order (P1)
+            groups = [(name, expected.labels == i) for i, name in enumerate(expected.classes) if i in present]
         metric = protocol.metric.name if sg.by == "stratum" else "accuracy"
         for name, member in groups:
             rows = member & covered

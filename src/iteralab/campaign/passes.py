@@ -359,6 +359,14 @@ def worker_main(argv: list[str]) -> int:
     except Exception as exc:
         environment = {"error": _error_text(exc)}
     startup["environment_s"] = time.perf_counter() - t0
+    if spec["model"]["kind"] != "callable":
+        # The runtime's own resident memory (interpreter + libraries, no model yet), read once in this worker
+        # and journaled: the memory estimate of every later command uses this record, never a new measurement.
+        from iteralab.kit.memoire import runtime_imports, runtime_overhead
+
+        t0 = time.perf_counter()
+        startup["runtime_rss_bytes"] = runtime_overhead(runtime_imports()).bytes
+        startup["runtime_imports_s"] = time.perf_counter() - t0
     try:
         result = execute_pass(spec, startup=startup)
     except Exception as exc:  # unexpected: still leave a failure record behind

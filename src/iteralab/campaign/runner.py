@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,7 @@ from iteralab.plan.corpus import write_corpus
 from iteralab.campaign.inputs import check_inputs, load_inputs
 from iteralab.errors import ProtocolError, RunError
 from iteralab.common.files import sha256_file, write_bytes_atomic, write_json_atomic
+from iteralab.campaign.carry import carry_model_files
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
 from iteralab.plan.protocol import Protocol, check_locked, check_series, lock_path, resolve
 from iteralab.plan.schedule import plan_rounds
@@ -59,6 +61,8 @@ def schedule_slots(protocol: Protocol) -> tuple[str, list[Slot]]:
     return design, slots
 
 
+#: The pass workers' scratch folder inside the campaign (spec and result files; removed when a run ends).
+SCRATCH = ".tmp"
 #: What a campaign folder holds before campaign.json exists (a run interrupted while copying its inputs).
 _OWN_ENTRIES = {"inputs", "predictions", "journal.jsonl", "manifest.json", "raw_table.csv", ".write-probe"}
 
@@ -141,6 +145,7 @@ def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], 
                       {"schema_version": 1, "locks": [lock_entry]})
     corpus, strata, tuning = _write_corpus_copy(protocol, protocol_path, out / "inputs" / "corpus.csv")
     catalog = _copy_catalog(protocol, protocol_path, out / "inputs" / "catalog.csv")
+    carried = carry_model_files(protocol, protocol_path, out)  # small model files copied, weights by hash (D3)
     design, slots = schedule_slots(protocol)
     model = protocol.model
     campaign = {
@@ -154,7 +159,7 @@ def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], 
         "model": {"kind": model.kind, "path": str(resolve(protocol_path, model.path)) if model.path else None,
                   "head": str(resolve(protocol_path, model.head)) if model.head else None,
                   "callable": model.callable, "max_length": model.max_length, "truncation": model.truncation,
-                  "trust_remote_code": model.trust_remote_code},
+                  "trust_remote_code": model.trust_remote_code, "files": carried["files"]},
         "tuning": tuning,
         "catalog": catalog,
         "schedule": {"design": design, "slots": [s.__dict__ for s in slots]},
@@ -186,6 +191,7 @@ def _pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Sl
         "seed": slot.seed,
         "deterministic": protocol.reproduction.deterministic,
         "workdir": os.getcwd(),
+        "scratch_dir": str(out / SCRATCH),
     }
 
 
@@ -199,7 +205,12 @@ def _run_in_process(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_in_worker(spec: dict[str, Any]) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="iteralab-pass-") as tmp:
+    # The worker's spec and result live in the campaign's own scratch folder, never in the system temp
+    # folder: a killed run leaves nothing outside the campaign, and the next run clears it.
+    scratch = Path(spec["scratch_dir"]) if spec.get("scratch_dir") else None
+    if scratch is not None:
+        scratch.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="pass-", dir=scratch) as tmp:
         spec_path = Path(tmp) / "spec.json"
         result_path = Path(tmp) / "result.json"
         spec_path.write_text(json.dumps({**spec, "spawned_at": time.time()}), encoding="utf-8")
@@ -248,6 +259,7 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
                             "--keep-unrunnable (they are recorded as failed rows)")
     campaign = prepare(protocol_path, out, rerun=rerun)
     out = Path(out)
+    shutil.rmtree(out / SCRATCH, ignore_errors=True)  # what a killed run's worker left behind
     journal = Journal(out / JOURNAL_NAME)
     state = read_journal(journal.path)
     reads = shared or CampaignReads(out)
@@ -313,6 +325,7 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
                        intrinsic=verdict)
         emit("done", {"pass_id": pass_id, "status": result.get("status"), "pass_s": result["phases"]["pass_s"]
                       if result.get("phases") else None})
+    shutil.rmtree(out / SCRATCH, ignore_errors=True)
     return {"out": str(out), "passes_total": len(slots), "passes_run_now": len(todo),
             "unrunnable": dict(flight.unrunnable)}
 

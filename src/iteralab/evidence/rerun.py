@@ -11,8 +11,11 @@ next to the new campaign (``.<NEW>.rerun-inputs``), nested as deep as its ``..``
 * the corpus (and the tuning data, when the protocol declares it) is written where ``corpus.path`` points, in
   the declared format and column names, rebuilt from the earlier ``inputs/corpus.csv``; the new campaign's
   ``inputs/corpus.csv`` must come out byte-identical, or the rerun stops before any pass;
-* a relative model or head path becomes a link to the path recorded in the earlier ``campaign.json``;
-  ``package:NAME/...`` references and absolute paths resolve on this machine as written.
+* a relative model or head path becomes links to the files the bundle carries under ``inputs/model`` (the
+  locked files themselves) when it holds all of them — the head, config and tokenizer always travel, the
+  weights when packed with ``--include-weights`` —, else a link to the path recorded in the earlier
+  ``campaign.json``; ``package:NAME/...`` references and absolute paths resolve on this machine as written.
+  What cannot be found is named file by file, with its sha256.
 
 The earlier folder must verify first (``audit.py``): a comparison against tampered evidence means nothing.
 After the runner finishes, ``comparison.md`` and ``comparison.json`` are written in the new folder: the
@@ -142,25 +145,66 @@ def stage_inputs(source: Path, campaign: dict[str, Any], protocol: Protocol, sta
         if _is_relative(spec.tuning_path):
             shutil.copyfile(original, _place(resolve(staged, spec.tuning_path), staged, "corpus.tuning_path"))
     for key in ("path", "head"):
-        ref = getattr(model, key)
-        if ref and not _is_relative(ref):
-            found = resolve(staged, ref)
-            if found is None or not found.exists():
-                raise RunError(f"model.{key}: {ref!r} is not found on this machine ({found})",
-                               hint="install or copy the model there first: the rerun uses the protocol's own "
-                                    "model reference")
-            continue
-        if not ref:
-            continue
-        recorded = campaign["model"].get(key)
-        if not recorded or not Path(recorded).exists():
-            raise RunError(
-                f"model.{key}: {ref!r} is relative to the original protocol file, and the model it named "
-                f"({recorded}) is not on this machine",
-                hint="install the model there, or write the protocol with a 'package:NAME/...' or absolute path",
-            )
-        os.symlink(Path(recorded).resolve(), _place(resolve(staged, ref), staged, f"model.{key}"))
+        if getattr(model, key):
+            _stage_model_input(source, campaign, key, getattr(model, key), staged)
     return staged
+
+
+def _model_input_files(campaign: dict[str, Any], key: str) -> dict[str, dict[str, Any]]:
+    """The recorded files behind ``model.path`` (the folder's files) or ``model.head`` (the head file)."""
+    files = (campaign.get("model") or {}).get("files") or {}
+    if key == "head":
+        return {n: r for n, r in files.items() if n.startswith("head/")}
+    return {n: r for n, r in files.items() if not n.startswith(("head/", "callable/"))}
+
+
+def _lacking(source: Path, wanted: dict[str, dict[str, Any]]) -> list[str]:
+    from iteralab.campaign.carry import carried_path
+
+    return [name for name, record in wanted.items() if carried_path(source, name, record) is None]
+
+
+def _missing_text(wanted: dict[str, dict[str, Any]], lacking: list[str]) -> str:
+    from iteralab.campaign.carry import describe_missing
+
+    if not wanted:
+        return ""
+    shown = "; ".join(describe_missing(n, wanted[n]) for n in lacking[:3]) + (" …" if len(lacking) > 3 else "")
+    return f"; the bundle carries {len(wanted) - len(lacking)} of its {len(wanted)} files and lacks {shown}"
+
+
+def _stage_model_input(source: Path, campaign: dict[str, Any], key: str, ref: str, staged: Path) -> None:
+    """Make ``model.<key>`` resolve from the staged protocol: the carried copy (the locked files themselves)
+    when the bundle holds all of them, else the path the earlier campaign recorded, else refuse naming each
+    missing file and its hash. A ``package:`` or absolute reference resolves on this machine as written."""
+    from iteralab.campaign.carry import CARRY_DIR
+
+    wanted = _model_input_files(campaign, key)
+    lacking = _lacking(source, wanted)
+    hint = ("copy the files with those hashes to this machine, or pack the earlier campaign with "
+            "'iteralab bundle pack --include-weights'")
+    if not _is_relative(ref):
+        found = resolve(staged, ref)
+        if found is None or not found.exists():
+            raise RunError(f"model.{key}: {ref!r} is not found on this machine ({found})"
+                           + _missing_text(wanted, lacking), hint=hint)
+        return
+    target = _place(resolve(staged, ref), staged, f"model.{key}")
+    if wanted and not lacking:
+        carried = source.resolve() / CARRY_DIR
+        if key == "head":
+            os.symlink(carried / next(iter(wanted)), target)
+        else:
+            target.mkdir()
+            for name in wanted:
+                os.symlink(carried / name, target / name.removeprefix("tokenizer/"))
+        return
+    recorded = campaign["model"].get(key)
+    if recorded and Path(recorded).exists():
+        os.symlink(Path(recorded).resolve(), target)
+        return
+    raise RunError(f"model.{key}: {ref!r} is relative to the original protocol file, and the model it named "
+                   f"({recorded}) is not on this machine" + _missing_text(wanted, lacking), hint=hint)
 
 
 def _same_question(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

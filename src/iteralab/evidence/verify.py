@@ -6,7 +6,8 @@
 2. the protocol: ``inputs/protocol.toml`` still has the sha256 recorded in its lock file and in
    ``campaign.json`` (an edited threshold is a changed protocol), and it still parses;
 3. the corpus: ``inputs/corpus.csv`` has the recorded sha256, fingerprint, order hash and size;
-4. the schedule and variants in ``campaign.json`` are the ones the locked protocol implies;
+4. the schedule and variants in ``campaign.json`` are the ones the locked protocol implies, and the model files
+   carried under ``inputs/model`` have the sha256 ``campaign.json`` records;
 5. every prediction file has the sha256 the journal recorded for its pass, no unexplained prediction file
    exists, and each pass's recorded intrinsic verdict equals the one recomputed from its file;
 6. the raw table regenerated in memory (``table.build_rows`` + ``render_csv``) equals the stored
@@ -145,6 +146,7 @@ def audit_campaign(folder: str | Path, *, require_seal: bool = True, expect_seal
         return report
     audit.stage(CORPUS, _check_corpus, audit, campaign, protocol)
     audit.stage("campaign.json", _check_schedule, audit, campaign, protocol)
+    audit.stage("inputs/model", _check_carried, audit, campaign)
     from iteralab.campaign.evaluate import EvaluationContext, PredictionReader
 
     # The corpus and every prediction file are read once and shared by the journal and the table checks.
@@ -223,6 +225,21 @@ def _check_corpus(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> Non
         for key in ("fingerprint", "order_hash"):
             if corpus_part.get(key) != recorded.get(key):
                 audit.diff(f"manifest.json: corpus {key} differs from campaign.json")
+
+
+def _check_carried(audit: _Audit, campaign: dict[str, Any]) -> None:
+    """The model files the folder carries are the ones the campaign ran with (campaign.json ``model.files``);
+    a file recorded as carried must be there; weights recorded by hash may be absent."""
+    from iteralab.campaign.carry import CARRY_DIR
+
+    for name, record in sorted(((campaign.get("model") or {}).get("files") or {}).items()):
+        path = audit.folder / CARRY_DIR / name
+        if not path.is_file():
+            if record.get("carried"):
+                audit.diff(f"{CARRY_DIR}/{name}: missing (campaign.json records it as carried)")
+            continue
+        if sha256_file(path) != record.get("sha256"):
+            audit.diff(f"{CARRY_DIR}/{name}: sha256 differs from campaign.json (the model file was edited)")
 
 
 def _check_schedule(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> None:
