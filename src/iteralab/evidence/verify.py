@@ -229,7 +229,7 @@ def _check_schedule(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> N
     from iteralab.campaign.runner import schedule_slots
 
     design, slots = schedule_slots(protocol)
-    expected = {"design": design, "slots": [s.__dict__ for s in slots]}
+    expected = {"design": design, "slots": [s.record() for s in slots]}
     if _normal(campaign.get("schedule")) != _normal(expected):
         audit.diff("campaign.json: the schedule is not the one the locked protocol implies")
     if _normal(campaign.get("variants")) != _normal([v.model_dump() for v in protocol.variants]):
