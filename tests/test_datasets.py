@@ -241,3 +241,48 @@ def test_one_corpus_campaign_keeps_its_table_columns(tmp_path):
     assert tuple(header.split(",")) == COLUMNS
     campaign = json.loads((tmp_path / "out" / "campaign.json").read_text(encoding="utf-8"))
     assert "datasets" not in campaign and all("dataset" not in s for s in campaign["schedule"]["slots"])
+
+
+# ------------------------------------------------------------------------------------------------ golden
+
+
+def _fix_measurements(out: Path) -> None:
+    """Replace what a real run measures (clock readings, timestamps, the machine) by fixed values, so the
+    decision note is byte-stable; ids, predictions, verdicts and fingerprints stay those of the real run."""
+    from iteralab.evidence.table import write_raw_table
+
+    journal = out / "journal.jsonl"
+    records = [json.loads(line) for line in journal.read_text(encoding="utf-8").splitlines() if line.strip()]
+    sizes = {d["name"]: d["size"] for d in json.loads((out / "campaign.json").read_text(encoding="utf-8"))["datasets"]}
+    started = {r["pass_id"]: r for r in records if r["event"] == "pass_started"}
+    for minute, record in enumerate(records):
+        record["at"] = f"2026-03-23T{10 + minute // 60:02d}:{minute % 60:02d}:00+00:00"
+        if record["event"] == "pass_finished":
+            start = started[record["pass_id"]]
+            batch = 1 if start["variant"] == "b1" else 4
+            # 0.4 s per document at batch 1, 0.1 s at batch 4, plus 0.01 s per round: fixed, distinct times
+            pass_s = sizes[start["dataset"]] * (0.4 if batch == 1 else 0.1) + 0.01 * start["round"]
+            record["phases"] = {"load_s": 0.5, "compile_s": None, "warmup_s": 0.2, "pass_s": pass_s,
+                                "writing_s": 0.01}
+            record["memory"] = {"cpu_peak_rss_bytes": 200_000_000, "scope": "process (fixed for the test)"}
+            for key in ("concurrent_load", "startup", "environment_summary"):
+                record.pop(key, None)
+        if record["event"] == "pass_evaluated":
+            record["evaluation_s"] = 0.05
+    journal.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records), encoding="utf-8")
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    manifest["environment"]["device_inventory"] = {"backend": "cpu", "gpu_count": 0, "gpus": [],
+                                                   "cpu": {"model": "Test CPU 8-core", "logical_cores": 8}}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8")
+    write_raw_table(out)
+
+
+def test_decision_note_with_datasets_matches_golden(tmp_path):
+    out = run_datasets(tmp_path, {"2026-10": GOOD["2026-10"], "2026-11": TRICKY}, passes=3)
+    _fix_measurements(out)
+    catalog = user_catalog(tmp_path, out, price="120.00")
+    decision = decide([out], catalog=catalog)
+    chosen = decision.chosen
+    assert chosen is not None and chosen.variant == "b1" and str(chosen.pricing.cost.per_result) == "60.00"
+    note = normalised(render_decision(decision), out).replace(str(catalog), "<catalog>")
+    check_golden("decision_datasets.md", note)
