@@ -286,3 +286,31 @@ def test_decision_note_with_datasets_matches_golden(tmp_path):
     assert chosen is not None and chosen.variant == "b1" and str(chosen.pricing.cost.per_result) == "60.00"
     note = normalised(render_decision(decision), out).replace(str(catalog), "<catalog>")
     check_golden("decision_datasets.md", note)
+
+
+def test_datasets_with_a_gating_length_subgroup_keep_each_datasets_strata(tmp_path):
+    from campaign_factory import STRATA_TOML, token_strata, write_tokenizer
+
+    tokenizer = write_tokenizer(tmp_path / "tokenizer")
+    for name in ("2026-10", "2026-11"):
+        rows = GOOD[name]
+        with open(tmp_path / f"{name}.csv", "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(["id", "text", "label", "stratum"])
+            w.writerows([(*r, s) for r, s in zip(rows, token_strata(tokenizer, [r[1] for r in rows]))])
+    text = protocol_toml(model='kind = "callable"\ncallable = "fake_models_datasets:batch_sensitive"\n'
+                               'path = "tokenizer"', threshold=0.5, reference="b1", passes=1,
+                         subgroups='[[subgroups]]\nname = "length"\nby = "stratum"\ngating = true\n')
+    text = text.replace('[corpus]\npath = "corpus.csv"\n',
+                        datasets_toml(["2026-10", "2026-11"]) + "[corpus]\n" + STRATA_TOML)
+    (tmp_path / "protocol.toml").write_text(text, encoding="utf-8")
+    lock(tmp_path / "protocol.toml", now=LOCKED_AT)
+    run_campaign(tmp_path / "protocol.toml", tmp_path / "out")
+    campaign = json.loads((tmp_path / "out" / "campaign.json").read_text(encoding="utf-8"))
+    expected = {name: dict(sorted({s: token_strata(tokenizer, [r[1] for r in GOOD[name]]).count(s)
+                                   for s in token_strata(tokenizer, [r[1] for r in GOOD[name]])}.items()))
+                for name in ("2026-10", "2026-11")}
+    assert {d["name"]: d["strata"] for d in campaign["datasets"]} == expected
+    rows = load_evidence(tmp_path / "out").rows
+    assert rows and all(r.subgroups_ok is True and r.subgroup_metrics for r in rows)
+    assert audit_campaign(tmp_path / "out", require_seal=False).ok

@@ -10,6 +10,8 @@ Layout::
     inputs/protocol.toml, inputs/protocol.toml.lock.json   the locked protocol, as run
     inputs/corpus.csv                                       the comparison corpus (id, text, label, stratum)
     inputs/tuning.csv                                       the tuning split, when the protocol declares one
+    inputs/datasets/<name>.csv                              one copy per dataset, in place of inputs/corpus.csv,
+                                                            when the protocol declares [[datasets]] (K6)
     inputs/catalog.csv                                      the package catalog the decision prices from
     campaign.json                                           fingerprints, schedule, variants (written once)
     manifest.json                                           environment + model + corpus (C3)

@@ -4,6 +4,7 @@ Layout of a campaign folder::
 
     inputs/protocol.toml, inputs/protocol.toml.lock.json   the locked protocol, as run
     inputs/corpus.csv                                       the comparison corpus (id, text, label, stratum)
+    inputs/datasets/<name>.csv                              or one copy per dataset (K6, campaign.datasets)
     campaign.json                                           fingerprints, schedule, variants (written once)
     manifest.json                                           environment + model + corpus (C3)
     journal.jsonl                                           append-only record of every attempt
