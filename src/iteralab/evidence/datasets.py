@@ -93,6 +93,18 @@ def feasibility_by_dataset(campaign: dict[str, Any], rows: list[RawRow], exclude
     return tuple(failures)
 
 
+def _sum(values: list[Any], partial: bool = False) -> float | None:
+    """The sum of measured values; None when one is missing (``partial``: of those measured, None if none)."""
+    known = [v for v in values if v is not None]
+    if not known or (len(known) < len(values) and not partial):
+        return None
+    return sum(known)
+
+
+def _whole(value: float | None) -> int | None:
+    return None if value is None else int(value)
+
+
 def job_rounds(campaign: dict[str, Any], rows: list[RawRow], exclusions: dict[str, str],
                concurrent_note: str) -> tuple[Any, ...]:
     """One ``PassTime`` per (round, seed) of a variant: the job time (sum over its datasets), counted only when
@@ -119,17 +131,13 @@ def job_rounds(campaign: dict[str, Any], rows: list[RawRow], exclusions: dict[st
         bad = [r for r in present if r.status != "ok"]
         status = bad[0].status if bad else "not attempted" if missing else "ok"
         excluded = [r for r in present if r.pass_id in exclusions]
-        times = [r.pass_s for r in present]
-        phases = {ph: (sum(v for v in known) if (known := [r.phase(ph) for r in present
-                                                           if r.phase(ph) is not None]) else None)
-                  for ph in PHASES}
-        total = sum(times) if not missing and all(t is not None for t in times) else None  # type: ignore[misc]
-        completed = [r.completed for r in present]
+        phases = {ph: _sum([r.phase(ph) for r in present], partial=True) for ph in PHASES}
+        total = None if missing else _sum([r.pass_s for r in present])
         error = "; ".join(f"{r.dataset}: {r.error}" for r in bad if r.error) or (
             f"not attempted: {', '.join(missing)}" if missing else None)
-        out.append(PassTime(" + ".join(r.pass_id for r in present), status, total,
-                            phases, bool(excluded), "; ".join(exclusions.get(r.pass_id) or "" for r in excluded)
-                            or None, error, sum(completed) if all(c is not None for c in completed) else None,  # type: ignore[arg-type]
+        reason = "; ".join(exclusions.get(r.pass_id) or "" for r in excluded) or None
+        out.append(PassTime(" + ".join(r.pass_id for r in present), status, total, phases, bool(excluded), reason,
+                            error, _whole(_sum([r.completed for r in present])),
                             any(concurrent_note in (r.notes or "") for r in present)))
     return tuple(out)
 
