@@ -50,7 +50,9 @@ def lock_cmd(
     entry = lock(protocol, allow_large=allow_large)
     typer.echo(f"locked {protocol} version {entry['version']}: sha256 {entry['sha256']} at {entry['locked_at']}")
     typer.echo(f"schedule: {entry['schedule']}")
-    typer.echo("inputs fingerprinted: corpus, " + ("tuning split, " if entry["inputs"].get("tuning") else "")
+    sets = entry["inputs"].get("datasets") or {}
+    corpus = f"datasets {', '.join(sets)}, " if sets else "corpus, "
+    typer.echo("inputs fingerprinted: " + corpus + ("tuning split, " if entry["inputs"].get("tuning") else "")
                + "model files, catalog")
     typer.echo(f"lock file: {lock_path(protocol)}")
 

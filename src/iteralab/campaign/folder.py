@@ -10,6 +10,8 @@ Layout::
     inputs/protocol.toml, inputs/protocol.toml.lock.json   the locked protocol, as run
     inputs/corpus.csv                                       the comparison corpus (id, text, label, stratum)
     inputs/tuning.csv                                       the tuning split, when the protocol declares one
+    inputs/datasets/<name>.csv                              one copy per dataset, in place of inputs/corpus.csv,
+                                                            when the protocol declares [[datasets]] (K6)
     inputs/catalog.csv                                      the package catalog the decision prices from
     campaign.json                                           fingerprints, schedule, variants (written once)
     manifest.json                                           environment + model + corpus (C3)
@@ -58,6 +60,14 @@ COLUMNS = (
     "cpu_peak_rss_bytes", "cuda_max_allocated_bytes", "cuda_max_reserved_bytes", "memory_scope",
     "manifest_diff", "prediction_file", "prediction_sha256", "error", "notes",
 )
+#: The raw table of a several-dataset campaign (K6): the same columns with ``dataset`` after ``variant``. A
+#: one-corpus campaign keeps :data:`COLUMNS` exactly (its table is unchanged).
+DATASET_COLUMNS = (*COLUMNS[:2], "dataset", *COLUMNS[2:])
+
+
+def table_columns(campaign: dict[str, Any]) -> tuple[str, ...]:
+    """The raw-table columns of a campaign: with ``dataset`` when it declares several datasets."""
+    return DATASET_COLUMNS if campaign.get("datasets") else COLUMNS
 
 
 def format_cell(value: Any) -> str:
@@ -153,6 +163,8 @@ class RawRow:
     prediction_sha256: str | None
     error: str | None
     notes: str | None
+    #: The dataset of the pass (K6); None in a one-corpus campaign, whose table has no such column.
+    dataset: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -177,7 +189,7 @@ for _f in fields(RawRow):
     _type = str(_f.type)
     _KINDS[_f.name] = ("bool" if _type.startswith("bool") else "int" if _type.startswith("int")
                        else "float" if _type.startswith("float") else "json" if _type.startswith("dict") else "str")
-assert tuple(_KINDS) == COLUMNS, "RawRow fields must follow the raw table's columns"
+assert tuple(_KINDS) == (*COLUMNS, "dataset"), "RawRow fields must follow the raw table's columns"
 
 
 def _typed(kind: str, text: str, where: str) -> Any:
@@ -206,16 +218,17 @@ def read_raw_rows(path: str | Path) -> tuple[RawRow, ...]:
     with open(path, encoding="utf-8", newline="") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
-        if header is None or tuple(header) != COLUMNS:
+        if header is None or tuple(header) not in (COLUMNS, DATASET_COLUMNS):
             raise IteraError(f"{path}: not a raw table of this version (unexpected header)",
                              hint="regenerate it from the journal: iteralab table FOLDER")
+        columns = tuple(header)
         rows = []
         for line, cells in enumerate(reader, start=2):
-            if len(cells) != len(COLUMNS):
-                raise IteraError(f"{path}, line {line}: {len(cells)} cells, expected {len(COLUMNS)}",
+            if len(cells) != len(columns):
+                raise IteraError(f"{path}, line {line}: {len(cells)} cells, expected {len(columns)}",
                                  hint="regenerate it from the journal: iteralab table FOLDER")
             rows.append(RawRow(**{name: _typed(_KINDS[name], cell, f"{path}, line {line}, column {name}")
-                                  for name, cell in zip(COLUMNS, cells)}))
+                                  for name, cell in zip(columns, cells)}))
     return tuple(rows)
 
 

@@ -4,6 +4,7 @@ Layout of a campaign folder::
 
     inputs/protocol.toml, inputs/protocol.toml.lock.json   the locked protocol, as run
     inputs/corpus.csv                                       the comparison corpus (id, text, label, stratum)
+    inputs/datasets/<name>.csv                              or one copy per dataset (K6, campaign.datasets)
     campaign.json                                           fingerprints, schedule, variants (written once)
     manifest.json                                           environment + model + corpus (C3)
     journal.jsonl                                           append-only record of every attempt
@@ -46,18 +47,30 @@ class Slot:
     position: int
     variant: str
     seed: int
+    #: The dataset of a several-dataset protocol (K6); None for a one-corpus protocol.
+    dataset: str | None = None
+
+    def record(self) -> dict[str, Any]:
+        """As campaign.json stores it (no dataset key for a one-corpus protocol)."""
+        return {k: v for k, v in self.__dict__.items() if k != "dataset" or v is not None}
 
 
 def schedule_slots(protocol: Protocol) -> tuple[str, list[Slot]]:
-    """Every (round, position) of the campaign; each seed of a stochastic protocol has its own slots (Q3)."""
+    """Every (round, position) of the campaign; each seed of a stochastic protocol has its own slots (Q3), and
+    each dataset of a several-dataset protocol too (K6): in every round, every variant processes every dataset,
+    the datasets in a cyclic order that shifts by one each round, the variants in the round's rotated order."""
     design, rounds = plan_rounds([v.name for v in protocol.variants], protocol.run.passes)
     slots: list[Slot] = []
     seeds = list(protocol.reproduction.seeds)
+    names: list[str | None] = [d.name for d in protocol.datasets] or [None]
     for r, order in enumerate(rounds, start=1):
+        shift = (r - 1) % len(names)
+        datasets = names[shift:] + names[:shift]
         for s_index, seed in enumerate(seeds):
-            for p, name in enumerate(order, start=1):
-                position = p + s_index * len(order)
-                slots.append(Slot(round=r, position=position, variant=name, seed=seed))
+            for d_index, dataset in enumerate(datasets):
+                for p, name in enumerate(order, start=1):
+                    position = p + (s_index * len(datasets) + d_index) * len(order)
+                    slots.append(Slot(round=r, position=position, variant=name, seed=seed, dataset=dataset))
     return design, slots
 
 
@@ -143,7 +156,17 @@ def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], 
     write_bytes_atomic(out / "inputs" / "protocol.toml", protocol_path.read_bytes())
     write_json_atomic(out / "inputs" / "protocol.toml.lock.json",
                       {"schema_version": 1, "locks": [lock_entry]})
-    corpus, strata, tuning = _write_corpus_copy(protocol, protocol_path, out / "inputs" / "corpus.csv")
+    datasets: list[dict[str, Any]] = []
+    if protocol.datasets:  # K6: one corpus copy per dataset, the campaign's corpus record combines them
+        from iteralab.campaign.datasets import write_dataset_copies
+
+        datasets, corpus_record, tuning = write_dataset_copies(protocol, protocol_path, out)
+    else:
+        corpus, strata, tuning = _write_corpus_copy(protocol, protocol_path, out / "inputs" / "corpus.csv")
+        corpus_record = {"fingerprint": corpus.fingerprint(), "order_hash": corpus.order_hash(), "size": len(corpus),
+                         "id_origin": corpus.id_origin, "file": "inputs/corpus.csv",
+                         "file_sha256": sha256_file(out / "inputs" / "corpus.csv"),
+                         "strata": _count(strata.values()) if strata else {}}
     catalog = _copy_catalog(protocol, protocol_path, out / "inputs" / "catalog.csv")
     carried = carry_model_files(protocol, protocol_path, out)  # small model files copied, weights by hash (D3)
     design, slots = schedule_slots(protocol)
@@ -152,20 +175,19 @@ def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], 
         "schema_version": CAMPAIGN_SCHEMA,
         "protocol": {"name": protocol.name, "version": protocol.version, "sha256": lock_entry["sha256"],
                      "locked_at": lock_entry["locked_at"], "source": str(protocol_path.resolve())},
-        "corpus": {"fingerprint": corpus.fingerprint(), "order_hash": corpus.order_hash(), "size": len(corpus),
-                   "id_origin": corpus.id_origin, "file": "inputs/corpus.csv",
-                   "file_sha256": sha256_file(out / "inputs" / "corpus.csv"),
-                   "strata": _count(strata.values()) if strata else {}},
+        "corpus": corpus_record,
         "model": {"kind": model.kind, "path": str(resolve(protocol_path, model.path)) if model.path else None,
                   "head": str(resolve(protocol_path, model.head)) if model.head else None,
                   "callable": model.callable, "max_length": model.max_length, "truncation": model.truncation,
                   "trust_remote_code": model.trust_remote_code, "files": carried["files"]},
         "tuning": tuning,
         "catalog": catalog,
-        "schedule": {"design": design, "slots": [s.__dict__ for s in slots]},
+        "schedule": {"design": design, "slots": [s.record() for s in slots]},
         "variants": [v.model_dump() for v in protocol.variants],
         "series": [s.model_dump() for s in protocol.series],
     }
+    if datasets:
+        campaign["datasets"] = datasets
     write_json_atomic(existing, campaign)
     return campaign
 
@@ -183,7 +205,7 @@ def _pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Sl
         "variant": protocol.variant(slot.variant).model_dump(),
         "model": campaign["model"],
         "classes": list(protocol.corpus.classes),
-        "corpus_path": str(out / "inputs" / "corpus.csv"),
+        "corpus_path": str(out / (f"inputs/datasets/{slot.dataset}.csv" if slot.dataset else "inputs/corpus.csv")),
         "prediction_dir": str(out / "predictions"),
         "warmup": protocol.warmup.model_dump(),
         "pass_timeout_s": protocol.run.pass_timeout_s,
@@ -278,7 +300,7 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
         for pid in state.order:
             if pid in state.finished and pid not in state.evaluated:
                 t0 = time.perf_counter()
-                verdict = evaluate_pass(out, pid, reads)
+                verdict = evaluate_pass(out, pid, reads, state.started[pid].get("dataset"))
                 journal.append("pass_evaluated", pass_id=pid, evaluation_s=time.perf_counter() - t0,
                                intrinsic=verdict, after_resume=True)
     attempts: dict[tuple[int, int], int] = {}
@@ -297,10 +319,12 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
         key = (slot.round, slot.position)
         attempts[key] = attempts.get(key, 0) + 1
         seed_part = f"-s{slot.seed}" if len(protocol.reproduction.seeds) > 1 else ""
-        pass_id = f"r{slot.round:02d}-p{slot.position:02d}-{slot.variant}{seed_part}-a{attempts[key]}"
+        data_part = f"-d{slot.dataset}" if slot.dataset is not None else ""
+        pass_id = f"r{slot.round:02d}-p{slot.position:02d}-{slot.variant}{seed_part}{data_part}-a{attempts[key]}"
         emit("pass", {"pass_id": pass_id, "variant": slot.variant, "round": slot.round})
         journal.append("pass_started", pass_id=pass_id, variant=slot.variant, round=slot.round,
-                       position=slot.position, seed=slot.seed, attempt=attempts[key])
+                       position=slot.position, seed=slot.seed, attempt=attempts[key],
+                       **({"dataset": slot.dataset} if slot.dataset is not None else {}))
         if slot.variant in flight.unrunnable:
             result = _not_run(pass_id, f"not runnable on this machine: {flight.unrunnable[slot.variant]}")
             result["error_kind"] = "unrunnable"
@@ -320,7 +344,7 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
         journal.append("pass_finished", manifest_diff=diff,
                        environment_summary=_env_summary(environment), **result)
         t0 = time.perf_counter()
-        verdict = evaluate_pass(out, pass_id, reads)
+        verdict = evaluate_pass(out, pass_id, reads, slot.dataset)
         journal.append("pass_evaluated", pass_id=pass_id, evaluation_s=time.perf_counter() - t0,
                        intrinsic=verdict)
         emit("done", {"pass_id": pass_id, "status": result.get("status"), "pass_s": result["phases"]["pass_s"]

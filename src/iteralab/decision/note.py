@@ -59,6 +59,35 @@ def exclusion_lines(d: Decision) -> list[tuple[str, str]]:
     return lines
 
 
+def covered_datasets(ev: Any) -> list[str]:
+    """The covered-load lines of a several-dataset campaign (K6); None for one corpus."""
+    records = ev.campaign.get("datasets") or []
+    listed = "; ".join(f"{r['name']} ({r['size']} documents, fingerprint `{r['fingerprint']}`)" for r in records)
+    return [f"- {ev.corpus_size} documents in {len(records)} datasets (combined fingerprint `{ev.fingerprint}`): "
+            f"{listed}"]
+
+
+def dataset_section(d: Decision) -> list[str]:
+    """Per-dataset verdicts of every configuration (K6); nothing for a one-corpus campaign."""
+    from iteralab.evidence.datasets import JOB_TIME_RULE
+
+    if not any(c.datasets for c in d.configs):
+        return []
+    out = ["## Datasets (K6)", "",
+           "Every configuration processes the same datasets under the same checks. A configuration is accepted "
+           "only when every dataset is verified; each verified dataset counts once (by its fingerprint) in the "
+           "cost per verified result = committed budget / verified datasets.", "",
+           "| configuration | dataset | documents | counted passes | accepted | median pass (s) | verdict |",
+           "|---|---|---|---|---|---|---|"]
+    for c in d.configs:
+        for v in c.datasets:
+            out.append("| " + " | ".join(_cell(x) for x in (
+                c.key, v.name, v.size, v.counted, v.accepted, fmt_s(v.median_pass_s),
+                "verified" if v.verified else "NOT verified: " + ("; ".join(v.reasons) or "no counted pass"))) + " |")
+    return out + ["", f"- {JOB_TIME_RULE}; the median pass in the configurations table is that of the job "
+                      "times, not the sum of the per-dataset medians above", ""]
+
+
 def render_decision(d: Decision) -> str:
     """The decision note (Markdown, D2): deterministic, so it can be compared with a golden file."""
     ev = d.evidence[0]
@@ -89,8 +118,10 @@ def render_decision(d: Decision) -> str:
     out.append(f"- **Rental**: {d.rental_line}")
     out += [f"- **{n}**" for n in d.notes if n.startswith("PARTIAL DECISION")]
     out += ["", "## Covered load", "",
-            f"- {ev.corpus_size} documents, corpus fingerprint `{ev.fingerprint}`",
-            f"- accepted deliveries: {chosen.accepted if chosen else 'see the table'} (each corpus counted once by "
+            *(covered_datasets(ev) if ev.campaign.get("datasets") else
+              [f"- {ev.corpus_size} documents, corpus fingerprint `{ev.fingerprint}`"]),
+            f"- accepted deliveries: {chosen.accepted if chosen else 'see the table'} (each "
+            f"{'dataset' if ev.campaign.get('datasets') else 'corpus'} counted once by "
             "fingerprint, however many passes delivered it)",
             f"- protocol `{proto['name']}` version {proto['version']}, sha256 `{proto['sha256']}`, locked at "
             f"{proto.get('locked_at')}",
@@ -118,6 +149,7 @@ def render_decision(d: Decision) -> str:
             + (f" (C4 ROCm matrix: {c4_verdict[c.folder]})" if c4.get(c.folder) else ""),
             f"{format_amount(b.total)} {b.currency}" if b else "-", c.accepted, cost)) + " |")
     out.append("")
+    out += dataset_section(d)
     if p.job is not None:
         out += render_job(list(d.jobs), p.job.documents)
         if not d.jobs:

@@ -21,13 +21,12 @@ from typing import Any
 from iteralab.decision.costing import CPU_ONLY
 from iteralab.decision.note import cpu_only, exclusion_lines, render_decision, write_decision
 from iteralab.decision.rule import Config, Decision, decide
-from iteralab.campaign.folder import CampaignFolder
+from iteralab.campaign.folder import CampaignFolder, table_columns
 from iteralab.evidence.bundle import refuse_if_sealed
 from iteralab.errors import IteraError
 from iteralab.common.files import dumps_json, write_text_atomic
 from iteralab.kit.calcul_forfaits import STANDARD_PACKAGE_DAYS, format_amount, format_hours
 from iteralab.evidence.stats import Evidence, fmt_s, render_stats
-from iteralab.evidence.table import COLUMNS
 
 TEMPLATE = "report.html.j2"
 EXAMPLES = 5
@@ -252,13 +251,13 @@ def wrong_predictions(evidence: Evidence, limit: int = EXAMPLES) -> tuple[str | 
     if entry is None:
         return chosen.pass_id, []
     preds = entry[1]
-    expected = load_expected(evidence.folder, evidence.protocol.corpus.classes)
+    expected = load_expected(evidence.folder, evidence.protocol.corpus.classes, chosen.dataset)
     uniq, _, last = preds.by_id()
     where = pc.fill_null(pc.index_in(uniq, value_set=expected.ids), -1).to_numpy(zero_copy_only=False)
     rows = np.flatnonzero((where >= 0) & (expected.labels[np.maximum(where, 0)] != preds.labels[last]))[:limit]
     classes = expected.classes
     wrong = [(uniq[int(i)].as_py(), int(where[i]), int(preds.labels[last[i]])) for i in rows]
-    texts = corpus_texts(evidence.folder, {pid for pid, _, _ in wrong})
+    texts = corpus_texts(evidence.folder, {pid for pid, _, _ in wrong}, chosen.dataset)
     strata = expected.stratum_names
     out = []
     for pid, row, label in wrong:
@@ -319,11 +318,13 @@ def render_report(decision: Decision, decision_md: str | None = None) -> str:
     proto = decision.evidence[0].campaign["protocol"]
     return env.get_template(TEMPLATE).render(
         d=decision, proto=proto, question=decision.evidence[0].protocol.question, rows=rows,
-        campaigns=campaigns, columns=COLUMNS, decision_md=decision_md or render_decision(decision),
+        campaigns=campaigns, columns=table_columns(decision.evidence[0].campaign),
+        decision_md=decision_md or render_decision(decision),
         plot_times=plot_times(configs, merged), plot_quality=plot_quality(configs, decision, merged),
         plot_memory=plot_memory(memory), memory=memory, memory_notes=memory_notes,
         plot_cost=plot_cost(configs, merged, decision.chosen), cpu_only=cpu, exclusions=exclusions,
-        plot_window=plot_window(decision),
+        plot_window=plot_window(decision), fmt_s=fmt_s,
+        datasets=[(c.key, v) for c in configs for v in c.datasets],
         corpus_size=decision.evidence[0].corpus_size, fingerprint=decision.evidence[0].fingerprint,
         mib=lambda b: "-" if b in (None, "") else f"{int(b) / 2**20:.1f} MiB",
     )

@@ -26,6 +26,7 @@ from iteralab.economics.pricing import (Catalog, count_accepted_results, format_
 from iteralab.evidence.stats import (MISSING_SUBGROUP, Q2_MARK, CampaignStats, Evidence, VariantQuality, VariantTimes,
                             campaign_stats, compare, fmt_s, load_evidence)
 from iteralab.decision.job import JobPlan, plan_job
+from iteralab.evidence.datasets import DatasetVerdict, dataset_verdicts, feasibility_by_dataset
 from iteralab.evidence.feasibility import feasibility
 from iteralab.decision.costing import CPU_ONLY, Pricing, _catalog, match_gpu, price_config
 from iteralab.decision.windows import WindowInfo, job_window, observed_span, planned_window, projected_window
@@ -58,6 +59,8 @@ class Config:
     failures: tuple[str, ...]
     exclusions: tuple[str, ...]
     merged: bool = True
+    #: K6: the verdict of each dataset of a several-dataset campaign (empty for one corpus).
+    datasets: tuple[DatasetVerdict, ...] = ()
 
     @property
     def key(self) -> str:
@@ -83,11 +86,15 @@ class Config:
             "median_pass_s": self.times.median, "times": list(self.times.times), "accepted_deliveries": self.accepted,
             "window": self.window.to_dict(), "pricing": self.pricing.to_dict(), "exclusions": list(self.exclusions),
             "candidate": self.candidate,
+            **({"datasets": [d.to_dict() for d in self.datasets]} if self.datasets else {}),
         }
 
 
 def _failures(ev: Evidence, times: VariantTimes) -> tuple[str, ...]:
     rows = [r for r in ev.rows if r.variant == times.variant]
+    if ev.campaign.get("datasets"):  # K6: each pass against its own dataset's size
+        return feasibility_by_dataset(ev.campaign, rows, ev.exclusions) if rows else \
+            feasibility(rows, ev.corpus_size, ev.exclusions).failures()
     return feasibility(rows, ev.corpus_size, ev.exclusions).failures()
 
 
@@ -188,7 +195,9 @@ class Decision:
             "chosen": self.chosen.key if self.chosen else None, "rule": RULE,
             "protocol": {k: ev.campaign["protocol"].get(k) for k in ("name", "version", "sha256", "locked_at")},
             "question": ev.protocol.question,
-            "corpus": {"fingerprint": ev.fingerprint, "size": ev.corpus_size},
+            "corpus": {"fingerprint": ev.fingerprint, "size": ev.corpus_size,
+                       **({"datasets": [{k: d[k] for k in ("name", "fingerprint", "size")}
+                                        for d in ev.campaign["datasets"]]} if ev.campaign.get("datasets") else {})},
             "campaigns": [{"folder": str(e.folder), "hardware": e.hardware.to_dict()} for e in self.evidence],
             "catalog": {**self.catalog.to_dict(), "source": self.catalog_source}, "lots": self.lots, "project": self.project,
             "planned_window": self.planned.to_dict(),
@@ -236,13 +245,18 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
             else:
                 exclusions = [f"not feasible (M1): {'; '.join(failures)}; never priced"] if failures else []
             exclusions += _quality_exclusions(quality, metric)
+            verdicts = dataset_verdicts(ev.campaign, [r for r in ev.rows if r.variant == times.variant],
+                                        ev.exclusions)
+            exclusions += [f"dataset {d.name!r} not verified: {'; '.join(d.reasons) or 'no counted pass'} "
+                           "(a configuration is accepted only when every dataset is verified, K6)"
+                           for d in verdicts if not d.verified and times.passes]
             if window.meets_deadline is False:
                 exclusions.append(f"misses the deadline: {window.deadline_text()}")
             pricing = (Pricing(reason=NOT_FEASIBLE) if failures else
                        Pricing(reason="not attempted yet") if not times.passes else
                        price_config(ev, times, window, accepted, cat, lots))
             configs.append(Config(hw, times.variant, ev.folder, times, quality, accepted, window, pricing, failures,
-                                  tuple(exclusions), merged=len(evidence) > 1))
+                                  tuple(exclusions), merged=len(evidence) > 1, datasets=verdicts))
     chosen, rental_line, reasons, uncertain = _apply_rule(configs, evidence[0])
     machines = tuple(choose_on_machine([c for c in configs if c.hardware == hw], evidence[0])
                      for hw in dict.fromkeys(c.hardware for c in configs))

@@ -89,7 +89,8 @@ class _Strict(BaseModel):
 
 
 class CorpusSpec(_Strict):
-    path: Text
+    #: The comparison corpus; absent when the protocol declares ``[[datasets]]`` (K6).
+    path: Text | None = None
     tuning_path: Text | None = None
     id_column: Text = "id"
     text_column: Text = "text"
@@ -106,6 +107,13 @@ class CorpusSpec(_Strict):
             if len(bounds) not in (1, 2) or bounds[0] < 0 or (len(bounds) == 2 and bounds[1] < bounds[0]):
                 raise ValueError(f"stratum {name!r} must be [min, max] with 0 <= min <= max, or [min]")
         return value
+
+
+class Dataset(_Strict):
+    """One dataset of the real job (K6): read with the ``[corpus]`` columns, classes and strata."""
+
+    name: Text = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    path: Text
 
 
 class ModelSpec(_Strict):
@@ -256,6 +264,8 @@ class Protocol(_Strict):
     #: P4: set true if thresholds were tuned after seeing the final corpus (the decision then says so).
     thresholds_tuned_on_final: Flag = False
     corpus: CorpusSpec
+    #: Several datasets of one job (K6): each variant processes each one, one pass file per dataset.
+    datasets: tuple[Dataset, ...] = ()
     model: ModelSpec
     checks: Checks = Checks()
     metric: MetricSpec
@@ -300,6 +310,7 @@ class Protocol(_Strict):
             unknown = [v for v in series.variants if v not in names]
             if unknown:
                 raise ValueError(f"series {series.name!r} names unknown variant(s): {', '.join(unknown)}")
+        check_datasets(self)
         if any(s.by == "stratum" for s in self.subgroups) and not self.corpus.stratum_column:
             raise ValueError("a subgroup by 'stratum' needs corpus.stratum_column")
         return self
@@ -309,6 +320,19 @@ class Protocol(_Strict):
             if v.name == name:
                 return v
         raise KeyError(name)
+
+
+def check_datasets(protocol: Protocol) -> None:
+    """``corpus.path`` or ``[[datasets]]`` (not both); dataset names unique."""
+    if protocol.datasets and protocol.corpus.path is not None:
+        raise ValueError("give corpus.path or [[datasets]], not both: with datasets, each names its own file "
+                         "and [corpus] gives the columns, classes and strata for all of them")
+    if not protocol.datasets and protocol.corpus.path is None:
+        raise ValueError("corpus.path is missing (or declare [[datasets]])")
+    names = [d.name for d in protocol.datasets]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"duplicate dataset name(s): {', '.join(dupes)}")
 
 
 def _location(data: Any, loc: tuple[Any, ...]) -> str:
@@ -429,8 +453,9 @@ MAX_SCHEDULED_PASSES = 10_000
 
 
 def scheduled_passes(protocol: Protocol) -> int:
-    """Measured passes the protocol commits to: variants × passes × seeds (R6, Q3)."""
-    return len(protocol.variants) * protocol.run.passes * len(protocol.reproduction.seeds)
+    """Measured passes the protocol commits to: variants × passes × seeds (× datasets, K6) (R6, Q3)."""
+    return (len(protocol.variants) * protocol.run.passes * len(protocol.reproduction.seeds)
+            * max(1, len(protocol.datasets)))
 
 
 def schedule_line(protocol: Protocol) -> str:
@@ -439,6 +464,8 @@ def schedule_line(protocol: Protocol) -> str:
     parts = [f"{n} variant{'s' if n != 1 else ''}", f"{passes} pass{'es' if passes != 1 else ''}"]
     if seeds > 1:
         parts.append(f"{seeds} seeds")
+    if protocol.datasets:
+        parts.append(f"{len(protocol.datasets)} dataset{'s' if len(protocol.datasets) != 1 else ''}")
     total = scheduled_passes(protocol)
     return f"{' × '.join(parts)} = {total:,} measured pass{'es' if total != 1 else ''}, rotated"
 
