@@ -1,0 +1,203 @@
+"""Other project expenses (K5): the protocol's [[expenses]] lines, locked with it, and ``price --expenses``."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pytest
+
+from campaign_factory import callable_campaign
+from iteralab.cli import main
+from iteralab.economics import pricing
+from iteralab.errors import ProtocolError
+from iteralab.plan.protocol import check_locked, lock, lock_path, parse_protocol
+from protocol_factory import protocol_toml
+
+STORAGE = """
+[[expenses]]
+name = "storage"
+amount = 12.50
+currency = "USD"
+justification = "object storage for the outputs, one month"
+applies_to = "all"
+"""
+TOOLKIT = """
+[[expenses]]
+name = "int8 toolkit"
+amount = 40
+currency = "USD"
+justification = "licence of the quantisation toolkit"
+applies_to = ["b4"]
+differs_because = "only b4 is quantised with the toolkit"
+"""
+
+
+def _refusal(extra: str) -> str:
+    with pytest.raises(ProtocolError) as err:
+        parse_protocol(protocol_toml() + extra, "p.toml")
+    return str(err.value)
+
+
+# ------------------------------------------------------------------------------------------- protocol
+
+
+def test_expense_lines_are_read_with_their_scope():
+    p = parse_protocol(protocol_toml() + STORAGE + TOOLKIT)
+    storage, toolkit = p.expenses
+    assert (storage.name, storage.amount, storage.currency, storage.variants) == ("storage", 12.5, "USD", None)
+    assert toolkit.variants == ("b4",) and toolkit.differs_because == "only b4 is quantised with the toolkit"
+    assert p.budget.include_expenses is False  # listed apart unless the protocol says otherwise
+    assert parse_protocol(protocol_toml()).expenses == ()  # a protocol without expenses keeps working
+
+
+def test_mixed_currencies_between_lines_are_refused_in_one_line():
+    assert _refusal(STORAGE + TOOLKIT.replace('"USD"', '"EUR"')) == (
+        "p.toml: key 'expenses[1] (int8 toolkit).currency': EUR differs from USD in expenses[0] (storage): "
+        "one project budget holds one currency")
+
+
+def test_unknown_variant_is_refused_with_did_you_mean():
+    assert _refusal(TOOLKIT.replace('["b4"]', '["b44"]')) == (
+        "p.toml: key 'expenses[0] (int8 toolkit).applies_to': unknown variant 'b44' (did you mean 'b4'?); "
+        "declared: b1, b4")
+
+
+def test_a_line_for_some_variants_must_say_why_it_differs():
+    assert _refusal(TOOLKIT.replace('differs_because = "only b4 is quantised with the toolkit"\n', "")) == (
+        "p.toml: key 'expenses[0] (int8 toolkit)': a line that applies to some variants only must say why in "
+        "differs_because")
+    assert "differs_because is for a line that applies to some variants only" in _refusal(
+        STORAGE + 'differs_because = "no reason"\n')
+    assert 'names every declared variant: write applies_to = "all"' in _refusal(
+        TOOLKIT.replace('["b4"]', '["b1", "b4"]'))
+
+
+@pytest.mark.parametrize("line,message", [
+    ('justification = "  "', "key 'expenses[0] (storage).justification': an expense needs a justification"),
+    ("amount = -1.0", "key 'expenses[0] (storage).amount': Input should be greater than or equal to 0"),
+    ('amount = "12.50"', "key 'expenses[0] (storage).amount': expected a number, got the string '12.50'"),
+    ("amount = 12.505", "key 'expenses[0] (storage).amount': 12.505 has more than two decimals"),
+    ('currency = "usd"', "key 'expenses[0] (storage).currency': 'usd' is not a currency code like USD"),
+    ('applies_to = "some"', "key 'expenses[0] (storage).applies_to': expected \"all\" or a list of variant names"),
+    ("applies_to = []", "key 'expenses[0] (storage).applies_to': an empty list applies to no variant"),
+])
+def test_bad_expense_values_name_the_key(line, message):
+    key = line.split(" = ")[0]
+    text = "\n".join(line if row.startswith(f"{key} = ") else row for row in STORAGE.splitlines())
+    assert message in _refusal(text + "\n")
+
+
+def test_missing_justification_and_misspelt_key():
+    text = STORAGE.replace('justification = "object storage for the outputs, one month"\n', "") + "amout = 3\n"
+    assert _refusal(text) == ("p.toml: unknown key 'expenses[0] (storage).amout' (did you mean 'amount'?); "
+                              "missing key 'expenses[0] (storage).justification'")
+
+
+def test_expenses_are_locked_with_the_protocol(tmp_path):
+    path = tmp_path / "protocol.toml"
+    path.write_text(protocol_toml() + STORAGE, encoding="utf-8")
+    lock(path)
+    assert check_locked(path)[0].expenses[0].amount == 12.5
+    path.write_text(protocol_toml() + STORAGE.replace("12.50", "2.50"), encoding="utf-8")
+    with pytest.raises(ProtocolError, match="changed after it was locked"):
+        check_locked(path)
+
+
+def test_lock_refuses_expenses_in_another_currency_than_the_catalog(tmp_path, capsys):
+    protocol = callable_campaign(tmp_path, passes=1, locked=False)
+    protocol.write_text(protocol.read_text() + STORAGE.replace('"USD"', '"EUR"'), encoding="utf-8")
+    assert main(["lock", str(protocol)]) == 2
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"Error: {protocol}: key 'expenses[0] (storage).currency': EUR differs from USD, the currency of the catalog "
+        "that prices the package fee: one project budget holds one currency")
+    assert not lock_path(protocol).exists()
+
+
+# --------------------------------------------------------------------------------------------- pricing
+
+
+def _expenses(*texts: str) -> tuple[pricing.Expense, ...]:
+    return pricing.expenses_of(parse_protocol(protocol_toml() + "".join(texts)).expenses)
+
+
+def test_an_expense_for_some_variants_appears_only_on_those_and_is_named_on_the_others():
+    budget = pricing.price("rtx-4090", 7, 1).budget
+    sheet = pricing.cost_sheet([("b1", budget, 1), ("b4", budget, 1)], _expenses(STORAGE, TOOLKIT))
+    b1, b4 = sheet.variants
+    assert [e.name for e in b1.expenses] == ["storage"] and [e.name for e in b1.not_applicable] == ["int8 toolkit"]
+    assert [e.name for e in b4.expenses] == ["storage", "int8 toolkit"] and b4.not_applicable == ()
+    assert (b1.project_total, b4.project_total) == (Decimal("122.50"), Decimal("162.50"))
+    assert b1.lines() == [
+        "committed package fee: 110.00 USD (rtx-4090 7-day package, 1 lot)",
+        "storage: 12.50 USD: object storage for the outputs, one month",
+        "int8 toolkit: not applicable (applies to b4 only, because only b4 is quantised with the toolkit)",
+        "project total: 122.50 USD (package fee 110.00 USD + other expenses 12.50 USD)",
+    ]
+
+
+def test_expenses_never_enter_the_cost_per_result_unless_declared():
+    budget = pricing.price("rtx-4090", 7, 1).budget
+    apart = pricing.cost_sheet([("b4", budget, 2)], _expenses(STORAGE, TOOLKIT)).variants[0]
+    assert apart.cost.per_result == Decimal("55.00") and apart.ranked_total == Decimal("110.00")
+    counted = pricing.cost_sheet([("b4", budget, 2)], _expenses(STORAGE, TOOLKIT), counted=True).variants[0]
+    assert counted.cost.per_result == Decimal("81.25") and counted.ranked_total == Decimal("162.50")
+
+
+# ----------------------------------------------------------------------------------------- price CLI
+
+
+def _file(tmp_path, text: str):
+    path = tmp_path / "expenses.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_price_with_expenses_prints_fee_each_line_and_the_project_total(tmp_path, capsys):
+    path = _file(tmp_path, STORAGE + TOOLKIT)
+    assert main(["price", "--gpu", "rtx-4090", "--days", "7", "--lots", "2", "--accepted-results", "2",
+                 "--expenses", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:5] == pricing.render_price(pricing.price("rtx-4090", 7, 2))  # the kit's lines first
+    assert out[5:] == [
+        "other expenses (K5): listed apart from the package fee",
+        "  storage: 12.50 USD: object storage for the outputs, one month",
+        "  int8 toolkit: not applicable (applies to b4 only, because only b4 is quantised with the toolkit)",
+        "  (lines for some variants only are counted with --variant NAME)",
+        "project total: 232.50 USD (package fee 220.00 USD + other expenses 12.50 USD)",
+        "accepted results: 2",
+        "cost per verified result: 110.00 USD (220.00 USD / 2 accepted results), of the package fee alone "
+        "(project total 232.50 USD)",
+    ]
+
+
+def test_price_counts_the_expenses_only_when_the_file_declares_it(tmp_path, capsys):
+    path = _file(tmp_path, STORAGE + TOOLKIT + "\n[budget]\ninclude_expenses = true\n")
+    assert main(["price", "--gpu", "rtx-4090", "--days", "7", "--accepted-results", "2", "--expenses", str(path),
+                 "--variant", "b4", "--json"]) == 0
+    project = json.loads(capsys.readouterr().out)["project"]
+    assert project["project_total"] == "162.50" and project["expenses_counted"] is True
+    assert project["cost_per_result"]["per_result"] == "81.25"
+    assert [e["name"] for e in project["expenses"]] == ["storage", "int8 toolkit"]
+
+
+def test_price_refuses_an_expense_in_another_currency_than_the_catalog(tmp_path, capsys):
+    path = _file(tmp_path, STORAGE.replace('"USD"', '"EUR"'))
+    assert main(["price", "--gpu", "rtx-4090", "--days", "7", "--expenses", str(path)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"Error: {path}: key 'expenses[0] (storage).currency': EUR differs from USD, the currency of the catalog "
+        "that prices the package fee: one project budget holds one currency",
+        "Hint: write every expense in USD (convert it and give the rate in its justification)",
+    ]
+
+
+def test_price_expenses_file_is_validated_like_a_protocol(tmp_path, capsys):
+    path = _file(tmp_path, STORAGE + TOOLKIT.replace('"USD"', '"EUR"'))
+    assert main(["price", "--gpu", "rtx-4090", "--days", "7", "--expenses", str(path)]) == 2
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"Error: {path}: key 'expenses[1] (int8 toolkit).currency': EUR differs from USD in expenses[0] (storage): "
+        "one project budget holds one currency")
+    assert main(["price", "--gpu", "rtx-4090", "--days", "7", "--expenses", str(_file(tmp_path, "[budget]\n"))]) == 2
+    assert capsys.readouterr().err.splitlines()[0] == f"Error: {path}: missing key 'expenses'"
+    assert main(["price", "--gpu", "rtx-4090", "--days", "7", "--variant", "b4"]) == 2
+    assert capsys.readouterr().err.startswith("Error: --variant picks the expense lines of one variant")
