@@ -201,3 +201,105 @@ def test_price_expenses_file_is_validated_like_a_protocol(tmp_path, capsys):
     assert capsys.readouterr().err.splitlines()[0] == f"Error: {path}: missing key 'expenses'"
     assert main(["price", "--gpu", "rtx-4090", "--days", "7", "--variant", "b4"]) == 2
     assert capsys.readouterr().err.startswith("Error: --variant picks the expense lines of one variant")
+
+
+# -------------------------------------------------------------------------------------------- decision
+
+LARGE_BATCH = """
+[[expenses]]
+name = "large-batch memory check"
+amount = 40
+currency = "USD"
+justification = "one operator hour rerunning the memory notebook on the rented card"
+applies_to = ["b8", "b16"]
+differs_because = "batches of 8 and more are the ones near the card's memory limit"
+"""
+COUNTED = "\n[budget]\ninclude_expenses = true\n"
+
+
+def _decide(tmp_path, extra: str):
+    from iteralab.decision.rule import decide
+    from test_stats import build_campaign
+
+    return decide([build_campaign(tmp_path / "rtx", hardware="rtx4090", extra=extra)])
+
+
+def _config(decision, variant):
+    return next(c for c in decision.configs if c.variant == variant)
+
+
+def test_expenses_for_every_variant_are_shown_but_never_enter_the_cost_or_the_ranking(tmp_path):
+    from iteralab.decision.note import decision_json, render_decision
+
+    plain = _decide(tmp_path / "plain", "")
+    decision = _decide(tmp_path / "storage", STORAGE)
+    assert decision.chosen.variant == plain.chosen.variant == "b8"
+    b8 = decision.chosen
+    assert b8.pricing.cost.per_result == Decimal("110.00")  # the package fee alone, as without expenses
+    assert b8.project.project_total == Decimal("122.50") and b8.committed == Decimal("110.00")
+    assert decision.expense_ranking == ()  # a line for every variant cannot move the winner
+    note = render_decision(decision)
+    lines = note.splitlines()
+    assert lines.count("  - storage: 12.50 USD: object storage for the outputs, one month") == 4  # each priced one
+    assert lines[lines.index("- **b8**") + 1:lines.index("- **b8**") + 5] == [
+        "  - committed package fee: 110.00 USD (rtx-4090 7-day package, 1 lot)",
+        "  - storage: 12.50 USD: object storage for the outputs, one month",
+        "  - project total: 122.50 USD (package fee 110.00 USD + other expenses 12.50 USD)",
+        "  - cost per verified corpus of the package fee alone: 110.00 USD (110.00 USD / 1 accepted result)"]
+    assert "the rule ranks the committed package fee and the cost per verified corpus divides the package fee alone" \
+        in note
+    data = json.loads(decision_json(decision))
+    assert data["other_expenses"]["counted"] is False
+    row = next(c for c in data["configurations"] if c["variant"] == "b8")
+    assert row["project_budget"]["project_total"] == "122.50"
+    assert row["pricing"]["cost_per_result"]["per_result"] == "110.00"
+    assert "Project budget" not in render_decision(plain) and json.loads(decision_json(plain))["other_expenses"] is None
+
+
+def test_a_variant_specific_expense_that_would_move_the_winner_is_shown_not_silent(tmp_path):
+    from iteralab.decision.note import render_decision
+
+    decision = _decide(tmp_path, STORAGE + LARGE_BATCH)
+    assert decision.chosen.variant == "b8"  # the rule ranks the package fee: b8 stays chosen ...
+    assert _config(decision, "b1").project.not_applicable[0].name == "large-batch memory check"
+    assert decision.expense_ranking == (  # ... and the note says what the project total would choose
+        "ranked by the project total instead, b4 would come first (122.50 USD vs 162.50 USD): the lines for some "
+        "variants only (large-batch memory check) weigh on that ranking; the protocol ranks the committed package "
+        "fee, so b8 stays chosen (declare [budget] include_expenses = true to rank the project total)",)
+    note = render_decision(decision)
+    assert note.count(decision.expense_ranking[0]) == 2  # in the reasons and in the project budget section
+    assert ("  - large-batch memory check: not applicable (applies to b8, b16 only, because batches of 8 and more "
+            "are the ones near the card's memory limit)") in note
+
+
+def test_declared_switch_counts_the_expenses_in_the_cost_and_the_ranking_and_the_note_says_so(tmp_path):
+    from iteralab.decision.note import render_decision
+
+    decision = _decide(tmp_path, STORAGE + LARGE_BATCH + COUNTED)
+    b4, b8 = _config(decision, "b4"), _config(decision, "b8")
+    assert b4.pricing.cost.per_result == Decimal("122.50") and b8.pricing.cost.per_result == Decimal("162.50")
+    assert (b4.committed, b8.committed) == (Decimal("122.50"), Decimal("162.50"))
+    assert decision.chosen.variant == "b4"  # the counted project total decides, and it is said
+    note = render_decision(decision)
+    assert ("the protocol counts the other expenses ([budget] include_expenses = true): the rule ranks the project "
+            "total (package fee + the expenses that apply) and the cost per verified corpus divides that project "
+            "total") in note
+    assert "122.50 USD (122.50 USD / 1 accepted result) of the project total |" in note
+    assert "  - cost per verified corpus of the project total: 122.50 USD (122.50 USD / 1 accepted result)" in note
+    assert decision.one_line.startswith("chosen: b4: rtx-4090 7-day package, 1 lot, 110.00 USD committed, project "
+                                        "total 122.50 USD with the other expenses (counted), 122.50 USD per "
+                                        "verified corpus of the project total (1 accepted)")
+    assert any(r.startswith("b8: also meets every condition but commits 162.50 USD project total")
+               for r in decision.reasons)
+
+
+def test_decide_refuses_expenses_in_another_currency_than_the_catalog_used(tmp_path, capsys):
+    from test_stats import build_campaign
+
+    folder = build_campaign(tmp_path / "rtx", hardware="rtx4090", extra=STORAGE)
+    catalog = tmp_path / "eur.csv"
+    catalog.write_text(open(pricing.DEFAULT_CATALOG, encoding="utf-8").read().replace(",USD", ",EUR"), encoding="utf-8")
+    assert main(["decide", str(folder), "--catalog", str(catalog)]) == 2
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"Error: {folder / 'inputs' / 'protocol.toml'}: key 'expenses[0] (storage).currency': USD differs from EUR, "
+        "the currency of the catalog that prices the package fee: one project budget holds one currency")
