@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from decimal import Decimal
 
 import pytest
@@ -303,3 +304,28 @@ def test_decide_refuses_expenses_in_another_currency_than_the_catalog_used(tmp_p
     assert capsys.readouterr().err.splitlines()[0] == (
         f"Error: {folder / 'inputs' / 'protocol.toml'}: key 'expenses[0] (storage).currency': USD differs from EUR, "
         "the currency of the catalog that prices the package fee: one project budget holds one currency")
+
+
+def test_report_shows_the_expenses_per_configuration(tmp_path):
+    import html as html_lib
+
+    from iteralab.decision.report import finalize
+    from test_stats import build_campaign
+
+    folder = build_campaign(tmp_path / "rtx", hardware="rtx4090", extra=STORAGE + LARGE_BATCH)
+    finalize([folder], tmp_path / "out")
+    page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    assert "<h2>Project budget: package fee and other expenses (K5)</h2>" in page
+    text = html_lib.unescape(page)
+    assert "for b8, b16 only, because batches of 8 and more are the ones near the card's memory limit: one operator " \
+           "hour rerunning the memory notebook on the rented card" in text
+    section = page.split("<h2>Project budget")[1].split("<h2>")[0]
+    b1 = re.search(r"<td>b1</td>(.*?)</tr>", section, re.S).group(1)
+    cells = [html_lib.unescape(c) for c in re.findall(r"<td>(.*?)</td>", b1, re.S)]
+    assert cells == ["110.00 USD", "12.50 USD", "not applicable (b8, b16 only, because batches of 8 and more are "
+                     "the ones near the card's memory limit)", "122.50 USD", "110.00 USD (110.00 USD / 1 accepted "
+                     "result)"]
+    b8 = re.search(r"<td>b8</td>(.*?)</tr>", section, re.S).group(1)
+    assert [html_lib.unescape(c) for c in re.findall(r"<td>(.*?)</td>", b8, re.S)][1:4] == [
+        "12.50 USD", "40.00 USD", "162.50 USD"]
+    assert "ranked by the project total instead, b4 would come first" in text
