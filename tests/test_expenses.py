@@ -329,3 +329,17 @@ def test_report_shows_the_expenses_per_configuration(tmp_path):
     assert [html_lib.unescape(c) for c in re.findall(r"<td>(.*?)</td>", b8, re.S)][1:4] == [
         "12.50 USD", "40.00 USD", "162.50 USD"]
     assert "ranked by the project total instead, b4 would come first" in text
+
+
+def test_price_reads_the_expenses_of_a_whole_protocol_file(tmp_path, capsys):
+    path = tmp_path / "protocol.toml"
+    path.write_text(protocol_toml() + STORAGE + TOOLKIT, encoding="utf-8")
+    assert main(["price", "--gpu", "rtx-4090", "--days", "7", "--expenses", str(path), "--variant", "b4"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "project total: 162.50 USD (package fee 110.00 USD + other expenses 52.50 USD)")
+    path.write_text(protocol_toml() + TOOLKIT.replace('["b4"]', '["b44"]'), encoding="utf-8")
+    assert main(["price", "--gpu", "rtx-4090", "--days", "7", "--expenses", str(path)]) == 2
+    assert "unknown variant 'b44' (did you mean 'b4'?)" in capsys.readouterr().err
+    path.write_text(protocol_toml(), encoding="utf-8")
+    assert main(["price", "--gpu", "rtx-4090", "--days", "7", "--expenses", str(path)]) == 2
+    assert capsys.readouterr().err.splitlines()[0] == f"Error: {path}: the protocol declares no [[expenses]] line"

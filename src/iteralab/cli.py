@@ -145,7 +145,7 @@ def price_cmd(
     ),
     catalog: Path = typer.Option(None, "--catalog", help="Catalog CSV (default: the shipped tarifs-forfaits.csv)."),
     expenses: Path = typer.Option(None, "--expenses", metavar="FILE.toml",
-                                  help="TOML file of [[expenses]] lines (as in a protocol): adds them and the project total."),
+                                  help="TOML file of expenses tables (or a whole protocol): adds each line and the project total."),
     variant: str = typer.Option(None, "--variant", help="With --expenses: also count the lines that name this variant."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:

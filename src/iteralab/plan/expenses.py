@@ -170,18 +170,26 @@ class ExpenseFile(Strict):
 
 
 def load_expenses(path: str | os.PathLike[str]) -> ExpenseFile:
-    """Read and validate an expenses file; errors name the file and the key, like a protocol's."""
-    from iteralab.plan.protocol import refusal
+    """Read and validate an expenses file; errors name the file and the key, like a protocol's. A whole protocol
+    file is read as a protocol (its variant names checked too) and its expense lines taken."""
+    from iteralab.plan.protocol import parse_protocol, refusal
 
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text)
     except FileNotFoundError:
         raise ProtocolError(f"{path}: expenses file not found", hint="check the path") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"{path}: cannot read the expenses file: {exc}", hint="save it as UTF-8 TOML") from None
     except tomllib.TOMLDecodeError as exc:
         raise ProtocolError(f"{path}: not valid TOML: {exc}", hint="fix the TOML syntax") from None
+    if "variants" in data:
+        protocol = parse_protocol(text, str(path))
+        if not protocol.expenses:
+            raise ProtocolError(f"{path}: the protocol declares no [[expenses]] line", hint="add one, or leave out "
+                                "--expenses")
+        return ExpenseFile(expenses=protocol.expenses, budget=protocol.budget)
     try:
         return ExpenseFile.model_validate(data)
     except ValidationError as exc:
