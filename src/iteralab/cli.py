@@ -144,8 +144,10 @@ def price_cmd(
         help="Unique verified corpora delivered; adds the cost per verified result (0: undefined).",
     ),
     catalog: Path = typer.Option(None, "--catalog", help="Catalog CSV (default: the shipped tarifs-forfaits.csv)."),
-    expenses: Path = typer.Option(None, "--expenses", metavar="FILE.toml",
-                                  help="TOML file of expenses tables (or a whole protocol): adds each line and the project total."),
+    expenses: Path = typer.Option(
+        None, "--expenses", metavar="FILE.toml",
+        help="TOML file of expenses tables (or a whole protocol): adds each line and the project total.",
+    ),
     variant: str = typer.Option(None, "--variant", help="With --expenses: also count the lines that name this variant."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
