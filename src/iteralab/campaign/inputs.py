@@ -18,6 +18,7 @@ from typing import Any
 from iteralab.common.files import sha256_file
 from iteralab.errors import ProtocolError
 from iteralab.plan.corpus import Corpus, check_disjoint, load_corpus
+from iteralab.plan.expenses import check_currency
 from iteralab.plan.protocol import Dataset, Protocol, load_protocol, resolve
 from iteralab.plan.protocol import lock as _record_lock
 
@@ -99,6 +100,7 @@ def catalog_fingerprint(protocol: Protocol, protocol_path: Path) -> dict[str, An
         catalog = load_catalog(source)
     except KitError as exc:
         raise ProtocolError(f"{protocol_path}: catalog.path: {exc}", hint=exc.hint) from None
+    check_currency(protocol.expenses, catalog.currency, str(protocol_path))  # K5: one budget, one currency
     return {"file": source.name, "version": catalog.version, "sha256": sha256_file(source)}
 
 

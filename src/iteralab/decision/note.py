@@ -9,7 +9,7 @@ from typing import Any
 
 from iteralab.common.files import dumps_json, write_text_atomic
 from iteralab.kit.calcul_forfaits import format_hours
-from iteralab.economics.pricing import (format_amount)
+from iteralab.economics.pricing import EXPENSES_APART, EXPENSES_COUNTED, format_amount
 from iteralab.evidence.stats import (fmt_s)
 from iteralab.campaign.manifest import rocm_compatibility, rocm_compatibility_line
 from iteralab.decision.costing import CPU_ONLY
@@ -147,9 +147,12 @@ def render_decision(d: Decision) -> str:
             _yes(c.window.meets_deadline, "met", "MISSED"),
             (f"{b.gpu_id} {b.package_days} days x {b.lots}" if b else "not priced")
             + (f" (C4 ROCm matrix: {c4_verdict[c.folder]})" if c4.get(c.folder) else ""),
-            f"{format_amount(b.total)} {b.currency}" if b else "-", c.accepted, cost)) + " |")
+            f"{format_amount(b.total)} {b.currency}" if b else "-", c.accepted,
+            cost + (" of the project total" if c.project and c.project.counted and c.pricing.cost else ""))) + " |")
     out.append("")
     out += dataset_section(d)
+    if d.costs is not None:
+        out += render_expenses(d)
     if p.job is not None:
         out += render_job(list(d.jobs), p.job.documents)
         if not d.jobs:
@@ -191,6 +194,28 @@ def render_decision(d: Decision) -> str:
     if d.notes:
         out += ["", "## Notes", "", *(f"- {n}" for n in d.notes)]
     return "\n".join(out) + "\n"
+
+
+def render_expenses(d: Decision) -> list[str]:
+    """K5: per configuration, the committed package fee, each other expense with its justification (or 'not
+    applicable' with its reason), then the project total; and whether the expenses enter the cost and the rule."""
+    costs = d.costs
+    assert costs is not None
+    out = ["## Project budget: package fee and other expenses (K5)", "",
+           f"- {EXPENSES_COUNTED if costs.counted else EXPENSES_APART}",
+           "- other expenses declared in the locked protocol: " + "; ".join(
+               f"{e.name}, {format_amount(e.amount)} {e.currency}, for {e.scope}" for e in costs.expenses)]
+    out += [f"- {line}" for line in d.expense_ranking]
+    for c in d.configs:
+        if c.project is None:
+            out.append(f"- {c.key}: package not priced (see 'Excluded and why'): no project total")
+            continue
+        out.append(f"- **{c.key}**")
+        out += [f"  - {_cell(line)}" for line in c.project.lines()]
+        if c.pricing.cost is not None:
+            what = "of the project total" if c.project.counted else "of the package fee alone"
+            out.append(f"  - cost per verified corpus {what}: {c.pricing.cost.describe()}")
+    return out + [""]
 
 
 def write_decision(d: Decision, out: str | Path) -> dict[str, Path]:

@@ -25,6 +25,7 @@ from iteralab.campaign.folder import CampaignFolder, table_columns
 from iteralab.evidence.bundle import refuse_if_sealed
 from iteralab.errors import IteraError
 from iteralab.common.files import dumps_json, write_text_atomic
+from iteralab.economics.pricing import EXPENSES_APART, EXPENSES_COUNTED
 from iteralab.kit.calcul_forfaits import STANDARD_PACKAGE_DAYS, format_amount, format_hours
 from iteralab.evidence.stats import Evidence, fmt_s, render_stats
 
@@ -176,7 +177,9 @@ def plot_cost(configs: list[Config], merged: bool, chosen: Config | None = None)
                     fontsize=8, fontweight="bold" if c is chosen else "normal")
     ax.set_xticks(range(len(priced)), [_short(c, merged) for c in priced], fontsize=8)
     ax.set_ylabel(f"per verified corpus ({priced[0].pricing.cost.currency})")  # type: ignore[union-attr]
-    ax.set_title("Cost per verified corpus (committed package fee / accepted corpora)", fontsize=10)
+    counted = any(c.project is not None and c.project.counted for c in priced)  # K5: the protocol's declared switch
+    ax.set_title("Cost per verified corpus (" + ("project total with the other expenses" if counted else
+                                                 "committed package fee") + " / accepted corpora)", fontsize=10)
     return _png(plt, fig)
 
 
@@ -286,6 +289,28 @@ def _config_row(c: Config) -> dict[str, Any]:
     }
 
 
+def expense_rows(decision: Decision) -> list[dict[str, Any]]:
+    """K5, one row per configuration: package fee, each other expense (or 'not applicable' with its reason), project
+    total, cost per verified corpus."""
+    costs = decision.costs
+    if costs is None:
+        return []
+    rows = []
+    for c in decision.configs:
+        p = c.project
+        if p is None:
+            rows.append({"key": c.key, "priced": False, "cells": [], "fee": "not priced", "total": "-", "cost": "-",
+                         "chosen": False})
+            continue
+        cur = p.budget.currency
+        cells = [f"{format_amount(e.amount)} {cur}" if e in p.expenses else f"not applicable ({e.scope})"
+                 for e in costs.expenses]
+        rows.append({"key": c.key, "priced": True, "cells": cells, "fee": f"{format_amount(p.budget.total)} {cur}",
+                     "total": f"{format_amount(p.project_total)} {cur}",
+                     "cost": c.pricing.cost.describe() if c.pricing.cost else "-", "chosen": c is decision.chosen})
+    return rows
+
+
 def render_report(decision: Decision, decision_md: str | None = None) -> str:
     """The report page as one self-contained HTML string."""
     from jinja2 import Environment, FileSystemLoader, StrictUndefined
@@ -324,7 +349,8 @@ def render_report(decision: Decision, decision_md: str | None = None) -> str:
         plot_memory=plot_memory(memory), memory=memory, memory_notes=memory_notes,
         plot_cost=plot_cost(configs, merged, decision.chosen), cpu_only=cpu, exclusions=exclusions,
         plot_window=plot_window(decision), fmt_s=fmt_s,
-        datasets=[(c.key, v) for c in configs for v in c.datasets],
+        datasets=[(c.key, v) for c in configs for v in c.datasets], expense_rows=expense_rows(decision),
+        expense_rule=(EXPENSES_COUNTED if decision.costs.counted else EXPENSES_APART) if decision.costs else None,
         corpus_size=decision.evidence[0].corpus_size, fingerprint=decision.evidence[0].fingerprint,
         mib=lambda b: "-" if b in (None, "") else f"{int(b) / 2**20:.1f} MiB",
     )

@@ -2,26 +2,28 @@
 
 A protocol fixes, before any timed pass, the decision question, the scenario, the corpus and its reference
 labels, the checks, the metric with its threshold and its tolerance against a reference variant, the planned
-subgroups, the variants and series, the warm-up rule, the number of passes, the exclusion rule, the calendar
-and the catalog. ``lock`` records its content hash; a run refuses an unlocked or changed protocol.
+subgroups, the variants and series, the warm-up rule, the number of passes, the exclusion rule, the calendar,
+the catalog and the other project expenses (K5, :mod:`iteralab.plan.expenses`). ``lock`` records its content
+hash, so the expenses are locked with the rest; a run refuses an unlocked or changed protocol.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator,
-                      model_validator)
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from iteralab.errors import ProtocolError
 from iteralab.kit.memoire import PRECISIONS  # the kit's list: one list for library and kit
+from iteralab.plan.expenses import BudgetRule, ExpenseLine, expense_problems, keyed_error
+from iteralab.plan.values import Flag, Number, Text, Whole
+from iteralab.plan.values import Strict as _Strict
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -38,54 +40,6 @@ INTERACTIVE_REFUSAL = (
     "scenario 'interactive' is not supported: an interactive service needs request arrivals, concurrency "
     "and an acceptable latency defined first, and an offline ranking does not carry over to it"
 )
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, str):
-        return f"the string {value!r}"
-    if isinstance(value, bool):
-        return f"the boolean {str(value).lower()}"
-    return {list: "an array", dict: "a table"}.get(type(value), type(value).__name__)
-
-
-def _number(value: Any) -> Any:
-    """A TOML number as written: no string or boolean coerced into one; NaN and infinities refused."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"expected a number, got {_kind(value)}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{value} is not a finite number")
-    return value
-
-
-def _whole(value: Any) -> Any:
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"{value} is not a finite number")
-        raise ValueError(f"expected a whole number, got {_kind(value) if not isinstance(value, float) else value}")
-    return value
-
-
-def _boolean(value: Any) -> Any:
-    if not isinstance(value, bool):
-        raise ValueError(f"expected true or false, got {_kind(value)}")
-    return value
-
-
-def _string(value: Any) -> Any:
-    if not isinstance(value, str):
-        raise ValueError(f"expected a string, got {_kind(value)}")
-    return value
-
-
-#: Protocol values are taken as written (P1): "0.8" is not a number, 1 is not true, NaN is not a threshold.
-Number = Annotated[float, BeforeValidator(_number)]
-Whole = Annotated[int, BeforeValidator(_whole)]
-Flag = Annotated[bool, BeforeValidator(_boolean)]
-Text = Annotated[str, BeforeValidator(_string)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class CorpusSpec(_Strict):
@@ -278,6 +232,9 @@ class Protocol(_Strict):
     series: tuple[Series, ...] = ()
     calendar: Calendar = Calendar()
     catalog: CatalogSpec = CatalogSpec()
+    #: K5: other project expenses, each justified, apart from the package fee unless budget.include_expenses.
+    expenses: tuple[ExpenseLine, ...] = ()
+    budget: BudgetRule = BudgetRule()
 
     @field_validator("scenario")
     @classmethod
@@ -313,6 +270,9 @@ class Protocol(_Strict):
         check_datasets(self)
         if any(s.by == "stratum" for s in self.subgroups) and not self.corpus.stratum_column:
             raise ValueError("a subgroup by 'stratum' needs corpus.stratum_column")
+        problems = expense_problems(self.expenses, names)
+        if problems:
+            raise keyed_error(*problems[0])
         return self
 
     def variant(self, name: str) -> Variant:
@@ -363,28 +323,32 @@ def parse_protocol(text: str, source: str = "<protocol>") -> Protocol:
     try:
         return Protocol.model_validate(data)
     except ValidationError as exc:
-        # Unknown keys first: a misspelt key usually explains the "missing" one that follows from it.
-        errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
-        problems = [_problem(data, e) for e in errors[:MAX_PROBLEMS]]
-        kind = errors[0]["type"]
-        hint = {"extra_forbidden": "remove it or check its spelling; unknown keys are refused so that nothing is "
-                                   "silently ignored",
-                "missing": "see the protocol template (iteralab kit export) for every required key"}.get(
-            kind, "fix the value; a locked protocol is amended by raising its version and locking again")
-        more = f"; and {len(errors) - MAX_PROBLEMS} more" if len(errors) > MAX_PROBLEMS else ""
-        message = f"{source}: " + "; ".join(problems) + more  # one line, every problem (up to 10)
-        raise ProtocolError(message, hint=hint) from None
+        raise refusal(data, exc, source) from None
+
+
+def refusal(data: Any, exc: ValidationError, source: str, model: type[BaseModel] | None = None) -> ProtocolError:
+    """One line naming the file and every key at fault (up to 10), with a hint for the first kind of problem."""
+    # Unknown keys first: a misspelt key usually explains the "missing" one that follows from it.
+    errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+    problems = [_problem(data, e, model or Protocol) for e in errors[:MAX_PROBLEMS]]
+    kind = errors[0]["type"]
+    hint = {"extra_forbidden": "remove it or check its spelling; unknown keys are refused so that nothing is "
+                               "silently ignored",
+            "missing": "see the protocol template (iteralab kit export) for every required key"}.get(
+        kind, "fix the value; a locked protocol is amended by raising its version and locking again")
+    more = f"; and {len(errors) - MAX_PROBLEMS} more" if len(errors) > MAX_PROBLEMS else ""
+    return ProtocolError(f"{source}: " + "; ".join(problems) + more, hint=hint)  # one line, every problem
 
 
 #: How many validation problems a protocol error shows at once.
 MAX_PROBLEMS = 10
 
 
-def _known_keys(loc: tuple[Any, ...]) -> list[str]:
+def _known_keys(loc: tuple[Any, ...], root: type[BaseModel]) -> list[str]:
     """The keys the protocol accepts at the table that holds ``loc``'s last key."""
     import typing
 
-    model: Any = Protocol
+    model: Any = root
     for part in loc[:-1]:
         if isinstance(part, int) or not (isinstance(model, type) and issubclass(model, BaseModel)):
             continue
@@ -398,13 +362,13 @@ def _known_keys(loc: tuple[Any, ...]) -> list[str]:
     return list(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []
 
 
-def _problem(data: Any, error: Any) -> str:
+def _problem(data: Any, error: Any, root: type[BaseModel]) -> str:
     import difflib
 
     loc = tuple(error["loc"])
-    key = _location(data, loc) or "(top level)"
+    key = (error.get("ctx") or {}).get("at") or _location(data, loc) or "(top level)"
     if error["type"] == "extra_forbidden":
-        close = difflib.get_close_matches(str(loc[-1]), _known_keys(loc), n=1)
+        close = difflib.get_close_matches(str(loc[-1]), _known_keys(loc, root), n=1)
         return f"unknown key '{key}'" + (f" (did you mean '{close[0]}'?)" if close else "")
     if error["type"] == "missing":
         return f"missing key '{key}'"
