@@ -116,11 +116,11 @@ def worker_main(argv: list[str]) -> int:
         result = {"pass_id": spec.get("pass_id"), "status": "failed", "error": passes._error_text(exc),
                   "error_kind": "internal", "completed": None, "notes": []}
     if sync.pass_run is not None:  # the shard's whole pass order (the file holds the completed part only)
-        from iteralab.campaign.predictions import encode
+        import pyarrow as pa
+        import pyarrow.parquet as pq
 
-        ids = sync.pass_run.ordered_ids()
-        order = Path(spec["prediction_dir"]) / f"{spec['pass_id']}.order.parquet"
-        order.write_bytes(encode(ids, ["-"], np.ones((len(ids), 1), np.float32)))
+        pq.write_table(pa.table({"id": sync.pass_run.ordered_ids()}),
+                       Path(spec["prediction_dir"]) / f"{spec['pass_id']}.order.parquet")
     if environment is not None and "torch" in sys.modules and isinstance(environment.get("determinism"), dict):
         from iteralab.campaign.manifest import _determinism
 
@@ -345,9 +345,10 @@ def _coordinate(spec: dict[str, Any], result: dict[str, Any], workers: list[_Wor
     while pending:
         k, message, at = _next(events)
         if message is None:
-            workers[k].gone = True
-            workers[k].finished_at = at
-            pending.discard(k)
+            if k in pending:  # died during its shard (a worker that finished closes its pipe later)
+                workers[k].gone = True
+                workers[k].finished_at = at
+                pending.discard(k)
         elif message.get("event") == "finished":
             workers[k].finished, workers[k].finished_at = message, at
             pending.discard(k)
@@ -366,7 +367,8 @@ def _coordinate(spec: dict[str, Any], result: dict[str, Any], workers: list[_Wor
         phases["pass_s"] = pass_s
     else:
         result["status"] = "failed"
-        notes.append("pass_s: empty, the measured pass did not complete on every device")
+        if not any(n.startswith("pass_s:") for n in notes):
+            notes.append("pass_s: empty, the measured pass did not complete on every device")
     _merge(spec, result, workers)
     phases["writing_s"] = clock.now() - t_last
     return result

@@ -229,7 +229,7 @@ def execute_pass(spec: dict[str, Any], clock: Any = None, startup: dict[str, flo
 
     ``sync`` is set in a data-parallel worker (:mod:`iteralab.campaign.parallel`): after warm-up
     ``sync.ready()`` waits until every worker is ready and returns this worker's shard (a row range);
-    ``sync.finished(pass_run)`` reports, right after the measured region, that the shard's predictions are on
+    ``sync.finished(pass_run, error)`` reports, right after the measured region, that the shard's predictions are on
     the host.
 
     Every phase is timed by :func:`iteralab.models.device.timed` (synchronize, read, body, synchronize, read)
