@@ -301,7 +301,14 @@ def _dp_workers(pid: int) -> list[psutil.Process]:
         children = psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
         return []
-    return [c for c in children if "iteralab.campaign.parallel" in " ".join(c.cmdline())]
+    workers = []
+    for child in children:
+        try:
+            if "iteralab.campaign.parallel" in " ".join(child.cmdline()):
+                workers.append(child)
+        except psutil.Error:  # a short-lived helper process that already ended
+            continue
+    return workers
 
 
 def test_sigkill_during_a_data_parallel_pass_leaves_an_aborted_row_and_resumes(tmp_path):

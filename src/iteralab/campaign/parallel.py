@@ -110,6 +110,12 @@ def worker_main(argv: list[str]) -> int:
         environment = environment_manifest(Path(spec.get("workdir") or os.getcwd()),
                                            runtime=not owns_device(spec["model"]["kind"]))
         startup["environment_s"] = time.perf_counter() - t0
+        if spec["model"]["kind"] != "callable":  # the runtime's own resident memory, as a single-device worker
+            from iteralab.kit.memoire import runtime_imports, runtime_overhead
+
+            t0 = time.perf_counter()
+            startup["runtime_rss_bytes"] = runtime_overhead(runtime_imports()).bytes
+            startup["runtime_imports_s"] = time.perf_counter() - t0
     try:
         result = passes.execute_pass(spec, startup=startup, sync=sync)
     except Exception as exc:  # unexpected: still leave a failure record behind
@@ -252,7 +258,12 @@ def run_data_parallel(spec: dict[str, Any], clock: Any = None) -> dict[str, Any]
     parallel: dict[str, Any] = {"workers": n, "kind": layout.kind, "label": layout.describe(),
                                 "threads_per_worker": layout.threads}
     result["parallel"] = parallel
-    with tempfile.TemporaryDirectory(prefix="iteralab-dp-") as tmp:
+    # The workers' specs, results and shard files live in the campaign's scratch folder (as a single-device
+    # worker's do): a killed run leaves nothing outside the campaign, and the next run clears it.
+    scratch = Path(spec["scratch_dir"]) if spec.get("scratch_dir") else None
+    if scratch is not None:
+        scratch.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="dp-" if scratch else "iteralab-dp-", dir=scratch) as tmp:
         folder = Path(tmp)
         t_spawn = clock.now()
         workers = _start_workers(spec, layout, folder)
@@ -410,6 +421,9 @@ def _collect(result: dict[str, Any], workers: list[_Worker], bounds: Any, layout
         result["workload"] = {**first["workload"], "device": ",".join(w.label for w in workers)
                               if layout.kind == "gpu" else first["workload"].get("device")}
     result["file_hashes"] = first.get("file_hashes")
+    for key in ("runtime_rss_bytes", "runtime_imports_s"):  # recorded once, by the first worker
+        if (first.get("startup") or {}).get(key) is not None:
+            result["startup"][key] = first["startup"][key]
     result["environment"] = first.get("environment")
     failures = sorted(((w, r) for w, r in zip(workers, records) if r.get("status") != "ok"),
                       key=lambda wr: wr[1].get("error_kind") == "stopped")  # the cause first
