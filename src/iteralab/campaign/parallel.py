@@ -237,7 +237,7 @@ def _cpu_snapshot(pids: list[int]) -> dict[str, float] | None:
 
 def run_data_parallel(spec: dict[str, Any], clock: Any = None) -> dict[str, Any]:
     """Run one data-parallel pass (``spec["variant"]["data_parallel"]`` workers); return its result record."""
-    from iteralab.campaign.shards import corpus_lengths, imbalance, plan_shards, shard_tokens, worker_layout
+    from iteralab.campaign.shards import worker_layout
     from iteralab.errors import IteraError
     from iteralab.models import device as dev
 
@@ -272,8 +272,7 @@ def run_data_parallel(spec: dict[str, Any], clock: Any = None) -> dict[str, Any]
             w.reader = threading.Thread(target=_read_loop, args=(w, events, clock), daemon=True)
             w.reader.start()
         try:
-            return _coordinate(spec, result, workers, events, clock, t_spawn, layout,
-                               (corpus_lengths, plan_shards, shard_tokens, imbalance))
+            return _coordinate(spec, result, workers, events, clock, t_spawn, layout)
         finally:
             for w in workers:
                 w.stop()
@@ -292,8 +291,8 @@ def run_data_parallel(spec: dict[str, Any], clock: Any = None) -> dict[str, Any]
 
 
 def _coordinate(spec: dict[str, Any], result: dict[str, Any], workers: list[_Worker], events: queue.Queue,
-                clock: Any, t_spawn: float, layout: Any, fns: tuple[Any, ...]) -> dict[str, Any]:
-    corpus_lengths, plan_shards, shard_tokens, imbalance = fns
+                clock: Any, t_spawn: float, layout: Any) -> dict[str, Any]:
+    from iteralab.campaign.shards import corpus_lengths, imbalance, plan_shards, shard_tokens
     from iteralab.models import device as dev
 
     phases, notes, parallel, startup = result["phases"], result["notes"], result["parallel"], result["startup"]
