@@ -49,7 +49,7 @@ PREDICTIONS = "predictions"
 PHASES = ("load_s", "compile_s", "warmup_s", "pass_s", "evaluation_s", "writing_s")
 COLUMNS = (
     "pass_id", "variant", "series", "round", "position", "attempt", "seed", "status",
-    "batch_size", "precision", "quantization", "bucketing", "padding", "resume", "compile", "device",
+    "batch_size", "precision", "quantization", "bucketing", "padding", "resume", "compile", "device", "data_parallel",
     "protocol_name", "protocol_version", "protocol_sha256", "corpus_fingerprint", "order_hash",
     *PHASES, "docs_per_s",
     "expected_ids", "observed_ids", "ids_match", "duplicates", "missing", "extra", "format_ok", "coverage",
@@ -58,6 +58,7 @@ COLUMNS = (
     "subgroup_metrics", "label_agreement", "max_abs_prob_diff", "reproduction_ok", "corpus_accepted",
     "excluded", "exclusion_reason",
     "cpu_peak_rss_bytes", "cuda_max_allocated_bytes", "cuda_max_reserved_bytes", "memory_scope",
+    "shard_pass_s", "shard_time_imbalance", "shard_token_imbalance", "shard_memory",
     "manifest_diff", "prediction_file", "prediction_sha256", "error", "notes",
 )
 #: The raw table of a several-dataset campaign (K6): the same columns with ``dataset`` after ``variant``. A
@@ -118,6 +119,8 @@ class RawRow:
     resume: bool | None
     compile: bool | None
     device: str | None
+    #: X3: worker processes of the pass, one per device (1: a single-device pass)
+    data_parallel: int | None
     protocol_name: str | None
     protocol_version: int | None
     protocol_sha256: str | None
@@ -158,6 +161,12 @@ class RawRow:
     cuda_max_allocated_bytes: int | None
     cuda_max_reserved_bytes: int | None
     memory_scope: str | None
+    #: data-parallel passes only: pass time per device, slowest/fastest shard time, largest/smallest shard token
+    #: count, and each device's memory peaks (the memory columns above hold the largest per-device peak)
+    shard_pass_s: dict[str, Any] | None
+    shard_time_imbalance: float | None
+    shard_token_imbalance: float | None
+    shard_memory: dict[str, Any] | None
     manifest_diff: str | None
     prediction_file: str | None
     prediction_sha256: str | None

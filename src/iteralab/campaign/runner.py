@@ -331,6 +331,10 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
         elif slot.variant in timed_out:
             result = _not_run(pass_id, f"not run: {slot.variant} exceeded the pass time limit of "
                                        f"{protocol.run.pass_timeout_s:g} s in {timed_out[slot.variant]}")
+        elif protocol.variant(slot.variant).data_parallel > 1:  # X3: one worker process per device
+            from iteralab.campaign.parallel import run_data_parallel
+
+            result = run_data_parallel(_pass_spec(campaign, protocol, out, slot, pass_id))
         else:
             result = runner(_pass_spec(campaign, protocol, out, slot, pass_id))
         if result.get("error_kind") == "timeout":

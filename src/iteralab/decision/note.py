@@ -88,6 +88,17 @@ def dataset_section(d: Decision) -> list[str]:
                       "times, not the sum of the per-dataset medians above", ""]
 
 
+def _parallel_words(d: Decision, c: Config, v: Any) -> str:
+    """'data-parallel over 2 cards, ' or 'data-parallel over 2 CPU processes, ' (X3: processes on a CPU are never
+    called cards); '' for a single-device variant."""
+    n = getattr(v, "data_parallel", 1)
+    if n <= 1:
+        return ""
+    on_gpu = any((r.device or "").startswith("cuda") for e in d.evidence if e.folder == c.folder
+                 for r in e.rows if r.variant == c.variant)
+    return f"data-parallel over {n} {'cards' if on_gpu else 'CPU processes'}, "
+
+
 def render_decision(d: Decision) -> str:
     """The decision note (Markdown, D2): deterministic, so it can be compared with a golden file."""
     ev = d.evidence[0]
@@ -103,7 +114,7 @@ def render_decision(d: Decision) -> str:
         v = p.variant(chosen.variant)
         out.append(f"Setting: batch size {v.batch_size}, precision {v.precision}, bucketing "
                    f"{'on' if v.bucketing else 'off'}, padding {v.padding}, compile {'on' if v.compile else 'off'}, "
-                   f"{d.lots} lot{'s' if d.lots != 1 else ''}.")
+                   f"{_parallel_words(d, chosen, v)}{d.lots} lot{'s' if d.lots != 1 else ''}.")
     else:
         out.append(f"**{d.one_line[0].upper()}{d.one_line[1:]}.**")
     out += ["", "Both halves of the answer:", "", "- **Configuration on each observed machine** (no price is needed "
@@ -114,7 +125,8 @@ def render_decision(d: Decision) -> str:
             v = p.variant(m.chosen.variant)
             out.append(f"    setting: batch size {v.batch_size}, precision {v.precision}, bucketing "
                        f"{'on' if v.bucketing else 'off'}, padding {v.padding}, compile "
-                       f"{'on' if v.compile else 'off'}")
+                       f"{'on' if v.compile else 'off'}"
+                       + (f", {_parallel_words(d, m.chosen, v).rstrip(', ')}" if v.data_parallel > 1 else ""))
     out.append(f"- **Rental**: {d.rental_line}")
     out += [f"- **{n}**" for n in d.notes if n.startswith("PARTIAL DECISION")]
     out += ["", "## Covered load", "",

@@ -318,6 +318,7 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
             diffs.append((str(evidence[0].folder), str(ev.folder), tuple(diff_manifests(evidence[0].manifest,
                                                                                         ev.manifest))))
     notes = [n for st in stats for n in st.notes]
+    notes += list(dict.fromkeys(c.pricing.note for c in configs if c.pricing.note))  # X3: cards and lots
     notes += [f"PARTIAL DECISION (--partial): {line}" for line in incomplete]
     for ev in evidence:
         for name in sorted(set(ev.hardware.gpus)):

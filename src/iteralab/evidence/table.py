@@ -74,6 +74,7 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
             "seed": start.get("seed"), "batch_size": variant.get("batch_size"),
             "precision": variant.get("precision"), "bucketing": variant.get("bucketing"),
             "padding": variant.get("padding"), "resume": variant.get("resume"), "compile": variant.get("compile"),
+            "data_parallel": variant.get("data_parallel", 1),
             "protocol_name": campaign["protocol"]["name"], "protocol_version": campaign["protocol"]["version"],
             "protocol_sha256": campaign["protocol"]["sha256"],
             "corpus_fingerprint": corpus["fingerprint"],
@@ -112,6 +113,7 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
         for key in ("cpu_peak_rss_bytes", "cuda_max_allocated_bytes", "cuda_max_reserved_bytes"):
             row[key] = memory.get(key)
         row["memory_scope"] = memory.get("scope")
+        _shard_cells(row, fin.get("parallel"))
         load = fin.get("concurrent_load") or {}
         if load.get("flagged"):
             notes.append(f"{CONCURRENT_NOTE}: other processes used {load['other_cpu_s']:.2f} CPU-s "
@@ -148,6 +150,21 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
         row["notes"] = " | ".join(notes)
         rows.append(row)
     return rows
+
+
+def _shard_cells(row: dict[str, Any], parallel: dict[str, Any] | None) -> None:
+    """The data-parallel cells (X3) from the journal's ``parallel`` record; empty for a single-device pass."""
+    if not parallel:
+        return
+    row["shard_pass_s"] = parallel.get("device_pass_s")
+    row["shard_time_imbalance"] = parallel.get("time_imbalance")
+    row["shard_token_imbalance"] = parallel.get("token_imbalance")
+    memory = {}
+    for device in parallel.get("devices") or []:
+        peaks = device.get("memory") or {}
+        memory[device["device"]] = {k: peaks.get(k) for k in ("cpu_peak_rss_bytes", "cuda_max_allocated_bytes",
+                                                              "cuda_max_reserved_bytes") if k in peaks}
+    row["shard_memory"] = memory or None
 
 
 def render_csv(rows: list[dict[str, Any]]) -> str:

@@ -34,7 +34,7 @@ SCHEMA_VERSION = 1
 LOCK_SUFFIX = ".lock.json"
 METRICS = ("accuracy", "macro_f1", "weighted_f1", "balanced_accuracy")
 #: The variant fields a series may vary (R1). Everything else is fixed by the protocol for all variants.
-FACTORS = ("batch_size", "precision", "bucketing", "padding", "resume", "compile", "device")
+FACTORS = ("batch_size", "precision", "bucketing", "padding", "resume", "compile", "device", "data_parallel")
 
 INTERACTIVE_REFUSAL = (
     "scenario 'interactive' is not supported: an interactive service needs request arrivals, concurrency "
@@ -164,6 +164,18 @@ class Variant(_Strict):
     resume: Flag = False
     compile: Flag = False
     device: Text | None = None
+    #: X3: one worker process per device, each with a full model copy, the corpus sharded by token count. On
+    #: GPUs: N cards of the machine; on device "cpu": N CPU worker processes sharing the cores (never "cards").
+    data_parallel: Whole = Field(default=1, ge=1, le=256)
+
+    @model_validator(mode="after")
+    def _parallel_device(self) -> Variant:
+        pinned = (self.device or "").strip().lower()
+        if self.data_parallel > 1 and pinned.startswith("cuda:"):
+            raise ValueError(f"device {self.device!r} names one card but data_parallel = {self.data_parallel} uses "
+                             f"{self.data_parallel}: give device 'cuda', 'auto' or 'cpu' (the workers take the "
+                             "first visible devices)")
+        return self
 
     @field_validator("precision")
     @classmethod
