@@ -35,3 +35,10 @@ def oom_on_third_call(texts: list[str]) -> list[list[float]]:
         CALLS.append(len(texts))
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (simulated)")
     return keyword_classifier(texts)
+
+
+def fail_on_weak_script(texts: list[str]) -> list[list[float]]:
+    """Raises on the batch holding the corpus's last text (d11, "weak script"), like a bad document would."""
+    if "weak script" in texts:
+        raise ValueError("weak script is not supported")
+    return keyword_classifier(texts)

@@ -88,8 +88,16 @@ def read_corpus(ray_data: Any, path: str) -> Any:
 
 
 def _error_text(exc: BaseException) -> str:
+    """The error a user can act on: the exception raised in the workload, unwrapped from Ray's task errors
+    (whose own text is a remote traceback)."""
     from iteralab.campaign.passes import _error_text as text
 
+    seen = 0
+    while seen < 8:
+        inner = getattr(exc, "cause", None) or (exc.__cause__ if type(exc).__name__ == "UserCodeException" else None)
+        if not isinstance(inner, BaseException):
+            break
+        exc, seen = inner, seen + 1
     return text(exc)
 
 
