@@ -42,3 +42,11 @@ def fail_on_weak_script(texts: list[str]) -> list[list[float]]:
     if "weak script" in texts:
         raise ValueError("weak script is not supported")
     return keyword_classifier(texts)
+
+
+def marking_slow_classifier(texts: list[str]) -> list[list[float]]:
+    """``slow_classifier`` that first creates the file named by FAKE_MODEL_MARK: a batch is being processed."""
+    mark = os.environ.get("FAKE_MODEL_MARK")
+    if mark:
+        open(mark, "a").close()
+    return slow_classifier(texts)
