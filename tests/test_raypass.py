@@ -75,7 +75,9 @@ def test_ray_and_local_engines_in_one_campaign_lock_run_verify_decide(tmp_path, 
     protocol = callable_campaign(tmp_path, passes=1, variants=TWO_ENGINES, reference="b4", locked=False)
     out = tmp_path / "out"
     assert main(["lock", str(protocol)]) == 0
+    capsys.readouterr()
     assert main(["run", str(protocol), "--out", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["passes_total"] == 2  # Ray's own messages stay off stdout
     rows = {r["variant"]: r for r in read_raw_table(out / "raw_table.csv")}
     ray_row, local_row = rows["b4-ray"], rows["b4"]
     for row in (ray_row, local_row):
@@ -181,3 +183,19 @@ def test_missing_ray_is_one_line_with_the_install_hint(tmp_path, monkeypatch, ca
     assert err[0] == f"Error: {protocol}: variant 'b4-ray' runs on engine \"ray\" but Ray is not installed"
     assert "pip install iteralab[ray]" in err[1] and len(err) == 2
     assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def test_completeness_comes_from_the_ids_only():
+    """What Ray returns without an error is checked against the corpus ids: order is free, each id exactly once
+    (Ray dropped a whole block without an exception when allowed to: max_errored_blocks is forced to 0, and a
+    short or repeated output is still a failed row)."""
+    import pyarrow as pa
+
+    from iteralab.campaign.raypass import _completeness
+
+    expected = pa.array(["a", "b", "c", "d"])
+    assert _completeness(pa.array(["c", "a", "d", "b"]), expected) is None
+    assert _completeness(pa.array([], pa.string()), expected) == (
+        "Ray returned 0 of 4 inputs without an error (0 repeated, 0 not in the corpus); the pass is not counted")
+    assert "(1 repeated, 0 not in the corpus)" in _completeness(pa.array(["a", "a", "b", "c"]), expected)
+    assert "(0 repeated, 1 not in the corpus)" in _completeness(pa.array(["a", "b", "c", "x"]), expected)

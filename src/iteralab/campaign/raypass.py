@@ -166,8 +166,10 @@ class RayEngine:
         from iteralab.campaign.manifest import environment_manifest, owns_device
 
         result = _RayPass(self, spec).execute()
-        result["environment"] = environment_manifest(Path(spec["workdir"]),
-                                                     runtime=not owns_device(spec["model"]["kind"]))
+        environment = environment_manifest(Path(spec["workdir"]), runtime=not owns_device(spec["model"]["kind"]))
+        # What only the process running the model knows (threads, determinism options as applied): the actor's.
+        environment.update(result.pop("actor_runtime", None) or {})
+        result["environment"] = environment
         return result
 
 
@@ -273,6 +275,7 @@ class _RayPass:
         first = next((a["startup"] for a in actors.values() if a.get("startup")), None)
         if first is not None:
             result["workload"], result["file_hashes"] = first["workload"], first["file_hashes"]
+            result["actor_runtime"] = first.get("runtime")
         rss = [a["rss"] for a in actors.values() if a.get("rss")]
         result["memory"] = {"cpu_peak_rss_bytes": max(rss) if rss else None,
                             "scope": "peak RSS of the largest Ray actor process (max over actors, never summed)",
@@ -392,9 +395,15 @@ class RayPredictor:
             times[key] = (times[key] or 0.0) + warming.seconds
         self.k = len(spec["classes"])
         self.key = f"{os.getpid()}-{id(self)}"
+        ready = time.time()
+        runtime = None
+        if threads is not None:
+            from iteralab.campaign.manifest import _determinism
+
+            runtime = {"torch_threads": threads, "determinism": _determinism()}
         self.startup: dict[str, Any] | None = {
-            "created_at": created, "runtime_s": runtime_s, **times, "threads": threads, "ready_at": time.time(),
-            "workload": self.workload.describe(), "file_hashes": self.workload.file_hashes()}
+            "created_at": created, "runtime_s": runtime_s, **times, "threads": threads, "ready_at": ready,
+            "workload": self.workload.describe(), "file_hashes": self.workload.file_hashes(), "runtime": runtime}
 
     def __call__(self, batch: Any) -> Any:
         import pyarrow as pa
