@@ -1,4 +1,4 @@
-"""The verified pass on Ray Data (X4), on a local Ray of 2 CPUs and a Python-callable workload.
+"""The verified pass on Ray Data (X4), on a local Ray of 2 CPUs, with a tiny BERT or a Python-callable workload.
 
 Few and short on purpose (each campaign starts its own Ray, a few seconds): one campaign lock → run → verify →
 decide comparing the two engines, a failing batch, a SIGKILL of the runner during a Ray pass and its resume.
@@ -71,8 +71,19 @@ def _events(out: Path, name: str) -> list[dict]:
 
 
 @needs_ray
-def test_ray_and_local_engines_in_one_campaign_lock_run_verify_decide(tmp_path, capsys):
-    protocol = callable_campaign(tmp_path, passes=1, variants=TWO_ENGINES, reference="b4", locked=False)
+def test_ray_and_local_engines_in_one_campaign_lock_run_verify_decide(tmp_path, capsys, tiny_classifier_dir):
+    import torch
+
+    from campaign_factory import write_corpus_csv
+
+    write_corpus_csv(tmp_path)
+    # the actor runs as many torch threads as a fresh local worker, so the two passes' manifests agree
+    variants = TWO_ENGINES.replace("ray_num_cpus = 2\n", f"ray_num_cpus = 2\nray_threads_per_actor = "
+                                                           f"{torch.get_num_threads()}\n")
+    protocol = tmp_path / "protocol.toml"
+    protocol.write_text(protocol_toml(model=f'kind = "hf_classifier"\npath = "{tiny_classifier_dir}"', passes=1,
+                                      variants=variants, reference="b4", threshold=0.0, tolerance=1.0,
+                                      isolation="process"), encoding="utf-8")
     out = tmp_path / "out"
     assert main(["lock", str(protocol)]) == 0
     capsys.readouterr()
@@ -83,8 +94,10 @@ def test_ray_and_local_engines_in_one_campaign_lock_run_verify_decide(tmp_path, 
     for row in (ray_row, local_row):
         assert row["status"] == "ok" and row["ids_match"] == "true" and row["corpus_accepted"] == "true"
         assert row["completed"] == "12" and float(row["pass_s"]) > 0
+        assert row["manifest_diff"] == ""  # same software, threads and determinism options in both engines
     assert "engine: ray" in ray_row["notes"] and "engine: ray" not in local_row["notes"]
     assert ray_row["load_s"] != "" and ray_row["warmup_s"] != ""  # timed inside the actor, apart from pass_s
+    assert float(ray_row["max_abs_prob_diff"] or 0) < 1e-4
     ray_file, local_file = (pq.read_table(out / r["prediction_file"]) for r in (ray_row, local_row))
     by_id = lambda t: dict(zip(t.column("id").to_pylist(), t.column("label").to_pylist()))  # noqa: E731
     assert by_id(ray_file) == by_id(local_file) and ray_file.num_rows == 12
@@ -102,9 +115,8 @@ def test_ray_and_local_engines_in_one_campaign_lock_run_verify_decide(tmp_path, 
     import ray
 
     assert ray_facts["ray_version"] == ray.__version__ and ray_facts["gpus"] == 0
-    assert ray_facts["layout"] == {"actors": 1, "cpus_per_actor": 1.0, "threads_per_actor": None,
+    assert ray_facts["layout"] == {"actors": 1, "cpus_per_actor": 1.0, "threads_per_actor": torch.get_num_threads(),
                                    "no_progress_timeout_s": 60.0}
-    capsys.readouterr()
     assert main(["verify", str(out), "--unsealed"]) == 0
     assert capsys.readouterr().out.startswith("verified: 2 passes, 2 accepted")
     assert main(["decide", str(out), "--json"]) == 0

@@ -168,8 +168,14 @@ class RayEngine:
         result = _RayPass(self, spec).execute()
         environment = environment_manifest(Path(spec["workdir"]), runtime=not owns_device(spec["model"]["kind"]))
         # What only the process running the model knows (threads, determinism options as applied): the actor's.
-        environment.update(result.pop("actor_runtime", None) or {})
-        result["environment"] = environment
+        runtime = result.pop("actor_runtime", None)
+        if runtime:
+            environment["torch_threads"], environment["determinism"] = runtime["torch_threads"], runtime["determinism"]
+            cpu = (environment.get("device_inventory") or {}).get("cpu")
+            if isinstance(cpu, dict):
+                cpu["torch_threads"], cpu["torch_interop_threads"] = runtime["torch_threads"], runtime["interop"]
+        # As a worker's result reaches the runner (through JSON): plain values, e.g. torch's version as a string.
+        result["environment"] = json.loads(json.dumps(environment))
         return result
 
 
@@ -400,7 +406,8 @@ class RayPredictor:
         if threads is not None:
             from iteralab.campaign.manifest import _determinism
 
-            runtime = {"torch_threads": threads, "determinism": _determinism()}
+            runtime = {"torch_threads": threads, "interop": torch.get_num_interop_threads(),
+                       "determinism": _determinism()}
         self.startup: dict[str, Any] | None = {
             "created_at": created, "runtime_s": runtime_s, **times, "threads": threads, "ready_at": ready,
             "workload": self.workload.describe(), "file_hashes": self.workload.file_hashes(), "runtime": runtime}
