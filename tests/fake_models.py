@@ -50,3 +50,15 @@ def marking_slow_classifier(texts: list[str]) -> list[list[float]]:
     if mark:
         open(mark, "a").close()
     return slow_classifier(texts)
+
+
+def fail_or_die(texts: list[str]) -> list[list[float]]:
+    """On the batch holding "weak script" (d11): a batch of one kills its own process (a lost worker, as the
+    kernel's out-of-memory killer would), a larger batch raises."""
+    if "weak script" in texts:
+        if len(texts) == 1:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise ValueError("weak script is not supported")
+    return keyword_classifier(texts)

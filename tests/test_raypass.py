@@ -126,19 +126,31 @@ def test_ray_and_local_engines_in_one_campaign_lock_run_verify_decide(tmp_path, 
 
 
 @needs_ray
-def test_a_failing_batch_fails_the_ray_pass_with_the_inputs_received(tmp_path):
-    protocol = callable_campaign(tmp_path, fn="fake_models:fail_on_weak_script", passes=1, variants=RAY_ONLY,
+def test_a_failing_batch_or_a_lost_actor_fails_the_ray_pass_with_the_inputs_received(tmp_path):
+    variants = RAY_RUN + """
+[[variants]]
+name = "b4-ray"
+batch_size = 4
+engine = "ray"
+
+[[variants]]
+name = "b1-ray"
+batch_size = 1
+engine = "ray"
+"""
+    protocol = callable_campaign(tmp_path, fn="fake_models:fail_or_die", passes=1, variants=variants,
                                  reference="b4-ray", warmup="inputs = 0\npasses = 0")
     out = tmp_path / "out"
     run_campaign(protocol, out)
-    [row] = read_raw_table(out / "raw_table.csv")
-    assert row["status"] == "failed" and row["corpus_accepted"] == "false" and row["ids_match"] == "false"
-    assert "weak script is not supported" in row["error"]
-    completed = int(row["completed"])
-    assert 0 <= completed < 12
-    assert f"failed after {completed} of 12 inputs" in row["notes"]
-    assert pq.read_table(out / row["prediction_file"]).num_rows == completed  # exactly what was received
-    assert row["pass_s"] == ""
+    rows = {r["variant"]: r for r in read_raw_table(out / "raw_table.csv")}
+    for row in rows.values():
+        assert row["status"] == "failed" and row["corpus_accepted"] == "false" and row["ids_match"] == "false"
+        completed = int(row["completed"])
+        assert 0 <= completed < 12
+        assert f"failed after {completed} of 12 inputs" in row["notes"] and row["pass_s"] == ""
+        assert pq.read_table(out / row["prediction_file"]).num_rows == completed  # exactly what was received
+    assert rows["b4-ray"]["error"].startswith("ValueError: weak script is not supported")  # the workload's error
+    assert "Actor" in rows["b1-ray"]["error"] or "actor" in rows["b1-ray"]["error"]  # lost, never replaced
 
 
 def _run_cli(args, env):

@@ -25,6 +25,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -201,11 +202,16 @@ class _RayPass:
         actor_spec = {k: spec[k] for k in ("variant", "model", "classes", "seed", "deterministic", "device")}
         actor_spec["threads"] = run.ray_threads_per_actor
         actor_spec["warmup"] = spec["warmup"]
-        return read_corpus(ray_data, spec["corpus_path"]).repartition(
-            target_num_rows_per_block=rows_per_block).map_batches(
-            RayPredictor, fn_constructor_kwargs={"spec": actor_spec, "warm_texts": warm_texts},
-            batch_size=int(spec["variant"]["batch_size"]), batch_format="pyarrow", zero_copy_batch=True,
-            compute=ray_data.ActorPoolStrategy(size=run.ray_actors), num_cpus=run.ray_cpus_per_actor)
+        with warnings.catch_warnings():
+            # Ray 2.60 has no named parameter for it yet: without max_restarts=0 a lost actor is replaced and its
+            # tasks silently retried (R8: a lost actor fails the pass). Ray warns this form goes in Ray 2.64.
+            warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
+            return read_corpus(ray_data, spec["corpus_path"]).repartition(
+                target_num_rows_per_block=rows_per_block).map_batches(
+                RayPredictor, fn_constructor_kwargs={"spec": actor_spec, "warm_texts": warm_texts},
+                batch_size=int(spec["variant"]["batch_size"]), batch_format="pyarrow", zero_copy_batch=True,
+                compute=ray_data.ActorPoolStrategy(size=run.ray_actors), num_cpus=run.ray_cpus_per_actor,
+                max_restarts=0)
 
     def execute(self) -> dict[str, Any]:
         import pyarrow as pa
@@ -259,6 +265,9 @@ class _RayPass:
                  .reshape(-1, k) if prob_chunks else np.zeros((0, k), np.float32))
         result["completed"] = len(ids)
         ready = [a["startup"]["ready_at"] for a in actors.values() if a.get("startup")]
+        if error is None and len(actors) > run.ray_actors:
+            error = RuntimeError(f"{len(actors)} actors returned batches for a pool of {run.ray_actors}: an actor "
+                                 "was lost and replaced, its tasks retried")
         if error is None:
             problem = _completeness(ids, expected_ids)
             if problem:
