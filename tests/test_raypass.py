@@ -199,6 +199,22 @@ def test_an_actor_layout_that_leaves_no_cpu_for_reads_is_refused(tmp_path, capsy
     assert err[0].startswith(f"Error: {path}: key 'run': the Ray actor layout 2 actors") and "Traceback" not in err
 
 
+def test_a_local_ray_without_declared_cpus_is_checked_against_this_machine(monkeypatch):
+    from iteralab.campaign import raypass
+    from iteralab.errors import RunError
+
+    text = protocol_toml(model='kind = "callable"\ncallable = "fake_models:keyword_classifier"',
+                         variants=RAY_ONLY.replace("ray_num_cpus = 2\n", "").replace("ray_actors = 1", "ray_actors = 2"),
+                         reference="b4-ray")
+    protocol = parse_protocol(text, "p.toml")  # the cluster's CPUs are not known when the protocol is read
+    monkeypatch.setattr(raypass, "ray_installed", lambda: True)
+    monkeypatch.setattr(raypass.os, "cpu_count", lambda: 2)
+    with pytest.raises(RunError, match=r"^p.toml: the Ray actor layout 2 actors × 1 CPU holds 2 of the cluster's 2"):
+        raypass.require_ray(protocol, "p.toml")
+    monkeypatch.setattr(raypass.os, "cpu_count", lambda: 4)
+    raypass.require_ray(protocol, "p.toml")  # 2 × 1 CPU on 4 CPUs leaves 2 for the reads
+
+
 def test_missing_ray_is_one_line_with_the_install_hint(tmp_path, monkeypatch, capsys):
     protocol = callable_campaign(tmp_path, passes=1, variants=RAY_ONLY, reference="b4-ray")
     monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` sees without the extra installed
