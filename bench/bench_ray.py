@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    fmt = lambda xs: ", ".join(f"{x:.2f}" for x in xs)  # noqa: E731
+    fmt = lambda xs: ", ".join(f"{x:.2f}" for x in xs)
     print(f"corpus: {args.docs} demo texts, batch {args.batch_size}, {args.passes} passes per engine, rotated; "
           f"Ray {result['ray']['version']}, local Ray of {engine.get('cpus')} CPUs, layout {engine.get('layout')}")
     print(f"local pass_s: {fmt(times['b8'])}  (median {local:.2f} s)" if local else "local pass_s: none")

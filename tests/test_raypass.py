@@ -14,11 +14,12 @@ import sys
 import time
 from pathlib import Path
 
+import fake_models
 import pyarrow.parquet as pq
 import pytest
-
-import fake_models
 from campaign_factory import callable_campaign
+from protocol_factory import protocol_toml
+
 from iteralab.campaign.journal import read_journal
 from iteralab.campaign.raypass import ray_installed
 from iteralab.cli import main
@@ -27,7 +28,6 @@ from iteralab.evidence.run import run_campaign
 from iteralab.evidence.table import read_raw_table, write_raw_table
 from iteralab.plan.engines import layout_problem
 from iteralab.plan.protocol import parse_protocol
-from protocol_factory import protocol_toml
 
 TESTS = Path(__file__).parent
 needs_ray = pytest.mark.skipif(not ray_installed(), reason="Ray is not installed (pip install iteralab[ray])")
@@ -73,7 +73,6 @@ def _events(out: Path, name: str) -> list[dict]:
 @needs_ray
 def test_ray_and_local_engines_in_one_campaign_lock_run_verify_decide(tmp_path, capsys, tiny_classifier_dir):
     import torch
-
     from campaign_factory import write_corpus_csv
 
     write_corpus_csv(tmp_path)
@@ -99,7 +98,7 @@ def test_ray_and_local_engines_in_one_campaign_lock_run_verify_decide(tmp_path, 
     assert ray_row["load_s"] != "" and ray_row["warmup_s"] != ""  # timed inside the actor, apart from pass_s
     assert float(ray_row["max_abs_prob_diff"] or 0) < 1e-4
     ray_file, local_file = (pq.read_table(out / r["prediction_file"]) for r in (ray_row, local_row))
-    by_id = lambda t: dict(zip(t.column("id").to_pylist(), t.column("label").to_pylist()))  # noqa: E731
+    by_id = lambda t: dict(zip(t.column("id").to_pylist(), t.column("label").to_pylist()))
     assert by_id(ray_file) == by_id(local_file) and ray_file.num_rows == 12
     # the order hash is the order the Ray pass's file holds (received order), not assumed to be the corpus's
     from iteralab.campaign.passes import order_hash
@@ -203,8 +202,8 @@ def test_a_local_ray_without_declared_cpus_is_checked_against_this_machine(monke
     from iteralab.campaign import raypass
     from iteralab.errors import RunError
 
-    text = protocol_toml(model='kind = "callable"\ncallable = "fake_models:keyword_classifier"',
-                         variants=RAY_ONLY.replace("ray_num_cpus = 2\n", "").replace("ray_actors = 1", "ray_actors = 2"),
+    variants = RAY_ONLY.replace("ray_num_cpus = 2\n", "").replace("ray_actors = 1", "ray_actors = 2")
+    text = protocol_toml(model='kind = "callable"\ncallable = "fake_models:keyword_classifier"', variants=variants,
                          reference="b4-ray")
     protocol = parse_protocol(text, "p.toml")  # the cluster's CPUs are not known when the protocol is read
     monkeypatch.setattr(raypass, "ray_installed", lambda: True)

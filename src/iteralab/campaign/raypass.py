@@ -69,7 +69,7 @@ def require_ray(protocol: Any, source: str) -> None:
 def _import_ray() -> Any:
     try:
         import ray
-        import ray.data  # noqa: F401
+        import ray.data
     except ImportError as exc:
         raise RunError(f"engine \"ray\": Ray is not installed ({exc})", hint=f"install the extra: {RAY_HINT}") from None
     return ray
@@ -232,7 +232,7 @@ class _RayPass:
         # Outside the measured region: the expected ids and the warm-up texts, read by the driver.
         expected_ids = _corpus_ids(spec["corpus_path"])
         result["expected"] = len(expected_ids)
-        corpus_kwargs = dict(id_column="id", text_column="text", label_column="label", classes=spec["classes"])
+        corpus_kwargs = {"id_column": "id", "text_column": "text", "label_column": "label", "classes": spec["classes"]}
         warm = spec["warmup"]
         warm_texts = _first_texts(spec["corpus_path"], corpus_kwargs, int(warm["inputs"])) \
             if warm["inputs"] > 0 and warm["passes"] > 0 else []
