@@ -131,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         cpus_per_actor=args.cpus_per_actor, threads=f"ray_threads_per_actor = {threads}\n", batch=args.batch_size),
         encoding="utf-8")
     lock(protocol)
-    out = tmp / "campaign"
+    out = next(tmp / name for name in ("campaign", *(f"campaign-{n}" for n in range(2, 1000)))
+               if not (tmp / name).exists())  # the data and head of an earlier run are reused, never its passes
     run_campaign(protocol, out)
     wall = time.perf_counter() - t0
 
@@ -180,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ray / local (measured pass): {result['ratio']:.3f}  (target <= 1.25)")
         print(f"ray / local (pass + load + warm-up, + actor start for Ray): {result['ratio_with_startup']:.3f}")
     print(f"ray.init: {engine.get('init_s', float('nan')):.1f} s (campaign start-up, not in any pass)")
+    flagged = sum("measured under concurrent load" in r["notes"] for r in rows if r["variant"] == "b8")
+    print(f"local passes flagged as measured under concurrent load: {flagged} of {len(times['b8'])} (not measured "
+          "for Ray passes); the figures are from this machine as it was during the run")
     print(f"identical id sets: {result['rounds_same_ids']} of {len(agree)} rounds; identical labels: "
           f"{result['rounds_same_labels']} of {len(agree)} rounds")
     if result["failed_rows"]:

@@ -287,6 +287,8 @@ class _RayPass:
             notes.append("pass_s: empty, the measured pass did not complete")
         if not self.spec["variant"]["compile"]:
             notes.append("compile_s: empty, the variant does not compile")
+        notes.append("concurrent load: not measured for a Ray pass (its work runs in Ray's processes, which the "
+                     "machine-wide reading cannot tell from other load)")
         first = next((a["startup"] for a in actors.values() if a.get("startup")), None)
         if first is not None:
             result["workload"], result["file_hashes"] = first["workload"], first["file_hashes"]
