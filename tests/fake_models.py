@@ -35,3 +35,30 @@ def oom_on_third_call(texts: list[str]) -> list[list[float]]:
         CALLS.append(len(texts))
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (simulated)")
     return keyword_classifier(texts)
+
+
+def fail_on_weak_script(texts: list[str]) -> list[list[float]]:
+    """Raises on the batch holding the corpus's last text (d11, "weak script"), like a bad document would."""
+    if "weak script" in texts:
+        raise ValueError("weak script is not supported")
+    return keyword_classifier(texts)
+
+
+def marking_slow_classifier(texts: list[str]) -> list[list[float]]:
+    """``slow_classifier`` that first creates the file named by FAKE_MODEL_MARK: a batch is being processed."""
+    mark = os.environ.get("FAKE_MODEL_MARK")
+    if mark:
+        open(mark, "a").close()
+    return slow_classifier(texts)
+
+
+def fail_or_die(texts: list[str]) -> list[list[float]]:
+    """On the batch holding "weak script" (d11): a batch of one kills its own process (a lost worker, as the
+    kernel's out-of-memory killer would), a larger batch raises."""
+    if "weak script" in texts:
+        if len(texts) == 1:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise ValueError("weak script is not supported")
+    return keyword_classifier(texts)

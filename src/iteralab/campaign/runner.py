@@ -271,6 +271,7 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
     from iteralab.campaign.evaluate import CampaignReads, evaluate_pass
 
     from iteralab.campaign.preflight import preflight
+    from iteralab.campaign.raypass import RayEngine, require_ray
 
     protocol_path = Path(protocol_path)
     protocol, _ = check_locked(protocol_path)
@@ -279,6 +280,7 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
         raise RunError(f"{protocol_path}: {flight.summary()}",
                        hint="remove them in a new protocol version, run on a machine that can, or run anyway with "
                             "--keep-unrunnable (they are recorded as failed rows)")
+    require_ray(protocol, str(protocol_path))
     campaign = prepare(protocol_path, out, rerun=rerun)
     out = Path(out)
     shutil.rmtree(out / SCRATCH, ignore_errors=True)  # what a killed run's worker left behind
@@ -291,6 +293,7 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
     reference_manifest = _load_manifest(out)
     if reference_manifest is not None and todo:
         _check_resume_environment(out, reference_manifest)  # before anything is appended to the journal
+    engine = RayEngine.for_slots(protocol, [s.variant for s in todo if s.variant not in flight.unrunnable])
     if state.campaign is None:
         journal.append("campaign_started", protocol_sha256=campaign["protocol"]["sha256"],
                        corpus_fingerprint=campaign["corpus"]["fingerprint"])
@@ -303,6 +306,8 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
                 verdict = evaluate_pass(out, pid, reads, state.started[pid].get("dataset"))
                 journal.append("pass_evaluated", pass_id=pid, evaluation_s=time.perf_counter() - t0,
                                intrinsic=verdict, after_resume=True)
+    if engine is not None:  # campaign start-up (R2): Ray started, the cluster as Ray reports it
+        journal.append("engine_started", **engine.started)
     attempts: dict[tuple[int, int], int] = {}
     for pid in state.order:
         key = (state.started[pid]["round"], state.started[pid]["position"])
@@ -331,6 +336,8 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
         elif slot.variant in timed_out:
             result = _not_run(pass_id, f"not run: {slot.variant} exceeded the pass time limit of "
                                        f"{protocol.run.pass_timeout_s:g} s in {timed_out[slot.variant]}")
+        elif engine is not None and protocol.variant(slot.variant).engine == "ray":
+            result = engine.run_pass(_pass_spec(campaign, protocol, out, slot, pass_id))
         elif protocol.variant(slot.variant).data_parallel > 1:  # X3: one worker process per device
             from iteralab.campaign.parallel import run_data_parallel
 
@@ -341,7 +348,8 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
             timed_out.setdefault(slot.variant, pass_id)
         observed = _manifest_fields(result)
         if reference_manifest is None and result.get("status") == "ok":
-            reference_manifest = _write_manifest(out, campaign, protocol, result, observed)
+            reference_manifest = _write_manifest(out, campaign, protocol, result, observed,
+                                                 engine.started if engine is not None else None)
         diff = _diff(reference_manifest, observed) if reference_manifest is not None else []
         environment = result.pop("environment", None)
         result.pop("file_hashes", None)
@@ -353,6 +361,8 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
                        intrinsic=verdict)
         emit("done", {"pass_id": pass_id, "status": result.get("status"), "pass_s": result["phases"]["pass_s"]
                       if result.get("phases") else None})
+    if engine is not None:
+        journal.append("engine_stopped", **engine.stop())
     shutil.rmtree(out / SCRATCH, ignore_errors=True)
     return {"out": str(out), "passes_total": len(slots), "passes_run_now": len(todo),
             "unrunnable": dict(flight.unrunnable)}
@@ -406,7 +416,7 @@ def _load_manifest(out: Path) -> dict[str, Any] | None:
 
 
 def _write_manifest(out: Path, campaign: dict[str, Any], protocol: Protocol, result: dict[str, Any],
-                    observed: dict[str, Any]) -> dict[str, Any]:
+                    observed: dict[str, Any], ray: dict[str, Any] | None = None) -> dict[str, Any]:
     from iteralab.campaign.manifest import campaign_manifest
 
     manifest = campaign_manifest(
@@ -418,7 +428,8 @@ def _write_manifest(out: Path, campaign: dict[str, Any], protocol: Protocol, res
         seeds=list(protocol.reproduction.seeds),
         reproduction_target=protocol.reproduction.model_dump(),
         extra={"protocol": campaign["protocol"], "variants": campaign["variants"],
-               "model_spec": campaign["model"], "first_pass": result["pass_id"]},
+               "model_spec": campaign["model"], "first_pass": result["pass_id"],
+               **({"ray": ray} if ray else {})},
     )
     manifest["observed"] = observed
     write_json_atomic(out / "manifest.json", manifest)

@@ -34,7 +34,8 @@ SCHEMA_VERSION = 1
 LOCK_SUFFIX = ".lock.json"
 METRICS = ("accuracy", "macro_f1", "weighted_f1", "balanced_accuracy")
 #: The variant fields a series may vary (R1). Everything else is fixed by the protocol for all variants.
-FACTORS = ("batch_size", "precision", "bucketing", "padding", "resume", "compile", "device", "data_parallel")
+FACTORS = ("batch_size", "precision", "bucketing", "padding", "resume", "compile", "device", "data_parallel",
+           "engine")
 
 INTERACTIVE_REFUSAL = (
     "scenario 'interactive' is not supported: an interactive service needs request arrivals, concurrency "
@@ -152,6 +153,25 @@ class RunSpec(_Strict):
     exclusion_rule: Text = (
         "a pass is excluded only for a documented external incident; the same rule applies to every variant"
     )
+    #: Ray engine (X4): an existing cluster's address, or None for a local Ray started with ``ray_num_cpus`` CPUs
+    #: (default: this machine's). The actor layout must leave a CPU for Ray Data's read tasks.
+    ray_address: Text | None = None
+    ray_num_cpus: Whole | None = Field(default=None, ge=1)
+    ray_actors: Whole = Field(default=1, ge=1)
+    ray_cpus_per_actor: Number = Field(default=1.0, gt=0)
+    #: Torch threads in each actor; None keeps Ray's rule (floor of the actor's CPUs, at least 1).
+    ray_threads_per_actor: Whole | None = Field(default=None, ge=1)
+    #: A Ray execution that makes no progress for this long fails the pass (Ray's own default is 30 min).
+    ray_no_progress_timeout_s: Number = Field(default=120.0, gt=0)
+
+    @model_validator(mode="after")
+    def _ray_layout(self) -> RunSpec:
+        from iteralab.plan.engines import layout_problem
+
+        problem = layout_problem(self.ray_actors, self.ray_cpus_per_actor, self.ray_num_cpus)
+        if problem:
+            raise ValueError(problem)
+        return self
 
 
 class Variant(_Strict):
@@ -164,6 +184,8 @@ class Variant(_Strict):
     resume: Flag = False
     compile: Flag = False
     device: Text | None = None
+    #: Where the pass runs (X4): this machine's runner, or Ray Data actors laid out by ``run.ray_*``.
+    engine: Literal["local", "ray"] = "local"
     #: X3: one worker process per device, each with a full model copy, the corpus sharded by token count. On
     #: GPUs: N cards of the machine; on device "cpu": N CPU worker processes sharing the cores (never "cards").
     data_parallel: Whole = Field(default=1, ge=1, le=256)
@@ -175,6 +197,9 @@ class Variant(_Strict):
             raise ValueError(f"device {self.device!r} names one card but data_parallel = {self.data_parallel} uses "
                              f"{self.data_parallel}: give device 'cuda', 'auto' or 'cpu' (the workers take the "
                              "first visible devices)")
+        if self.data_parallel > 1 and self.engine == "ray":
+            raise ValueError(f"engine 'ray' with data_parallel = {self.data_parallel}: the Ray engine lays out its "
+                             "actors with run.ray_*; data_parallel is the local engine's factor")
         return self
 
     @field_validator("precision")

@@ -1,0 +1,438 @@
+"""The verified pass on Ray Data (X4): the same workload code, run by a Ray actor pool, the same prediction file.
+
+The runner's process is the Ray driver. :class:`RayEngine` is campaign start-up (R2): it starts a local Ray
+(``ray.init(num_cpus=…)``) or connects to ``run.ray_address`` once per ``run``, refuses an actor layout that
+leaves no CPU for the read tasks, and shuts Ray down at the end; both times are journaled. One pass:
+
+    read the campaign's corpus copy with Ray Data → streaming repartition into at least ``BLOCKS_PER_ACTOR``
+    blocks per actor → ``map_batches`` with the variant's batch size on ``ActorPoolStrategy(size=actors)``:
+    each actor loads the workload (``models.base.load_workload``) and warms up by the protocol's rule in its
+    constructor, timed there (the pass's start-up phases) → the driver gathers the (id, probabilities) blocks
+    in the order they arrive → completeness from the ids → the prediction file, written atomically.
+
+Ray does not promise row order, so nothing relies on it: the file holds the rows in the order the driver
+received them and the order hash records that order. Ray's unit of failure is the block: any error ends the
+pass as a failed row with the inputs received (R8); ``max_errored_blocks`` is forced to 0, and a run that
+ends without an error but without every expected id exactly once is a failed row too, never a success.
+Ray is imported only when a pass runs on it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from iteralab.errors import RunError
+from iteralab.plan.engines import layout_problem
+
+RAY_HINT = "pip install iteralab[ray]"
+#: Blocks per actor after the repartition, so every actor gets data and the last block is short.
+BLOCKS_PER_ACTOR = 4
+MAX_ROWS_PER_BLOCK = 4096
+#: Column carrying the actor's timings (first row of its first batch) and peak RSS (first row of each batch).
+META = "_iteralab_meta"
+PHASE_KEYS = ("load_s", "compile_s", "warmup_s", "pass_s", "writing_s")
+
+
+def ray_installed() -> bool:
+    if "ray" in sys.modules:
+        return sys.modules["ray"] is not None
+    return importlib.util.find_spec("ray") is not None
+
+
+def require_ray(protocol: Any, source: str) -> None:
+    """Before anything is written: a protocol with a Ray variant needs Ray installed, and a local Ray's CPUs
+    must leave room for the reads (a given cluster is checked when connected)."""
+    names = [v.name for v in protocol.variants if v.engine == "ray"]
+    if not names:
+        return
+    if not ray_installed():
+        raise RunError(f"{source}: variant {names[0]!r} runs on engine \"ray\" but Ray is not installed",
+                       hint=f"install the extra: {RAY_HINT}")
+    run = protocol.run
+    if run.ray_address is None:
+        problem = layout_problem(run.ray_actors, run.ray_cpus_per_actor, run.ray_num_cpus or os.cpu_count())
+        if problem:
+            raise RunError(f"{source}: {problem}", hint="change run.ray_actors or run.ray_cpus_per_actor in a new "
+                                                        "protocol version")
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+        import ray.data
+    except ImportError as exc:
+        raise RunError(f"engine \"ray\": Ray is not installed ({exc})", hint=f"install the extra: {RAY_HINT}") from None
+    return ray
+
+
+def read_corpus(ray_data: Any, path: str) -> Any:
+    """The campaign's corpus copy as a Ray Dataset of (id, text) strings; the one place that knows its format."""
+    if path.endswith(".parquet"):
+        return ray_data.read_parquet(path, columns=["id", "text"])
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    return ray_data.read_csv(
+        path, parse_options=pacsv.ParseOptions(newlines_in_values=True),
+        convert_options=pacsv.ConvertOptions(column_types={"id": pa.string(), "text": pa.string()},
+                                             include_columns=["id", "text"]))
+
+
+def _error_text(exc: BaseException) -> str:
+    """The error a user can act on: the exception raised in the workload, unwrapped from Ray's task errors
+    (whose own text is a remote traceback)."""
+    from iteralab.campaign.passes import _error_text as text
+
+    seen = 0
+    while seen < 8:
+        inner = getattr(exc, "cause", None) or (exc.__cause__ if type(exc).__name__ == "UserCodeException" else None)
+        if not isinstance(inner, BaseException):
+            break
+        exc, seen = inner, seen + 1
+    return text(exc)
+
+
+class RayEngine:
+    """Ray for one ``run`` of a campaign: started when a scheduled pass runs on it, stopped at the end."""
+
+    def __init__(self, protocol: Any) -> None:
+        self.run = protocol.run
+        self.ray: Any = None
+        self.started: dict[str, Any] = {}
+
+    @classmethod
+    def for_slots(cls, protocol: Any, variants: list[str]) -> RayEngine | None:
+        """Started now (campaign start-up) when one of ``variants`` (the slots still to run) is a Ray variant."""
+        if not any(protocol.variant(name).engine == "ray" for name in variants):
+            return None
+        engine = cls(protocol)
+        engine.start()
+        return engine
+
+    def layout(self) -> dict[str, Any]:
+        run = self.run
+        return {"actors": run.ray_actors, "cpus_per_actor": run.ray_cpus_per_actor,
+                "threads_per_actor": run.ray_threads_per_actor, "no_progress_timeout_s": run.ray_no_progress_timeout_s}
+
+    def start(self) -> None:
+        ray = self.ray = _import_ray()
+        run = self.run
+        if ray.is_initialized():
+            ray.shutdown()  # a Ray left by an earlier campaign run in this process: this campaign starts its own
+        t0 = time.perf_counter()
+        common: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "warning"}
+        where = run.ray_address
+        if where is None:
+            # The local cluster's workers see the driver's import path (the workload's callable, the code).
+            paths = [p for p in (os.environ.get("PYTHONPATH"), os.getcwd()) if p]
+            ray.init(num_cpus=run.ray_num_cpus or os.cpu_count(), runtime_env={"env_vars": {
+                "PYTHONPATH": os.pathsep.join(paths)}}, **common)
+        else:
+            try:
+                ray.init(address=where, **common)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise RunError(f"run.ray_address {where!r}: cannot connect to the Ray cluster ({exc})",
+                               hint="start the cluster (ray start --head) or fix the address") from None
+        init_s = time.perf_counter() - t0
+        resources = ray.cluster_resources()
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        self.started = {"engine": "ray", "init_s": init_s, "ray_version": ray.__version__,
+                        "address": where or "local (started by the runner)", "nodes": len(nodes),
+                        "cpus": resources.get("CPU", 0.0), "gpus": resources.get("GPU", 0.0),
+                        "layout": self.layout()}
+        problem = layout_problem(run.ray_actors, run.ray_cpus_per_actor, resources.get("CPU", 0.0))
+        if problem:
+            self.stop()
+            raise RunError(f"run.ray_address {where or 'local'}: {problem}",
+                           hint="change run.ray_actors or run.ray_cpus_per_actor in a new protocol version")
+
+    def stop(self) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        if self.ray is not None and self.ray.is_initialized():
+            self.ray.shutdown()
+        return {"engine": "ray", "shutdown_s": time.perf_counter() - t0}
+
+    def run_pass(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """Run one pass described by the runner's ``spec``; return its result record (as ``execute_pass``)."""
+        from iteralab.campaign.manifest import environment_manifest, owns_device
+
+        result = _RayPass(self, spec).execute()
+        environment = environment_manifest(Path(spec["workdir"]), runtime=not owns_device(spec["model"]["kind"]))
+        # What only the process running the model knows (threads, determinism options as applied): the actor's.
+        runtime = result.pop("actor_runtime", None)
+        if runtime:
+            environment["torch_threads"], environment["determinism"] = runtime["torch_threads"], runtime["determinism"]
+            cpu = (environment.get("device_inventory") or {}).get("cpu")
+            if isinstance(cpu, dict):
+                cpu["torch_threads"], cpu["torch_interop_threads"] = runtime["torch_threads"], runtime["interop"]
+        # As a worker's result reaches the runner (through JSON): plain values, e.g. torch's version as a string.
+        result["environment"] = json.loads(json.dumps(environment))
+        return result
+
+
+class _RayPass:
+    def __init__(self, engine: RayEngine, spec: dict[str, Any]) -> None:
+        self.engine, self.spec, self.run = engine, spec, engine.run
+        self.phases: dict[str, float | None] = dict.fromkeys(PHASE_KEYS)
+        self.notes: list[str] = []
+        self.startup: dict[str, Any] = {}
+
+    def _configure(self, ray_data: Any) -> None:
+        ctx = ray_data.DataContext.get_current()
+        ctx.max_errored_blocks = 0  # a dropped block would be a silent loss of inputs: every error fails the pass
+        ctx.execution_no_progress_timeout_s = float(self.run.ray_no_progress_timeout_s)
+        ctx.wait_for_min_actors_s = max(1, math.ceil(self.run.ray_no_progress_timeout_s))
+        ctx.raise_original_map_exception = True
+        ctx.enable_progress_bars = False
+        ctx.print_on_execution_start = False
+
+    def _dataset(self, ray_data: Any, expected: int, warm_texts: list[str]) -> Any:
+        run, spec = self.run, self.spec
+        rows_per_block = max(1, min(MAX_ROWS_PER_BLOCK, math.ceil(expected / (run.ray_actors * BLOCKS_PER_ACTOR))))
+        actor_spec = {k: spec[k] for k in ("variant", "model", "classes", "seed", "deterministic", "device")}
+        actor_spec["threads"] = run.ray_threads_per_actor
+        actor_spec["warmup"] = spec["warmup"]
+        with warnings.catch_warnings():
+            # Ray 2.60 has no named parameter for it yet: without max_restarts=0 a lost actor is replaced and its
+            # tasks silently retried (R8: a lost actor fails the pass). Ray warns this form goes in Ray 2.64.
+            warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
+            return read_corpus(ray_data, spec["corpus_path"]).repartition(
+                target_num_rows_per_block=rows_per_block).map_batches(
+                RayPredictor, fn_constructor_kwargs={"spec": actor_spec, "warm_texts": warm_texts},
+                batch_size=int(spec["variant"]["batch_size"]), batch_format="pyarrow", zero_copy_batch=True,
+                compute=ray_data.ActorPoolStrategy(size=run.ray_actors), num_cpus=run.ray_cpus_per_actor,
+                max_restarts=0)
+
+    def execute(self) -> dict[str, Any]:
+        import pyarrow as pa
+
+        from iteralab.campaign.passes import PassTimeout, _first_texts, order_hash
+        from iteralab.campaign.predictions import file_name, write_predictions
+
+        spec, run, phases, notes = self.spec, self.run, self.phases, self.notes
+        ray = self.engine.ray
+        layout = (f"{run.ray_actors} actor{'s' if run.ray_actors != 1 else ''} × {run.ray_cpus_per_actor:g} CPU, "
+                  f"torch threads {run.ray_threads_per_actor or 'by Ray (floor of the CPUs)'}")
+        notes.append(f"engine: ray {ray.__version__} ({self.engine.started.get('address')}), {layout}; row order "
+                     "as received by the driver")
+        result: dict[str, Any] = {"pass_id": spec["pass_id"], "phases": phases, "notes": notes, "status": "failed",
+                                  "completed": 0, "expected": None, "error": None, "retries": 0,
+                                  "prediction_file": None, "prediction_sha256": None, "memory": None,
+                                  "workload": None, "file_hashes": None, "startup": self.startup, "engine": "ray"}
+        # Outside the measured region: the expected ids and the warm-up texts, read by the driver.
+        expected_ids = _corpus_ids(spec["corpus_path"])
+        result["expected"] = len(expected_ids)
+        corpus_kwargs = {"id_column": "id", "text_column": "text", "label_column": "label", "classes": spec["classes"]}
+        warm = spec["warmup"]
+        warm_texts = _first_texts(spec["corpus_path"], corpus_kwargs, int(warm["inputs"])) \
+            if warm["inputs"] > 0 and warm["passes"] > 0 else []
+        if not warm_texts:
+            notes.append("warm-up: none (protocol declares 0 warm-up inputs or passes)")
+        self._configure(ray.data)
+        dataset = self._dataset(ray.data, len(expected_ids), warm_texts)
+        id_chunks: list[Any] = []
+        prob_chunks: list[Any] = []
+        meta_chunks: list[Any] = []
+        error: BaseException | None = None
+        limit = spec.get("pass_timeout_s")
+        submitted = time.time()  # wall clock: compared with the actors' own readings (one machine for a local Ray)
+        try:
+            for block in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
+                id_chunks.append(block.column("id"))
+                prob_chunks.append(block.column("probs"))
+                meta_chunks.append(block.column(META))
+                if limit is not None and time.time() - submitted > limit:
+                    raise PassTimeout(limit)
+            finished = time.time()
+        except Exception as exc:  # Ray's unit of failure is the block: the pass fails with what was received
+            error = exc
+            finished = None
+        actors = _actor_records(meta_chunks)
+        self._startup_phases(actors, submitted)
+        ids = pa.chunked_array(id_chunks, pa.string()).combine_chunks() if id_chunks else pa.array([], pa.string())
+        k = len(spec["classes"])
+        probs = (np.concatenate([c.combine_chunks().flatten().to_numpy(zero_copy_only=False) for c in prob_chunks])
+                 .reshape(-1, k) if prob_chunks else np.zeros((0, k), np.float32))
+        result["completed"] = len(ids)
+        ready = [a["startup"]["ready_at"] for a in actors.values() if a.get("startup")]
+        if error is None and len(actors) > run.ray_actors:
+            error = RuntimeError(f"{len(actors)} actors returned batches for a pool of {run.ray_actors}: an actor "
+                                 "was lost and replaced, its tasks retried")
+        if error is None:
+            problem = _completeness(ids, expected_ids)
+            if problem:
+                result["error"], result["error_kind"] = problem, "incomplete"
+                notes.append(f"failed: {problem}")
+            else:
+                # From the first actor ready (model loaded, warmed up) to the last block on the driver.
+                phases["pass_s"] = finished - min(ready) if ready else None
+                result["status"] = "ok"
+        else:
+            result["error"] = _error_text(error)
+            result["error_kind"] = "timeout" if isinstance(error, PassTimeout) else \
+                "stalled" if type(error).__name__ == "ExecutionTimeoutError" else "pass"
+            notes.append(f"failed after {len(ids)} of {len(expected_ids)} inputs: {result['error']}; a Ray block "
+                         "failed, its inputs and the blocks not yet received are not counted; no retry")
+        if phases["pass_s"] is None:
+            notes.append("pass_s: empty, the measured pass did not complete")
+        if not self.spec["variant"]["compile"]:
+            notes.append("compile_s: empty, the variant does not compile")
+        notes.append("concurrent load: not measured for a Ray pass (its work runs in Ray's processes, which the "
+                     "machine-wide reading cannot tell from other load)")
+        first = next((a["startup"] for a in actors.values() if a.get("startup")), None)
+        if first is not None:
+            result["workload"], result["file_hashes"] = first["workload"], first["file_hashes"]
+            result["actor_runtime"] = first.get("runtime")
+        rss = [a["rss"] for a in actors.values() if a.get("rss")]
+        result["memory"] = {"cpu_peak_rss_bytes": max(rss) if rss else None,
+                            "scope": "peak RSS of the largest Ray actor process (max over actors, never summed)",
+                            "reason": None if rss else "not measured: no actor returned a batch"}
+        t0 = time.perf_counter()
+        target = Path(spec["prediction_dir"]) / file_name(spec["pass_id"])
+        result["prediction_sha256"] = write_predictions(target, ids, spec["classes"], probs)
+        result["prediction_file"] = f"predictions/{target.name}"
+        phases["writing_s"] = time.perf_counter() - t0
+        result["order_hash"] = order_hash(ids) if len(ids) else None
+        return result
+
+    def _startup_phases(self, actors: dict[str, dict[str, Any]], submitted: float) -> None:
+        """The actors' start-up phases (R2), as they timed them: load and warm-up of the slowest actor; the
+        time from submitting the dataset to the first actor's constructor (scheduling, process start)."""
+        records = [a["startup"] for a in actors.values() if a.get("startup")]
+        self.startup["ray_actors"] = [{"start_s": r["created_at"] - submitted, "runtime_s": r["runtime_s"],
+                                       "load_s": r["load_s"], "warmup_s": r["warmup_s"], "compile_s": r["compile_s"],
+                                       "threads": r["threads"]} for r in records]
+        if not records:
+            return
+        self.startup["ray_actor_start_s"] = min(r["created_at"] for r in records) - submitted
+        for phase in ("load_s", "warmup_s", "compile_s"):
+            values = [r[phase] for r in records if r.get(phase) is not None]
+            self.phases[phase] = max(values) if values else None
+
+
+def _corpus_ids(path: str) -> Any:
+    import pyarrow as pa
+
+    from iteralab.campaign.folder import read_corpus_batches
+
+    chunks = [b.column(0).cast(pa.string()) for b in read_corpus_batches(path, ["id"])]
+    return pa.chunked_array(chunks, pa.string()).combine_chunks() if chunks else pa.array([], pa.string())
+
+
+def _completeness(ids: Any, expected: Any) -> str | None:
+    """Why the received ids are not exactly the expected set (each once), or None."""
+    import pyarrow.compute as pc
+
+    distinct = pc.count_distinct(ids).as_py()
+    outside = len(ids) - pc.sum(pc.is_in(ids, value_set=expected)).as_py() if len(ids) else 0
+    if len(ids) == len(expected) and distinct == len(ids) and not outside:
+        return None
+    return (f"Ray returned {len(ids)} of {len(expected)} inputs without an error ({len(ids) - distinct} repeated, "
+            f"{outside} not in the corpus); the pass is not counted")
+
+
+def _actor_records(meta_chunks: list[Any]) -> dict[str, dict[str, Any]]:
+    """Per actor: its start-up record and its largest peak RSS, from the non-null cells of the meta column."""
+    import pyarrow.compute as pc
+
+    actors: dict[str, dict[str, Any]] = {}
+    for chunk in meta_chunks:
+        for cell in pc.drop_null(chunk).to_pylist():
+            meta = json.loads(cell)
+            entry = actors.setdefault(meta["actor"], {})
+            if "startup" in meta:
+                entry["startup"] = meta["startup"]
+            if meta.get("rss"):
+                entry["rss"] = max(entry.get("rss") or 0, meta["rss"])
+    return actors
+
+
+def _peak_rss() -> int | None:
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+class RayPredictor:
+    """The map_batches UDF: one per actor. Loads the workload and warms up in the constructor (timed here, the
+    pass's start-up phases), then turns each (id, text) batch into (id, probs) with the same workload code as
+    a local pass (tokenize + infer)."""
+
+    def __init__(self, spec: dict[str, Any], warm_texts: list[str]) -> None:
+        created = time.time()
+        t0 = time.perf_counter()
+        from iteralab.models import device as dev
+        from iteralab.models.base import load_workload
+
+        model, variant = spec["model"], spec["variant"]
+        seed = int(spec.get("seed", 0))
+        np.random.seed(seed % (2**32))
+        threads = None
+        if model["kind"] == "callable":
+            device: Any = dev.HOST  # the callable owns its model, device and seeds
+        else:
+            import torch
+
+            if spec.get("threads"):
+                torch.set_num_threads(int(spec["threads"]))
+            threads = torch.get_num_threads()
+            torch.manual_seed(seed)
+            if spec.get("deterministic"):
+                torch.use_deterministic_algorithms(True, warn_only=True)
+            device = dev.resolve_device(variant.get("device") or spec.get("device", "auto"))
+        runtime_s = time.perf_counter() - t0
+        with dev.timed(device, dev.PERF_CLOCK) as loading:
+            self.workload = load_workload(
+                model["kind"], path=model.get("path"), head=model.get("head"), callable_ref=model.get("callable"),
+                classes=spec["classes"], precision=variant["precision"], device=str(device),
+                max_length=model["max_length"], truncation=model["truncation"], padding=variant["padding"],
+                compile=variant["compile"], trust_remote_code=model["trust_remote_code"])
+        times: dict[str, float | None] = {"load_s": loading.seconds, "compile_s": None, "warmup_s": None}
+        batch_size = int(variant["batch_size"])
+        for i in range(int(spec["warmup"]["passes"]) if warm_texts else 0):  # the protocol's rule (R5)
+            with dev.timed(device, dev.PERF_CLOCK) as warming:
+                for start in range(0, len(warm_texts), batch_size):
+                    self.workload.infer(self.workload.tokenize(warm_texts[start:start + batch_size]))
+            key = "compile_s" if i == 0 and variant["compile"] else "warmup_s"
+            times[key] = (times[key] or 0.0) + warming.seconds
+        self.k = len(spec["classes"])
+        self.key = f"{os.getpid()}-{id(self)}"
+        ready = time.time()
+        runtime = None
+        if threads is not None:
+            from iteralab.campaign.manifest import _determinism
+
+            runtime = {"torch_threads": threads, "interop": torch.get_num_interop_threads(),
+                       "determinism": _determinism()}
+        self.startup: dict[str, Any] | None = {
+            "created_at": created, "runtime_s": runtime_s, **times, "threads": threads, "ready_at": ready,
+            "workload": self.workload.describe(), "file_hashes": self.workload.file_hashes(), "runtime": runtime}
+
+    def __call__(self, batch: Any) -> Any:
+        import pyarrow as pa
+
+        texts = batch.column("text").to_pylist()
+        probs = np.asarray(self.workload.infer(self.workload.tokenize(texts)), dtype=np.float32).reshape(-1, self.k)
+        meta: dict[str, Any] = {"actor": self.key, "rss": _peak_rss()}
+        if self.startup is not None and texts:
+            meta["startup"], self.startup = self.startup, None
+        cells = pa.array([json.dumps(meta)] + [None] * (len(texts) - 1), pa.string()) if texts else \
+            pa.array([], pa.string())
+        return pa.table({"id": batch.column("id").cast(pa.string()),
+                         "probs": pa.FixedSizeListArray.from_arrays(pa.array(probs.reshape(-1)), self.k),
+                         META: cells})
