@@ -71,10 +71,6 @@ threshold = 0.0
 tolerance = 1.0
 reference_variant = "b64"
 
-[[subgroups]]
-name = "length"
-by = "stratum"
-
 [reproduction]
 target = "acceptable"
 

@@ -11,13 +11,16 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from iteralab.common.files import sha256_file
-from iteralab.errors import ProtocolError
-from iteralab.plan.corpus import Corpus, check_disjoint, load_corpus
+from iteralab.errors import CorpusError, ProtocolError
+from iteralab.plan.corpus import Corpus, check_disjoint, load_corpus, text_fingerprint
+from iteralab.plan.scan import Batch, CorpusScan, Sink, labels_digest, scan_corpus
 from iteralab.plan.protocol import Protocol, load_protocol, resolve
 from iteralab.plan.protocol import lock as _record_lock
 
@@ -132,19 +135,96 @@ def lock(protocol_path: str | os.PathLike[str], *, now: datetime | None = None,
 
 
 def check_inputs(protocol_path: str | os.PathLike[str], entry: dict[str, Any], *,
-                 rerun: bool = False) -> None:
+                 rerun: bool = False, scans: InputScans | None = None) -> None:
     """Refuse a run whose inputs differ from those fingerprinted at the lock (one line: which input, how).
 
     A ``rerun`` repeats the question on this machine's model and catalog (that is its purpose, D3): only the
-    corpus and the tuning split must be the locked ones."""
+    corpus and the tuning split must be the locked ones. The corpus is read in record batches
+    (:func:`scan_inputs`, or the caller's ``scans`` of it); a per-id comparison is made only when its digests
+    differ from the lock's, to say what changed."""
     path = Path(protocol_path)
     if rerun and "inputs" not in entry:
         return  # a campaign locked before inputs were fingerprinted: the rerun checks its corpus fingerprint
     _require_fingerprints(path, entry)
-    now = fingerprint_inputs(path)
+    protocol = load_protocol(path)
+    scans = scans or scan_inputs(protocol, path)
+    locked = entry["inputs"]
+    now = {"schema_version": INPUTS_SCHEMA,
+           "corpus": _scanned_fingerprint(locked.get("corpus"), scans.corpus, lambda: load_inputs(protocol, path)[0]),
+           "tuning": None if scans.tuning is None else _scanned_fingerprint(
+               locked.get("tuning"), scans.tuning, lambda: load_inputs(protocol, path)[1]),
+           "model": model_files(protocol, path), "catalog": catalog_fingerprint(protocol, path)}
     if rerun:
-        now = {**now, "model": entry["inputs"].get("model"), "catalog": entry["inputs"].get("catalog")}
+        now = {**now, "model": locked.get("model"), "catalog": locked.get("catalog")}
     compare_inputs(path, entry, now)
+
+
+@dataclass
+class InputScans:
+    """The final corpus and the tuning split, read in record batches and checked (P4, C2) as ``load_inputs``
+    and ``check_strata`` check them."""
+
+    corpus: CorpusScan
+    tuning: CorpusScan | None
+
+
+def scan_inputs(protocol: Protocol, protocol_path: Path, *, sinks: Sequence[Sink] = (),
+                tuning_sinks: Sequence[Sink] = ()) -> InputScans:
+    """``load_inputs`` + ``check_strata`` without holding the corpus: each validated batch goes to ``sinks``
+    (``tuning_sinks`` for the tuning split). Refusals are theirs, word for word (the file is then read whole
+    to name the first bad line)."""
+    from iteralab.models.tokens import RowStrataCheck
+
+    spec = protocol.corpus
+    columns = dict(id_column=spec.id_column, text_column=spec.text_column, label_column=spec.label_column,
+                   classes=list(spec.classes))
+    needs_strata = any(sg.by == "stratum" for sg in protocol.subgroups)
+    extra = [spec.stratum_column] if spec.stratum_column and needs_strata else []
+    tuning = tuning_scan = None
+    if spec.tuning_path:
+        try:
+            tuning = load_corpus(resolve(protocol_path, spec.tuning_path), **columns)
+        except CorpusError:
+            scan_corpus(resolve(protocol_path, spec.path), **columns, extra_columns=extra)  # its error first
+            raise
+    overlap = _Overlap(tuning)
+    strata = RowStrataCheck(protocol, protocol_path)
+    corpus_scan = scan_corpus(resolve(protocol_path, spec.path), **columns, extra_columns=extra,
+                              sinks=[*sinks, overlap, strata])
+    if tuning is not None:
+        if overlap.found:
+            check_disjoint(tuning, load_inputs(protocol, protocol_path)[0])
+        tuning_scan = scan_corpus(resolve(protocol_path, spec.tuning_path), **columns, sinks=tuning_sinks)
+    strata.finish(lambda: load_inputs(protocol, protocol_path)[0])
+    return InputScans(corpus_scan, tuning_scan)
+
+
+class _Overlap:
+    """P4 while the final corpus streams by: does a batch share an id or a normalised text with the tuning
+    split? Only a flag is kept; ``check_disjoint`` then says which."""
+
+    def __init__(self, tuning: Corpus | None) -> None:
+        self.ids = set(tuning.ids) if tuning is not None else set()
+        self.texts = tuning.text_fingerprints() if tuning is not None else set()
+        self.active = tuning is not None
+        self.found = False
+
+    def __call__(self, batch: Batch | None) -> None:
+        if batch is None:
+            self.found = False
+        elif self.active and not self.found:
+            self.found = any(i in self.ids for i in batch.ids) or \
+                any(text_fingerprint(t) in self.texts for t in batch.texts)
+
+
+def _scanned_fingerprint(locked: dict[str, Any] | None, scan: CorpusScan, load: Any) -> dict[str, Any]:
+    """The lock's own record when the scan proves the corpus unchanged (same size, id origin, fingerprint —
+    hence ids and texts — and labels), else the per-id fingerprint of the corpus read whole, to say what changed."""
+    if (isinstance(locked, dict) and locked.get("size") == scan.size and locked.get("id_origin") == scan.id_origin
+            and locked.get("fingerprint") == scan.fingerprint and isinstance(locked.get("records"), dict)
+            and labels_digest(locked["records"]) == scan.labels_sha256):
+        return locked
+    return corpus_fingerprint(load())
 
 
 def _require_fingerprints(path: Path, entry: dict[str, Any]) -> None:
@@ -215,5 +295,5 @@ def compare_inputs(path: Path, entry: dict[str, Any], inputs: dict[str, Any]) ->
         raise ProtocolError(f"{path}: {change} since the lock at {entry['locked_at']}", hint=AMEND_HINT)
 
 
-__all__ = ["check_inputs", "check_strata", "describe_change", "fingerprint_inputs", "load_inputs",
-           "lock", "model_files"]
+__all__ = ["InputScans", "check_inputs", "check_strata", "describe_change", "fingerprint_inputs", "load_inputs",
+           "lock", "model_files", "scan_inputs"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,8 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from iteralab.plan.corpus import write_corpus
-from iteralab.campaign.inputs import check_inputs, load_inputs
+from iteralab.campaign.inputs import check_inputs
 from iteralab.errors import ProtocolError, RunError
 from iteralab.common.files import sha256_file, write_bytes_atomic, write_json_atomic
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
@@ -82,21 +82,42 @@ def _ensure_folder(out: Path) -> None:
                        hint="choose a folder you can write to") from None
 
 
-def _write_corpus_copy(protocol: Protocol, protocol_path: Path, target: Path
-                       ) -> tuple[Any, dict[str, str], dict[str, Any] | None]:
+def _scan_and_copy(protocol: Protocol, protocol_path: Path, lock_entry: dict[str, Any], inputs: Path, *,
+                   rerun: bool) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
+    """Read the corpus (and tuning split) once, in record batches: check them against the lock while writing
+    the folder's copies (P2, C1). Returns the corpus scan, the copy's record and the tuning record."""
+    from iteralab.campaign.corpuscopy import CorpusCopy
+    from iteralab.campaign.inputs import scan_inputs
+
     spec = protocol.corpus
-    corpus, tuning = load_inputs(protocol, protocol_path)
-    strata: dict[str, str] = {}
+    by_stratum = any(sg.by == "stratum" for sg in protocol.subgroups) and bool(spec.stratum_column)
+    copy = CorpusCopy(inputs / "corpus.csv", extra={"stratum": spec.stratum_column if by_stratum else ""})
+    tuning_copy = CorpusCopy(inputs / "tuning.csv") if spec.tuning_path else None
+    try:
+        scans = scan_inputs(protocol, protocol_path, sinks=[copy],
+                            tuning_sinks=[tuning_copy] if tuning_copy is not None else [])
+        check_inputs(protocol_path, lock_entry, rerun=rerun, scans=scans)
+    except BaseException:
+        copy.abort()
+        if tuning_copy is not None:
+            tuning_copy.abort()
+        raise
     tuning_info = None
-    if any(sg.by == "stratum" for sg in protocol.subgroups) and spec.stratum_column:
-        strata = {i: s or "" for i, s in zip(corpus.ids, corpus.columns[spec.stratum_column])}
-    if tuning is not None:
-        copy = target.with_name("tuning.csv")
-        write_corpus(tuning, copy)
-        tuning_info = {"file": "inputs/tuning.csv", "id_origin": tuning.id_origin, "size": len(tuning),
-                       "fingerprint": tuning.fingerprint(), "file_sha256": sha256_file(copy)}
-    write_corpus(corpus, target, extra={"stratum": [strata.get(i, "") for i in corpus.ids]})
-    return corpus, strata, tuning_info
+    if tuning_copy is not None and scans.tuning is not None:
+        t = scans.tuning
+        tuning_info = {"file": "inputs/tuning.csv", "id_origin": t.id_origin, "size": t.size,
+                       "fingerprint": t.fingerprint, "file_sha256": tuning_copy.commit()}
+    elif tuning_copy is not None:
+        tuning_copy.abort()
+    corpus = scans.corpus
+    strata: dict[str, int] = {}
+    if by_stratum:
+        for value, n in (corpus.extra_counts.get(spec.stratum_column) or {}).items():
+            strata[value or ""] = strata.get(value or "", 0) + n
+    record = {"fingerprint": corpus.fingerprint, "order_hash": corpus.order_hash, "size": corpus.size,
+              "id_origin": corpus.id_origin, "file": "inputs/corpus.csv", "file_sha256": copy.commit(),
+              "strata": dict(sorted(strata.items()))}
+    return corpus, record, tuning_info
 
 
 def _copy_catalog(protocol: Protocol, protocol_path: Path, target: Path) -> dict[str, Any]:
@@ -122,10 +143,10 @@ def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], 
     protocol_path = Path(protocol_path)
     protocol, lock_entry = check_locked(protocol_path)
     check_series(protocol, str(protocol_path))
-    check_inputs(protocol_path, lock_entry, rerun=rerun)
     out = Path(out)
     existing = out / "campaign.json"
     if existing.exists():
+        check_inputs(protocol_path, lock_entry, rerun=rerun)
         campaign = json.loads(existing.read_text(encoding="utf-8"))
         if campaign["protocol"]["sha256"] != lock_entry["sha256"]:
             raise RunError(
@@ -135,11 +156,17 @@ def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], 
                 hint="results of different protocol versions are never pooled: use a new --out folder",
             )
         return campaign
+    created = not out.exists()
     _ensure_folder(out)
+    try:  # the inputs are checked while they are copied: a refused input leaves no folder it created
+        _, corpus_record, tuning = _scan_and_copy(protocol, protocol_path, lock_entry, out / "inputs", rerun=rerun)
+    except BaseException:
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     write_bytes_atomic(out / "inputs" / "protocol.toml", protocol_path.read_bytes())
     write_json_atomic(out / "inputs" / "protocol.toml.lock.json",
                       {"schema_version": 1, "locks": [lock_entry]})
-    corpus, strata, tuning = _write_corpus_copy(protocol, protocol_path, out / "inputs" / "corpus.csv")
     catalog = _copy_catalog(protocol, protocol_path, out / "inputs" / "catalog.csv")
     design, slots = schedule_slots(protocol)
     model = protocol.model
@@ -147,10 +174,7 @@ def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], 
         "schema_version": CAMPAIGN_SCHEMA,
         "protocol": {"name": protocol.name, "version": protocol.version, "sha256": lock_entry["sha256"],
                      "locked_at": lock_entry["locked_at"], "source": str(protocol_path.resolve())},
-        "corpus": {"fingerprint": corpus.fingerprint(), "order_hash": corpus.order_hash(), "size": len(corpus),
-                   "id_origin": corpus.id_origin, "file": "inputs/corpus.csv",
-                   "file_sha256": sha256_file(out / "inputs" / "corpus.csv"),
-                   "strata": _count(strata.values()) if strata else {}},
+        "corpus": corpus_record,
         "model": {"kind": model.kind, "path": str(resolve(protocol_path, model.path)) if model.path else None,
                   "head": str(resolve(protocol_path, model.head)) if model.head else None,
                   "callable": model.callable, "max_length": model.max_length, "truncation": model.truncation,
@@ -163,13 +187,6 @@ def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], 
     }
     write_json_atomic(existing, campaign)
     return campaign
-
-
-def _count(values: Any) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for v in values:
-        counts[v] = counts.get(v, 0) + 1
-    return dict(sorted(counts.items()))
 
 
 def _pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Slot, pass_id: str) -> dict[str, Any]:
