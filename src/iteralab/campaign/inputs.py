@@ -8,9 +8,12 @@ change after the lock is refused with one line saying which input changed and ho
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import importlib.util
+import json
 import os
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -48,11 +51,33 @@ def _short_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
+#: How a lock stores its per-id records: the JSON list of ``[id, text digest, label]`` sorted by id, zlib-compressed
+#: and base64-encoded, so that a lock of a million documents is a few MB that parses into one string, not a
+#: Python object per document. Locks written before hold a plain ``{id: [text digest, label]}`` object.
+RECORDS_ENCODING = "zlib+base64:json-list[id,text_sha256_16,label]"
+
+
 def corpus_fingerprint(corpus: Corpus) -> dict[str, Any]:
-    """Ids, texts and reference labels: the fingerprint (C1), and per id a text digest and the label, so that a
-    later change can be said in words ("3 ids missing")."""
+    """Ids, texts and reference labels: the fingerprint (C1), the digest of the labels in id order, and per id a
+    text digest and the label (compressed, :data:`RECORDS_ENCODING`), so that a later change can be said in
+    words ("3 ids missing")."""
+    records = sorted(corpus.records, key=lambda r: r.id)
+    rows = json.dumps([[r.id, _short_hash(r.text), r.label] for r in records], ensure_ascii=False,
+                      separators=(",", ":"))
+    data = base64.b64encode(zlib.compress(rows.encode("utf-8", "surrogatepass"), 6)).decode("ascii")
+    labels = {r.id: [None, r.label] for r in records}
     return {"size": len(corpus), "fingerprint": corpus.fingerprint(), "id_origin": corpus.id_origin,
-            "records": {r.id: [_short_hash(r.text), r.label] for r in sorted(corpus.records, key=lambda r: r.id)}}
+            "labels_sha256": labels_digest(labels), "records": {"encoding": RECORDS_ENCODING, "data": data}}
+
+
+def corpus_records(fingerprint: dict[str, Any]) -> dict[str, list[Any]]:
+    """The per-id ``{id: [text digest, label]}`` of a corpus fingerprint, in either stored form."""
+    records = fingerprint["records"]
+    if isinstance(records, dict) and records.get("encoding") == RECORDS_ENCODING and isinstance(records.get("data"),
+                                                                                                 str):
+        rows = json.loads(zlib.decompress(base64.b64decode(records["data"])).decode("utf-8", "surrogatepass"))
+        return {row[0]: [row[1], row[2]] for row in rows}
+    return records
 
 
 def model_files(protocol: Protocol, protocol_path: Path) -> dict[str, str]:
@@ -222,7 +247,7 @@ def _scanned_fingerprint(locked: dict[str, Any] | None, scan: CorpusScan, load: 
     hence ids and texts — and labels), else the per-id fingerprint of the corpus read whole, to say what changed."""
     if (isinstance(locked, dict) and locked.get("size") == scan.size and locked.get("id_origin") == scan.id_origin
             and locked.get("fingerprint") == scan.fingerprint and isinstance(locked.get("records"), dict)
-            and labels_digest(locked["records"]) == scan.labels_sha256):
+            and (locked.get("labels_sha256") or labels_digest(corpus_records(locked))) == scan.labels_sha256):
         return locked
     return corpus_fingerprint(load())
 
@@ -248,7 +273,9 @@ def _corpus_change(name: str, locked: dict[str, Any] | None, now: dict[str, Any]
         return f"{name}: declared, none at the lock"
     if now is None:
         return f"{name}: removed"
-    before, after = locked["records"], now["records"]
+    if locked == now:
+        return None
+    before, after = corpus_records(locked), corpus_records(now)
     missing = sorted(set(before) - set(after))
     new = sorted(set(after) - set(before))
     if missing or new:

@@ -175,9 +175,10 @@ class MeasuredPass:
         """Every id of the corpus, in pass order (an Arrow string array)."""
         import pyarrow as pa
 
-        ids = pa.concat_arrays([c.cast(pa.string()) for c in self.id_chunks]) if self.id_chunks else \
-            pa.array([], pa.string())
-        return ids if self.order is None else ids.take(pa.array(self.order))
+        from iteralab.campaign.predictions import numpy_array, string_array
+
+        ids = pa.concat_arrays([c.cast(pa.string()) for c in self.id_chunks]) if self.id_chunks else string_array([])
+        return ids if self.order is None else ids.take(numpy_array(self.order))
 
     @property
     def probs(self) -> np.ndarray:

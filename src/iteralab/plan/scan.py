@@ -227,12 +227,12 @@ def _validate(cells: dict[str, list], id_column: str, text_column: str, label_co
     if text_column not in cells or (has_id and id_column not in cells):
         raise _Refused
     texts = cells[text_column]
-    if not all(type(t) is str and t.strip() for t in texts):
+    if typed and not all(type(t) is str for t in texts) or not all(map(str.strip, texts)):
         raise _Refused
     check_unicode(texts)
     if has_id:
         ids = _strings(cells[id_column], numbers_ok=True) if typed else cells[id_column]
-        if not all(i is not None and i.strip() for i in ids):
+        if typed and any(i is None for i in ids) or not all(map(str.strip, ids)):  # type: ignore[arg-type]
             raise _Refused
         check_unicode(ids)
     else:
@@ -243,7 +243,7 @@ def _validate(cells: dict[str, list], id_column: str, text_column: str, label_co
         check_unicode(labels)
         if require_labels and any(v is None for v in labels):
             raise _Refused
-        if allowed is not None and any(v is not None and v not in allowed for v in labels):
+        if allowed is not None and not set(labels) <= allowed | {None}:
             raise _Refused
     else:
         labels = [None] * len(texts)
@@ -277,13 +277,10 @@ class _Digests:
         ids = batch.ids
         self.size += len(ids)
         self.order.update(ids)
-        if self.ascending:
-            previous = self.last
-            for i in ids:
-                if previous is not None and not previous < i:
-                    self.ascending = False
-                    break
-                previous = i
+        if self.ascending and ids:
+            # strictly ascending: sorted already (Timsort checks that in one C pass) and no id repeated
+            self.ascending = (self.last is None or self.last < ids[0]) and sorted(ids) == ids and \
+                len(set(ids)) == len(ids)
         if self.ascending:
             self.fingerprint.update(list(zip(ids, batch.texts)))
             self.labels.update(batch.labels)
