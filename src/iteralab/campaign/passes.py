@@ -331,8 +331,10 @@ def execute_pass(spec: dict[str, Any], clock: Any = None, startup: dict[str, flo
     ids = pass_run.ordered_ids()
     result["expected"] = len(ids)
     target = Path(spec["prediction_dir"]) / file_name(spec["pass_id"])
-    result["prediction_sha256"] = write_predictions(target, ids.slice(0, progress.completed), spec["classes"],
-                                                    pass_run.probs)
+    probs = pass_run.probs
+    pass_run.outputs.clear()  # the batches' rows now live in `probs` only: one copy per document, not two
+    result["prediction_sha256"] = write_predictions(target, ids.slice(0, progress.completed), spec["classes"], probs)
+    del probs
     result["prediction_file"] = f"predictions/{target.name}"
     phases["writing_s"] = clock.now() - t0
     result["order_hash"] = order_hash(ids) if len(ids) else None

@@ -74,6 +74,11 @@ def string_array(values: list[str] | tuple[str, ...]) -> pa.Array:
 
 def encode(ids: pa.Array, classes: list[str] | tuple[str, ...], probs: np.ndarray) -> bytes:
     """The Parquet bytes of one output set: ``ids`` (Arrow strings) and ``probs`` (rows × classes)."""
+    return encode_buffer(ids, classes, probs).to_pybytes()
+
+
+def encode_buffer(ids: pa.Array, classes: list[str] | tuple[str, ...], probs: np.ndarray) -> pa.Buffer:
+    """:func:`encode` as an Arrow buffer (no copy into a Python ``bytes``)."""
     k = len(classes)
     probs = np.ascontiguousarray(probs, dtype=np.float32).reshape(len(ids), k)
     labels = pc.take(string_array(list(classes)), numpy_array(probs.argmax(axis=1).astype(np.int64) if len(probs)
@@ -86,13 +91,14 @@ def encode(ids: pa.Array, classes: list[str] | tuple[str, ...], probs: np.ndarra
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, row_group_size=ROW_GROUP, compression="zstd", use_dictionary=["label"],
                    write_statistics=False)
-    return sink.getvalue().to_pybytes()
+    return sink.getvalue()
 
 
 def write_predictions(path: Path, ids: pa.Array, classes: list[str] | tuple[str, ...], probs: np.ndarray) -> str:
     """Write the file atomically; return its sha256 (of the bytes written)."""
-    data = encode(ids, classes, probs)
-    files.write_bytes_atomic(path, data)  # looked up at call time: one atomic writer for every evidence file
+    data = encode_buffer(ids, classes, probs)
+    # looked up at call time: one atomic writer for every evidence file; it takes any object with the buffer protocol
+    files.write_bytes_atomic(path, data)  # type: ignore[arg-type]
     return hashlib.sha256(data).hexdigest()
 
 
