@@ -185,3 +185,25 @@ def test_fingerprint_of_a_loaded_corpus_matches_its_scan(tmp_path):
     fingerprint = corpus_fingerprint(load_corpus(path, classes=CLASSES))
     scanned = scan_corpus(path, classes=CLASSES)
     assert fingerprint["fingerprint"] == scanned.fingerprint and fingerprint["labels_sha256"] == scanned.labels_sha256
+
+
+def test_a_full_disk_while_copying_is_one_line_and_leaves_no_folder(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from iteralab.errors import RunError
+
+    protocol = callable_campaign(tmp_path)
+    real_write = CorpusCopy._write
+    calls = []
+
+    def full(self, rows):
+        calls.append(1)
+        if len(calls) > 1:  # the header went through; the first batch does not
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_write(self, rows)
+
+    monkeypatch.setattr(CorpusCopy, "_write", full)
+    with pytest.raises(RunError, match=r"inputs/corpus.csv: cannot write \(No space left on device\)"):
+        prepare(protocol, tmp_path / "out")
+    assert len(calls) == 2 and not (tmp_path / "out").exists()

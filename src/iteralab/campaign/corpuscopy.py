@@ -14,10 +14,14 @@ import hashlib
 import io
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from iteralab.common import files
 from iteralab.common.files import FILE_MODE
+from iteralab.errors import RunError
 
 
 class CorpusCopy:
@@ -27,11 +31,24 @@ class CorpusCopy:
     def __init__(self, target: str | os.PathLike[str], extra: dict[str, str] | None = None) -> None:
         self.target = Path(target)
         self.extra = dict(extra or {})
-        fd, self.tmp = tempfile.mkstemp(prefix=f".tmp-{self.target.name}.", dir=self.target.parent)
-        os.fchmod(fd, FILE_MODE)
-        self.fh = os.fdopen(fd, "wb")
-        self.size = 0
-        self._start()
+        self.tmp: str | None = None
+        with self._io():
+            fd, self.tmp = tempfile.mkstemp(prefix=f".tmp-{self.target.name}.", dir=self.target.parent)
+            os.fchmod(fd, FILE_MODE)
+            self.fh = os.fdopen(fd, "wb")
+            self.size = 0
+            self._start()
+
+    @contextmanager
+    def _io(self) -> Iterator[None]:
+        """A write that fails (disk full, permissions) is the one-line error every evidence write gives."""
+        try:
+            yield
+        except OSError as exc:
+            self.abort()
+            raise RunError(f"{self.target}: cannot write ({exc.strerror or exc})",
+                           hint="free disk space or fix permissions, then run again: what was already "
+                                "recorded is kept") from None
 
     def _start(self) -> None:
         self.fh.seek(0)
@@ -56,21 +73,28 @@ class CorpusCopy:
         columns = [[v or "" for v in batch.extra[name]] if name in batch.extra else empty
                    for name in self.extra.values()]
         labels = ["" if v is None else v for v in batch.labels]
-        self._write(zip(batch.ids, batch.texts, labels, *columns))
+        with self._io():
+            self._write(zip(batch.ids, batch.texts, labels, *columns))
         self.size += len(batch.ids)
 
     def commit(self) -> str:
         """fsync, rename to the target and return the file's sha256."""
-        self.fh.flush()
-        os.fsync(self.fh.fileno())
-        self.fh.close()
-        os.replace(self.tmp, self.target)
+        with self._io():
+            self.fh.flush()
+            os.fsync(self.fh.fileno())
+            self.fh.close()
+            files.replace_durably(self.tmp, self.target)  # looked up at call time, like every evidence write
         return self.digest.hexdigest()
 
     def abort(self) -> None:
-        if not self.fh.closed:
-            self.fh.close()
-        try:
-            os.unlink(self.tmp)
-        except FileNotFoundError:
-            pass
+        fh = getattr(self, "fh", None)
+        if fh is not None and not fh.closed:
+            try:
+                fh.close()
+            except OSError:
+                pass
+        if self.tmp is not None:
+            try:
+                os.unlink(self.tmp)
+            except FileNotFoundError:
+                pass

@@ -70,6 +70,14 @@ class _Refused(Exception):
     """A batch failed a check: the precise error comes from ``load_corpus``."""
 
 
+class _SinkFailed(Exception):
+    """A sink raised (e.g. the disk is full): its error is the caller's, never a reason to read the file again."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class _JsonListHash:
     """SHA-256 of ``json.dumps(items, ensure_ascii=True, separators=(",", ":"))``, fed chunk by chunk."""
 
@@ -336,6 +344,8 @@ def scan_corpus(
         if result is None:  # the ids do not ascend: read again, keeping the columns to hash them in id order
             result = _scan(Path(path), where, fmt, compression, wanted, options, allowed, (), keep=True)
         return result
+    except _SinkFailed as failed:
+        raise failed.error from None
     except Exception:  # noqa: BLE001  # any doubt about the file: the reference loader decides, below
         pass
     # A refused batch, or a shape the batch reader does not take (e.g. JSONL records whose keys differ): the
@@ -390,7 +400,10 @@ def _scan(path: Path, where: str, fmt: str, compression: str | None, wanted: lis
                 tally[v] = tally.get(v, 0) + 1
         digests.update(batch)
         for sink in sinks:
-            sink(batch)
+            try:
+                sink(batch)
+            except Exception as exc:
+                raise _SinkFailed(exc) from exc
     if digests.size == 0:
         raise _Refused
     if not digests.ascending and not keep:
