@@ -207,3 +207,26 @@ def test_a_full_disk_while_copying_is_one_line_and_leaves_no_folder(tmp_path, mo
     with pytest.raises(RunError, match=r"inputs/corpus.csv: cannot write \(No space left on device\)"):
         prepare(protocol, tmp_path / "out")
     assert len(calls) == 2 and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("block_size", [16, 64, 1 << 20])
+def test_campaign_copy_is_read_back_in_pieces_at_record_boundaries(tmp_path, block_size):
+    from iteralab.campaign.folder import read_corpus_batches
+
+    rows = [(f"q{i:02d}", t, CLASSES[i % 3]) for i, t in enumerate([
+        "plain", 'a "quoted" word', "comma, and\nline feed", "x" * 200, '""', "\r\nwindows\r\n", "é ü ß", "end"])]
+    path = tmp_path / "c.csv"
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh, lineterminator="\n")
+        writer.writerow(["id", "text", "label"])
+        writer.writerows(rows)
+    corpus = load_corpus(path, classes=CLASSES)
+    write_corpus(corpus, tmp_path / "copy.csv", extra={"stratum": ["s"] * len(corpus)})
+    batches = list(read_corpus_batches(tmp_path / "copy.csv", ["id", "text", "stratum", "absent"],
+                                       block_size=block_size))
+    table = pa.Table.from_batches(batches)
+    assert table.column_names == ["id", "text", "stratum"]
+    assert list(zip(table.column("id").to_pylist(), table.column("text").to_pylist())) == \
+        [(r.id, r.text) for r in corpus.records]
+    assert set(table.column("stratum").to_pylist()) == {"s"}
+    assert (len(batches) > 1) == (block_size < 1 << 20)
