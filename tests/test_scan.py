@@ -230,3 +230,18 @@ def test_campaign_copy_is_read_back_in_pieces_at_record_boundaries(tmp_path, blo
         [(r.id, r.text) for r in corpus.records]
     assert set(table.column("stratum").to_pylist()) == {"s"}
     assert (len(batches) > 1) == (block_size < 1 << 20)
+
+
+@pytest.mark.parametrize("ids", [
+    [f"d{i:07d}" for i in range(70_000)],
+    ["plain", "é ü", 'a "quote"', "back\\slash", "tab\there", "nl\nx", "\u2028"],
+    ["only"], [],
+], ids=["plain-many-chunks", "escapes", "one", "none"])
+def test_pass_order_hash_is_the_json_digest(ids):
+    import hashlib
+
+    from iteralab.campaign.passes import order_hash
+    from iteralab.campaign.predictions import string_array
+
+    expected = hashlib.sha256(json.dumps(ids, ensure_ascii=False).encode("utf-8")).hexdigest()
+    assert order_hash(string_array(ids)) == expected
