@@ -246,15 +246,14 @@ def _csv_batches(path: Path, columns: list[str], block_size: int) -> Any:
     with open(path, encoding="utf-8", newline="") as fh:
         header = next(csv.reader(fh), [])
     wanted = [c for c in columns if c in header]
-    options = dict(read_options=pacsv.ReadOptions(column_names=header, use_threads=False),
-                   parse_options=pacsv.ParseOptions(newlines_in_values=True),
+    options = dict(parse_options=pacsv.ParseOptions(newlines_in_values=True),
                    convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in header},
                                                         include_columns=wanted))
     pending = b""  # bytes after the last record boundary: they start outside any quoted field
     first = True
     with open(path, "rb") as raw:
         while True:
-            block = raw.read(block_size)
+            block = raw.read(max(block_size, len(pending)))  # a record longer than a block: read twice as much
             data = pending + block
             cut = len(data)
             if block:
@@ -270,7 +269,9 @@ def _csv_batches(path: Path, columns: list[str], block_size: int) -> Any:
                 piece = piece[_first_record_end(piece):]
                 first = False
             if piece.strip():
-                yield from pacsv.read_csv(pa.py_buffer(piece), **options).to_batches()
+                # one parser block per piece: a record longer than pyarrow's default block is still one record
+                read = pacsv.ReadOptions(column_names=header, use_threads=False, block_size=len(piece) + 1)
+                yield from pacsv.read_csv(pa.py_buffer(piece), read_options=read, **options).to_batches()
             if not block:
                 return
 
