@@ -36,6 +36,30 @@ def test_merged_decision_note_matches_golden(merged):
     check_golden("decision_merged.md", normalised(render_decision(decision), *merged))
 
 
+EXPENSES = """
+[[expenses]]
+name = "storage"
+amount = 12.50
+currency = "USD"
+justification = "object storage for the outputs, one month"
+applies_to = "all"
+
+[[expenses]]
+name = "large-batch memory check"
+amount = 40
+currency = "USD"
+justification = "one operator hour rerunning the memory notebook on the rented card"
+applies_to = ["b8", "b16"]
+differs_because = "batches of 8 and more are the ones near the card's memory limit"
+"""
+
+
+def test_decision_note_with_expenses_matches_golden(tmp_path):
+    folders = [build_campaign(tmp_path / hw, hardware=hw, extra=EXPENSES) for hw in ("rtx4090", "b200")]
+    decision = decide(folders)
+    check_golden("decision_expenses.md", normalised(render_decision(decision), *folders))
+
+
 def test_merging_rtx4090_and_b200_prices_observed_hardware_and_picks_the_cheapest(merged):
     decision = decide(list(merged))
     rtx = _config(decision, "NVIDIA GeForce RTX 4090 / b4")

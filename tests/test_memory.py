@@ -270,3 +270,33 @@ def test_runtime_overhead_is_measured_by_a_fresh_process():
     measured = memoire.measure_runtime_overhead(("json",))
     assert measured.bytes and measured.bytes > 1_000_000 and measured.reason is None
     assert "json" in measured.label and "nothing loaded" in measured.label
+
+
+def test_the_runtime_overhead_is_the_one_the_workers_recorded(tmp_path, tiny_classifier_dir, monkeypatch):
+    """Measured once, by each pass worker before it loads the model, and stored in the journal: ``memory`` and
+    ``report`` read that record and never measure again (a second measurement would give another estimate)."""
+    from iteralab.campaign.journal import read_journal
+    from iteralab.evidence import memory as memory_module
+
+    write_corpus_csv(tmp_path)
+    protocol = write_protocol(tmp_path, model=f'kind = "hf_classifier"\npath = "{tiny_classifier_dir}"',
+                              variants='\n[[variants]]\nname = "p32"\nbatch_size = 4\n', reference="p32", passes=1,
+                              threshold=0.0, tolerance=1.0, isolation="process")
+    lock(protocol)
+    campaign = tmp_path / "out"
+    run_campaign(protocol, campaign)
+    state = read_journal(campaign / "journal.jsonl")
+    recorded = [r["startup"]["runtime_rss_bytes"] for r in state.finished.values()]
+    assert recorded and all(isinstance(v, int) and v > 10_000_000 for v in recorded)
+
+    def never(*args, **kwargs):
+        raise AssertionError("the runtime overhead was measured again")
+
+    monkeypatch.setattr(memory_module, "worker_runtime_overhead", never)
+    first = memory_table(campaign)
+    second = memory_table(campaign)
+    import statistics
+    want = int(round(statistics.median(recorded)))
+    for a, b in zip(first, second):
+        assert a["estimate_terms"]["runtime_overhead_bytes"] == b["estimate_terms"]["runtime_overhead_bytes"] == want
+        assert any("recorded in the journal" in line for line in a["estimate_assumptions"])

@@ -164,7 +164,8 @@ def test_expenses_stay_apart_from_each_variants_package_cost():
     assert sheet.expenses_total == Decimal("30.00")
     data = sheet.to_dict()
     assert data["expenses"] == [
-        {"label": "storage", "amount": "30.00", "currency": "USD", "justification": "keep the evidence bundle for a year"}
+        {"name": "storage", "amount": "30.00", "currency": "USD", "justification": "keep the evidence bundle for a year",
+         "applies_to": "all", "differs_because": None}
     ]
     assert data["variants"][0]["budget"]["total"] == "110.00"
 

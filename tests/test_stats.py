@@ -67,7 +67,8 @@ def _variants_toml(variants: dict, series: dict) -> str:
     parts = []
     for name, spec in variants.items():
         parts.append(f'[[variants]]\nname = "{name}"\nbatch_size = {spec["batch_size"]}\n'
-                     f'precision = "{spec.get("precision", "fp32")}"\n')
+                     f'precision = "{spec.get("precision", "fp32")}"\n'
+                     + (f'data_parallel = {spec["data_parallel"]}\n' if "data_parallel" in spec else ""))
     for name, (factor, members) in series.items():
         parts.append(f'[[series]]\nname = "{name}"\nfactor = "{factor}"\nvariants = {json.dumps(members)}\n')
     return "\n".join(parts)
@@ -121,7 +122,8 @@ def build_campaign(folder: Path, *, hardware: str = "cpu", variants: dict | None
         "model": {"kind": "callable", "callable": "fake_models:keyword_classifier"},
         "schedule": {"design": "cyclic", "slots": slots},
         "variants": [{"name": n, "batch_size": v["batch_size"], "precision": v.get("precision", "fp32"),
-                      "bucketing": False, "padding": "longest", "resume": False, "compile": False, "device": None}
+                      "bucketing": False, "padding": "longest", "resume": False, "compile": False, "device": None,
+                      **({"data_parallel": v["data_parallel"]} if "data_parallel" in v else {})}
                      for n, v in variants.items()],
         "series": [{"name": s, "factor": f, "variants": m} for s, (f, m) in series.items()],
     }

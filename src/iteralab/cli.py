@@ -50,7 +50,9 @@ def lock_cmd(
     entry = lock(protocol, allow_large=allow_large)
     typer.echo(f"locked {protocol} version {entry['version']}: sha256 {entry['sha256']} at {entry['locked_at']}")
     typer.echo(f"schedule: {entry['schedule']}")
-    typer.echo("inputs fingerprinted: corpus, " + ("tuning split, " if entry["inputs"].get("tuning") else "")
+    sets = entry["inputs"].get("datasets") or {}
+    corpus = f"datasets {', '.join(sets)}, " if sets else "corpus, "
+    typer.echo("inputs fingerprinted: " + corpus + ("tuning split, " if entry["inputs"].get("tuning") else "")
                + "model files, catalog")
     typer.echo(f"lock file: {lock_path(protocol)}")
 
@@ -144,9 +146,14 @@ def price_cmd(
         help="Unique verified corpora delivered; adds the cost per verified result (0: undefined).",
     ),
     catalog: Path = typer.Option(None, "--catalog", help="Catalog CSV (default: the shipped tarifs-forfaits.csv)."),
+    expenses: Path = typer.Option(
+        None, "--expenses", metavar="FILE.toml",
+        help="TOML file of expenses tables (or a whole protocol): adds each line and the project total.",
+    ),
+    variant: str = typer.Option(None, "--variant", help="With --expenses: also count the lines that name this variant."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """Committed package budget (price per lot x lots, paid in full) and cost per verified result."""
+    """Committed package budget (price per lot x lots, paid in full), other expenses, cost per verified result."""
     import json
 
     from iteralab.economics import pricing
@@ -158,10 +165,15 @@ def price_cmd(
         None if accepted_results is None else pricing.parse_whole(accepted_results, "--accepted-results", 0),
         catalog,
     )
+    if expenses is None and variant is not None:
+        raise pricing.PricingError("--variant picks the expense lines of one variant: it needs --expenses FILE",
+                                   hint="add --expenses FILE.toml, or leave out --variant")
+    row = None if expenses is None else pricing.project_quote(quote, expenses, variant)
     if as_json:
-        typer.echo(json.dumps(quote.to_dict(), indent=2, sort_keys=True))
+        typer.echo(json.dumps({**quote.to_dict(), **({"project": row.to_dict()} if row else {})}, indent=2,
+                              sort_keys=True))
     else:
-        typer.echo("\n".join(pricing.render_price(quote)))
+        typer.echo("\n".join(pricing.render_price(quote) if row is None else pricing.render_project(quote, row)))
 
 
 @app.command("window")

@@ -60,12 +60,14 @@ class Expected:
         return [self.classes[c] if c >= 0 else "" for c in self.labels[rows]]
 
 
-def load_expected(campaign_dir: str | Path, classes: Sequence[str] | None = None) -> Expected:
+def load_expected(campaign_dir: str | Path, classes: Sequence[str] | None = None,
+                  dataset: str | None = None) -> Expected:
+    """The expected ids of the corpus copy, or of one dataset's copy (K6)."""
     campaign_dir = Path(campaign_dir)
     if classes is None:
         classes = campaign_protocol(campaign_dir).corpus.classes
-    table = pa.Table.from_batches(list(read_corpus_batches(campaign_dir / "inputs" / "corpus.csv",
-                                                           ["id", "label", "stratum"])))
+    copy = f"inputs/datasets/{dataset}.csv" if dataset is not None else "inputs/corpus.csv"
+    table = pa.Table.from_batches(list(read_corpus_batches(campaign_dir / copy, ["id", "label", "stratum"])))
     ids = table.column("id").combine_chunks()
     labels = pc.fill_null(pc.index_in(table.column("label").combine_chunks(),
                                       value_set=pa.array(list(classes), pa.string())), -1)
@@ -79,11 +81,12 @@ def load_expected(campaign_dir: str | Path, classes: Sequence[str] | None = None
     return Expected(ids, labels.to_numpy(zero_copy_only=False).astype(np.int32), tuple(classes), strata, names)
 
 
-def corpus_texts(campaign_dir: str | Path, wanted: set[str]) -> dict[str, str]:
+def corpus_texts(campaign_dir: str | Path, wanted: set[str], dataset: str | None = None) -> dict[str, str]:
     """The texts of the ``wanted`` ids only (streamed: the corpus is never held whole)."""
     out: dict[str, str] = {}
     keep = pa.array(sorted(wanted), pa.string())
-    for batch in read_corpus_batches(Path(campaign_dir) / "inputs" / "corpus.csv", ["id", "text"]):
+    copy = f"inputs/datasets/{dataset}.csv" if dataset is not None else "inputs/corpus.csv"
+    for batch in read_corpus_batches(Path(campaign_dir) / copy, ["id", "text"]):
         mask = pc.is_in(batch.column(0), value_set=keep)
         if pc.any(mask).as_py():
             chosen = batch.filter(mask)
@@ -139,8 +142,8 @@ def subgroup_metrics(protocol: Protocol, expected: Expected, covered: np.ndarray
         if sg.by == "stratum":
             groups = [(name, expected.strata == i) for i, name in enumerate(expected.stratum_names)]
         else:
-            present = sorted(expected.classes[c] for c in np.unique(expected.labels) if c >= 0)
-            groups = [(name, expected.labels == expected.classes.index(name)) for name in present]
+            present = set(np.unique(expected.labels).tolist())  # classes in the protocol's order (P1)
+            groups = [(name, expected.labels == i) for i, name in enumerate(expected.classes) if i in present]
         metric = protocol.metric.name if sg.by == "stratum" else "accuracy"
         for name, member in groups:
             rows = member & covered
@@ -313,24 +316,43 @@ def prediction_path(campaign_dir: Path, pass_id: str) -> Path:
 
 @dataclass
 class EvaluationContext:
-    """What every per-pass evaluation of one campaign shares (read once per run, not once per pass)."""
+    """What every per-pass evaluation of one campaign shares (read once per run, not once per pass).
+
+    A several-dataset campaign (K6) has no single corpus: ``expected`` is None and ``datasets`` holds each
+    dataset's expected ids, so a pass is always checked against its own dataset (:meth:`of_dataset`)."""
 
     protocol: Protocol
-    expected: Expected
+    expected: Expected | None
+    datasets: dict[str, Expected] = field(default_factory=dict)
 
     @classmethod
     def of(cls, campaign_dir: str | Path) -> EvaluationContext:
+        from iteralab.campaign.folder import read_json
+
         protocol = campaign_protocol(campaign_dir)
+        campaign = read_json(Path(campaign_dir) / "campaign.json") or {}
+        names = [d["name"] for d in campaign.get("datasets") or []]
+        if names:
+            return cls(protocol, None, {n: load_expected(campaign_dir, protocol.corpus.classes, n) for n in names})
         return cls(protocol, load_expected(campaign_dir, protocol.corpus.classes))
 
+    def of_dataset(self, dataset: str | None) -> EvaluationContext:
+        """The context of one dataset's passes (itself for a one-corpus campaign)."""
+        if dataset is None and self.expected is not None:
+            return self
+        if dataset not in self.datasets:
+            raise KeyError(f"dataset {dataset!r} is not a dataset of this campaign ({', '.join(self.datasets)})")
+        return EvaluationContext(self.protocol, self.datasets[dataset])
 
-def evaluate_pass(campaign_dir: str | Path, pass_id: str, reads: CampaignReads | None = None) -> dict[str, Any]:
+
+def evaluate_pass(campaign_dir: str | Path, pass_id: str, reads: CampaignReads | None = None,
+                  dataset: str | None = None) -> dict[str, Any]:
     campaign_dir = Path(campaign_dir)
     reads = reads or CampaignReads(campaign_dir)
     path = prediction_path(campaign_dir, pass_id)
-    verdict = reads.reader.verdict(path, reads.context.protocol, reads.context.expected)
-    return verdict if verdict is not None else _missing_verdict(path.name, reads.context.protocol,
-                                                                reads.context.expected)
+    context = reads.context.of_dataset(dataset)
+    verdict = reads.reader.verdict(path, context.protocol, context.expected)
+    return verdict if verdict is not None else _missing_verdict(path.name, context.protocol, context.expected)
 
 
 def compare_outputs(a: PredictionSet, b: PredictionSet) -> dict[str, Any]:
@@ -386,6 +408,13 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
     """
     campaign_dir = Path(campaign_dir)
     context = context or EvaluationContext.of(campaign_dir)
+    groups = list(dict.fromkeys(p.get("dataset") for p in passes))
+    if groups != [None] and passes:  # K6: each dataset's passes judged against it, with its own reference pass
+        judged: dict[str, dict[str, Any]] = {}
+        for name in groups:
+            mine = [{**p, "dataset": None} for p in passes if p.get("dataset") == name]
+            judged.update(judge_campaign(campaign_dir, mine, reader, context.of_dataset(name)))
+        return judged
     protocol, expected = context.protocol, context.expected
     reader = reader or PredictionReader(protocol)
     verdicts: dict[str, dict[str, Any]] = {}

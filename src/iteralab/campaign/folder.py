@@ -10,6 +10,8 @@ Layout::
     inputs/protocol.toml, inputs/protocol.toml.lock.json   the locked protocol, as run
     inputs/corpus.csv                                       the comparison corpus (id, text, label, stratum)
     inputs/tuning.csv                                       the tuning split, when the protocol declares one
+    inputs/datasets/<name>.csv                              one copy per dataset, in place of inputs/corpus.csv,
+                                                            when the protocol declares [[datasets]] (K6)
     inputs/catalog.csv                                      the package catalog the decision prices from
     campaign.json                                           fingerprints, schedule, variants (written once)
     manifest.json                                           environment + model + corpus (C3)
@@ -47,7 +49,7 @@ PREDICTIONS = "predictions"
 PHASES = ("load_s", "compile_s", "warmup_s", "pass_s", "evaluation_s", "writing_s")
 COLUMNS = (
     "pass_id", "variant", "series", "round", "position", "attempt", "seed", "status",
-    "batch_size", "precision", "quantization", "bucketing", "padding", "resume", "compile", "device",
+    "batch_size", "precision", "quantization", "bucketing", "padding", "resume", "compile", "device", "data_parallel",
     "protocol_name", "protocol_version", "protocol_sha256", "corpus_fingerprint", "order_hash",
     *PHASES, "docs_per_s",
     "expected_ids", "observed_ids", "ids_match", "duplicates", "missing", "extra", "format_ok", "coverage",
@@ -56,8 +58,17 @@ COLUMNS = (
     "subgroup_metrics", "label_agreement", "max_abs_prob_diff", "reproduction_ok", "corpus_accepted",
     "excluded", "exclusion_reason",
     "cpu_peak_rss_bytes", "cuda_max_allocated_bytes", "cuda_max_reserved_bytes", "memory_scope",
+    "shard_pass_s", "shard_time_imbalance", "shard_token_imbalance", "shard_memory",
     "manifest_diff", "prediction_file", "prediction_sha256", "error", "notes",
 )
+#: The raw table of a several-dataset campaign (K6): the same columns with ``dataset`` after ``variant``. A
+#: one-corpus campaign keeps :data:`COLUMNS` exactly (its table is unchanged).
+DATASET_COLUMNS = (*COLUMNS[:2], "dataset", *COLUMNS[2:])
+
+
+def table_columns(campaign: dict[str, Any]) -> tuple[str, ...]:
+    """The raw-table columns of a campaign: with ``dataset`` when it declares several datasets."""
+    return DATASET_COLUMNS if campaign.get("datasets") else COLUMNS
 
 
 def format_cell(value: Any) -> str:
@@ -108,6 +119,8 @@ class RawRow:
     resume: bool | None
     compile: bool | None
     device: str | None
+    #: X3: worker processes of the pass, one per device (1: a single-device pass)
+    data_parallel: int | None
     protocol_name: str | None
     protocol_version: int | None
     protocol_sha256: str | None
@@ -148,11 +161,19 @@ class RawRow:
     cuda_max_allocated_bytes: int | None
     cuda_max_reserved_bytes: int | None
     memory_scope: str | None
+    #: data-parallel passes only: pass time per device, slowest/fastest shard time, largest/smallest shard token
+    #: count, and each device's memory peaks (the memory columns above hold the largest per-device peak)
+    shard_pass_s: dict[str, Any] | None
+    shard_time_imbalance: float | None
+    shard_token_imbalance: float | None
+    shard_memory: dict[str, Any] | None
     manifest_diff: str | None
     prediction_file: str | None
     prediction_sha256: str | None
     error: str | None
     notes: str | None
+    #: The dataset of the pass (K6); None in a one-corpus campaign, whose table has no such column.
+    dataset: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -177,7 +198,7 @@ for _f in fields(RawRow):
     _type = str(_f.type)
     _KINDS[_f.name] = ("bool" if _type.startswith("bool") else "int" if _type.startswith("int")
                        else "float" if _type.startswith("float") else "json" if _type.startswith("dict") else "str")
-assert tuple(_KINDS) == COLUMNS, "RawRow fields must follow the raw table's columns"
+assert tuple(_KINDS) == (*COLUMNS, "dataset"), "RawRow fields must follow the raw table's columns"
 
 
 def _typed(kind: str, text: str, where: str) -> Any:
@@ -206,16 +227,17 @@ def read_raw_rows(path: str | Path) -> tuple[RawRow, ...]:
     with open(path, encoding="utf-8", newline="") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
-        if header is None or tuple(header) != COLUMNS:
+        if header is None or tuple(header) not in (COLUMNS, DATASET_COLUMNS):
             raise IteraError(f"{path}: not a raw table of this version (unexpected header)",
                              hint="regenerate it from the journal: iteralab table FOLDER")
+        columns = tuple(header)
         rows = []
         for line, cells in enumerate(reader, start=2):
-            if len(cells) != len(COLUMNS):
-                raise IteraError(f"{path}, line {line}: {len(cells)} cells, expected {len(COLUMNS)}",
+            if len(cells) != len(columns):
+                raise IteraError(f"{path}, line {line}: {len(cells)} cells, expected {len(columns)}",
                                  hint="regenerate it from the journal: iteralab table FOLDER")
             rows.append(RawRow(**{name: _typed(_KINDS[name], cell, f"{path}, line {line}, column {name}")
-                                  for name, cell in zip(COLUMNS, cells)}))
+                                  for name, cell in zip(columns, cells)}))
     return tuple(rows)
 
 

@@ -23,22 +23,25 @@ from typing import Any
 from iteralab.common.files import sha256_file
 from iteralab.errors import CorpusError, ProtocolError
 from iteralab.plan.corpus import Corpus, check_disjoint, load_corpus, text_fingerprint
+from iteralab.plan.expenses import check_currency
+from iteralab.plan.protocol import Dataset, Protocol, load_protocol, resolve
 from iteralab.plan.scan import Batch, CorpusScan, Sink, labels_digest, scan_corpus
-from iteralab.plan.protocol import Protocol, load_protocol, resolve
 from iteralab.plan.protocol import lock as _record_lock
 
 INPUTS_SCHEMA = 1
 AMEND_HINT = "restore the locked input, or amend: raise 'version' in the protocol and lock again"
 
 
-def load_inputs(protocol: Protocol, protocol_path: Path) -> tuple[Corpus, Corpus | None]:
+def load_inputs(protocol: Protocol, protocol_path: Path, dataset: Dataset | None = None
+                ) -> tuple[Corpus, Corpus | None]:
     """The final corpus (with its stratum column when a stratum subgroup is planned) and the tuning split,
-    read with the protocol's columns and classes; overlapping splits are refused (P4)."""
+    read with the protocol's columns and classes; overlapping splits are refused (P4). ``dataset``: read that
+    dataset of a several-dataset protocol (K6) in place of ``corpus.path``."""
     spec = protocol.corpus
     columns = dict(id_column=spec.id_column, text_column=spec.text_column, label_column=spec.label_column,
                    classes=list(spec.classes))
     needs_strata = any(sg.by == "stratum" for sg in protocol.subgroups)
-    corpus = load_corpus(resolve(protocol_path, spec.path), **columns,
+    corpus = load_corpus(resolve(protocol_path, dataset.path if dataset else spec.path), **columns,
                          extra_columns=[spec.stratum_column] if spec.stratum_column and needs_strata else [])
     tuning = None
     if spec.tuning_path:
@@ -125,6 +128,7 @@ def catalog_fingerprint(protocol: Protocol, protocol_path: Path) -> dict[str, An
         catalog = load_catalog(source)
     except KitError as exc:
         raise ProtocolError(f"{protocol_path}: catalog.path: {exc}", hint=exc.hint) from None
+    check_currency(protocol.expenses, catalog.currency, str(protocol_path))  # K5: one budget, one currency
     return {"file": source.name, "version": catalog.version, "sha256": sha256_file(source)}
 
 
@@ -132,6 +136,16 @@ def fingerprint_inputs(protocol_path: str | os.PathLike[str]) -> dict[str, Any]:
     """Check every input the protocol names and return their fingerprints (raises on the first problem)."""
     path = Path(protocol_path)
     protocol = load_protocol(path)
+    if protocol.datasets:
+        from iteralab.campaign.datasets import load_datasets
+
+        named, tuning = load_datasets(protocol, path)
+        for _, corpus in named:
+            check_strata(protocol, path, corpus)
+        return {"schema_version": INPUTS_SCHEMA, "corpus": None,
+                "datasets": {name: corpus_fingerprint(corpus) for name, corpus in named},
+                "tuning": corpus_fingerprint(tuning) if tuning is not None else None,
+                "model": model_files(protocol, path), "catalog": catalog_fingerprint(protocol, path)}
     corpus, tuning = load_inputs(protocol, path)
     check_strata(protocol, path, corpus)
     return {"schema_version": INPUTS_SCHEMA, "corpus": corpus_fingerprint(corpus),
@@ -172,13 +186,17 @@ def check_inputs(protocol_path: str | os.PathLike[str], entry: dict[str, Any], *
         return  # a campaign locked before inputs were fingerprinted: the rerun checks its corpus fingerprint
     _require_fingerprints(path, entry)
     protocol = load_protocol(path)
-    scans = scans or scan_inputs(protocol, path)
     locked = entry["inputs"]
-    now = {"schema_version": INPUTS_SCHEMA,
-           "corpus": _scanned_fingerprint(locked.get("corpus"), scans.corpus, lambda: load_inputs(protocol, path)[0]),
-           "tuning": None if scans.tuning is None else _scanned_fingerprint(
-               locked.get("tuning"), scans.tuning, lambda: load_inputs(protocol, path)[1]),
-           "model": model_files(protocol, path), "catalog": catalog_fingerprint(protocol, path)}
+    if protocol.datasets:  # K6: each dataset is read whole (campaign/datasets.py)
+        now = fingerprint_inputs(path)
+    else:
+        scans = scans or scan_inputs(protocol, path)
+        now = {"schema_version": INPUTS_SCHEMA,
+               "corpus": _scanned_fingerprint(locked.get("corpus"), scans.corpus,
+                                              lambda: load_inputs(protocol, path)[0]),
+               "tuning": None if scans.tuning is None else _scanned_fingerprint(
+                   locked.get("tuning"), scans.tuning, lambda: load_inputs(protocol, path)[1]),
+               "model": model_files(protocol, path), "catalog": catalog_fingerprint(protocol, path)}
     if rerun:
         now = {**now, "model": locked.get("model"), "catalog": locked.get("catalog")}
     compare_inputs(path, entry, now)
@@ -297,6 +315,9 @@ def _corpus_change(name: str, locked: dict[str, Any] | None, now: dict[str, Any]
 def describe_change(locked: dict[str, Any], now: dict[str, Any]) -> str | None:
     """The first difference between two input fingerprints, in words (None when they agree)."""
     change = _corpus_change("corpus", locked.get("corpus"), now.get("corpus"))
+    before_sets, after_sets = locked.get("datasets") or {}, now.get("datasets") or {}
+    for name in [*before_sets, *(n for n in after_sets if n not in before_sets)]:  # K6: each dataset
+        change = change or _corpus_change(f"dataset {name!r}", before_sets.get(name), after_sets.get(name))
     change = change or _corpus_change("tuning split", locked.get("tuning"), now.get("tuning"))
     if change:
         return change

@@ -86,6 +86,18 @@ def _text_batches(corpus_path: str, corpus_kwargs: dict[str, Any], columns: list
                           names=["id", "text"])
 
 
+def _row_range(batches: Iterator[Any], start: int, stop: int) -> Iterator[Any]:
+    """The record batches of rows ``[start, stop)`` of the file (a data-parallel shard, ``campaign.parallel``)."""
+    seen = 0
+    for record_batch in batches:
+        lo, hi = max(start - seen, 0), min(stop - seen, len(record_batch))
+        if hi > lo:
+            yield record_batch.slice(lo, hi - lo)
+        seen += len(record_batch)
+        if seen >= stop:
+            return
+
+
 def _run_one(workload: Any, texts: list[str], resume: bool, outputs: list[np.ndarray], progress: _Progress) -> None:
     try:
         probs = workload.infer(workload.tokenize(texts))
@@ -120,11 +132,14 @@ class MeasuredPass:
         self.limit: _Limit | None = None
 
     def run(self, workload: Any, corpus_path: str, corpus_kwargs: dict[str, Any], batch_size: int,
-            bucketing: bool, resume: bool, n_classes: int, limit: _Limit | None = None) -> None:
+            bucketing: bool, resume: bool, n_classes: int, limit: _Limit | None = None,
+            rows: tuple[int, int] | None = None) -> None:
         self.n_classes = n_classes
         self.limit = limit
         self.progress = _Progress()
         self._batches = batches = _text_batches(corpus_path, corpus_kwargs, ["id", "text"])
+        if rows is not None:  # a data-parallel shard: rows [start, stop) of the file, in file order
+            self._batches = batches = _row_range(batches, *rows)
         if bucketing:
             self._run_bucketed(workload, batches, batch_size, resume)
             return
@@ -209,9 +224,14 @@ def _first_texts(corpus_path: str, corpus_kwargs: dict[str, Any], n: int) -> lis
     return texts
 
 
-def execute_pass(spec: dict[str, Any], clock: Any = None, startup: dict[str, float | None] | None = None
-                 ) -> dict[str, Any]:
+def execute_pass(spec: dict[str, Any], clock: Any = None, startup: dict[str, float | None] | None = None,
+                 sync: Any = None) -> dict[str, Any]:
     """Run one pass described by ``spec`` (a JSON-able dict built by the runner); return its result record.
+
+    ``sync`` is set in a data-parallel worker (:mod:`iteralab.campaign.parallel`): after warm-up
+    ``sync.ready()`` waits until every worker is ready and returns this worker's shard (a row range);
+    ``sync.finished(pass_run, error)`` reports, right after the measured region, that the shard's predictions are on
+    the host.
 
     Every phase is timed by :func:`iteralab.models.device.timed` (synchronize, read, body, synchronize, read)
     with one clock, injectable as ``clock`` (an object with ``now()``, default ``time.perf_counter``)."""
@@ -287,6 +307,7 @@ def execute_pass(spec: dict[str, Any], clock: Any = None, startup: dict[str, flo
         notes.append(f"failed during warm-up: {result['error']}")
         return result
 
+    rows = sync.ready() if sync is not None else None  # data-parallel: wait for every worker, get the shard
     pass_run = MeasuredPass()
     gpu_scope = dev.GpuEvents(device)  # CUDA events, created outside the timed region; a labelled GPU scope
     machine_before = dev.load_snapshot()  # what else uses the machine: read outside the timed region
@@ -296,7 +317,7 @@ def execute_pass(spec: dict[str, Any], clock: Any = None, startup: dict[str, flo
             limit = _Limit(clock, spec.get("pass_timeout_s"))
             gpu_scope.record_start()
             pass_run.run(workload, spec["corpus_path"], corpus_kwargs, batch_size, bool(variant["bucketing"]),
-                         bool(variant["resume"]), len(spec["classes"]), limit)
+                         bool(variant["resume"]), len(spec["classes"]), limit, rows)
             gpu_scope.record_stop()
         phases["pass_s"] = measured.seconds
     except Exception as exc:
@@ -305,6 +326,8 @@ def execute_pass(spec: dict[str, Any], clock: Any = None, startup: dict[str, flo
             dev.synchronize(device)
         except Exception:  # the device may be unusable after the error; the row keeps the first error
             pass
+    if sync is not None:  # data-parallel: this shard's predictions are on the host
+        sync.finished(pass_run, measured_error)
     progress = pass_run.progress
     result["memory"] = dev.read_peaks(device)
     result["concurrent_load"] = dev.concurrent_load(machine_before, dev.load_snapshot(), phases["pass_s"])
@@ -362,6 +385,14 @@ def worker_main(argv: list[str]) -> int:
     except Exception as exc:
         environment = {"error": _error_text(exc)}
     startup["environment_s"] = time.perf_counter() - t0
+    if spec["model"]["kind"] != "callable":
+        # The runtime's own resident memory (interpreter + libraries, no model yet), read once in this worker
+        # and journaled: the memory estimate of every later command uses this record, never a new measurement.
+        from iteralab.kit.memoire import runtime_imports, runtime_overhead
+
+        t0 = time.perf_counter()
+        startup["runtime_rss_bytes"] = runtime_overhead(runtime_imports()).bytes
+        startup["runtime_imports_s"] = time.perf_counter() - t0
     try:
         result = execute_pass(spec, startup=startup)
     except Exception as exc:  # unexpected: still leave a failure record behind

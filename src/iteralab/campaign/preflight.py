@@ -32,6 +32,14 @@ def _variant_problem(protocol: Protocol, variant: object) -> str | None:
     from iteralab.models.device import resolve_device
 
     device_name = getattr(variant, "device", None) or protocol.run.device
+    workers = getattr(variant, "data_parallel", 1)
+    if workers > 1 and str(device_name).strip().lower() != "cpu":  # X3: enough cards, or not runnable here
+        from iteralab.campaign.shards import worker_layout
+
+        try:
+            worker_layout(device_name, workers)
+        except WorkloadError as exc:
+            return exc.message
     if protocol.model.kind == "callable" and str(device_name).strip().lower() in ("auto", "cpu"):
         return None  # the callable owns its device and precision: nothing to check, and no torch import here
     try:

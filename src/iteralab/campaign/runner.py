@@ -4,6 +4,7 @@ Layout of a campaign folder::
 
     inputs/protocol.toml, inputs/protocol.toml.lock.json   the locked protocol, as run
     inputs/corpus.csv                                       the comparison corpus (id, text, label, stratum)
+    inputs/datasets/<name>.csv                              or one copy per dataset (K6, campaign.datasets)
     campaign.json                                           fingerprints, schedule, variants (written once)
     manifest.json                                           environment + model + corpus (C3)
     journal.jsonl                                           append-only record of every attempt
@@ -30,6 +31,7 @@ from typing import Any, Callable
 from iteralab.campaign.inputs import check_inputs
 from iteralab.errors import ProtocolError, RunError
 from iteralab.common.files import sha256_file, write_bytes_atomic, write_json_atomic
+from iteralab.campaign.carry import carry_model_files
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
 from iteralab.plan.protocol import Protocol, check_locked, check_series, lock_path, resolve
 from iteralab.plan.schedule import plan_rounds
@@ -44,21 +46,35 @@ class Slot:
     position: int
     variant: str
     seed: int
+    #: The dataset of a several-dataset protocol (K6); None for a one-corpus protocol.
+    dataset: str | None = None
+
+    def record(self) -> dict[str, Any]:
+        """As campaign.json stores it (no dataset key for a one-corpus protocol)."""
+        return {k: v for k, v in self.__dict__.items() if k != "dataset" or v is not None}
 
 
 def schedule_slots(protocol: Protocol) -> tuple[str, list[Slot]]:
-    """Every (round, position) of the campaign; each seed of a stochastic protocol has its own slots (Q3)."""
+    """Every (round, position) of the campaign; each seed of a stochastic protocol has its own slots (Q3), and
+    each dataset of a several-dataset protocol too (K6): in every round, every variant processes every dataset,
+    the datasets in a cyclic order that shifts by one each round, the variants in the round's rotated order."""
     design, rounds = plan_rounds([v.name for v in protocol.variants], protocol.run.passes)
     slots: list[Slot] = []
     seeds = list(protocol.reproduction.seeds)
+    names: list[str | None] = [d.name for d in protocol.datasets] or [None]
     for r, order in enumerate(rounds, start=1):
+        shift = (r - 1) % len(names)
+        datasets = names[shift:] + names[:shift]
         for s_index, seed in enumerate(seeds):
-            for p, name in enumerate(order, start=1):
-                position = p + s_index * len(order)
-                slots.append(Slot(round=r, position=position, variant=name, seed=seed))
+            for d_index, dataset in enumerate(datasets):
+                for p, name in enumerate(order, start=1):
+                    position = p + (s_index * len(datasets) + d_index) * len(order)
+                    slots.append(Slot(round=r, position=position, variant=name, seed=seed, dataset=dataset))
     return design, slots
 
 
+#: The pass workers' scratch folder inside the campaign (spec and result files; removed when a run ends).
+SCRATCH = ".tmp"
 #: What a campaign folder holds before campaign.json exists (a run interrupted while copying its inputs).
 _OWN_ENTRIES = {"inputs", "predictions", "journal.jsonl", "manifest.json", "raw_table.csv", ".write-probe"}
 
@@ -157,17 +173,27 @@ def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], 
             )
         return campaign
     created = not out.exists()
-    _ensure_folder(out)
-    try:  # the inputs are checked while they are copied: a refused input leaves no folder it created
-        _, corpus_record, tuning = _scan_and_copy(protocol, protocol_path, lock_entry, out / "inputs", rerun=rerun)
-    except BaseException:
-        if created:
-            shutil.rmtree(out, ignore_errors=True)
-        raise
+    datasets: list[dict[str, Any]] = []
+    if protocol.datasets:  # K6: checked, then one corpus copy per dataset; the corpus record combines them
+        from iteralab.campaign.datasets import write_dataset_copies
+
+        check_inputs(protocol_path, lock_entry, rerun=rerun)
+        _ensure_folder(out)
+        datasets, corpus_record, tuning = write_dataset_copies(protocol, protocol_path, out)
+    else:
+        _ensure_folder(out)
+        try:  # the inputs are checked while they are copied: a refused input leaves no folder it created
+            _, corpus_record, tuning = _scan_and_copy(protocol, protocol_path, lock_entry, out / "inputs",
+                                                      rerun=rerun)
+        except BaseException:
+            if created:
+                shutil.rmtree(out, ignore_errors=True)
+            raise
     write_bytes_atomic(out / "inputs" / "protocol.toml", protocol_path.read_bytes())
     write_json_atomic(out / "inputs" / "protocol.toml.lock.json",
                       {"schema_version": 1, "locks": [lock_entry]})
     catalog = _copy_catalog(protocol, protocol_path, out / "inputs" / "catalog.csv")
+    carried = carry_model_files(protocol, protocol_path, out)  # small model files copied, weights by hash (D3)
     design, slots = schedule_slots(protocol)
     model = protocol.model
     campaign = {
@@ -178,13 +204,15 @@ def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], 
         "model": {"kind": model.kind, "path": str(resolve(protocol_path, model.path)) if model.path else None,
                   "head": str(resolve(protocol_path, model.head)) if model.head else None,
                   "callable": model.callable, "max_length": model.max_length, "truncation": model.truncation,
-                  "trust_remote_code": model.trust_remote_code},
+                  "trust_remote_code": model.trust_remote_code, "files": carried["files"]},
         "tuning": tuning,
         "catalog": catalog,
-        "schedule": {"design": design, "slots": [s.__dict__ for s in slots]},
+        "schedule": {"design": design, "slots": [s.record() for s in slots]},
         "variants": [v.model_dump() for v in protocol.variants],
         "series": [s.model_dump() for s in protocol.series],
     }
+    if datasets:
+        campaign["datasets"] = datasets
     write_json_atomic(existing, campaign)
     return campaign
 
@@ -195,7 +223,7 @@ def _pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Sl
         "variant": protocol.variant(slot.variant).model_dump(),
         "model": campaign["model"],
         "classes": list(protocol.corpus.classes),
-        "corpus_path": str(out / "inputs" / "corpus.csv"),
+        "corpus_path": str(out / (f"inputs/datasets/{slot.dataset}.csv" if slot.dataset else "inputs/corpus.csv")),
         "prediction_dir": str(out / "predictions"),
         "warmup": protocol.warmup.model_dump(),
         "pass_timeout_s": protocol.run.pass_timeout_s,
@@ -203,6 +231,7 @@ def _pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Sl
         "seed": slot.seed,
         "deterministic": protocol.reproduction.deterministic,
         "workdir": os.getcwd(),
+        "scratch_dir": str(out / SCRATCH),
     }
 
 
@@ -216,7 +245,12 @@ def _run_in_process(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_in_worker(spec: dict[str, Any]) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="iteralab-pass-") as tmp:
+    # The worker's spec and result live in the campaign's own scratch folder, never in the system temp
+    # folder: a killed run leaves nothing outside the campaign, and the next run clears it.
+    scratch = Path(spec["scratch_dir"]) if spec.get("scratch_dir") else None
+    if scratch is not None:
+        scratch.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="pass-", dir=scratch) as tmp:
         spec_path = Path(tmp) / "spec.json"
         result_path = Path(tmp) / "result.json"
         spec_path.write_text(json.dumps({**spec, "spawned_at": time.time()}), encoding="utf-8")
@@ -265,6 +299,7 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
                             "--keep-unrunnable (they are recorded as failed rows)")
     campaign = prepare(protocol_path, out, rerun=rerun)
     out = Path(out)
+    shutil.rmtree(out / SCRATCH, ignore_errors=True)  # what a killed run's worker left behind
     journal = Journal(out / JOURNAL_NAME)
     state = read_journal(journal.path)
     reads = shared or CampaignReads(out)
@@ -283,7 +318,7 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
         for pid in state.order:
             if pid in state.finished and pid not in state.evaluated:
                 t0 = time.perf_counter()
-                verdict = evaluate_pass(out, pid, reads)
+                verdict = evaluate_pass(out, pid, reads, state.started[pid].get("dataset"))
                 journal.append("pass_evaluated", pass_id=pid, evaluation_s=time.perf_counter() - t0,
                                intrinsic=verdict, after_resume=True)
     attempts: dict[tuple[int, int], int] = {}
@@ -302,16 +337,22 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
         key = (slot.round, slot.position)
         attempts[key] = attempts.get(key, 0) + 1
         seed_part = f"-s{slot.seed}" if len(protocol.reproduction.seeds) > 1 else ""
-        pass_id = f"r{slot.round:02d}-p{slot.position:02d}-{slot.variant}{seed_part}-a{attempts[key]}"
+        data_part = f"-d{slot.dataset}" if slot.dataset is not None else ""
+        pass_id = f"r{slot.round:02d}-p{slot.position:02d}-{slot.variant}{seed_part}{data_part}-a{attempts[key]}"
         emit("pass", {"pass_id": pass_id, "variant": slot.variant, "round": slot.round})
         journal.append("pass_started", pass_id=pass_id, variant=slot.variant, round=slot.round,
-                       position=slot.position, seed=slot.seed, attempt=attempts[key])
+                       position=slot.position, seed=slot.seed, attempt=attempts[key],
+                       **({"dataset": slot.dataset} if slot.dataset is not None else {}))
         if slot.variant in flight.unrunnable:
             result = _not_run(pass_id, f"not runnable on this machine: {flight.unrunnable[slot.variant]}")
             result["error_kind"] = "unrunnable"
         elif slot.variant in timed_out:
             result = _not_run(pass_id, f"not run: {slot.variant} exceeded the pass time limit of "
                                        f"{protocol.run.pass_timeout_s:g} s in {timed_out[slot.variant]}")
+        elif protocol.variant(slot.variant).data_parallel > 1:  # X3: one worker process per device
+            from iteralab.campaign.parallel import run_data_parallel
+
+            result = run_data_parallel(_pass_spec(campaign, protocol, out, slot, pass_id))
         else:
             result = runner(_pass_spec(campaign, protocol, out, slot, pass_id))
         if result.get("error_kind") == "timeout":
@@ -325,11 +366,12 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
         journal.append("pass_finished", manifest_diff=diff,
                        environment_summary=_env_summary(environment), **result)
         t0 = time.perf_counter()
-        verdict = evaluate_pass(out, pass_id, reads)
+        verdict = evaluate_pass(out, pass_id, reads, slot.dataset)
         journal.append("pass_evaluated", pass_id=pass_id, evaluation_s=time.perf_counter() - t0,
                        intrinsic=verdict)
         emit("done", {"pass_id": pass_id, "status": result.get("status"), "pass_s": result["phases"]["pass_s"]
                       if result.get("phases") else None})
+    shutil.rmtree(out / SCRATCH, ignore_errors=True)
     return {"out": str(out), "passes_total": len(slots), "passes_run_now": len(todo),
             "unrunnable": dict(flight.unrunnable)}
 

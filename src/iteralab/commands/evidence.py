@@ -30,6 +30,8 @@ def bundle_seal_cmd(campaign: Path = typer.Argument(..., help="Campaign folder t
 def bundle_pack_cmd(
     campaign: Path = typer.Argument(..., help="Campaign folder to seal and pack."),
     out: Path = typer.Option(None, "--out", "-o", help="Archive to write (default: FOLDER.tar.gz beside it)."),
+    include_weights: bool = typer.Option(False, "--include-weights",
+                                         help="Also carry the model weights (recorded by hash otherwise)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Seal a campaign folder (SHA256SUMS of every file, written last) and pack it into one .tar.gz."""
@@ -37,7 +39,7 @@ def bundle_pack_cmd(
 
     from iteralab.evidence.bundle import pack
 
-    archive, sealed = pack(campaign, out)
+    archive, sealed = pack(campaign, out, include_weights=include_weights)
     if as_json:
         typer.echo(json.dumps({"archive": str(archive), "files": sealed.files, "seal_digest": sealed.digest,
                                "changed_since_previous_seal": list(sealed.changed_since_previous)},

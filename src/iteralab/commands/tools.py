@@ -54,7 +54,7 @@ def memory_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the table as JSON."),
     runtime_overhead: int = typer.Option(
         None, "--runtime-overhead-bytes", metavar="BYTES", min=0,
-        help="CPU runtime overhead to add to the estimate (default: measured once on this machine).",
+        help="CPU runtime overhead to add to the estimate (default: the one the pass workers recorded).",
     ),
 ) -> None:
     """Peak memory per variant: estimate (weights, activations, margin) beside the observation, the difference,

@@ -4,6 +4,7 @@ its window, the cost per verified result. The arithmetic is the kit's, never re-
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,8 @@ class Pricing:
     budget: PackageBudget | None = None
     cost: CostPerResult | None = None
     reason: str | None = None
+    #: X3/K1: how a data-parallel variant's cards map onto lots (named in the decision note)
+    note: str | None = None
 
     @property
     def priced(self) -> bool:
@@ -45,10 +48,13 @@ class Pricing:
                 f"({b.cards} card{'s' if b.cards != 1 else ''}): {format_amount(b.total)} {b.currency} committed")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"gpu_id": self.gpu.gpu_id if self.gpu else None, "reason": self.reason,
-                "quote": self.quote.to_dict() if self.quote else None,
-                "budget": self.budget.to_dict() if self.budget else None,
-                "cost_per_result": self.cost.to_dict() if self.cost else None}
+        out = {"gpu_id": self.gpu.gpu_id if self.gpu else None, "reason": self.reason,
+               "quote": self.quote.to_dict() if self.quote else None,
+               "budget": self.budget.to_dict() if self.budget else None,
+               "cost_per_result": self.cost.to_dict() if self.cost else None}
+        if self.note:
+            out["note"] = self.note
+        return out
 
 
 def match_gpu(name: str, catalog: Catalog) -> CatalogEntry | None:
@@ -66,11 +72,34 @@ def _observed_gpu(ev: Evidence, times: VariantTimes) -> tuple[str | None, str | 
     if devices and all(d == "cpu" for d in devices):
         return None, (f"ran on CPU although {hw.label} was visible: these times say nothing about the GPU, "
                       "so no package is priced from them")
-    indexes = {int(d.split(":")[1]) for d in devices if re.fullmatch(r"cuda:\d+", d)}
+    indexes = {int(x.split(":")[1]) for d in devices for x in d.split(",")  # a data-parallel row names each card
+               if re.fullmatch(r"cuda:\d+", x)}
     names = {hw.gpus[i] for i in indexes if i < len(hw.gpus)} or set(hw.gpus)
     if len(names) > 1:
         return None, f"several GPU models were visible ({', '.join(sorted(names))}) and the variant's device is unknown"
     return names.pop(), None
+
+
+def lots_for_cards(cards: int, entry: CatalogEntry) -> int:
+    """Lots a variant running on ``cards`` cards needs: a lot is priced once whatever number of its cards is
+    used (K1), so ceil(cards / cards per lot), at least one."""
+    return max(1, math.ceil(cards / entry.cards_per_lot))
+
+
+def _cards_note(variant: str, workers: int, entry: CatalogEntry, lots: int) -> tuple[int, str | None]:
+    """(lots to price, the sentence the note shows) for a data-parallel variant (X3); single-device: unchanged."""
+    if workers <= 1:
+        return lots, None
+    if entry.is_cpu:
+        return lots, (f"{variant} runs {workers} CPU worker processes on one {entry.gpu_name} server: priced as that "
+                      "server's package, never as cards")
+    need = lots_for_cards(workers, entry)
+    per = f"a {entry.gpu_id} lot holds {entry.cards_per_lot} card{'s' if entry.cards_per_lot != 1 else ''}"
+    if need > lots:
+        return need, (f"{variant} runs data-parallel over {workers} cards and {per}: it needs {need} lots "
+                      f"(ceil({workers} / {entry.cards_per_lot})), so it is priced as {need} lots, not {lots}")
+    return lots, (f"{variant} runs data-parallel over {workers} cards and {per}: {lots} lot"
+                  f"{'s' if lots != 1 else ''} priced once each, the card count is never multiplied in again (K1)")
 
 
 def price_config(ev: Evidence, times: VariantTimes, window: WindowInfo, accepted: int, catalog: Catalog,
@@ -91,18 +120,27 @@ def price_config(ev: Evidence, times: VariantTimes, window: WindowInfo, accepted
         return Pricing(reason=f"GPU '{name}' observed in the manifest is not in catalog {catalog.path} "
                               f"(version {catalog.version}); rows match exactly (gpu_name or device_match), "
                               f"never by shared words; available: {known}")
+    workers = getattr(_variant(ev, times.variant), "data_parallel", 1)
+    lots, note = _cards_note(times.variant, workers, entry, lots)
     if window.window is None:
-        return Pricing(gpu=entry, reason=f"no window to cover: {window.reason}")
+        return Pricing(gpu=entry, reason=f"no window to cover: {window.reason}", note=note)
     quote = quote_calendar(window.window, catalog, entry.gpu_id, lots)
     covering = [o for o in quote.options if o.covers and o.in_catalog]
     if not covering:
-        return Pricing(gpu=entry, quote=quote,
+        return Pricing(gpu=entry, quote=quote, note=note,
                        reason=f"no listed package of {entry.gpu_id} covers the {window.label} window of "
                               f"{format_hours(window.window.span_hours)} h: change the schedule, or price extra "
                               "periods explicitly (never an automatic extension)")
     best = min(covering, key=lambda o: (o.total, o.package_days))
     budget = package_budget(catalog.entry(entry.gpu_id, best.package_days), lots)
-    return Pricing(entry, quote, budget, cost_per_result(budget.total, accepted, budget.currency))
+    return Pricing(entry, quote, budget, cost_per_result(budget.total, accepted, budget.currency), note=note)
+
+
+def _variant(ev: Evidence, name: str) -> Any:
+    try:
+        return ev.protocol.variant(name)
+    except KeyError:
+        return None
 
 
 def _catalog(ev: Evidence, path: str | Path | None) -> tuple[Catalog, str]:

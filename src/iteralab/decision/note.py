@@ -9,7 +9,7 @@ from typing import Any
 
 from iteralab.common.files import dumps_json, write_text_atomic
 from iteralab.kit.calcul_forfaits import format_hours
-from iteralab.economics.pricing import (format_amount)
+from iteralab.economics.pricing import EXPENSES_APART, EXPENSES_COUNTED, format_amount
 from iteralab.evidence.stats import (fmt_s)
 from iteralab.campaign.manifest import rocm_compatibility, rocm_compatibility_line
 from iteralab.decision.costing import CPU_ONLY
@@ -59,6 +59,46 @@ def exclusion_lines(d: Decision) -> list[tuple[str, str]]:
     return lines
 
 
+def covered_datasets(ev: Any) -> list[str]:
+    """The covered-load lines of a several-dataset campaign (K6); None for one corpus."""
+    records = ev.campaign.get("datasets") or []
+    listed = "; ".join(f"{r['name']} ({r['size']} documents, fingerprint `{r['fingerprint']}`)" for r in records)
+    return [f"- {ev.corpus_size} documents in {len(records)} datasets (combined fingerprint `{ev.fingerprint}`): "
+            f"{listed}"]
+
+
+def dataset_section(d: Decision) -> list[str]:
+    """Per-dataset verdicts of every configuration (K6); nothing for a one-corpus campaign."""
+    from iteralab.evidence.datasets import JOB_TIME_RULE
+
+    if not any(c.datasets for c in d.configs):
+        return []
+    out = ["## Datasets (K6)", "",
+           "Every configuration processes the same datasets under the same checks. A configuration is accepted "
+           "only when every dataset is verified; each verified dataset counts once (by its fingerprint) in the "
+           "cost per verified result = committed budget / verified datasets.", "",
+           "| configuration | dataset | documents | counted passes | accepted | median pass (s) | verdict |",
+           "|---|---|---|---|---|---|---|"]
+    for c in d.configs:
+        for v in c.datasets:
+            out.append("| " + " | ".join(_cell(x) for x in (
+                c.key, v.name, v.size, v.counted, v.accepted, fmt_s(v.median_pass_s),
+                "verified" if v.verified else "NOT verified: " + ("; ".join(v.reasons) or "no counted pass"))) + " |")
+    return out + ["", f"- {JOB_TIME_RULE}; the median pass in the configurations table is that of the job "
+                      "times, not the sum of the per-dataset medians above", ""]
+
+
+def _parallel_words(d: Decision, c: Config, v: Any) -> str:
+    """'data-parallel over 2 cards, ' or 'data-parallel over 2 CPU processes, ' (X3: processes on a CPU are never
+    called cards); '' for a single-device variant."""
+    n = getattr(v, "data_parallel", 1)
+    if n <= 1:
+        return ""
+    on_gpu = any((r.device or "").startswith("cuda") for e in d.evidence if e.folder == c.folder
+                 for r in e.rows if r.variant == c.variant)
+    return f"data-parallel over {n} {'cards' if on_gpu else 'CPU processes'}, "
+
+
 def render_decision(d: Decision) -> str:
     """The decision note (Markdown, D2): deterministic, so it can be compared with a golden file."""
     ev = d.evidence[0]
@@ -74,7 +114,7 @@ def render_decision(d: Decision) -> str:
         v = p.variant(chosen.variant)
         out.append(f"Setting: batch size {v.batch_size}, precision {v.precision}, bucketing "
                    f"{'on' if v.bucketing else 'off'}, padding {v.padding}, compile {'on' if v.compile else 'off'}, "
-                   f"{d.lots} lot{'s' if d.lots != 1 else ''}.")
+                   f"{_parallel_words(d, chosen, v)}{d.lots} lot{'s' if d.lots != 1 else ''}.")
     else:
         out.append(f"**{d.one_line[0].upper()}{d.one_line[1:]}.**")
     out += ["", "Both halves of the answer:", "", "- **Configuration on each observed machine** (no price is needed "
@@ -85,12 +125,15 @@ def render_decision(d: Decision) -> str:
             v = p.variant(m.chosen.variant)
             out.append(f"    setting: batch size {v.batch_size}, precision {v.precision}, bucketing "
                        f"{'on' if v.bucketing else 'off'}, padding {v.padding}, compile "
-                       f"{'on' if v.compile else 'off'}")
+                       f"{'on' if v.compile else 'off'}"
+                       + (f", {_parallel_words(d, m.chosen, v).rstrip(', ')}" if v.data_parallel > 1 else ""))
     out.append(f"- **Rental**: {d.rental_line}")
     out += [f"- **{n}**" for n in d.notes if n.startswith("PARTIAL DECISION")]
     out += ["", "## Covered load", "",
-            f"- {ev.corpus_size} documents, corpus fingerprint `{ev.fingerprint}`",
-            f"- accepted deliveries: {chosen.accepted if chosen else 'see the table'} (each corpus counted once by "
+            *(covered_datasets(ev) if ev.campaign.get("datasets") else
+              [f"- {ev.corpus_size} documents, corpus fingerprint `{ev.fingerprint}`"]),
+            f"- accepted deliveries: {chosen.accepted if chosen else 'see the table'} (each "
+            f"{'dataset' if ev.campaign.get('datasets') else 'corpus'} counted once by "
             "fingerprint, however many passes delivered it)",
             f"- protocol `{proto['name']}` version {proto['version']}, sha256 `{proto['sha256']}`, locked at "
             f"{proto.get('locked_at')}",
@@ -116,8 +159,12 @@ def render_decision(d: Decision) -> str:
             _yes(c.window.meets_deadline, "met", "MISSED"),
             (f"{b.gpu_id} {b.package_days} days x {b.lots}" if b else "not priced")
             + (f" (C4 ROCm matrix: {c4_verdict[c.folder]})" if c4.get(c.folder) else ""),
-            f"{format_amount(b.total)} {b.currency}" if b else "-", c.accepted, cost)) + " |")
+            f"{format_amount(b.total)} {b.currency}" if b else "-", c.accepted,
+            cost + (" of the project total" if c.project and c.project.counted and c.pricing.cost else ""))) + " |")
     out.append("")
+    out += dataset_section(d)
+    if d.costs is not None:
+        out += render_expenses(d)
     if p.job is not None:
         out += render_job(list(d.jobs), p.job.documents)
         if not d.jobs:
@@ -159,6 +206,28 @@ def render_decision(d: Decision) -> str:
     if d.notes:
         out += ["", "## Notes", "", *(f"- {n}" for n in d.notes)]
     return "\n".join(out) + "\n"
+
+
+def render_expenses(d: Decision) -> list[str]:
+    """K5: per configuration, the committed package fee, each other expense with its justification (or 'not
+    applicable' with its reason), then the project total; and whether the expenses enter the cost and the rule."""
+    costs = d.costs
+    assert costs is not None
+    out = ["## Project budget: package fee and other expenses (K5)", "",
+           f"- {EXPENSES_COUNTED if costs.counted else EXPENSES_APART}",
+           "- other expenses declared in the locked protocol: " + "; ".join(
+               f"{e.name}, {format_amount(e.amount)} {e.currency}, for {e.scope}" for e in costs.expenses)]
+    out += [f"- {line}" for line in d.expense_ranking]
+    for c in d.configs:
+        if c.project is None:
+            out.append(f"- {c.key}: package not priced (see 'Excluded and why'): no project total")
+            continue
+        out.append(f"- **{c.key}**")
+        out += [f"  - {_cell(line)}" for line in c.project.lines()]
+        if c.pricing.cost is not None:
+            what = "of the project total" if c.project.counted else "of the package fee alone"
+            out.append(f"  - cost per verified corpus {what}: {c.pricing.cost.describe()}")
+    return out + [""]
 
 
 def write_decision(d: Decision, out: str | Path) -> dict[str, Path]:

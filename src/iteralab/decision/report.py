@@ -21,13 +21,13 @@ from typing import Any
 from iteralab.decision.costing import CPU_ONLY
 from iteralab.decision.note import cpu_only, exclusion_lines, render_decision, write_decision
 from iteralab.decision.rule import Config, Decision, decide
-from iteralab.campaign.folder import CampaignFolder
+from iteralab.campaign.folder import CampaignFolder, table_columns
 from iteralab.evidence.bundle import refuse_if_sealed
 from iteralab.errors import IteraError
 from iteralab.common.files import dumps_json, write_text_atomic
+from iteralab.economics.pricing import EXPENSES_APART, EXPENSES_COUNTED
 from iteralab.kit.calcul_forfaits import STANDARD_PACKAGE_DAYS, format_amount, format_hours
 from iteralab.evidence.stats import Evidence, fmt_s, render_stats
-from iteralab.evidence.table import COLUMNS
 
 TEMPLATE = "report.html.j2"
 EXAMPLES = 5
@@ -177,7 +177,9 @@ def plot_cost(configs: list[Config], merged: bool, chosen: Config | None = None)
                     fontsize=8, fontweight="bold" if c is chosen else "normal")
     ax.set_xticks(range(len(priced)), [_short(c, merged) for c in priced], fontsize=8)
     ax.set_ylabel(f"per verified corpus ({priced[0].pricing.cost.currency})")  # type: ignore[union-attr]
-    ax.set_title("Cost per verified corpus (committed package fee / accepted corpora)", fontsize=10)
+    counted = any(c.project is not None and c.project.counted for c in priced)  # K5: the protocol's declared switch
+    ax.set_title("Cost per verified corpus (" + ("project total with the other expenses" if counted else
+                                                 "committed package fee") + " / accepted corpora)", fontsize=10)
     return _png(plt, fig)
 
 
@@ -252,13 +254,13 @@ def wrong_predictions(evidence: Evidence, limit: int = EXAMPLES) -> tuple[str | 
     if entry is None:
         return chosen.pass_id, []
     preds = entry[1]
-    expected = load_expected(evidence.folder, evidence.protocol.corpus.classes)
+    expected = load_expected(evidence.folder, evidence.protocol.corpus.classes, chosen.dataset)
     uniq, _, last = preds.by_id()
     where = pc.fill_null(pc.index_in(uniq, value_set=expected.ids), -1).to_numpy(zero_copy_only=False)
     rows = np.flatnonzero((where >= 0) & (expected.labels[np.maximum(where, 0)] != preds.labels[last]))[:limit]
     classes = expected.classes
     wrong = [(uniq[int(i)].as_py(), int(where[i]), int(preds.labels[last[i]])) for i in rows]
-    texts = corpus_texts(evidence.folder, {pid for pid, _, _ in wrong})
+    texts = corpus_texts(evidence.folder, {pid for pid, _, _ in wrong}, chosen.dataset)
     strata = expected.stratum_names
     out = []
     for pid, row, label in wrong:
@@ -285,6 +287,28 @@ def _config_row(c: Config) -> dict[str, Any]:
         "accepted": c.accepted, "cost": c.pricing.cost.describe() if c.pricing.cost else "-",
         "exclusions": c.exclusions, "chosen": False,
     }
+
+
+def expense_rows(decision: Decision) -> list[dict[str, Any]]:
+    """K5, one row per configuration: package fee, each other expense (or 'not applicable' with its reason), project
+    total, cost per verified corpus."""
+    costs = decision.costs
+    if costs is None:
+        return []
+    rows = []
+    for c in decision.configs:
+        p = c.project
+        if p is None:
+            rows.append({"key": c.key, "priced": False, "cells": [], "fee": "not priced", "total": "-", "cost": "-",
+                         "chosen": False})
+            continue
+        cur = p.budget.currency
+        cells = [f"{format_amount(e.amount)} {cur}" if e in p.expenses else f"not applicable ({e.scope})"
+                 for e in costs.expenses]
+        rows.append({"key": c.key, "priced": True, "cells": cells, "fee": f"{format_amount(p.budget.total)} {cur}",
+                     "total": f"{format_amount(p.project_total)} {cur}",
+                     "cost": c.pricing.cost.describe() if c.pricing.cost else "-", "chosen": c is decision.chosen})
+    return rows
 
 
 def render_report(decision: Decision, decision_md: str | None = None) -> str:
@@ -319,11 +343,14 @@ def render_report(decision: Decision, decision_md: str | None = None) -> str:
     proto = decision.evidence[0].campaign["protocol"]
     return env.get_template(TEMPLATE).render(
         d=decision, proto=proto, question=decision.evidence[0].protocol.question, rows=rows,
-        campaigns=campaigns, columns=COLUMNS, decision_md=decision_md or render_decision(decision),
+        campaigns=campaigns, columns=table_columns(decision.evidence[0].campaign),
+        decision_md=decision_md or render_decision(decision),
         plot_times=plot_times(configs, merged), plot_quality=plot_quality(configs, decision, merged),
         plot_memory=plot_memory(memory), memory=memory, memory_notes=memory_notes,
         plot_cost=plot_cost(configs, merged, decision.chosen), cpu_only=cpu, exclusions=exclusions,
-        plot_window=plot_window(decision),
+        plot_window=plot_window(decision), fmt_s=fmt_s,
+        datasets=[(c.key, v) for c in configs for v in c.datasets], expense_rows=expense_rows(decision),
+        expense_rule=(EXPENSES_COUNTED if decision.costs.counted else EXPENSES_APART) if decision.costs else None,
         corpus_size=decision.evidence[0].corpus_size, fingerprint=decision.evidence[0].fingerprint,
         mib=lambda b: "-" if b in (None, "") else f"{int(b) / 2**20:.1f} MiB",
     )

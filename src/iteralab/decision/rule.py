@@ -15,17 +15,20 @@ arithmetic is the kit's (``iteralab.economics.pricing``, ``iteralab.economics.wi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from iteralab.errors import IteraError
 from iteralab.campaign.manifest import diff_manifests
-from iteralab.economics.pricing import (Catalog, count_accepted_results, format_amount)
+from iteralab.economics.pricing import (EXPENSES_APART, EXPENSES_COUNTED, Catalog, CostSheet, VariantCost, cost_sheet,
+                                        count_accepted_results, expenses_of, format_amount)
+from iteralab.plan.expenses import check_currency
 from iteralab.evidence.stats import (MISSING_SUBGROUP, Q2_MARK, CampaignStats, Evidence, VariantQuality, VariantTimes,
                             campaign_stats, compare, fmt_s, load_evidence)
 from iteralab.decision.job import JobPlan, plan_job
+from iteralab.evidence.datasets import DatasetVerdict, dataset_verdicts, feasibility_by_dataset
 from iteralab.evidence.feasibility import feasibility
 from iteralab.decision.costing import CPU_ONLY, Pricing, _catalog, match_gpu, price_config
 from iteralab.decision.windows import WindowInfo, job_window, observed_span, planned_window, projected_window
@@ -35,6 +38,8 @@ SCHEMA_VERSION = 1
 SCOPE = ("offline batch inference only: this protocol does not qualify an interactive service, training to "
          "convergence, or another dataset; those need their useful unit and checks redefined first")
 NOT_FEASIBLE = "not feasible: a configuration that did not complete the corpus is never priced"
+#: How a reason about the ranking with the other basis (package fee vs project total) starts (K5).
+OTHER_BASIS = "ranked by the "
 RULE = ("processes all documents, meets the minimum quality, finishes before the deadline, lowest committed "
         "budget; ties separated by committed cost, then failures, then remaining uncertainty (T5)")
 
@@ -58,6 +63,10 @@ class Config:
     failures: tuple[str, ...]
     exclusions: tuple[str, ...]
     merged: bool = True
+    #: K6: the verdict of each dataset of a several-dataset campaign (empty for one corpus).
+    datasets: tuple[DatasetVerdict, ...] = ()
+    #: K5: the package fee with the other expenses that apply to this variant (None: no expenses, or not priced).
+    project: VariantCost | None = None
 
     @property
     def key(self) -> str:
@@ -73,6 +82,21 @@ class Config:
         return not self.exclusions and self.pricing.priced
 
     @property
+    def committed(self) -> Decimal | None:
+        """What the rule ranks: the committed package fee, or the project total where the protocol counts the
+        other expenses (K5); None when not priced."""
+        if self.project is not None:
+            return self.project.ranked_total
+        return self.pricing.budget.total if self.pricing.budget is not None else None
+
+    def committed_text(self) -> str:
+        """'110.00 USD', or '152.50 USD project total' where the expenses are counted."""
+        b = self.pricing.budget
+        assert b is not None and self.committed is not None
+        counted = self.project is not None and self.project.counted
+        return f"{format_amount(self.committed)} {b.currency}" + (" project total" if counted else "")
+
+    @property
     def n_failures(self) -> int:
         return self.times.count("failed") + self.times.count("aborted")
 
@@ -83,11 +107,17 @@ class Config:
             "median_pass_s": self.times.median, "times": list(self.times.times), "accepted_deliveries": self.accepted,
             "window": self.window.to_dict(), "pricing": self.pricing.to_dict(), "exclusions": list(self.exclusions),
             "candidate": self.candidate,
+            **({"datasets": [d.to_dict() for d in self.datasets]} if self.datasets else {}),
+            "project_budget": None if self.project is None else
+            {k: v for k, v in self.project.to_dict().items() if k not in ("variant", "budget")},
         }
 
 
 def _failures(ev: Evidence, times: VariantTimes) -> tuple[str, ...]:
     rows = [r for r in ev.rows if r.variant == times.variant]
+    if ev.campaign.get("datasets"):  # K6: each pass against its own dataset's size
+        return feasibility_by_dataset(ev.campaign, rows, ev.exclusions) if rows else \
+            feasibility(rows, ev.corpus_size, ev.exclusions).failures()
     return feasibility(rows, ev.corpus_size, ev.exclusions).failures()
 
 
@@ -177,6 +207,12 @@ class Decision:
     machines: tuple[MachineChoice, ...] = field(default=())
     rental_line: str = ""
     jobs: tuple[JobPlan, ...] = field(default=())
+    costs: CostSheet | None = None
+
+    @property
+    def expense_ranking(self) -> tuple[str, ...]:
+        """The reasons that say how variant-specific expenses would move the winner under the other basis."""
+        return tuple(r for r in self.reasons if r.startswith(OTHER_BASIS))
 
     def to_dict(self) -> dict[str, Any]:
         ev = self.evidence[0]
@@ -188,7 +224,9 @@ class Decision:
             "chosen": self.chosen.key if self.chosen else None, "rule": RULE,
             "protocol": {k: ev.campaign["protocol"].get(k) for k in ("name", "version", "sha256", "locked_at")},
             "question": ev.protocol.question,
-            "corpus": {"fingerprint": ev.fingerprint, "size": ev.corpus_size},
+            "corpus": {"fingerprint": ev.fingerprint, "size": ev.corpus_size,
+                       **({"datasets": [{k: d[k] for k in ("name", "fingerprint", "size")}
+                                        for d in ev.campaign["datasets"]]} if ev.campaign.get("datasets") else {})},
             "campaigns": [{"folder": str(e.folder), "hardware": e.hardware.to_dict()} for e in self.evidence],
             "catalog": {**self.catalog.to_dict(), "source": self.catalog_source}, "lots": self.lots, "project": self.project,
             "planned_window": self.planned.to_dict(),
@@ -197,6 +235,9 @@ class Decision:
             "reasons": list(self.reasons), "uncertain": list(self.uncertain),
             "manifest_differences": [{"a": a, "b": b, "fields": list(k)} for a, b, k in self.manifest_diffs],
             "scope": SCOPE, "rental_id": self.rental_id, "notes": list(self.notes),
+            "other_expenses": None if self.costs is None else
+            {"counted": self.costs.counted, "rule": EXPENSES_COUNTED if self.costs.counted else EXPENSES_APART,
+             "lines": [e.to_dict() for e in self.costs.expenses], "currency": self.costs.currency},
         }
 
 
@@ -236,14 +277,20 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
             else:
                 exclusions = [f"not feasible (M1): {'; '.join(failures)}; never priced"] if failures else []
             exclusions += _quality_exclusions(quality, metric)
+            verdicts = dataset_verdicts(ev.campaign, [r for r in ev.rows if r.variant == times.variant],
+                                        ev.exclusions)
+            exclusions += [f"dataset {d.name!r} not verified: {'; '.join(d.reasons) or 'no counted pass'} "
+                           "(a configuration is accepted only when every dataset is verified, K6)"
+                           for d in verdicts if not d.verified and times.passes]
             if window.meets_deadline is False:
                 exclusions.append(f"misses the deadline: {window.deadline_text()}")
             pricing = (Pricing(reason=NOT_FEASIBLE) if failures else
                        Pricing(reason="not attempted yet") if not times.passes else
                        price_config(ev, times, window, accepted, cat, lots))
             configs.append(Config(hw, times.variant, ev.folder, times, quality, accepted, window, pricing, failures,
-                                  tuple(exclusions), merged=len(evidence) > 1))
-    chosen, rental_line, reasons, uncertain = _apply_rule(configs, evidence[0])
+                                  tuple(exclusions), merged=len(evidence) > 1, datasets=verdicts))
+    configs, costs = _with_expenses(configs, evidence[0], cat)
+    chosen, rental_line, reasons, uncertain = _apply_rule(configs, evidence[0], costs)
     machines = tuple(choose_on_machine([c for c in configs if c.hardware == hw], evidence[0])
                      for hw in dict.fromkeys(c.hardware for c in configs))
     one_line = _one_line(machines, chosen, rental_line)
@@ -271,6 +318,7 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
             diffs.append((str(evidence[0].folder), str(ev.folder), tuple(diff_manifests(evidence[0].manifest,
                                                                                         ev.manifest))))
     notes = [n for st in stats for n in st.notes]
+    notes += list(dict.fromkeys(c.pricing.note for c in configs if c.pricing.note))  # X3: cards and lots
     notes += [f"PARTIAL DECISION (--partial): {line}" for line in incomplete]
     for ev in evidence:
         for name in sorted(set(ev.hardware.gpus)):
@@ -282,7 +330,28 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
                              "the times measure the cards seen, extra cards are never assumed to speed anything up")
     return Decision(tuple(evidence), tuple(stats), tuple(configs), chosen, one_line, tuple(reasons),
                     tuple(uncertain), tuple(diffs), planned, tuple(observed_span(ev) for ev in evidence), cat,
-                    cat_source, rental_id, project, lots, tuple(notes), machines, rental_line, jobs)
+                    cat_source, rental_id, project, lots, tuple(notes), machines, rental_line, jobs, costs)
+
+
+def _with_expenses(configs: list[Config], ev: Evidence, catalog: Catalog) -> tuple[list[Config], CostSheet | None]:
+    """K5: the protocol's other expenses on each priced configuration they apply to (named as not applicable on
+    the others); where the protocol counts them, its cost per verified corpus divides the project total."""
+    protocol = ev.protocol
+    if not protocol.expenses:
+        return configs, None
+    check_currency(protocol.expenses, catalog.currency, str(ev.folder / "inputs" / "protocol.toml"))
+    priced = [c for c in configs if c.pricing.budget is not None]
+    sheet = cost_sheet([(c.key, c.pricing.budget, c.accepted) for c in priced],  # type: ignore[misc]
+                       expenses_of(protocol.expenses), counted=protocol.budget.include_expenses,
+                       variant_of={c.key: c.variant for c in priced})
+    out = []
+    for c in configs:
+        row = sheet.variant(c.key) if c.pricing.budget is not None else None
+        if row is None:
+            out.append(c)
+            continue
+        out.append(replace(c, project=row, pricing=replace(c.pricing, cost=row.cost) if sheet.counted else c.pricing))
+    return out, sheet
 
 
 def _startup(times: VariantTimes) -> float:
@@ -327,7 +396,7 @@ def choose_on_machine(configs: list[Config], ev: Evidence) -> MachineChoice:
                              "quality before the deadline", ())
 
     def cost(c: Config) -> tuple[int, Decimal]:
-        return (0, c.pricing.budget.total) if c.pricing.budget is not None else (1, Decimal(0))
+        return (0, c.committed) if c.committed is not None else (1, Decimal(0))
 
     ranked = sorted(eligible, key=lambda c: (cost(c), c.n_failures, c.times.median))
     best = ranked[0]
@@ -357,8 +426,11 @@ def choose_on_machine(configs: list[Config], ev: Evidence) -> MachineChoice:
     return MachineChoice(hw, best, tuple(inseparable), line, tuple(reasons))
 
 
-def _apply_rule(configs: list[Config], ev: Evidence) -> tuple[Config | None, str, list[str], list[str]]:
+def _apply_rule(configs: list[Config], ev: Evidence,
+                costs: CostSheet | None = None) -> tuple[Config | None, str, list[str], list[str]]:
     reasons = [f"rule (D1): {RULE}"]
+    if costs is not None:
+        reasons.append(f"other expenses (K5): {EXPENSES_COUNTED if costs.counted else EXPENSES_APART}")
     uncertain: list[str] = []
     eligible = [c for c in configs if not c.exclusions]
     candidates = [c for c in eligible if c.pricing.priced]
@@ -383,16 +455,18 @@ def _apply_rule(configs: list[Config], ev: Evidence) -> tuple[Config | None, str
                     "the deadline")
             reasons.append("every configuration is left out for a reason listed under 'Excluded and why'")
         return None, line, reasons, uncertain
-    ranked = sorted(candidates, key=lambda c: (c.pricing.budget.total, c.n_failures,  # type: ignore[union-attr]
+    ranked = sorted(candidates, key=lambda c: (c.committed, c.n_failures,
                                                c.times.median if c.times.median is not None else float("inf")))
     best = ranked[0]
-    tied = [c for c in ranked[1:] if c.pricing.budget.total == best.pricing.budget.total  # type: ignore[union-attr]
-            and c.n_failures == best.n_failures]
-    budget = best.pricing.budget
-    assert budget is not None and best.pricing.cost is not None
+    tied = [c for c in ranked[1:] if c.committed == best.committed and c.n_failures == best.n_failures]
+    assert best.pricing.budget is not None and best.pricing.cost is not None
     line = f"chosen: {best.key}: {package_summary(best)}"
     reasons.append(f"{best.key}: all {ev.corpus_size} documents in every counted pass, quality within the "
-                   f"tolerance, {best.window.deadline_text()}, {best.pricing.describe()}")
+                   f"tolerance, {best.window.deadline_text()}, {best.pricing.describe()}"
+                   + (f"; {best.committed_text()} with the other expenses" if best.project and best.project.counted
+                      else ""))
+    if costs is not None:
+        reasons += _other_ranking(candidates, best, costs)
     for c in tied:
         verdict = compare(best.times, c.times, "tie", names=(best.key, c.key))
         if verdict.distinguished and verdict.faster == best.key:
@@ -406,16 +480,50 @@ def _apply_rule(configs: list[Config], ev: Evidence) -> tuple[Config | None, str
         b = c.pricing.budget
         assert b is not None
         if c not in tied:
-            reasons.append(f"{c.key}: also meets every condition but commits {format_amount(b.total)} {b.currency} "
-                           f"({b.gpu_id} {b.package_days}-day) vs {format_amount(budget.total)} {budget.currency}")
+            reasons.append(f"{c.key}: also meets every condition but commits {c.committed_text()} "
+                           f"({b.gpu_id} {b.package_days}-day) vs {best.committed_text()}")
     return best, line, reasons, uncertain
 
 
+def _other_ranking(candidates: list[Config], best: Config, costs: CostSheet) -> list[str]:
+    """Where the expenses for some variants only would change the winner under the other basis (package fee vs
+    project total), say so: a variant-specific expense never changes, or leaves, the winner silently."""
+    specific = [e.name for e in costs.expenses if e.applies_to is not None]
+    if not specific or best.project is None:
+        return []
+
+    def other(c: Config) -> Decimal:
+        assert c.project is not None
+        return c.project.budget.total if costs.counted else c.project.project_total
+
+    cheaper = sorted((c for c in candidates if c.project is not None and other(c) < other(best)),
+                     key=lambda c: (other(c), c.n_failures,
+                                    c.times.median if c.times.median is not None else float("inf")))
+    if not cheaper:
+        return []
+    alt, cur = cheaper[0], best.project.budget.currency
+    amounts = f"{format_amount(other(alt))} {cur} vs {format_amount(other(best))} {cur}"
+    lines = ", ".join(specific)
+    if costs.counted:
+        return [f"{OTHER_BASIS}package fee alone, {alt.key} would come first ({amounts}); the protocol counts the "
+                f"other expenses, and the lines for some variants only ({lines}) make {best.key} the cheaper project"]
+    return [f"{OTHER_BASIS}project total instead, {alt.key} would come first ({amounts}): the lines for some "
+            f"variants only ({lines}) weigh on that ranking; the protocol ranks the committed package fee, so "
+            f"{best.key} stays chosen (declare [budget] include_expenses = true to rank the project total)"]
+
+
 def package_summary(c: Config) -> str:
-    """'7-day package, 1 lot, 110.00 USD committed, 110.00 USD per verified corpus (1 accepted)'."""
+    """'7-day package, 1 lot, 110.00 USD committed, 110.00 USD per verified corpus (1 accepted)', and the project
+    total with the other expenses where the protocol declares some (K5)."""
     b, cost = c.pricing.budget, c.pricing.cost
     assert b is not None and cost is not None
-    per = (f"{format_amount(cost.per_result)} {b.currency} per verified corpus ({cost.accepted_results} accepted)"
+    counted = c.project is not None and c.project.counted
+    per = (f"{format_amount(cost.per_result)} {b.currency} per verified corpus"
+           + (" of the project total" if counted else "") + f" ({cost.accepted_results} accepted)"
            if cost.per_result is not None else "cost per verified corpus undefined (0 accepted)")
+    project = ""
+    if c.project is not None:
+        project = (f", project total {format_amount(c.project.project_total)} {b.currency} with the other expenses"
+                   + (" (counted)" if counted else " (listed apart)"))
     return (f"{b.gpu_id} {b.package_days}-day package, {b.lots} lot{'s' if b.lots != 1 else ''}, "
-            f"{format_amount(b.total)} {b.currency} committed, {per}")
+            f"{format_amount(b.total)} {b.currency} committed{project}, {per}")

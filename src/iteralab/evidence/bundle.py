@@ -142,6 +142,10 @@ def seal(folder: str | os.PathLike[str]) -> Seal:
     disappeared since the previous seal are returned so the caller can say so — never a silent re-seal.
     """
     folder = Path(folder)
+    scratch = folder / ".tmp"
+    if scratch.is_dir() and any(scratch.iterdir()):
+        raise BundleError(f"{scratch}: a pass worker's scratch files are left by an interrupted run",
+                          hint="resume the campaign with 'iteralab run' (it clears them), or delete the .tmp folder")
     files = list_files(folder)
     hashes = {rel: sha256_file(folder / rel) for rel in files}
     previous: dict[str, str] | None = None
@@ -237,12 +241,16 @@ def _tarinfo(name: str, size: int, is_dir: bool) -> tarfile.TarInfo:
     return info
 
 
-def pack(folder: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> tuple[Path, Seal]:
+def pack(folder: str | os.PathLike[str], out: str | os.PathLike[str] | None = None, *,
+         include_weights: bool = False) -> tuple[Path, Seal]:
     """Seal the folder, then write one deterministic ``.tar.gz`` holding it under its own name.
 
     The archive is written to a temporary name and renamed; an existing archive is never overwritten.
+    ``include_weights`` first copies the model weights the campaign recorded by hash into ``inputs/model``
+    (each copy checked against its recorded sha256), so the seal covers them and a rerun needs no model folder.
     """
-    folder = CampaignFolder.open(folder).path
+    opened = CampaignFolder.open(folder)
+    folder = opened.path
     target = Path(out) if out is not None else folder.parent / f"{folder.resolve().name}.tar.gz"
     if target.exists():
         raise BundleError(f"{target}: already exists; evidence is never overwritten", hint="choose another --out")
@@ -253,6 +261,10 @@ def pack(folder: str | os.PathLike[str], out: str | os.PathLike[str] | None = No
     else:
         raise BundleError(f"{target}: the archive cannot be written inside the folder it packs",
                           hint="choose an --out outside the campaign folder")
+    if include_weights:
+        from iteralab.campaign.carry import include_weights as add_weights
+
+        add_weights(folder, opened.campaign)
     sealed = seal(folder)
     root = folder.resolve().name
     members = sorted(list_files(folder) + list(SEAL_FILES))

@@ -72,6 +72,7 @@ def feasibility(rows: Iterable[RawRow], expected: int, excluded: Container[str] 
     counted = [r for r in rows if not r.excluded and r.pass_id not in excluded]
     problems = []
     for r in counted:
-        if r.status != "ok" or r.ids_match is not True or r.completed != expected:
-            problems.append(PassProblem(r.pass_id, r.status, r.completed, expected, r.ids_match, r.error))
+        size = r.expected_ids if r.dataset is not None and r.expected_ids is not None else expected  # K6: its dataset
+        if r.status != "ok" or r.ids_match is not True or r.completed != size:
+            problems.append(PassProblem(r.pass_id, r.status, r.completed, size, r.ids_match, r.error))
     return Feasibility(len(counted), expected, tuple(problems))

@@ -14,8 +14,10 @@ What is compared with what:
   The two are never summed: their peaks can occur at different moments. No runtime term (the counters see
   tensors only).
 - CPU: ``observed_bytes`` is the median of the passes' process peak RSS (VmHWM). It includes the
-  interpreter and libraries, so the estimate adds a runtime overhead, *measured once* by a fresh process
-  that imports what a pass worker imports and loads nothing, and labelled as such.
+  interpreter and libraries, so the estimate adds a runtime overhead, *measured once* by each pass worker
+  after its imports and before loading the model, and stored in the journal: ``memory`` and ``report`` read
+  the same record, so they show the same estimate. Only a folder without that record (in-process isolation)
+  is measured again, by a fresh process that imports what a pass worker imports, and labelled as such.
 
 A number that cannot be computed is ``None`` with a reason, never 0.
 """
@@ -50,7 +52,7 @@ from iteralab.kit.memoire import (
 __all__ = [
     "ACTIVATION_BYTES", "BYTES_PER_PARAM", "M3_NOTE", "MemoryEstimate", "RuntimeOverhead", "WeightCount",
     "config_dims", "count_weights", "estimate_for_model", "estimate_memory", "memory_table",
-    "render_memory_table", "worker_runtime_overhead",
+    "recorded_runtime_overhead", "render_memory_table", "worker_runtime_overhead",
 ]
 
 SCHEMA_VERSION = 1
@@ -132,6 +134,21 @@ def _described_parameters(campaign_dir: Path) -> dict[str, set[int]]:
     return found
 
 
+def recorded_runtime_overhead(campaign_dir: Path) -> RuntimeOverhead | None:
+    """The runtime overhead the pass workers read once, after their imports and before loading the model
+    (journal ``pass_finished`` → ``startup.runtime_rss_bytes``): the median over passes. None when no pass
+    recorded one (in-process isolation, or a folder written before the record existed)."""
+    from iteralab.campaign.journal import JOURNAL_NAME, read_journal
+
+    state = read_journal(campaign_dir / JOURNAL_NAME)
+    values = [v for record in state.finished.values()
+              if isinstance(v := (record.get("startup") or {}).get("runtime_rss_bytes"), int) and v > 0]
+    if not values:
+        return None
+    return RuntimeOverhead(_median(values), f"VmRSS of the pass workers after importing the runtime, before loading "
+                                            f"the model: median of {len(values)} passes, recorded in the journal")
+
+
 def _median(values: list[int]) -> int | None:
     return int(round(statistics.median(values))) if values else None
 
@@ -140,8 +157,9 @@ def memory_table(campaign_dir: str | Path, *, runtime_overhead: RuntimeOverhead 
                  margin: float = DEFAULT_MARGIN) -> list[dict[str, Any]]:
     """One row per protocol variant: observed peak, estimate, difference, counter scope, feasibility (M1–M3).
 
-    ``runtime_overhead`` (CPU only): given bytes, a :class:`RuntimeOverhead`, or None to measure it once on
-    this machine (:func:`worker_runtime_overhead`).
+    ``runtime_overhead`` (CPU only): given bytes, a :class:`RuntimeOverhead`, or None for the one the pass
+    workers recorded in the journal (:func:`recorded_runtime_overhead`), measured here only for a folder that
+    holds none (:func:`worker_runtime_overhead`).
     """
     folder = CampaignFolder.open(campaign_dir)
     campaign_dir = folder.path
@@ -161,7 +179,8 @@ def memory_table(campaign_dir: str | Path, *, runtime_overhead: RuntimeOverhead 
         cuda = any(r.cuda_max_allocated_bytes or r.cuda_max_reserved_bytes for r in rows) or any(
             d.startswith("cuda") for d in devices)
         if not cuda and runtime_overhead is None and model is not None:
-            runtime_overhead = worker_runtime_overhead(model_type)
+            # the run's own record; a folder without one is measured here once, and labelled so
+            runtime_overhead = recorded_runtime_overhead(campaign_dir) or worker_runtime_overhead(model_type)
         overhead = RuntimeOverhead(0, NO_RUNTIME) if cuda else runtime_overhead
         row = _variant_row(variant, protocol.model.max_length, rows, devices, cuda, model, extra_bytes,
                            model_reason, overhead, margin, spec, described.get(variant.name, set()), expected)

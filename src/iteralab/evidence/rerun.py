@@ -11,8 +11,11 @@ next to the new campaign (``.<NEW>.rerun-inputs``), nested as deep as its ``..``
 * the corpus (and the tuning data, when the protocol declares it) is written where ``corpus.path`` points, in
   the declared format and column names, rebuilt from the earlier ``inputs/corpus.csv``; the new campaign's
   ``inputs/corpus.csv`` must come out byte-identical, or the rerun stops before any pass;
-* a relative model or head path becomes a link to the path recorded in the earlier ``campaign.json``;
-  ``package:NAME/...`` references and absolute paths resolve on this machine as written.
+* a relative model or head path becomes links to the files the bundle carries under ``inputs/model`` (the
+  locked files themselves) when it holds all of them — the head, config and tokenizer always travel, the
+  weights when packed with ``--include-weights`` —, else a link to the path recorded in the earlier
+  ``campaign.json``; ``package:NAME/...`` references and absolute paths resolve on this machine as written.
+  What cannot be found is named file by file, with its sha256.
 
 The earlier folder must verify first (``audit.py``): a comparison against tampered evidence means nothing.
 After the runner finishes, ``comparison.md`` and ``comparison.json`` are written in the new folder: the
@@ -115,7 +118,8 @@ def stage_inputs(source: Path, campaign: dict[str, Any], protocol: Protocol, sta
                  tuning: Path | None = None) -> Path:
     """Write the protocol copy, its lock and the inputs it references under ``staging``; return the protocol path."""
     spec, model = protocol.corpus, protocol.model
-    refs = [r for r in (spec.path, spec.tuning_path, model.path, model.head) if _is_relative(r)]
+    refs = [r for r in (spec.path, spec.tuning_path, model.path, model.head, *(d.path for d in protocol.datasets))
+            if _is_relative(r)]
     depth = max((_ups(r) for r in refs), default=0)
     if staging.exists():
         shutil.rmtree(staging)
@@ -128,6 +132,12 @@ def stage_inputs(source: Path, campaign: dict[str, Any], protocol: Protocol, sta
         target = _place(resolve(staged, spec.path), staged, "corpus.path")
         _write_declared_corpus(source / "inputs" / "corpus.csv", target, protocol,
                                campaign["corpus"].get("id_origin", "data"))
+    records = {r["name"]: r for r in campaign.get("datasets") or []}
+    for dataset in protocol.datasets:  # K6: each dataset rebuilt from its own copy
+        if _is_relative(dataset.path):
+            _write_declared_corpus(source / "inputs" / "datasets" / f"{dataset.name}.csv",
+                                   _place(resolve(staged, dataset.path), staged, f"datasets {dataset.name!r} path"),
+                                   protocol, records.get(dataset.name, {}).get("id_origin", "data"))
     copied = source / "inputs" / "tuning.csv"
     if spec.tuning_path and tuning is None and copied.is_file() and _is_relative(spec.tuning_path):
         _write_declared_corpus(copied, _place(resolve(staged, spec.tuning_path), staged, "corpus.tuning_path"),
@@ -142,32 +152,73 @@ def stage_inputs(source: Path, campaign: dict[str, Any], protocol: Protocol, sta
         if _is_relative(spec.tuning_path):
             shutil.copyfile(original, _place(resolve(staged, spec.tuning_path), staged, "corpus.tuning_path"))
     for key in ("path", "head"):
-        ref = getattr(model, key)
-        if ref and not _is_relative(ref):
-            found = resolve(staged, ref)
-            if found is None or not found.exists():
-                raise RunError(f"model.{key}: {ref!r} is not found on this machine ({found})",
-                               hint="install or copy the model there first: the rerun uses the protocol's own "
-                                    "model reference")
-            continue
-        if not ref:
-            continue
-        recorded = campaign["model"].get(key)
-        if not recorded or not Path(recorded).exists():
-            raise RunError(
-                f"model.{key}: {ref!r} is relative to the original protocol file, and the model it named "
-                f"({recorded}) is not on this machine",
-                hint="install the model there, or write the protocol with a 'package:NAME/...' or absolute path",
-            )
-        os.symlink(Path(recorded).resolve(), _place(resolve(staged, ref), staged, f"model.{key}"))
+        if getattr(model, key):
+            _stage_model_input(source, campaign, key, getattr(model, key), staged)
     return staged
+
+
+def _model_input_files(campaign: dict[str, Any], key: str) -> dict[str, dict[str, Any]]:
+    """The recorded files behind ``model.path`` (the folder's files) or ``model.head`` (the head file)."""
+    files = (campaign.get("model") or {}).get("files") or {}
+    if key == "head":
+        return {n: r for n, r in files.items() if n.startswith("head/")}
+    return {n: r for n, r in files.items() if not n.startswith(("head/", "callable/"))}
+
+
+def _lacking(source: Path, wanted: dict[str, dict[str, Any]]) -> list[str]:
+    from iteralab.campaign.carry import carried_path
+
+    return [name for name, record in wanted.items() if carried_path(source, name, record) is None]
+
+
+def _missing_text(wanted: dict[str, dict[str, Any]], lacking: list[str]) -> str:
+    from iteralab.campaign.carry import describe_missing
+
+    if not wanted:
+        return ""
+    shown = "; ".join(describe_missing(n, wanted[n]) for n in lacking[:3]) + (" …" if len(lacking) > 3 else "")
+    return f"; the bundle carries {len(wanted) - len(lacking)} of its {len(wanted)} files and lacks {shown}"
+
+
+def _stage_model_input(source: Path, campaign: dict[str, Any], key: str, ref: str, staged: Path) -> None:
+    """Make ``model.<key>`` resolve from the staged protocol: the carried copy (the locked files themselves)
+    when the bundle holds all of them, else the path the earlier campaign recorded, else refuse naming each
+    missing file and its hash. A ``package:`` or absolute reference resolves on this machine as written."""
+    from iteralab.campaign.carry import CARRY_DIR
+
+    wanted = _model_input_files(campaign, key)
+    lacking = _lacking(source, wanted)
+    hint = ("copy the files with those hashes to this machine, or pack the earlier campaign with "
+            "'iteralab bundle pack --include-weights'")
+    if not _is_relative(ref):
+        found = resolve(staged, ref)
+        if found is None or not found.exists():
+            raise RunError(f"model.{key}: {ref!r} is not found on this machine ({found})"
+                           + _missing_text(wanted, lacking), hint=hint)
+        return
+    target = _place(resolve(staged, ref), staged, f"model.{key}")
+    if wanted and not lacking:
+        carried = source.resolve() / CARRY_DIR
+        if key == "head":
+            os.symlink(carried / next(iter(wanted)), target)
+        else:
+            target.mkdir()
+            for name in wanted:
+                os.symlink(carried / name, target / name.removeprefix("tokenizer/"))
+        return
+    recorded = campaign["model"].get(key)
+    if recorded and Path(recorded).exists():
+        os.symlink(Path(recorded).resolve(), target)
+        return
+    raise RunError(f"model.{key}: {ref!r} is relative to the original protocol file, and the model it named "
+                   f"({recorded}) is not on this machine" + _missing_text(wanted, lacking), hint=hint)
 
 
 def _same_question(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     checks = [("protocol sha256", old["protocol"]["sha256"], new["protocol"]["sha256"])]
     for key in ("fingerprint", "order_hash", "size", "file_sha256"):
         checks.append((f"corpus {key}", old["corpus"].get(key), new["corpus"].get(key)))
-    for key in ("schedule", "variants", "series"):
+    for key in ("schedule", "variants", "series", "datasets"):
         checks.append((key, old.get(key), new.get(key)))
     return [name for name, a, b in checks if json.dumps(a, sort_keys=True) != json.dumps(b, sort_keys=True)]
 
@@ -196,9 +247,12 @@ def rerun(source: str | os.PathLike[str], out: str | os.PathLike[str], *, isolat
                        hint=f"run: iteralab verify {source}")
     campaign = read_json(source / "campaign.json")
     protocol = load_protocol(source / "inputs" / "protocol.toml")
-    corpus = load_corpus(source / "inputs" / "corpus.csv", classes=list(protocol.corpus.classes))
-    if corpus.fingerprint() != campaign["corpus"]["fingerprint"]:
-        raise RunError(f"{source}/inputs/corpus.csv: fingerprint differs from campaign.json")
+    copies = [(f"inputs/datasets/{d['name']}.csv", d["fingerprint"]) for d in campaign.get("datasets") or []] \
+        or [("inputs/corpus.csv", campaign["corpus"]["fingerprint"])]
+    for relative, fingerprint in copies:
+        corpus = load_corpus(source / relative, classes=list(protocol.corpus.classes))
+        if corpus.fingerprint() != fingerprint:
+            raise RunError(f"{source}/{relative}: fingerprint differs from campaign.json")
     if out.exists() and any(out.iterdir()):
         existing = out / "campaign.json"
         if not existing.is_file() or read_json(existing)["protocol"]["sha256"] != campaign["protocol"]["sha256"]:
@@ -225,7 +279,7 @@ def rerun(source: str | os.PathLike[str], out: str | os.PathLike[str], *, isolat
 def _final_attempts(rows: list[dict[str, Any]]) -> dict[tuple[Any, Any], dict[str, Any]]:
     """Per scheduled slot, the last attempt that finished (success or recorded failure)."""
     slots: dict[tuple[Any, Any], dict[str, Any]] = {}
-    for row in rows:
+    for row in rows:  # (round, position) is unique across datasets too: one slot per (variant, dataset, round)
         if row.get("status") != "aborted":
             slots[(row["round"], row["position"])] = row
     return slots
@@ -239,7 +293,17 @@ def _verdict(rows: list[dict[str, Any]]) -> str:
 
 
 def _median_time(rows: list[dict[str, Any]]) -> float | None:
-    times = [r["pass_s"] for r in rows if r.get("status") == "ok" and not r.get("excluded") and r.get("pass_s")]
+    """Median measured pass; with several datasets (K6), median over rounds of the job time (the sum of a
+    round's dataset passes, counted only when every dataset's pass of that round was), never pooled passes."""
+    good = [r for r in rows if r.get("status") == "ok" and not r.get("excluded") and r.get("pass_s")]
+    if any(r.get("dataset") for r in rows):
+        names = {r.get("dataset") for r in rows}
+        rounds: dict[tuple[Any, Any], dict[Any, float]] = {}
+        for r in good:
+            rounds.setdefault((r["round"], r.get("seed")), {})[r.get("dataset")] = r["pass_s"]
+        times = [sum(t.values()) for t in rounds.values() if set(t) == names]
+    else:
+        times = [r["pass_s"] for r in good]
     return statistics.median(times) if times else None
 
 
@@ -310,6 +374,11 @@ def compare_campaigns(old: str | os.PathLike[str], new: str | os.PathLike[str]) 
             "median_ratio": (new_median / old_median) if old_median and new_median else None,
             "pairs": pairs,
         }
+        if new_campaign.get("datasets"):  # K6: the per-dataset verdicts carried over
+            variants[variant]["datasets"] = {
+                d["name"]: _dataset_verdicts([r for r in o_rows if r.get("dataset") == d["name"]],
+                                             [r for r in n_rows if r.get("dataset") == d["name"]])
+                for d in new_campaign["datasets"]}
     stack_changed = [c["key"] for c in changes if not c["bookkeeping"]]
     return {
         "schema_version": COMPARISON_SCHEMA,
@@ -320,9 +389,18 @@ def compare_campaigns(old: str | os.PathLike[str], new: str | os.PathLike[str]) 
         "corpus_fingerprint": new_campaign["corpus"]["fingerprint"],
         "manifest_changes": changes,
         "stack_changed": bool(stack_changed),
-        "same_verdicts": all(v["same_verdict"] for v in variants.values()),
+        "same_verdicts": all(v["same_verdict"] and all(d["same_verdict"] for d in (v.get("datasets") or {}).values())
+                             for v in variants.values()),
         "variants": variants,
     }
+
+
+def _dataset_verdicts(o_rows: list[dict[str, Any]], n_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    old, new = _verdict(o_rows), _verdict(n_rows)
+    return {"old_verdict": old, "new_verdict": new, "same_verdict": old == new,
+            "old_accepted": sum(bool(r.get("corpus_accepted")) for r in o_rows), "old_passes": len(o_rows),
+            "new_accepted": sum(bool(r.get("corpus_accepted")) for r in n_rows), "new_passes": len(n_rows),
+            "old_median_pass_s": _median_time(o_rows), "new_median_pass_s": _median_time(n_rows)}
 
 
 def _value(value: Any, limit: int = 48) -> str:
@@ -383,6 +461,18 @@ def render_comparison(c: dict[str, Any]) -> str:
             f"({v['new_accepted']}/{v['new_passes']}) | {'yes' if v['same_verdict'] else 'NO'} | {v['outputs']} | "
             f"{'yes' if v['reproduction_target_met'] else 'NO'} | {agree} | {diff} | "
             f"{_seconds(v['old_median_pass_s'])} → {_seconds(v['new_median_pass_s'])} | {ratio} |")
+    with_datasets = [(name, v) for name, v in c["variants"].items() if v.get("datasets")]
+    if with_datasets:
+        lines += ["", "## Per dataset (K6)", "", "| variant | dataset | verdict earlier → rerun | same | "
+                  "median pass earlier → rerun |", "|---|---|---|---|---|"]
+        for name, v in with_datasets:
+            for dname, d in v["datasets"].items():
+                lines.append(f"| {name} | {dname} | {d['old_verdict']} ({d['old_accepted']}/{d['old_passes']}) → "
+                             f"{d['new_verdict']} ({d['new_accepted']}/{d['new_passes']}) | "
+                             f"{'yes' if d['same_verdict'] else 'NO'} | {_seconds(d['old_median_pass_s'])} → "
+                             f"{_seconds(d['new_median_pass_s'])} |")
+        lines += ["", "A variant's median pass above is the median over rounds of its job time (the sum of the "
+                      "round's dataset passes)."]
     lines += ["", "Outputs compare the prediction files of matching passes (same round and position): "
               "*identical* = same ids, labels and probabilities; *within bound* = every probability within the "
               "protocol's declared bound; *acceptable only* = the outputs differ more, but the rerun pass still "

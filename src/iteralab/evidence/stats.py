@@ -96,7 +96,9 @@ class Evidence:
         return str(self.campaign["corpus"]["fingerprint"])
 
     def scheduled(self, variant: str) -> int:
-        return sum(1 for s in self.campaign.get("schedule", {}).get("slots", []) if s["variant"] == variant)
+        """Scheduled passes of a variant; with several datasets, scheduled job rounds (each covers them all)."""
+        slots = [s for s in self.campaign.get("schedule", {}).get("slots", []) if s["variant"] == variant]
+        return len({(s["round"], s["seed"]) for s in slots}) if self.campaign.get("datasets") else len(slots)
 
     @property
     def scheduled_total(self) -> int:
@@ -447,7 +449,14 @@ def campaign_stats(campaign_dir: str | Path | Evidence) -> CampaignStats:
         for name in s["variants"]:
             series_of.setdefault(name, []).append(s["name"])
     variants = []
+    several = bool(ev.campaign.get("datasets"))  # K6: job times per round, never pooled passes of datasets
     for name, rows in by_variant.items():
+        if several:
+            from iteralab.evidence.datasets import job_rounds
+
+            passes = job_rounds(ev.campaign, rows, ev.exclusions, CONCURRENT_NOTE)
+            variants.append(VariantTimes(name, tuple(series_of.get(name, [])), passes))
+            continue
         passes = tuple(
             PassTime(r.pass_id, r.status, r.pass_s, {ph: r.phase(ph) for ph in PHASES},
                      r.pass_id in ev.exclusions, ev.exclusions.get(r.pass_id), r.error or None, r.completed,
@@ -464,6 +473,10 @@ def campaign_stats(campaign_dir: str | Path | Evidence) -> CampaignStats:
     quality = tuple(_quality(name, rows, ev.exclusions) for name, rows in by_variant.items())
     notes = []
     excluded_in = sorted({v.variant for v in variants if v.excluded})
+    if several:
+        from iteralab.evidence.datasets import JOB_TIME_RULE
+
+        notes.append(JOB_TIME_RULE)
     if excluded_in:
         notes.append(f"exclusions recorded in {', '.join(excluded_in)}; the same rule applies to every variant: "
                      f"{ev.protocol.run.exclusion_rule}")

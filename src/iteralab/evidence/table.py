@@ -12,7 +12,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from iteralab.campaign.folder import COLUMNS, PHASES, TABLE, CampaignFolder, format_cell as _cell
+from iteralab.campaign.folder import COLUMNS, PHASES, TABLE, CampaignFolder, format_cell as _cell, table_columns
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
 from iteralab.evidence.bundle import refuse_if_sealed
 from iteralab.campaign.manifest import rocm_compatibility_line
@@ -56,13 +56,16 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
             f = state.finished[pid]
             finished.append({"pass_id": pid, "variant": state.started[pid]["variant"], "status": f.get("status"),
                              "prediction_file": f.get("prediction_file"),
-                             "prediction_sha256": f.get("prediction_sha256")})
+                             "prediction_sha256": f.get("prediction_sha256"),
+                             "dataset": state.started[pid].get("dataset")})
     verdicts = judge_campaign(campaign_dir, finished, reader, context) if finished else {}
     c4_line = rocm_compatibility_line(folder.manifest)  # None unless the campaign ran on a ROCm runtime
+    datasets = {d["name"]: d for d in campaign.get("datasets") or []}
     rows = []
     for pid in state.order:
         start = state.started[pid]
         variant = variants.get(start["variant"], {})
+        corpus = datasets.get(start.get("dataset")) or campaign["corpus"]  # K6: the pass's own dataset
         fin = state.finished.get(pid)
         notes: list[str] = []
         row: dict[str, Any] = {
@@ -71,11 +74,14 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
             "seed": start.get("seed"), "batch_size": variant.get("batch_size"),
             "precision": variant.get("precision"), "bucketing": variant.get("bucketing"),
             "padding": variant.get("padding"), "resume": variant.get("resume"), "compile": variant.get("compile"),
+            "data_parallel": variant.get("data_parallel", 1),
             "protocol_name": campaign["protocol"]["name"], "protocol_version": campaign["protocol"]["version"],
             "protocol_sha256": campaign["protocol"]["sha256"],
-            "corpus_fingerprint": campaign["corpus"]["fingerprint"],
-            "expected_ids": campaign["corpus"]["size"],
+            "corpus_fingerprint": corpus["fingerprint"],
+            "expected_ids": corpus["size"],
         }
+        if datasets:
+            row["dataset"] = start.get("dataset")
         if fin is None:
             row["status"] = "aborted"
             row["ids_match"] = False
@@ -107,6 +113,7 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
         for key in ("cpu_peak_rss_bytes", "cuda_max_allocated_bytes", "cuda_max_reserved_bytes"):
             row[key] = memory.get(key)
         row["memory_scope"] = memory.get("scope")
+        _shard_cells(row, fin.get("parallel"))
         load = fin.get("concurrent_load") or {}
         if load.get("flagged"):
             notes.append(f"{CONCURRENT_NOTE}: other processes used {load['other_cpu_s']:.2f} CPU-s "
@@ -145,12 +152,29 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
     return rows
 
 
+def _shard_cells(row: dict[str, Any], parallel: dict[str, Any] | None) -> None:
+    """The data-parallel cells (X3) from the journal's ``parallel`` record; empty for a single-device pass."""
+    if not parallel:
+        return
+    row["shard_pass_s"] = parallel.get("device_pass_s")
+    row["shard_time_imbalance"] = parallel.get("time_imbalance")
+    row["shard_token_imbalance"] = parallel.get("token_imbalance")
+    memory = {}
+    for device in parallel.get("devices") or []:
+        peaks = device.get("memory") or {}
+        memory[device["device"]] = {k: peaks.get(k) for k in ("cpu_peak_rss_bytes", "cuda_max_allocated_bytes",
+                                                              "cuda_max_reserved_bytes") if k in peaks}
+    row["shard_memory"] = memory or None
+
+
 def render_csv(rows: list[dict[str, Any]]) -> str:
+    """The raw table's text; a several-dataset campaign's rows carry ``dataset`` and get that column (K6)."""
+    columns = table_columns({"datasets": any("dataset" in row for row in rows)})
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(COLUMNS)
+    writer.writerow(columns)
     for row in rows:
-        writer.writerow([_cell(row.get(c)) for c in COLUMNS])
+        writer.writerow([_cell(row.get(c)) for c in columns])
     return buffer.getvalue()
 
 

@@ -6,7 +6,8 @@
 2. the protocol: ``inputs/protocol.toml`` still has the sha256 recorded in its lock file and in
    ``campaign.json`` (an edited threshold is a changed protocol), and it still parses;
 3. the corpus: ``inputs/corpus.csv`` has the recorded sha256, fingerprint, order hash and size;
-4. the schedule and variants in ``campaign.json`` are the ones the locked protocol implies;
+4. the schedule and variants in ``campaign.json`` are the ones the locked protocol implies, and the model files
+   carried under ``inputs/model`` have the sha256 ``campaign.json`` records;
 5. every prediction file has the sha256 the journal recorded for its pass, no unexplained prediction file
    exists, and each pass's recorded intrinsic verdict equals the one recomputed from its file;
 6. the raw table regenerated in memory (``table.build_rows`` + ``render_csv``) equals the stored
@@ -50,19 +51,23 @@ class AuditReport:
     files_hashed: int = 0
     seal_digest: str | None = None
     verdicts: list[dict[str, Any]] = field(default_factory=list)
+    #: K6: per dataset, the passes and accepted passes recomputed from the stored files (empty for one corpus).
+    datasets: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return not self.differences
 
     def summary_line(self) -> str:
-        return f"verified: {self.passes} passes, {self.accepted} accepted, {self.files_hashed} files hashed"
+        per = "; per dataset (accepted of passes): " + ", ".join(
+            f"{name} {d['accepted']} of {d['passes']}" for name, d in self.datasets.items()) if self.datasets else ""
+        return f"verified: {self.passes} passes, {self.accepted} accepted, {self.files_hashed} files hashed{per}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": AUDIT_SCHEMA, "folder": str(self.folder), "ok": self.ok,
                 "differences": list(self.differences), "notes": list(self.notes), "passes": self.passes,
                 "accepted": self.accepted, "files_hashed": self.files_hashed, "seal_digest": self.seal_digest,
-                "verdicts": self.verdicts}
+                "verdicts": self.verdicts, **({"datasets": self.datasets} if self.datasets else {})}
 
     def never_sealed(self) -> bool:
         """The only difference is a missing hash list: the folder was never sealed (nothing was changed)."""
@@ -145,6 +150,7 @@ def audit_campaign(folder: str | Path, *, require_seal: bool = True, expect_seal
         return report
     audit.stage(CORPUS, _check_corpus, audit, campaign, protocol)
     audit.stage("campaign.json", _check_schedule, audit, campaign, protocol)
+    audit.stage("inputs/model", _check_carried, audit, campaign)
     from iteralab.campaign.evaluate import EvaluationContext, PredictionReader
 
     # The corpus and every prediction file are read once and shared by the journal and the table checks.
@@ -194,25 +200,49 @@ def _check_protocol(audit: _Audit, campaign: dict[str, Any]) -> Any:
     return protocol
 
 
-def _check_corpus(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> None:
+def _check_copy(audit: _Audit, relative: str, recorded: dict[str, Any], protocol: Any) -> None:
+    """One corpus copy (the corpus, or one dataset of a several-dataset campaign) against its record."""
     from iteralab.campaign.folder import corpus_digests
 
-    path = audit.folder / CORPUS
-    recorded = campaign["corpus"]
+    path = audit.folder / relative
     if not path.is_file():
-        audit.diff(f"{CORPUS}: missing")
+        audit.diff(f"{relative}: missing")
         return
     if sha256_file(path) != recorded.get("file_sha256"):
-        audit.diff(f"{CORPUS}: sha256 differs from campaign.json (a text, id or reference label was edited)")
+        audit.diff(f"{relative}: sha256 differs from campaign.json (a text, id or reference label was edited)")
     corpus = corpus_digests(path, protocol.corpus.classes)
     if corpus.duplicate_ids or corpus.labels_outside:
-        audit.diff(f"{CORPUS}: not a valid corpus ({corpus.duplicate_ids} repeated ids, {corpus.labels_outside} "
+        audit.diff(f"{relative}: not a valid corpus ({corpus.duplicate_ids} repeated ids, {corpus.labels_outside} "
                    "labels that are not classes of the protocol)")
     for key, value in (("fingerprint", corpus.fingerprint), ("order_hash", corpus.order_hash),
                        ("size", corpus.size)):
         if recorded.get(key) != value:
-            audit.diff(f"{CORPUS}: {key} recomputed as {str(value)[:16]}, campaign.json records "
+            audit.diff(f"{relative}: {key} recomputed as {str(value)[:16]}, campaign.json records "
                        f"{str(recorded.get(key))[:16]}")
+
+
+def _check_datasets(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> None:
+    """K6: every dataset copy against its record, and the combined record against the datasets'."""
+    from iteralab.campaign.datasets import combined_fingerprint, combined_order_hash, dataset_file
+
+    records = campaign["datasets"]
+    if [r.get("name") for r in records] != [d.name for d in protocol.datasets]:
+        audit.diff("campaign.json: the datasets differ from the locked protocol's")
+    for record in records:
+        _check_copy(audit, dataset_file(str(record.get("name"))), record, protocol)
+    recorded = campaign["corpus"]
+    if recorded.get("fingerprint") != combined_fingerprint([r.get("fingerprint") for r in records]) or \
+            recorded.get("order_hash") != combined_order_hash([r.get("order_hash") for r in records]) or \
+            recorded.get("size") != sum(int(r.get("size") or 0) for r in records):
+        audit.diff("campaign.json: the combined corpus record does not match its datasets")
+
+
+def _check_corpus(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> None:
+    recorded = campaign["corpus"]
+    if campaign.get("datasets"):
+        _check_datasets(audit, campaign, protocol)
+    else:
+        _check_copy(audit, CORPUS, recorded, protocol)
     manifest_path = audit.folder / "manifest.json"
     if manifest_path.is_file():
         manifest = audit.load_json("manifest.json")
@@ -225,11 +255,26 @@ def _check_corpus(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> Non
                 audit.diff(f"manifest.json: corpus {key} differs from campaign.json")
 
 
+def _check_carried(audit: _Audit, campaign: dict[str, Any]) -> None:
+    """The model files the folder carries are the ones the campaign ran with (campaign.json ``model.files``);
+    a file recorded as carried must be there; weights recorded by hash may be absent."""
+    from iteralab.campaign.carry import CARRY_DIR
+
+    for name, record in sorted(((campaign.get("model") or {}).get("files") or {}).items()):
+        path = audit.folder / CARRY_DIR / name
+        if not path.is_file():
+            if record.get("carried"):
+                audit.diff(f"{CARRY_DIR}/{name}: missing (campaign.json records it as carried)")
+            continue
+        if sha256_file(path) != record.get("sha256"):
+            audit.diff(f"{CARRY_DIR}/{name}: sha256 differs from campaign.json (the model file was edited)")
+
+
 def _check_schedule(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> None:
     from iteralab.campaign.runner import schedule_slots
 
     design, slots = schedule_slots(protocol)
-    expected = {"design": design, "slots": [s.__dict__ for s in slots]}
+    expected = {"design": design, "slots": [s.record() for s in slots]}
     if _normal(campaign.get("schedule")) != _normal(expected):
         audit.diff("campaign.json: the schedule is not the one the locked protocol implies")
     if _normal(campaign.get("variants")) != _normal([v.model_dump() for v in protocol.variants]):
@@ -266,13 +311,17 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any, conte
                               ("corpus_fingerprint", campaign["corpus"].get("fingerprint"))):
             if state.campaign.get(key) != recorded:
                 audit.diff(f"{JOURNAL_NAME}: campaign_started {key} differs from campaign.json")
-    slots = {(s["round"], s["position"]): s["variant"] for s in campaign["schedule"]["slots"]}
-    expected = context.expected
+    slots = {(s["round"], s["position"]): (s["variant"], s.get("dataset")) for s in campaign["schedule"]["slots"]}
     referenced: set[str] = set()
     for pid in state.order:
         start = state.started[pid]
-        if slots.get((start.get("round"), start.get("position"))) != start.get("variant"):
+        if slots.get((start.get("round"), start.get("position"))) != (start.get("variant"), start.get("dataset")):
             audit.diff(f"{JOURNAL_NAME}: pass {pid} ({start.get('variant')}) is not a slot of the schedule")
+        try:
+            expected = context.of_dataset(start.get("dataset")).expected  # K6: against its own dataset
+        except KeyError:
+            audit.diff(f"{JOURNAL_NAME}: pass {pid} names dataset {start.get('dataset')!r}, not one of the campaign")
+            continue
         fin = state.finished.get(pid)
         if fin is None:
             continue
@@ -326,7 +375,13 @@ def _check_table(audit: _Audit, context: Any, reader: Any) -> None:
     audit.report.accepted = sum(1 for r in rows if r.get("corpus_accepted") is True)
     audit.report.verdicts = [{"pass_id": r["pass_id"], "variant": r["variant"], "status": r.get("status"),
                               "corpus_accepted": bool(r.get("corpus_accepted")),
-                              "prediction_file": r.get("prediction_file")} for r in rows]
+                              "prediction_file": r.get("prediction_file"),
+                              **({"dataset": r["dataset"]} if "dataset" in r else {})} for r in rows]
+    for r in rows:
+        if "dataset" in r:  # K6: the per-dataset verdicts, recomputed
+            counts = audit.report.datasets.setdefault(str(r["dataset"]), {"passes": 0, "accepted": 0})
+            counts["passes"] += 1
+            counts["accepted"] += r.get("corpus_accepted") is True
     fresh = render_csv(rows)
     path = audit.folder / TABLE
     if not path.is_file():

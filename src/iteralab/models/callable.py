@@ -99,7 +99,7 @@ class CallableWorkload(Workload):
         if isinstance(out, (list, tuple)) and out and all(isinstance(x, str) for x in out):
             if len(out) != n:
                 raise WorkloadError(f"callable: {ref} returned {len(out)} labels for {n} texts")
-            unknown = sorted({x for x in out if x not in self.classes})
+            unknown = list(dict.fromkeys(x for x in out if x not in self.classes))  # as first returned
             if unknown:
                 raise WorkloadError(f"callable: {ref} returned unknown labels {unknown[:5]}",
                                     hint=f"labels must be among {list(self.classes)}")

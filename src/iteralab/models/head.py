@@ -133,7 +133,7 @@ def train_linear_head(embeddings: np.ndarray, labels: Sequence[str], classes: Se
     if len(set(names)) != len(names) or len(names) < 2:
         raise WorkloadError(f"classes: {list(names)} must be at least two distinct names")
     index = {name: i for i, name in enumerate(names)}
-    unknown = sorted({str(label) for label in labels if label not in index})
+    unknown = list(dict.fromkeys(str(label) for label in labels if label not in index))  # as first seen
     if unknown:
         raise WorkloadError(f"labels: {unknown[:5]} are not among the classes {list(names)}")
     seen = set(labels)

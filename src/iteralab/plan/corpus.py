@@ -483,7 +483,7 @@ def load_corpus(
         if label is not None and allowed is not None and label not in allowed:
             raise CorpusError(
                 f"{loc}, field {label_column}: label {_short(label)} is not one of the classes "
-                f"({', '.join(sorted(allowed))})"
+                f"({', '.join(classes)})"  # in the protocol's order
             )
         for name, values in extra.items():
             values.append(_cell(cells.get(name), loc, name, numbers_ok=True))

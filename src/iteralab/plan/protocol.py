@@ -2,26 +2,28 @@
 
 A protocol fixes, before any timed pass, the decision question, the scenario, the corpus and its reference
 labels, the checks, the metric with its threshold and its tolerance against a reference variant, the planned
-subgroups, the variants and series, the warm-up rule, the number of passes, the exclusion rule, the calendar
-and the catalog. ``lock`` records its content hash; a run refuses an unlocked or changed protocol.
+subgroups, the variants and series, the warm-up rule, the number of passes, the exclusion rule, the calendar,
+the catalog and the other project expenses (K5, :mod:`iteralab.plan.expenses`). ``lock`` records its content
+hash, so the expenses are locked with the rest; a run refuses an unlocked or changed protocol.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator,
-                      model_validator)
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from iteralab.errors import ProtocolError
 from iteralab.kit.memoire import PRECISIONS  # the kit's list: one list for library and kit
+from iteralab.plan.expenses import BudgetRule, ExpenseLine, expense_problems, keyed_error
+from iteralab.plan.values import Flag, Number, Text, Whole
+from iteralab.plan.values import Strict as _Strict
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -32,7 +34,7 @@ SCHEMA_VERSION = 1
 LOCK_SUFFIX = ".lock.json"
 METRICS = ("accuracy", "macro_f1", "weighted_f1", "balanced_accuracy")
 #: The variant fields a series may vary (R1). Everything else is fixed by the protocol for all variants.
-FACTORS = ("batch_size", "precision", "bucketing", "padding", "resume", "compile", "device")
+FACTORS = ("batch_size", "precision", "bucketing", "padding", "resume", "compile", "device", "data_parallel")
 
 INTERACTIVE_REFUSAL = (
     "scenario 'interactive' is not supported: an interactive service needs request arrivals, concurrency "
@@ -40,56 +42,9 @@ INTERACTIVE_REFUSAL = (
 )
 
 
-def _kind(value: Any) -> str:
-    if isinstance(value, str):
-        return f"the string {value!r}"
-    if isinstance(value, bool):
-        return f"the boolean {str(value).lower()}"
-    return {list: "an array", dict: "a table"}.get(type(value), type(value).__name__)
-
-
-def _number(value: Any) -> Any:
-    """A TOML number as written: no string or boolean coerced into one; NaN and infinities refused."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"expected a number, got {_kind(value)}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{value} is not a finite number")
-    return value
-
-
-def _whole(value: Any) -> Any:
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"{value} is not a finite number")
-        raise ValueError(f"expected a whole number, got {_kind(value) if not isinstance(value, float) else value}")
-    return value
-
-
-def _boolean(value: Any) -> Any:
-    if not isinstance(value, bool):
-        raise ValueError(f"expected true or false, got {_kind(value)}")
-    return value
-
-
-def _string(value: Any) -> Any:
-    if not isinstance(value, str):
-        raise ValueError(f"expected a string, got {_kind(value)}")
-    return value
-
-
-#: Protocol values are taken as written (P1): "0.8" is not a number, 1 is not true, NaN is not a threshold.
-Number = Annotated[float, BeforeValidator(_number)]
-Whole = Annotated[int, BeforeValidator(_whole)]
-Flag = Annotated[bool, BeforeValidator(_boolean)]
-Text = Annotated[str, BeforeValidator(_string)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 class CorpusSpec(_Strict):
-    path: Text
+    #: The comparison corpus; absent when the protocol declares ``[[datasets]]`` (K6).
+    path: Text | None = None
     tuning_path: Text | None = None
     id_column: Text = "id"
     text_column: Text = "text"
@@ -106,6 +61,13 @@ class CorpusSpec(_Strict):
             if len(bounds) not in (1, 2) or bounds[0] < 0 or (len(bounds) == 2 and bounds[1] < bounds[0]):
                 raise ValueError(f"stratum {name!r} must be [min, max] with 0 <= min <= max, or [min]")
         return value
+
+
+class Dataset(_Strict):
+    """One dataset of the real job (K6): read with the ``[corpus]`` columns, classes and strata."""
+
+    name: Text = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    path: Text
 
 
 class ModelSpec(_Strict):
@@ -202,6 +164,18 @@ class Variant(_Strict):
     resume: Flag = False
     compile: Flag = False
     device: Text | None = None
+    #: X3: one worker process per device, each with a full model copy, the corpus sharded by token count. On
+    #: GPUs: N cards of the machine; on device "cpu": N CPU worker processes sharing the cores (never "cards").
+    data_parallel: Whole = Field(default=1, ge=1, le=256)
+
+    @model_validator(mode="after")
+    def _parallel_device(self) -> Variant:
+        pinned = (self.device or "").strip().lower()
+        if self.data_parallel > 1 and pinned.startswith("cuda:"):
+            raise ValueError(f"device {self.device!r} names one card but data_parallel = {self.data_parallel} uses "
+                             f"{self.data_parallel}: give device 'cuda', 'auto' or 'cpu' (the workers take the "
+                             "first visible devices)")
+        return self
 
     @field_validator("precision")
     @classmethod
@@ -256,6 +230,8 @@ class Protocol(_Strict):
     #: P4: set true if thresholds were tuned after seeing the final corpus (the decision then says so).
     thresholds_tuned_on_final: Flag = False
     corpus: CorpusSpec
+    #: Several datasets of one job (K6): each variant processes each one, one pass file per dataset.
+    datasets: tuple[Dataset, ...] = ()
     model: ModelSpec
     checks: Checks = Checks()
     metric: MetricSpec
@@ -268,6 +244,9 @@ class Protocol(_Strict):
     series: tuple[Series, ...] = ()
     calendar: Calendar = Calendar()
     catalog: CatalogSpec = CatalogSpec()
+    #: K5: other project expenses, each justified, apart from the package fee unless budget.include_expenses.
+    expenses: tuple[ExpenseLine, ...] = ()
+    budget: BudgetRule = BudgetRule()
 
     @field_validator("scenario")
     @classmethod
@@ -300,8 +279,12 @@ class Protocol(_Strict):
             unknown = [v for v in series.variants if v not in names]
             if unknown:
                 raise ValueError(f"series {series.name!r} names unknown variant(s): {', '.join(unknown)}")
+        check_datasets(self)
         if any(s.by == "stratum" for s in self.subgroups) and not self.corpus.stratum_column:
             raise ValueError("a subgroup by 'stratum' needs corpus.stratum_column")
+        problems = expense_problems(self.expenses, names)
+        if problems:
+            raise keyed_error(*problems[0])
         return self
 
     def variant(self, name: str) -> Variant:
@@ -309,6 +292,19 @@ class Protocol(_Strict):
             if v.name == name:
                 return v
         raise KeyError(name)
+
+
+def check_datasets(protocol: Protocol) -> None:
+    """``corpus.path`` or ``[[datasets]]`` (not both); dataset names unique."""
+    if protocol.datasets and protocol.corpus.path is not None:
+        raise ValueError("give corpus.path or [[datasets]], not both: with datasets, each names its own file "
+                         "and [corpus] gives the columns, classes and strata for all of them")
+    if not protocol.datasets and protocol.corpus.path is None:
+        raise ValueError("corpus.path is missing (or declare [[datasets]])")
+    names = [d.name for d in protocol.datasets]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"duplicate dataset name(s): {', '.join(dupes)}")
 
 
 def _location(data: Any, loc: tuple[Any, ...]) -> str:
@@ -339,28 +335,32 @@ def parse_protocol(text: str, source: str = "<protocol>") -> Protocol:
     try:
         return Protocol.model_validate(data)
     except ValidationError as exc:
-        # Unknown keys first: a misspelt key usually explains the "missing" one that follows from it.
-        errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
-        problems = [_problem(data, e) for e in errors[:MAX_PROBLEMS]]
-        kind = errors[0]["type"]
-        hint = {"extra_forbidden": "remove it or check its spelling; unknown keys are refused so that nothing is "
-                                   "silently ignored",
-                "missing": "see the protocol template (iteralab kit export) for every required key"}.get(
-            kind, "fix the value; a locked protocol is amended by raising its version and locking again")
-        more = f"; and {len(errors) - MAX_PROBLEMS} more" if len(errors) > MAX_PROBLEMS else ""
-        message = f"{source}: " + "; ".join(problems) + more  # one line, every problem (up to 10)
-        raise ProtocolError(message, hint=hint) from None
+        raise refusal(data, exc, source) from None
+
+
+def refusal(data: Any, exc: ValidationError, source: str, model: type[BaseModel] | None = None) -> ProtocolError:
+    """One line naming the file and every key at fault (up to 10), with a hint for the first kind of problem."""
+    # Unknown keys first: a misspelt key usually explains the "missing" one that follows from it.
+    errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+    problems = [_problem(data, e, model or Protocol) for e in errors[:MAX_PROBLEMS]]
+    kind = errors[0]["type"]
+    hint = {"extra_forbidden": "remove it or check its spelling; unknown keys are refused so that nothing is "
+                               "silently ignored",
+            "missing": "see the protocol template (iteralab kit export) for every required key"}.get(
+        kind, "fix the value; a locked protocol is amended by raising its version and locking again")
+    more = f"; and {len(errors) - MAX_PROBLEMS} more" if len(errors) > MAX_PROBLEMS else ""
+    return ProtocolError(f"{source}: " + "; ".join(problems) + more, hint=hint)  # one line, every problem
 
 
 #: How many validation problems a protocol error shows at once.
 MAX_PROBLEMS = 10
 
 
-def _known_keys(loc: tuple[Any, ...]) -> list[str]:
+def _known_keys(loc: tuple[Any, ...], root: type[BaseModel]) -> list[str]:
     """The keys the protocol accepts at the table that holds ``loc``'s last key."""
     import typing
 
-    model: Any = Protocol
+    model: Any = root
     for part in loc[:-1]:
         if isinstance(part, int) or not (isinstance(model, type) and issubclass(model, BaseModel)):
             continue
@@ -374,13 +374,13 @@ def _known_keys(loc: tuple[Any, ...]) -> list[str]:
     return list(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []
 
 
-def _problem(data: Any, error: Any) -> str:
+def _problem(data: Any, error: Any, root: type[BaseModel]) -> str:
     import difflib
 
     loc = tuple(error["loc"])
-    key = _location(data, loc) or "(top level)"
+    key = (error.get("ctx") or {}).get("at") or _location(data, loc) or "(top level)"
     if error["type"] == "extra_forbidden":
-        close = difflib.get_close_matches(str(loc[-1]), _known_keys(loc), n=1)
+        close = difflib.get_close_matches(str(loc[-1]), _known_keys(loc, root), n=1)
         return f"unknown key '{key}'" + (f" (did you mean '{close[0]}'?)" if close else "")
     if error["type"] == "missing":
         return f"missing key '{key}'"
@@ -429,8 +429,9 @@ MAX_SCHEDULED_PASSES = 10_000
 
 
 def scheduled_passes(protocol: Protocol) -> int:
-    """Measured passes the protocol commits to: variants × passes × seeds (R6, Q3)."""
-    return len(protocol.variants) * protocol.run.passes * len(protocol.reproduction.seeds)
+    """Measured passes the protocol commits to: variants × passes × seeds (× datasets, K6) (R6, Q3)."""
+    return (len(protocol.variants) * protocol.run.passes * len(protocol.reproduction.seeds)
+            * max(1, len(protocol.datasets)))
 
 
 def schedule_line(protocol: Protocol) -> str:
@@ -439,6 +440,8 @@ def schedule_line(protocol: Protocol) -> str:
     parts = [f"{n} variant{'s' if n != 1 else ''}", f"{passes} pass{'es' if passes != 1 else ''}"]
     if seeds > 1:
         parts.append(f"{seeds} seeds")
+    if protocol.datasets:
+        parts.append(f"{len(protocol.datasets)} dataset{'s' if len(protocol.datasets) != 1 else ''}")
     total = scheduled_passes(protocol)
     return f"{' × '.join(parts)} = {total:,} measured pass{'es' if total != 1 else ''}, rotated"
 

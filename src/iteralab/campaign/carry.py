@@ -1,0 +1,133 @@
+"""The model's files travel with the evidence (D3): every small input is carried, the weights by hash.
+
+At ``prepare`` the campaign folder receives, under ``inputs/model/``, a copy of every file the declared model
+reads except its weights: the model folder's config and tokenizer files, the trained head, the callable's
+module file. The weights (``*.safetensors`` and the other weight formats, or any file over
+:data:`CARRY_LIMIT`) are recorded by name, size and sha256 only, because a bundle that copies a multi-GB model
+into every campaign is a bundle nobody keeps; ``iteralab bundle pack --include-weights`` adds them when the
+receiver has no copy. ``campaign.json`` lists every file (``model.files``), carried or not, so a ``rerun`` on
+another machine can say exactly which file it lacks and which hash it must have.
+
+Names are those of the lock's model fingerprint (``campaign/inputs.model_files``): ``config.json``,
+``tokenizer/vocab.txt`` (a callable's tokenizer folder), ``head/<file>``, ``callable/<file>``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+from typing import Any
+
+from iteralab.common.files import sha256_file
+from iteralab.errors import BundleError
+from iteralab.plan.protocol import Protocol, resolve
+
+#: Where the carried files live inside a campaign folder.
+CARRY_DIR = "inputs/model"
+#: Weight formats: recorded by hash, carried only on request.
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".onnx", ".gguf", ".h5", ".msgpack", ".ot")
+#: A file that is not weights but larger than this is recorded by hash too (a tokenizer is a few MB).
+CARRY_LIMIT = 64 * 1024 * 1024
+
+
+def model_sources(protocol: Protocol, protocol_path: Path) -> dict[str, Path]:
+    """Every file the declared model reads, by its fingerprint name (the lock's ``inputs.model`` keys)."""
+    from iteralab.models.base import folder_hashes
+
+    model = protocol.model
+    found: dict[str, Path] = {}
+    folder = resolve(protocol_path, model.path)
+    if folder is not None and folder.is_dir():
+        prefix = "tokenizer/" if model.kind == "callable" else ""
+        for name in folder_hashes(folder, prefix=prefix):
+            found[name] = folder / name[len(prefix):]
+    head = resolve(protocol_path, model.head)
+    if head is not None and head.is_file():
+        found[f"head/{head.name}"] = head
+    if model.callable:
+        try:
+            spec = importlib.util.find_spec(model.callable.partition(":")[0])
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and spec.origin and Path(spec.origin).is_file():
+            found[f"callable/{Path(spec.origin).name}"] = Path(spec.origin)
+    return dict(sorted(found.items()))
+
+
+def is_weight(name: str, size: int) -> bool:
+    """Recorded by hash only: a weight file of the model folder, or any file too large to carry. The head and
+    the callable's module are always carried (they are the campaign's own, small, and nowhere else)."""
+    if name.startswith(("head/", "callable/")):
+        return False
+    return name.lower().endswith(WEIGHT_SUFFIXES) or size > CARRY_LIMIT
+
+
+def carry_model_files(protocol: Protocol, protocol_path: Path, out: Path) -> dict[str, Any]:
+    """Copy the carried files into ``out/inputs/model`` and return the ``model.files`` record of campaign.json:
+    per file its sha256, its size and whether the folder holds it."""
+    target = out / CARRY_DIR
+    files: dict[str, Any] = {}
+    for name, source in model_sources(protocol, protocol_path).items():
+        size = source.stat().st_size
+        digest = sha256_file(source)
+        carried = not is_weight(name, size)
+        if carried:
+            copy = target / name
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, copy)
+            if sha256_file(copy) != digest:
+                raise BundleError(f"{copy}: the copy of {source} differs from its source (it changed while copied)",
+                                  hint="run again once the model files are no longer being written")
+        files[name] = {"sha256": digest, "bytes": size, "carried": carried}
+    return {"folder": CARRY_DIR, "files": files}
+
+
+def carried_path(campaign_dir: Path, name: str, record: dict[str, Any]) -> Path | None:
+    """The carried copy of ``name`` when the folder holds it with the recorded hash, else None."""
+    path = campaign_dir / CARRY_DIR / name
+    if path.is_file() and sha256_file(path) == record.get("sha256"):
+        return path
+    return None
+
+
+def describe_missing(name: str, record: dict[str, Any]) -> str:
+    return f"{name} (sha256 {record['sha256']}, {record['bytes']:,} bytes)"
+
+
+def include_weights(campaign_dir: Path, campaign: dict[str, Any]) -> list[str]:
+    """Add the weight files recorded by hash to ``inputs/model`` from the folders the campaign read them in;
+    each copy must have the recorded hash. Returns the names added (those already present are kept)."""
+    model = campaign.get("model") or {}
+    record = (model.get("files") or {})
+    added = []
+    for name, info in record.items():
+        if carried_path(campaign_dir, name, info) is not None:
+            continue
+        source = _recorded_source(model, name)
+        if source is None or not source.is_file():
+            raise BundleError(f"{campaign_dir}: cannot include {describe_missing(name, info)}: the file it was "
+                              f"read from ({source}) is not on this machine",
+                              hint="pack on the machine that ran the campaign, or copy the model folder back first")
+        if sha256_file(source) != info["sha256"]:
+            raise BundleError(f"{source}: differs from the {name} the campaign ran with (sha256 {info['sha256']})",
+                              hint="the model folder changed after the run: restore it, or pack without weights")
+        copy = campaign_dir / CARRY_DIR / name
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, copy)
+        added.append(name)
+    return added
+
+
+def _recorded_source(model: dict[str, Any], name: str) -> Path | None:
+    if name.startswith("head/"):
+        return Path(model["head"]) if model.get("head") else None
+    if name.startswith("callable/"):
+        return None  # always carried
+    if not model.get("path"):
+        return None
+    return Path(model["path"]) / name.removeprefix("tokenizer/")
+
+
+__all__ = ["CARRY_DIR", "CARRY_LIMIT", "WEIGHT_SUFFIXES", "carried_path", "carry_model_files",
+           "describe_missing", "include_weights", "is_weight", "model_sources"]

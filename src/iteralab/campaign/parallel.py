@@ -1,0 +1,505 @@
+"""A data-parallel pass (X3, R2–R4, R7–R9): one worker process per device, each with a full model copy, the
+corpus sharded by token count (:mod:`iteralab.campaign.shards`), the shards' predictions merged into one file.
+
+Reads the pass spec the runner builds; writes the merged prediction file ``predictions/<pass_id>.parquet``
+(same format as a single-device pass) and returns one result record for the journal.
+
+- Workers are fresh interpreters (``python -m iteralab.campaign.parallel``), started with their environment
+  already set (``CUDA_VISIBLE_DEVICES`` = one card each, or the thread count of a CPU process): nothing is
+  forked after CUDA is initialised. Each runs :func:`iteralab.campaign.passes.execute_pass` (the same load,
+  warm-up, measured region and prediction writer as a single-device pass) on its row range.
+- Timing: the coordinator plans the shards while the workers load; the measured pass runs from the moment the
+  last worker reports ready (model loaded and warmed up) to the moment the last worker reports that its
+  shard's predictions are on the host. Per-device pass times, the slowest/fastest shard ratio, the token
+  imbalance and per-device memory peaks (allocated and reserved, never summed) go into the record.
+- A worker that fails (error, out of memory, killed) fails the pass, with the inputs completed on every
+  device; nothing is re-run on fewer devices. The merged file holds exactly the completed inputs of every
+  shard, so ids_match is computed from it like for any pass. If the coordinator itself is killed, its workers
+  die with it (parent-death signal, and a closed control pipe) and no prediction file is written: the runner's
+  journal shows an aborted pass, and a resumed campaign attempts the slot again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PHASES = ("load_s", "compile_s", "warmup_s", "pass_s", "writing_s")
+#: How long the coordinator waits for a worker's next message before it declares the pass failed (seconds).
+#: Generous: a worker loading a large model on a busy machine is slow, not dead (a dead one closes its pipe).
+STALL_S = 3600.0
+
+
+class _Channel:
+    """Line-delimited JSON over a pair of pipe file descriptors (never stdout: a model may print there)."""
+
+    def __init__(self, read_fd: int, write_fd: int) -> None:
+        self.rx = os.fdopen(read_fd, "r", encoding="utf-8")
+        self.tx = os.fdopen(write_fd, "w", encoding="utf-8", buffering=1)
+
+    def send(self, message: dict[str, Any]) -> None:
+        try:
+            self.tx.write(json.dumps(message) + "\n")
+            self.tx.flush()
+        except (BrokenPipeError, OSError):
+            os._exit(3)  # the coordinator is gone: nothing of this pass is counted
+
+    def receive(self) -> dict[str, Any]:
+        line = self.rx.readline()
+        if not line:
+            os._exit(3)  # the coordinator closed the pass (another worker failed, or it was killed)
+        return json.loads(line)
+
+
+class WorkerSync:
+    """What :func:`~iteralab.campaign.passes.execute_pass` calls in a worker: ``ready`` blocks until every
+    worker is ready and returns this worker's rows; ``finished`` says the shard's predictions are on the host."""
+
+    def __init__(self, channel: _Channel) -> None:
+        self.channel = channel
+        self.pass_run: Any = None
+
+    def ready(self) -> tuple[int, int]:
+        self.channel.send({"event": "ready"})
+        start, stop = self.channel.receive()["rows"]
+        return int(start), int(stop)
+
+    def finished(self, pass_run: Any, error: BaseException | None) -> None:
+        self.pass_run = pass_run
+        self.channel.send({"event": "finished", "ok": error is None, "completed": pass_run.progress.completed})
+
+
+def _die_with_parent() -> None:
+    """Linux: this worker gets SIGKILL when the coordinator dies (a killed runner leaves no orphan)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+        except OSError:  # pragma: no cover - no libc by that name: the closed pipe still ends the worker
+            pass
+
+
+def worker_main(argv: list[str]) -> int:
+    """``python -m iteralab.campaign.parallel SPEC RESULT READ_FD WRITE_FD``: one worker of a data-parallel pass."""
+    _die_with_parent()
+    started = time.perf_counter()
+    from iteralab.campaign import passes
+    from iteralab.campaign import predictions  # noqa: F401  # start-up, not the writing phase, imports it
+
+    spec_path, result_path, read_fd, write_fd = argv
+    spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
+    sync = WorkerSync(_Channel(int(read_fd), int(write_fd)))
+    startup: dict[str, float | None] = {"imports_s": time.perf_counter() - started}
+    environment = None
+    if spec.get("collect_environment"):
+        t0 = time.perf_counter()
+        from iteralab.campaign.manifest import environment_manifest, owns_device
+
+        environment = environment_manifest(Path(spec.get("workdir") or os.getcwd()),
+                                           runtime=not owns_device(spec["model"]["kind"]))
+        startup["environment_s"] = time.perf_counter() - t0
+        if spec["model"]["kind"] != "callable":  # the runtime's own resident memory, as a single-device worker
+            from iteralab.kit.memoire import runtime_imports, runtime_overhead
+
+            t0 = time.perf_counter()
+            startup["runtime_rss_bytes"] = runtime_overhead(runtime_imports()).bytes
+            startup["runtime_imports_s"] = time.perf_counter() - t0
+    try:
+        result = passes.execute_pass(spec, startup=startup, sync=sync)
+    except Exception as exc:  # unexpected: still leave a failure record behind
+        result = {"pass_id": spec.get("pass_id"), "status": "failed", "error": passes._error_text(exc),
+                  "error_kind": "internal", "completed": None, "notes": []}
+    if sync.pass_run is not None:  # the shard's whole pass order (the file holds the completed part only)
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"id": sync.pass_run.ordered_ids()}),
+                       Path(spec["prediction_dir"]) / f"{spec['pass_id']}.order.parquet")
+    if environment is not None and "torch" in sys.modules and isinstance(environment.get("determinism"), dict):
+        from iteralab.campaign.manifest import _determinism
+
+        environment["determinism"] = _determinism()
+    result["environment"] = environment
+    from iteralab.common.files import write_json_atomic
+
+    write_json_atomic(result_path, result)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------- coordinator
+
+
+class _Worker:
+    def __init__(self, k: int, label: str, proc: subprocess.Popen, channel_fds: tuple[int, int], folder: Path,
+                 pass_id: str) -> None:
+        self.k, self.label, self.proc, self.folder, self.pass_id = k, label, proc, folder, pass_id
+        self.rx = os.fdopen(channel_fds[0], "r", encoding="utf-8")
+        self.tx = os.fdopen(channel_fds[1], "w", encoding="utf-8", buffering=1)
+        self.ready = False
+        self.finished: dict[str, Any] | None = None
+        self.finished_at: float | None = None
+        self.gone = False
+        self.stopped = False
+        self.reader: threading.Thread | None = None
+
+    def send(self, message: dict[str, Any]) -> bool:
+        try:
+            self.tx.write(json.dumps(message) + "\n")
+            self.tx.flush()
+            return True
+        except (BrokenPipeError, OSError):
+            return False
+
+    def stop(self) -> None:
+        """Close the control pipe: a waiting worker reads end-of-file and exits."""
+        try:
+            self.tx.close()
+        except OSError:
+            pass
+
+    def result(self) -> dict[str, Any]:
+        path = self.folder / f"w{self.k}.result.json"
+        if path.is_file():
+            return json.loads(path.read_text(encoding="utf-8"))
+        if self.stopped:
+            return {"status": "failed", "completed": 0, "error_kind": "stopped", "phases": {}, "notes": [],
+                    "error": "stopped before the measured pass: another worker failed first"}
+        code = self.proc.returncode
+        how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        log = self.folder / f"w{self.k}.log"
+        tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:] if log.is_file() else []
+        return {"status": "failed", "completed": None, "error_kind": "crash", "phases": {}, "notes": [],
+                "error": f"worker process ended ({how}) without a result: {(tail or [''])[0][:300]}"}
+
+
+def _read_loop(worker: _Worker, events: queue.Queue, clock: Any) -> None:
+    for line in worker.rx:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        events.put((worker.k, message, clock.now()))
+    events.put((worker.k, None, clock.now()))
+
+
+def _start_workers(spec: dict[str, Any], layout: Any, folder: Path) -> list[_Worker]:
+    workers = []
+    for k in range(layout.n):
+        wspec = {**spec, "pass_id": f"w{k}", "prediction_dir": str(folder), "collect_environment": k == 0,
+                 "variant": {**spec["variant"], "device": layout.device}}
+        spec_path = folder / f"w{k}.spec.json"
+        spec_path.write_text(json.dumps(wspec), encoding="utf-8")
+        to_worker_r, to_worker_w = os.pipe()
+        from_worker_r, from_worker_w = os.pipe()
+        env = {**os.environ, **layout.envs[k]}
+        with open(folder / f"w{k}.log", "w", encoding="utf-8") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "iteralab.campaign.parallel", str(spec_path), str(folder / f"w{k}.result.json"),
+                 str(to_worker_r), str(from_worker_w)],
+                env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                pass_fds=(to_worker_r, from_worker_w))
+        os.close(to_worker_r)
+        os.close(from_worker_w)
+        workers.append(_Worker(k, layout.labels[k], proc, (from_worker_r, to_worker_w), folder, spec["pass_id"]))
+    return workers
+
+
+def _cpu_snapshot(pids: list[int]) -> dict[str, float] | None:
+    """Machine busy CPU seconds and the CPU seconds of this pass's own processes (coordinator + workers)."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    total = psutil.cpu_times()
+    own = 0.0
+    for pid in [os.getpid(), *pids]:
+        try:
+            t = psutil.Process(pid).cpu_times()
+            own += t.user + t.system
+        except psutil.Error:
+            continue
+    busy = total.user + total.system + getattr(total, "nice", 0.0) + getattr(total, "irq", 0.0) + \
+        getattr(total, "softirq", 0.0)
+    return {"busy_s": busy, "steal_s": getattr(total, "steal", 0.0), "own_s": own}
+
+
+def run_data_parallel(spec: dict[str, Any], clock: Any = None) -> dict[str, Any]:
+    """Run one data-parallel pass (``spec["variant"]["data_parallel"]`` workers); return its result record."""
+    from iteralab.campaign.shards import worker_layout
+    from iteralab.errors import IteraError
+    from iteralab.models import device as dev
+
+    clock = clock or dev.PERF_CLOCK
+    n = int(spec["variant"]["data_parallel"])
+    phases: dict[str, float | None] = dict.fromkeys(PHASES)
+    notes: list[str] = []
+    result: dict[str, Any] = {"pass_id": spec["pass_id"], "phases": phases, "notes": notes, "status": "failed",
+                              "completed": 0, "expected": None, "error": None, "retries": 0,
+                              "prediction_file": None, "prediction_sha256": None, "memory": None,
+                              "workload": None, "file_hashes": None, "startup": {}}
+    try:
+        layout = worker_layout(spec["variant"].get("device") or spec.get("device", "auto"), n)
+    except IteraError as exc:
+        result.update(error=exc.message, error_kind="unrunnable")
+        notes.append(f"not run: {exc.message}")
+        return result
+    parallel: dict[str, Any] = {"workers": n, "kind": layout.kind, "label": layout.describe(),
+                                "threads_per_worker": layout.threads}
+    result["parallel"] = parallel
+    # The workers' specs, results and shard files live in the campaign's scratch folder (as a single-device
+    # worker's do): a killed run leaves nothing outside the campaign, and the next run clears it.
+    scratch = Path(spec["scratch_dir"]) if spec.get("scratch_dir") else None
+    if scratch is not None:
+        scratch.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="dp-" if scratch else "iteralab-dp-", dir=scratch) as tmp:
+        folder = Path(tmp)
+        t_spawn = clock.now()
+        workers = _start_workers(spec, layout, folder)
+        events: queue.Queue = queue.Queue()
+        for w in workers:
+            w.reader = threading.Thread(target=_read_loop, args=(w, events, clock), daemon=True)
+            w.reader.start()
+        try:
+            return _coordinate(spec, result, workers, events, clock, t_spawn, layout)
+        finally:
+            for w in workers:
+                w.stop()
+                if w.proc.poll() is None:
+                    try:
+                        w.proc.wait(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        w.proc.kill()
+                        w.proc.wait()
+                if w.reader is not None:
+                    w.reader.join(timeout=5)
+                try:
+                    w.rx.close()
+                except OSError:
+                    pass
+
+
+def _coordinate(spec: dict[str, Any], result: dict[str, Any], workers: list[_Worker], events: queue.Queue,
+                clock: Any, t_spawn: float, layout: Any) -> dict[str, Any]:
+    from iteralab.campaign.shards import corpus_lengths, imbalance, plan_shards, shard_tokens
+    from iteralab.models import device as dev
+
+    phases, notes, parallel, startup = result["phases"], result["notes"], result["parallel"], result["startup"]
+    n = len(workers)
+    # Start-up (R2), while the workers load: each document's cost and the shard plan.
+    t0 = time.perf_counter()
+    plan_error = None
+    try:
+        lengths, unit = corpus_lengths(spec) if n > 1 else (None, None)
+        if lengths is None:
+            from iteralab.campaign.folder import read_corpus_batches
+
+            rows = sum(len(b) for b in read_corpus_batches(spec["corpus_path"], ["id"]))
+            bounds, tokens = np.array([0, rows]), None
+        else:
+            bounds = plan_shards(lengths, n)
+            tokens = shard_tokens(lengths, bounds)
+    except Exception as exc:  # the tokenizer or the corpus copy is unusable: the pass fails, nothing is run
+        plan_error, bounds, tokens, unit = exc, None, None, None
+    startup["shard_plan_s"] = time.perf_counter() - t0
+    if bounds is not None:
+        parallel["length_unit"] = unit
+        parallel["shards"] = [{"device": w.label, "rows": [int(bounds[k]), int(bounds[k + 1])],
+                               "cost": int(tokens[k]) if tokens is not None else None} for k, w in enumerate(workers)]
+        parallel["token_imbalance"] = imbalance(list(tokens)) if tokens is not None else (1.0 if n == 1 else None)
+        if tokens is not None and parallel["token_imbalance"] is None:
+            notes.append("token imbalance: empty, a shard holds no document (fewer documents than workers)")
+    # Wait until every worker is ready; a worker that ends first fails the pass (no run on fewer devices).
+    failed_early = plan_error is not None
+    while not failed_early and not all(w.ready for w in workers):
+        k, message, at = _next(events)
+        if message is None:
+            workers[k].gone = True
+            failed_early = True
+        elif message.get("event") == "ready":
+            workers[k].ready = True
+    if failed_early:
+        for w in workers:
+            w.stop()  # nothing is measured: the workers still loading are stopped
+            if not w.gone and w.proc.poll() is None:
+                w.stopped = True
+                w.proc.kill()
+        for w in workers:
+            w.proc.wait()
+        _collect(result, workers, None, layout)
+        if plan_error is not None:
+            from iteralab.campaign.passes import _error_text
+
+            result.update(error=f"shard plan: {_error_text(plan_error)}", error_kind="load")
+        notes.append(f"failed before the measured pass: {result['error']}; no worker ran its shard, no fallback "
+                     "to fewer devices")
+        notes.append("pass_s: empty, the measured pass did not start")
+        return result
+    startup["workers_ready_s"] = clock.now() - t_spawn
+    before = _cpu_snapshot([w.proc.pid for w in workers])
+    t_go = clock.now()  # every worker is ready: the measured pass starts
+    for k, w in enumerate(workers):
+        w.send({"event": "go", "rows": [int(bounds[k]), int(bounds[k + 1])]})
+    pending = set(range(n))
+    while pending:
+        k, message, at = _next(events)
+        if message is None:
+            if k in pending:  # died during its shard (a worker that finished closes its pipe later)
+                workers[k].gone = True
+                workers[k].finished_at = at
+                pending.discard(k)
+        elif message.get("event") == "finished":
+            workers[k].finished, workers[k].finished_at = message, at
+            pending.discard(k)
+    t_last = max(w.finished_at for w in workers)  # the last shard's predictions are on the host
+    after = _cpu_snapshot([w.proc.pid for w in workers])
+    all_ok = all(w.finished is not None and w.finished.get("ok") for w in workers)
+    pass_s = t_last - t_go
+    result["concurrent_load"] = dev.concurrent_load(before, after, pass_s)
+    # Writing (outside the measured region): workers write their shard files, the coordinator merges them.
+    for w in workers:
+        w.stop()
+    for w in workers:
+        w.proc.wait()
+    _collect(result, workers, bounds, layout)
+    if all_ok and result["status"] == "ok":
+        phases["pass_s"] = pass_s
+    else:
+        result["status"] = "failed"
+        if not any(n.startswith("pass_s:") for n in notes):
+            notes.append("pass_s: empty, the measured pass did not complete on every device")
+    _merge(spec, result, workers)
+    phases["writing_s"] = clock.now() - t_last
+    return result
+
+
+def _next(events: queue.Queue) -> tuple[int, dict[str, Any] | None, float]:
+    try:
+        return events.get(timeout=STALL_S)
+    except queue.Empty:
+        raise RuntimeError(f"no worker message for {STALL_S:g} s") from None
+
+
+def _collect(result: dict[str, Any], workers: list[_Worker], bounds: Any, layout: Any) -> None:
+    """Fold the workers' records into the pass record: per-device facts kept apart, never summed."""
+    phases, notes, parallel = result["phases"], result["notes"], result["parallel"]
+    records = [w.result() for w in workers]
+    devices = []
+    for w, r in zip(workers, records):
+        shard_rows = int(bounds[w.k + 1] - bounds[w.k]) if bounds is not None else None
+        devices.append({"device": w.label, "status": r.get("status"), "completed": r.get("completed"),
+                        "expected": r.get("expected") if r.get("expected") is not None else shard_rows,
+                        "phases": r.get("phases") or {}, "memory": r.get("memory"), "error": r.get("error"),
+                        "error_kind": r.get("error_kind"), "startup": r.get("startup")})
+    parallel["devices"] = devices
+    for name in ("load_s", "compile_s", "warmup_s"):  # start-up phases run side by side: the slowest one counts
+        values = [(r.get("phases") or {}).get(name) for r in records]
+        phases[name] = max(values) if values and all(v is not None for v in values) else None
+    shard_times = [(r.get("phases") or {}).get("pass_s") for r in records]
+    parallel["device_pass_s"] = {w.label: t for w, t in zip(workers, shard_times)}
+    from iteralab.campaign.shards import imbalance
+
+    parallel["time_imbalance"] = imbalance(shard_times)
+    completed = [d["completed"] for d in devices]
+    result["completed"] = sum(completed) if all(c is not None for c in completed) else None
+    result["retries"] = sum(int(r.get("retries") or 0) for r in records)
+    result["memory"] = _memory(records, workers)
+    first = records[0]
+    if first.get("workload"):
+        result["workload"] = {**first["workload"], "device": ",".join(w.label for w in workers)
+                              if layout.kind == "gpu" else first["workload"].get("device")}
+    result["file_hashes"] = first.get("file_hashes")
+    for key in ("runtime_rss_bytes", "runtime_imports_s"):  # recorded once, by the first worker
+        if (first.get("startup") or {}).get(key) is not None:
+            result["startup"][key] = first["startup"][key]
+    result["environment"] = first.get("environment")
+    failures = sorted(((w, r) for w, r in zip(workers, records) if r.get("status") != "ok"),
+                      key=lambda wr: wr[1].get("error_kind") == "stopped")  # the cause first
+    if failures:
+        w, r = failures[0]
+        result["error"] = f"{w.label}: {r.get('error')}"
+        result["error_kind"] = r.get("error_kind") or "pass"
+    else:
+        result["status"] = "ok"
+    for w, r in zip(workers, records):
+        for note in r.get("notes") or []:
+            shared = note.startswith(PHASES) or note.startswith("warm-up")
+            line = note if shared else f"{w.label}: {note}"
+            if line not in notes:
+                notes.append(line)
+    counts = ", ".join(f"{d['device']} {'unknown' if d['completed'] is None else d['completed']}"
+                       f"/{d['expected'] if d['expected'] is not None else '?'}" for d in devices)
+    notes.append(f"data-parallel over {layout.describe()}, corpus sharded by {parallel.get('length_unit') or 'rows'} "
+                 f"into contiguous row ranges; completed per device: {counts}")
+    if failures:
+        notes.append(f"failed: {len(failures)} of {len(workers)} workers failed ({result['error']}); the pass is "
+                     "not re-run on fewer devices")
+        if result["completed"] is None:
+            notes.append("completed: unknown, a worker died before reporting its count")
+
+
+def _memory(records: list[dict[str, Any]], workers: list[_Worker]) -> dict[str, Any] | None:
+    """The largest per-device peak of each counter (allocated and reserved separately, never summed)."""
+    memories = [r.get("memory") or {} for r in records]
+    if not any(memories):
+        return None
+    out: dict[str, Any] = {}
+    for key in ("cpu_peak_rss_bytes", "cuda_max_allocated_bytes", "cuda_max_reserved_bytes"):
+        values = [m.get(key) for m in memories if m.get(key) is not None]
+        if values:
+            out[key] = max(values)
+    scope = next((m.get("scope") for m in memories if m.get("scope")), "")
+    out["scope"] = (f"largest per-device peak over {len(workers)} workers, each counter on its own (per device in "
+                    f"the journal's parallel.devices, never summed); each: {scope}")
+    reasons = sorted({m.get("reason") for m in memories if m.get("reason")})
+    missing = [w.label for w, m in zip(workers, memories) if not m]
+    out["reason"] = "; ".join(reasons + ([f"not measured on {', '.join(missing)}"] if missing else [])) or None
+    return out
+
+
+def _merge(spec: dict[str, Any], result: dict[str, Any], workers: list[_Worker]) -> None:
+    """Concatenate the shards' prediction files in shard order into the pass's file (atomically)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from iteralab.campaign.passes import order_hash
+    from iteralab.campaign.predictions import file_name, write_predictions
+
+    classes = list(spec["classes"])
+    ids, probs, order = [], [], []
+    for w in workers:
+        path = w.folder / file_name(f"w{w.k}")
+        if path.is_file():
+            table = pq.read_table(path)
+            ids.append(table.column("id").combine_chunks())
+            values = table.column("probs").combine_chunks().values.to_numpy(zero_copy_only=False)
+            probs.append(values.reshape(table.num_rows, len(classes)))
+        order_path = w.folder / f"w{w.k}.order.parquet"
+        order.append(pq.read_table(order_path).column("id").combine_chunks() if order_path.is_file() else None)
+    merged_ids = pa.concat_arrays(ids) if ids else pa.array([], pa.string())
+    merged_probs = np.concatenate(probs) if probs else np.zeros((0, len(classes)), np.float32)
+    target = Path(spec["prediction_dir"]) / file_name(spec["pass_id"])
+    result["prediction_sha256"] = write_predictions(target, merged_ids, classes, merged_probs)
+    result["prediction_file"] = f"predictions/{target.name}"
+    if all(o is not None for o in order):
+        full = pa.concat_arrays(order) if order else pa.array([], pa.string())
+        result["expected"] = len(full)
+        result["order_hash"] = order_hash(full) if len(full) else None
+    else:
+        result["order_hash"] = None
+        result["notes"].append("order_hash: empty, a worker died before recording its shard's pass order")
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised through subprocess in tests
+    sys.exit(worker_main(sys.argv[1:]))

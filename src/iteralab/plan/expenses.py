@@ -1,0 +1,196 @@
+"""Other project expenses (K5): the protocol's ``[[expenses]]`` lines and its ``[budget]`` rule, locked with it.
+
+A wider project budget records the other expenses that really apply (storage, data transfer, a licence …),
+each with its justification, apart from the package fee. A line applies to every configuration
+(``applies_to = "all"``) or to named variants only, and then says why it differs (``differs_because``), so
+that an item counted for one variant is never an item forgotten for another. One budget holds one currency:
+mixed currencies are refused, between the lines and against the catalog that prices the package fee.
+
+By default the expenses are listed apart: the rule ranks the committed package fee and the cost per verified
+corpus divides the package fee. ``[budget] include_expenses = true`` declares the other way: the rule ranks the
+project total (package fee + the lines that apply) and the cost per verified corpus divides it; the decision
+note says which in words.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import sys
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from iteralab.errors import ProtocolError
+from iteralab.plan.values import Flag, Number, Strict, Text, _kind
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["ALL", "BudgetRule", "ExpenseFile", "ExpenseLine", "check_currency", "expense_problems",
+           "keyed_error", "load_expenses"]
+
+#: ``applies_to`` value of a line that applies to every configuration.
+ALL = "all"
+ONE_CURRENCY = "one project budget holds one currency"
+
+
+def _applies(value: Any) -> Any:
+    if value == ALL:
+        return ALL
+    if isinstance(value, list):
+        if not value:
+            raise ValueError('an empty list applies to no variant: write "all" or name the variants')
+        for item in value:
+            if not isinstance(item, str):
+                raise ValueError(f"expected variant names, got {_kind(item)}")
+        if len(set(value)) < len(value):
+            raise ValueError("a variant is named twice")
+        return tuple(value)
+    raise ValueError(f'expected "all" or a list of variant names, got {_kind(value)}')
+
+
+Applies = Annotated[Any, BeforeValidator(_applies)]
+
+
+class ExpenseLine(Strict):
+    """One ``[[expenses]]`` line: what was paid for, how much, in which currency, why, and for which variants."""
+
+    name: Text = Field(min_length=1)
+    amount: Number = Field(ge=0)
+    currency: Text
+    justification: Text
+    #: "all", or the variant names this line applies to (then ``differs_because`` says why only those).
+    applies_to: Applies
+    differs_because: Text | None = None
+
+    @field_validator("currency")
+    @classmethod
+    def _code(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Z]{3}", value):
+            raise ValueError(f"{value!r} is not a currency code like USD (ISO 4217, upper case)")
+        return value
+
+    @field_validator("justification")
+    @classmethod
+    def _justified(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("an expense needs a justification: say why the project needs it")
+        return value
+
+    @field_validator("amount")
+    @classmethod
+    def _cents(cls, value: float) -> float:
+        if Decimal(str(value)).as_tuple().exponent < -2:  # type: ignore[operator]
+            raise ValueError(f"{value} has more than two decimals; amounts are written to the cent")
+        return value
+
+    @model_validator(mode="after")
+    def _differs(self) -> ExpenseLine:
+        if self.applies_to == ALL and self.differs_because is not None:
+            raise ValueError('differs_because is for a line that applies to some variants only, not to "all"')
+        if self.applies_to != ALL and not (self.differs_because or "").strip():
+            raise ValueError("a line that applies to some variants only must say why in differs_because")
+        return self
+
+    @property
+    def variants(self) -> tuple[str, ...] | None:
+        """The variants the line applies to; None for every configuration."""
+        return None if self.applies_to == ALL else tuple(self.applies_to)
+
+
+class BudgetRule(Strict):
+    """``[budget]``: whether the expenses enter the ranking and the cost per verified corpus (default: no)."""
+
+    include_expenses: Flag = False
+
+
+def keyed_error(key: str, problem: str) -> PydanticCustomError:
+    """A validation error that names its own key (``expenses[1] (egress).currency``) rather than the table's."""
+    return PydanticCustomError("keyed", "{problem}", {"at": key, "problem": problem})
+
+
+def _at(index: int, line: ExpenseLine, key: str) -> str:
+    return f"expenses[{index}] ({line.name}).{key}"
+
+
+def expense_problems(lines: tuple[ExpenseLine, ...], variants: list[str]) -> list[tuple[str, str]]:
+    """(key, problem) for every expense line that names an unknown variant, repeats a name, names every variant
+    in a list, or mixes currencies."""
+    problems: list[tuple[str, str]] = []
+    seen: dict[str, int] = {}
+    for i, line in enumerate(lines):
+        if line.name in seen:
+            problems.append((_at(i, line, "name"), f"{line.name!r} is already expenses[{seen[line.name]}]: one "
+                                                    "line per expense"))
+        seen.setdefault(line.name, i)
+        for name in line.variants or ():
+            if name not in variants:
+                close = difflib.get_close_matches(name, variants, n=1)
+                problems.append((_at(i, line, "applies_to"), f"unknown variant {name!r}"
+                                 + (f" (did you mean {close[0]!r}?)" if close else "")
+                                 + f"; declared: {', '.join(variants)}"))
+        if line.variants is not None and set(line.variants) == set(variants):
+            problems.append((_at(i, line, "applies_to"), 'names every declared variant: write applies_to = "all"'))
+        if line.currency != lines[0].currency:
+            problems.append((_at(i, line, "currency"), f"{line.currency} differs from {lines[0].currency} in "
+                                                       f"expenses[0] ({lines[0].name}): {ONE_CURRENCY}"))
+    return problems
+
+
+def check_currency(lines: tuple[ExpenseLine, ...], currency: str, source: str) -> None:
+    """Refuse expense lines in another currency than the catalog's, which prices the package fee (one line)."""
+    for i, line in enumerate(lines):
+        if line.currency != currency:
+            raise ProtocolError(
+                f"{source}: key '{_at(i, line, 'currency')}': {line.currency} differs from {currency}, the currency "
+                f"of the catalog that prices the package fee: {ONE_CURRENCY}",
+                hint=f"write every expense in {currency} (convert it and give the rate in its justification)")
+
+
+class ExpenseFile(Strict):
+    """A TOML file of ``[[expenses]]`` lines (and an optional ``[budget]`` rule) for ``iteralab price``."""
+
+    expenses: tuple[ExpenseLine, ...] = Field(min_length=1)
+    budget: BudgetRule = BudgetRule()
+
+    @model_validator(mode="after")
+    def _one_currency(self) -> ExpenseFile:
+        # no variants are declared here: a line's variant names are taken as written (price --variant picks one)
+        problems = [(k, p) for k, p in expense_problems(self.expenses, []) if not k.endswith(".applies_to")]
+        if problems:
+            raise keyed_error(*problems[0])
+        return self
+
+
+def load_expenses(path: str | os.PathLike[str]) -> ExpenseFile:
+    """Read and validate an expenses file; errors name the file and the key, like a protocol's. A whole protocol
+    file is read as a protocol (its variant names checked too) and its expense lines taken."""
+    from iteralab.plan.protocol import parse_protocol, refusal
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text)
+    except FileNotFoundError:
+        raise ProtocolError(f"{path}: expenses file not found", hint="check the path") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"{path}: cannot read the expenses file: {exc}", hint="save it as UTF-8 TOML") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ProtocolError(f"{path}: not valid TOML: {exc}", hint="fix the TOML syntax") from None
+    if "variants" in data:
+        protocol = parse_protocol(text, str(path))
+        if not protocol.expenses:
+            raise ProtocolError(f"{path}: the protocol declares no [[expenses]] line", hint="add one, or leave out "
+                                "--expenses")
+        return ExpenseFile(expenses=protocol.expenses, budget=protocol.budget)
+    try:
+        return ExpenseFile.model_validate(data)
+    except ValidationError as exc:
+        raise refusal(data, exc, str(path), ExpenseFile) from None
