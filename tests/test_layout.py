@@ -196,7 +196,7 @@ def test_imports_follow_the_pipeline_order():
 def test_the_import_scan_sees_function_level_imports():
     """The scanner itself: relative, aliased and nested imports resolve to absolute module names."""
     imports = {m for _, m, _ in _imports(PKG / "campaign" / "runner.py")}
-    assert {"iteralab.plan.corpus", "iteralab.campaign.passes"} <= imports
+    assert {"iteralab.plan.protocol", "iteralab.campaign.passes"} <= imports
     nested = {(m, top) for _, m, top in _imports(PKG / "campaign" / "passes.py")}
     assert ("iteralab.models.device", False) in nested  # ``from iteralab.models import device as dev``
     assert _rank("iteralab.kit.calcul_forfaits") == ("kit", -1)

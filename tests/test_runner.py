@@ -194,8 +194,14 @@ resume = true
     assert "retried in halves" in row["notes"]
 
 
+def _with_tests_path():
+    """The tests folder first, then the caller's own path (so child processes run the code under test)."""
+    path = os.environ.get("PYTHONPATH", "")
+    return str(TESTS) + (os.pathsep + path if path else "")
+
+
 def _run_cli(args, env=None):
-    env = dict(os.environ, PYTHONPATH=str(TESTS), **(env or {}))
+    env = dict(os.environ, PYTHONPATH=_with_tests_path(), **(env or {}))
     return subprocess.Popen([sys.executable, "-m", "iteralab.cli", *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -236,7 +242,7 @@ def test_kill_9_mid_pass_leaves_aborted_row_and_resumes(tmp_path):
 
 
 def test_worker_process_isolation(tmp_path, monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", str(TESTS))
+    monkeypatch.setenv("PYTHONPATH", _with_tests_path())
     protocol = callable_campaign(tmp_path, passes=1, isolation="process")
     out = tmp_path / "out"
     run_campaign(protocol, out)
@@ -331,7 +337,7 @@ def test_a_callable_pass_never_imports_torch_and_reports_its_start_up(tmp_path):
     spec_path.write_text(json.dumps({**spec, "spawned_at": time.time()}))
     code = ("import sys\nfrom iteralab.campaign.passes import worker_main\nworker_main(sys.argv[1:])\n"
             "print(sorted(m for m in ('torch', 'sklearn', 'transformers') if m in sys.modules))\n")
-    env = dict(os.environ, PYTHONPATH=str(TESTS))
+    env = dict(os.environ, PYTHONPATH=_with_tests_path())
     proc = subprocess.run([sys.executable, "-c", code, str(spec_path), str(result_path)], env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stderr

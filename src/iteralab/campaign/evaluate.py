@@ -301,7 +301,9 @@ class CampaignReads:
     @property
     def reader(self) -> PredictionReader:
         if self._reader is None:
-            self._reader = PredictionReader(self.context.protocol)
+            # One prediction set kept (≈ 30 bytes per document): a run's evaluations each read their new file,
+            # and the raw table re-reads a file only to compare it with the reference (its verdict is kept).
+            self._reader = PredictionReader(self.context.protocol, keep=1)
         return self._reader
 
 

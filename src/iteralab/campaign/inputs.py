@@ -8,18 +8,24 @@ change after the lock is refused with one line saying which input changed and ho
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import importlib.util
+import json
 import os
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from iteralab.common.files import sha256_file
-from iteralab.errors import ProtocolError
-from iteralab.plan.corpus import Corpus, check_disjoint, load_corpus
+from iteralab.errors import CorpusError, ProtocolError
+from iteralab.plan.corpus import Corpus, check_disjoint, load_corpus, text_fingerprint
 from iteralab.plan.expenses import check_currency
 from iteralab.plan.protocol import Dataset, Protocol, load_protocol, resolve
+from iteralab.plan.scan import Batch, CorpusScan, Sink, labels_digest, scan_corpus
 from iteralab.plan.protocol import lock as _record_lock
 
 INPUTS_SCHEMA = 1
@@ -48,11 +54,33 @@ def _short_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
+#: How a lock stores its per-id records: the JSON list of ``[id, text digest, label]`` sorted by id, zlib-compressed
+#: and base64-encoded, so that a lock of a million documents is a few MB that parses into one string, not a
+#: Python object per document. Locks written before hold a plain ``{id: [text digest, label]}`` object.
+RECORDS_ENCODING = "zlib+base64:json-list[id,text_sha256_16,label]"
+
+
 def corpus_fingerprint(corpus: Corpus) -> dict[str, Any]:
-    """Ids, texts and reference labels: the fingerprint (C1), and per id a text digest and the label, so that a
-    later change can be said in words ("3 ids missing")."""
+    """Ids, texts and reference labels: the fingerprint (C1), the digest of the labels in id order, and per id a
+    text digest and the label (compressed, :data:`RECORDS_ENCODING`), so that a later change can be said in
+    words ("3 ids missing")."""
+    records = sorted(corpus.records, key=lambda r: r.id)
+    rows = json.dumps([[r.id, _short_hash(r.text), r.label] for r in records], ensure_ascii=False,
+                      separators=(",", ":"))
+    data = base64.b64encode(zlib.compress(rows.encode("utf-8", "surrogatepass"), 6)).decode("ascii")
+    labels = {r.id: [None, r.label] for r in records}
     return {"size": len(corpus), "fingerprint": corpus.fingerprint(), "id_origin": corpus.id_origin,
-            "records": {r.id: [_short_hash(r.text), r.label] for r in sorted(corpus.records, key=lambda r: r.id)}}
+            "labels_sha256": labels_digest(labels), "records": {"encoding": RECORDS_ENCODING, "data": data}}
+
+
+def corpus_records(fingerprint: dict[str, Any]) -> dict[str, list[Any]]:
+    """The per-id ``{id: [text digest, label]}`` of a corpus fingerprint, in either stored form."""
+    records = fingerprint["records"]
+    if isinstance(records, dict) and records.get("encoding") == RECORDS_ENCODING and isinstance(records.get("data"),
+                                                                                                 str):
+        rows = json.loads(zlib.decompress(base64.b64decode(records["data"])).decode("utf-8", "surrogatepass"))
+        return {row[0]: [row[1], row[2]] for row in rows}
+    return records
 
 
 def model_files(protocol: Protocol, protocol_path: Path) -> dict[str, str]:
@@ -146,19 +174,100 @@ def lock(protocol_path: str | os.PathLike[str], *, now: datetime | None = None,
 
 
 def check_inputs(protocol_path: str | os.PathLike[str], entry: dict[str, Any], *,
-                 rerun: bool = False) -> None:
+                 rerun: bool = False, scans: InputScans | None = None) -> None:
     """Refuse a run whose inputs differ from those fingerprinted at the lock (one line: which input, how).
 
     A ``rerun`` repeats the question on this machine's model and catalog (that is its purpose, D3): only the
-    corpus and the tuning split must be the locked ones."""
+    corpus and the tuning split must be the locked ones. The corpus is read in record batches
+    (:func:`scan_inputs`, or the caller's ``scans`` of it); a per-id comparison is made only when its digests
+    differ from the lock's, to say what changed."""
     path = Path(protocol_path)
     if rerun and "inputs" not in entry:
         return  # a campaign locked before inputs were fingerprinted: the rerun checks its corpus fingerprint
     _require_fingerprints(path, entry)
-    now = fingerprint_inputs(path)
+    protocol = load_protocol(path)
+    locked = entry["inputs"]
+    if protocol.datasets:  # K6: each dataset is read whole (campaign/datasets.py)
+        now = fingerprint_inputs(path)
+    else:
+        scans = scans or scan_inputs(protocol, path)
+        now = {"schema_version": INPUTS_SCHEMA,
+               "corpus": _scanned_fingerprint(locked.get("corpus"), scans.corpus,
+                                              lambda: load_inputs(protocol, path)[0]),
+               "tuning": None if scans.tuning is None else _scanned_fingerprint(
+                   locked.get("tuning"), scans.tuning, lambda: load_inputs(protocol, path)[1]),
+               "model": model_files(protocol, path), "catalog": catalog_fingerprint(protocol, path)}
     if rerun:
-        now = {**now, "model": entry["inputs"].get("model"), "catalog": entry["inputs"].get("catalog")}
+        now = {**now, "model": locked.get("model"), "catalog": locked.get("catalog")}
     compare_inputs(path, entry, now)
+
+
+@dataclass
+class InputScans:
+    """The final corpus and the tuning split, read in record batches and checked (P4, C2) as ``load_inputs``
+    and ``check_strata`` check them."""
+
+    corpus: CorpusScan
+    tuning: CorpusScan | None
+
+
+def scan_inputs(protocol: Protocol, protocol_path: Path, *, sinks: Sequence[Sink] = (),
+                tuning_sinks: Sequence[Sink] = ()) -> InputScans:
+    """``load_inputs`` + ``check_strata`` without holding the corpus: each validated batch goes to ``sinks``
+    (``tuning_sinks`` for the tuning split). Refusals are theirs, word for word (the file is then read whole
+    to name the first bad line)."""
+    from iteralab.models.tokens import RowStrataCheck
+
+    spec = protocol.corpus
+    columns = dict(id_column=spec.id_column, text_column=spec.text_column, label_column=spec.label_column,
+                   classes=list(spec.classes))
+    needs_strata = any(sg.by == "stratum" for sg in protocol.subgroups)
+    extra = [spec.stratum_column] if spec.stratum_column and needs_strata else []
+    tuning = tuning_scan = None
+    if spec.tuning_path:
+        try:
+            tuning = load_corpus(resolve(protocol_path, spec.tuning_path), **columns)
+        except CorpusError:
+            scan_corpus(resolve(protocol_path, spec.path), **columns, extra_columns=extra)  # its error first
+            raise
+    overlap = _Overlap(tuning)
+    strata = RowStrataCheck(protocol, protocol_path)
+    corpus_scan = scan_corpus(resolve(protocol_path, spec.path), **columns, extra_columns=extra,
+                              sinks=[*sinks, overlap, strata])
+    if tuning is not None:
+        if overlap.found:
+            check_disjoint(tuning, load_inputs(protocol, protocol_path)[0])
+        tuning_scan = scan_corpus(resolve(protocol_path, spec.tuning_path), **columns, sinks=tuning_sinks)
+    strata.finish(lambda: load_inputs(protocol, protocol_path)[0])
+    return InputScans(corpus_scan, tuning_scan)
+
+
+class _Overlap:
+    """P4 while the final corpus streams by: does a batch share an id or a normalised text with the tuning
+    split? Only a flag is kept; ``check_disjoint`` then says which."""
+
+    def __init__(self, tuning: Corpus | None) -> None:
+        self.ids = set(tuning.ids) if tuning is not None else set()
+        self.texts = tuning.text_fingerprints() if tuning is not None else set()
+        self.active = tuning is not None
+        self.found = False
+
+    def __call__(self, batch: Batch | None) -> None:
+        if batch is None:
+            self.found = False
+        elif self.active and not self.found:
+            self.found = any(i in self.ids for i in batch.ids) or \
+                any(text_fingerprint(t) in self.texts for t in batch.texts)
+
+
+def _scanned_fingerprint(locked: dict[str, Any] | None, scan: CorpusScan, load: Any) -> dict[str, Any]:
+    """The lock's own record when the scan proves the corpus unchanged (same size, id origin, fingerprint —
+    hence ids and texts — and labels), else the per-id fingerprint of the corpus read whole, to say what changed."""
+    if (isinstance(locked, dict) and locked.get("size") == scan.size and locked.get("id_origin") == scan.id_origin
+            and locked.get("fingerprint") == scan.fingerprint and isinstance(locked.get("records"), dict)
+            and (locked.get("labels_sha256") or labels_digest(corpus_records(locked))) == scan.labels_sha256):
+        return locked
+    return corpus_fingerprint(load())
 
 
 def _require_fingerprints(path: Path, entry: dict[str, Any]) -> None:
@@ -182,7 +291,9 @@ def _corpus_change(name: str, locked: dict[str, Any] | None, now: dict[str, Any]
         return f"{name}: declared, none at the lock"
     if now is None:
         return f"{name}: removed"
-    before, after = locked["records"], now["records"]
+    if locked == now:
+        return None
+    before, after = corpus_records(locked), corpus_records(now)
     missing = sorted(set(before) - set(after))
     new = sorted(set(after) - set(before))
     if missing or new:
@@ -232,5 +343,5 @@ def compare_inputs(path: Path, entry: dict[str, Any], inputs: dict[str, Any]) ->
         raise ProtocolError(f"{path}: {change} since the lock at {entry['locked_at']}", hint=AMEND_HINT)
 
 
-__all__ = ["check_inputs", "check_strata", "describe_change", "fingerprint_inputs", "load_inputs",
-           "lock", "model_files"]
+__all__ = ["InputScans", "check_inputs", "check_strata", "describe_change", "fingerprint_inputs", "load_inputs",
+           "lock", "model_files", "scan_inputs"]

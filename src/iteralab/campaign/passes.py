@@ -190,9 +190,10 @@ class MeasuredPass:
         """Every id of the corpus, in pass order (an Arrow string array)."""
         import pyarrow as pa
 
-        ids = pa.concat_arrays([c.cast(pa.string()) for c in self.id_chunks]) if self.id_chunks else \
-            pa.array([], pa.string())
-        return ids if self.order is None else ids.take(pa.array(self.order))
+        from iteralab.campaign.predictions import numpy_array, string_array
+
+        ids = pa.concat_arrays([c.cast(pa.string()) for c in self.id_chunks]) if self.id_chunks else string_array([])
+        return ids if self.order is None else ids.take(numpy_array(self.order))
 
     @property
     def probs(self) -> np.ndarray:
@@ -353,8 +354,10 @@ def execute_pass(spec: dict[str, Any], clock: Any = None, startup: dict[str, flo
     ids = pass_run.ordered_ids()
     result["expected"] = len(ids)
     target = Path(spec["prediction_dir"]) / file_name(spec["pass_id"])
-    result["prediction_sha256"] = write_predictions(target, ids.slice(0, progress.completed), spec["classes"],
-                                                    pass_run.probs)
+    probs = pass_run.probs
+    pass_run.outputs.clear()  # the batches' rows now live in `probs` only: one copy per document, not two
+    result["prediction_sha256"] = write_predictions(target, ids.slice(0, progress.completed), spec["classes"], probs)
+    del probs
     result["prediction_file"] = f"predictions/{target.name}"
     phases["writing_s"] = clock.now() - t0
     result["order_hash"] = order_hash(ids) if len(ids) else None

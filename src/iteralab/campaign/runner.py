@@ -28,8 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from iteralab.plan.corpus import write_corpus
-from iteralab.campaign.inputs import check_inputs, load_inputs
+from iteralab.campaign.inputs import check_inputs
 from iteralab.errors import ProtocolError, RunError
 from iteralab.common.files import sha256_file, write_bytes_atomic, write_json_atomic
 from iteralab.campaign.carry import carry_model_files
@@ -99,21 +98,42 @@ def _ensure_folder(out: Path) -> None:
                        hint="choose a folder you can write to") from None
 
 
-def _write_corpus_copy(protocol: Protocol, protocol_path: Path, target: Path
-                       ) -> tuple[Any, dict[str, str], dict[str, Any] | None]:
+def _scan_and_copy(protocol: Protocol, protocol_path: Path, lock_entry: dict[str, Any], inputs: Path, *,
+                   rerun: bool) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
+    """Read the corpus (and tuning split) once, in record batches: check them against the lock while writing
+    the folder's copies (P2, C1). Returns the corpus scan, the copy's record and the tuning record."""
+    from iteralab.campaign.corpuscopy import CorpusCopy
+    from iteralab.campaign.inputs import scan_inputs
+
     spec = protocol.corpus
-    corpus, tuning = load_inputs(protocol, protocol_path)
-    strata: dict[str, str] = {}
+    by_stratum = any(sg.by == "stratum" for sg in protocol.subgroups) and bool(spec.stratum_column)
+    copy = CorpusCopy(inputs / "corpus.csv", extra={"stratum": spec.stratum_column if by_stratum else ""})
+    tuning_copy = CorpusCopy(inputs / "tuning.csv") if spec.tuning_path else None
+    try:
+        scans = scan_inputs(protocol, protocol_path, sinks=[copy],
+                            tuning_sinks=[tuning_copy] if tuning_copy is not None else [])
+        check_inputs(protocol_path, lock_entry, rerun=rerun, scans=scans)
+    except BaseException:
+        copy.abort()
+        if tuning_copy is not None:
+            tuning_copy.abort()
+        raise
     tuning_info = None
-    if any(sg.by == "stratum" for sg in protocol.subgroups) and spec.stratum_column:
-        strata = {i: s or "" for i, s in zip(corpus.ids, corpus.columns[spec.stratum_column])}
-    if tuning is not None:
-        copy = target.with_name("tuning.csv")
-        write_corpus(tuning, copy)
-        tuning_info = {"file": "inputs/tuning.csv", "id_origin": tuning.id_origin, "size": len(tuning),
-                       "fingerprint": tuning.fingerprint(), "file_sha256": sha256_file(copy)}
-    write_corpus(corpus, target, extra={"stratum": [strata.get(i, "") for i in corpus.ids]})
-    return corpus, strata, tuning_info
+    if tuning_copy is not None and scans.tuning is not None:
+        t = scans.tuning
+        tuning_info = {"file": "inputs/tuning.csv", "id_origin": t.id_origin, "size": t.size,
+                       "fingerprint": t.fingerprint, "file_sha256": tuning_copy.commit()}
+    elif tuning_copy is not None:
+        tuning_copy.abort()
+    corpus = scans.corpus
+    strata: dict[str, int] = {}
+    if by_stratum:
+        for value, n in (corpus.extra_counts.get(spec.stratum_column) or {}).items():
+            strata[value or ""] = strata.get(value or "", 0) + n
+    record = {"fingerprint": corpus.fingerprint, "order_hash": corpus.order_hash, "size": corpus.size,
+              "id_origin": corpus.id_origin, "file": "inputs/corpus.csv", "file_sha256": copy.commit(),
+              "strata": dict(sorted(strata.items()))}
+    return corpus, record, tuning_info
 
 
 def _copy_catalog(protocol: Protocol, protocol_path: Path, target: Path) -> dict[str, Any]:
@@ -139,10 +159,10 @@ def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], 
     protocol_path = Path(protocol_path)
     protocol, lock_entry = check_locked(protocol_path)
     check_series(protocol, str(protocol_path))
-    check_inputs(protocol_path, lock_entry, rerun=rerun)
     out = Path(out)
     existing = out / "campaign.json"
     if existing.exists():
+        check_inputs(protocol_path, lock_entry, rerun=rerun)
         campaign = json.loads(existing.read_text(encoding="utf-8"))
         if campaign["protocol"]["sha256"] != lock_entry["sha256"]:
             raise RunError(
@@ -152,21 +172,26 @@ def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], 
                 hint="results of different protocol versions are never pooled: use a new --out folder",
             )
         return campaign
-    _ensure_folder(out)
+    created = not out.exists()
+    datasets: list[dict[str, Any]] = []
+    if protocol.datasets:  # K6: checked, then one corpus copy per dataset; the corpus record combines them
+        from iteralab.campaign.datasets import write_dataset_copies
+
+        check_inputs(protocol_path, lock_entry, rerun=rerun)
+        _ensure_folder(out)
+        datasets, corpus_record, tuning = write_dataset_copies(protocol, protocol_path, out)
+    else:
+        _ensure_folder(out)
+        try:  # the inputs are checked while they are copied: a refused input leaves no folder it created
+            _, corpus_record, tuning = _scan_and_copy(protocol, protocol_path, lock_entry, out / "inputs",
+                                                      rerun=rerun)
+        except BaseException:
+            if created:
+                shutil.rmtree(out, ignore_errors=True)
+            raise
     write_bytes_atomic(out / "inputs" / "protocol.toml", protocol_path.read_bytes())
     write_json_atomic(out / "inputs" / "protocol.toml.lock.json",
                       {"schema_version": 1, "locks": [lock_entry]})
-    datasets: list[dict[str, Any]] = []
-    if protocol.datasets:  # K6: one corpus copy per dataset, the campaign's corpus record combines them
-        from iteralab.campaign.datasets import write_dataset_copies
-
-        datasets, corpus_record, tuning = write_dataset_copies(protocol, protocol_path, out)
-    else:
-        corpus, strata, tuning = _write_corpus_copy(protocol, protocol_path, out / "inputs" / "corpus.csv")
-        corpus_record = {"fingerprint": corpus.fingerprint(), "order_hash": corpus.order_hash(), "size": len(corpus),
-                         "id_origin": corpus.id_origin, "file": "inputs/corpus.csv",
-                         "file_sha256": sha256_file(out / "inputs" / "corpus.csv"),
-                         "strata": _count(strata.values()) if strata else {}}
     catalog = _copy_catalog(protocol, protocol_path, out / "inputs" / "catalog.csv")
     carried = carry_model_files(protocol, protocol_path, out)  # small model files copied, weights by hash (D3)
     design, slots = schedule_slots(protocol)
@@ -190,13 +215,6 @@ def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], 
         campaign["datasets"] = datasets
     write_json_atomic(existing, campaign)
     return campaign
-
-
-def _count(values: Any) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for v in values:
-        counts[v] = counts.get(v, 0) + 1
-    return dict(sorted(counts.items()))
 
 
 def _pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Slot, pass_id: str) -> dict[str, Any]:

@@ -52,8 +52,19 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
                            hint="free disk space or fix permissions, then run again: what was already "
                                 "recorded is kept") from None
         raise
+    _fsync_folder(path.parent)
+
+
+def replace_durably(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
+    """Rename a complete, fsynced temporary file onto ``path`` and fsync the folder (the end of an atomic write
+    made by a streaming writer)."""
+    os.replace(tmp, path)
+    _fsync_folder(Path(path).parent)
+
+
+def _fsync_folder(folder: Path) -> None:
     try:
-        dfd = os.open(path.parent, os.O_RDONLY)
+        dfd = os.open(folder, os.O_RDONLY)
     except OSError:
         return
     try:

@@ -106,6 +106,45 @@ def check_row_strata(protocol: Protocol, protocol_path: Path, corpus: Corpus) ->
                 hint="recompute the strata with: iteralab prepare")
 
 
+class RowStrataCheck:
+    """:func:`check_row_strata`, batch by batch, as a sink of :func:`iteralab.plan.scan.scan_corpus`: each
+    batch's strata cells and token counts are checked and only a flag is kept. :meth:`finish` raises the
+    precise one-line error by running :func:`check_row_strata` on the corpus (read whole only then)."""
+
+    def __init__(self, protocol: Protocol, protocol_path: Path) -> None:
+        self.protocol, self.protocol_path = protocol, protocol_path
+        self.active = any(sg.by == "stratum" for sg in protocol.subgroups)
+        self.strata = protocol_strata(protocol)
+        self.column = protocol.corpus.stratum_column or "stratum"
+        self.folder = resolve(protocol_path, protocol.model.path)
+        self.count: Callable[[Sequence[str]], list[int]] | None = None
+        if self.active and self.strata and self.folder is not None:
+            self.count = token_counter(load_tokenizer(self.folder))
+        self.bad = False
+
+    def __call__(self, batch: Any) -> None:
+        if batch is None:  # the scan starts again from the first record
+            self.bad = False
+            return
+        if not self.active or self.bad or self.count is None:
+            return
+        cells = batch.extra.get(self.column) or [None] * len(batch.ids)
+        if any(c is None or c not in self.strata for c in cells):
+            self.bad = True
+            return
+        try:
+            expected = assign_strata(self.count(batch.texts), self.strata, names=batch.ids)
+        except CorpusError:
+            self.bad = True
+            return
+        self.bad = expected != cells
+
+    def finish(self, load: Callable[[], Corpus]) -> None:
+        """Raise as :func:`check_row_strata` would when a batch disagreed or the declaration is incomplete."""
+        if self.active and (self.bad or self.count is None):
+            check_row_strata(self.protocol, self.protocol_path, load())
+
+
 def model_kind(folder: Path) -> str:
     """``hf_classifier`` when the folder's config names a sequence-classification architecture, else an
     encoder that needs a trained head (``encoder_head``)."""
