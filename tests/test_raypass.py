@@ -126,7 +126,7 @@ def test_ray_and_local_engines_in_one_campaign_lock_run_verify_decide(tmp_path, 
 
 @needs_ray
 def test_a_failing_batch_or_a_lost_actor_fails_the_ray_pass_with_the_inputs_received(tmp_path):
-    variants = RAY_RUN + """
+    variants = RAY_RUN.replace("ray_no_progress_timeout_s = 60", "ray_no_progress_timeout_s = 30") + """
 [[variants]]
 name = "b4-ray"
 batch_size = 4
@@ -149,7 +149,9 @@ engine = "ray"
         assert f"failed after {completed} of 12 inputs" in row["notes"] and row["pass_s"] == ""
         assert pq.read_table(out / row["prediction_file"]).num_rows == completed  # exactly what was received
     assert rows["b4-ray"]["error"].startswith("ValueError: weak script is not supported")  # the workload's error
-    assert "Actor" in rows["b1-ray"]["error"] or "actor" in rows["b1-ray"]["error"]  # lost, never replaced
+    # the lost actor is never replaced: Ray reports it dead, or (its tasks unfinished, no actor left) the pass
+    # makes no progress and the protocol's no-progress timeout fails it
+    assert rows["b1-ray"]["error"].startswith(("ActorDiedError", "ExecutionTimeoutError"))
 
 
 def _run_cli(args, env):
