@@ -110,12 +110,7 @@ def worker_main(argv: list[str]) -> int:
         environment = environment_manifest(Path(spec.get("workdir") or os.getcwd()),
                                            runtime=not owns_device(spec["model"]["kind"]))
         startup["environment_s"] = time.perf_counter() - t0
-        if spec["model"]["kind"] != "callable":  # the runtime's own resident memory, as a single-device worker
-            from iteralab.kit.memoire import runtime_imports, runtime_overhead
-
-            t0 = time.perf_counter()
-            startup["runtime_rss_bytes"] = runtime_overhead(runtime_imports()).bytes
-            startup["runtime_imports_s"] = time.perf_counter() - t0
+        passes.record_runtime_memory(spec, startup)  # recorded once, by the worker that collects the environment
     try:
         result = passes.execute_pass(spec, startup=startup, sync=sync)
     except Exception as exc:  # unexpected: still leave a failure record behind

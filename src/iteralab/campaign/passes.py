@@ -366,6 +366,19 @@ def execute_pass(spec: dict[str, Any], clock: Any = None, startup: dict[str, flo
     return result
 
 
+def record_runtime_memory(spec: dict[str, Any], startup: dict[str, Any]) -> None:
+    """The runtime's own resident memory (interpreter + libraries, no model yet), read once by a pass worker
+    before it loads the model, into its start-up record: the memory estimate of every later command uses this
+    journaled value, never a new measurement. A callable owns its model: nothing to record."""
+    if spec["model"]["kind"] == "callable":
+        return
+    from iteralab.kit.memoire import runtime_imports, runtime_overhead
+
+    t0 = time.perf_counter()
+    startup["runtime_rss_bytes"] = runtime_overhead(runtime_imports()).bytes
+    startup["runtime_imports_s"] = time.perf_counter() - t0
+
+
 def worker_main(argv: list[str]) -> int:
     """``python -m iteralab.campaign.passes SPEC.json RESULT.json``: run one pass in a fresh process."""
     spec_path, result_path = argv
@@ -385,14 +398,7 @@ def worker_main(argv: list[str]) -> int:
     except Exception as exc:
         environment = {"error": _error_text(exc)}
     startup["environment_s"] = time.perf_counter() - t0
-    if spec["model"]["kind"] != "callable":
-        # The runtime's own resident memory (interpreter + libraries, no model yet), read once in this worker
-        # and journaled: the memory estimate of every later command uses this record, never a new measurement.
-        from iteralab.kit.memoire import runtime_imports, runtime_overhead
-
-        t0 = time.perf_counter()
-        startup["runtime_rss_bytes"] = runtime_overhead(runtime_imports()).bytes
-        startup["runtime_imports_s"] = time.perf_counter() - t0
+    record_runtime_memory(spec, startup)
     try:
         result = execute_pass(spec, startup=startup)
     except Exception as exc:  # unexpected: still leave a failure record behind
