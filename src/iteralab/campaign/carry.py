@@ -31,28 +31,25 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".onnx", ".gg
 CARRY_LIMIT = 64 * 1024 * 1024
 
 
-def model_sources(protocol: Protocol, protocol_path: Path) -> dict[str, Path]:
-    """Every file the declared model reads, by its fingerprint name (the lock's ``inputs.model`` keys)."""
-    from iteralab.models.base import folder_hashes
+def source_file(name: str, folder: str | Path | None, head: str | Path | None,
+                callable_file: str | Path | None = None) -> Path | None:
+    """The file behind a fingerprint name, given the model folder, the head file and the callable's module file
+    (None when the name's part is not declared)."""
+    if name.startswith("head/"):
+        return Path(head) if head else None
+    if name.startswith("callable/"):
+        return Path(callable_file) if callable_file else None
+    return Path(folder) / name.removeprefix("tokenizer/") if folder else None
 
-    model = protocol.model
-    found: dict[str, Path] = {}
-    folder = resolve(protocol_path, model.path)
-    if folder is not None and folder.is_dir():
-        prefix = "tokenizer/" if model.kind == "callable" else ""
-        for name in folder_hashes(folder, prefix=prefix):
-            found[name] = folder / name[len(prefix):]
-    head = resolve(protocol_path, model.head)
-    if head is not None and head.is_file():
-        found[f"head/{head.name}"] = head
-    if model.callable:
-        try:
-            spec = importlib.util.find_spec(model.callable.partition(":")[0])
-        except (ImportError, ValueError):
-            spec = None
-        if spec is not None and spec.origin and Path(spec.origin).is_file():
-            found[f"callable/{Path(spec.origin).name}"] = Path(spec.origin)
-    return dict(sorted(found.items()))
+
+def _callable_file(protocol: Protocol) -> Path | None:
+    if not protocol.model.callable:
+        return None
+    try:
+        spec = importlib.util.find_spec(protocol.model.callable.partition(":")[0])
+    except (ImportError, ValueError):
+        return None
+    return Path(spec.origin) if spec is not None and spec.origin else None
 
 
 def is_weight(name: str, size: int) -> bool:
@@ -63,21 +60,32 @@ def is_weight(name: str, size: int) -> bool:
     return name.lower().endswith(WEIGHT_SUFFIXES) or size > CARRY_LIMIT
 
 
-def carry_model_files(protocol: Protocol, protocol_path: Path, out: Path) -> dict[str, Any]:
+def carry_model_files(protocol: Protocol, protocol_path: Path, out: Path,
+                      hashes: dict[str, str] | None = None) -> dict[str, Any]:
     """Copy the carried files into ``out/inputs/model`` and return the ``model.files`` record of campaign.json:
-    per file its sha256, its size and whether the folder holds it."""
+    per file its sha256, its size and whether the folder holds it. ``hashes`` are the model files' sha256 as the
+    input check just computed them (``campaign.inputs.check_inputs``); without them they are computed here."""
+    if hashes is None:
+        from iteralab.campaign.inputs import model_files
+
+        hashes = model_files(protocol, protocol_path)
+    model = protocol.model
+    folder, head = resolve(protocol_path, model.path), resolve(protocol_path, model.head)
+    callable_file = _callable_file(protocol)
     target = out / CARRY_DIR
     files: dict[str, Any] = {}
-    for name, source in model_sources(protocol, protocol_path).items():
+    for name, digest in sorted(hashes.items()):
+        source = source_file(name, folder, head, callable_file)
+        assert source is not None, name  # every fingerprint name comes from a declared part of the model
         size = source.stat().st_size
-        digest = sha256_file(source)
         carried = not is_weight(name, size)
         if carried:
             copy = target / name
             copy.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, copy)
             if sha256_file(copy) != digest:
-                raise BundleError(f"{copy}: the copy of {source} differs from its source (it changed while copied)",
+                raise BundleError(f"{copy}: the copy of {source} differs from the file checked against the lock "
+                                  "(it changed while copied)",
                                   hint="run again once the model files are no longer being written")
         files[name] = {"sha256": digest, "bytes": size, "carried": carried}
     return {"folder": CARRY_DIR, "files": files}
@@ -104,7 +112,7 @@ def include_weights(campaign_dir: Path, campaign: dict[str, Any]) -> list[str]:
     for name, info in record.items():
         if carried_path(campaign_dir, name, info) is not None:
             continue
-        source = _recorded_source(model, name)
+        source = source_file(name, model.get("path"), model.get("head"))  # a callable's module is always carried
         if source is None or not source.is_file():
             raise BundleError(f"{campaign_dir}: cannot include {describe_missing(name, info)}: the file it was "
                               f"read from ({source}) is not on this machine",
@@ -119,15 +127,5 @@ def include_weights(campaign_dir: Path, campaign: dict[str, Any]) -> list[str]:
     return added
 
 
-def _recorded_source(model: dict[str, Any], name: str) -> Path | None:
-    if name.startswith("head/"):
-        return Path(model["head"]) if model.get("head") else None
-    if name.startswith("callable/"):
-        return None  # always carried
-    if not model.get("path"):
-        return None
-    return Path(model["path"]) / name.removeprefix("tokenizer/")
-
-
 __all__ = ["CARRY_DIR", "CARRY_LIMIT", "WEIGHT_SUFFIXES", "carried_path", "carry_model_files",
-           "describe_missing", "include_weights", "is_weight", "model_sources"]
+           "describe_missing", "include_weights", "is_weight", "source_file"]

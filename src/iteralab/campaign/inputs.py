@@ -174,16 +174,17 @@ def lock(protocol_path: str | os.PathLike[str], *, now: datetime | None = None,
 
 
 def check_inputs(protocol_path: str | os.PathLike[str], entry: dict[str, Any], *,
-                 rerun: bool = False, scans: InputScans | None = None) -> None:
+                 rerun: bool = False, scans: InputScans | None = None) -> dict[str, str] | None:
     """Refuse a run whose inputs differ from those fingerprinted at the lock (one line: which input, how).
 
     A ``rerun`` repeats the question on this machine's model and catalog (that is its purpose, D3): only the
     corpus and the tuning split must be the locked ones. The corpus is read in record batches
     (:func:`scan_inputs`, or the caller's ``scans`` of it); a per-id comparison is made only when its digests
-    differ from the lock's, to say what changed."""
+    differ from the lock's, to say what changed. Returns the sha256 of the model files as they are now (what
+    the run will read; None for a lock without fingerprints), so the caller never hashes them again."""
     path = Path(protocol_path)
     if rerun and "inputs" not in entry:
-        return  # a campaign locked before inputs were fingerprinted: the rerun checks its corpus fingerprint
+        return None  # a campaign locked before inputs were fingerprinted: the rerun checks its corpus fingerprint
     _require_fingerprints(path, entry)
     protocol = load_protocol(path)
     locked = entry["inputs"]
@@ -197,9 +198,11 @@ def check_inputs(protocol_path: str | os.PathLike[str], entry: dict[str, Any], *
                "tuning": None if scans.tuning is None else _scanned_fingerprint(
                    locked.get("tuning"), scans.tuning, lambda: load_inputs(protocol, path)[1]),
                "model": model_files(protocol, path), "catalog": catalog_fingerprint(protocol, path)}
+    model_now = now["model"]
     if rerun:
         now = {**now, "model": locked.get("model"), "catalog": locked.get("catalog")}
     compare_inputs(path, entry, now)
+    return model_now
 
 
 @dataclass

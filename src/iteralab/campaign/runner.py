@@ -99,9 +99,10 @@ def _ensure_folder(out: Path) -> None:
 
 
 def _scan_and_copy(protocol: Protocol, protocol_path: Path, lock_entry: dict[str, Any], inputs: Path, *,
-                   rerun: bool) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
+                   rerun: bool) -> tuple[Any, dict[str, Any], dict[str, Any] | None, dict[str, str] | None]:
     """Read the corpus (and tuning split) once, in record batches: check them against the lock while writing
-    the folder's copies (P2, C1). Returns the corpus scan, the copy's record and the tuning record."""
+    the folder's copies (P2, C1). Returns the corpus scan, the copy's record, the tuning record and the model
+    files' sha256 as checked."""
     from iteralab.campaign.corpuscopy import CorpusCopy
     from iteralab.campaign.inputs import scan_inputs
 
@@ -112,7 +113,7 @@ def _scan_and_copy(protocol: Protocol, protocol_path: Path, lock_entry: dict[str
     try:
         scans = scan_inputs(protocol, protocol_path, sinks=[copy],
                             tuning_sinks=[tuning_copy] if tuning_copy is not None else [])
-        check_inputs(protocol_path, lock_entry, rerun=rerun, scans=scans)
+        model_hashes = check_inputs(protocol_path, lock_entry, rerun=rerun, scans=scans)
     except BaseException:
         copy.abort()
         if tuning_copy is not None:
@@ -133,7 +134,7 @@ def _scan_and_copy(protocol: Protocol, protocol_path: Path, lock_entry: dict[str
     record = {"fingerprint": corpus.fingerprint, "order_hash": corpus.order_hash, "size": corpus.size,
               "id_origin": corpus.id_origin, "file": "inputs/corpus.csv", "file_sha256": copy.commit(),
               "strata": dict(sorted(strata.items()))}
-    return corpus, record, tuning_info
+    return corpus, record, tuning_info, model_hashes
 
 
 def _copy_catalog(protocol: Protocol, protocol_path: Path, target: Path) -> dict[str, Any]:
@@ -177,14 +178,14 @@ def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], 
     if protocol.datasets:  # K6: checked, then one corpus copy per dataset; the corpus record combines them
         from iteralab.campaign.datasets import write_dataset_copies
 
-        check_inputs(protocol_path, lock_entry, rerun=rerun)
+        model_hashes = check_inputs(protocol_path, lock_entry, rerun=rerun)
         _ensure_folder(out)
         datasets, corpus_record, tuning = write_dataset_copies(protocol, protocol_path, out)
     else:
         _ensure_folder(out)
         try:  # the inputs are checked while they are copied: a refused input leaves no folder it created
-            _, corpus_record, tuning = _scan_and_copy(protocol, protocol_path, lock_entry, out / "inputs",
-                                                      rerun=rerun)
+            _, corpus_record, tuning, model_hashes = _scan_and_copy(protocol, protocol_path, lock_entry,
+                                                                    out / "inputs", rerun=rerun)
         except BaseException:
             if created:
                 shutil.rmtree(out, ignore_errors=True)
@@ -193,7 +194,8 @@ def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], 
     write_json_atomic(out / "inputs" / "protocol.toml.lock.json",
                       {"schema_version": 1, "locks": [lock_entry]})
     catalog = _copy_catalog(protocol, protocol_path, out / "inputs" / "catalog.csv")
-    carried = carry_model_files(protocol, protocol_path, out)  # small model files copied, weights by hash (D3)
+    # small model files copied, weights by hash (D3), from the hashes the input check just computed
+    carried = carry_model_files(protocol, protocol_path, out, model_hashes)
     design, slots = schedule_slots(protocol)
     model = protocol.model
     campaign = {

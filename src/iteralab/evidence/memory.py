@@ -121,11 +121,8 @@ def _meta_model(spec: dict[str, Any]) -> tuple[Any, int, str | None, str | None]
     return model, extra, getattr(config, "model_type", None), None
 
 
-def _described_parameters(campaign_dir: Path) -> dict[str, set[int]]:
+def _described_parameters(state: Any) -> dict[str, set[int]]:
     """Per variant, the parameter counts the passes' workloads described (journal ``pass_finished``)."""
-    from iteralab.campaign.journal import JOURNAL_NAME, read_journal
-
-    state = read_journal(campaign_dir / JOURNAL_NAME)
     found: dict[str, set[int]] = {}
     for pid, record in state.finished.items():
         count = (record.get("workload") or {}).get("parameter_count")
@@ -134,13 +131,11 @@ def _described_parameters(campaign_dir: Path) -> dict[str, set[int]]:
     return found
 
 
-def recorded_runtime_overhead(campaign_dir: Path) -> RuntimeOverhead | None:
+def recorded_runtime_overhead(state: Any) -> RuntimeOverhead | None:
     """The runtime overhead the pass workers read once, after their imports and before loading the model
     (journal ``pass_finished`` → ``startup.runtime_rss_bytes``): the median over passes. None when no pass
-    recorded one (in-process isolation, or a folder written before the record existed)."""
-    from iteralab.campaign.journal import JOURNAL_NAME, read_journal
-
-    state = read_journal(campaign_dir / JOURNAL_NAME)
+    recorded one (in-process isolation, or a folder written before the record existed). ``state``: the
+    campaign's journal as read by ``campaign.journal.read_journal``."""
     values = [v for record in state.finished.values()
               if isinstance(v := (record.get("startup") or {}).get("runtime_rss_bytes"), int) and v > 0]
     if not values:
@@ -168,7 +163,10 @@ def memory_table(campaign_dir: str | Path, *, runtime_overhead: RuntimeOverhead 
     expected = folder.corpus_size
     spec = _model_spec(folder)
     model, extra_bytes, model_type, model_reason = _meta_model(spec)
-    described = _described_parameters(campaign_dir)
+    from iteralab.campaign.journal import JOURNAL_NAME, read_journal
+
+    journal = read_journal(campaign_dir / JOURNAL_NAME)  # read once: the described models and the runtime record
+    described = _described_parameters(journal)
     if isinstance(runtime_overhead, int) and not isinstance(runtime_overhead, bool):
         runtime_overhead = RuntimeOverhead(runtime_overhead, "runtime overhead given by the caller "
                                                              "(--runtime-overhead-bytes)")
@@ -180,7 +178,7 @@ def memory_table(campaign_dir: str | Path, *, runtime_overhead: RuntimeOverhead 
             d.startswith("cuda") for d in devices)
         if not cuda and runtime_overhead is None and model is not None:
             # the run's own record; a folder without one is measured here once, and labelled so
-            runtime_overhead = recorded_runtime_overhead(campaign_dir) or worker_runtime_overhead(model_type)
+            runtime_overhead = recorded_runtime_overhead(journal) or worker_runtime_overhead(model_type)
         overhead = RuntimeOverhead(0, NO_RUNTIME) if cuda else runtime_overhead
         row = _variant_row(variant, protocol.model.max_length, rows, devices, cuda, model, extra_bytes,
                            model_reason, overhead, margin, spec, described.get(variant.name, set()), expected)
