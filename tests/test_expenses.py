@@ -343,3 +343,15 @@ def test_price_reads_the_expenses_of_a_whole_protocol_file(tmp_path, capsys):
     path.write_text(protocol_toml(), encoding="utf-8")
     assert main(["price", "--gpu", "rtx-4090", "--days", "7", "--expenses", str(path)]) == 2
     assert capsys.readouterr().err.splitlines()[0] == f"Error: {path}: the protocol declares no [[expenses]] line"
+
+
+def test_a_refused_expense_line_is_said_once_with_a_hint_for_a_plain_file(tmp_path, capsys):
+    """The line's own problem only (not again as "the list is too short"); an expenses file is no locked
+    protocol, so its hint says nothing about amending one."""
+    path = tmp_path / "e.toml"
+    path.write_text('[[expenses]]\nname = "s"\namount = "12"\ncurrency = "USD"\njustification = "x"\n'
+                    'applies_to = "all"\n', encoding="utf-8")
+    assert main(["price", "--gpu", "rtx-4090", "--days", "7", "--expenses", str(path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"Error: {path}: key 'expenses[0] (s).amount': expected a number, got the string '12'",
+                   "Hint: fix the value"]

@@ -126,7 +126,7 @@ def test_ray_and_local_engines_in_one_campaign_lock_run_verify_decide(tmp_path, 
 
 @needs_ray
 def test_a_failing_batch_or_a_lost_actor_fails_the_ray_pass_with_the_inputs_received(tmp_path):
-    variants = RAY_RUN.replace("ray_no_progress_timeout_s = 60", "ray_no_progress_timeout_s = 30") + """
+    variants = RAY_RUN + """
 [[variants]]
 name = "b4-ray"
 batch_size = 4

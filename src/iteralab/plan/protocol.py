@@ -367,12 +367,17 @@ def refusal(data: Any, exc: ValidationError, source: str, model: type[BaseModel]
     """One line naming the file and every key at fault (up to 10), with a hint for the first kind of problem."""
     # Unknown keys first: a misspelt key usually explains the "missing" one that follows from it.
     errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+    # A list whose refused items leave it "too short" is the same problem said twice: keep the item's line.
+    inner = [tuple(e["loc"]) for e in errors]
+    errors = [e for e in errors if e["type"] != "too_short" or not any(
+        len(loc) > len(e["loc"]) and loc[:len(e["loc"])] == tuple(e["loc"]) for loc in inner)] or errors
     problems = [_problem(data, e, model or Protocol) for e in errors[:MAX_PROBLEMS]]
     kind = errors[0]["type"]
     hint = {"extra_forbidden": "remove it or check its spelling; unknown keys are refused so that nothing is "
                                "silently ignored",
             "missing": "see the protocol template (iteralab kit export) for every required key"}.get(
-        kind, "fix the value; a locked protocol is amended by raising its version and locking again")
+        kind, "fix the value" + ("; a locked protocol is amended by raising its version and locking again"
+                                 if model in (None, Protocol) else ""))
     more = f"; and {len(errors) - MAX_PROBLEMS} more" if len(errors) > MAX_PROBLEMS else ""
     return ProtocolError(f"{source}: " + "; ".join(problems) + more, hint=hint)  # one line, every problem
 
