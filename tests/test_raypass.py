@@ -109,6 +109,10 @@ def test_ray_and_local_engines_in_one_campaign_lock_run_verify_decide(tmp_path, 
     assert started["cpus"] == 2 and started["nodes"] == 1 and started["init_s"] > 0 and stopped["shutdown_s"] >= 0
     finished = read_journal(out / "journal.jsonl").finished[ray_row["pass_id"]]
     assert finished["startup"]["ray_actor_start_s"] > 0 and len(finished["startup"]["ray_actors"]) == 1
+    # the actor ran like a local worker: at the runner's priority (not Ray's nice 15 for its workers) and with
+    # OpenMP started for the declared torch threads (not Ray's OMP_NUM_THREADS = the actor's 1 CPU)
+    [actor] = finished["startup"]["ray_actors"]
+    assert actor["nice"] == os.nice(0) and actor["omp_num_threads"] == str(torch.get_num_threads())
     manifest = json.loads((out / "manifest.json").read_text())
     ray_facts = manifest["extra"]["ray"]
     import ray

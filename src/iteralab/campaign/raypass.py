@@ -202,6 +202,14 @@ class _RayPass:
         actor_spec = {k: spec[k] for k in ("variant", "model", "classes", "seed", "deterministic", "device")}
         actor_spec["threads"] = run.ray_threads_per_actor
         actor_spec["warmup"] = spec["warmup"]
+        # The actor runs like a local pass worker: at the runner's priority (Ray starts its workers at nice 15 so
+        # they yield to Ray's own services, and a nice-15 pass loses its cores to every runnable nice-0 thread,
+        # the driver's included), and with the OpenMP/MKL runtimes started for the torch threads it will use
+        # (Ray sets OMP_NUM_THREADS to the actor's CPUs). Ray merges these with the job's runtime environment.
+        env = {"RAY_worker_niceness": "0"}
+        if run.ray_threads_per_actor:
+            env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(run.ray_threads_per_actor)
+        remote: dict[str, Any] = {"max_restarts": 0, "runtime_env": {"env_vars": env}}
         with warnings.catch_warnings():
             # Ray 2.60 has no named parameter for it yet: without max_restarts=0 a lost actor is replaced and its
             # tasks silently retried (R8: a lost actor fails the pass). Ray warns this form goes in Ray 2.64.
@@ -210,8 +218,7 @@ class _RayPass:
                 target_num_rows_per_block=rows_per_block).map_batches(
                 RayPredictor, fn_constructor_kwargs={"spec": actor_spec, "warm_texts": warm_texts},
                 batch_size=int(spec["variant"]["batch_size"]), batch_format="pyarrow", zero_copy_batch=True,
-                compute=ray_data.ActorPoolStrategy(size=run.ray_actors), num_cpus=run.ray_cpus_per_actor,
-                max_restarts=0)
+                compute=ray_data.ActorPoolStrategy(size=run.ray_actors), num_cpus=run.ray_cpus_per_actor, **remote)
 
     def execute(self) -> dict[str, Any]:
         import pyarrow as pa
@@ -311,7 +318,8 @@ class _RayPass:
         records = [a["startup"] for a in actors.values() if a.get("startup")]
         self.startup["ray_actors"] = [{"start_s": r["created_at"] - submitted, "runtime_s": r["runtime_s"],
                                        "load_s": r["load_s"], "warmup_s": r["warmup_s"], "compile_s": r["compile_s"],
-                                       "threads": r["threads"]} for r in records]
+                                       "threads": r["threads"], "nice": r.get("nice"),
+                                       "omp_num_threads": r.get("omp_num_threads")} for r in records]
         if not records:
             return
         self.startup["ray_actor_start_s"] = min(r["created_at"] for r in records) - submitted
@@ -419,9 +427,11 @@ class RayPredictor:
 
             runtime = {"torch_threads": threads, "interop": torch.get_num_interop_threads(),
                        "determinism": _determinism()}
+        priority = {"nice": os.nice(0), "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
         self.startup: dict[str, Any] | None = {
             "created_at": created, "runtime_s": runtime_s, **times, "threads": threads, "ready_at": ready,
-            "workload": self.workload.describe(), "file_hashes": self.workload.file_hashes(), "runtime": runtime}
+            "workload": self.workload.describe(), "file_hashes": self.workload.file_hashes(), "runtime": runtime,
+            **priority}
 
     def __call__(self, batch: Any) -> Any:
         import pyarrow as pa
