@@ -370,3 +370,19 @@ def test_sigterm_to_run_kills_its_pass_worker(tmp_path):
         time.sleep(0.1)
     assert not rs.alive(worker[0])  # killed with its runner, not left to write into the campaign
     assert not list((out / "predictions").glob("*.parquet"))
+
+
+def test_a_pass_spec_names_its_files_by_absolute_paths(tmp_path, monkeypatch):
+    """A campaign folder given relative (``run … --out camp``) still gives a pass absolute file paths: a Ray
+    cluster's workers do not run in the runner's working directory (measured: its read of camp/inputs/corpus.csv
+    failed with 'No such file or directory')."""
+    from iteralab.campaign.runner import Slot, _pass_spec, prepare
+    from iteralab.plan.protocol import load_protocol
+
+    protocol_path = callable_campaign(tmp_path, passes=1)
+    monkeypatch.chdir(tmp_path)
+    campaign = prepare(protocol_path, Path("camp"))
+    spec = _pass_spec(campaign, load_protocol(protocol_path), Path("camp"), Slot(1, 1, "b4", 0), "r01-p01-b4-a1")
+    for key in ("corpus_path", "prediction_dir", "scratch_dir"):
+        assert Path(spec[key]).is_absolute() and Path(spec[key]).is_relative_to(tmp_path / "camp"), (key, spec[key])
+    assert Path(spec["corpus_path"]).is_file()

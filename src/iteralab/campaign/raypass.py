@@ -142,7 +142,9 @@ class RayEngine:
                 ray.init(address=where, **common)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise RunError(f"run.ray_address {where!r}: cannot connect to the Ray cluster ({exc})",
-                               hint="start the cluster (ray start --head) or fix the address") from None
+                               hint="start the cluster (ray start --head) or fix the address; a cluster with "
+                                    "token authentication (Ray's default) also needs RAY_AUTH_MODE=token and its "
+                                    "token (~/.ray/auth_token, RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH)") from None
         init_s = time.perf_counter() - t0
         resources = ray.cluster_resources()
         nodes = [n for n in ray.nodes() if n.get("Alive")]

@@ -220,6 +220,7 @@ def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], 
 
 
 def _pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Slot, pass_id: str) -> dict[str, Any]:
+    out = out.resolve()  # absolute: a Ray cluster's workers do not run in the runner's working directory
     return {
         "pass_id": pass_id,
         "variant": protocol.variant(slot.variant).model_dump(),
