@@ -371,7 +371,10 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
         if reference_manifest is None and result.get("status") == "ok":
             reference_manifest = _write_manifest(out, campaign, protocol, result, observed,
                                                  engine.started if engine is not None else None)
-        diff = _diff(reference_manifest, observed) if reference_manifest is not None else []
+        # A pass that observed no environment (not run, or its worker died before reporting) has nothing to
+        # compare: an empty record would read as "differs in every field".
+        diff = _diff(reference_manifest, observed) if reference_manifest is not None and observed["environment"] \
+            else []
         environment = result.pop("environment", None)
         result.pop("file_hashes", None)
         journal.append("pass_finished", manifest_diff=diff,
