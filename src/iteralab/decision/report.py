@@ -155,7 +155,10 @@ def plot_memory(rows: list[tuple[str, dict[str, Any]]]) -> str | None:
     ax.set_xticks(list(xs), [label for label, _ in rows], fontsize=8)
     ax.set_ylabel("MiB")
     ax.set_title("Memory: observed vs estimated", fontsize=10)
-    ax.legend(fontsize=8, loc="lower right")
+    top = max([*observed, *((e or 0) / 2**20 for e in estimates)], default=0.0)
+    if top > 0:
+        ax.set_ylim(0, top * 1.3)  # headroom: the legend sits above the tallest bar, never on one
+    ax.legend(fontsize=8, loc="upper right", ncol=2)
     return _png(plt, fig)
 
 
@@ -220,16 +223,21 @@ def plot_window(decision: Decision) -> str | None:
         colors.append("#1f77b4" if label.startswith("planned") else "#ff7f0e" if label.startswith("projected")
                       else "#2ca02c")
     ax.barh(range(len(values)), values, color=colors)
+    left = min(values) / 2
     for i, (label, value) in enumerate(zip(labels, values)):
         days = int(label.split("-")[0]) if label.endswith("package") else None
-        note = "; ".join(prices.get(days, ["not in catalog"])) if days else f"{format_hours(Decimal(str(value)))} h"
-        ax.annotate(note, (value, i), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
+        if days:  # a package's prices, written inside its light bar from the left: the axis ends at the data
+            ax.annotate("; ".join(prices.get(days, ["not in catalog"])), (left, i), xytext=(4, 0),
+                        textcoords="offset points", va="center", fontsize=8)
+        else:
+            ax.annotate(f"{format_hours(Decimal(str(value)))} h", (value, i), xytext=(4, 0), textcoords="offset points",
+                        va="center", fontsize=8)
     ax.set_yticks(range(len(labels)), labels, fontsize=8)
     ax.set_xscale("log")
     ax.set_xlabel("hours (log scale)")
     ax.invert_yaxis()
     ax.set_title("Calendar window against the 3-, 7- and 30-day packages", fontsize=10)
-    ax.set_xlim(left=min(values) / 2, right=max(values) * 30)
+    ax.set_xlim(left=left, right=max(values) * 2.5)
     return _png(plt, fig)
 
 
