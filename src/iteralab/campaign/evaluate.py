@@ -283,15 +283,17 @@ class PredictionReader:
         if cached is not None and known is not None and cached[0] == stamp == known[0]:
             self._sets.move_to_end(key)
             return known[1], cached[1]
+        self._sets.pop(key, None)
+        while len(self._sets) >= max(self.keep, 1):  # room made before the read: the sets dropped are not held
+            self._sets.popitem(last=False)            # while the new one is built
         data = path.read_bytes()
         digest = hashlib.sha256(data).hexdigest()
         preds = read_predictions(path, self.classes, self.sum_tol, data)
         del data
         release_unused()
         self._hashes[key] = (stamp, digest)
-        self._sets[key] = (stamp, preds)
-        while len(self._sets) > self.keep:
-            self._sets.popitem(last=False)
+        if self.keep:
+            self._sets[key] = (stamp, preds)
         return digest, preds
 
     def sha256(self, path: Path) -> str | None:
