@@ -133,3 +133,62 @@ def test_outputs_compared_in_blocks_agree_with_one_block(tmp_path, monkeypatch, 
     assert blocks["label_agreement"] == float(np.mean(labels_a == labels_b)) < 1.0
     assert blocks["max_abs_prob_diff"] == float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max())
     assert blocks["same_ids"] and not blocks["identical"]
+
+
+@pytest.mark.parametrize("change", [None, 0, 4, 9, "null", "shorter"])
+def test_ids_read_against_the_corpus_ids_are_the_files_own(tmp_path, monkeypatch, change):
+    """A file read with the corpus's ids at hand holds its own ids, whether they match them in order or
+    differ from some batch on (a changed id, a record without one, a shorter file)."""
+    corpus = [f"d{i}" for i in range(10)]
+    ids: list = list(corpus)
+    if change == "null":
+        ids[7] = None
+    elif change == "shorter":
+        ids = ids[:-1]
+    elif change is not None:
+        ids[change] = "x"
+    path = write_table(tmp_path / "p.parquet", ids, ["plot"] * len(ids), [[0.8, 0.1, 0.1]] * len(ids))
+    monkeypatch.setattr(predictions, "READ_BATCH", 3)
+    like = pa.array(corpus, pa.string())
+    preds = read_predictions(path, CLASSES, 1e-3, like=like)
+    assert preds.ids.to_pylist() == [i for i in ids if i is not None]
+    assert preds.records == len(ids) and len(preds.labels) == len(preds.probs) == len(preds.ids)
+    if change is None:
+        assert preds.ids is like  # the same ids in the same order: the corpus array is shared, not copied
+    verdict = evaluate_set(preds, PROTOCOL, Expected.of(corpus, {i: "plot" for i in corpus}, {}, CLASSES))
+    assert verdict["ids_match"] == (change is None)
+
+
+def test_corpus_digests_of_ascending_ids_are_streamed_and_equal_the_loaders(tmp_path, monkeypatch):
+    """A copy whose ids ascend is hashed in one streamed read; ids that stop ascending (or repeat) fall back to
+    sorting the whole file: either way the digests are plan.corpus's and a repeated id is counted."""
+    from iteralab.campaign import folder
+    from iteralab.plan.corpus import load_corpus, write_corpus
+
+    monkeypatch.setattr(folder, "DIGEST_BLOCK", 256)  # many pieces: the order is checked across them too
+    rows = [(f"a{i:03d}", f"text {i}\r\nwith \"quotes\", é" if i % 7 == 0 else f"t{i}", "xy"[i % 2])
+            for i in range(300)] + [("é", "accent", "x"), ("\U0001F600", "astral", "y")]
+    swapped = rows[:200] + [rows[201], rows[200]] + rows[202:]  # two neighbours swapped, pieces apart from the start
+    for case, data in (("ascending", rows), ("not ascending", rows[150:] + rows[:150]), ("swapped", swapped)):
+        source = tmp_path / f"{case}.csv"
+        with open(source, "w", newline="", encoding="utf-8") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(["id", "text", "label"])
+            writer.writerows(data)
+        corpus = load_corpus(source, classes=["x", "y"])
+        copy = tmp_path / f"{case}-copy.csv"
+        write_corpus(corpus, copy)
+        streamed = folder._ascending_digests(copy, ["x", "y"])
+        assert (streamed is not None) == (case == "ascending")
+        digests = folder.corpus_digests(copy, ["x", "y"])
+        assert (digests.size, digests.fingerprint, digests.order_hash) == (302, corpus.fingerprint(),
+                                                                           corpus.order_hash())
+        assert (digests.duplicate_ids, digests.labels_outside) == (0, 0)
+    repeated = tmp_path / "repeated.csv"
+    with open(repeated, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh, quoting=csv.QUOTE_ALL, lineterminator="\n")
+        writer.writerow(["id", "text", "label"])
+        writer.writerows([("a", "one", "x"), ("b", "two", "x"), ("b", "three", "z")])
+    assert folder._ascending_digests(repeated, ["x"]) is None
+    assert (folder.corpus_digests(repeated, ["x"]).duplicate_ids, folder.corpus_digests(repeated, ["x"]).labels_outside
+            ) == (1, 1)

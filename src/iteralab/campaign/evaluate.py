@@ -247,7 +247,7 @@ def evaluate_file(pred_path: Path, protocol: Protocol, expected: Expected,
                   reader: PredictionReader | None = None) -> dict[str, Any]:
     """:func:`evaluate_set` of a stored prediction file (a missing file fails every check)."""
     reader = reader or PredictionReader(protocol)
-    entry = reader.read(pred_path)
+    entry = reader.read(pred_path, expected.ids)
     if entry is None:
         return _missing_verdict(pred_path.name, protocol, expected)
     return evaluate_set(entry[1], protocol, expected)
@@ -274,7 +274,9 @@ class PredictionReader:
             return None
         return (stat.st_size, stat.st_mtime_ns) if path.is_file() else None
 
-    def read(self, path: Path) -> tuple[str, PredictionSet] | None:
+    def read(self, path: Path, like: pa.Array | None = None) -> tuple[str, PredictionSet] | None:
+        """(sha256, arrays) of the file, or None when it is missing; ``like``: the expected ids, shared by the
+        set when the file holds exactly those in that order (:func:`read_predictions`)."""
         stamp = self._stamp(path)
         if stamp is None:
             return None
@@ -288,7 +290,7 @@ class PredictionReader:
             self._sets.popitem(last=False)            # while the new one is built
         data = path.read_bytes()
         digest = hashlib.sha256(data).hexdigest()
-        preds = read_predictions(path, self.classes, self.sum_tol, data)
+        preds = read_predictions(path, self.classes, self.sum_tol, data, like)
         del data
         release_unused()
         self._hashes[key] = (stamp, digest)
@@ -296,24 +298,24 @@ class PredictionReader:
             self._sets[key] = (stamp, preds)
         return digest, preds
 
-    def sha256(self, path: Path) -> str | None:
+    def sha256(self, path: Path, like: pa.Array | None = None) -> str | None:
         stamp = self._stamp(path)
         if stamp is None:
             return None
         known = self._hashes.get(path.resolve())
         if known is not None and known[0] == stamp:
             return known[1]
-        entry = self.read(path)
+        entry = self.read(path, like)
         return entry[0] if entry else None
 
     def verdict(self, path: Path, protocol: Protocol, expected: Expected) -> dict[str, Any] | None:
         """:func:`evaluate_set` of the file (computed once per file version; each caller gets its own copy)."""
-        digest = self.sha256(path)
+        digest = self.sha256(path, expected.ids)
         if digest is None:
             return None
         key = (path.resolve(), digest)
         if key not in self._verdicts:
-            entry = self.read(path)
+            entry = self.read(path, expected.ids)
             if entry is None:
                 return None
             self._verdicts[key] = evaluate_set(entry[1], protocol, expected)
@@ -473,7 +475,7 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
     for p in passes:
         path = paths[p["pass_id"]] = (campaign_dir / p["prediction_file"] if p.get("prediction_file")
                                       else prediction_path(campaign_dir, p["pass_id"]))
-        digest = reader.sha256(path)
+        digest = reader.sha256(path, expected.ids)
         v = reader.verdict(path, protocol, expected) if digest else _missing_verdict(path.name, protocol, expected)
         v["hash_ok"] = digest is not None and p.get("prediction_sha256") == digest
         if digest is not None and not v["hash_ok"]:
@@ -484,7 +486,7 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
     ref_pass = next((p["pass_id"] for p in passes if p["variant"] == ref_name and verdicts[p["pass_id"]]["complete"]),
                     None)
     ref_v = verdicts.get(ref_pass) if ref_pass else None
-    ref_entry = reader.read(paths[ref_pass]) if ref_pass else None
+    ref_entry = reader.read(paths[ref_pass], expected.ids) if ref_pass else None
     ref_probs = ref_entry[1] if ref_entry else None
     gating = {sg.name: sg for sg in protocol.subgroups if sg.gating}
     for p in passes:
@@ -523,7 +525,7 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
                 sub_ok = False
                 reasons.append(f"subgroup {key}")
         v["subgroups_ok"] = sub_ok
-        entry = reader.read(paths[p["pass_id"]]) if p.get("prediction_file") else None
+        entry = reader.read(paths[p["pass_id"]], expected.ids) if p.get("prediction_file") else None
         _reproduction(v, protocol, entry[1] if entry else None, ref_probs)
         if not v["reproduction_ok"]:
             reasons.append(f"reproduction target '{protocol.reproduction.target}'")

@@ -144,12 +144,14 @@ def _class_codes(values: pa.Array, classes: tuple[str, ...]) -> np.ndarray:
 READ_BATCH = 1 << 16
 
 
-def read_predictions(path: Path, classes: tuple[str, ...], sum_tol: float, data: bytes | None = None
-                     ) -> PredictionSet:
-    """Read a prediction file (Parquet, or a legacy JSONL file) with its format problems."""
+def read_predictions(path: Path, classes: tuple[str, ...], sum_tol: float, data: bytes | None = None,
+                     like: pa.Array | None = None) -> PredictionSet:
+    """Read a prediction file (Parquet, or a legacy JSONL file) with its format problems. ``like``: the ids the
+    file is expected to hold in this order (the corpus's); when it holds exactly those, its set shares that
+    array instead of keeping a copy of the ids."""
     if path.name.endswith(LEGACY_SUFFIX):
         return _read_jsonl(path, classes, sum_tol, data)
-    return _read_parquet(path, classes, sum_tol, data)
+    return _read_parquet(path, classes, sum_tol, data, like)
 
 
 def _empty(records: int, problems: list[str]) -> PredictionSet:
@@ -157,9 +159,11 @@ def _empty(records: int, problems: list[str]) -> PredictionSet:
                          records, tuple(problems[:SHOWN_PROBLEMS]), len(problems))
 
 
-def _read_parquet(path: Path, classes: tuple[str, ...], sum_tol: float, data: bytes | None) -> PredictionSet:
+def _read_parquet(path: Path, classes: tuple[str, ...], sum_tol: float, data: bytes | None,
+                  like: pa.Array | None = None) -> PredictionSet:
     """The file read in record batches of :data:`READ_BATCH` rows, each checked as it comes: what is kept is
-    the ids, one class code and ``k`` float32 per record."""
+    the ids (none while they are those of ``like``, in its order), one class code and ``k`` float32 per
+    record."""
     import pyarrow.parquet as pq
 
     k = len(classes)
@@ -176,6 +180,7 @@ def _read_parquet(path: Path, classes: tuple[str, ...], sum_tol: float, data: by
             return _empty(n, [f"column types must be id: string, label: string, probs: fixed_size_list<float>[{k}] "
                               f"(found {id_type}, {label_type}, {probs_type})"])
         ids_parts: list[pa.Array] = []
+        shared = like is not None and len(like) == n  # the ids read so far are like[:start]
         codes = np.empty(n, dtype=code_dtype(k))
         matrix = np.empty((n, k), dtype=np.float32)
         has_id = np.empty(n, dtype=bool)
@@ -190,14 +195,23 @@ def _read_parquet(path: Path, classes: tuple[str, ...], sum_tol: float, data: by
             stop = start + len(batch)
             _check_batch(start, ids, label, probs, k, classes, sum_tol, found,
                          codes[start:stop], matrix[start:stop], has_id[start:stop])
+            if shared and has_id[start:stop].all() and ids.equals(like.slice(start, stop - start)):
+                start = stop
+                continue
+            if shared:  # the first record that differs from like: the ids before it are like's
+                ids_parts.append(like.slice(0, start))
+                shared = False
             ids_parts.append(ids.filter(pa.array(has_id[start:stop])) if not has_id[start:stop].all() else ids)
             start = stop
     except (pa.ArrowException, OSError, ValueError) as exc:
         return _empty(0, [f"not a readable Parquet file ({str(exc).splitlines()[0][:120]})"])
     if start != n:
         return _empty(0, [f"not a readable Parquet file ({start} rows read, {n} declared)"])
-    ids_all = ids_parts[0] if len(ids_parts) == 1 else pa.concat_arrays(ids_parts) if ids_parts else \
-        pa.array([], pa.string())
+    if shared:
+        ids_all = like
+    else:
+        ids_all = ids_parts[0] if len(ids_parts) == 1 else pa.concat_arrays(ids_parts) if ids_parts else \
+            pa.array([], pa.string())
     if not has_id.all():
         kept = np.flatnonzero(has_id)
         codes, matrix = codes[kept], matrix[kept]
