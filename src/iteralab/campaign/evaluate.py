@@ -26,10 +26,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from iteralab.campaign.folder import read_corpus_batches
-from iteralab.campaign.predictions import LEGACY_SUFFIX, PredictionSet, file_name, read_predictions
+from iteralab.campaign.predictions import LEGACY_SUFFIX, PredictionSet, code_dtype, file_name, read_predictions
 from iteralab.plan.protocol import Protocol, load_protocol
 
 TOL = 1e-12
+#: Rows per step where a per-record computation would otherwise make a whole-corpus temporary array.
+BLOCK = 1 << 16
+#: Bytes of the corpus copy parsed at a time when its ids and labels are read (each piece's parsing
+#: temporaries are a few times its size; the default 4 MiB pieces held ~40 MB more at the peak).
+READ_BLOCK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -50,8 +55,9 @@ class Expected:
         names = tuple(sorted({s for s in strata.values() if s}))
         return cls(pa.array(list(ids), pa.string()),
                    np.asarray([list(classes).index(labels[i]) if labels.get(i) in classes else -1 for i in ids],
-                              dtype=np.int32), tuple(classes),
-                   np.asarray([names.index(strata[i]) if strata.get(i) else -1 for i in ids], dtype=np.int32), names)
+                              dtype=code_dtype(len(classes))), tuple(classes),
+                   np.asarray([names.index(strata[i]) if strata.get(i) else -1 for i in ids],
+                              dtype=code_dtype(len(names))), names)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -62,23 +68,38 @@ class Expected:
 
 def load_expected(campaign_dir: str | Path, classes: Sequence[str] | None = None,
                   dataset: str | None = None) -> Expected:
-    """The expected ids of the corpus copy, or of one dataset's copy (K6)."""
+    """The expected ids of the corpus copy, or of one dataset's copy (K6), read batch by batch: what is kept
+    per record is its id, a class code and a stratum code (the label and stratum strings are never held
+    whole)."""
     campaign_dir = Path(campaign_dir)
     if classes is None:
         classes = campaign_protocol(campaign_dir).corpus.classes
     copy = f"inputs/datasets/{dataset}.csv" if dataset is not None else "inputs/corpus.csv"
-    table = pa.Table.from_batches(list(read_corpus_batches(campaign_dir / copy, ["id", "label", "stratum"])))
-    ids = table.column("id").combine_chunks()
-    labels = pc.fill_null(pc.index_in(table.column("label").combine_chunks(),
-                                      value_set=pa.array(list(classes), pa.string())), -1)
-    strata = np.full(len(ids), -1, dtype=np.int32)
-    names: tuple[str, ...] = ()
-    if "stratum" in table.column_names:
-        column = table.column("stratum").combine_chunks()
-        names = tuple(sorted(n for n in pc.unique(column).to_pylist() if n))
-        codes = pc.index_in(column, value_set=pa.array(list(names), pa.string()))
-        strata = pc.fill_null(codes, -1).to_numpy(zero_copy_only=False).astype(np.int32)
-    return Expected(ids, labels.to_numpy(zero_copy_only=False).astype(np.int32), tuple(classes), strata, names)
+    value_set = pa.array(list(classes), pa.string())
+    ids: list[pa.Array] = []
+    labels: list[np.ndarray] = []
+    strata: list[tuple[np.ndarray, list[str | None]]] = []
+    for batch in read_corpus_batches(campaign_dir / copy, ["id", "label", "stratum"], block_size=READ_BLOCK):
+        ids.append(batch.column(batch.schema.get_field_index("id")))
+        codes = pc.fill_null(pc.index_in(batch.column(batch.schema.get_field_index("label")), value_set=value_set), -1)
+        labels.append(codes.to_numpy(zero_copy_only=False).astype(code_dtype(len(classes))))
+        if "stratum" in batch.schema.names:
+            encoded = pc.dictionary_encode(batch.column(batch.schema.get_field_index("stratum")))
+            strata.append((pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False),
+                           encoded.dictionary.to_pylist()))
+    names = tuple(sorted({n for _, seen in strata for n in seen if n}))
+    dtype = code_dtype(len(names))
+    position = {name: i for i, name in enumerate(names)}
+    parts = []
+    for indices, seen in strata:  # each batch's own codes mapped onto the sorted names (-1: none or empty)
+        lookup = np.asarray([position[n] if n else -1 for n in seen] + [-1], dtype=dtype)  # [-1]: a null
+        parts.append(lookup[indices])
+    all_ids = pa.concat_arrays(ids) if ids else pa.array([], pa.string())
+    del ids
+    release_unused()
+    n = len(all_ids)
+    codes = np.concatenate(labels) if labels else np.zeros(0, code_dtype(len(classes)))
+    return Expected(all_ids, codes, tuple(classes), np.concatenate(parts) if parts else np.full(n, -1, dtype), names)
 
 
 def corpus_texts(campaign_dir: str | Path, wanted: set[str], dataset: str | None = None) -> dict[str, str]:
@@ -92,6 +113,12 @@ def corpus_texts(campaign_dir: str | Path, wanted: set[str], dataset: str | None
             chosen = batch.filter(mask)
             out.update(zip(chosen.column(0).to_pylist(), chosen.column(1).to_pylist()))
     return out
+
+
+def release_unused() -> None:
+    """Hand the memory Arrow's allocator keeps after a whole-file read back to the system: the next read would
+    otherwise start from the previous one's high-water mark."""
+    pa.default_memory_pool().release_unused()
 
 
 def campaign_protocol(campaign_dir: str | Path) -> Protocol:
@@ -122,8 +149,11 @@ def metric_of_codes(name: str, y_true: np.ndarray, y_pred: np.ndarray, k: int) -
     distinct (true, predicted) pairs weighted by how often each occurs: exact, and O(k²) for sklearn."""
     if len(y_true) == 0:
         return None
-    key = y_true.astype(np.int64) * (k + 1) + (y_pred.astype(np.int64) + 1)
-    counts = np.bincount(key, minlength=(k + 1) * (k + 1))
+    counts = np.zeros((k + 1) * (k + 1), dtype=np.int64)
+    for start in range(0, len(y_true), BLOCK):  # in blocks: the int64 keys of a whole corpus are never held
+        block = slice(start, start + BLOCK)
+        key = y_true[block].astype(np.int64) * (k + 1) + (y_pred[block].astype(np.int64) + 1)
+        counts += np.bincount(key, minlength=(k + 1) * (k + 1))
     pairs = np.flatnonzero(counts)
     return metric_value(name, pairs // (k + 1), pairs % (k + 1) - 1, range(k), sample_weight=counts[pairs])
 
@@ -167,27 +197,29 @@ def evaluate_set(preds: PredictionSet, protocol: Protocol, expected: Expected) -
     """Checks of one output set on its own: ids, format, coverage, metric vs threshold, subgroups."""
     n_expected = len(expected)
     rows = len(preds.ids)
-    # One hash lookup of every record's id among the expected ids (a repeated id: its last record counts).
     if rows == n_expected and preds.ids.equals(expected.ids):  # a fixed-order pass: the corpus order, no lookup
-        where = np.arange(rows, dtype=np.int64)
+        covered = np.ones(n_expected, dtype=bool)
+        y_pred = preds.labels
+        repeated = extra_unique = pa.array([], pa.string())
     else:
+        # One hash lookup of every record's id among the expected ids (a repeated id: its last record counts).
         where = pc.fill_null(pc.index_in(preds.ids, value_set=expected.ids), -1).to_numpy(zero_copy_only=False)
-    known = where >= 0
-    per_expected = np.bincount(where[known], minlength=n_expected)
-    covered = per_expected > 0
-    y_pred = np.full(n_expected, -1, dtype=np.int32)
-    if per_expected.max(initial=0) <= 1:
-        y_pred[where[known]] = preds.labels[known]
-    else:
-        last = np.full(n_expected, -1, dtype=np.int64)
-        np.maximum.at(last, where[known], np.arange(rows, dtype=np.int64)[known])
-        y_pred[covered] = preds.labels[last[covered]]
-    extra_ids = preds.ids.filter(pa.array(~known)) if not known.all() else pa.array([], pa.string())
-    extra_counts = pc.value_counts(extra_ids) if len(extra_ids) else None
-    extra_unique = extra_counts.field("values") if extra_counts is not None else extra_ids
-    extra_repeated = extra_unique.filter(pc.greater(extra_counts.field("counts"), 1)) if extra_counts is not None \
-        else extra_ids
-    repeated = pa.concat_arrays([expected.ids.filter(pa.array(per_expected > 1)), extra_repeated])
+        known = where >= 0
+        per_expected = np.bincount(where[known], minlength=n_expected)
+        covered = per_expected > 0
+        y_pred = np.full(n_expected, -1, dtype=code_dtype(len(expected.classes)))
+        if per_expected.max(initial=0) <= 1:
+            y_pred[where[known]] = preds.labels[known]
+        else:
+            last = np.full(n_expected, -1, dtype=np.int64)
+            np.maximum.at(last, where[known], np.arange(rows, dtype=np.int64)[known])
+            y_pred[covered] = preds.labels[last[covered]]
+        extra_ids = preds.ids.filter(pa.array(~known)) if not known.all() else pa.array([], pa.string())
+        extra_counts = pc.value_counts(extra_ids) if len(extra_ids) else None
+        extra_unique = extra_counts.field("values") if extra_counts is not None else extra_ids
+        extra_repeated = extra_unique.filter(pc.greater(extra_counts.field("counts"), 1)) \
+            if extra_counts is not None else extra_ids
+        repeated = pa.concat_arrays([expected.ids.filter(pa.array(per_expected > 1)), extra_repeated])
     duplicates, missing, extra = len(repeated), int(n_expected - covered.sum()), len(extra_unique)
     verdict: dict[str, Any] = {
         "expected_ids": n_expected, "observed_ids": preds.records, "unique_ids": int(covered.sum()) + extra,
@@ -199,8 +231,9 @@ def evaluate_set(preds: PredictionSet, protocol: Protocol, expected: Expected) -
     }
     verdict["coverage_ok"] = verdict["coverage"] + TOL >= protocol.checks.coverage
     verdict["metric_name"] = protocol.metric.name
-    verdict["metric"] = metric_of_codes(protocol.metric.name, expected.labels[covered], y_pred[covered],
-                                        len(expected.classes))
+    every = bool(covered.all())
+    verdict["metric"] = metric_of_codes(protocol.metric.name, expected.labels if every else expected.labels[covered],
+                                        y_pred if every else y_pred[covered], len(expected.classes))
     verdict["threshold_ok"] = verdict["metric"] is not None and verdict["metric"] + TOL >= protocol.metric.threshold
     verdict["subgroups"] = subgroup_metrics(protocol, expected, covered, y_pred)
     verdict["examples"] = {
@@ -214,7 +247,7 @@ def evaluate_file(pred_path: Path, protocol: Protocol, expected: Expected,
                   reader: PredictionReader | None = None) -> dict[str, Any]:
     """:func:`evaluate_set` of a stored prediction file (a missing file fails every check)."""
     reader = reader or PredictionReader(protocol)
-    entry = reader.read(pred_path)
+    entry = reader.read(pred_path, expected.ids)
     if entry is None:
         return _missing_verdict(pred_path.name, protocol, expected)
     return evaluate_set(entry[1], protocol, expected)
@@ -241,7 +274,9 @@ class PredictionReader:
             return None
         return (stat.st_size, stat.st_mtime_ns) if path.is_file() else None
 
-    def read(self, path: Path) -> tuple[str, PredictionSet] | None:
+    def read(self, path: Path, like: pa.Array | None = None) -> tuple[str, PredictionSet] | None:
+        """(sha256, arrays) of the file, or None when it is missing; ``like``: the expected ids, shared by the
+        set when the file holds exactly those in that order (:func:`read_predictions`)."""
         stamp = self._stamp(path)
         if stamp is None:
             return None
@@ -250,33 +285,37 @@ class PredictionReader:
         if cached is not None and known is not None and cached[0] == stamp == known[0]:
             self._sets.move_to_end(key)
             return known[1], cached[1]
+        self._sets.pop(key, None)
+        while len(self._sets) >= max(self.keep, 1):  # room made before the read: the sets dropped are not held
+            self._sets.popitem(last=False)            # while the new one is built
         data = path.read_bytes()
         digest = hashlib.sha256(data).hexdigest()
-        preds = read_predictions(path, self.classes, self.sum_tol, data)
+        preds = read_predictions(path, self.classes, self.sum_tol, data, like)
+        del data
+        release_unused()
         self._hashes[key] = (stamp, digest)
-        self._sets[key] = (stamp, preds)
-        while len(self._sets) > self.keep:
-            self._sets.popitem(last=False)
+        if self.keep:
+            self._sets[key] = (stamp, preds)
         return digest, preds
 
-    def sha256(self, path: Path) -> str | None:
+    def sha256(self, path: Path, like: pa.Array | None = None) -> str | None:
         stamp = self._stamp(path)
         if stamp is None:
             return None
         known = self._hashes.get(path.resolve())
         if known is not None and known[0] == stamp:
             return known[1]
-        entry = self.read(path)
+        entry = self.read(path, like)
         return entry[0] if entry else None
 
     def verdict(self, path: Path, protocol: Protocol, expected: Expected) -> dict[str, Any] | None:
         """:func:`evaluate_set` of the file (computed once per file version; each caller gets its own copy)."""
-        digest = self.sha256(path)
+        digest = self.sha256(path, expected.ids)
         if digest is None:
             return None
         key = (path.resolve(), digest)
         if key not in self._verdicts:
-            entry = self.read(path)
+            entry = self.read(path, expected.ids)
             if entry is None:
                 return None
             self._verdicts[key] = evaluate_set(entry[1], protocol, expected)
@@ -355,10 +394,12 @@ def evaluate_pass(campaign_dir: str | Path, pass_id: str, reads: CampaignReads |
     return verdict if verdict is not None else _missing_verdict(path.name, context.protocol, context.expected)
 
 
-def compare_outputs(a: PredictionSet, b: PredictionSet) -> dict[str, Any]:
+def compare_outputs(a: PredictionSet, b: PredictionSet, b_distinct: bool = False) -> dict[str, Any]:
     """Label agreement and largest absolute probability difference over the ids both output sets hold (a
-    repeated id: its last record)."""
-    if len(a.ids) == len(b.ids) and a.ids.equals(b.ids) and pc.count_distinct(a.ids).as_py() == len(a.ids):
+    repeated id: its last record). ``b_distinct``: the caller knows ``b`` repeats no id (a pass whose ids
+    matched the corpus), which spares counting distinct ids when both hold the same ids in the same order."""
+    if len(a.ids) == len(b.ids) and a.ids.equals(b.ids) and (
+            b_distinct or pc.count_distinct(a.ids).as_py() == len(a.ids)):
         return _compare_rows(a, b)  # the same distinct ids in the same order: row by row, no lookup
     ua, _, la = a.by_id()
     ub, _, lb = b.by_id()
@@ -369,14 +410,29 @@ def compare_outputs(a: PredictionSet, b: PredictionSet) -> dict[str, Any]:
     result: dict[str, Any] = {"ids_a": len(ua), "ids_b": len(ub), "common_ids": n_common, "same_ids": same_ids,
                               "label_agreement": None, "max_abs_prob_diff": None}
     if n_common:
-        ra, rb = la[common], lb[where[common]]
-        result["label_agreement"] = float(np.mean(a.labels[ra] == b.labels[rb]))
-        if a.probs.shape[1:] == b.probs.shape[1:]:
-            diff = np.abs(a.probs[ra].astype(np.float64) - b.probs[rb].astype(np.float64))
-            result["max_abs_prob_diff"] = None if np.isnan(diff).any() else float(diff.max(initial=0.0))
+        result["label_agreement"], result["max_abs_prob_diff"] = _agreement(a, b, la[common], lb[where[common]])
     result["identical"] = bool(same_ids and n_common and result["label_agreement"] == 1.0
                                and result["max_abs_prob_diff"] == 0.0)
     return result
+
+
+def _agreement(a: PredictionSet, b: PredictionSet, ra: np.ndarray | None = None, rb: np.ndarray | None = None
+               ) -> tuple[float, float | None]:
+    """(share of equal labels, largest absolute probability difference — None if a difference is NaN or the
+    class counts differ) of rows ``ra`` of ``a`` against rows ``rb`` of ``b`` (row by row when None), in blocks:
+    the float64 differences of a whole corpus are never held."""
+    n = len(a.labels) if ra is None else len(ra)
+    comparable = a.probs.shape[1:] == b.probs.shape[1:]
+    same, worst, nan = 0, 0.0, False
+    for start in range(0, n, BLOCK):
+        ia = slice(start, start + BLOCK) if ra is None else ra[start:start + BLOCK]
+        ib = slice(start, start + BLOCK) if rb is None else rb[start:start + BLOCK]
+        same += int(np.count_nonzero(a.labels[ia] == b.labels[ib]))
+        if comparable:
+            diff = np.abs(a.probs[ia].astype(np.float64) - b.probs[ib].astype(np.float64))
+            nan = nan or bool(np.isnan(diff).any())
+            worst = max(worst, float(diff.max(initial=0.0)))
+    return same / n, None if nan or not comparable else worst
 
 
 def _compare_rows(a: PredictionSet, b: PredictionSet) -> dict[str, Any]:
@@ -384,10 +440,7 @@ def _compare_rows(a: PredictionSet, b: PredictionSet) -> dict[str, Any]:
     result: dict[str, Any] = {"ids_a": n, "ids_b": n, "common_ids": n, "same_ids": True, "label_agreement": None,
                               "max_abs_prob_diff": None}
     if n:
-        result["label_agreement"] = float(np.mean(a.labels == b.labels))
-        if a.probs.shape[1:] == b.probs.shape[1:]:
-            diff = np.abs(a.probs.astype(np.float64) - b.probs.astype(np.float64))
-            result["max_abs_prob_diff"] = None if np.isnan(diff).any() else float(diff.max(initial=0.0))
+        result["label_agreement"], result["max_abs_prob_diff"] = _agreement(a, b)
     result["identical"] = bool(n and result["label_agreement"] == 1.0 and result["max_abs_prob_diff"] == 0.0)
     return result
 
@@ -422,7 +475,7 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
     for p in passes:
         path = paths[p["pass_id"]] = (campaign_dir / p["prediction_file"] if p.get("prediction_file")
                                       else prediction_path(campaign_dir, p["pass_id"]))
-        digest = reader.sha256(path)
+        digest = reader.sha256(path, expected.ids)
         v = reader.verdict(path, protocol, expected) if digest else _missing_verdict(path.name, protocol, expected)
         v["hash_ok"] = digest is not None and p.get("prediction_sha256") == digest
         if digest is not None and not v["hash_ok"]:
@@ -433,7 +486,7 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
     ref_pass = next((p["pass_id"] for p in passes if p["variant"] == ref_name and verdicts[p["pass_id"]]["complete"]),
                     None)
     ref_v = verdicts.get(ref_pass) if ref_pass else None
-    ref_entry = reader.read(paths[ref_pass]) if ref_pass else None
+    ref_entry = reader.read(paths[ref_pass], expected.ids) if ref_pass else None
     ref_probs = ref_entry[1] if ref_entry else None
     gating = {sg.name: sg for sg in protocol.subgroups if sg.gating}
     for p in passes:
@@ -472,7 +525,7 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
                 sub_ok = False
                 reasons.append(f"subgroup {key}")
         v["subgroups_ok"] = sub_ok
-        entry = reader.read(paths[p["pass_id"]]) if p.get("prediction_file") else None
+        entry = reader.read(paths[p["pass_id"]], expected.ids) if p.get("prediction_file") else None
         _reproduction(v, protocol, entry[1] if entry else None, ref_probs)
         if not v["reproduction_ok"]:
             reasons.append(f"reproduction target '{protocol.reproduction.target}'")
@@ -483,11 +536,13 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
 
 def _reproduction(v: dict[str, Any], protocol: Protocol, preds: PredictionSet | None,
                   ref_probs: PredictionSet | None) -> None:
+    """``ref_probs``: the reference pass's outputs, from a complete pass (its ids matched the corpus: none is
+    repeated)."""
     target = protocol.reproduction.target
     v["label_agreement"] = None
     v["max_abs_prob_diff"] = None
     if ref_probs is not None and len(ref_probs.ids) and preds is not None:
-        same = compare_outputs(preds, ref_probs)
+        same = compare_outputs(preds, ref_probs, b_distinct=True)
         v["label_agreement"] = same["label_agreement"]
         v["max_abs_prob_diff"] = same["max_abs_prob_diff"]
     if target == "identical":

@@ -329,6 +329,9 @@ def corpus_digests(path: str | Path, classes: list[str] | tuple[str, ...], chunk
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    streamed = _ascending_digests(path, classes)
+    if streamed is not None:
+        return streamed
     table = pa.Table.from_batches(list(read_corpus_batches(path, ["id", "text", "label"])))
     ids, texts = table.column("id").combine_chunks(), table.column("text").combine_chunks()
     order = hashlib.sha256(b"[")
@@ -350,6 +353,45 @@ def corpus_digests(path: str | Path, classes: list[str] | tuple[str, ...], chunk
         if len(labels) else 0
     return CorpusDigests(len(ids), fingerprint.hexdigest(), order.hexdigest(),
                          len(ids) - pc.count_distinct(ids).as_py(), int(outside or 0))
+
+
+#: Bytes of the corpus copy parsed at a time by the streamed digests (a piece's parsing temporaries are a few
+#: times its size).
+DIGEST_BLOCK = 1 << 20
+
+
+def _ascending_digests(path: str | Path, classes: list[str] | tuple[str, ...]) -> CorpusDigests | None:
+    """:func:`corpus_digests` in one streamed read when the ids strictly ascend through the file (then the file
+    order is the sorted order and no id repeats): nothing per record is held. None as soon as they do not (the
+    caller then sorts the whole file)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from iteralab.plan.scan import _JsonListHash
+
+    order, fingerprint = _JsonListHash(), _JsonListHash()
+    value_set = pa.array(list(classes), pa.string())
+    size = outside = 0
+    last: str | None = None
+    for batch in read_corpus_batches(path, ["id", "text", "label"], block_size=DIGEST_BLOCK):
+        names = batch.schema.names
+        if "id" not in names or "text" not in names:
+            return None
+        column = batch.column(names.index("id"))
+        n = len(column)
+        if column.null_count or (n > 1 and not pc.all(pc.greater(column.slice(1), column.slice(0, n - 1))).as_py()):
+            return None  # strictly ascending (UTF-8 byte order is code point order, as Python compares str)
+        ids = column.to_pylist()
+        if ids and last is not None and not last < ids[0]:
+            return None
+        order.update(ids)
+        fingerprint.update(list(zip(ids, batch.column(names.index("text")).to_pylist())))
+        if "label" in names and len(batch):
+            outside += len(batch) - (pc.sum(pc.is_in(batch.column(names.index("label")), value_set=value_set)).as_py()
+                                     or 0)
+        size += len(ids)
+        last = ids[-1] if ids else last
+    return CorpusDigests(size, fingerprint.hexdigest(), order.hexdigest(), 0, int(outside))
 
 
 @dataclass(frozen=True)

@@ -129,62 +129,137 @@ class PredictionSet:
         return encoded.dictionary, np.bincount(codes, minlength=m), last
 
 
+def code_dtype(n: int) -> type:
+    """The smallest signed integer type that holds the indices 0..n-1 and -1 (a class or stratum code)."""
+    return np.int8 if n < 127 else np.int16 if n < 32767 else np.int32
+
+
 def _class_codes(values: pa.Array, classes: tuple[str, ...]) -> np.ndarray:
     codes = pc.index_in(values, value_set=pa.array(list(classes), pa.string()))
-    return pc.fill_null(codes, -1).to_numpy(zero_copy_only=False).astype(np.int32)
+    return pc.fill_null(codes, -1).to_numpy(zero_copy_only=False).astype(code_dtype(len(classes)))
 
 
-def read_predictions(path: Path, classes: tuple[str, ...], sum_tol: float, data: bytes | None = None
-                     ) -> PredictionSet:
-    """Read a prediction file (Parquet, or a legacy JSONL file) with its format problems."""
+#: Rows checked at a time when a prediction file is read: what a read holds beyond its result is bounded by
+#: this, not by the file's size.
+READ_BATCH = 1 << 16
+
+
+def read_predictions(path: Path, classes: tuple[str, ...], sum_tol: float, data: bytes | None = None,
+                     like: pa.Array | None = None) -> PredictionSet:
+    """Read a prediction file (Parquet, or a legacy JSONL file) with its format problems. ``like``: the ids the
+    file is expected to hold in this order (the corpus's); when it holds exactly those, its set shares that
+    array instead of keeping a copy of the ids."""
     if path.name.endswith(LEGACY_SUFFIX):
         return _read_jsonl(path, classes, sum_tol, data)
-    return _read_parquet(path, classes, sum_tol, data)
+    return _read_parquet(path, classes, sum_tol, data, like)
 
 
 def _empty(records: int, problems: list[str]) -> PredictionSet:
-    return PredictionSet(pa.array([], pa.string()), np.zeros(0, np.int32), np.zeros((0, 0), np.float32),
+    return PredictionSet(pa.array([], pa.string()), np.zeros(0, np.int8), np.zeros((0, 0), np.float32),
                          records, tuple(problems[:SHOWN_PROBLEMS]), len(problems))
 
 
-def _read_parquet(path: Path, classes: tuple[str, ...], sum_tol: float, data: bytes | None) -> PredictionSet:
+def _read_parquet(path: Path, classes: tuple[str, ...], sum_tol: float, data: bytes | None,
+                  like: pa.Array | None = None) -> PredictionSet:
+    """The file read in record batches of :data:`READ_BATCH` rows, each checked as it comes: what is kept is
+    the ids (none while they are those of ``like``, in its order), one class code and ``k`` float32 per
+    record."""
     import pyarrow.parquet as pq
 
     k = len(classes)
     try:
-        table = pq.read_table(pa.BufferReader(data) if data is not None else path)
+        handle = pq.ParquetFile(pa.BufferReader(data) if data is not None else path)
+        names, n = handle.schema_arrow.names, handle.metadata.num_rows
+        if names != ["id", "label", "probs"]:
+            return _empty(n, [f"columns must be exactly id, label, probs (found {', '.join(names)})"])
+        types = [handle.schema_arrow.field(c).type for c in names]
+        id_type, label_type, probs_type = (t.value_type if pa.types.is_dictionary(t) else t for t in types)
+        if not pa.types.is_string(id_type) or not pa.types.is_string(label_type) or not (
+                pa.types.is_fixed_size_list(probs_type) and probs_type.list_size == k
+                and pa.types.is_floating(probs_type.value_type)):
+            return _empty(n, [f"column types must be id: string, label: string, probs: fixed_size_list<float>[{k}] "
+                              f"(found {id_type}, {label_type}, {probs_type})"])
+        ids_parts: list[pa.Array] = []
+        shared = like is not None and len(like) == n  # the ids read so far are like[:start]
+        codes = np.empty(n, dtype=code_dtype(k))
+        matrix = np.empty((n, k), dtype=np.float32)
+        has_id = np.empty(n, dtype=bool)
+        found = _Problems()
+        start = 0
+        for batch in handle.iter_batches(batch_size=READ_BATCH, use_threads=False):
+            ids, label, probs = batch.columns
+            if pa.types.is_dictionary(ids.type):
+                ids = ids.dictionary_decode()
+            if pa.types.is_dictionary(label.type):
+                label = label.dictionary_decode()
+            stop = start + len(batch)
+            _check_batch(start, ids, label, probs, k, classes, sum_tol, found,
+                         codes[start:stop], matrix[start:stop], has_id[start:stop])
+            if shared and has_id[start:stop].all() and ids.equals(like.slice(start, stop - start)):
+                start = stop
+                continue
+            if shared:  # the first record that differs from like: the ids before it are like's
+                ids_parts.append(like.slice(0, start))
+                shared = False
+            ids_parts.append(ids.filter(pa.array(has_id[start:stop])) if not has_id[start:stop].all() else ids)
+            start = stop
     except (pa.ArrowException, OSError, ValueError) as exc:
         return _empty(0, [f"not a readable Parquet file ({str(exc).splitlines()[0][:120]})"])
-    n = table.num_rows
-    if table.column_names != ["id", "label", "probs"]:
-        return _empty(n, [f"columns must be exactly id, label, probs (found {', '.join(table.column_names)})"])
-    ids, label, probs = (table.column(c).combine_chunks() for c in ("id", "label", "probs"))
-    if pa.types.is_dictionary(ids.type):
-        ids = ids.dictionary_decode()
-    if pa.types.is_dictionary(label.type):
-        label = label.dictionary_decode()
-    if not pa.types.is_string(ids.type) or not pa.types.is_string(label.type) or not (
-            pa.types.is_fixed_size_list(probs.type) and probs.type.list_size == k
-            and pa.types.is_floating(probs.type.value_type)):
-        return _empty(n, [f"column types must be id: string, label: string, probs: fixed_size_list<float>[{k}] "
-                          f"(found {ids.type}, {label.type}, {probs.type})"])
-    has_id = pc.is_valid(ids).to_numpy(zero_copy_only=False)
-    matrix = np.full((n, k), np.nan, dtype=np.float32)
+    if start != n:
+        return _empty(0, [f"not a readable Parquet file ({start} rows read, {n} declared)"])
+    if shared:
+        ids_all = like
+    else:
+        ids_all = ids_parts[0] if len(ids_parts) == 1 else pa.concat_arrays(ids_parts) if ids_parts else \
+            pa.array([], pa.string())
+    if not has_id.all():
+        kept = np.flatnonzero(has_id)
+        codes, matrix = codes[kept], matrix[kept]
+    problems, total = found.result()
+    return PredictionSet(ids_all, codes, matrix, n, tuple(problems), total)
+
+
+class _Problems:
+    """The first :data:`SHOWN_PROBLEMS` failing rows of each kind (a row counts under its first failure) and
+    the count of all, gathered batch by batch."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, str]] = []
+        self.per_kind: dict[str, int] = {}
+        self.total = 0
+
+    def add(self, start: int, checks: list[tuple[str, np.ndarray]], message: Any) -> None:
+        for kind, bad in checks:
+            count = int(bad.sum())
+            if not count:
+                continue
+            self.total += count
+            room = SHOWN_PROBLEMS - self.per_kind.get(kind, 0)
+            for i in np.flatnonzero(bad)[:max(room, 0)]:
+                self.rows.append((start + int(i), f"row {start + int(i) + 1}: {message(int(i), kind)}"))
+            self.per_kind[kind] = self.per_kind.get(kind, 0) + count
+
+    def result(self) -> tuple[list[str], int]:
+        return [text for _, text in sorted(self.rows)[:SHOWN_PROBLEMS]], self.total
+
+
+def _check_batch(start: int, ids: pa.Array, label: pa.Array, probs: pa.Array, k: int, classes: tuple[str, ...],
+                 sum_tol: float, found: _Problems, codes: np.ndarray, matrix: np.ndarray, has_id: np.ndarray) -> None:
+    """Check one batch's rows and fill its slices of ``codes``, ``matrix`` and ``has_id``."""
+    m = len(ids)
+    has_id[:] = pc.is_valid(ids).to_numpy(zero_copy_only=False)
     probs_ok = pc.is_valid(probs).to_numpy(zero_copy_only=False)
-    if n:
-        values = probs.values.slice(probs.offset * k, n * k)  # every slot, null rows included
+    if m:
+        values = probs.values.slice(probs.offset * k, m * k)  # every slot, null rows included
         if values.null_count:
             values = pc.fill_null(values, float("nan"))
-        matrix = values.to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(n, k).copy()
+        matrix[:] = values.to_numpy(zero_copy_only=False).reshape(m, k)
         matrix[~probs_ok] = np.nan
-    codes = _class_codes(label, classes)
+    codes[:] = _class_codes(label, classes)
     checks = _row_checks(
         id_ok=has_id & (pc.fill_null(pc.utf8_length(ids), 0).to_numpy(zero_copy_only=False) > 0),
         label_ok=codes >= 0, probs_ok=probs_ok, matrix=matrix, codes=codes, sum_tol=sum_tol)
-    problems = _problems(checks, lambda i, kind: _message(kind, i, label, matrix, k), "row")
-    kept = np.flatnonzero(has_id)
-    return PredictionSet(ids.filter(pa.array(has_id)) if not has_id.all() else ids, codes[kept], matrix[kept],
-                         n, tuple(problems[0]), problems[1])
+    found.add(start, checks, lambda i, kind: _message(kind, i, label, matrix, k))
 
 
 def _row_checks(*, id_ok: np.ndarray, label_ok: np.ndarray, probs_ok: np.ndarray, matrix: np.ndarray,
@@ -203,12 +278,6 @@ def _row_checks(*, id_ok: np.ndarray, label_ok: np.ndarray, probs_ok: np.ndarray
         out.append((kind, first))
         failed |= bad
     return out
-
-
-def _problems(checks: list[tuple[str, np.ndarray]], message: Any, unit: str) -> tuple[list[str], int]:
-    rows = [(int(i), kind) for kind, bad in checks for i in np.flatnonzero(bad)[:SHOWN_PROBLEMS]]
-    total = int(sum(int(bad.sum()) for _, bad in checks))
-    return [f"{unit} {i + 1}: {message(i, kind)}" for i, kind in sorted(rows)[:SHOWN_PROBLEMS]], total
 
 
 def _message(kind: str, i: int, label: pa.Array, matrix: np.ndarray, k: int) -> str:

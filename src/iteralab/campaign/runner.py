@@ -289,7 +289,7 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
     ``shared`` (``evaluate.CampaignReads``) lets the caller reuse what the evaluations read (the raw table).
 
     The raw table is derived later, from what this wrote (:func:`iteralab.evidence.run.run_campaign`)."""
-    from iteralab.campaign.evaluate import CampaignReads, evaluate_pass
+    from iteralab.campaign.evaluate import CampaignReads, evaluate_pass, release_unused
 
     from iteralab.campaign.preflight import preflight
     from iteralab.campaign.raypass import RayEngine, require_ray
@@ -303,6 +303,7 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
                             "--keep-unrunnable (they are recorded as failed rows)")
     require_ray(protocol, str(protocol_path))
     campaign = prepare(protocol_path, out, rerun=rerun)
+    release_unused()  # the corpus scan's buffers: the runner stays resident for the whole campaign
     out = Path(out)
     shutil.rmtree(out / SCRATCH, ignore_errors=True)  # what a killed run's worker left behind
     journal = Journal(out / JOURNAL_NAME)

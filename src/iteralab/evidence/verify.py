@@ -333,7 +333,7 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any, conte
             audit.diff(f"{JOURNAL_NAME}: pass {pid} names a prediction file outside predictions/: {rel!r}")
             continue
         referenced.add(rel)
-        entry = reader.read(path)
+        entry = reader.read(path, expected.ids)
         if entry is None:
             audit.diff(f"{rel}: missing (the journal records it for pass {pid})")
             continue
