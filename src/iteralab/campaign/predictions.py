@@ -33,7 +33,7 @@ from iteralab.common import files
 SUFFIX = ".parquet"
 LEGACY_SUFFIX = ".jsonl"
 FORMAT_VERSION = "1"
-ROW_GROUP = 1 << 17
+ROW_GROUP = 1 << 15
 #: How many format problems are spelled out (all are counted).
 SHOWN_PROBLEMS = 5
 
@@ -141,7 +141,7 @@ def _class_codes(values: pa.Array, classes: tuple[str, ...]) -> np.ndarray:
 
 #: Rows checked at a time when a prediction file is read: what a read holds beyond its result is bounded by
 #: this, not by the file's size.
-READ_BATCH = 1 << 16
+READ_BATCH = 1 << 15
 
 
 def read_predictions(path: Path, classes: tuple[str, ...], sum_tol: float, data: bytes | None = None,
