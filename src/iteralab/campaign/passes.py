@@ -30,6 +30,11 @@ import pyarrow.parquet  # noqa: F401  # and writes the prediction file with it
 from iteralab.common.files import write_json_atomic
 
 READ_BLOCK = 1 << 22  # bytes of corpus file per record batch (a pass holds O(block + batch) texts)
+#: Seconds this module's imports took (numpy, pyarrow): a worker template reports them with its own.
+IMPORTS_S = time.perf_counter() - _IMPORT_START
+#: Set in a worker template (:mod:`iteralab.campaign.prefork`) before it forks: the runtime's resident memory,
+#: read there once after the same imports a fresh worker makes (a forked worker would read less).
+TEMPLATE_RUNTIME: dict[str, Any] = {}
 
 
 def _error_text(exc: BaseException) -> str:
@@ -372,6 +377,9 @@ def record_runtime_memory(spec: dict[str, Any], startup: dict[str, Any]) -> None
     journaled value, never a new measurement. A callable owns its model: nothing to record."""
     if spec["model"]["kind"] == "callable":
         return
+    if TEMPLATE_RUNTIME:  # a forked worker: read in its template, after the same imports, before any fork
+        startup.update(TEMPLATE_RUNTIME)
+        return
     from iteralab.kit.memoire import runtime_imports, runtime_overhead
 
     t0 = time.perf_counter()
@@ -379,16 +387,19 @@ def record_runtime_memory(spec: dict[str, Any], startup: dict[str, Any]) -> None
     startup["runtime_imports_s"] = time.perf_counter() - t0
 
 
-def worker_main(argv: list[str]) -> int:
-    """``python -m iteralab.campaign.passes SPEC.json RESULT.json``: run one pass in a fresh process."""
+def worker_main(argv: list[str], startup: dict[str, Any] | None = None) -> int:
+    """``python -m iteralab.campaign.passes SPEC.json RESULT.json``: run one pass in a fresh process.
+
+    ``startup`` is given by a worker forked from a template (:mod:`iteralab.campaign.prefork`): its process start
+    is the fork, its imports were made by the template."""
     spec_path, result_path = argv
     started = time.perf_counter()
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
     spawned = spec.get("spawned_at")
     # Start-up phases, reported in the journal (R2): they occupy rental time, outside every pass phase.
-    startup: dict[str, float | None] = {
-        "process_start_s": _IMPORT_WALL - spawned if isinstance(spawned, (int, float)) else None,
-        "imports_s": started - _IMPORT_START}
+    if startup is None:
+        startup = {"process_start_s": _IMPORT_WALL - spawned if isinstance(spawned, (int, float)) else None,
+                   "imports_s": started - _IMPORT_START}
     t0 = time.perf_counter()
     try:
         from iteralab.campaign.manifest import environment_manifest, owns_device
@@ -416,4 +427,8 @@ def worker_main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised through subprocess in tests
+    if sys.argv[1:2] == ["--template"]:  # a worker template: forks one worker per pass (campaign.prefork)
+        from iteralab.campaign.prefork import serve
+
+        sys.exit(serve(sys.argv[2:], IMPORTS_S))
     sys.exit(worker_main(sys.argv[1:]))
