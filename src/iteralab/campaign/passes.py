@@ -27,6 +27,8 @@ import pyarrow  # noqa: F401  # imported at start-up, never inside the measured 
 import pyarrow.csv  # noqa: F401
 import pyarrow.parquet  # noqa: F401  # and writes the prediction file with it
 
+from iteralab.campaign import folder as _folder  # noqa: F401  # the pass reads the corpus with it: imported at
+from iteralab.campaign import predictions as _predictions  # noqa: F401  # start-up, never inside a timed phase
 from iteralab.common.files import write_json_atomic
 
 READ_BLOCK = 1 << 22  # bytes of corpus file per record batch (a pass holds O(block + batch) texts)
