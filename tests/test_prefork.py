@@ -98,3 +98,58 @@ def test_a_template_that_cannot_start_reports_its_error(tmp_path, monkeypatch):
     code, tail = gone.value.outcome
     assert code == 1 and tail == "ModuleNotFoundError: No module named 'no_such_module_for_a_template'"
     templates.close()
+
+
+def test_each_forked_pass_reads_its_own_environment_and_a_change_is_flagged(tmp_path, tests_on_path):
+    """The environment is read in every worker, after the fork: a package that changes between passes (here the
+    installed metadata the worker reads, changed by a sitecustomize file that only the later passes see) shows in
+    the journal's manifest diff of those passes."""
+    protocol = callable_campaign(tmp_path, passes=2, isolation="process")
+    out = tmp_path / "out"
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import os\n"
+        "if os.environ.get('ITERALAB_TEST_FAKE_NUMPY'):\n"
+        "    from importlib import metadata\n"
+        "    real = metadata.version\n"
+        "    metadata.version = lambda name: '0.0.0-changed' if name == 'numpy' else real(name)\n")
+    from iteralab.campaign import runner
+
+    real = runner._run_in_worker
+    calls = []
+
+    def changing(spec, templates=None):  # from the third pass on, the runner's environment says numpy changed
+        calls.append(spec["pass_id"])
+        if len(calls) == 3:
+            os.environ["ITERALAB_TEST_FAKE_NUMPY"] = "1"
+            os.environ["PYTHONPATH"] = str(hook) + os.pathsep + os.environ["PYTHONPATH"]
+        return real(spec, templates)
+
+    saved = dict(os.environ)
+    try:
+        runner._run_in_worker = changing
+        run_campaign(protocol, out)
+    finally:
+        runner._run_in_worker = real
+        os.environ.clear()
+        os.environ.update(saved)
+    finished = _finished(out)
+    assert [e["manifest_diff"] for e in finished] == [[], [], ["environment.packages.numpy"],
+                                                      ["environment.packages.numpy"]]
+    # a changed environment started a new template: the third pass journals a template start-up again
+    assert ["template_start_s" in e["startup"] for e in finished] == [True, False, True, False]
+
+
+def test_the_code_version_is_read_once_by_the_pass_that_makes_the_manifest(tmp_path, monkeypatch):
+    from iteralab.campaign import manifest
+
+    protocol = callable_campaign(tmp_path, passes=2)  # in-process: the call count is seen here
+    reads = []
+    real = manifest.git_state
+    monkeypatch.setattr(manifest, "git_state", lambda workdir: reads.append(workdir) or real(workdir))
+    out = tmp_path / "out"
+    run_campaign(protocol, out)
+    assert len(reads) == 1
+    git = json.loads((out / "manifest.json").read_text())["environment"]["git"]
+    assert set(git) == {"commit", "dirty", "reason"} and git != manifest.GIT_NOT_READ

@@ -407,7 +407,8 @@ def worker_main(argv: list[str], startup: dict[str, Any] | None = None) -> int:
         from iteralab.campaign.manifest import environment_manifest, owns_device
 
         environment = environment_manifest(Path(spec.get("workdir") or os.getcwd()),
-                                           runtime=not owns_device(spec["model"]["kind"]))
+                                           runtime=not owns_device(spec["model"]["kind"]),
+                                           git=bool(spec.get("record_git", True)))
     except Exception as exc:
         environment = {"error": _error_text(exc)}
     startup["environment_s"] = time.perf_counter() - t0

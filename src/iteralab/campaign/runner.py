@@ -242,7 +242,8 @@ def _run_in_process(spec: dict[str, Any]) -> dict[str, Any]:
     from iteralab.campaign.passes import execute_pass
 
     result = execute_pass(spec)
-    result["environment"] = environment_manifest(Path(spec["workdir"]), runtime=not owns_device(spec["model"]["kind"]))
+    result["environment"] = environment_manifest(Path(spec["workdir"]), runtime=not owns_device(spec["model"]["kind"]),
+                                                 git=bool(spec.get("record_git", True)))
     return result
 
 
@@ -394,7 +395,10 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
 
                 result = run_data_parallel(_pass_spec(campaign, protocol, out, slot, pass_id))
             else:
-                result = runner(_pass_spec(campaign, protocol, out, slot, pass_id))
+                # the code version (git) is read by the pass whose environment becomes the campaign's manifest;
+                # later passes are compared without it (_manifest_fields), so they do not run git again
+                spec = {**_pass_spec(campaign, protocol, out, slot, pass_id), "record_git": reference_manifest is None}
+                result = runner(spec)
             if result.get("error_kind") == "timeout":
                 timed_out.setdefault(slot.variant, pass_id)
             observed = _manifest_fields(result)
