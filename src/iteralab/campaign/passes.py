@@ -1,7 +1,8 @@
 """One measured pass (R2–R4, R7, R8, M2): load, warm-up, the synchronized measured pass, the prediction file.
 
-``execute_pass`` is what a worker process runs (``python -m iteralab.campaign.passes SPEC RESULT``) and what the
-runner calls directly in ``inprocess`` isolation. It never retries a failing batch with a smaller one unless
+``execute_pass`` is what a worker process runs (``python -m iteralab.campaign.passes SPEC RESULT``, or a worker
+forked by a template, :mod:`iteralab.campaign.prefork`) and what the runner calls directly in ``inprocess``
+isolation. It never retries a failing batch with a smaller one unless
 the variant is a declared *resume* variant, whose retries are counted.
 
 The measured region covers reading the corpus file, tokenization, host→device transfers, inference and
