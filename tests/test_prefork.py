@@ -153,3 +153,17 @@ def test_the_code_version_is_read_once_by_the_pass_that_makes_the_manifest(tmp_p
     assert len(reads) == 1
     git = json.loads((out / "manifest.json").read_text())["environment"]["git"]
     assert set(git) == {"commit", "dirty", "reason"} and git != manifest.GIT_NOT_READ
+
+
+def test_a_run_whose_template_cannot_start_runs_fresh_interpreters_and_says_why(tmp_path, monkeypatch,
+                                                                                 tests_on_path):
+    monkeypatch.setattr(prefork, "WORKER_MODULES", ("iteralab.campaign.passes", "no_such_module_for_a_template"))
+    protocol = callable_campaign(tmp_path, passes=1, isolation="process")
+    out = tmp_path / "out"
+    run_campaign(protocol, out)
+    rows = read_raw_table(out / "raw_table.csv")
+    assert [r["corpus_accepted"] for r in rows] == ["true", "true"]
+    for event in _finished(out):
+        assert "forked" not in event["startup"]
+        assert event["startup"]["template_refused"] == (
+            "exit 1: ModuleNotFoundError: No module named 'no_such_module_for_a_template'")

@@ -73,6 +73,11 @@ def serve(preload: list[str], main_imports_s: float = 0.0) -> int:
     for name in preload:
         importlib.import_module(name)
     ready: dict[str, Any] = {"template_imports_s": time.perf_counter() - t0 + main_imports_s}
+    cuda = sys.modules.get("torch.cuda")
+    if cuda is not None and getattr(cuda, "_initialized", False):  # an attribute read, not a CUDA call
+        sys.stderr.write(f"the worker template initialised CUDA while importing {', '.join(preload)}: a forked "
+                         "worker could not use the GPU\n")
+        return 1
     if "torch" in preload:
         # The runtime's own resident memory (interpreter + libraries, no model), read here once, before any fork:
         # a forked worker maps the libraries lazily and would read less than a fresh process holds.
@@ -144,11 +149,12 @@ def _worker(request: dict[str, Any], template: int, replies: IO[str]) -> None:
 
 
 class TemplateGone(Exception):
-    """The template ended before it reported a worker (its exit status and stderr tail are in ``outcome``)."""
+    """The template ended before it reported a worker (its exit status and stderr tail are in ``outcome``);
+    ``started`` is False when it ended before it was ready (it never forked a worker)."""
 
-    def __init__(self, outcome: tuple[int, str]) -> None:
+    def __init__(self, outcome: tuple[int, str], started: bool) -> None:
         super().__init__(f"worker template ended ({outcome[0]})")
-        self.outcome = outcome
+        self.outcome, self.started = outcome, started
 
 
 class Template:
@@ -168,7 +174,7 @@ class Template:
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line:
-            raise TemplateGone(self.ended())
+            raise TemplateGone(self.ended(), self.ready is not None)
         return json.loads(line)
 
     def ended(self) -> tuple[int, str]:
@@ -194,7 +200,7 @@ class Template:
                 self.proc.stdin.write((json.dumps(request) + "\n").encode("utf-8"))
                 self.proc.stdin.flush()
             except BrokenPipeError:
-                raise TemplateGone(self.ended()) from None
+                raise TemplateGone(self.ended(), True) from None
             pid = int(self._read()["pid"])
             status = int(self._read()["status"])
             pid = None
@@ -236,6 +242,8 @@ class Templates:
     def __init__(self, scratch: Path) -> None:
         self.scratch = scratch
         self.current: Template | None = None
+        #: Why no template could start (its stderr tail): the run's later passes start fresh interpreters.
+        self.refused: str | None = None
 
     def for_kind(self, model_kind: str | None) -> Template:
         preload = preload_for(model_kind)

@@ -262,7 +262,8 @@ def _run_in_worker(spec: dict[str, Any], templates: Any = None) -> dict[str, Any
         spec_path.write_text(json.dumps({**spec, "spawned_at": spawned_at}), encoding="utf-8")
         t0 = time.perf_counter()
         extra: dict[str, Any] = {}
-        if templates is not None:
+        forked = templates is not None and templates.refused is None
+        if forked:
             from iteralab.campaign.prefork import TemplateGone
 
             stderr_path = Path(tmp) / "stderr.txt"
@@ -273,7 +274,12 @@ def _run_in_worker(spec: dict[str, Any], templates: Any = None) -> dict[str, Any
             except TemplateGone as gone:
                 templates.forget()
                 returncode, stderr = gone.outcome
-        else:
+                if not gone.started:  # it never forked: this pass and the later ones start fresh interpreters
+                    templates.refused = f"exit {gone.outcome[0]}: {gone.outcome[1][:300]}"
+                    forked = False
+        if templates is not None and templates.refused is not None:
+            extra = {"template_refused": templates.refused}
+        if not forked:
             proc = subprocess.run([sys.executable, "-m", "iteralab.campaign.passes", str(spec_path),
                                    str(result_path)], capture_output=True, text=True)
             returncode, stderr = proc.returncode, proc.stderr or ""
