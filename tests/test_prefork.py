@@ -8,8 +8,8 @@ import json
 import os
 
 import pytest
-
 from campaign_factory import callable_campaign
+
 from iteralab.campaign import prefork
 from iteralab.campaign.journal import read_journal
 from iteralab.evidence.run import run_campaign

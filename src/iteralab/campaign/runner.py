@@ -360,11 +360,11 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
     mode = isolation or protocol.run.isolation
     templates = None  # process isolation: each pass forked from a worker template (campaign.prefork)
     if mode == "process":
-        from iteralab.campaign.prefork import Templates, available
-
         # Importing scikit-learn (the evaluation's metrics) sets KMP_* variables in this process's environment:
         # imported before the first worker, so that every pass's worker starts with the same environment.
         import sklearn.metrics  # noqa: F401
+
+        from iteralab.campaign.prefork import Templates, available
 
         templates = Templates(out / SCRATCH) if available() else None
 
