@@ -253,10 +253,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{f(s['imports_s'])}, environment record {f(s['environment_s'])}, runtime {f(s['runtime_s'])}, "
           f"worker wall {f(s['worker_wall_s'])}")
     print(f"  fixed cost outside load+warm-up+pass: {f(big['fixed_per_pass_s'])} per pass (target <= 1 s) = "
-          f"once {f(big['before_first_pass_s'])} before the first pass (imports, corpus copy) + "
+          f"once {f(big['before_first_pass_s'])} before the first pass (imports incl. scikit-learn for the "
+          f"evaluation, corpus copy) + "
           f"{f(big['after_last_pass_s'])} after the last (raw table) + per pass {f(big['recurring_per_pass_s'])} "
-          f"(worker start-up, writing, evaluation; the first evaluation {f(big['first_evaluation_s'])} includes "
-          f"importing scikit-learn)")
+          f"(worker start-up, writing, evaluation; the first evaluation {f(big['first_evaluation_s'])}; the worker "
+          f"template's own start-up is in the first pass's)")
     print(f"  campaign wall / (load+warm-up+pass) = {big['wall_ratio']:.2f}")
     print(f"  peak RSS of run {big['peak_rss_bytes'] / mb:.0f} MB = {big['peak_rss_bytes'] / big['docs']:.0f} "
           f"bytes/doc; growth over the {args.baseline_docs:,}-doc run ({big['baseline_peak_rss_bytes'] / mb:.0f} MB) "

@@ -62,3 +62,24 @@ def fail_or_die(texts: list[str]) -> list[list[float]]:
             os.kill(os.getpid(), signal.SIGKILL)
         raise ValueError("weak script is not supported")
     return keyword_classifier(texts)
+
+
+def noting_classifier(texts: list[str]) -> list[list[float]]:
+    """``keyword_classifier`` that appends this process's id, its parent's, and whether torch is imported, to the
+    file named by FAKE_MODEL_NOTE (one line per call)."""
+    import sys
+
+    note = os.environ.get("FAKE_MODEL_NOTE")
+    if note:
+        with open(note, "a", encoding="utf-8") as fh:
+            fh.write(f"{os.getpid()} {os.getppid()} {'torch' in sys.modules}\n")
+    return keyword_classifier(texts)
+
+
+def dying_classifier(texts: list[str]) -> list[list[float]]:
+    """Writes a line to stderr, then ends its process with exit code 3 (a worker lost without a result)."""
+    import sys
+
+    sys.stderr.write("about to end: the model's last words\n")
+    sys.stderr.flush()
+    os._exit(3)

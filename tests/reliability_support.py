@@ -426,16 +426,33 @@ def children_of(pid: int) -> list[int]:
     return out
 
 
+def _is_worker_process(pid: int) -> bool:
+    try:
+        return b"iteralab.campaign.passes" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def worker_of(pid: int) -> tuple[int, str | None] | None:
-    """The pass worker (``python -m iteralab.campaign.passes``) that runner ``pid`` started, with its identity."""
+    """The pass worker that runner ``pid`` started, with its identity: the worker forked by the runner's worker
+    template (``python -m iteralab.campaign.passes --template``), else the template itself (between two passes),
+    or a worker the runner started directly (``python -m iteralab.campaign.passes SPEC RESULT``)."""
     for child in children_of(pid):
-        try:
-            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"iteralab.campaign.passes" in cmdline:
-            return child, identity(child)
+        if _is_worker_process(child):
+            forked = [g for g in children_of(child) if _is_worker_process(g)]
+            chosen = forked[0] if forked else child
+            return chosen, identity(chosen)
     return None
+
+
+def descendants_of(pid: int) -> list[int]:
+    """The children of ``pid``, their children, and so on."""
+    found, todo = [], [pid]
+    while todo:
+        for child in children_of(todo.pop()):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def alive(pid: int) -> bool:

@@ -82,11 +82,18 @@ def _determinism() -> dict[str, Any]:
     }
 
 
-def environment_manifest(workdir: Path | None = None, *, runtime: bool = True) -> dict[str, Any]:
+#: The code version of a pass that does not read it (``git=False``): only the campaign's manifest keeps it.
+GIT_NOT_READ = {"commit": None, "dirty": None,
+                "reason": "not read: the campaign's manifest records the code version of its first pass"}
+
+
+def environment_manifest(workdir: Path | None = None, *, runtime: bool = True, git: bool = True) -> dict[str, Any]:
     """The software and hardware this process runs on, read from the runtime. ``workdir`` (default: the
-    current folder) is where the code version is read from git. ``runtime=False`` (a workload that owns its
-    model and device, e.g. a Python callable) reads no fact that would import torch: torch's version comes from
-    the installed package, its runtime fields are None with the reason."""
+    current folder) is where the code version is read from git; ``git=False`` skips it (a pass whose environment
+    is only compared with the campaign's, where the working tree may legitimately change: ``git status`` of a
+    large tree costs seconds). ``runtime=False`` (a workload that owns its model and device, e.g. a Python
+    callable) reads no fact that would import torch: torch's version comes from the installed package, its
+    runtime fields are None with the reason."""
     from iteralab.models.device import device_inventory, host_inventory
 
     versions = {name: _package_version(name) for name in PACKAGES}
@@ -101,7 +108,7 @@ def environment_manifest(workdir: Path | None = None, *, runtime: bool = True) -
         "packages": versions,
         # torch already imported in this process (an in-process campaign): its runtime facts cost nothing more
         "device_inventory": device_inventory() if runtime or "torch" in sys.modules else host_inventory(),
-        "git": git_state(Path(workdir) if workdir is not None else Path.cwd()),
+        "git": git_state(Path(workdir) if workdir is not None else Path.cwd()) if git else dict(GIT_NOT_READ),
     }
     if runtime:
         import torch

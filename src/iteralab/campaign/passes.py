@@ -1,7 +1,8 @@
 """One measured pass (R2–R4, R7, R8, M2): load, warm-up, the synchronized measured pass, the prediction file.
 
-``execute_pass`` is what a worker process runs (``python -m iteralab.campaign.passes SPEC RESULT``) and what the
-runner calls directly in ``inprocess`` isolation. It never retries a failing batch with a smaller one unless
+``execute_pass`` is what a worker process runs (``python -m iteralab.campaign.passes SPEC RESULT``, or a worker
+forked by a template, :mod:`iteralab.campaign.prefork`) and what the runner calls directly in ``inprocess``
+isolation. It never retries a failing batch with a smaller one unless
 the variant is a declared *resume* variant, whose retries are counted.
 
 The measured region covers reading the corpus file, tokenization, host→device transfers, inference and
@@ -27,9 +28,16 @@ import pyarrow  # noqa: F401  # imported at start-up, never inside the measured 
 import pyarrow.csv  # noqa: F401
 import pyarrow.parquet  # noqa: F401  # and writes the prediction file with it
 
+from iteralab.campaign import folder as _folder  # noqa: F401  # the pass reads the corpus with it: imported at
+from iteralab.campaign import predictions as _predictions  # noqa: F401  # start-up, never inside a timed phase
 from iteralab.common.files import write_json_atomic
 
 READ_BLOCK = 1 << 22  # bytes of corpus file per record batch (a pass holds O(block + batch) texts)
+#: Seconds this module's imports took (numpy, pyarrow): a worker template reports them with its own.
+IMPORTS_S = time.perf_counter() - _IMPORT_START
+#: Set in a worker template (:mod:`iteralab.campaign.prefork`) before it forks: the runtime's resident memory,
+#: read there once after the same imports a fresh worker makes (a forked worker would read less).
+TEMPLATE_RUNTIME: dict[str, Any] = {}
 
 
 def _error_text(exc: BaseException) -> str:
@@ -372,6 +380,9 @@ def record_runtime_memory(spec: dict[str, Any], startup: dict[str, Any]) -> None
     journaled value, never a new measurement. A callable owns its model: nothing to record."""
     if spec["model"]["kind"] == "callable":
         return
+    if TEMPLATE_RUNTIME:  # a forked worker: read in its template, after the same imports, before any fork
+        startup.update(TEMPLATE_RUNTIME)
+        return
     from iteralab.kit.memoire import runtime_imports, runtime_overhead
 
     t0 = time.perf_counter()
@@ -379,22 +390,26 @@ def record_runtime_memory(spec: dict[str, Any], startup: dict[str, Any]) -> None
     startup["runtime_imports_s"] = time.perf_counter() - t0
 
 
-def worker_main(argv: list[str]) -> int:
-    """``python -m iteralab.campaign.passes SPEC.json RESULT.json``: run one pass in a fresh process."""
+def worker_main(argv: list[str], startup: dict[str, Any] | None = None) -> int:
+    """``python -m iteralab.campaign.passes SPEC.json RESULT.json``: run one pass in a fresh process.
+
+    ``startup`` is given by a worker forked from a template (:mod:`iteralab.campaign.prefork`): its process start
+    is the fork, its imports were made by the template."""
     spec_path, result_path = argv
     started = time.perf_counter()
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
     spawned = spec.get("spawned_at")
     # Start-up phases, reported in the journal (R2): they occupy rental time, outside every pass phase.
-    startup: dict[str, float | None] = {
-        "process_start_s": _IMPORT_WALL - spawned if isinstance(spawned, (int, float)) else None,
-        "imports_s": started - _IMPORT_START}
+    if startup is None:
+        startup = {"process_start_s": _IMPORT_WALL - spawned if isinstance(spawned, (int, float)) else None,
+                   "imports_s": started - _IMPORT_START}
     t0 = time.perf_counter()
     try:
         from iteralab.campaign.manifest import environment_manifest, owns_device
 
         environment = environment_manifest(Path(spec.get("workdir") or os.getcwd()),
-                                           runtime=not owns_device(spec["model"]["kind"]))
+                                           runtime=not owns_device(spec["model"]["kind"]),
+                                           git=bool(spec.get("record_git", True)))
     except Exception as exc:
         environment = {"error": _error_text(exc)}
     startup["environment_s"] = time.perf_counter() - t0
@@ -416,4 +431,8 @@ def worker_main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised through subprocess in tests
+    if sys.argv[1:2] == ["--template"]:  # a worker template: forks one worker per pass (campaign.prefork)
+        from iteralab.campaign.prefork import serve
+
+        sys.exit(serve(sys.argv[2:], IMPORTS_S))
     sys.exit(worker_main(sys.argv[1:]))

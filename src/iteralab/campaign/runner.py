@@ -243,11 +243,14 @@ def _run_in_process(spec: dict[str, Any]) -> dict[str, Any]:
     from iteralab.campaign.passes import execute_pass
 
     result = execute_pass(spec)
-    result["environment"] = environment_manifest(Path(spec["workdir"]), runtime=not owns_device(spec["model"]["kind"]))
+    result["environment"] = environment_manifest(Path(spec["workdir"]), runtime=not owns_device(spec["model"]["kind"]),
+                                                 git=bool(spec.get("record_git", True)))
     return result
 
 
-def _run_in_worker(spec: dict[str, Any]) -> dict[str, Any]:
+def _run_in_worker(spec: dict[str, Any], templates: Any = None) -> dict[str, Any]:
+    """One pass in a fresh process: forked from a worker template (``templates``, :mod:`campaign.prefork`) where
+    there is one, else a new interpreter."""
     # The worker's spec and result live in the campaign's own scratch folder, never in the system temp
     # folder: a killed run leaves nothing outside the campaign, and the next run clears it.
     scratch = Path(spec["scratch_dir"]) if spec.get("scratch_dir") else None
@@ -256,19 +259,41 @@ def _run_in_worker(spec: dict[str, Any]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="pass-", dir=scratch) as tmp:
         spec_path = Path(tmp) / "spec.json"
         result_path = Path(tmp) / "result.json"
-        spec_path.write_text(json.dumps({**spec, "spawned_at": time.time()}), encoding="utf-8")
+        spawned_at = time.time()
+        spec_path.write_text(json.dumps({**spec, "spawned_at": spawned_at}), encoding="utf-8")
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "iteralab.campaign.passes", str(spec_path), str(result_path)],
-                              capture_output=True, text=True)
+        extra: dict[str, Any] = {}
+        forked = templates is not None and templates.refused is None
+        if forked:
+            from iteralab.campaign.prefork import TemplateGone
+
+            stderr_path = Path(tmp) / "stderr.txt"
+            template = templates.for_kind((spec.get("model") or {}).get("kind"))
+            try:
+                returncode, extra = template.run(spec_path, result_path, stderr_path, spawned_at)
+                stderr = stderr_path.read_text(encoding="utf-8", errors="replace") if stderr_path.exists() else ""
+            except TemplateGone as gone:
+                templates.forget()
+                returncode, stderr = gone.outcome
+                if not gone.started:  # it never forked: this pass and the later ones start fresh interpreters
+                    templates.refused = f"exit {gone.outcome[0]}: {gone.outcome[1][:300]}"
+                    forked = False
+        if templates is not None and templates.refused is not None:
+            extra = {"template_refused": templates.refused}
+        if not forked:
+            proc = subprocess.run([sys.executable, "-m", "iteralab.campaign.passes", str(spec_path),
+                                   str(result_path)], capture_output=True, text=True)
+            returncode, stderr = proc.returncode, proc.stderr or ""
         worker_s = time.perf_counter() - t0
         if result_path.exists():
             result = json.loads(result_path.read_text(encoding="utf-8"))
             startup = result.get("startup")
             if isinstance(startup, dict):
+                startup.update(extra)
                 startup["worker_wall_s"] = worker_s
             return result
-        tail = (proc.stderr or "").strip().splitlines()[-1:] or [""]
-        how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}"
+        tail = stderr.strip().splitlines()[-1:] or [""]
+        how = f"signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
         return {"pass_id": spec["pass_id"], "status": "failed", "completed": None, "error_kind": "crash",
                 "error": f"worker process ended ({how}) without a result: {tail[0][:300]}",
                 "notes": ["completed: unknown, the worker died before reporting (e.g. killed by the kernel's "
@@ -335,57 +360,76 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
         key = (state.started[pid]["round"], state.started[pid]["position"])
         attempts[key] = attempts.get(key, 0) + 1
     mode = isolation or protocol.run.isolation
-    runner = _run_in_worker if mode == "process" else _run_in_process
+    templates = None  # process isolation: each pass forked from a worker template (campaign.prefork)
+    if mode == "process":
+        # Importing scikit-learn (the evaluation's metrics) sets KMP_* variables in this process's environment:
+        # imported before the first worker, so that every pass's worker starts with the same environment.
+        import sklearn.metrics  # noqa: F401
+
+        from iteralab.campaign.prefork import Templates, available
+
+        templates = Templates(out / SCRATCH) if available() else None
+
+    def runner(spec: dict[str, Any]) -> dict[str, Any]:
+        return _run_in_worker(spec, templates) if mode == "process" else _run_in_process(spec)
+
     emit = progress or (lambda kind, info: None)
     emit("start", {"total": len(slots), "todo": len(todo), "done": len(slots) - len(todo)})
     # A variant stopped by the pass time limit is not run again: its remaining slots become failed rows
     # that name the first timeout (rule fixed with the protocol's run.pass_timeout_s, never a silent skip).
     timed_out = {state.started[pid]["variant"]: pid for pid in state.order
                  if (state.finished.get(pid) or {}).get("error_kind") == "timeout"}
-    for slot in todo:
-        key = (slot.round, slot.position)
-        attempts[key] = attempts.get(key, 0) + 1
-        seed_part = f"-s{slot.seed}" if len(protocol.reproduction.seeds) > 1 else ""
-        data_part = f"-d{slot.dataset}" if slot.dataset is not None else ""
-        pass_id = f"r{slot.round:02d}-p{slot.position:02d}-{slot.variant}{seed_part}{data_part}-a{attempts[key]}"
-        emit("pass", {"pass_id": pass_id, "variant": slot.variant, "round": slot.round})
-        journal.append("pass_started", pass_id=pass_id, variant=slot.variant, round=slot.round,
-                       position=slot.position, seed=slot.seed, attempt=attempts[key],
-                       **({"dataset": slot.dataset} if slot.dataset is not None else {}))
-        if slot.variant in flight.unrunnable:
-            result = _not_run(pass_id, f"not runnable on this machine: {flight.unrunnable[slot.variant]}")
-            result["error_kind"] = "unrunnable"
-        elif slot.variant in timed_out:
-            result = _not_run(pass_id, f"not run: {slot.variant} exceeded the pass time limit of "
-                                       f"{protocol.run.pass_timeout_s:g} s in {timed_out[slot.variant]}")
-        elif engine is not None and protocol.variant(slot.variant).engine == "ray":
-            result = engine.run_pass(_pass_spec(campaign, protocol, out, slot, pass_id))
-        elif protocol.variant(slot.variant).data_parallel > 1:  # X3: one worker process per device
-            from iteralab.campaign.parallel import run_data_parallel
+    try:
+        for slot in todo:
+            key = (slot.round, slot.position)
+            attempts[key] = attempts.get(key, 0) + 1
+            seed_part = f"-s{slot.seed}" if len(protocol.reproduction.seeds) > 1 else ""
+            data_part = f"-d{slot.dataset}" if slot.dataset is not None else ""
+            pass_id = f"r{slot.round:02d}-p{slot.position:02d}-{slot.variant}{seed_part}{data_part}-a{attempts[key]}"
+            emit("pass", {"pass_id": pass_id, "variant": slot.variant, "round": slot.round})
+            journal.append("pass_started", pass_id=pass_id, variant=slot.variant, round=slot.round,
+                           position=slot.position, seed=slot.seed, attempt=attempts[key],
+                           **({"dataset": slot.dataset} if slot.dataset is not None else {}))
+            if slot.variant in flight.unrunnable:
+                result = _not_run(pass_id, f"not runnable on this machine: {flight.unrunnable[slot.variant]}")
+                result["error_kind"] = "unrunnable"
+            elif slot.variant in timed_out:
+                result = _not_run(pass_id, f"not run: {slot.variant} exceeded the pass time limit of "
+                                           f"{protocol.run.pass_timeout_s:g} s in {timed_out[slot.variant]}")
+            elif engine is not None and protocol.variant(slot.variant).engine == "ray":
+                result = engine.run_pass(_pass_spec(campaign, protocol, out, slot, pass_id))
+            elif protocol.variant(slot.variant).data_parallel > 1:  # X3: one worker process per device
+                from iteralab.campaign.parallel import run_data_parallel
 
-            result = run_data_parallel(_pass_spec(campaign, protocol, out, slot, pass_id))
-        else:
-            result = runner(_pass_spec(campaign, protocol, out, slot, pass_id))
-        if result.get("error_kind") == "timeout":
-            timed_out.setdefault(slot.variant, pass_id)
-        observed = _manifest_fields(result)
-        if reference_manifest is None and result.get("status") == "ok":
-            reference_manifest = _write_manifest(out, campaign, protocol, result, observed,
-                                                 engine.started if engine is not None else None)
-        # A pass that observed no environment (not run, or its worker died before reporting) has nothing to
-        # compare: an empty record would read as "differs in every field".
-        diff = _diff(reference_manifest, observed) if reference_manifest is not None and observed["environment"] \
-            else []
-        environment = result.pop("environment", None)
-        result.pop("file_hashes", None)
-        journal.append("pass_finished", manifest_diff=diff,
-                       environment_summary=_env_summary(environment), **result)
-        t0 = time.perf_counter()
-        verdict = evaluate_pass(out, pass_id, reads, slot.dataset)
-        journal.append("pass_evaluated", pass_id=pass_id, evaluation_s=time.perf_counter() - t0,
-                       intrinsic=verdict)
-        emit("done", {"pass_id": pass_id, "status": result.get("status"), "pass_s": result["phases"]["pass_s"]
-                      if result.get("phases") else None})
+                result = run_data_parallel(_pass_spec(campaign, protocol, out, slot, pass_id))
+            else:
+                # the code version (git) is read by the pass whose environment becomes the campaign's manifest;
+                # later passes are compared without it (_manifest_fields), so they do not run git again
+                spec = {**_pass_spec(campaign, protocol, out, slot, pass_id), "record_git": reference_manifest is None}
+                result = runner(spec)
+            if result.get("error_kind") == "timeout":
+                timed_out.setdefault(slot.variant, pass_id)
+            observed = _manifest_fields(result)
+            if reference_manifest is None and result.get("status") == "ok":
+                reference_manifest = _write_manifest(out, campaign, protocol, result, observed,
+                                                     engine.started if engine is not None else None)
+            # A pass that observed no environment (not run, or its worker died before reporting) has nothing to
+            # compare: an empty record would read as "differs in every field".
+            diff = _diff(reference_manifest, observed) if reference_manifest is not None and \
+                observed["environment"] else []
+            environment = result.pop("environment", None)
+            result.pop("file_hashes", None)
+            journal.append("pass_finished", manifest_diff=diff,
+                           environment_summary=_env_summary(environment), **result)
+            t0 = time.perf_counter()
+            verdict = evaluate_pass(out, pass_id, reads, slot.dataset)
+            journal.append("pass_evaluated", pass_id=pass_id, evaluation_s=time.perf_counter() - t0,
+                           intrinsic=verdict)
+            emit("done", {"pass_id": pass_id, "status": result.get("status"), "pass_s": result["phases"]["pass_s"]
+                          if result.get("phases") else None})
+    finally:
+        if templates is not None:
+            templates.close()
     if engine is not None:
         journal.append("engine_stopped", **engine.stop())
     shutil.rmtree(out / SCRATCH, ignore_errors=True)
