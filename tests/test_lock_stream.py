@@ -146,3 +146,22 @@ def test_dataset_copies_are_written_while_read_in_batches(tmp_path):
         assert (record["fingerprint"], record["order_hash"], record["size"]) == (
             corpus.fingerprint(), corpus.order_hash(), len(corpus))
     assert campaign["tuning"]["size"] == 1
+
+
+def test_a_tuning_overlap_in_a_later_batch_is_refused_as_the_whole_read_refuses_it(tmp_path):
+    a = _rows("a", 40, seed=15)
+    tuning = [("x1", "a tuning text", "plot"), ("x2", a[34][1].upper().lower(), "fresh")]
+    path = dataset_protocol(tmp_path, {"b": _rows("b", 20, seed=16), "a": a}, tuning=tuning)
+    with pytest.raises(CorpusError) as refused:
+        lock(path)
+    protocol = load_protocol(path)
+    with pytest.raises(CorpusError) as whole:
+        load_inputs(protocol, path, protocol.datasets[1])
+    assert str(refused.value) == str(whole.value) and "a.csv) overlap" in str(refused.value)
+
+
+def test_tuning_digests_colliding_without_an_overlap_lock_as_usual(tmp_path, monkeypatch):
+    path = dataset_protocol(tmp_path, {"a": _rows("a", 20, seed=17)}, tuning=[("x1", "a tuning text", "plot")])
+    expected = _whole_inputs(path)
+    monkeypatch.setattr(lockrecords, "text_key", lambda text: 11)
+    assert lock(path, now=LOCKED_AT)["inputs"]["datasets"] == expected

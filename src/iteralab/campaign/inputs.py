@@ -20,10 +20,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from iteralab.campaign.lockrecords import LockRecords
+import numpy as np
+
+from iteralab.campaign import lockrecords
+from iteralab.campaign.lockrecords import LockRecords, OverlapKeys, keys_of
 from iteralab.common.files import sha256_file
 from iteralab.errors import CorpusError, ProtocolError
-from iteralab.plan.corpus import Corpus, check_disjoint, load_corpus, text_fingerprint
+from iteralab.plan.corpus import Corpus, check_disjoint, load_corpus
 from iteralab.plan.expenses import check_currency
 from iteralab.plan.protocol import Dataset, Protocol, load_protocol, resolve
 from iteralab.plan.scan import Batch, CorpusScan, Sink, labels_digest, scan_corpus
@@ -250,28 +253,31 @@ def scan_inputs(protocol: Protocol, protocol_path: Path, *, sinks: Sequence[Sink
     """``load_inputs`` + ``check_strata`` without holding the corpus: each validated batch goes to ``sinks``
     (``tuning_sinks`` for the tuning split). Refusals are theirs, word for word (the file is then read whole
     to name the first bad line). ``dataset``: that dataset of a several-dataset protocol (K6) in place of
-    ``corpus.path``; ``scan_tuning=False``: the tuning split is checked disjoint but not scanned (its scan is
-    then None); ``strata_later``: the strata check's last step (which raises) is appended there, not run."""
+    ``corpus.path``; ``scan_tuning=False``: the tuning split is checked disjoint, but neither handed to
+    ``tuning_sinks`` nor returned (its scan is then None); ``strata_later``: the strata check's last step
+    (which raises) is appended there, not run."""
     from iteralab.models.tokens import RowStrataCheck
 
     spec = protocol.corpus
     columns, extra = _columns(protocol)
     source = resolve(protocol_path, dataset.path if dataset else spec.path)
-    tuning = tuning_scan = None
-    if spec.tuning_path:
+    tuning_keys: OverlapKeys | None = None
+    tuning_scan = None
+    if spec.tuning_path:  # read first, keeping 64-bit digests of its ids and texts for the overlap check (P4)
+        tuning_keys = OverlapKeys()
         try:
-            tuning = load_corpus(resolve(protocol_path, spec.tuning_path), **columns)
+            tuning_scan = scan_corpus(resolve(protocol_path, spec.tuning_path), **columns,
+                                      sinks=[tuning_keys, *(tuning_sinks if scan_tuning else ())])
         except CorpusError:
             scan_corpus(source, **columns, extra_columns=extra)  # its error first
             raise
-    overlap = _Overlap(tuning)
+    overlap = _Overlap(tuning_keys)
     strata = RowStrataCheck(protocol, protocol_path)
     corpus_scan = scan_corpus(source, **columns, extra_columns=extra, sinks=[*sinks, overlap, strata])
-    if tuning is not None:
-        if overlap.found:
-            check_disjoint(tuning, load_inputs(protocol, protocol_path, dataset)[0])
-        if scan_tuning:
-            tuning_scan = scan_corpus(resolve(protocol_path, spec.tuning_path), **columns, sinks=tuning_sinks)
+    if overlap.found:  # a shared digest: the exact check reads both whole to name the overlap (or clears it)
+        load_inputs(protocol, protocol_path, dataset)
+    if not scan_tuning:
+        tuning_scan = None
 
     def finish() -> None:
         strata.finish(lambda: load_inputs(protocol, protocol_path, dataset)[0])
@@ -295,21 +301,21 @@ def _fingerprint_file(protocol: Protocol, protocol_path: Path, declared: str | N
 
 
 class _Overlap:
-    """P4 while the final corpus streams by: does a batch share an id or a normalised text with the tuning
-    split? Only a flag is kept; ``check_disjoint`` then says which."""
+    """P4 while the final corpus streams by: does a batch share an id digest or a normalised-text digest with
+    the tuning split? Only a flag is kept; ``load_inputs`` (``check_disjoint``) then says which, if any."""
 
-    def __init__(self, tuning: Corpus | None) -> None:
-        self.ids = set(tuning.ids) if tuning is not None else set()
-        self.texts = tuning.text_fingerprints() if tuning is not None else set()
+    def __init__(self, tuning: OverlapKeys | None) -> None:
         self.active = tuning is not None
+        if tuning is not None:
+            self.ids, self.texts = tuning.ids(), tuning.texts()
         self.found = False
 
     def __call__(self, batch: Batch | None) -> None:
         if batch is None:
             self.found = False
         elif self.active and not self.found:
-            self.found = any(i in self.ids for i in batch.ids) or \
-                any(text_fingerprint(t) in self.texts for t in batch.texts)
+            self.found = bool(np.isin(keys_of(batch.ids, lockrecords.id_key), self.ids).any()
+                              or np.isin(keys_of(batch.texts, lockrecords.text_key), self.texts).any())
 
 
 def _scanned_fingerprint(locked: dict[str, Any] | None, scan: CorpusScan,

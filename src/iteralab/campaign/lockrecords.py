@@ -103,6 +103,11 @@ def text_key(text: str) -> int:
     return int(text_fingerprint(text)[:16], 16)
 
 
+def keys_of(values: list[str], key: Any) -> np.ndarray:
+    """``key`` of each value, as a NumPy array of 64-bit digests."""
+    return np.fromiter(map(key, values), dtype=np.uint64, count=len(values))
+
+
 class OverlapKeys:
     """A sink keeping the 64-bit digests of each document's id and normalised text (8 bytes each)."""
 
@@ -117,8 +122,8 @@ class OverlapKeys:
         if batch is None:
             self._start()
             return
-        self.id_parts.append(np.fromiter(map(id_key, batch.ids), dtype=np.uint64, count=len(batch.ids)))
-        self.text_parts.append(np.fromiter(map(text_key, batch.texts), dtype=np.uint64, count=len(batch.texts)))
+        self.id_parts.append(keys_of(batch.ids, id_key))
+        self.text_parts.append(keys_of(batch.texts, text_key))
 
     def ids(self) -> np.ndarray:
         """The distinct id digests, sorted."""
@@ -149,10 +154,9 @@ class Suspects:
         if batch is None:
             self.rows = []
             return
-        ids = np.fromiter(map(id_key, batch.ids), dtype=np.uint64, count=len(batch.ids))
-        texts = np.fromiter(map(text_key, batch.texts), dtype=np.uint64, count=len(batch.texts))
-        hit = np.isin(ids, self.id_keys) | np.isin(texts, self.text_keys)
+        hit = np.isin(keys_of(batch.ids, id_key), self.id_keys) | np.isin(keys_of(batch.texts, text_key),
+                                                                          self.text_keys)
         self.rows.extend((batch.ids[i], batch.texts[i]) for i in np.flatnonzero(hit))
 
 
-__all__ = ["LockRecords", "OverlapKeys", "Suspects", "id_key", "shared_keys", "text_key"]
+__all__ = ["LockRecords", "OverlapKeys", "Suspects", "id_key", "keys_of", "shared_keys", "text_key"]
