@@ -165,3 +165,11 @@ def test_tuning_digests_colliding_without_an_overlap_lock_as_usual(tmp_path, mon
     expected = _whole_inputs(path)
     monkeypatch.setattr(lockrecords, "text_key", lambda text: 11)
     assert lock(path, now=LOCKED_AT)["inputs"]["datasets"] == expected
+
+
+def test_lock_records_of_unlabelled_rows_and_unordered_ids_equal_the_whole_read(tmp_path):
+    rows = [(r[0], r[1], "" if i % 4 == 0 else r[2]) for i, r in enumerate(_rows("u", 33, seed=18))]
+    _write_csv(tmp_path / "u.csv", rows)
+    records = lockrecords.LockRecords()
+    scanned = scan.scan_corpus(tmp_path / "u.csv", require_labels=False, sinks=[records])
+    assert records.fingerprint(scanned) == corpus_fingerprint(load_corpus(tmp_path / "u.csv", require_labels=False))

@@ -1,11 +1,12 @@
 """What ``lock`` keeps of a corpus read in record batches (P2, K6): its per-id records and overlap keys.
 
 Both are sinks of :func:`iteralab.plan.scan.scan_corpus`. :class:`LockRecords` keeps per document the id, the
-16-hex digest of its text and its label as Arrow arrays (bytes, not a Python object per document), then writes
-the lock's compressed records (``campaign.inputs.RECORDS_ENCODING``) in id order, chunk by chunk, byte for byte
-what ``campaign.inputs.corpus_fingerprint`` writes from a corpus read whole. :class:`OverlapKeys` keeps a 64-bit
-digest of each id and of each whitespace-normalised text (NumPy arrays), so that datasets are checked disjoint
-by comparing sorted digests; the texts are read again only to name a collision the digests point at.
+16-hex digest of its text and its label as Arrow and NumPy arrays (bytes, not a Python object per document),
+then writes the lock's compressed records (``campaign.inputs.RECORDS_ENCODING``) in id order, chunk by chunk,
+byte for byte what ``campaign.inputs.corpus_fingerprint`` writes from a corpus read whole. :class:`OverlapKeys`
+keeps a 64-bit digest of each id and of each whitespace-normalised text (NumPy arrays), so that datasets are
+checked disjoint by comparing sorted digests; the texts are read again only to name a collision the digests
+point at.
 """
 
 from __future__ import annotations
@@ -30,10 +31,19 @@ def _short_hash(text: str) -> str:
 
 
 def _encoded(values: list[str | None]) -> Any:
-    """Strings as UTF-8 bytes (a lone surrogate kept, as the lock's JSON keeps it); byte order is id order."""
+    """Strings as an Arrow binary array of their UTF-8 bytes (a lone surrogate kept, as the lock's JSON keeps
+    it; byte order is then id order), ``None`` as null. Built from buffers: ``pa.array`` on a list would import
+    pandas, tens of MB for nothing."""
     import pyarrow as pa
 
-    return pa.array([None if v is None else v.encode("utf-8", "surrogatepass") for v in values], pa.binary())
+    encoded = [b"" if v is None else v.encode("utf-8", "surrogatepass") for v in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
+    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=offsets[1:])
+    absent = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
+    nulls = int(absent.sum())
+    validity = pa.py_buffer(np.packbits(~absent, bitorder="little")) if nulls else None
+    return pa.Array.from_buffers(pa.binary(), len(encoded), [validity, pa.py_buffer(offsets),
+                                                             pa.py_buffer(b"".join(encoded))], null_count=nulls)
 
 
 def _decoded(values: list[bytes | None]) -> list[str | None]:
@@ -53,13 +63,11 @@ class LockRecords:
         self.labels: list[Any] = []
 
     def __call__(self, batch: Batch | None) -> None:
-        import pyarrow as pa
-
         if batch is None:  # the scan starts again from the first record
             self._start()
             return
         self.ids.append(_encoded(batch.ids))
-        self.hashes.append(pa.array([_short_hash(t) for t in batch.texts], pa.string()))
+        self.hashes.append(np.array([_short_hash(t) for t in batch.texts], dtype="S16"))
         self.labels.append(_encoded(batch.labels))
 
     def records_data(self) -> str:
@@ -69,14 +77,17 @@ class LockRecords:
         import pyarrow.compute as pc
 
         ids = pa.chunked_array(self.ids, pa.binary())
-        hashes = pa.chunked_array(self.hashes, pa.string())
+        hashes = np.concatenate(self.hashes) if self.hashes else np.empty(0, "S16")
         labels = pa.chunked_array(self.labels, pa.binary())
         order = pc.sort_indices(ids)
+        # the same indices as NumPy, from the buffer (``to_numpy`` would import pandas)
+        positions = np.frombuffer(order.buffers()[1], dtype=np.uint64)[order.offset:order.offset + len(order)]
         packer = zlib.compressobj(RECORDS_LEVEL)
         parts = [packer.compress(b"[")]
         for start in range(0, len(order), HASH_ROWS):
             rows = order.slice(start, HASH_ROWS)
-            chunk = list(zip(_decoded(ids.take(rows).to_pylist()), hashes.take(rows).to_pylist(),
+            chunk = list(zip(_decoded(ids.take(rows).to_pylist()),
+                             hashes[positions[start:start + HASH_ROWS]].astype("U16").tolist(),
                              _decoded(labels.take(rows).to_pylist())))
             text = json.dumps([list(row) for row in chunk], ensure_ascii=False, separators=(",", ":"))[1:-1]
             parts.append(packer.compress(((",") if start else "").encode() + text.encode("utf-8", "surrogatepass")))
