@@ -14,15 +14,19 @@ import importlib.util
 import json
 import os
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from iteralab.campaign import lockrecords
+from iteralab.campaign.lockrecords import LockRecords, OverlapKeys, keys_of
 from iteralab.common.files import sha256_file
 from iteralab.errors import CorpusError, ProtocolError
-from iteralab.plan.corpus import Corpus, check_disjoint, load_corpus, text_fingerprint
+from iteralab.plan.corpus import Corpus, check_disjoint, load_corpus
 from iteralab.plan.expenses import check_currency
 from iteralab.plan.protocol import Dataset, Protocol, load_protocol, resolve
 from iteralab.plan.scan import Batch, CorpusScan, Sink, labels_digest, scan_corpus
@@ -133,23 +137,27 @@ def catalog_fingerprint(protocol: Protocol, protocol_path: Path) -> dict[str, An
 
 
 def fingerprint_inputs(protocol_path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Check every input the protocol names and return their fingerprints (raises on the first problem)."""
+    """Check every input the protocol names and return their fingerprints (raises on the first problem).
+
+    Each corpus is read in record batches (:func:`scan_inputs`, :func:`~iteralab.campaign.datasets.scan_datasets`):
+    what is kept per document is its id, text digest and label (:class:`LockRecords`), never its text."""
     path = Path(protocol_path)
     protocol = load_protocol(path)
+    tuning_records = LockRecords()
     if protocol.datasets:
-        from iteralab.campaign.datasets import load_datasets
+        from iteralab.campaign.datasets import scan_datasets
 
-        named, tuning = load_datasets(protocol, path)
-        for _, corpus in named:
-            check_strata(protocol, path, corpus)
+        records = {dataset.name: LockRecords() for dataset in protocol.datasets}
+        scanned = scan_datasets(protocol, path, sinks_for=lambda name: [records[name]],
+                                tuning_sinks=[tuning_records])
         return {"schema_version": INPUTS_SCHEMA, "corpus": None,
-                "datasets": {name: corpus_fingerprint(corpus) for name, corpus in named},
-                "tuning": corpus_fingerprint(tuning) if tuning is not None else None,
+                "datasets": {name: records[name].fingerprint(scan) for name, scan in scanned.named},
+                "tuning": tuning_records.fingerprint(scanned.tuning) if scanned.tuning is not None else None,
                 "model": model_files(protocol, path), "catalog": catalog_fingerprint(protocol, path)}
-    corpus, tuning = load_inputs(protocol, path)
-    check_strata(protocol, path, corpus)
-    return {"schema_version": INPUTS_SCHEMA, "corpus": corpus_fingerprint(corpus),
-            "tuning": corpus_fingerprint(tuning) if tuning is not None else None,
+    final_records = LockRecords()
+    scans = scan_inputs(protocol, path, sinks=[final_records], tuning_sinks=[tuning_records])
+    return {"schema_version": INPUTS_SCHEMA, "corpus": final_records.fingerprint(scans.corpus),
+            "tuning": tuning_records.fingerprint(scans.tuning) if scans.tuning is not None else None,
             "model": model_files(protocol, path), "catalog": catalog_fingerprint(protocol, path)}
 
 
@@ -188,15 +196,30 @@ def check_inputs(protocol_path: str | os.PathLike[str], entry: dict[str, Any], *
     _require_fingerprints(path, entry)
     protocol = load_protocol(path)
     locked = entry["inputs"]
-    if protocol.datasets:  # K6: each dataset is read whole (campaign/datasets.py)
-        now = fingerprint_inputs(path)
+    if protocol.datasets:  # K6: each dataset in record batches, checked disjoint by digests
+        from iteralab.campaign.datasets import scan_datasets
+
+        scanned = scan_datasets(protocol, path)
+        locked_sets = locked.get("datasets") or {}
+        by_name = {dataset.name: dataset.path for dataset in protocol.datasets}
+        now = {"schema_version": INPUTS_SCHEMA, "corpus": None,
+               "datasets": {name: _scanned_fingerprint(
+                   locked_sets.get(name), scan,
+                   lambda declared=by_name[name]: _fingerprint_file(protocol, path, declared))
+                   for name, scan in scanned.named},
+               "tuning": None if scanned.tuning is None else _scanned_fingerprint(
+                   locked.get("tuning"), scanned.tuning,
+                   lambda: _fingerprint_file(protocol, path, protocol.corpus.tuning_path, tuning=True)),
+               "model": model_files(protocol, path), "catalog": catalog_fingerprint(protocol, path)}
     else:
         scans = scans or scan_inputs(protocol, path)
+        spec = protocol.corpus
         now = {"schema_version": INPUTS_SCHEMA,
                "corpus": _scanned_fingerprint(locked.get("corpus"), scans.corpus,
-                                              lambda: load_inputs(protocol, path)[0]),
+                                              lambda: _fingerprint_file(protocol, path, spec.path)),
                "tuning": None if scans.tuning is None else _scanned_fingerprint(
-                   locked.get("tuning"), scans.tuning, lambda: load_inputs(protocol, path)[1]),
+                   locked.get("tuning"), scans.tuning,
+                   lambda: _fingerprint_file(protocol, path, spec.tuning_path, tuning=True)),
                "model": model_files(protocol, path), "catalog": catalog_fingerprint(protocol, path)}
     model_now = now["model"]
     if rerun:
@@ -214,63 +237,97 @@ class InputScans:
     tuning: CorpusScan | None
 
 
-def scan_inputs(protocol: Protocol, protocol_path: Path, *, sinks: Sequence[Sink] = (),
-                tuning_sinks: Sequence[Sink] = ()) -> InputScans:
-    """``load_inputs`` + ``check_strata`` without holding the corpus: each validated batch goes to ``sinks``
-    (``tuning_sinks`` for the tuning split). Refusals are theirs, word for word (the file is then read whole
-    to name the first bad line)."""
-    from iteralab.models.tokens import RowStrataCheck
-
+def _columns(protocol: Protocol) -> tuple[dict[str, Any], list[str]]:
+    """The protocol's corpus columns and classes, and the extra (stratum) column read when a stratum subgroup
+    is planned."""
     spec = protocol.corpus
     columns = dict(id_column=spec.id_column, text_column=spec.text_column, label_column=spec.label_column,
                    classes=list(spec.classes))
     needs_strata = any(sg.by == "stratum" for sg in protocol.subgroups)
-    extra = [spec.stratum_column] if spec.stratum_column and needs_strata else []
-    tuning = tuning_scan = None
-    if spec.tuning_path:
+    return columns, [spec.stratum_column] if spec.stratum_column and needs_strata else []
+
+
+def scan_inputs(protocol: Protocol, protocol_path: Path, *, sinks: Sequence[Sink] = (),
+                tuning_sinks: Sequence[Sink] = (), dataset: Dataset | None = None, scan_tuning: bool = True,
+                strata_later: list[Callable[[], None]] | None = None) -> InputScans:
+    """``load_inputs`` + ``check_strata`` without holding the corpus: each validated batch goes to ``sinks``
+    (``tuning_sinks`` for the tuning split). Refusals are theirs, word for word (the file is then read whole
+    to name the first bad line). ``dataset``: that dataset of a several-dataset protocol (K6) in place of
+    ``corpus.path``; ``scan_tuning=False``: the tuning split is checked disjoint, but neither handed to
+    ``tuning_sinks`` nor returned (its scan is then None); ``strata_later``: the strata check's last step
+    (which raises) is appended there, not run."""
+    from iteralab.models.tokens import RowStrataCheck
+
+    spec = protocol.corpus
+    columns, extra = _columns(protocol)
+    source = resolve(protocol_path, dataset.path if dataset else spec.path)
+    tuning_keys: OverlapKeys | None = None
+    tuning_scan = None
+    if spec.tuning_path:  # read first, keeping 64-bit digests of its ids and texts for the overlap check (P4)
+        tuning_keys = OverlapKeys()
         try:
-            tuning = load_corpus(resolve(protocol_path, spec.tuning_path), **columns)
+            tuning_scan = scan_corpus(resolve(protocol_path, spec.tuning_path), **columns,
+                                      sinks=[tuning_keys, *(tuning_sinks if scan_tuning else ())])
         except CorpusError:
-            scan_corpus(resolve(protocol_path, spec.path), **columns, extra_columns=extra)  # its error first
+            scan_corpus(source, **columns, extra_columns=extra)  # its error first
             raise
-    overlap = _Overlap(tuning)
+    overlap = _Overlap(tuning_keys)
     strata = RowStrataCheck(protocol, protocol_path)
-    corpus_scan = scan_corpus(resolve(protocol_path, spec.path), **columns, extra_columns=extra,
-                              sinks=[*sinks, overlap, strata])
-    if tuning is not None:
-        if overlap.found:
-            check_disjoint(tuning, load_inputs(protocol, protocol_path)[0])
-        tuning_scan = scan_corpus(resolve(protocol_path, spec.tuning_path), **columns, sinks=tuning_sinks)
-    strata.finish(lambda: load_inputs(protocol, protocol_path)[0])
+    corpus_scan = scan_corpus(source, **columns, extra_columns=extra, sinks=[*sinks, overlap, strata])
+    if overlap.found:  # a shared digest: the exact check reads both whole to name the overlap (or clears it)
+        load_inputs(protocol, protocol_path, dataset)
+    if not scan_tuning:
+        tuning_scan = None
+
+    def finish() -> None:
+        strata.finish(lambda: load_inputs(protocol, protocol_path, dataset)[0])
+
+    if strata_later is None:
+        finish()
+    else:
+        strata_later.append(finish)
     return InputScans(corpus_scan, tuning_scan)
 
 
-class _Overlap:
-    """P4 while the final corpus streams by: does a batch share an id or a normalised text with the tuning
-    split? Only a flag is kept; ``check_disjoint`` then says which."""
+def _fingerprint_file(protocol: Protocol, protocol_path: Path, declared: str | None, *,
+                      tuning: bool = False) -> dict[str, Any]:
+    """The lock's record of one corpus file (a dataset, the final corpus or, ``tuning``, the tuning split),
+    read in record batches."""
+    columns, extra = _columns(protocol)
+    records = LockRecords()
+    scan = scan_corpus(resolve(protocol_path, declared), **columns, extra_columns=[] if tuning else extra,
+                       sinks=[records])
+    return records.fingerprint(scan)
 
-    def __init__(self, tuning: Corpus | None) -> None:
-        self.ids = set(tuning.ids) if tuning is not None else set()
-        self.texts = tuning.text_fingerprints() if tuning is not None else set()
+
+class _Overlap:
+    """P4 while the final corpus streams by: does a batch share an id digest or a normalised-text digest with
+    the tuning split? Only a flag is kept; ``load_inputs`` (``check_disjoint``) then says which, if any."""
+
+    def __init__(self, tuning: OverlapKeys | None) -> None:
         self.active = tuning is not None
+        if tuning is not None:
+            self.ids, self.texts = tuning.ids(), tuning.texts()
         self.found = False
 
     def __call__(self, batch: Batch | None) -> None:
         if batch is None:
             self.found = False
         elif self.active and not self.found:
-            self.found = any(i in self.ids for i in batch.ids) or \
-                any(text_fingerprint(t) in self.texts for t in batch.texts)
+            self.found = bool(np.isin(keys_of(batch.ids, lockrecords.id_key), self.ids).any()
+                              or np.isin(keys_of(batch.texts, lockrecords.text_key), self.texts).any())
 
 
-def _scanned_fingerprint(locked: dict[str, Any] | None, scan: CorpusScan, load: Any) -> dict[str, Any]:
+def _scanned_fingerprint(locked: dict[str, Any] | None, scan: CorpusScan,
+                         fingerprint: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """The lock's own record when the scan proves the corpus unchanged (same size, id origin, fingerprint —
-    hence ids and texts — and labels), else the per-id fingerprint of the corpus read whole, to say what changed."""
+    hence ids and texts — and labels), else ``fingerprint()``, the per-id record of the corpus now (read again in
+    record batches), to say what changed."""
     if (isinstance(locked, dict) and locked.get("size") == scan.size and locked.get("id_origin") == scan.id_origin
             and locked.get("fingerprint") == scan.fingerprint and isinstance(locked.get("records"), dict)
             and (locked.get("labels_sha256") or labels_digest(corpus_records(locked))) == scan.labels_sha256):
         return locked
-    return corpus_fingerprint(load())
+    return fingerprint()
 
 
 def _require_fingerprints(path: Path, entry: dict[str, Any]) -> None:
