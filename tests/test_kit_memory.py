@@ -126,9 +126,13 @@ def test_notebook_runs_top_to_bottom_on_cpu(kit_copy, tmp_path_factory, monkeypa
     monkeypatch.setenv("IPYTHONDIR", str(home / "ipython"))
 
     nb = nbformat.read(kit_copy / "memoire.ipynb", as_version=4)
-    client = NotebookClient(nb, km=_kernel_manager(tmp_path_factory.mktemp("jupyter")), timeout=600,
-                            resources={"metadata": {"path": str(kit_copy)}})
-    client.execute()
+    km = _kernel_manager(tmp_path_factory.mktemp("jupyter"))
+    client = NotebookClient(nb, km=km, timeout=600, resources={"metadata": {"path": str(kit_copy)}})
+    try:
+        client.execute()
+    finally:  # nbclient shuts down only a kernel it started itself: this one outlived the test run
+        if km.has_kernel:
+            km.shutdown_kernel(now=True)
     text = "\n".join(out.get("text", "") + json.dumps(out.get("data", {}))
                      for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs)
     assert "error" not in {out.get("output_type") for cell in nb.cells if cell.cell_type == "code"
