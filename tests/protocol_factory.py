@@ -64,3 +64,35 @@ def write_protocol(folder: Path, **kwargs) -> Path:
     path = folder / "protocol.toml"
     path.write_text(protocol_toml(**kwargs), encoding="utf-8")
     return path
+
+
+def ids_protocol(name: str):
+    """A parsed one-variant protocol (callable model, accuracy, no threshold) for checks of output sets alone."""
+    from iteralab.plan.protocol import parse_protocol
+
+    return parse_protocol(IDS_PROTOCOL.format(name=name))
+
+
+IDS_PROTOCOL = """schema_version = 1
+name = "{name}"
+version = 1
+question = "Are the output sets complete?"
+
+[corpus]
+path = "corpus.csv"
+classes = ["plot", "fresh", "rotten"]
+
+[model]
+kind = "callable"
+callable = "fake_models:keyword_classifier"
+
+[metric]
+name = "accuracy"
+threshold = 0.0
+tolerance = 0.05
+reference_variant = "b1"
+
+[[variants]]
+name = "b1"
+batch_size = 1
+"""

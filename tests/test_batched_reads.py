@@ -15,32 +15,10 @@ import pytest
 from iteralab.campaign import evaluate, predictions
 from iteralab.campaign.evaluate import Expected, compare_outputs, evaluate_set, load_expected
 from iteralab.campaign.predictions import encode, read_predictions
-from iteralab.plan.protocol import parse_protocol
+from protocol_factory import ids_protocol
 
 CLASSES = ("plot", "fresh", "rotten")
-PROTOCOL = parse_protocol("""schema_version = 1
-name = "batched-reads"
-version = 1
-question = "Are the output sets complete?"
-
-[corpus]
-path = "corpus.csv"
-classes = ["plot", "fresh", "rotten"]
-
-[model]
-kind = "callable"
-callable = "fake_models:keyword_classifier"
-
-[metric]
-name = "accuracy"
-threshold = 0.0
-tolerance = 0.05
-reference_variant = "b1"
-
-[[variants]]
-name = "b1"
-batch_size = 1
-""")
+PROTOCOL = ids_protocol("batched-reads")
 
 
 def write_table(path: Path, ids: list, labels: list, probs: list) -> Path:

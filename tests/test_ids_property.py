@@ -21,33 +21,11 @@ from hypothesis import strategies as st
 import pyarrow as pa
 
 from iteralab.campaign.predictions import encode, read_predictions
-from iteralab.plan.protocol import parse_protocol
+from protocol_factory import ids_protocol
 from iteralab.campaign.evaluate import Expected, evaluate_file
 
 CLASSES = ("plot", "fresh", "rotten")
-PROTOCOL = parse_protocol("""schema_version = 1
-name = "ids-properties"
-version = 1
-question = "Are the output sets complete?"
-
-[corpus]
-path = "corpus.csv"
-classes = ["plot", "fresh", "rotten"]
-
-[model]
-kind = "callable"
-callable = "fake_models:keyword_classifier"
-
-[metric]
-name = "accuracy"
-threshold = 0.0
-tolerance = 0.05
-reference_variant = "b1"
-
-[[variants]]
-name = "b1"
-batch_size = 1
-""")
+PROTOCOL = ids_protocol("ids-properties")
 PROBS = [0.8, 0.1, 0.1]
 SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

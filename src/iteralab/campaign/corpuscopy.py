@@ -98,3 +98,15 @@ class CorpusCopy:
                 os.unlink(self.tmp)
             except FileNotFoundError:
                 pass
+
+
+def tuning_record(copy: CorpusCopy | None, scan: Any) -> dict[str, Any] | None:
+    """The campaign's record of its tuning split copy (``inputs/tuning.csv``): committed when the scan read the
+    split, discarded otherwise."""
+    if copy is None:
+        return None
+    if scan is None:
+        copy.abort()
+        return None
+    return {"file": "inputs/tuning.csv", "id_origin": scan.id_origin, "size": scan.size,
+            "fingerprint": scan.fingerprint, "file_sha256": copy.commit()}

@@ -142,7 +142,7 @@ def write_dataset_copies(protocol: Protocol, protocol_path: Path, out: Path
     Returns the campaign's ``datasets`` records (name, fingerprint, order hash, size, file, sha256, strata),
     its ``corpus`` record (the combined fingerprint and order hash, the total size, no file) and the tuning
     record."""
-    from iteralab.campaign.corpuscopy import CorpusCopy
+    from iteralab.campaign.corpuscopy import CorpusCopy, tuning_record
 
     spec = protocol.corpus
     (out / DATASETS_DIR).mkdir(parents=True, exist_ok=True)
@@ -175,13 +175,7 @@ def write_dataset_copies(protocol: Protocol, protocol_path: Path, out: Path
                      "size": sum(r["size"] for r in records), "id_origin": origins.pop() if len(origins) == 1
                      else "mixed", "file": None, "file_sha256": None, "strata": {},
                      "datasets": [r["name"] for r in records]}
-    tuning_info = None
-    if tuning_copy is not None and scanned.tuning is not None:
-        t = scanned.tuning
-        tuning_info = {"file": "inputs/tuning.csv", "id_origin": t.id_origin, "size": t.size,
-                       "fingerprint": t.fingerprint, "file_sha256": tuning_copy.commit()}
-    elif tuning_copy is not None:
-        tuning_copy.abort()
+    tuning_info = tuning_record(tuning_copy, scanned.tuning)
     return records, corpus_record, tuning_info
 
 

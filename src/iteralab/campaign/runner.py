@@ -103,7 +103,7 @@ def _scan_and_copy(protocol: Protocol, protocol_path: Path, lock_entry: dict[str
     """Read the corpus (and tuning split) once, in record batches: check them against the lock while writing
     the folder's copies (P2, C1). Returns the corpus scan, the copy's record, the tuning record and the model
     files' sha256 as checked."""
-    from iteralab.campaign.corpuscopy import CorpusCopy
+    from iteralab.campaign.corpuscopy import CorpusCopy, tuning_record
     from iteralab.campaign.inputs import scan_inputs
 
     spec = protocol.corpus
@@ -119,13 +119,7 @@ def _scan_and_copy(protocol: Protocol, protocol_path: Path, lock_entry: dict[str
         if tuning_copy is not None:
             tuning_copy.abort()
         raise
-    tuning_info = None
-    if tuning_copy is not None and scans.tuning is not None:
-        t = scans.tuning
-        tuning_info = {"file": "inputs/tuning.csv", "id_origin": t.id_origin, "size": t.size,
-                       "fingerprint": t.fingerprint, "file_sha256": tuning_copy.commit()}
-    elif tuning_copy is not None:
-        tuning_copy.abort()
+    tuning_info = tuning_record(tuning_copy, scans.tuning)
     corpus = scans.corpus
     strata: dict[str, int] = {}
     if by_stratum:
