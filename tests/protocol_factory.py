@@ -96,3 +96,14 @@ reference_variant = "b1"
 name = "b1"
 batch_size = 1
 """
+
+#: An expense line that applies to some variants only (K5), shared by the expenses and decision tests.
+LARGE_BATCH_EXPENSE = """
+[[expenses]]
+name = "large-batch memory check"
+amount = 40
+currency = "USD"
+justification = "one operator hour rerunning the memory notebook on the rented card"
+applies_to = ["b8", "b16"]
+differs_because = "batches of 8 and more are the ones near the card's memory limit"
+"""

@@ -12,6 +12,7 @@ from iteralab.decision.note import render_decision, write_decision
 from iteralab.decision.rule import decide
 from iteralab.errors import IteraError
 from test_stats import CALENDAR, build_campaign, check_golden, normalised
+from protocol_factory import LARGE_BATCH_EXPENSE
 
 
 def _config(decision, key):
@@ -43,15 +44,7 @@ amount = 12.50
 currency = "USD"
 justification = "object storage for the outputs, one month"
 applies_to = "all"
-
-[[expenses]]
-name = "large-batch memory check"
-amount = 40
-currency = "USD"
-justification = "one operator hour rerunning the memory notebook on the rented card"
-applies_to = ["b8", "b16"]
-differs_because = "batches of 8 and more are the ones near the card's memory limit"
-"""
+""" + LARGE_BATCH_EXPENSE
 
 
 def test_decision_note_with_expenses_matches_golden(tmp_path):

@@ -12,6 +12,7 @@ from campaign_factory import callable_campaign
 from iteralab.cli import main
 from iteralab.economics import pricing
 from iteralab.errors import ProtocolError
+from protocol_factory import LARGE_BATCH_EXPENSE
 from iteralab.plan.protocol import check_locked, lock, lock_path, parse_protocol
 from protocol_factory import protocol_toml
 
@@ -206,15 +207,7 @@ def test_price_expenses_file_is_validated_like_a_protocol(tmp_path, capsys):
 
 # -------------------------------------------------------------------------------------------- decision
 
-LARGE_BATCH = """
-[[expenses]]
-name = "large-batch memory check"
-amount = 40
-currency = "USD"
-justification = "one operator hour rerunning the memory notebook on the rented card"
-applies_to = ["b8", "b16"]
-differs_because = "batches of 8 and more are the ones near the card's memory limit"
-"""
+LARGE_BATCH = LARGE_BATCH_EXPENSE
 COUNTED = "\n[budget]\ninclude_expenses = true\n"
 
 
