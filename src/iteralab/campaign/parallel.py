@@ -171,12 +171,12 @@ class _Worker:
         if self.stopped:
             return {"status": "failed", "completed": 0, "error_kind": "stopped", "phases": {}, "notes": [],
                     "error": "stopped before the measured pass: another worker failed first"}
-        code = self.proc.returncode
-        how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        from iteralab.campaign.passes import ended_without_result
+
         log = self.folder / f"w{self.k}.log"
-        tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:] if log.is_file() else []
+        stderr = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
         return {"status": "failed", "completed": None, "error_kind": "crash", "phases": {}, "notes": [],
-                "error": f"worker process ended ({how}) without a result: {(tail or [''])[0][:300]}"}
+                "error": ended_without_result(self.proc.returncode, stderr)}
 
 
 def _read_loop(worker: _Worker, events: queue.Queue, clock: Any) -> None:

@@ -40,6 +40,14 @@ IMPORTS_S = time.perf_counter() - _IMPORT_START
 TEMPLATE_RUNTIME: dict[str, Any] = {}
 
 
+def ended_without_result(returncode: int | None, stderr: str) -> str:
+    """The error of a worker process that ended without writing its result: how it ended, and the last line it
+    wrote to stderr (a crash row's only evidence, R8)."""
+    how = f"signal {-returncode}" if returncode is not None and returncode < 0 else f"exit code {returncode}"
+    tail = stderr.strip().splitlines()[-1:] or [""]
+    return f"worker process ended ({how}) without a result: {tail[0][:300]}"
+
+
 def _error_text(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}".replace("\n", " ").strip()
     return text[:500]

@@ -286,10 +286,10 @@ def _run_in_worker(spec: dict[str, Any], templates: Any = None) -> dict[str, Any
                 startup.update(extra)
                 startup["worker_wall_s"] = worker_s
             return result
-        tail = stderr.strip().splitlines()[-1:] or [""]
-        how = f"signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
+        from iteralab.campaign.passes import ended_without_result
+
         return {"pass_id": spec["pass_id"], "status": "failed", "completed": None, "error_kind": "crash",
-                "error": f"worker process ended ({how}) without a result: {tail[0][:300]}",
+                "error": ended_without_result(returncode, stderr),
                 "notes": ["completed: unknown, the worker died before reporting (e.g. killed by the kernel's "
                           "out-of-memory killer)"]}
 
