@@ -324,8 +324,8 @@ def test_missing_prediction_file_is_named_not_crashing(tmp_path):
 
 
 def test_a_callable_pass_never_imports_torch_and_reports_its_start_up(tmp_path):
-    """The fixed cost of a pass: a worker running a Python callable imports neither torch nor sklearn, and its
-    start-up phases (process start, imports, environment record, runtime) are in its result (R2)."""
+    """The fixed cost of a pass: a worker running a Python callable imports neither torch nor sklearn (nor pandas,
+    which ``pa.array``/``pa.scalar`` would import: half a second per worker), and its start-up phases (process start, imports, environment record, runtime) are in its result (R2)."""
     from iteralab.campaign.runner import Slot, _pass_spec, prepare
     from iteralab.plan.protocol import load_protocol
 
@@ -336,7 +336,7 @@ def test_a_callable_pass_never_imports_torch_and_reports_its_start_up(tmp_path):
     spec_path, result_path = tmp_path / "spec.json", tmp_path / "result.json"
     spec_path.write_text(json.dumps({**spec, "spawned_at": time.time()}))
     code = ("import sys\nfrom iteralab.campaign.passes import worker_main\nworker_main(sys.argv[1:])\n"
-            "print(sorted(m for m in ('torch', 'sklearn', 'transformers') if m in sys.modules))\n")
+            "print(sorted(m for m in ('torch', 'sklearn', 'transformers', 'pandas') if m in sys.modules))\n")
     env = dict(os.environ, PYTHONPATH=_with_tests_path())
     proc = subprocess.run([sys.executable, "-c", code, str(spec_path), str(result_path)], env=env,
                           capture_output=True, text=True, timeout=120)

@@ -10,6 +10,8 @@ import random
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from campaign_factory import callable_campaign
 from iteralab.campaign import inputs
@@ -137,7 +139,8 @@ def test_jsonl_whose_records_differ_in_keys_is_read_whole_with_the_same_digests(
 
 
 def test_corpus_copy_has_write_corpus_bytes(tmp_path, small_batches):
-    rows = _rows(shuffle=True) + [("r1", "a lone \r carriage return", "pos"), ("r2", 'a "quoted" text', "neg")]
+    rows = _rows(shuffle=True) + [("r1", "a lone \r carriage return", "pos"), ("r2", 'a "quoted" text', "neg"),
+                                  ("r3", "line\nfeed, comma", "pos"), ("r4", 'é "" ü', "neg"), ('r"5', "ok", "pos")]
     path = tmp_path / "c.csv"
     with open(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh, lineterminator="\n", quoting=csv.QUOTE_ALL)
@@ -194,16 +197,16 @@ def test_a_full_disk_while_copying_is_one_line_and_leaves_no_folder(tmp_path, mo
     from iteralab.errors import RunError
 
     protocol = callable_campaign(tmp_path)
-    real_write = CorpusCopy._write
+    real_put = CorpusCopy._put
     calls = []
 
-    def full(self, rows):
+    def full(self, text):
         calls.append(1)
         if len(calls) > 1:  # the header went through; the first batch does not
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        real_write(self, rows)
+        real_put(self, text)
 
-    monkeypatch.setattr(CorpusCopy, "_write", full)
+    monkeypatch.setattr(CorpusCopy, "_put", full)
     with pytest.raises(RunError, match=r"inputs/corpus.csv: cannot write \(No space left on device\)"):
         prepare(protocol, tmp_path / "out")
     assert len(calls) == 2 and not (tmp_path / "out").exists()
@@ -233,6 +236,16 @@ def test_campaign_copy_is_read_back_in_pieces_at_record_boundaries(tmp_path, blo
     assert len(batches) > (3 if block_size == 16 else 0)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet='a"\n,', max_size=40))
+def test_the_last_record_boundary_is_the_last_line_feed_after_an_even_number_of_quotes(data):
+    from iteralab.campaign.folder import _last_record_end
+
+    raw = data.encode()
+    boundaries = [i + 1 for i, byte in enumerate(raw) if byte == 10 and raw[:i].count(b'"') % 2 == 0]
+    assert _last_record_end(raw) == (boundaries[-1] if boundaries else 0)
+
+
 @pytest.mark.parametrize("ids", [
     [f"d{i:07d}" for i in range(70_000)],
     ["plain", "é ü", 'a "quote"', "back\\slash", "tab\there", "nl\nx", "\u2028"],
@@ -242,7 +255,7 @@ def test_pass_order_hash_is_the_json_digest(ids):
     import hashlib
 
     from iteralab.campaign.passes import order_hash
-    from iteralab.campaign.predictions import string_array
+    from iteralab.common.arrow import string_array
 
     expected = hashlib.sha256(json.dumps(ids, ensure_ascii=False).encode("utf-8")).hexdigest()
     assert order_hash(string_array(ids)) == expected

@@ -261,7 +261,6 @@ def _csv_batches(path: Path, columns: list[str], block_size: int) -> Any:
     resident memory for a million documents whose ids alone take 12.) A record boundary is a line feed after an
     even number of quote characters, which holds for ``csv.writer``'s output: a quote inside a field is doubled
     and a field holding a quote, comma or line break is quoted."""
-    import numpy as np
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
@@ -279,13 +278,10 @@ def _csv_batches(path: Path, columns: list[str], block_size: int) -> Any:
             data = pending + block
             cut = len(data)
             if block:
-                codes = np.frombuffer(data, dtype=np.uint8)
-                odd = np.cumsum(codes == 34, dtype=np.uint8) & 1  # quote parity (uint8 wraps: parity kept)
-                ends = np.flatnonzero((codes == 10) & (odd == 0))
-                if not len(ends):  # one record longer than the block: read more
+                cut = _last_record_end(data)
+                if not cut:  # one record longer than the block: read more
                     pending = data
                     continue
-                cut = int(ends[-1]) + 1
             piece, pending = data[:cut], data[cut:]
             if first:  # the header line is the first record
                 piece = piece[_first_record_end(piece):]
@@ -296,6 +292,22 @@ def _csv_batches(path: Path, columns: list[str], block_size: int) -> Any:
                 yield from pacsv.read_csv(pa.py_buffer(piece), read_options=read, **options).to_batches()
             if not block:
                 return
+
+
+def _last_record_end(data: bytes) -> int:
+    """Just past the last line feed of ``data`` that follows an even number of quote characters (a record
+    boundary of ``csv.writer``'s output), 0 when there is none. Counted with ``bytes.count`` from the end, line
+    feed by line feed: no array per byte of the block."""
+    quotes_before = data.count(b'"')  # before ``end``
+    end = len(data)
+    pos = data.rfind(b"\n")
+    while pos >= 0:
+        quotes_before -= data.count(b'"', pos, end)
+        if quotes_before % 2 == 0:
+            return pos + 1
+        end = pos
+        pos = data.rfind(b"\n", 0, pos)
+    return 0
 
 
 def _first_record_end(data: bytes) -> int:
@@ -324,30 +336,25 @@ def corpus_digests(path: str | Path, classes: list[str] | tuple[str, ...], chunk
     (of the ids in file order) and the size of a corpus file, computed from Arrow columns chunk by chunk: the
     same digests as ``plan.corpus`` without a Python object per record held at once. Also counts what would make
     the copy an invalid corpus (repeated ids, labels that are no class)."""
-    import hashlib
-
     import pyarrow as pa
     import pyarrow.compute as pc
+
+    from iteralab.common.jsonhash import JsonListHash
 
     streamed = _ascending_digests(path, classes)
     if streamed is not None:
         return streamed
     table = pa.Table.from_batches(list(read_corpus_batches(path, ["id", "text", "label"])))
     ids, texts = table.column("id").combine_chunks(), table.column("text").combine_chunks()
-    order = hashlib.sha256(b"[")
+    order = JsonListHash()
     for start in range(0, len(ids), chunk):
-        part = json.dumps(ids.slice(start, chunk).to_pylist(), ensure_ascii=True, separators=(",", ":"))[1:-1]
-        order.update(((("," if start else "") + part)).encode())
-    order.update(b"]")
+        order.update(ids.slice(start, chunk).to_pylist())
     sorted_rows = pc.sort_indices(pa.table({"id": ids, "text": texts}), sort_keys=[("id", "ascending"),
                                                                                       ("text", "ascending")])
-    fingerprint = hashlib.sha256(b"[")
+    fingerprint = JsonListHash()
     for start in range(0, len(ids), chunk):
         rows = sorted_rows.slice(start, chunk)
-        pairs = [list(p) for p in zip(ids.take(rows).to_pylist(), texts.take(rows).to_pylist())]
-        part = json.dumps(pairs, ensure_ascii=True, separators=(",", ":"))[1:-1]
-        fingerprint.update(((("," if start else "") + part)).encode())
-    fingerprint.update(b"]")
+        fingerprint.update_pairs(ids.take(rows).to_pylist(), texts.take(rows).to_pylist())
     labels = table.column("label") if "label" in table.column_names else pa.chunked_array([], pa.string())
     outside = len(labels) - pc.sum(pc.is_in(labels, value_set=pa.array(list(classes), pa.string()))).as_py() \
         if len(labels) else 0
@@ -367,9 +374,9 @@ def _ascending_digests(path: str | Path, classes: list[str] | tuple[str, ...]) -
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from iteralab.plan.scan import _JsonListHash
+    from iteralab.common.jsonhash import JsonListHash
 
-    order, fingerprint = _JsonListHash(), _JsonListHash()
+    order, fingerprint = JsonListHash(), JsonListHash()
     value_set = pa.array(list(classes), pa.string())
     size = outside = 0
     last: str | None = None
@@ -385,7 +392,7 @@ def _ascending_digests(path: str | Path, classes: list[str] | tuple[str, ...]) -
         if ids and last is not None and not last < ids[0]:
             return None
         order.update(ids)
-        fingerprint.update(list(zip(ids, batch.column(names.index("text")).to_pylist())))
+        fingerprint.update_pairs(ids, batch.column(names.index("text")).to_pylist())
         if "label" in names and len(batch):
             outside += len(batch) - (pc.sum(pc.is_in(batch.column(names.index("label")), value_set=value_set)).as_py()
                                      or 0)

@@ -33,6 +33,7 @@ from iteralab.campaign import predictions as _predictions  # noqa: F401  # start
 from iteralab.common.files import write_json_atomic
 
 READ_BLOCK = 1 << 22  # bytes of corpus file per record batch (a pass holds O(block + batch) texts)
+WARMUP_BLOCK = 1 << 16  # bytes per piece read for the warm-up texts
 #: Seconds this module's imports took (numpy, pyarrow): a worker template reports them with its own.
 IMPORTS_S = time.perf_counter() - _IMPORT_START
 #: Set in a worker template (:mod:`iteralab.campaign.prefork`) before it forks: the runtime's resident memory,
@@ -86,14 +87,15 @@ class _Progress:
         self.retries = 0
 
 
-def _text_batches(corpus_path: str, corpus_kwargs: dict[str, Any], columns: list[str]) -> Iterator[Any]:
+def _text_batches(corpus_path: str, corpus_kwargs: dict[str, Any], columns: list[str],
+                  block_size: int = READ_BLOCK) -> Iterator[Any]:
     """Record batches of the corpus file (Arrow), streamed; a corpus in another format is loaded and cut."""
     import pyarrow as pa
 
     from iteralab.campaign.folder import read_corpus_batches
 
     if corpus_path.endswith((".csv", ".parquet")):
-        yield from read_corpus_batches(corpus_path, columns, block_size=READ_BLOCK)
+        yield from read_corpus_batches(corpus_path, columns, block_size=block_size)
         return
     from iteralab.plan.corpus import load_corpus
 
@@ -206,7 +208,7 @@ class MeasuredPass:
         """Every id of the corpus, in pass order (an Arrow string array)."""
         import pyarrow as pa
 
-        from iteralab.campaign.predictions import numpy_array, string_array
+        from iteralab.common.arrow import numpy_array, string_array
 
         ids = pa.concat_arrays([c.cast(pa.string()) for c in self.id_chunks]) if self.id_chunks else string_array([])
         return ids if self.order is None else ids.take(numpy_array(self.order))
@@ -219,21 +221,18 @@ class MeasuredPass:
         return np.concatenate([np.asarray(o, dtype=np.float32).reshape(-1, self.n_classes) for o in self.outputs])
 
 
-def order_hash(ids: Any, chunk: int = 1 << 16) -> str:
-    """SHA-256 of ``json.dumps(ids, ensure_ascii=False)`` (the pass order, C1), hashed chunk by chunk."""
-    import hashlib
+def order_hash(ids: Any) -> str:
+    """SHA-256 of ``json.dumps(ids, ensure_ascii=False)`` (the pass order, C1), from the Arrow array."""
+    from iteralab.common.jsonhash import string_array_hash
 
-    digest = hashlib.sha256(b"[")
-    for start in range(0, len(ids), chunk):
-        part = json.dumps(ids[start:start + chunk].to_pylist(), ensure_ascii=False)[1:-1]
-        digest.update(((", " if start else "") + part).encode("utf-8"))
-    digest.update(b"]")
-    return digest.hexdigest()
+    return string_array_hash(ids, ensure_ascii=False, item_separator=", ")
 
 
 def _first_texts(corpus_path: str, corpus_kwargs: dict[str, Any], n: int) -> list[str]:
+    """The first ``n`` texts (warm-up), read in small pieces: parsing a pass's whole first block for a few
+    hundred texts would cost a tenth of a second per pass."""
     texts: list[str] = []
-    for record_batch in _text_batches(corpus_path, corpus_kwargs, ["id", "text"]):
+    for record_batch in _text_batches(corpus_path, corpus_kwargs, ["id", "text"], block_size=WARMUP_BLOCK):
         texts.extend(record_batch.column(1).slice(0, n - len(texts)).to_pylist())
         if len(texts) >= n:
             break

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from iteralab.common import files
+from iteralab.common.arrow import numpy_array, string_array
 
 SUFFIX = ".parquet"
 LEGACY_SUFFIX = ".jsonl"
@@ -55,21 +56,6 @@ def schema(n_classes: int) -> pa.Schema:
     return pa.schema([("id", pa.string()), ("label", pa.string()),
                       ("probs", pa.list_(pa.float32(), n_classes))],
                      metadata={"iteralab.predictions": FORMAT_VERSION})
-
-
-def numpy_array(values: np.ndarray) -> pa.Array:
-    """A 1-D NumPy array of numbers as an Arrow array, from its buffer. ``pa.array`` would do the same but first
-    imports pandas (pyarrow looks for pandas objects), a quarter to half a second of every pass's worker."""
-    values = np.ascontiguousarray(values)
-    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
-
-
-def string_array(values: list[str] | tuple[str, ...]) -> pa.Array:
-    """A few strings (e.g. the class names) as an Arrow string array, from buffers (see :func:`numpy_array`)."""
-    data = [v.encode("utf-8") for v in values]
-    offsets = np.zeros(len(data) + 1, dtype=np.int32)
-    offsets[1:] = np.cumsum([len(d) for d in data], dtype=np.int64)
-    return pa.Array.from_buffers(pa.string(), len(data), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
 
 
 def encode(ids: pa.Array, classes: list[str] | tuple[str, ...], probs: np.ndarray) -> bytes:
@@ -266,9 +252,12 @@ def _row_checks(*, id_ok: np.ndarray, label_ok: np.ndarray, probs_ok: np.ndarray
                 codes: np.ndarray, sum_tol: float) -> list[tuple[str, np.ndarray]]:
     """(kind, rows failing it) in the order a record is checked; a row counts under its first failure."""
     with np.errstate(invalid="ignore"):
-        finite = np.isfinite(matrix).all(axis=1) & (matrix >= -1e-6).all(axis=1) & (matrix <= 1 + 1e-6).all(axis=1)
-        sums = matrix.astype(np.float64).sum(axis=1) if matrix.size else np.zeros(len(matrix))
-    argmax = np.where(finite, np.nan_to_num(matrix, nan=-1.0).argmax(axis=1) if matrix.size else 0, -2)
+        finite = ((matrix >= -1e-6) & (matrix <= 1 + 1e-6)).all(axis=1)  # NaN and ±inf fail a bound
+        sums = matrix.sum(axis=1, dtype=np.float64) if matrix.size else np.zeros(len(matrix))
+    if not matrix.size:
+        argmax = np.where(finite, 0, -2)
+    else:
+        argmax = np.where(finite, (matrix if finite.all() else np.nan_to_num(matrix, nan=-1.0)).argmax(axis=1), -2)
     order = [("id", ~id_ok), ("label", ~label_ok), ("length", ~probs_ok), ("range", ~finite),
              ("sum", np.abs(sums - 1.0) > sum_tol), ("argmax", argmax != codes)]
     failed = np.zeros(len(id_ok), dtype=bool)

@@ -121,6 +121,8 @@ def _text_list(texts: Sequence[str]) -> list[str]:
         raise WorkloadError("texts: expected a sequence of strings, got one string",
                             hint="wrap a single text in a list")
     items = list(texts)
+    if set(map(type, items)) <= {str}:
+        return items
     for i, text in enumerate(items):
         if not isinstance(text, str):
             raise WorkloadError(f"texts[{i}]: expected a string, got {type(text).__name__}")

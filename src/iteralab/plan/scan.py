@@ -17,16 +17,18 @@ from __future__ import annotations
 import bz2
 import csv
 import gzip
-import hashlib
 import io
 import json
 import lzma
 import os
 from collections.abc import Callable, Iterator, Sequence
+from itertools import islice
+from operator import itemgetter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from iteralab.common.jsonhash import JsonListHash as _JsonListHash
 from iteralab.plan.corpus import _MAX_CSV_FIELD, Corpus, IdOrigin, detect_format, load_corpus, text_fingerprint
 
 #: Rows per record batch: bounds what a scan holds as Python values at once.
@@ -78,30 +80,8 @@ class _SinkFailed(Exception):
         self.error = error
 
 
-class _JsonListHash:
-    """SHA-256 of ``json.dumps(items, ensure_ascii=True, separators=(",", ":"))``, fed chunk by chunk."""
-
-    def __init__(self) -> None:
-        self.digest = hashlib.sha256(b"[")
-        self.empty = True
-
-    def update(self, items: list[Any]) -> None:
-        if not items:
-            return
-        part = json.dumps(items, ensure_ascii=True, separators=(",", ":"))[1:-1]
-        self.digest.update(((",") if not self.empty else "").encode() + part.encode())
-        self.empty = False
-
-    def hexdigest(self) -> str:
-        final = self.digest.copy()
-        final.update(b"]")
-        return final.hexdigest()
-
-
 def labels_digest(records: dict[str, list[Any]], chunk: int = HASH_ROWS) -> str:
     """``labels_sha256`` of a lock's per-id records ``{id: [text hash, label]}``: their labels in id order."""
-    from itertools import islice
-
     keys = records if _ascending(records) else sorted(records)
     it = iter(keys)
     digest = _JsonListHash()
@@ -139,18 +119,14 @@ def _csv_batches(path: Path, compression: str | None, wanted: Sequence[str]) -> 
                 raise _Refused
             index = {name: header.index(name) for name in wanted if name in header}
             width = len(header)
-            rows: list[list[str]] = []
-            for fields in reader:
-                if not fields:
-                    continue
-                if len(fields) != width:
+            while rows := list(islice(reader, BATCH_ROWS)):
+                if not all(rows):  # blank lines are skipped, as load_corpus skips them
+                    rows = [r for r in rows if r]
+                    if not rows:
+                        continue
+                if set(map(len, rows)) != {width}:
                     raise _Refused
-                rows.append(fields)
-                if len(rows) == BATCH_ROWS:
-                    yield {name: [r[i] for r in rows] for name, i in index.items()}
-                    rows = []
-            if rows:
-                yield {name: [r[i] for r in rows] for name, i in index.items()}
+                yield {name: list(map(itemgetter(i), rows)) for name, i in index.items()}
     finally:
         csv.field_size_limit(old_limit)
 
@@ -246,10 +222,11 @@ def _validate(cells: dict[str, list], id_column: str, text_column: str, label_co
     else:
         ids = ["t-" + text_fingerprint(t)[:16] for t in texts]
     if has_label:
-        labels = _strings(cells[label_column], numbers_ok=True, blank_is_none=True) if typed else \
-            [v if v.strip() else None for v in cells[label_column]]
+        raw = cells[label_column]
+        labels = _strings(raw, numbers_ok=True, blank_is_none=True) if typed else \
+            raw if all(map(str.strip, raw)) else [v if v.strip() else None for v in raw]
         check_unicode(labels)
-        if require_labels and any(v is None for v in labels):
+        if require_labels and None in labels:
             raise _Refused
         if allowed is not None and not set(labels) <= allowed | {None}:
             raise _Refused
@@ -290,7 +267,7 @@ class _Digests:
             self.ascending = (self.last is None or self.last < ids[0]) and sorted(ids) == ids and \
                 len(set(ids)) == len(ids)
         if self.ascending:
-            self.fingerprint.update(list(zip(ids, batch.texts)))
+            self.fingerprint.update_pairs(ids, batch.texts)
             self.labels.update(batch.labels)
             self.last = ids[-1] if ids else self.last
         if self.keep:
@@ -311,7 +288,7 @@ class _Digests:
         for start in range(0, len(order), HASH_ROWS):
             rows = order.slice(start, HASH_ROWS)
             ids, texts = columns["id"].take(rows).to_pylist(), columns["text"].take(rows).to_pylist()
-            fingerprint.update(list(zip(ids, texts)))
+            fingerprint.update_pairs(ids, texts)
             labels.update(columns["label"].take(rows).to_pylist())
         return fingerprint.hexdigest(), labels.hexdigest(), pc.count_distinct(columns["id"]).as_py()
 
