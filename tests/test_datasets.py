@@ -146,6 +146,34 @@ def test_a_changed_dataset_after_the_lock_is_named(tmp_path):
         run_campaign(path, tmp_path / "out")
 
 
+def test_prepare_reads_each_dataset_once_to_check_and_copy_it(tmp_path, monkeypatch):
+    """The lock check and the copy come from one read of each dataset (and of the tuning split)."""
+    from iteralab.campaign import inputs
+    from iteralab.campaign.runner import prepare
+
+    path = dataset_protocol(tmp_path, {"2026-10": GOOD["2026-10"], "2026-11": GOOD["2026-11"]},
+                            tuning=[("u1", "tuning text one", "plot"), ("u2", "tuning text two", "fresh")])
+    lock(path, now=LOCKED_AT)
+    reads: list[str] = []
+    real = inputs.scan_corpus
+    monkeypatch.setattr(inputs, "scan_corpus", lambda source, **kw: reads.append(Path(source).name) or real(source, **kw))
+    campaign = prepare(path, tmp_path / "out")
+    assert sorted(reads) == ["2026-10.csv", "2026-11.csv", "tuning.csv"]
+    assert [d["name"] for d in campaign["datasets"]] == ["2026-10", "2026-11"]
+    assert (tmp_path / "out" / "inputs" / "datasets" / "2026-11.csv").is_file()
+
+
+def test_a_dataset_changed_after_the_lock_leaves_no_folder_and_no_copy(tmp_path):
+    from iteralab.campaign.runner import prepare
+
+    path = dataset_protocol(tmp_path, {"2026-10": GOOD["2026-10"], "2026-11": GOOD["2026-11"]})
+    lock(path, now=LOCKED_AT)
+    _write_csv(tmp_path / "2026-11.csv", GOOD["2026-11"][:-1])
+    with pytest.raises(ProtocolError, match="dataset '2026-11'"):
+        prepare(path, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 # --------------------------------------------------------------------------------------------- campaigns
 
 

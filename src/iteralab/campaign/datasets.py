@@ -58,12 +58,14 @@ def scan_datasets(protocol: Protocol, protocol_path: Path, *,
     keys: list[OverlapKeys] = []
     strata_later: list[Callable[[], None]] = []
     tuning: CorpusScan | None = None
+    tuning_keys: OverlapKeys | None = None
     for n, dataset in enumerate(protocol.datasets):
         mine = OverlapKeys()
+        # the tuning split: read with the first dataset, its digests then checked disjoint with every dataset
         scans = scan_inputs(protocol, protocol_path, sinks=[mine, *(sinks_for(dataset.name) if sinks_for else ())],
                             tuning_sinks=tuning_sinks if n == 0 else (), dataset=dataset, scan_tuning=n == 0,
-                            strata_later=strata_later)  # the tuning split: checked disjoint per dataset
-        tuning = scans.tuning if n == 0 else tuning
+                            strata_later=strata_later, tuning_keys=tuning_keys)
+        tuning, tuning_keys = (scans.tuning, scans.tuning_keys) if n == 0 else (tuning, tuning_keys)
         named.append((dataset.name, scans.corpus))
         keys.append(mine)
     _check_keys_disjoint(protocol, protocol_path, keys)
@@ -134,15 +136,18 @@ def combined_order_hash(order_hashes: list[str]) -> str:
     return hashlib.sha256(json.dumps(list(order_hashes), separators=(",", ":")).encode()).hexdigest()
 
 
-def write_dataset_copies(protocol: Protocol, protocol_path: Path, out: Path
-                         ) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any] | None]:
+def write_dataset_copies(protocol: Protocol, protocol_path: Path, out: Path, lock_entry: dict[str, Any], *,
+                         rerun: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any] | None,
+                                                       dict[str, str] | None]:
     """Copy every dataset into ``inputs/datasets/`` (and the tuning split into ``inputs/tuning.csv``), each
-    written while it is read in record batches (:func:`scan_datasets`).
+    written while it is read in record batches (:func:`scan_datasets`), and check that read against the lock
+    (``check_inputs`` with these scans): each dataset is read once. A refused input leaves no copy.
 
     Returns the campaign's ``datasets`` records (name, fingerprint, order hash, size, file, sha256, strata),
-    its ``corpus`` record (the combined fingerprint and order hash, the total size, no file) and the tuning
-    record."""
+    its ``corpus`` record (the combined fingerprint and order hash, the total size, no file), the tuning
+    record and the model files' sha256 as checked."""
     from iteralab.campaign.corpuscopy import CorpusCopy, tuning_record
+    from iteralab.campaign.inputs import check_inputs
 
     spec = protocol.corpus
     (out / DATASETS_DIR).mkdir(parents=True, exist_ok=True)
@@ -156,6 +161,7 @@ def write_dataset_copies(protocol: Protocol, protocol_path: Path, out: Path
         tuning_copy = CorpusCopy(out / "inputs" / "tuning.csv") if spec.tuning_path else None
         scanned = scan_datasets(protocol, protocol_path, sinks_for=lambda name: [copies[name]],
                                 tuning_sinks=[tuning_copy] if tuning_copy is not None else [])
+        model_hashes = check_inputs(protocol_path, lock_entry, rerun=rerun, scans=scanned)
     except BaseException:
         for copy in [*copies.values(), *([tuning_copy] if tuning_copy is not None else [])]:
             copy.abort()
@@ -176,7 +182,7 @@ def write_dataset_copies(protocol: Protocol, protocol_path: Path, out: Path
                      else "mixed", "file": None, "file_sha256": None, "strata": {},
                      "datasets": [r["name"] for r in records]}
     tuning_info = tuning_record(tuning_copy, scanned.tuning)
-    return records, corpus_record, tuning_info
+    return records, corpus_record, tuning_info, model_hashes
 
 
 def dataset_records(campaign: dict[str, Any]) -> list[dict[str, Any]]:

@@ -182,12 +182,13 @@ def lock(protocol_path: str | os.PathLike[str], *, now: datetime | None = None,
 
 
 def check_inputs(protocol_path: str | os.PathLike[str], entry: dict[str, Any], *,
-                 rerun: bool = False, scans: InputScans | None = None) -> dict[str, str] | None:
+                 rerun: bool = False, scans: Any = None) -> dict[str, str] | None:
     """Refuse a run whose inputs differ from those fingerprinted at the lock (one line: which input, how).
 
     A ``rerun`` repeats the question on this machine's model and catalog (that is its purpose, D3): only the
     corpus and the tuning split must be the locked ones. The corpus is read in record batches
-    (:func:`scan_inputs`, or the caller's ``scans`` of it); a per-id comparison is made only when its digests
+    (:func:`scan_inputs`, or the caller's ``scans`` of it: ``InputScans``, or ``DatasetScans`` for a
+    several-dataset protocol); a per-id comparison is made only when its digests
     differ from the lock's, to say what changed. Returns the sha256 of the model files as they are now (what
     the run will read; None for a lock without fingerprints), so the caller never hashes them again."""
     path = Path(protocol_path)
@@ -199,7 +200,7 @@ def check_inputs(protocol_path: str | os.PathLike[str], entry: dict[str, Any], *
     if protocol.datasets:  # K6: each dataset in record batches, checked disjoint by digests
         from iteralab.campaign.datasets import scan_datasets
 
-        scanned = scan_datasets(protocol, path)
+        scanned = scans if scans is not None else scan_datasets(protocol, path)
         locked_sets = locked.get("datasets") or {}
         by_name = {dataset.name: dataset.path for dataset in protocol.datasets}
         now = {"schema_version": INPUTS_SCHEMA, "corpus": None,
@@ -235,6 +236,8 @@ class InputScans:
 
     corpus: CorpusScan
     tuning: CorpusScan | None
+    #: Digests of the tuning split's ids and texts (the overlap check): a later dataset reuses them.
+    tuning_keys: OverlapKeys | None = None
 
 
 def _columns(protocol: Protocol) -> tuple[dict[str, Any], list[str]]:
@@ -249,21 +252,23 @@ def _columns(protocol: Protocol) -> tuple[dict[str, Any], list[str]]:
 
 def scan_inputs(protocol: Protocol, protocol_path: Path, *, sinks: Sequence[Sink] = (),
                 tuning_sinks: Sequence[Sink] = (), dataset: Dataset | None = None, scan_tuning: bool = True,
-                strata_later: list[Callable[[], None]] | None = None) -> InputScans:
+                strata_later: list[Callable[[], None]] | None = None,
+                tuning_keys: OverlapKeys | None = None) -> InputScans:
     """``load_inputs`` + ``check_strata`` without holding the corpus: each validated batch goes to ``sinks``
     (``tuning_sinks`` for the tuning split). Refusals are theirs, word for word (the file is then read whole
     to name the first bad line). ``dataset``: that dataset of a several-dataset protocol (K6) in place of
     ``corpus.path``; ``scan_tuning=False``: the tuning split is checked disjoint, but neither handed to
     ``tuning_sinks`` nor returned (its scan is then None); ``strata_later``: the strata check's last step
-    (which raises) is appended there, not run."""
+    (which raises) is appended there, not run; ``tuning_keys``: the tuning split's digests from an earlier
+    dataset's scan (the split is then not read again)."""
     from iteralab.models.tokens import RowStrataCheck
 
     spec = protocol.corpus
     columns, extra = _columns(protocol)
     source = resolve(protocol_path, dataset.path if dataset else spec.path)
-    tuning_keys: OverlapKeys | None = None
     tuning_scan = None
-    if spec.tuning_path:  # read first, keeping 64-bit digests of its ids and texts for the overlap check (P4)
+    if spec.tuning_path and tuning_keys is None:
+        # read first, keeping 64-bit digests of its ids and texts for the overlap check (P4)
         tuning_keys = OverlapKeys()
         try:
             tuning_scan = scan_corpus(resolve(protocol_path, spec.tuning_path), **columns,
@@ -286,7 +291,7 @@ def scan_inputs(protocol: Protocol, protocol_path: Path, *, sinks: Sequence[Sink
         finish()
     else:
         strata_later.append(finish)
-    return InputScans(corpus_scan, tuning_scan)
+    return InputScans(corpus_scan, tuning_scan, tuning_keys)
 
 
 def _fingerprint_file(protocol: Protocol, protocol_path: Path, declared: str | None, *,

@@ -169,21 +169,20 @@ def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], 
         return campaign
     created = not out.exists()
     datasets: list[dict[str, Any]] = []
-    if protocol.datasets:  # K6: checked, then one corpus copy per dataset; the corpus record combines them
-        from iteralab.campaign.datasets import write_dataset_copies
+    _ensure_folder(out)
+    try:  # the inputs are checked while they are copied: a refused input leaves no folder it created
+        if protocol.datasets:  # K6: one corpus copy per dataset; the corpus record combines them
+            from iteralab.campaign.datasets import write_dataset_copies
 
-        model_hashes = check_inputs(protocol_path, lock_entry, rerun=rerun)
-        _ensure_folder(out)
-        datasets, corpus_record, tuning = write_dataset_copies(protocol, protocol_path, out)
-    else:
-        _ensure_folder(out)
-        try:  # the inputs are checked while they are copied: a refused input leaves no folder it created
+            datasets, corpus_record, tuning, model_hashes = write_dataset_copies(protocol, protocol_path, out,
+                                                                                 lock_entry, rerun=rerun)
+        else:
             _, corpus_record, tuning, model_hashes = _scan_and_copy(protocol, protocol_path, lock_entry,
                                                                     out / "inputs", rerun=rerun)
-        except BaseException:
-            if created:
-                shutil.rmtree(out, ignore_errors=True)
-            raise
+    except BaseException:
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     write_bytes_atomic(out / "inputs" / "protocol.toml", protocol_path.read_bytes())
     write_json_atomic(out / "inputs" / "protocol.toml.lock.json",
                       {"schema_version": 1, "locks": [lock_entry]})
