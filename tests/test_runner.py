@@ -386,3 +386,31 @@ def test_a_pass_spec_names_its_files_by_absolute_paths(tmp_path, monkeypatch):
     for key in ("corpus_path", "prediction_dir", "scratch_dir"):
         assert Path(spec[key]).is_absolute() and Path(spec[key]).is_relative_to(tmp_path / "camp"), (key, spec[key])
     assert Path(spec["corpus_path"]).is_file()
+
+
+def test_the_raw_table_reuses_the_reference_comparisons_made_as_passes_were_evaluated(tmp_path, monkeypatch):
+    """Each pass is compared with the reference pass while the run evaluates it, so the raw table written at the
+    end reads again only the passes evaluated before the reference pass existed; its rows equal those of a
+    fresh read of the folder."""
+    from iteralab.campaign import evaluate
+    from iteralab.campaign.runner import run_passes
+    from iteralab.evidence.table import build_rows
+
+    protocol = callable_campaign(tmp_path, passes=3, isolation="inprocess")
+    out = tmp_path / "out"
+    reads = evaluate.CampaignReads(out)
+    run_passes(protocol, out, shared=reads)
+    state = read_journal(out / "journal.jsonl")
+    order = [state.started[pid]["variant"] for pid in state.order]
+    reference = campaign_protocol(out).metric.reference_variant
+    before_reference = order.index(reference)
+    files: list[str] = []
+    real = evaluate.read_predictions
+    monkeypatch.setattr(evaluate, "read_predictions", lambda path, *a, **kw: files.append(path.name) or real(path, *a, **kw))
+    shared_rows = build_rows(out, reads.reader, reads.context)
+    # the passes before the reference, and the reference itself to compare them with (the last file is cached)
+    assert len(files) <= before_reference + 1 < len(order)
+    monkeypatch.setattr(evaluate, "read_predictions", real)
+    fresh_rows = build_rows(out)
+    assert shared_rows == fresh_rows
+    assert all(r["label_agreement"] is not None for r in fresh_rows if r["status"] == "ok")

@@ -265,6 +265,8 @@ class PredictionReader:
         self._hashes: dict[Path, tuple[tuple[int, int], str]] = {}
         self._sets: OrderedDict[Path, tuple[tuple[int, int], PredictionSet]] = OrderedDict()
         self._verdicts: dict[tuple[Path, str], dict[str, Any]] = {}
+        #: (file, its sha256, reference file, its sha256) -> ``compare_outputs`` of the two (kept small)
+        self.comparisons: dict[tuple[Path, str, Path, str], dict[str, Any]] = {}
 
     @staticmethod
     def _stamp(path: Path) -> tuple[int, int] | None:
@@ -330,6 +332,10 @@ class CampaignReads:
         self.folder = Path(folder)
         self._context: EvaluationContext | None = None
         self._reader: PredictionReader | None = None
+        #: Per dataset (None: the corpus), the first complete pass of the reference variant evaluated in this run:
+        #: (file, its sha256, its prediction set), so that each later pass is compared with it while its own
+        #: set is in memory, and the raw table need not read the file again.
+        self._references: dict[str | None, tuple[Path, str, PredictionSet]] = {}
 
     @property
     def context(self) -> EvaluationContext:
@@ -344,6 +350,27 @@ class CampaignReads:
             # and the raw table re-reads a file only to compare it with the reference (its verdict is kept).
             self._reader = PredictionReader(self.context.protocol, keep=1)
         return self._reader
+
+    def compare_with_reference(self, path: Path, finished: Mapping[str, Any], verdict: Mapping[str, Any],
+                               dataset: str | None) -> None:
+        """After a pass's evaluation: remember it as its dataset's reference when it is the first complete pass
+        of the reference variant (``finished``: its ``variant``, ``status`` and recorded ``prediction_sha256``),
+        and compare it with the reference once there is one (memoised in ``reader.comparisons``)."""
+        context = self.context.of_dataset(dataset)
+        entry = self.reader.read(path, context.expected.ids)
+        if entry is None:
+            return
+        digest, preds = entry
+        reference = self._references.get(dataset)
+        if reference is None:
+            if finished.get("variant") != context.protocol.metric.reference_variant or not (
+                    finished.get("status") == "ok" and verdict.get("ids_match") and verdict.get("format_ok")
+                    and finished.get("prediction_sha256") == digest):
+                return
+            reference = self._references[dataset] = (path.resolve(), digest, preds)
+        if len(reference[2].ids):
+            self.reader.comparisons[(path.resolve(), digest, reference[0], reference[1])] = \
+                compare_outputs(preds, reference[2], b_distinct=True)
 
 
 def prediction_path(campaign_dir: Path, pass_id: str) -> Path:
@@ -385,13 +412,19 @@ class EvaluationContext:
 
 
 def evaluate_pass(campaign_dir: str | Path, pass_id: str, reads: CampaignReads | None = None,
-                  dataset: str | None = None) -> dict[str, Any]:
+                  dataset: str | None = None, finished: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The checks of one pass's file on its own; with ``finished`` (the pass's record and variant), also its
+    comparison with the reference pass (:meth:`CampaignReads.compare_with_reference`)."""
     campaign_dir = Path(campaign_dir)
     reads = reads or CampaignReads(campaign_dir)
     path = prediction_path(campaign_dir, pass_id)
     context = reads.context.of_dataset(dataset)
     verdict = reads.reader.verdict(path, context.protocol, context.expected)
-    return verdict if verdict is not None else _missing_verdict(path.name, context.protocol, context.expected)
+    if verdict is None:
+        return _missing_verdict(path.name, context.protocol, context.expected)
+    if finished is not None:
+        reads.compare_with_reference(path, finished, verdict, dataset)
+    return verdict
 
 
 def compare_outputs(a: PredictionSet, b: PredictionSet, b_distinct: bool = False) -> dict[str, Any]:
@@ -486,8 +519,8 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
     ref_pass = next((p["pass_id"] for p in passes if p["variant"] == ref_name and verdicts[p["pass_id"]]["complete"]),
                     None)
     ref_v = verdicts.get(ref_pass) if ref_pass else None
-    ref_entry = reader.read(paths[ref_pass], expected.ids) if ref_pass else None
-    ref_probs = ref_entry[1] if ref_entry else None
+    ref_key = (paths[ref_pass].resolve(), reader.sha256(paths[ref_pass], expected.ids)) if ref_pass else None
+    ref_probs: list[PredictionSet] = []  # read when a comparison was not made as the passes were evaluated
     gating = {sg.name: sg for sg in protocol.subgroups if sg.gating}
     for p in passes:
         v = verdicts[p["pass_id"]]
@@ -525,8 +558,17 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
                 sub_ok = False
                 reasons.append(f"subgroup {key}")
         v["subgroups_ok"] = sub_ok
-        entry = reader.read(paths[p["pass_id"]], expected.ids) if p.get("prediction_file") else None
-        _reproduction(v, protocol, entry[1] if entry else None, ref_probs)
+        same = None
+        if ref_key is not None and p.get("prediction_file"):
+            path = paths[p["pass_id"]]
+            same = reader.comparisons.get((path.resolve(), reader.sha256(path, expected.ids) or "", *ref_key))
+            if same is None:
+                entry = reader.read(path, expected.ids)
+                if not ref_probs:
+                    ref_probs.append(reader.read(paths[ref_pass], expected.ids)[1])  # type: ignore[index]
+                same = compare_outputs(entry[1], ref_probs[0], b_distinct=True) \
+                    if entry is not None and len(ref_probs[0].ids) else None
+        _reproduction(v, protocol, same)
         if not v["reproduction_ok"]:
             reasons.append(f"reproduction target '{protocol.reproduction.target}'")
         v["corpus_accepted"] = not reasons
@@ -534,17 +576,12 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
     return verdicts
 
 
-def _reproduction(v: dict[str, Any], protocol: Protocol, preds: PredictionSet | None,
-                  ref_probs: PredictionSet | None) -> None:
-    """``ref_probs``: the reference pass's outputs, from a complete pass (its ids matched the corpus: none is
-    repeated)."""
+def _reproduction(v: dict[str, Any], protocol: Protocol, same: Mapping[str, Any] | None) -> None:
+    """``same``: :func:`compare_outputs` of the pass's outputs with the reference pass's (a complete pass: its
+    ids matched the corpus, none is repeated); None when either has none."""
     target = protocol.reproduction.target
-    v["label_agreement"] = None
-    v["max_abs_prob_diff"] = None
-    if ref_probs is not None and len(ref_probs.ids) and preds is not None:
-        same = compare_outputs(preds, ref_probs, b_distinct=True)
-        v["label_agreement"] = same["label_agreement"]
-        v["max_abs_prob_diff"] = same["max_abs_prob_diff"]
+    v["label_agreement"] = None if same is None else same["label_agreement"]
+    v["max_abs_prob_diff"] = None if same is None else same["max_abs_prob_diff"]
     if target == "identical":
         v["reproduction_ok"] = v["label_agreement"] == 1.0 and v["max_abs_prob_diff"] == 0.0
     elif target == "bounded":

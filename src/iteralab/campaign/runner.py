@@ -415,7 +415,7 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
             journal.append("pass_finished", manifest_diff=diff,
                            environment_summary=_env_summary(environment), **result)
             t0 = time.perf_counter()
-            verdict = evaluate_pass(out, pass_id, reads, slot.dataset)
+            verdict = evaluate_pass(out, pass_id, reads, slot.dataset, finished={**result, "variant": slot.variant})
             journal.append("pass_evaluated", pass_id=pass_id, evaluation_s=time.perf_counter() - t0,
                            intrinsic=verdict)
             emit("done", {"pass_id": pass_id, "status": result.get("status"), "pass_s": result["phases"]["pass_s"]
