@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from iteralab.campaign import evaluate, predictions
-from iteralab.campaign.evaluate import Expected, compare_outputs, evaluate_set, load_expected
+from iteralab.campaign.evaluate import Expected, evaluate_set, load_expected
+from iteralab.campaign.judge import compare_outputs
 from iteralab.campaign.predictions import encode, read_predictions
 from protocol_factory import ids_protocol
 

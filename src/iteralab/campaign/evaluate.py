@@ -3,7 +3,7 @@
 A pass yields a *verified corpus* when its prediction file holds exactly the expected ids (no duplicate,
 none missing, none extra), every record has the declared format, coverage is complete, and the metric
 (scikit-learn's) meets the threshold and stays within the tolerance of the reference variant — overall and
-in each gating subgroup — and the declared reproduction target holds. Nothing here reads the runner's memory:
+in each gating subgroup — and the declared reproduction target holds (those comparisons: ``campaign.judge``). Nothing here reads the runner's memory:
 the expected ids and labels come from ``inputs/corpus.csv``, the rules from the locked ``inputs/protocol.toml``.
 
 Every check runs on arrays: ids are compared with Arrow hash joins (``index_in``), labels are class indices,
@@ -267,6 +267,11 @@ class PredictionReader:
         self._verdicts: dict[tuple[Path, str], dict[str, Any]] = {}
         #: (file, its sha256, reference file, its sha256) -> ``compare_outputs`` of the two (kept small)
         self.comparisons: dict[tuple[Path, str, Path, str], dict[str, Any]] = {}
+        #: Sets kept whatever ``keep`` says (a run's reference pass): never read, nor held, twice.
+        self._pinned: dict[Path, tuple[tuple[int, int], str, PredictionSet]] = {}
+
+    def pin(self, path: Path, digest: str, preds: PredictionSet) -> None:
+        self._pinned[path.resolve()] = (self._stamp(path) or (-1, -1), digest, preds)
 
     @staticmethod
     def _stamp(path: Path) -> tuple[int, int] | None:
@@ -283,6 +288,9 @@ class PredictionReader:
         if stamp is None:
             return None
         key = path.resolve()
+        pinned = self._pinned.get(key)
+        if pinned is not None and pinned[0] == stamp:
+            return pinned[1], pinned[2]
         cached, known = self._sets.get(key), self._hashes.get(key)
         if cached is not None and known is not None and cached[0] == stamp == known[0]:
             self._sets.move_to_end(key)
@@ -332,10 +340,9 @@ class CampaignReads:
         self.folder = Path(folder)
         self._context: EvaluationContext | None = None
         self._reader: PredictionReader | None = None
-        #: Per dataset (None: the corpus), the first complete pass of the reference variant evaluated in this run:
-        #: (file, its sha256, its prediction set), so that each later pass is compared with it while its own
-        #: set is in memory, and the raw table need not read the file again.
-        self._references: dict[str | None, tuple[Path, str, PredictionSet]] = {}
+        #: Per dataset (None: the corpus): the file and sha256 of the first complete pass of the reference variant
+        #: evaluated in this run (its set pinned in the reader), each later pass compared with it as it comes.
+        self._references: dict[str | None, tuple[Path, str]] = {}
 
     @property
     def context(self) -> EvaluationContext:
@@ -346,8 +353,7 @@ class CampaignReads:
     @property
     def reader(self) -> PredictionReader:
         if self._reader is None:
-            # One prediction set kept (≈ 30 bytes per document): a run's evaluations each read their new file,
-            # and the raw table re-reads a file only to compare it with the reference (its verdict is kept).
+            # One prediction set kept (≈ 30 bytes per document), besides a run's pinned reference pass.
             self._reader = PredictionReader(self.context.protocol, keep=1)
         return self._reader
 
@@ -360,6 +366,8 @@ class CampaignReads:
         entry = self.reader.read(path, context.expected.ids)
         if entry is None:
             return
+        from iteralab.campaign.judge import compare_outputs
+
         digest, preds = entry
         reference = self._references.get(dataset)
         if reference is None:
@@ -367,10 +375,12 @@ class CampaignReads:
                     finished.get("status") == "ok" and verdict.get("ids_match") and verdict.get("format_ok")
                     and finished.get("prediction_sha256") == digest):
                 return
-            reference = self._references[dataset] = (path.resolve(), digest, preds)
-        if len(reference[2].ids):
-            self.reader.comparisons[(path.resolve(), digest, reference[0], reference[1])] = \
-                compare_outputs(preds, reference[2], b_distinct=True)
+            reference = self._references[dataset] = (path.resolve(), digest)
+            self.reader.pin(path, digest, preds)
+        ref = self.reader.read(reference[0], context.expected.ids)
+        if ref is not None and ref[0] == reference[1] and len(ref[1].ids):
+            self.reader.comparisons[(path.resolve(), digest, *reference)] = compare_outputs(preds, ref[1],
+                                                                                            b_distinct=True)
 
 
 def prediction_path(campaign_dir: Path, pass_id: str) -> Path:
@@ -425,167 +435,3 @@ def evaluate_pass(campaign_dir: str | Path, pass_id: str, reads: CampaignReads |
     if finished is not None:
         reads.compare_with_reference(path, finished, verdict, dataset)
     return verdict
-
-
-def compare_outputs(a: PredictionSet, b: PredictionSet, b_distinct: bool = False) -> dict[str, Any]:
-    """Label agreement and largest absolute probability difference over the ids both output sets hold (a
-    repeated id: its last record). ``b_distinct``: the caller knows ``b`` repeats no id (a pass whose ids
-    matched the corpus), which spares counting distinct ids when both hold the same ids in the same order."""
-    if len(a.ids) == len(b.ids) and a.ids.equals(b.ids) and (
-            b_distinct or pc.count_distinct(a.ids).as_py() == len(a.ids)):
-        return _compare_rows(a, b)  # the same distinct ids in the same order: row by row, no lookup
-    ua, _, la = a.by_id()
-    ub, _, lb = b.by_id()
-    where = pc.fill_null(pc.index_in(ua, value_set=ub), -1).to_numpy(zero_copy_only=False)
-    common = where >= 0
-    n_common = int(common.sum())
-    same_ids = n_common == len(ua) == len(ub)
-    result: dict[str, Any] = {"ids_a": len(ua), "ids_b": len(ub), "common_ids": n_common, "same_ids": same_ids,
-                              "label_agreement": None, "max_abs_prob_diff": None}
-    if n_common:
-        result["label_agreement"], result["max_abs_prob_diff"] = _agreement(a, b, la[common], lb[where[common]])
-    result["identical"] = bool(same_ids and n_common and result["label_agreement"] == 1.0
-                               and result["max_abs_prob_diff"] == 0.0)
-    return result
-
-
-def _agreement(a: PredictionSet, b: PredictionSet, ra: np.ndarray | None = None, rb: np.ndarray | None = None
-               ) -> tuple[float, float | None]:
-    """(share of equal labels, largest absolute probability difference — None if a difference is NaN or the
-    class counts differ) of rows ``ra`` of ``a`` against rows ``rb`` of ``b`` (row by row when None), in blocks:
-    the float64 differences of a whole corpus are never held."""
-    n = len(a.labels) if ra is None else len(ra)
-    comparable = a.probs.shape[1:] == b.probs.shape[1:]
-    same, worst, nan = 0, 0.0, False
-    for start in range(0, n, BLOCK):
-        ia = slice(start, start + BLOCK) if ra is None else ra[start:start + BLOCK]
-        ib = slice(start, start + BLOCK) if rb is None else rb[start:start + BLOCK]
-        same += int(np.count_nonzero(a.labels[ia] == b.labels[ib]))
-        if comparable:
-            diff = np.abs(a.probs[ia].astype(np.float64) - b.probs[ib].astype(np.float64))
-            nan = nan or bool(np.isnan(diff).any())
-            worst = max(worst, float(diff.max(initial=0.0)))
-    return same / n, None if nan or not comparable else worst
-
-
-def _compare_rows(a: PredictionSet, b: PredictionSet) -> dict[str, Any]:
-    n = len(a.ids)
-    result: dict[str, Any] = {"ids_a": n, "ids_b": n, "common_ids": n, "same_ids": True, "label_agreement": None,
-                              "max_abs_prob_diff": None}
-    if n:
-        result["label_agreement"], result["max_abs_prob_diff"] = _agreement(a, b)
-    result["identical"] = bool(n and result["label_agreement"] == 1.0 and result["max_abs_prob_diff"] == 0.0)
-    return result
-
-
-def compare_predictions(a: Path, b: Path, protocol: Protocol) -> dict[str, Any]:
-    """:func:`compare_outputs` of two prediction files."""
-    reader = PredictionReader(protocol)
-    return compare_outputs(reader.read(a)[1], reader.read(b)[1])
-
-
-def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reader: PredictionReader | None = None,
-                   context: EvaluationContext | None = None) -> dict[str, dict[str, Any]]:
-    """Full verdict of each finished pass, including the comparisons with the reference variant.
-
-    ``passes`` are the finished passes in journal order, each with ``pass_id``, ``variant``, ``status`` and
-    ``prediction_file``/``prediction_sha256`` as recorded. A file whose hash differs from the recorded one is
-    not counted. Each file is read once (``reader``, shareable with other checks of the same folder).
-    """
-    campaign_dir = Path(campaign_dir)
-    context = context or EvaluationContext.of(campaign_dir)
-    groups = list(dict.fromkeys(p.get("dataset") for p in passes))
-    if groups != [None] and passes:  # K6: each dataset's passes judged against it, with its own reference pass
-        judged: dict[str, dict[str, Any]] = {}
-        for name in groups:
-            mine = [{**p, "dataset": None} for p in passes if p.get("dataset") == name]
-            judged.update(judge_campaign(campaign_dir, mine, reader, context.of_dataset(name)))
-        return judged
-    protocol, expected = context.protocol, context.expected
-    reader = reader or PredictionReader(protocol)
-    verdicts: dict[str, dict[str, Any]] = {}
-    paths: dict[str, Path] = {}
-    for p in passes:
-        path = paths[p["pass_id"]] = (campaign_dir / p["prediction_file"] if p.get("prediction_file")
-                                      else prediction_path(campaign_dir, p["pass_id"]))
-        digest = reader.sha256(path, expected.ids)
-        v = reader.verdict(path, protocol, expected) if digest else _missing_verdict(path.name, protocol, expected)
-        v["hash_ok"] = digest is not None and p.get("prediction_sha256") == digest
-        if digest is not None and not v["hash_ok"]:
-            v.setdefault("problems", []).append("prediction file does not match its recorded sha256")
-        v["complete"] = p.get("status") == "ok" and v["ids_match"] and v["format_ok"] and v["hash_ok"]
-        verdicts[p["pass_id"]] = v
-    ref_name = protocol.metric.reference_variant
-    ref_pass = next((p["pass_id"] for p in passes if p["variant"] == ref_name and verdicts[p["pass_id"]]["complete"]),
-                    None)
-    ref_v = verdicts.get(ref_pass) if ref_pass else None
-    ref_key = (paths[ref_pass].resolve(), reader.sha256(paths[ref_pass], expected.ids)) if ref_pass else None
-    ref_probs: list[PredictionSet] = []  # read when a comparison was not made as the passes were evaluated
-    gating = {sg.name: sg for sg in protocol.subgroups if sg.gating}
-    for p in passes:
-        v = verdicts[p["pass_id"]]
-        v["reference_pass"] = ref_pass
-        reasons: list[str] = []
-        if p.get("status") != "ok":
-            reasons.append(f"pass {p.get('status', 'failed')}")
-        for key, label in (("ids_match", "ids do not match"), ("format_ok", "format"), ("hash_ok", "hash"),
-                           ("coverage_ok", "coverage"), ("threshold_ok", "below threshold")):
-            if not v.get(key):
-                reasons.append(label)
-        if ref_v is None:
-            v["metric_ref"] = None
-            v["tolerance_ok"] = False
-            reasons.append(f"no complete pass of reference variant {ref_name!r}")
-        else:
-            v["metric_ref"] = ref_v["metric"]
-            v["metric_delta"] = None if v["metric"] is None else v["metric"] - ref_v["metric"]
-            v["tolerance_ok"] = v["metric"] is not None and ref_v["metric"] - v["metric"] <= protocol.metric.tolerance + TOL
-            if not v["tolerance_ok"]:
-                reasons.append("outside tolerance")
-        sub_ok = True
-        for name in gating:
-            if not any(key.split(":", 1)[0] == name for key in v["subgroups"]):
-                sub_ok = False
-                reasons.append(f"gating subgroup {name!r} has no groups to evaluate (empty column?)")
-        for key, value in v["subgroups"].items():
-            sg = gating.get(key.split(":", 1)[0])
-            if sg is None:
-                continue
-            ref_value = ref_v["subgroups"].get(key) if ref_v else None
-            tol = sg.tolerance if sg.tolerance is not None else protocol.metric.tolerance
-            if value is None or (sg.threshold is not None and value + TOL < sg.threshold) or \
-                    (ref_value is not None and ref_value - value > tol + TOL) or ref_v is None:
-                sub_ok = False
-                reasons.append(f"subgroup {key}")
-        v["subgroups_ok"] = sub_ok
-        same = None
-        if ref_key is not None and p.get("prediction_file"):
-            path = paths[p["pass_id"]]
-            same = reader.comparisons.get((path.resolve(), reader.sha256(path, expected.ids) or "", *ref_key))
-            if same is None:
-                entry = reader.read(path, expected.ids)
-                if not ref_probs:
-                    ref_probs.append(reader.read(paths[ref_pass], expected.ids)[1])  # type: ignore[index]
-                same = compare_outputs(entry[1], ref_probs[0], b_distinct=True) \
-                    if entry is not None and len(ref_probs[0].ids) else None
-        _reproduction(v, protocol, same)
-        if not v["reproduction_ok"]:
-            reasons.append(f"reproduction target '{protocol.reproduction.target}'")
-        v["corpus_accepted"] = not reasons
-        v["reasons"] = reasons
-    return verdicts
-
-
-def _reproduction(v: dict[str, Any], protocol: Protocol, same: Mapping[str, Any] | None) -> None:
-    """``same``: :func:`compare_outputs` of the pass's outputs with the reference pass's (a complete pass: its
-    ids matched the corpus, none is repeated); None when either has none."""
-    target = protocol.reproduction.target
-    v["label_agreement"] = None if same is None else same["label_agreement"]
-    v["max_abs_prob_diff"] = None if same is None else same["max_abs_prob_diff"]
-    if target == "identical":
-        v["reproduction_ok"] = v["label_agreement"] == 1.0 and v["max_abs_prob_diff"] == 0.0
-    elif target == "bounded":
-        v["reproduction_ok"] = v["max_abs_prob_diff"] is not None and \
-            v["max_abs_prob_diff"] <= (protocol.reproduction.bound or 0) + TOL
-    else:
-        v["reproduction_ok"] = True

@@ -42,7 +42,7 @@ from iteralab.campaign.folder import CampaignFolder, read_json
 from iteralab.errors import RunError
 from iteralab.common.files import write_json_atomic, write_text_atomic
 from iteralab.plan.protocol import PACKAGE_PREFIX, Protocol, load_protocol, resolve
-from iteralab.campaign.evaluate import compare_predictions
+from iteralab.campaign.judge import compare_predictions
 
 COMPARISON_SCHEMA = 1
 #: Output classes of a pair of matching passes, from the closest to the farthest.
