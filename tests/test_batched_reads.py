@@ -14,7 +14,8 @@ import pytest
 
 from iteralab.campaign import evaluate, predictions
 from iteralab.campaign.evaluate import Expected, evaluate_set, load_expected
-from iteralab.campaign.judge import compare_outputs
+from iteralab.campaign import judge
+from iteralab.campaign.judge import compare_outputs, compare_rows_with_file
 from iteralab.campaign.predictions import encode, read_predictions
 from protocol_factory import ids_protocol
 
@@ -105,9 +106,15 @@ def test_outputs_compared_in_blocks_agree_with_one_block(tmp_path, monkeypatch, 
     pb.write_bytes(encode(pa.array([ids[i] for i in other], pa.string()), list(CLASSES), b[other]))
     sa, sb = read_predictions(pa_, CLASSES, 1e-3), read_predictions(pb, CLASSES, 1e-3)
     whole = compare_outputs(sa, sb)
-    monkeypatch.setattr(evaluate, "BLOCK", 4)
+    monkeypatch.setattr(judge, "BLOCK", 4)
     blocks = compare_outputs(sa, sb)
     assert blocks == whole
+    if order == "same":  # the second file streamed in batches of 3 rows against the first set
+        monkeypatch.setattr(judge, "label_prob_batches", lambda path, classes: predictions.label_prob_batches(
+            path, classes, rows=3))
+        streamed = compare_rows_with_file(sa, pb, CLASSES)
+        assert {k: streamed[k] for k in whole} == whole
+        assert compare_rows_with_file(read_predictions(pa_, CLASSES, 1e-3), pa_, CLASSES)["identical"]
     labels_a, labels_b = a.argmax(axis=1), b.argmax(axis=1)
     assert blocks["label_agreement"] == float(np.mean(labels_a == labels_b)) < 1.0
     assert blocks["max_abs_prob_diff"] == float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max())
@@ -171,3 +178,18 @@ def test_corpus_digests_of_ascending_ids_are_streamed_and_equal_the_loaders(tmp_
     assert folder._ascending_digests(repeated, ["x"]) is None
     assert (folder.corpus_digests(repeated, ["x"]).duplicate_ids, folder.corpus_digests(repeated, ["x"]).labels_outside
             ) == (1, 1)
+
+
+def test_labels_and_probabilities_streamed_from_a_file_are_those_read_whole(tmp_path):
+    """``label_prob_batches`` (labels read as dictionary codes, never decoded): the class codes and rows that
+    ``read_predictions`` gives, a label outside the classes and a missing one included."""
+    ids = [f"d{i}" for i in range(11)]
+    labels = ["plot", "fresh", "rotten", "nope", None, "fresh", "plot", "rotten", "fresh", "plot", "plot"]
+    probs = [[0.6, 0.3, 0.1]] * 11
+    path = write_table(tmp_path / "p.parquet", ids, labels, probs)
+    whole = read_predictions(path, CLASSES, 1e-3)
+    parts = list(predictions.label_prob_batches(path, CLASSES, rows=3))
+    assert len(parts) > 3  # batches of at most 3 rows (row groups of 4 cut them further)
+    assert np.concatenate([c for c, _ in parts]).tolist() == whole.labels.tolist() == \
+        [0, 1, 2, -1, -1, 1, 0, 2, 1, 0, 0]
+    assert np.array_equal(np.concatenate([m for _, m in parts]), whole.probs)

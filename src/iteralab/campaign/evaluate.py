@@ -267,11 +267,11 @@ class PredictionReader:
         self._verdicts: dict[tuple[Path, str], dict[str, Any]] = {}
         #: (file, its sha256, reference file, its sha256) -> ``compare_outputs`` of the two (kept small)
         self.comparisons: dict[tuple[Path, str, Path, str], dict[str, Any]] = {}
-        #: Sets kept whatever ``keep`` says (a run's reference pass): never read, nor held, twice.
-        self._pinned: dict[Path, tuple[tuple[int, int], str, PredictionSet]] = {}
 
-    def pin(self, path: Path, digest: str, preds: PredictionSet) -> None:
-        self._pinned[path.resolve()] = (self._stamp(path) or (-1, -1), digest, preds)
+    def drop(self, path: Path) -> None:
+        """Let go of a file's arrays (its sha256 and verdict stay known)."""
+        if self._sets.pop(path.resolve(), None) is not None:
+            release_unused()
 
     @staticmethod
     def _stamp(path: Path) -> tuple[int, int] | None:
@@ -288,9 +288,6 @@ class PredictionReader:
         if stamp is None:
             return None
         key = path.resolve()
-        pinned = self._pinned.get(key)
-        if pinned is not None and pinned[0] == stamp:
-            return pinned[1], pinned[2]
         cached, known = self._sets.get(key), self._hashes.get(key)
         if cached is not None and known is not None and cached[0] == stamp == known[0]:
             self._sets.move_to_end(key)
@@ -340,9 +337,9 @@ class CampaignReads:
         self.folder = Path(folder)
         self._context: EvaluationContext | None = None
         self._reader: PredictionReader | None = None
-        #: Per dataset (None: the corpus): the file and sha256 of the first complete pass of the reference variant
-        #: evaluated in this run (its set pinned in the reader), each later pass compared with it as it comes.
-        self._references: dict[str | None, tuple[Path, str]] = {}
+        #: Per dataset (None: the corpus): the file, sha256, stamp and corpus order (its ids those of the corpus,
+        #: in that order) of the first complete pass of the reference variant evaluated in this run.
+        self._references: dict[str | None, tuple[Path, str, Any, bool]] = {}
 
     @property
     def context(self) -> EvaluationContext:
@@ -353,7 +350,7 @@ class CampaignReads:
     @property
     def reader(self) -> PredictionReader:
         if self._reader is None:
-            # One prediction set kept (≈ 30 bytes per document), besides a run's pinned reference pass.
+            # One prediction set kept (≈ 30 bytes per document).
             self._reader = PredictionReader(self.context.protocol, keep=1)
         return self._reader
 
@@ -361,26 +358,33 @@ class CampaignReads:
                                dataset: str | None) -> None:
         """After a pass's evaluation: remember it as its dataset's reference when it is the first complete pass
         of the reference variant (``finished``: its ``variant``, ``status`` and recorded ``prediction_sha256``),
-        and compare it with the reference once there is one (memoised in ``reader.comparisons``)."""
+        and compare it with the reference once there is one (memoised in ``reader.comparisons``, which the raw
+        table uses instead of reading both files again)."""
         context = self.context.of_dataset(dataset)
         entry = self.reader.read(path, context.expected.ids)
         if entry is None:
             return
-        from iteralab.campaign.judge import compare_outputs
+        from iteralab.campaign.judge import compare_outputs, compare_rows_with_file
 
         digest, preds = entry
+        in_order = preds.ids is context.expected.ids  # read_predictions shares the corpus ids when they are its
         reference = self._references.get(dataset)
         if reference is None:
             if finished.get("variant") != context.protocol.metric.reference_variant or not (
                     finished.get("status") == "ok" and verdict.get("ids_match") and verdict.get("format_ok")
                     and finished.get("prediction_sha256") == digest):
                 return
-            reference = self._references[dataset] = (path.resolve(), digest)
-            self.reader.pin(path, digest, preds)
-        ref = self.reader.read(reference[0], context.expected.ids)
-        if ref is not None and ref[0] == reference[1] and len(ref[1].ids):
-            self.reader.comparisons[(path.resolve(), digest, *reference)] = compare_outputs(preds, ref[1],
-                                                                                            b_distinct=True)
+            reference = self._references[dataset] = (path.resolve(), digest, self.reader._stamp(path), in_order)
+            same = compare_outputs(preds, preds, b_distinct=True) if len(preds.ids) else None
+        elif reference[3] and in_order and self.reader._stamp(reference[0]) == reference[2]:
+            # both in the corpus order: the reference file is streamed against this set, never held whole
+            same = compare_rows_with_file(preds, reference[0], tuple(context.protocol.corpus.classes))
+        else:
+            return  # the raw table compares them (it reads the reference whole)
+        if same is not None:
+            self.reader.comparisons[(path.resolve(), digest, reference[0], reference[1])] = same
+        del preds, entry
+        self.reader.drop(path)  # its verdict and comparison are kept: between passes no prediction set is held
 
 
 def prediction_path(campaign_dir: Path, pass_id: str) -> Path:

@@ -8,7 +8,7 @@ folder: a comparison the run already made while it evaluated the passes is not m
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +16,17 @@ import numpy as np
 import pyarrow.compute as pc
 
 from iteralab.campaign.evaluate import (
-    BLOCK,
     TOL,
     EvaluationContext,
     PredictionReader,
     _missing_verdict,
     prediction_path,
 )
-from iteralab.campaign.predictions import PredictionSet
+from iteralab.campaign.predictions import PredictionSet, label_prob_batches
 from iteralab.plan.protocol import Protocol
+
+#: Rows compared at a time: the float64 differences of a block (rows × classes × 8 bytes) are all it holds.
+BLOCK = 1 << 13
 
 
 def compare_outputs(a: PredictionSet, b: PredictionSet, b_distinct: bool = False) -> dict[str, Any]:
@@ -55,17 +57,51 @@ def _agreement(a: PredictionSet, b: PredictionSet, ra: np.ndarray | None = None,
     class counts differ) of rows ``ra`` of ``a`` against rows ``rb`` of ``b`` (row by row when None), in blocks:
     the float64 differences of a whole corpus are never held."""
     n = len(a.labels) if ra is None else len(ra)
-    comparable = a.probs.shape[1:] == b.probs.shape[1:]
-    same, worst, nan = 0, 0.0, False
-    for start in range(0, n, BLOCK):
-        ia = slice(start, start + BLOCK) if ra is None else ra[start:start + BLOCK]
-        ib = slice(start, start + BLOCK) if rb is None else rb[start:start + BLOCK]
-        same += int(np.count_nonzero(a.labels[ia] == b.labels[ib]))
-        if comparable:
-            diff = np.abs(a.probs[ia].astype(np.float64) - b.probs[ib].astype(np.float64))
+
+    def blocks() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        for start in range(0, n, BLOCK):
+            ia = slice(start, start + BLOCK) if ra is None else ra[start:start + BLOCK]
+            ib = slice(start, start + BLOCK) if rb is None else rb[start:start + BLOCK]
+            yield a.labels[ia], b.labels[ib], a.probs[ia], b.probs[ib]
+
+    return _agreement_of(blocks(), n)
+
+
+def _agreement_of(blocks: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]], n: int
+                  ) -> tuple[float, float | None]:
+    """:func:`_agreement` of aligned blocks (labels of a, labels of b, probabilities of a, of b)."""
+    same, worst, nan, comparable = 0, 0.0, False, True
+    for la, lb, pa_, pb in blocks:
+        same += int(np.count_nonzero(la == lb))
+        comparable = comparable and pa_.shape[1:] == pb.shape[1:]
+        for start in range(0, len(la), BLOCK) if comparable else ():
+            part = slice(start, start + BLOCK)
+            diff = np.abs(pa_[part].astype(np.float64) - pb[part].astype(np.float64))
             nan = nan or bool(np.isnan(diff).any())
             worst = max(worst, float(diff.max(initial=0.0)))
     return same / n, None if nan or not comparable else worst
+
+
+def compare_rows_with_file(a: PredictionSet, path: Path, classes: tuple[str, ...]) -> dict[str, Any] | None:
+    """:func:`compare_outputs` of ``a`` with the prediction file at ``path`` when both hold the same distinct ids
+    in the same order (the corpus order), the file read a record batch at a time: never held whole. None when
+    the file's row count is not ``a``'s."""
+    n, rows = len(a.ids), [0]
+
+    def blocks() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        for codes, matrix in label_prob_batches(path, classes):
+            start, rows[0] = rows[0], rows[0] + len(codes)
+            if rows[0] > n:
+                return
+            yield a.labels[start:rows[0]], codes, a.probs[start:rows[0]], matrix
+
+    if not n:
+        return None
+    agreement = _agreement_of(blocks(), n)
+    if rows[0] != n:
+        return None
+    return {"ids_a": n, "ids_b": n, "common_ids": n, "same_ids": True, "label_agreement": agreement[0],
+            "max_abs_prob_diff": agreement[1], "identical": agreement == (1.0, 0.0)}
 
 
 def _compare_rows(a: PredictionSet, b: PredictionSet) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -232,8 +233,18 @@ class _Problems:
 def _check_batch(start: int, ids: pa.Array, label: pa.Array, probs: pa.Array, k: int, classes: tuple[str, ...],
                  sum_tol: float, found: _Problems, codes: np.ndarray, matrix: np.ndarray, has_id: np.ndarray) -> None:
     """Check one batch's rows and fill its slices of ``codes``, ``matrix`` and ``has_id``."""
-    m = len(ids)
     has_id[:] = pc.is_valid(ids).to_numpy(zero_copy_only=False)
+    probs_ok = _fill_matrix(probs, k, matrix)
+    codes[:] = _class_codes(label, classes)
+    checks = _row_checks(
+        id_ok=has_id & (pc.fill_null(pc.utf8_length(ids), 0).to_numpy(zero_copy_only=False) > 0),
+        label_ok=codes >= 0, probs_ok=probs_ok, matrix=matrix, codes=codes, sum_tol=sum_tol)
+    found.add(start, checks, lambda i, kind: _message(kind, i, label, matrix, k))
+
+
+def _fill_matrix(probs: pa.Array, k: int, matrix: np.ndarray) -> np.ndarray:
+    """Fill ``matrix`` (rows × k) from a ``probs`` column (NaN rows where it is null); return which rows are not."""
+    m = len(probs)
     probs_ok = pc.is_valid(probs).to_numpy(zero_copy_only=False)
     if m:
         values = probs.values.slice(probs.offset * k, m * k)  # every slot, null rows included
@@ -241,11 +252,28 @@ def _check_batch(start: int, ids: pa.Array, label: pa.Array, probs: pa.Array, k:
             values = pc.fill_null(values, float("nan"))
         matrix[:] = values.to_numpy(zero_copy_only=False).reshape(m, k)
         matrix[~probs_ok] = np.nan
-    codes[:] = _class_codes(label, classes)
-    checks = _row_checks(
-        id_ok=has_id & (pc.fill_null(pc.utf8_length(ids), 0).to_numpy(zero_copy_only=False) > 0),
-        label_ok=codes >= 0, probs_ok=probs_ok, matrix=matrix, codes=codes, sum_tol=sum_tol)
-    found.add(start, checks, lambda i, kind: _message(kind, i, label, matrix, k))
+    return probs_ok
+
+
+def label_prob_batches(path: Path, classes: tuple[str, ...], rows: int = 1 << 13
+                       ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(class codes, probabilities rows × k) of a Parquet prediction file, ``rows`` records at a time, in file
+    order: what a comparison with another output set needs, without holding this one whole. No format check
+    (the caller compares with a file already checked)."""
+    import pyarrow.parquet as pq
+
+    k = len(classes)
+    # one page at a time, not whole columns; labels as dictionary codes (the writer's encoding): never decoded
+    handle = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 16, read_dictionary=["label"])
+    for batch in handle.iter_batches(batch_size=rows, columns=["label", "probs"], use_threads=False):
+        label, probs = batch.columns
+        matrix = np.empty((len(batch), k), dtype=np.float32)
+        _fill_matrix(probs, k, matrix)
+        lookup = _class_codes(label.dictionary, classes)  # read_dictionary: a dictionary column, however stored
+        codes = lookup[pc.fill_null(label.indices, 0).to_numpy(zero_copy_only=False)] if len(lookup) else \
+            np.full(len(label), -1, dtype=lookup.dtype)
+        codes[~pc.is_valid(label).to_numpy(zero_copy_only=False)] = -1
+        yield codes, matrix
 
 
 def _row_checks(*, id_ok: np.ndarray, label_ok: np.ndarray, probs_ok: np.ndarray, matrix: np.ndarray,
