@@ -11,8 +11,7 @@ plans no length subgroup: strata are counted with a model's tokenizer, and this 
 * the fixed cost outside load + warm-up + measured pass: what every pass pays (worker start-up, writing,
   evaluation; the median pass), what the run pays once (before the first pass: interpreter, imports, the lock
   check and the corpus copy; after the last: the raw table and the runner's exit), and both spread over the
-  run's passes; and the
-  ratio campaign wall / (sum of load + warm-up + measured passes);
+  run's passes; and the ratio campaign wall / (sum of load + warm-up + measured passes);
 * peak RSS of the run (the largest of the runner and its workers, ``RUSAGE_CHILDREN``), per document, and its
   growth per document against a 1,000-document baseline run;
 * prediction file bytes per document; ``verify`` wall per prediction and its peak RSS.
