@@ -193,3 +193,20 @@ def test_labels_and_probabilities_streamed_from_a_file_are_those_read_whole(tmp_
     assert np.concatenate([c for c, _ in parts]).tolist() == whole.labels.tolist() == \
         [0, 1, 2, -1, -1, 1, 0, 2, 1, 0, 0]
     assert np.array_equal(np.concatenate([m for _, m in parts]), whole.probs)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 7])
+def test_row_statistics_column_by_column_equal_numpys_row_reductions(k, monkeypatch):
+    """Range, float64 sum and first-largest index of each row: the same values computed column by column (few
+    classes) as with NumPy's reductions along the row, NaN, ±inf, values out of range and ties included."""
+    rng = np.random.default_rng(k)
+    m = rng.random((400, k)).astype(np.float32)
+    m /= m.sum(axis=1, keepdims=True)
+    for value, share in ((np.nan, 0.05), (np.inf, 0.03), (-np.inf, 0.02), (-0.5, 0.03), (1.5, 0.03), (m[0, 0], 0.1)):
+        m[rng.random(m.shape) < share] = value
+    columns = predictions._row_stats(m)
+    monkeypatch.setattr(predictions, "COLUMNWISE_CLASSES", 0)
+    rows = predictions._row_stats(m)
+    assert np.array_equal(columns[0], rows[0]) and not columns[0].all() and columns[0].any()
+    assert np.array_equal(columns[1], rows[1], equal_nan=True)
+    assert np.array_equal(columns[2], rows[2])
