@@ -245,13 +245,17 @@ def _check_batch(start: int, ids: pa.Array, label: pa.Array, probs: pa.Array, k:
 def _fill_matrix(probs: pa.Array, k: int, matrix: np.ndarray) -> np.ndarray:
     """Fill ``matrix`` (rows × k) from a ``probs`` column (NaN rows where it is null); return which rows are not."""
     m = len(probs)
-    probs_ok = pc.is_valid(probs).to_numpy(zero_copy_only=False)
+    if not probs.null_count:
+        probs_ok = np.ones(m, dtype=bool)
+    else:
+        probs_ok = pc.is_valid(probs).to_numpy(zero_copy_only=False)
     if m:
         values = probs.values.slice(probs.offset * k, m * k)  # every slot, null rows included
         if values.null_count:
             values = pc.fill_null(values, float("nan"))
         matrix[:] = values.to_numpy(zero_copy_only=False).reshape(m, k)
-        matrix[~probs_ok] = np.nan
+        if probs.null_count:
+            matrix[~probs_ok] = np.nan
     return probs_ok
 
 
@@ -265,14 +269,19 @@ def label_prob_batches(path: Path, classes: tuple[str, ...], rows: int = 1 << 13
     k = len(classes)
     # one page at a time, not whole columns; labels as dictionary codes (the writer's encoding): never decoded
     handle = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 16, read_dictionary=["label"])
+    dictionary: Any = None
+    lookup = np.zeros(0, dtype=code_dtype(k))
     for batch in handle.iter_batches(batch_size=rows, columns=["label", "probs"], use_threads=False):
         label, probs = batch.columns
         matrix = np.empty((len(batch), k), dtype=np.float32)
         _fill_matrix(probs, k, matrix)
-        lookup = _class_codes(label.dictionary, classes)  # read_dictionary: a dictionary column, however stored
-        codes = lookup[pc.fill_null(label.indices, 0).to_numpy(zero_copy_only=False)] if len(lookup) else \
+        if dictionary is None or not label.dictionary.equals(dictionary):  # read_dictionary: always a dictionary
+            dictionary, lookup = label.dictionary, _class_codes(label.dictionary, classes)
+        indices = label.indices if not label.null_count else pc.fill_null(label.indices, 0)
+        codes = lookup[indices.to_numpy(zero_copy_only=False)] if len(lookup) else \
             np.full(len(label), -1, dtype=lookup.dtype)
-        codes[~pc.is_valid(label).to_numpy(zero_copy_only=False)] = -1
+        if label.null_count:
+            codes[~pc.is_valid(label).to_numpy(zero_copy_only=False)] = -1
         yield codes, matrix
 
 
