@@ -63,9 +63,10 @@ def scan_datasets(protocol: Protocol, protocol_path: Path, *,
         mine = OverlapKeys()
         # the tuning split: read with the first dataset, its digests then checked disjoint with every dataset
         scans = scan_inputs(protocol, protocol_path, sinks=[mine, *(sinks_for(dataset.name) if sinks_for else ())],
-                            tuning_sinks=tuning_sinks if n == 0 else (), dataset=dataset, scan_tuning=n == 0,
-                            strata_later=strata_later, tuning_keys=tuning_keys)
-        tuning, tuning_keys = (scans.tuning, scans.tuning_keys) if n == 0 else (tuning, tuning_keys)
+                            tuning_sinks=tuning_sinks, dataset=dataset, strata_later=strata_later,
+                            tuning_keys=tuning_keys)
+        if n == 0:
+            tuning, tuning_keys = scans.tuning, scans.tuning_keys
         named.append((dataset.name, scans.corpus))
         keys.append(mine)
     _check_keys_disjoint(protocol, protocol_path, keys)

@@ -251,16 +251,15 @@ def _columns(protocol: Protocol) -> tuple[dict[str, Any], list[str]]:
 
 
 def scan_inputs(protocol: Protocol, protocol_path: Path, *, sinks: Sequence[Sink] = (),
-                tuning_sinks: Sequence[Sink] = (), dataset: Dataset | None = None, scan_tuning: bool = True,
+                tuning_sinks: Sequence[Sink] = (), dataset: Dataset | None = None,
                 strata_later: list[Callable[[], None]] | None = None,
                 tuning_keys: OverlapKeys | None = None) -> InputScans:
     """``load_inputs`` + ``check_strata`` without holding the corpus: each validated batch goes to ``sinks``
     (``tuning_sinks`` for the tuning split). Refusals are theirs, word for word (the file is then read whole
     to name the first bad line). ``dataset``: that dataset of a several-dataset protocol (K6) in place of
-    ``corpus.path``; ``scan_tuning=False``: the tuning split is checked disjoint, but neither handed to
-    ``tuning_sinks`` nor returned (its scan is then None); ``strata_later``: the strata check's last step
-    (which raises) is appended there, not run; ``tuning_keys``: the tuning split's digests from an earlier
-    dataset's scan (the split is then not read again)."""
+    ``corpus.path``; ``strata_later``: the strata check's last step (which raises) is appended there, not run;
+    ``tuning_keys``: the tuning split's digests from an earlier dataset's scan (the split is then checked
+    disjoint from them, not read again: neither handed to ``tuning_sinks`` nor returned)."""
     from iteralab.models.tokens import RowStrataCheck
 
     spec = protocol.corpus
@@ -272,7 +271,7 @@ def scan_inputs(protocol: Protocol, protocol_path: Path, *, sinks: Sequence[Sink
         tuning_keys = OverlapKeys()
         try:
             tuning_scan = scan_corpus(resolve(protocol_path, spec.tuning_path), **columns,
-                                      sinks=[tuning_keys, *(tuning_sinks if scan_tuning else ())])
+                                      sinks=[tuning_keys, *tuning_sinks])
         except CorpusError:
             scan_corpus(source, **columns, extra_columns=extra)  # its error first
             raise
@@ -281,8 +280,6 @@ def scan_inputs(protocol: Protocol, protocol_path: Path, *, sinks: Sequence[Sink
     corpus_scan = scan_corpus(source, **columns, extra_columns=extra, sinks=[*sinks, overlap, strata])
     if overlap.found:  # a shared digest: the exact check reads both whole to name the overlap (or clears it)
         load_inputs(protocol, protocol_path, dataset)
-    if not scan_tuning:
-        tuning_scan = None
 
     def finish() -> None:
         strata.finish(lambda: load_inputs(protocol, protocol_path, dataset)[0])
