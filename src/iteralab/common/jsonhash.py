@@ -13,16 +13,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Sequence
 from typing import Any
 
-#: A character ``json.dumps`` writes escaped without ``ensure_ascii`` (with it: every character outside ' '..'~').
-_ESCAPED = re.compile(r'[\x00-\x1f"\\]')
-#: ASCII that ``json.dumps(ensure_ascii=True)`` writes as itself (' ' to '~'; DEL is escaped too), and without
-#: ``ensure_ascii`` (DEL kept); ``"`` and ``\\`` are excluded before these are used.
-_KEPT_ASCII = bytes(range(0x20, 0x7F))
-_KEPT_ASCII_RAW = bytes(range(0x20, 0x80))
+#: Bytes of a UTF-8 string that ``json.dumps(ensure_ascii=False)`` writes as themselves: every byte but control
+#: characters, ``"`` and ``\\`` (a byte of a multi-byte character is never below 0x80), DEL included.
+_KEPT_UTF8 = bytes(b for b in range(256) if b >= 0x20 and b not in (0x22, 0x5C))
+#: The same with ``ensure_ascii``: printable ASCII (' ' to '~'; DEL is escaped too) but ``"`` and ``\\``.
+_KEPT_ASCII = bytes(b for b in range(0x20, 0x7F) if b not in (0x22, 0x5C))
+
+
+def _kept(data: bytes, ensure_ascii: bool) -> bool:
+    """Every byte of ``data`` (UTF-8) is written by ``json.dumps`` as itself (``bytes.translate`` deletes the
+    kept ones: nothing may be left)."""
+    return not data.translate(None, _KEPT_ASCII if ensure_ascii else _KEPT_UTF8)
 
 
 def _plain(strings: Sequence[Any], ensure_ascii: bool) -> bool:
@@ -30,11 +34,9 @@ def _plain(strings: Sequence[Any], ensure_ascii: bool) -> bool:
     if set(map(type, strings)) != {str}:
         return False
     joined = "".join(strings)
-    if '"' in joined or "\\" in joined:
+    if ensure_ascii and not joined.isascii():  # escaped; and a lone surrogate must reach json.dumps, not encode
         return False
-    if joined.isascii():  # every byte in the kept range (``bytes.translate`` deletes them: nothing may be left)
-        return not joined.encode("ascii").translate(None, _KEPT_ASCII if ensure_ascii else _KEPT_ASCII_RAW)
-    return not ensure_ascii and _ESCAPED.search(joined) is None
+    return _kept(joined.encode("utf-8"), ensure_ascii)
 
 
 class JsonListHash:
@@ -84,13 +86,6 @@ class JsonListHash:
         return final.hexdigest()
 
 
-#: Bytes of a UTF-8 string that ``json.dumps`` writes as themselves without ``ensure_ascii``: everything but
-#: control characters, ``"`` and ``\\`` (a byte of a multi-byte character is never below 0x80).
-_KEPT_UTF8 = bytes(b for b in range(256) if b >= 0x20 and b not in (0x22, 0x5C))
-#: The same with ``ensure_ascii``: printable ASCII but ``"`` and ``\\``.
-_PLAIN_ASCII = bytes(b for b in _KEPT_ASCII if b not in (0x22, 0x5C))
-
-
 def string_array_hash(values: Any, *, ensure_ascii: bool = True, item_separator: str = ",",
                       chunk: int = 1 << 20) -> str:
     """:class:`JsonListHash` of an Arrow string array's values. A chunk whose bytes JSON writes as themselves
@@ -102,7 +97,6 @@ def string_array_hash(values: Any, *, ensure_ascii: bool = True, item_separator:
 
     from iteralab.common.arrow import string_scalars
 
-    kept = _PLAIN_ASCII if ensure_ascii else _KEPT_UTF8
     digest = JsonListHash(ensure_ascii=ensure_ascii, item_separator=item_separator)
     if values.type != pa.string():
         values = values.cast(pa.string())
@@ -111,7 +105,7 @@ def string_array_hash(values: Any, *, ensure_ascii: bool = True, item_separator:
         part = values.slice(start, chunk)
         offsets = np.frombuffer(part.buffers()[1], dtype=np.int32)[part.offset:part.offset + len(part) + 1]
         data = memoryview(part.buffers()[2] or b"")[int(offsets[0]):int(offsets[-1])]
-        if part.null_count or bytes(data).translate(None, kept):
+        if part.null_count or not _kept(bytes(data), ensure_ascii):
             digest.update(part.to_pylist())
             continue
         joined = pc.binary_join_element_wise(quote, part, tail, nothing)
