@@ -110,7 +110,7 @@ def test_outputs_compared_in_blocks_agree_with_one_block(tmp_path, monkeypatch, 
     blocks = compare_outputs(sa, sb)
     assert blocks == whole
     if order == "same":  # the second file streamed in batches of 3 rows against the first set
-        monkeypatch.setattr(judge, "label_prob_batches", lambda path, classes: predictions.label_prob_batches(
+        monkeypatch.setattr(judge, "label_prob_batches", lambda path, classes, rows: predictions.label_prob_batches(
             path, classes, rows=3))
         streamed = compare_rows_with_file(sa, pb, CLASSES)
         assert {k: streamed[k] for k in whole} == whole

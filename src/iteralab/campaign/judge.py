@@ -69,14 +69,14 @@ def _agreement(a: PredictionSet, b: PredictionSet, ra: np.ndarray | None = None,
 
 def _agreement_of(blocks: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]], n: int
                   ) -> tuple[float, float | None]:
-    """:func:`_agreement` of aligned blocks (labels of a, labels of b, probabilities of a, of b)."""
+    """:func:`_agreement` of aligned blocks of at most :data:`BLOCK` rows (labels of a, labels of b,
+    probabilities of a, of b)."""
     same, worst, nan, comparable = 0, 0.0, False, True
     for la, lb, pa_, pb in blocks:
         same += int(np.count_nonzero(la == lb))
         comparable = comparable and pa_.shape[1:] == pb.shape[1:]
-        for start in range(0, len(la), BLOCK) if comparable else ():
-            part = slice(start, start + BLOCK)
-            diff = np.abs(pa_[part].astype(np.float64) - pb[part].astype(np.float64))
+        if comparable:
+            diff = np.abs(pa_.astype(np.float64) - pb.astype(np.float64))
             nan = nan or bool(np.isnan(diff).any())
             worst = max(worst, float(diff.max(initial=0.0)))
     return same / n, None if nan or not comparable else worst
@@ -84,34 +84,34 @@ def _agreement_of(blocks: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray, np.
 
 def compare_rows_with_file(a: PredictionSet, path: Path, classes: tuple[str, ...]) -> dict[str, Any] | None:
     """:func:`compare_outputs` of ``a`` with the prediction file at ``path`` when both hold the same distinct ids
-    in the same order (the corpus order), the file read a record batch at a time: never held whole. None when
-    the file's row count is not ``a``'s."""
-    n, rows = len(a.ids), [0]
+    in the same order (the corpus order), the file read :data:`BLOCK` records at a time: never held whole. None
+    when the file's row count is not ``a``'s."""
+    n, read = len(a.ids), 0
 
     def blocks() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-        for codes, matrix in label_prob_batches(path, classes):
-            start, rows[0] = rows[0], rows[0] + len(codes)
-            if rows[0] > n:
+        nonlocal read
+        for codes, matrix in label_prob_batches(path, classes, rows=BLOCK):
+            start, read = read, read + len(codes)
+            if read > n:
                 return
-            yield a.labels[start:rows[0]], codes, a.probs[start:rows[0]], matrix
+            yield a.labels[start:read], codes, a.probs[start:read], matrix
 
     if not n:
         return None
     agreement = _agreement_of(blocks(), n)
-    if rows[0] != n:
-        return None
-    return {"ids_a": n, "ids_b": n, "common_ids": n, "same_ids": True, "label_agreement": agreement[0],
-            "max_abs_prob_diff": agreement[1], "identical": agreement == (1.0, 0.0)}
+    return _row_result(n, agreement) if read == n else None
 
 
 def _compare_rows(a: PredictionSet, b: PredictionSet) -> dict[str, Any]:
     n = len(a.ids)
-    result: dict[str, Any] = {"ids_a": n, "ids_b": n, "common_ids": n, "same_ids": True, "label_agreement": None,
-                              "max_abs_prob_diff": None}
-    if n:
-        result["label_agreement"], result["max_abs_prob_diff"] = _agreement(a, b)
-    result["identical"] = bool(n and result["label_agreement"] == 1.0 and result["max_abs_prob_diff"] == 0.0)
-    return result
+    return _row_result(n, _agreement(a, b) if n else (None, None))
+
+
+def _row_result(n: int, agreement: tuple[float | None, float | None]) -> dict[str, Any]:
+    """:func:`compare_outputs`'s result for two sets of the same ``n`` distinct ids in the same order."""
+    label_agreement, worst = agreement
+    return {"ids_a": n, "ids_b": n, "common_ids": n, "same_ids": True, "label_agreement": label_agreement,
+            "max_abs_prob_diff": worst, "identical": bool(n and label_agreement == 1.0 and worst == 0.0)}
 
 
 def compare_predictions(a: Path, b: Path, protocol: Protocol) -> dict[str, Any]:
@@ -156,7 +156,7 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
                     None)
     ref_v = verdicts.get(ref_pass) if ref_pass else None
     ref_key = (paths[ref_pass].resolve(), reader.sha256(paths[ref_pass], expected.ids)) if ref_pass else None
-    ref_probs: list[PredictionSet] = []  # read when a comparison was not made as the passes were evaluated
+    ref_set: PredictionSet | None = None  # read when a comparison was not made as the passes were evaluated
     gating = {sg.name: sg for sg in protocol.subgroups if sg.gating}
     for p in passes:
         v = verdicts[p["pass_id"]]
@@ -200,10 +200,10 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
             same = reader.comparisons.get((path.resolve(), reader.sha256(path, expected.ids) or "", *ref_key))
             if same is None:
                 entry = reader.read(path, expected.ids)
-                if not ref_probs:
-                    ref_probs.append(reader.read(paths[ref_pass], expected.ids)[1])  # type: ignore[index]
-                same = compare_outputs(entry[1], ref_probs[0], b_distinct=True) \
-                    if entry is not None and len(ref_probs[0].ids) else None
+                if ref_set is None:
+                    ref_set = reader.read(paths[ref_pass], expected.ids)[1]  # type: ignore[index]
+                same = compare_outputs(entry[1], ref_set, b_distinct=True) \
+                    if entry is not None and len(ref_set.ids) else None
         _reproduction(v, protocol, same)
         if not v["reproduction_ok"]:
             reasons.append(f"reproduction target '{protocol.reproduction.target}'")
