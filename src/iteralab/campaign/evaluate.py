@@ -3,8 +3,9 @@
 A pass yields a *verified corpus* when its prediction file holds exactly the expected ids (no duplicate,
 none missing, none extra), every record has the declared format, coverage is complete, and the metric
 (scikit-learn's) meets the threshold and stays within the tolerance of the reference variant — overall and
-in each gating subgroup — and the declared reproduction target holds (those comparisons: ``campaign.judge``). Nothing here reads the runner's memory:
-the expected ids and labels come from ``inputs/corpus.csv``, the rules from the locked ``inputs/protocol.toml``.
+in each gating subgroup — and the declared reproduction target holds (those comparisons: ``campaign.judge``).
+Nothing here reads the runner's memory: the expected ids and labels come from ``inputs/corpus.csv``, the rules
+from the locked ``inputs/protocol.toml``.
 
 Every check runs on arrays: ids are compared with Arrow hash joins (``index_in``), labels are class indices,
 and a metric is scikit-learn's, called on the distinct (true, predicted) pairs weighted by their counts — the

@@ -363,9 +363,9 @@ def execute_pass(spec: dict[str, Any], clock: Any = None, startup: dict[str, flo
         notes.append("pass_s: empty, the measured pass did not complete")
 
     # Writing (outside the measured region): the completed rows, in pass order, from the arrays, atomically.
-    from iteralab.campaign.predictions import file_name, write_predictions
-
     from concurrent.futures import ThreadPoolExecutor
+
+    from iteralab.campaign.predictions import file_name, write_predictions
 
     t0 = clock.now()
     ids = pass_run.ordered_ids()

@@ -22,9 +22,9 @@ import json
 import lzma
 import os
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from itertools import islice
 from operator import itemgetter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
