@@ -210,3 +210,27 @@ def test_row_statistics_column_by_column_equal_numpys_row_reductions(k, monkeypa
     assert np.array_equal(columns[0], rows[0]) and not columns[0].all() and columns[0].any()
     assert np.array_equal(columns[1], rows[1], equal_nan=True)
     assert np.array_equal(columns[2], rows[2])
+
+
+def test_labels_are_written_as_class_indices_and_plain_string_labels_read_alike(tmp_path):
+    """The writer stores each label as an index into the class names (no string per row); a file whose labels
+    are plain strings, as earlier versions wrote, reads to the same arrays, a label outside the classes
+    included."""
+    ids = [f"d{i}" for i in range(7)]
+    probs = np.random.default_rng(5).dirichlet(np.ones(3), size=7).astype(np.float32)
+    written = tmp_path / "written.parquet"
+    written.write_bytes(encode(pa.array(ids, pa.string()), list(CLASSES), probs))
+    label_type = pq.read_schema(written).field("label").type
+    assert pa.types.is_dictionary(label_type) and label_type.index_type == pa.int8()
+    assert pq.read_table(written).column("label").to_pylist() == [CLASSES[i] for i in probs.argmax(axis=1)]
+    labels = [CLASSES[i] for i in probs.argmax(axis=1)]
+    labels[2] = "meh"
+    plain = write_table(tmp_path / "plain.parquet", ids, labels, probs.tolist())
+    dictionary = tmp_path / "dictionary.parquet"
+    pq.write_table(pq.read_table(plain).cast(pa.schema([
+        ("id", pa.string()), ("label", pa.dictionary(pa.int8(), pa.string())), ("probs", pa.list_(pa.float32(), 3))])),
+        dictionary, row_group_size=4)
+    a, b = read_predictions(plain, CLASSES, 1e-3), read_predictions(dictionary, CLASSES, 1e-3)
+    assert a.labels.tolist() == b.labels.tolist() == [CLASSES.index(x) if x in CLASSES else -1 for x in labels]
+    assert a.problems == b.problems == ("row 3: label 'meh' is not one of the classes",)
+    assert a.ids.equals(b.ids) and np.array_equal(a.probs, b.probs)

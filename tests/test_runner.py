@@ -142,14 +142,15 @@ def test_format_problems_are_named(tmp_path):
     v = evaluate_file(pred, campaign_protocol(out), expected)
     assert v["format_ok"] is False
     assert v["format_problems"] == ["line 4: label 'meh' is not one of the classes", "line 6: probs sum to 0.700000, not 1"]
-    # The same two problems in a Parquet file, named by row.
+    # The same two problems in a Parquet file, named by row (its labels plain strings, as files written before
+    # the labels were dictionary-typed hold them).
     labels = ["plot"] * len(ids)
     labels[3] = "meh"
     probs = np.tile(np.asarray([0.8, 0.1, 0.1], dtype=np.float32), (len(ids), 1))
     probs[5] = [0.5, 0.1, 0.1]
     table = pa.Table.from_arrays([pa.array(ids), pa.array(labels),
                                   pa.FixedSizeListArray.from_arrays(pa.array(probs.reshape(-1)), 3)],
-                                 schema=schema(3))
+                                 schema=schema(3).set(1, pa.field("label", pa.string())))
     pq.write_table(table, tmp_path / "p.parquet")
     v = evaluate_file(tmp_path / "p.parquet", campaign_protocol(out), expected)
     assert v["format_ok"] is False and v["n_format_problems"] == 2

@@ -25,8 +25,15 @@ from iteralab.campaign.evaluate import (
 from iteralab.campaign.predictions import PredictionSet, label_prob_batches
 from iteralab.plan.protocol import Protocol
 
-#: Rows compared at a time: the float64 differences of a block (rows × classes × 8 bytes) are all it holds.
-BLOCK = 1 << 13
+#: Rows compared at a time (a prediction file's row group), at most :data:`BLOCK_BYTES` of float64 differences
+#: (rows × classes × 8 bytes): what a comparison holds beyond its two sets.
+BLOCK = 1 << 15
+BLOCK_BYTES = 1 << 22
+
+
+def block_rows(k: int) -> int:
+    """Rows per block for ``k`` classes."""
+    return max(1, min(BLOCK, BLOCK_BYTES // (8 * max(k, 1))))
 
 
 def compare_outputs(a: PredictionSet, b: PredictionSet, b_distinct: bool = False) -> dict[str, Any]:
@@ -57,11 +64,12 @@ def _agreement(a: PredictionSet, b: PredictionSet, ra: np.ndarray | None = None,
     class counts differ) of rows ``ra`` of ``a`` against rows ``rb`` of ``b`` (row by row when None), in blocks:
     the float64 differences of a whole corpus are never held."""
     n = len(a.labels) if ra is None else len(ra)
+    rows = block_rows(a.probs.shape[1] if a.probs.ndim == 2 else 1)
 
     def blocks() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-        for start in range(0, n, BLOCK):
-            ia = slice(start, start + BLOCK) if ra is None else ra[start:start + BLOCK]
-            ib = slice(start, start + BLOCK) if rb is None else rb[start:start + BLOCK]
+        for start in range(0, n, rows):
+            ia = slice(start, start + rows) if ra is None else ra[start:start + rows]
+            ib = slice(start, start + rows) if rb is None else rb[start:start + rows]
             yield a.labels[ia], b.labels[ib], a.probs[ia], b.probs[ib]
 
     return _agreement_of(blocks(), n)
@@ -69,7 +77,7 @@ def _agreement(a: PredictionSet, b: PredictionSet, ra: np.ndarray | None = None,
 
 def _agreement_of(blocks: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]], n: int
                   ) -> tuple[float, float | None]:
-    """:func:`_agreement` of aligned blocks of at most :data:`BLOCK` rows (labels of a, labels of b,
+    """:func:`_agreement` of aligned blocks of at most :func:`block_rows` rows (labels of a, labels of b,
     probabilities of a, of b)."""
     same, worst, nan, comparable = 0, 0.0, False, True
     for la, lb, pa_, pb in blocks:
@@ -84,13 +92,13 @@ def _agreement_of(blocks: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray, np.
 
 def compare_rows_with_file(a: PredictionSet, path: Path, classes: tuple[str, ...]) -> dict[str, Any] | None:
     """:func:`compare_outputs` of ``a`` with the prediction file at ``path`` when both hold the same distinct ids
-    in the same order (the corpus order), the file read :data:`BLOCK` records at a time: never held whole. None
+    in the same order (the corpus order), the file read :func:`block_rows` records at a time: never held whole. None
     when the file's row count is not ``a``'s."""
     n, read = len(a.ids), 0
 
     def blocks() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
         nonlocal read
-        for codes, matrix in label_prob_batches(path, classes, rows=BLOCK):
+        for codes, matrix in label_prob_batches(path, classes, rows=block_rows(len(classes))):
             start, read = read, read + len(codes)
             if read > n:
                 return

@@ -218,7 +218,11 @@ class MeasuredPass:
         """The completed inputs' probabilities, in pass order (rows × classes, float32)."""
         if not self.outputs:
             return np.zeros((0, self.n_classes), dtype=np.float32)
-        return np.concatenate([np.asarray(o, dtype=np.float32).reshape(-1, self.n_classes) for o in self.outputs])
+        k = self.n_classes
+        if all(type(o) is np.ndarray and o.ndim == 2 and o.shape[1] == k and o.dtype.kind == "f"
+               for o in self.outputs):  # float rows: one copy, no conversion per batch
+            return np.concatenate(self.outputs, dtype=np.float32, casting="same_kind")
+        return np.concatenate([np.asarray(o, dtype=np.float32).reshape(-1, k) for o in self.outputs])
 
 
 def order_hash(ids: Any) -> str:

@@ -3,7 +3,8 @@
 A prediction file is Parquet with exactly three columns, one row per completed input in pass order:
 
     id     string                          the corpus id
-    label  string                          the most probable class
+    label  dictionary<int8, string>        the most probable class (the class names, an index per row; files
+                                           written before 2026-12 hold plain strings, read alike)
     probs  fixed_size_list<float32>[k]     one probability per class, in the protocol's class order
 
 It is serialised whole from Arrow/NumPy arrays (no Python object per row), written atomically (temporary name,
@@ -54,8 +55,8 @@ def pass_of(name: str) -> str:
 
 
 def schema(n_classes: int) -> pa.Schema:
-    return pa.schema([("id", pa.string()), ("label", pa.string()),
-                      ("probs", pa.list_(pa.float32(), n_classes))],
+    label = pa.dictionary(pa.from_numpy_dtype(code_dtype(n_classes)), pa.string())
+    return pa.schema([("id", pa.string()), ("label", label), ("probs", pa.list_(pa.float32(), n_classes))],
                      metadata={"iteralab.predictions": FORMAT_VERSION})
 
 
@@ -68,8 +69,9 @@ def encode_buffer(ids: pa.Array, classes: list[str] | tuple[str, ...], probs: np
     """:func:`encode` as an Arrow buffer (no copy into a Python ``bytes``)."""
     k = len(classes)
     probs = np.ascontiguousarray(probs, dtype=np.float32).reshape(len(ids), k)
-    labels = pc.take(string_array(list(classes)), numpy_array(probs.argmax(axis=1).astype(np.int64) if len(probs)
-                                                              else np.zeros(0, np.int64)))
+    # the label of each row as an index into the class names: no string per row is built
+    codes = probs.argmax(axis=1).astype(code_dtype(k)) if len(probs) else np.zeros(0, code_dtype(k))
+    labels = pa.DictionaryArray.from_arrays(numpy_array(codes), string_array(list(classes)))
     ids = ids if ids.type == pa.string() else ids.cast(pa.string())
     table = pa.Table.from_arrays(
         [ids, labels, pa.FixedSizeListArray.from_arrays(numpy_array(probs.reshape(-1)), k)], schema=schema(k))
@@ -155,7 +157,8 @@ def _read_parquet(path: Path, classes: tuple[str, ...], sum_tol: float, data: by
 
     k = len(classes)
     try:
-        handle = pq.ParquetFile(pa.BufferReader(data) if data is not None else path)
+        # labels as dictionary codes (the writer's encoding): never decoded into strings
+        handle = pq.ParquetFile(pa.BufferReader(data) if data is not None else path, read_dictionary=["label"])
         names, n = handle.schema_arrow.names, handle.metadata.num_rows
         if names != ["id", "label", "probs"]:
             return _empty(n, [f"columns must be exactly id, label, probs (found {', '.join(names)})"])
@@ -172,15 +175,14 @@ def _read_parquet(path: Path, classes: tuple[str, ...], sum_tol: float, data: by
         matrix = np.empty((n, k), dtype=np.float32)
         has_id = np.empty(n, dtype=bool)
         found = _Problems()
+        labels = _LabelCodes(classes)
         start = 0
-        for batch in handle.iter_batches(batch_size=READ_BATCH, use_threads=False):
+        for batch in _read_ahead(handle.iter_batches(batch_size=READ_BATCH, use_threads=False)):
             ids, label, probs = batch.columns
             if pa.types.is_dictionary(ids.type):
                 ids = ids.dictionary_decode()
-            if pa.types.is_dictionary(label.type):
-                label = label.dictionary_decode()
             stop = start + len(batch)
-            _check_batch(start, ids, label, probs, k, classes, sum_tol, found,
+            _check_batch(start, ids, label, labels(label), probs, k, sum_tol, found,
                          codes[start:stop], matrix[start:stop], has_id[start:stop])
             if shared and has_id[start:stop].all() and ids.equals(like.slice(start, stop - start)):
                 start = stop
@@ -230,12 +232,13 @@ class _Problems:
         return [text for _, text in sorted(self.rows)[:SHOWN_PROBLEMS]], self.total
 
 
-def _check_batch(start: int, ids: pa.Array, label: pa.Array, probs: pa.Array, k: int, classes: tuple[str, ...],
+def _check_batch(start: int, ids: pa.Array, label: pa.Array, label_codes: np.ndarray, probs: pa.Array, k: int,
                  sum_tol: float, found: _Problems, codes: np.ndarray, matrix: np.ndarray, has_id: np.ndarray) -> None:
-    """Check one batch's rows and fill its slices of ``codes``, ``matrix`` and ``has_id``."""
+    """Check one batch's rows (``label_codes``: the class index of each row's label) and fill its slices of
+    ``codes``, ``matrix`` and ``has_id``."""
     has_id[:] = pc.is_valid(ids).to_numpy(zero_copy_only=False)
     probs_ok = _fill_matrix(probs, k, matrix)
-    codes[:] = _class_codes(label, classes)
+    codes[:] = label_codes
     checks = _row_checks(
         id_ok=has_id & (pc.fill_null(pc.utf8_length(ids), 0).to_numpy(zero_copy_only=False) > 0),
         label_ok=codes >= 0, probs_ok=probs_ok, matrix=matrix, codes=codes, sum_tol=sum_tol)
@@ -269,20 +272,57 @@ def label_prob_batches(path: Path, classes: tuple[str, ...], rows: int = 1 << 13
     k = len(classes)
     # one page at a time, not whole columns; labels as dictionary codes (the writer's encoding): never decoded
     handle = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 16, read_dictionary=["label"])
-    dictionary: Any = None
-    lookup = np.zeros(0, dtype=code_dtype(k))
-    for batch in handle.iter_batches(batch_size=rows, columns=["label", "probs"], use_threads=False):
+    labels = _LabelCodes(classes)
+    for batch in _read_ahead(handle.iter_batches(batch_size=rows, columns=["label", "probs"], use_threads=False)):
         label, probs = batch.columns
         matrix = np.empty((len(batch), k), dtype=np.float32)
         _fill_matrix(probs, k, matrix)
-        if dictionary is None or not label.dictionary.equals(dictionary):  # read_dictionary: always a dictionary
-            dictionary, lookup = label.dictionary, _class_codes(label.dictionary, classes)
+        yield labels(label), matrix
+
+
+_END = object()
+
+
+def _read_ahead(batches: Iterator[Any]) -> Iterator[Any]:
+    """The record batches of ``batches``, the next one decoded on a second thread while the caller checks the
+    current one (Parquet decoding releases the GIL). At most two batches are held; the decoder's error is raised
+    where its batch would have been; a caller that stops early waits for the batch in progress only.
+
+    Arrow's own column threads (``use_threads``) decode no faster here, and their per-thread buffers raise the
+    reader's peak memory by about 20 MB."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(next, batches, _END)
+        while True:
+            batch = pending.result()
+            if batch is _END:
+                return
+            pending = pool.submit(next, batches, _END)
+            yield batch
+
+
+class _LabelCodes:
+    """The class index of each label of a column read with ``read_dictionary`` (-1: null or not a class), from
+    one lookup per dictionary: a file's labels are never decoded into strings."""
+
+    def __init__(self, classes: tuple[str, ...]) -> None:
+        self.classes = classes
+        self.dictionary: pa.Array | None = None
+        self.lookup = np.zeros(0, dtype=code_dtype(len(classes)))
+
+    def __call__(self, label: pa.Array) -> np.ndarray:
+        if not pa.types.is_dictionary(label.type):
+            return _class_codes(label, self.classes)
+        if self.dictionary is None or not label.dictionary.equals(self.dictionary):
+            self.dictionary, self.lookup = label.dictionary, _class_codes(label.dictionary, self.classes)
         indices = label.indices if not label.null_count else pc.fill_null(label.indices, 0)
-        codes = lookup[indices.to_numpy(zero_copy_only=False)] if len(lookup) else \
-            np.full(len(label), -1, dtype=lookup.dtype)
+        if not len(self.lookup):
+            return np.full(len(label), -1, dtype=self.lookup.dtype)
+        codes = self.lookup[indices.to_numpy(zero_copy_only=False)]
         if label.null_count:
             codes[~pc.is_valid(label).to_numpy(zero_copy_only=False)] = -1
-        yield codes, matrix
+        return codes
 
 
 #: Up to this many classes, the row statistics are computed column by column: NumPy's reductions along a short
