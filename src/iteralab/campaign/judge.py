@@ -84,7 +84,8 @@ def _agreement_of(blocks: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray, np.
         same += int(np.count_nonzero(la == lb))
         comparable = comparable and pa_.shape[1:] == pb.shape[1:]
         if comparable:
-            diff = np.abs(pa_.astype(np.float64) - pb.astype(np.float64))
+            diff = np.subtract(pa_, pb, dtype=np.float64)  # in float64, without a float64 copy of either block
+            np.abs(diff, out=diff)
             nan = nan or bool(np.isnan(diff).any())
             worst = max(worst, float(diff.max(initial=0.0)))
     return same / n, None if nan or not comparable else worst
