@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -232,5 +233,9 @@ def test_labels_are_written_as_class_indices_and_plain_string_labels_read_alike(
         dictionary, row_group_size=4)
     a, b = read_predictions(plain, CLASSES, 1e-3), read_predictions(dictionary, CLASSES, 1e-3)
     assert a.labels.tolist() == b.labels.tolist() == [CLASSES.index(x) if x in CLASSES else -1 for x in labels]
+    with_null = pa.array(labels[:3] + [None] + labels[4:], pa.string())  # the lookup itself, either column type
+    codes = predictions._LabelCodes(CLASSES)
+    assert codes(with_null).tolist() == codes(pc.dictionary_encode(with_null)).tolist() \
+        == [CLASSES.index(x) if x in CLASSES else -1 for x in labels[:3]] + [-1] + a.labels.tolist()[4:]
     assert a.problems == b.problems == ("row 3: label 'meh' is not one of the classes",)
     assert a.ids.equals(b.ids) and np.array_equal(a.probs, b.probs)

@@ -262,7 +262,7 @@ def _fill_matrix(probs: pa.Array, k: int, matrix: np.ndarray) -> np.ndarray:
     return probs_ok
 
 
-def label_prob_batches(path: Path, classes: tuple[str, ...], rows: int = 1 << 13
+def label_prob_batches(path: Path, classes: tuple[str, ...], rows: int = ROW_GROUP
                        ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(class codes, probabilities rows × k) of a Parquet prediction file, ``rows`` records at a time, in file
     order: what a comparison with another output set needs, without holding this one whole. No format check
@@ -304,7 +304,8 @@ def _read_ahead(batches: Iterator[Any]) -> Iterator[Any]:
 
 class _LabelCodes:
     """The class index of each label of a column read with ``read_dictionary`` (-1: null or not a class), from
-    one lookup per dictionary: a file's labels are never decoded into strings."""
+    one lookup per dictionary: a file's labels are never decoded into strings. A plain string column (which
+    ``read_dictionary`` does not return for a string column, but a caller may pass) is looked up as it is."""
 
     def __init__(self, classes: tuple[str, ...]) -> None:
         self.classes = classes
