@@ -4,6 +4,7 @@ GPU the plain command refuses in one line with exit 2."""
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 import torch
@@ -44,11 +45,20 @@ def test_cpu_self_test_runs_the_campaign_and_every_check(monkeypatch, capsys, tm
 
 
 def test_a_broken_invariant_fails_the_check(monkeypatch, capsys, tmp_path):
+    """A bound declared tighter than bf16 rounding can meet fails the bf16 check and names it. Whether the fp32
+    eager-vs-SDPA comparison also exceeds 1e-12 depends on the CPU's and the library's kernels (it did on an EPYC
+    without avx512_bf16, not on one with it), so it may fail or pass; no other check may fail."""
     module = _script()
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     monkeypatch.setattr(module, "BOUND", 1e-12)  # declared tighter than bf16 rounding can meet
     assert module.main(["--cpu-self-test", "--keep", str(tmp_path)]) == 1
-    last = capsys.readouterr().out.rstrip().splitlines()[-1]
-    assert last.startswith("device_check (CPU self-test): 2 of 22 checks FAILED: campaign-sdpa r01-p02-bf16-a1: "
-                           "bf16 within the declared bound 1e-12 of fp32 (max |dp| ")
-    assert last.endswith("; eager and SDPA agree within 1e-12 on the same ids")
+    out = capsys.readouterr().out.rstrip().splitlines()
+    summary = re.fullmatch(r"device_check \(CPU self-test\): (\d+) of 22 checks FAILED: (.*)", out[-1])
+    assert summary, out[-1]
+    failed = summary.group(2).split("; ")
+    assert int(summary.group(1)) == len(failed)
+    assert re.fullmatch(r"campaign-sdpa r01-p02-bf16-a1: bf16 within the declared bound 1e-12 of fp32 "
+                        r"\(max \|dp\| [0-9.e+-]+\)", failed[0]), failed[0]
+    bound_checks = re.compile(r"(campaign-(sdpa|eager) r\d\d-p\d\d-bf16-a1: bf16 within the declared bound 1e-12 "
+                              r"of fp32 .*|eager and SDPA agree within 1e-12 on the same ids)")
+    assert all(bound_checks.fullmatch(check) for check in failed), failed
