@@ -1,6 +1,7 @@
 """The campaign-folder layer: typed rows, one "not a campaign folder" error, the catalog and tuning split
 carried (and sealed) inside the folder, and verified corpora counted once per corpus (K6)."""
 
+import csv
 import shutil
 
 import pytest
@@ -41,6 +42,23 @@ def test_typed_rows_have_real_values(tmp_path):
         assert isinstance(r.pass_s, float) and r.pass_s > 0 and isinstance(r.completed, int)
         assert r.compile_s is None  # not measured: None, never 0
         assert r.cell("corpus_accepted") == "true" and r.cell("compile_s") == ""
+        assert r.engine == "local" and r.cell("engine") == "local"
+
+
+def test_a_table_written_before_the_engine_column_reads_with_engine_empty(tmp_path):
+    out = tmp_path / "out"
+    run_campaign(callable_campaign(tmp_path, passes=1), out)
+    table = out / "raw_table.csv"
+    with open(table, encoding="utf-8", newline="") as fh:
+        written = list(csv.reader(fh))
+    at = COLUMNS.index("engine")
+    old = [cells[:at] + cells[at + 1:] for cells in written]
+    with open(table, "w", encoding="utf-8", newline="") as fh:
+        csv.writer(fh).writerows(old)
+    rows = read_raw_rows(table)
+    assert [r.engine for r in rows] == [None, None]
+    assert [r.ok for r in rows] == [True, True]
+    assert [r.pass_id for r in rows] == [cells[0] for cells in old[1:]]
 
 
 def test_damaged_table_cell_is_one_line_error(tmp_path):

@@ -95,6 +95,7 @@ def test_ray_and_local_engines_in_one_campaign_lock_run_verify_decide(tmp_path, 
         assert row["completed"] == "12" and float(row["pass_s"]) > 0
         assert row["manifest_diff"] == ""  # same software, threads and determinism options in both engines
     assert "engine: ray" in ray_row["notes"] and "engine: ray" not in local_row["notes"]
+    assert (ray_row["engine"], local_row["engine"]) == ("ray", "local")  # a column of its own, not only the notes
     assert ray_row["load_s"] != "" and ray_row["warmup_s"] != ""  # timed inside the actor, apart from pass_s
     assert float(ray_row["max_abs_prob_diff"] or 0) < 1e-4
     ray_file, local_file = (pq.read_table(out / r["prediction_file"]) for r in (ray_row, local_row))

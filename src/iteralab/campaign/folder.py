@@ -50,7 +50,7 @@ PHASES = ("load_s", "compile_s", "warmup_s", "pass_s", "evaluation_s", "writing_
 COLUMNS = (
     "pass_id", "variant", "series", "round", "position", "attempt", "seed", "status",
     "batch_size", "precision", "quantization", "bucketing", "padding", "resume", "compile", "device", "data_parallel",
-    "protocol_name", "protocol_version", "protocol_sha256", "corpus_fingerprint", "order_hash",
+    "engine", "protocol_name", "protocol_version", "protocol_sha256", "corpus_fingerprint", "order_hash",
     *PHASES, "docs_per_s",
     "expected_ids", "observed_ids", "ids_match", "duplicates", "missing", "extra", "format_ok", "coverage",
     "completed", "retries",
@@ -64,6 +64,9 @@ COLUMNS = (
 #: The raw table of a several-dataset campaign (K6): the same columns with ``dataset`` after ``variant``. A
 #: one-corpus campaign keeps :data:`COLUMNS` exactly (its table is unchanged).
 DATASET_COLUMNS = (*COLUMNS[:2], "dataset", *COLUMNS[2:])
+#: Tables written before the ``engine`` column existed read with ``engine`` empty (the variant's record in
+#: ``campaign.json`` still says which engine ran).
+_WITHOUT_ENGINE = tuple(tuple(c for c in columns if c != "engine") for columns in (COLUMNS, DATASET_COLUMNS))
 
 
 def table_columns(campaign: dict[str, Any]) -> tuple[str, ...]:
@@ -121,6 +124,8 @@ class RawRow:
     device: str | None
     #: X3: worker processes of the pass, one per device (1: a single-device pass)
     data_parallel: int | None
+    #: X4: "local" (a worker process of this machine) or "ray" (Ray Data actors)
+    engine: str | None
     protocol_name: str | None
     protocol_version: int | None
     protocol_sha256: str | None
@@ -227,7 +232,7 @@ def read_raw_rows(path: str | Path) -> tuple[RawRow, ...]:
     with open(path, encoding="utf-8", newline="") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
-        if header is None or tuple(header) not in (COLUMNS, DATASET_COLUMNS):
+        if header is None or tuple(header) not in (COLUMNS, DATASET_COLUMNS, *_WITHOUT_ENGINE):
             raise IteraError(f"{path}: not a raw table of this version (unexpected header)",
                              hint="regenerate it from the journal: iteralab table FOLDER")
         columns = tuple(header)
@@ -236,8 +241,9 @@ def read_raw_rows(path: str | Path) -> tuple[RawRow, ...]:
             if len(cells) != len(columns):
                 raise IteraError(f"{path}, line {line}: {len(cells)} cells, expected {len(columns)}",
                                  hint="regenerate it from the journal: iteralab table FOLDER")
-            rows.append(RawRow(**{name: _typed(_KINDS[name], cell, f"{path}, line {line}, column {name}")
-                                  for name, cell in zip(columns, cells)}))
+            typed = {name: _typed(_KINDS[name], cell, f"{path}, line {line}, column {name}")
+                     for name, cell in zip(columns, cells)}
+            rows.append(RawRow(**{"engine": None, **typed}))
     return tuple(rows)
 
 

@@ -75,6 +75,7 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
             "precision": variant.get("precision"), "bucketing": variant.get("bucketing"),
             "padding": variant.get("padding"), "resume": variant.get("resume"), "compile": variant.get("compile"),
             "data_parallel": variant.get("data_parallel", 1),
+            "engine": variant.get("engine", "local"),
             "protocol_name": campaign["protocol"]["name"], "protocol_version": campaign["protocol"]["version"],
             "protocol_sha256": campaign["protocol"]["sha256"],
             "corpus_fingerprint": corpus["fingerprint"],
