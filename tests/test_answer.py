@@ -157,7 +157,7 @@ def test_production_job_is_planned_for_every_qualifying_configuration(tmp_path):
 
 
 def test_job_packages_that_cover_the_plan(tmp_path):
-    from iteralab.decision.job import plan_job
+    from iteralab.decision.job import plan_job, render_job
 
     cat = load_catalog(_catalog(tmp_path, ["u1,2026-12-01,cpu-8c,Test CPU,1,3,20.00,USD,,8",
                                            "u1,2026-12-01,cpu-8c,Test CPU,1,7,40.00,USD,,8"],
@@ -169,6 +169,14 @@ def test_job_packages_that_cover_the_plan(tmp_path):
     assert plan.packages == ("cpu-8c 7-day package, 1 lot: 40.00 USD",)
     plan = plan_job("b8", 10**9, 1000, (10.0,), 0.0, entry, cat)
     assert plan.packages == () and plan.reason.startswith("no listed package covers 2778 h (longest: 7 days)")
+    # T5: a plan built on a pass measured under concurrent load says so; a loaded pass that is not the slowest
+    # leaves the slowest figure unmarked
+    marked = plan_job("b8", 30_000_000, 1000, (8.0, 10.0), 0.0, entry, cat, loaded_times=(10.0,))
+    assert marked.slowest_concurrent is True and marked.to_dict()["slowest_pass_under_concurrent_load"] is True
+    assert "(slowest pass measured under concurrent load)" in "\n".join(render_job([marked], 30_000_000))
+    quiet = plan_job("b8", 30_000_000, 1000, (8.0, 10.0), 0.0, entry, cat, loaded_times=(8.0,))
+    assert quiet.slowest_concurrent is False
+    assert "concurrent" not in "\n".join(render_job([quiet], 30_000_000))
 
 
 def test_a_variant_stopped_by_the_limit_is_not_run_again_and_says_so(tmp_path, monkeypatch):

@@ -121,6 +121,11 @@ def test_a_pass_measured_under_concurrent_load_is_flagged(tmp_path, monkeypatch)
     assert "[concurrent load]" in render_stats(stats)
     c = compare(stats.times("b1"), stats.times("b4"))
     assert "4 of these counted passes were measured under concurrent load" in c.text
+    # the report marks each such pass where its time is shown
+    from iteralab.decision.report import render_report
+
+    html = render_report(decide([out]))
+    assert html.count("(under concurrent load)") == 4  # 2 variants x 2 counted passes, in the configurations table
 
 
 def test_a_quiet_pass_is_not_flagged(tmp_path):

@@ -28,6 +28,7 @@ from iteralab.common.files import dumps_json, write_text_atomic
 from iteralab.economics.pricing import EXPENSES_APART, EXPENSES_COUNTED
 from iteralab.kit.calcul_forfaits import STANDARD_PACKAGE_DAYS, format_amount, format_hours
 from iteralab.evidence.stats import Evidence, fmt_s, render_stats
+from iteralab.evidence.table import CONCURRENT_NOTE
 
 TEMPLATE = "report.html.j2"
 EXAMPLES = 5
@@ -90,11 +91,16 @@ def _colors(configs: list[Config], merged: bool) -> list[str]:
 def plot_times(configs: list[Config], merged: bool) -> str:
     plt, fig, ax = _figure()
     for i, (c, color) in enumerate(zip(configs, _colors(configs, merged))):
-        counted = [p.pass_s for p in c.times.passes if p.counted]
+        shown = [p for p in c.times.passes if p.counted]
         excluded = [p.pass_s for p in c.times.passes if p.excluded and p.pass_s is not None]
-        offsets = [(k - (len(counted) - 1) / 2) * 0.06 for k in range(len(counted))]
-        ax.scatter([i + o for o in offsets], counted, color=color, s=28, zorder=3,
-                   label="pass (every one)" if i == 0 else None)
+        offsets = [(k - (len(shown) - 1) / 2) * 0.06 for k in range(len(shown))]
+        quiet = [(i + o, p.pass_s) for o, p in zip(offsets, shown) if not p.concurrent]
+        loaded = [(i + o, p.pass_s) for o, p in zip(offsets, shown) if p.concurrent]
+        if quiet:
+            ax.scatter(*zip(*quiet), color=color, s=28, zorder=3, label="pass (every one)" if i == 0 else None)
+        if loaded:  # T5: counted, but another process used the machine during the measured region
+            ax.scatter(*zip(*loaded), facecolors="none", edgecolors=color, marker="^", s=40, zorder=3,
+                       label=CONCURRENT_NOTE)
         if excluded:
             ax.scatter([i + 0.2] * len(excluded), excluded, facecolors="none", edgecolors="grey", s=34, zorder=3,
                        label="excluded pass")
@@ -109,7 +115,9 @@ def plot_times(configs: list[Config], merged: bool) -> str:
     ax.set_ylabel("measured pass time (s)")
     ax.set_ylim(bottom=0)
     ax.set_title("Pass times: every pass, median marked", fontsize=10)
-    ax.legend(fontsize=8, loc="best")
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles))  # one entry per kind of mark, however many variants carry it
+    ax.legend(unique.values(), unique.keys(), fontsize=8, loc="best")
     return _png(plt, fig)
 
 
@@ -150,15 +158,13 @@ def plot_memory(rows: list[tuple[str, dict[str, Any]]]) -> str | None:
     if any(e is not None for e in estimates):
         ax.bar([x + 0.2 for x in xs], [(e or 0) / 2**20 for e in estimates], width=0.4, color="#ff7f0e",
                label="estimate")
-    else:
-        ax.text(0.5, 0.92, "estimate not available", transform=ax.transAxes, ha="center", color="#c00000")
     ax.set_xticks(list(xs), [label for label, _ in rows], fontsize=8)
     ax.set_ylabel("MiB")
-    ax.set_title("Memory: observed vs estimated", fontsize=10)
-    top = max([*observed, *((e or 0) / 2**20 for e in estimates)], default=0.0)
-    if top > 0:
-        ax.set_ylim(0, top * 1.3)  # headroom: the legend sits above the tallest bar, never on one
-    ax.legend(fontsize=8, loc="upper right", ncol=2)
+    available = any(e is not None for e in estimates)
+    ax.set_title("Memory: observed vs estimated" + ("" if available else " (estimate not available)"), fontsize=10,
+                 loc="left")
+    # the legend sits outside the axes, right of the title: whatever the bars' heights, it never covers one
+    ax.legend(fontsize=8, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, frameon=False, borderaxespad=0.2)
     return _png(plt, fig)
 
 
@@ -237,7 +243,7 @@ def plot_window(decision: Decision) -> str | None:
     ax.set_xlabel("hours (log scale)")
     ax.invert_yaxis()
     ax.set_title("Calendar window against the 3-, 7- and 30-day packages", fontsize=10)
-    ax.set_xlim(left=left, right=max(values) * 2.5)
+    ax.set_xlim(left=left, right=max(values) * 1.8)  # room for the last bar's label, no empty decade after it
     return _png(plt, fig)
 
 
@@ -288,7 +294,8 @@ def _config_row(c: Config) -> dict[str, Any]:
     b = c.pricing.budget
     return {
         "key": c.key, "feasible": c.feasible, "failures": c.failures, "quality": c.quality,
-        "marked": c.quality.mark, "median": fmt_s(c.times.median), "times": ", ".join(fmt_s(t) for t in c.times.times),
+        "marked": c.quality.mark, "median": fmt_s(c.times.median), "times": ", ".join(fmt_s(p.pass_s) + (" (under concurrent load)" if p.concurrent else "")
+                                                 for p in c.times.passes if p.counted),
         "window": c.window.describe(), "deadline": c.window.deadline_text(), "meets_deadline": c.window.meets_deadline,
         "package": "not priced: CPU only" if c.pricing.reason == CPU_ONLY else c.pricing.describe(),
         "committed": f"{format_amount(b.total)} {b.currency}" if b else "-",
@@ -356,7 +363,7 @@ def render_report(decision: Decision, decision_md: str | None = None) -> str:
         plot_times=plot_times(configs, merged), plot_quality=plot_quality(configs, decision, merged),
         plot_memory=plot_memory(memory), memory=memory, memory_notes=memory_notes,
         plot_cost=plot_cost(configs, merged, decision.chosen), cpu_only=cpu, exclusions=exclusions,
-        plot_window=plot_window(decision), fmt_s=fmt_s,
+        plot_window=plot_window(decision), fmt_s=fmt_s, concurrent_note=CONCURRENT_NOTE,
         datasets=[(c.key, v) for c in configs for v in c.datasets], expense_rows=expense_rows(decision),
         expense_rule=(EXPENSES_COUNTED if decision.costs.counted else EXPENSES_APART) if decision.costs else None,
         corpus_size=decision.evidence[0].corpus_size, fingerprint=decision.evidence[0].fingerprint,
