@@ -29,7 +29,7 @@ FILLED = {
 }
 #: Cells of the raw-table template that are planned before any run; every other cell must stay empty.
 PLANNED = {"pass_id", "variant", "series", "round", "position", "attempt", "seed", "batch_size", "precision",
-           "data_parallel",
+           "data_parallel", "engine",
            "bucketing", "padding", "resume", "compile"}
 
 
