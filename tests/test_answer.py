@@ -228,3 +228,20 @@ def test_the_production_job_enters_the_window_the_deadline_and_the_package(tmp_p
     assert decision.one_line.startswith("no choice possible")
     small = decide([_with_job(build_campaign(tmp_path / "small"), 6)])  # a job of one corpus fits
     assert small.machines[0].chosen is not None
+
+
+def test_a_row_without_cpu_cores_never_prices_a_cpu_run(tmp_path):
+    """Named exactly as the observed CPU, but no core count: it could be a 64-core server (issue 24, item 3)."""
+    folder = build_campaign(tmp_path / "camp")
+    _set_cores(folder, 2)
+    catalog = _catalog(tmp_path, ["u1,2026-12-01,epyc,Test CPU 8-core,1,7,50.00,USD"])
+    decision = decide([folder], catalog=catalog)
+    assert decision.chosen is None
+    assert decision.rental_line.startswith("not priced: ran on CPU only")
+    line = ("catalog row epyc: names the observed CPU but gives no cpu_cores; a CPU run is priced only by a row with "
+            "the same model and core count")
+    assert line in decision.notes and f"- {line}" in render_decision(decision)
+    # the same row beside an exact CPU server row: only that one prices the run
+    both = _catalog(tmp_path, ["u1,2026-12-01,epyc,Test CPU 8-core,1,7,50.00,USD,,",
+                               "u1,2026-12-01,cpu-test-2c,Test CPU 8-core,1,7,20.00,USD,,2"], ",device_match,cpu_cores")
+    assert decide([folder], catalog=both).one_line.startswith("chosen: b8: cpu-test-2c 7-day package, 1 lot, 20.00 USD")

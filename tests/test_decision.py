@@ -192,3 +192,16 @@ def test_written_files_are_deterministic(merged, tmp_path):
     second = write_decision(decide(list(merged)), tmp_path / "two")
     for key in first:
         assert first[key].read_bytes() == second[key].read_bytes()
+
+
+def test_a_calendar_without_tasks_is_the_headline_cause(tmp_path):
+    from iteralab.decision.rule import NO_TASKS
+
+    decision = decide([build_campaign(tmp_path / "rtx", hardware="rtx4090", calendar="")])
+    assert decision.chosen is None
+    assert decision.rental_line == (
+        "not priced: the protocol's calendar has no tasks, so no window is planned: no package can be chosen and no "
+        "deadline checked (add dated [[calendar.tasks]] to a new protocol version and run it)")
+    assert decision.one_line == f"configuration on NVIDIA GeForce RTX 4090: b8; rental not priced: {NO_TASKS}"
+    assert f"**Configuration on NVIDIA GeForce RTX 4090: b8; rental not priced: {NO_TASKS}.**" in \
+        render_decision(decision)

@@ -197,3 +197,68 @@ def test_stratum_subgroup_needs_declared_strata_and_a_tokenizer(tmp_path):
     assert str(err.value) == (f"{protocol}: model.path: length strata are counted with the model's tokenizer; this "
                               "callable names none")
     assert not lock_path(protocol).exists()
+
+
+# ------------------------------------------ what the decision will not be able to do, said or refused at lock
+
+NO_TASKS = ("calendar: no tasks, so decide will plan no window: it will price no rental{}; add dated "
+            "[[calendar.tasks]] (raise 'version' and lock again) to price one")
+
+
+def test_lock_warns_in_one_line_when_the_calendar_has_no_tasks(tmp_path, capsys):
+    protocol = callable_campaign(tmp_path, passes=1, locked=False)
+    assert main(["lock", str(protocol)]) == 0
+    assert capsys.readouterr().err.splitlines() == [f"Warning: {protocol}: " + NO_TASKS.format("")]
+    assert lock_path(protocol).exists()  # a warning, not a refusal
+    dated = tmp_path / "dated"
+    dated.mkdir()
+    protocol = callable_campaign(dated, passes=1, locked=False, extra='[calendar]\ndeadline = "2026-03-27T12:00"\n')
+    assert main(["lock", str(protocol)]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"Warning: {protocol}: " + NO_TASKS.format(" and cannot check the deadline 2026-03-27T12:00")]
+    planned = tmp_path / "planned"
+    planned.mkdir()
+    protocol = callable_campaign(planned, passes=1, locked=False, extra=(
+        '[calendar]\ntasks = [{ name = "all", start = "2026-03-23T09:00", end = "2026-03-27T09:00" }]\n'))
+    assert main(["lock", str(protocol)]) == 0
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("calendar, message", [
+    ('timezone = "Mars/Olympus"', "key 'calendar.timezone': unknown time zone 'Mars/Olympus'"),
+    ('tasks = [{ name = "runs", start = "2026-03-27T09:00", end = "2026-03-23T09:00" }]',
+     "key 'calendar.tasks[0] (runs).end': end 2026-03-23T09:00:00+00:00 is not after start 2026-03-27T09:00:00+00:00"),
+    ('deadline = "2026-03-20T09:00"\ntasks = [{ name = "runs", start = "2026-03-23T09:00", end = "2026-03-27T09:00" }]',
+     "key 'calendar.deadline': deadline 2026-03-20T09:00 is before the planned tasks end (task 'runs' ends "
+     "2026-03-27T09:00): every configuration would miss it"),
+])
+def test_lock_refuses_a_calendar_that_decide_would_refuse(tmp_path, capsys, calendar, message):
+    protocol = callable_campaign(tmp_path, passes=1, locked=False, extra=f"[calendar]\n{calendar}\n")
+    assert main(["lock", str(protocol)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and err[0] == f"Error: {protocol}: {message}" and err[1].startswith("Hint: ")
+    assert not lock_path(protocol).exists()
+
+
+def test_lock_refuses_a_named_id_column_the_corpus_lacks(tmp_path, capsys):
+    protocol = callable_campaign(tmp_path, passes=1, locked=False, corpus_extra='id_column = "doc_id"\n')
+    assert main(["lock", str(protocol)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"Error: {tmp_path / 'corpus.csv'} line 1: no id column 'doc_id' (columns found: 'id', 'text', 'label', "
+        "'stratum')",
+        "Hint: check the spelling of corpus.id_column; without it, ids are derived from the texts"]
+    assert not lock_path(protocol).exists()
+    protocol.write_text(protocol.read_text().replace('id_column = "doc_id"', 'id_column = "id"'))
+    assert main(["lock", str(protocol)]) == 0
+
+
+def test_lock_says_in_one_line_when_ids_are_derived_from_the_texts(tmp_path, capsys):
+    protocol = callable_campaign(tmp_path, passes=1, locked=False)
+    corpus = tmp_path / "corpus.csv"
+    corpus.write_text("text,label\n" + "".join(f"{t},{label}\n" for t, label in
+                                                [("good fun", "fresh"), ("a story", "plot"), ("boring", "rotten")]))
+    assert main(["lock", str(protocol)]) == 0
+    assert capsys.readouterr().err.splitlines()[1:] == [
+        f"Warning: {protocol}: corpus.id_column: corpus.csv has no 'id' column and the protocol names none, so its "
+        "ids are derived from the texts (content hash, recorded in the lock)"]
+    assert json.loads(lock_path(protocol).read_text())["locks"][0]["inputs"]["corpus"]["id_origin"] == "content"

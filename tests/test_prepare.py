@@ -95,6 +95,21 @@ def test_draft_protocol_has_corpus_filled_and_choices_marked(tmp_path, tok, caps
     assert len(load_corpus(tmp_path / "p" / "tuning.csv")) == 20
 
 
+def test_draft_carries_a_commented_calendar_and_catalog(tmp_path, tok, capsys):
+    """Without dated tasks no rental is priced: the draft shows where they go (issue 24, item 6)."""
+    from iteralab.plan.protocol import CatalogSpec, Calendar, tomllib
+
+    _prepare(capsys, _write_csv(tmp_path / "src.csv", _rows()), tok, tmp_path / "p", "--sample", "short=10,long=10")
+    lines = (tmp_path / "p" / "protocol.toml").read_text().splitlines()
+    start, catalog = lines.index("# [calendar]"), lines.index("# [catalog]")
+    assert "decide plans no window, so it prices no rental" in lines[start - 2]
+    block = lines[start:lines.index("", start)]
+    calendar = Calendar.model_validate(tomllib.loads("\n".join(line[2:] for line in block))["calendar"])
+    assert calendar.timezone == "Europe/Paris" and len(calendar.tasks) == 2  # valid once uncommented
+    assert lines[catalog + 1] == '# path = "tarifs-forfaits.csv"'
+    assert CatalogSpec.model_validate(tomllib.loads(lines[catalog + 1][2:])).path == "tarifs-forfaits.csv"
+
+
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
 def test_other_formats_without_id_column(tmp_path, tok, capsys, fmt):
     rows = [{"review": t, "sentiment": l} for _, t, l in _rows(40)]

@@ -136,3 +136,47 @@ def test_every_problem_is_shown_with_a_did_you_mean():
     assert str(err.value) == ("p.toml: unknown key 'metric.treshold' (did you mean 'threshold'?); "
                               "missing key 'metric.threshold'")
     assert "\n" not in str(err.value)
+
+
+# ------------------------------------------------------------------ the calendar, checked as decide reads it
+
+CALENDAR = """
+[calendar]
+timezone = "{tz}"
+deadline = "{deadline}"
+tasks = [
+  {{ name = "setup", start = "2026-03-23T09:00", end = "{end}" }},
+  {{ name = "comparisons", start = "2026-03-23T14:00", end = "2026-03-26T18:00" }},
+]
+"""
+
+
+def _calendar(tz="Europe/Paris", end="2026-03-23T18:00", deadline="2026-03-27T12:00"):
+    return protocol_toml(variants=VARIANTS + CALENDAR.format(tz=tz, end=end, deadline=deadline))
+
+
+def test_a_sound_calendar_is_accepted():
+    calendar = parse_protocol(_calendar()).calendar
+    assert calendar.timezone == "Europe/Paris" and [t.name for t in calendar.tasks] == ["setup", "comparisons"]
+    assert parse_protocol(_calendar(deadline="2026-03-26T18:00")).calendar.deadline == "2026-03-26T18:00"  # at the end
+
+
+@pytest.mark.parametrize("kwargs, message, hint", [
+    ({"tz": "Mars/Olympus"}, "key 'calendar.timezone': unknown time zone 'Mars/Olympus'",
+     "use an IANA zone name such as Europe/Paris or America/New_York"),
+    ({"end": "2026-03-23T08:00"}, "key 'calendar.tasks[0] (setup).end': end 2026-03-23T08:00:00+01:00 is not after "
+     "start 2026-03-23T09:00:00+01:00", "swap them or fix the dates"),
+    ({"end": "2026-03-29T02:30"}, "key 'calendar.tasks[0] (setup).end': end 2026-03-29T02:30:00 does not exist in "
+     "Europe/Paris (clocks go forward then)", "pick a time outside the skipped hour"),
+    ({"deadline": "2026-03-20T12:00"}, "key 'calendar.deadline': deadline 2026-03-20T12:00 is before the planned "
+     "tasks end (task 'comparisons' ends 2026-03-26T18:00): every configuration would miss it",
+     "move the deadline after the last task, or fix the task dates"),
+    ({"deadline": "next friday"}, "key 'calendar.deadline': deadline 'next friday' is not an ISO date-time",
+     "write it as YYYY-MM-DDTHH:MM"),
+    ({"tz": "Asia/Tokyo", "deadline": "0001-01-01T00:00"}, "key 'calendar.deadline': deadline 0001-01-01T00:00:00 is "
+     "out of range in Asia/Tokyo", "write a date between the years 2 and 9998"),
+])
+def test_a_calendar_decide_would_refuse_is_refused_when_read(kwargs, message, hint):
+    with pytest.raises(ProtocolError) as err:
+        parse_protocol(_calendar(**kwargs), "p.toml")
+    assert (str(err.value), err.value.hint) == (f"p.toml: {message}", hint)

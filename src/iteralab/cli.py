@@ -44,7 +44,7 @@ def lock_cmd(
     allow_large: bool = typer.Option(False, "--allow-large", help="Accept a schedule of more than 10,000 passes."),
 ) -> None:
     """Check every input, then lock: the protocol's hash, the inputs' fingerprints and a UTC timestamp (P2)."""
-    from iteralab.campaign.inputs import lock
+    from iteralab.campaign.inputs import lock, lock_warnings
     from iteralab.plan.protocol import lock_path
 
     entry = lock(protocol, allow_large=allow_large)
@@ -55,6 +55,8 @@ def lock_cmd(
     typer.echo("inputs fingerprinted: " + corpus + ("tuning split, " if entry["inputs"].get("tuning") else "")
                + "model files, catalog")
     typer.echo(f"lock file: {lock_path(protocol)}")
+    for line in lock_warnings(protocol, entry):
+        typer.echo(f"Warning: {line}", err=True)
 
 
 @app.command("prepare")

@@ -42,8 +42,7 @@ def load_inputs(protocol: Protocol, protocol_path: Path, dataset: Dataset | None
     read with the protocol's columns and classes; overlapping splits are refused (P4). ``dataset``: read that
     dataset of a several-dataset protocol (K6) in place of ``corpus.path``."""
     spec = protocol.corpus
-    columns = dict(id_column=spec.id_column, text_column=spec.text_column, label_column=spec.label_column,
-                   classes=list(spec.classes))
+    columns, _ = _columns(protocol)
     needs_strata = any(sg.by == "stratum" for sg in protocol.subgroups)
     corpus = load_corpus(resolve(protocol_path, dataset.path if dataset else spec.path), **columns,
                          extra_columns=[spec.stratum_column] if spec.stratum_column and needs_strata else [])
@@ -242,10 +241,11 @@ class InputScans:
 
 def _columns(protocol: Protocol) -> tuple[dict[str, Any], list[str]]:
     """The protocol's corpus columns and classes, and the extra (stratum) column read when a stratum subgroup
-    is planned."""
+    is planned. An id column the protocol names must be in every file (a misspelt header never turns into ids
+    derived from the texts); only the default one may be absent."""
     spec = protocol.corpus
     columns = dict(id_column=spec.id_column, text_column=spec.text_column, label_column=spec.label_column,
-                   classes=list(spec.classes))
+                   classes=list(spec.classes), require_id=names_id_column(protocol))
     needs_strata = any(sg.by == "stratum" for sg in protocol.subgroups)
     return columns, [spec.stratum_column] if spec.stratum_column and needs_strata else []
 
@@ -289,6 +289,38 @@ def scan_inputs(protocol: Protocol, protocol_path: Path, *, sinks: Sequence[Sink
     else:
         strata_later.append(finish)
     return InputScans(corpus_scan, tuning_scan, tuning_keys)
+
+
+def names_id_column(protocol: Protocol) -> bool:
+    """Whether the protocol names its id column (``corpus.id_column`` written in the file)."""
+    return "id_column" in protocol.corpus.model_fields_set
+
+
+#: What ``lock`` says when the protocol's calendar has no tasks (the lock still succeeds).
+NO_TASKS_WARNING = ("calendar: no tasks, so decide will plan no window: it will price no rental{deadline}; add dated "
+                    "[[calendar.tasks]] (raise 'version' and lock again) to price one")
+
+
+def lock_warnings(protocol_path: str | os.PathLike[str], entry: dict[str, Any]) -> list[str]:
+    """One line for each thing a successful lock records that the decision will not be able to use as the user
+    may expect: a calendar without tasks (no window, no rental priced, no deadline checked), and ids derived
+    from the texts because a corpus file has no id column and the protocol names none."""
+    path = Path(protocol_path)
+    protocol = load_protocol(path)
+    lines = []
+    if not protocol.calendar.tasks:
+        deadline = (f" and cannot check the deadline {protocol.calendar.deadline}" if protocol.calendar.deadline
+                    else "")
+        lines.append(f"{path}: " + NO_TASKS_WARNING.format(deadline=deadline))
+    inputs = entry.get("inputs") or {}
+    spec = protocol.corpus
+    files = [(spec.path, inputs.get("corpus")), (spec.tuning_path, inputs.get("tuning"))]
+    files += [(d.path, (inputs.get("datasets") or {}).get(d.name)) for d in protocol.datasets]
+    for declared, record in files:
+        if declared and isinstance(record, dict) and record.get("id_origin") == "content":
+            lines.append(f"{path}: corpus.id_column: {declared} has no {spec.id_column!r} column and the protocol "
+                         "names none, so its ids are derived from the texts (content hash, recorded in the lock)")
+    return lines
 
 
 def _fingerprint_file(protocol: Protocol, protocol_path: Path, declared: str | None, *,
@@ -406,4 +438,4 @@ def compare_inputs(path: Path, entry: dict[str, Any], inputs: dict[str, Any]) ->
 
 
 __all__ = ["InputScans", "check_inputs", "check_strata", "describe_change", "fingerprint_inputs", "load_inputs",
-           "lock", "model_files", "scan_inputs"]
+           "lock", "lock_warnings", "model_files", "names_id_column", "scan_inputs"]

@@ -63,6 +63,22 @@ def match_gpu(name: str, catalog: Catalog) -> CatalogEntry | None:
     return find_entry(catalog, name)
 
 
+def cpu_entry(catalog: Catalog, cpu: str, cores: int | None) -> CatalogEntry | None:
+    """The CPU server package that prices a CPU run: a row with ``cpu_cores`` that names the observed CPU model
+    and gives its core count. A row without ``cpu_cores`` never does, even when named exactly as the CPU: it
+    could be a server of any size."""
+    return next((e for e in catalog.entries if e.is_cpu and e.matches(cpu, cores)), None)
+
+
+def coreless_row(catalog: Catalog, cpu: str) -> str | None:
+    """The sentence that says why a catalog row named as the observed CPU does not price it (None: no such row)."""
+    row = next((e for e in catalog.entries if not e.is_cpu and e.matches(cpu)), None)
+    if row is None:
+        return None
+    return (f"catalog row {row.gpu_id}: names the observed CPU but gives no cpu_cores; a CPU run is priced only by "
+            "a row with the same model and core count")
+
+
 def _observed_gpu(ev: Evidence, times: VariantTimes) -> tuple[str | None, str | None]:
     """(observed GPU name, None) or (None, reason it cannot be priced)."""
     hw = ev.hardware
@@ -108,9 +124,9 @@ def price_config(ev: Evidence, times: VariantTimes, window: WindowInfo, accepted
     name, reason = _observed_gpu(ev, times)
     hw = ev.hardware
     if name is None and not hw.gpus and hw.cpu:
-        entry = find_entry(catalog, hw.cpu, hw.cpu_cores)  # a CPU server package competes honestly
+        entry = cpu_entry(catalog, hw.cpu, hw.cpu_cores)  # a CPU server package competes honestly
         if entry is None:
-            return Pricing(reason=CPU_ONLY)
+            return Pricing(reason=CPU_ONLY, note=coreless_row(catalog, hw.cpu))
     elif name is None:
         return Pricing(reason=reason)
     else:

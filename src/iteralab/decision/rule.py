@@ -38,6 +38,9 @@ SCHEMA_VERSION = 1
 SCOPE = ("offline batch inference only: this protocol does not qualify an interactive service, training to "
          "convergence, or another dataset; those need their useful unit and checks redefined first")
 NOT_FEASIBLE = "not feasible: a configuration that did not complete the corpus is never priced"
+#: The headline when the protocol's calendar has no tasks: no window, so no package is chosen (W1, W3).
+NO_TASKS = ("the protocol's calendar has no tasks, so no window is planned: no package can be chosen and no deadline "
+            "checked (add dated [[calendar.tasks]] to a new protocol version and run it)")
 #: How a reason about the ranking with the other basis (package fee vs project total) starts (K5).
 OTHER_BASIS = "ranked by the "
 RULE = ("processes all documents, meets the minimum quality, finishes before the deadline, lowest committed "
@@ -453,6 +456,9 @@ def _apply_rule(configs: list[Config], ev: Evidence,
                     detail += f" ({compare(first.times, second.times, names=(first.key, second.key)).text})"
             reasons += [detail, "the choice of rental cannot be made from CPU runs: run the same protocol on the "
                                 "rental GPUs and decide again"]
+        elif eligible and not ev.protocol.calendar.tasks:
+            line = f"not priced: {NO_TASKS}"  # the cause, not its consequence on each configuration
+            reasons += [f"{c.key}: {c.pricing.reason}" for c in eligible]
         elif eligible:
             line = "not priced: no configuration that meets every condition could be priced"
             reasons += [f"{c.key}: {c.pricing.reason}" for c in eligible]

@@ -555,7 +555,11 @@ def localize(value: str | datetime, zone: ZoneInfo, what: str = "time") -> tuple
         )
     first = local.replace(tzinfo=zone, fold=0)
     second = local.replace(tzinfo=zone, fold=1)
-    round_trip = first.astimezone(timezone.utc).astimezone(zone).replace(tzinfo=None)
+    try:
+        round_trip = first.astimezone(timezone.utc).astimezone(zone).replace(tzinfo=None)
+    except OverflowError:  # year 1 or 9999 pushed past the calendar's range by the zone's offset
+        raise WindowError(f"{what} {local.isoformat()} is out of range in {zone.key}",
+                          hint="write a date between the years 2 and 9998") from None
     if round_trip != local:
         raise WindowError(
             f"{what} {local.isoformat()} does not exist in {zone.key} (clocks go forward then)",

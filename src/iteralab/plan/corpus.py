@@ -394,6 +394,7 @@ def load_corpus(
     require_labels: bool = True,
     extra_columns: Sequence[str] = (),
     duplicate_texts: Literal["refuse", "skip"] = "refuse",
+    require_id: bool = False,
 ) -> Corpus:
     """Read a CSV, JSONL or Parquet corpus, refusing anything that would make ids or texts ambiguous.
 
@@ -401,6 +402,8 @@ def load_corpus(
     the texts (``id_origin="content"``) and two records with the same normalised text are refused.
     Raises :class:`CorpusError` naming the file, line (Parquet: row) and field at fault. With
     ``duplicate_texts="skip"`` a repeated text in a file without ids is left out instead, and ``notes`` says so.
+    ``require_id``: the id column was named on purpose (a protocol's ``corpus.id_column``), so a file without it
+    is refused rather than given ids derived from the texts.
     """
     where = os.fspath(path)
     fmt, compression = detect_format(path, format)
@@ -433,6 +436,11 @@ def load_corpus(
         raise CorpusError(
             f"{at}: no label column {label_column!r} (columns found: {_columns_text(columns)})",
             hint="name the label column with the label_column option, or load without requiring labels",
+        )
+    if require_id and id_column not in columns:
+        raise CorpusError(
+            f"{at}: no id column {id_column!r} (columns found: {_columns_text(columns)})",
+            hint="check the spelling of corpus.id_column; without it, ids are derived from the texts",
         )
     absent = [c for c in extra_columns if c not in columns]
     if absent:

@@ -209,6 +209,26 @@ batch_size = 8
 name = "batch"
 factor = "batch_size"
 variants = ["b1-fp32", "b8-fp32"]
+
+# CHOOSE the rental calendar: without dated tasks, decide plans no window, so it prices no rental and checks
+# no deadline (lock warns). Local wall-clock times in the zone; overlapping tasks are merged, never counted twice.
+# [calendar]
+# timezone = "Europe/Paris"
+# deadline = "2026-10-09T09:00"
+# [[calendar.tasks]]
+# name = "setup and checks"
+# start = "2026-10-05T09:00"
+# end = "2026-10-05T13:00"
+# [[calendar.tasks]]
+# name = "comparisons, evaluation and export"
+# start = "2026-10-05T13:00"
+# end = "2026-10-08T18:00"
+
+# The package catalog: without [catalog], the shipped snapshot prices the rental (iteralab kit export copies it).
+# A row prices the observed device exactly: a GPU by gpu_name or device_match, a CPU run only by a row with
+# cpu_cores giving the same CPU model and core count.
+# [catalog]
+# path = "tarifs-forfaits.csv"
 """
 
 

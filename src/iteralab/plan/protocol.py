@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from iteralab.errors import ProtocolError
+from iteralab.kit.calcul_forfaits import WindowError, elapsed, load_zone, localize
 from iteralab.kit.memoire import PRECISIONS  # the kit's list: one list for library and kit
 from iteralab.plan.expenses import BudgetRule, ExpenseLine, expense_problems, keyed_error
 from iteralab.plan.values import Flag, Number, Text, Whole
@@ -230,9 +232,58 @@ class CalendarTask(_Strict):
 
 
 class Calendar(_Strict):
+    """The rental's calendar (W1, W2): read when parsed with the same rules ``decide`` applies (the zone exists, each
+    task's times exist in it and its end is after its start, the deadline is not before the planned tasks end), so
+    that ``lock`` refuses what ``decide`` would refuse after the whole campaign."""
+
     timezone: Text = "UTC"
     deadline: Text | None = None
     tasks: tuple[CalendarTask, ...] = ()
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        try:
+            load_zone(value)
+        except WindowError as exc:
+            raise PydanticCustomError("calendar", "{problem}", {"problem": exc.message, "hint": exc.hint}) from None
+        return value
+
+    @model_validator(mode="after")
+    def _dates(self) -> Calendar:
+        zone = load_zone(self.timezone)
+        ends: list[tuple[datetime, str]] = []
+        for i, task in enumerate(self.tasks):
+            at = f"calendar.tasks[{i}] ({task.name})"
+            start = _local(task.start, zone, f"{at}.start", "start")
+            end = _local(task.end, zone, f"{at}.end", "end")
+            try:
+                elapsed(start, end)
+            except WindowError as exc:
+                raise _calendar_error(f"{at}.end", exc.message, exc.hint) from None
+            ends.append((end.astimezone(timezone.utc), task.name))
+        if self.deadline is not None:
+            deadline = _local(self.deadline, zone, "calendar.deadline", "deadline")
+            last, name = max(ends, key=lambda e: e[0]) if ends else (None, "")
+            if last is not None and deadline.astimezone(timezone.utc) < last:
+                local_end = last.astimezone(zone).replace(tzinfo=None).isoformat(timespec="minutes")
+                raise _calendar_error(
+                    "calendar.deadline", f"deadline {self.deadline} is before the planned tasks end (task {name!r} "
+                    f"ends {local_end}): every configuration would miss it",
+                    "move the deadline after the last task, or fix the task dates")
+        return self
+
+
+def _calendar_error(key: str, problem: str, hint: str | None) -> PydanticCustomError:
+    return PydanticCustomError("calendar", "{problem}", {"at": key, "problem": problem, "hint": hint})
+
+
+def _local(value: str, zone: Any, key: str, what: str) -> datetime:
+    """A calendar time read as ``decide`` reads it (the kit's rules), or a refusal naming its key."""
+    try:
+        return localize(value, zone, what)[0]
+    except WindowError as exc:
+        raise _calendar_error(key, exc.message, exc.hint) from None
 
 
 class CatalogSpec(_Strict):
@@ -378,6 +429,7 @@ def refusal(data: Any, exc: ValidationError, source: str, model: type[BaseModel]
             "missing": "see the protocol template (iteralab kit export) for every required key"}.get(
         kind, "fix the value" + ("; a locked protocol is amended by raising its version and locking again"
                                  if model in (None, Protocol) else ""))
+    hint = (errors[0].get("ctx") or {}).get("hint") or hint  # a check that knows its own remedy says it
     more = f"; and {len(errors) - MAX_PROBLEMS} more" if len(errors) > MAX_PROBLEMS else ""
     return ProtocolError(f"{source}: " + "; ".join(problems) + more, hint=hint)  # one line, every problem
 

@@ -304,6 +304,7 @@ def scan_corpus(
     require_labels: bool = True,
     extra_columns: Sequence[str] = (),
     sinks: Sequence[Sink] = (),
+    require_id: bool = False,
 ) -> CorpusScan:
     """Read, check and fingerprint a corpus in record batches, handing each validated batch to ``sinks``.
 
@@ -314,7 +315,7 @@ def scan_corpus(
     fmt, compression = detect_format(path, format)
     wanted = [id_column, text_column, label_column, *extra_columns]
     options = dict(id_column=id_column, text_column=text_column, label_column=label_column, classes=classes,
-                   format=format, require_labels=require_labels, extra_columns=extra_columns)
+                   format=format, require_labels=require_labels, extra_columns=extra_columns, require_id=require_id)
     allowed = set(classes) if classes is not None else None
     try:
         result = _scan(Path(path), where, fmt, compression, wanted, options, allowed, sinks, keep=False)
@@ -367,7 +368,7 @@ def _scan(path: Path, where: str, fmt: str, compression: str | None, wanted: lis
     for cells in _raw_batches(path, fmt, compression, wanted):
         if has_id is None:
             has_id, has_label = id_column in cells, label_column in cells
-            if options["require_labels"] and not has_label:
+            if (options["require_labels"] and not has_label) or (options["require_id"] and not has_id):
                 raise _Refused
         batch = _validate(cells, id_column, text_column, label_column, has_id, bool(has_label),
                           options["require_labels"], allowed, extra_columns, typed=fmt != "csv")
