@@ -43,11 +43,17 @@ def _vocab() -> list[str]:
 
 
 def _tokenizer(folder: Path):
-    from transformers import BertTokenizer
+    import inspect
+
+    from transformers import BertTokenizer, BertTokenizerFast
 
     vocab_file = folder.parent / f"{folder.name}-vocab.txt"
     vocab_file.write_text("\n".join(_vocab()) + "\n", encoding="utf-8")
-    return BertTokenizer(vocab=str(vocab_file), model_max_length=512)
+    # transformers 5's BertTokenizer is the fast one and takes ``vocab``; 4.x (the floor set-up allows) names the
+    # fast one BertTokenizerFast and takes ``vocab_file``. Either way the folder gets a tokenizer.json.
+    if "vocab" in inspect.signature(BertTokenizer.__init__).parameters:
+        return BertTokenizer(vocab=str(vocab_file), model_max_length=512)
+    return BertTokenizerFast(vocab_file=str(vocab_file), model_max_length=512)
 
 
 def _config(**extra):
