@@ -15,8 +15,8 @@ import signal
 import threading
 from typing import Any
 
-#: The signals that stop a run: Ctrl-C, ``kill`` / a scheduler, the terminal closing.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: The signals that stop a run: Ctrl-C, ``kill`` / a scheduler, the terminal closing (no SIGHUP on Windows).
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 class RunInterrupted(KeyboardInterrupt):
