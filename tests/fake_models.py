@@ -83,3 +83,18 @@ def dying_classifier(texts: list[str]) -> list[list[float]]:
     sys.stderr.write("about to end: the model's last words\n")
     sys.stderr.flush()
     os._exit(3)
+
+
+def swallowing_interrupt(texts: list[str]) -> list[list[float]]:
+    """On the batch holding "weak script" (d11): sends SIGINT to its own process and reports the interrupt as an
+    ordinary error, as a library waiting on workers killed by the same Ctrl-C would."""
+    if "weak script" in texts:
+        import signal
+
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # the signal's handler runs here
+        except KeyboardInterrupt:
+            pass
+        raise RuntimeError("worker lost")
+    return keyword_classifier(texts)

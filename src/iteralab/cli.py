@@ -101,10 +101,20 @@ def run_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Run (or resume) a campaign of a locked protocol and write its raw table (preflight first)."""
+    from iteralab.campaign.stopping import RunInterrupted
     from iteralab.evidence.run import run_campaign
 
-    summary = run_campaign(protocol, out, progress=None if as_json else CampaignProgress(),
-                           keep_unrunnable=keep_unrunnable)
+    display = None if as_json else CampaignProgress()
+    try:
+        summary = run_campaign(protocol, out, progress=display, keep_unrunnable=keep_unrunnable)
+    except RunInterrupted as stop:  # Ctrl-C, SIGTERM, SIGHUP: recorded in the journal, the campaign resumable
+        if display is not None:
+            display("end", {})
+        try:
+            typer.echo(stop.line(protocol, out), err=True)
+        except OSError:  # SIGHUP: the terminal may be gone
+            pass
+        raise typer.Exit(stop.exit_code) from None
     _print_summary(summary, as_json)
     if summary.get("unrunnable"):
         names = ", ".join(f"{n} ({why})" for n, why in summary["unrunnable"].items())

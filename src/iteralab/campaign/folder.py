@@ -46,6 +46,9 @@ TUNING = "inputs/tuning.csv"
 CATALOG = "inputs/catalog.csv"
 PREDICTIONS = "predictions"
 
+#: The status of a pass that a stop signal interrupted (SIGINT, SIGTERM, SIGHUP): the row stays in the raw table
+#: (it was attempted), and no stage counts it (:meth:`CampaignFolder.counted_rows`).
+INTERRUPTED = "interrupted"
 PHASES = ("load_s", "compile_s", "warmup_s", "pass_s", "evaluation_s", "writing_s")
 COLUMNS = (
     "pass_id", "variant", "series", "round", "position", "attempt", "seed", "status",
@@ -187,6 +190,10 @@ class RawRow:
     @property
     def accepted(self) -> bool:
         return self.corpus_accepted is True
+
+    @property
+    def interrupted(self) -> bool:
+        return self.status == INTERRUPTED
 
     def cell(self, name: str) -> str:
         """The cell as the raw table shows it."""
@@ -487,6 +494,11 @@ class CampaignFolder:
         if not self.table_path.is_file():
             raise IteraError(f"{self.path}: no {TABLE}", hint=f"regenerate it: iteralab table {self.path}")
         return read_raw_rows(self.table_path)
+
+    def counted_rows(self) -> tuple[RawRow, ...]:
+        """The rows the evidence stages count (statistics, feasibility, memory, decision): every attempted pass
+        but those a stop signal interrupted, which say nothing about a configuration (their slot runs again)."""
+        return tuple(r for r in self.raw_rows() if not r.interrupted)
 
     @property
     def corpus_size(self) -> int:

@@ -2,6 +2,8 @@
 
 "pass_started" is written (and fsynced) before a pass begins and "pass_finished" after its prediction file
 is in place, so a killed process leaves a started pass without an end: an *aborted* row, never a lost one.
+A run stopped by SIGINT, SIGTERM or SIGHUP appends "run_interrupted" naming the pass it stopped: that pass is
+*interrupted*, not aborted (the user's stop, not evidence about the configuration; its slot runs again).
 """
 
 from __future__ import annotations
@@ -56,11 +58,14 @@ class JournalState:
     finished: dict[str, dict[str, Any]] = field(default_factory=dict)
     evaluated: dict[str, dict[str, Any]] = field(default_factory=dict)
     exclusions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Passes a stop signal interrupted (started, never finished), with the "run_interrupted" record.
+    interrupted: dict[str, dict[str, Any]] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)
     damaged_lines: list[int] = field(default_factory=list)
 
     def aborted(self) -> list[str]:
-        return [p for p in self.order if p not in self.finished]
+        """Passes that started and never finished, other than those a stop signal interrupted."""
+        return [p for p in self.order if p not in self.finished and p not in self.interrupted]
 
     def pass_times(self) -> list[datetime]:
         """Timestamps of every pass event (started, finished, evaluated), to the second."""
@@ -106,4 +111,7 @@ def read_journal(path: str | os.PathLike[str]) -> JournalState:
             state.evaluated[record["pass_id"]] = record
         elif event == "pass_excluded" and record.get("pass_id") in state.started:
             state.exclusions[record["pass_id"]] = record
+        elif event == "run_interrupted" and record.get("pass_id") in state.started \
+                and record["pass_id"] not in state.finished:
+            state.interrupted[record["pass_id"]] = record
     return state

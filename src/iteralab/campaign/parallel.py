@@ -16,7 +16,8 @@ Reads the pass spec the runner builds; writes the merged prediction file ``predi
   device; nothing is re-run on fewer devices. The merged file holds exactly the completed inputs of every
   shard, so ids_match is computed from it like for any pass. If the coordinator itself is killed, its workers
   die with it (parent-death signal, and a closed control pipe) and no prediction file is written: the runner's
-  journal shows an aborted pass, and a resumed campaign attempts the slot again.
+  journal shows an aborted pass, and a resumed campaign attempts the slot again. A run stopped by a signal
+  (Ctrl-C reaches the workers too) kills the workers at once; the runner records an interrupted pass.
 """
 
 from __future__ import annotations
@@ -268,6 +269,12 @@ def run_data_parallel(spec: dict[str, Any], clock: Any = None) -> dict[str, Any]
             w.reader.start()
         try:
             return _coordinate(spec, result, workers, events, clock, t_spawn, layout)
+        except (KeyboardInterrupt, SystemExit):
+            # the run is being stopped (campaign.stopping): no worker finishes its shard after the runner
+            for w in workers:
+                if w.proc.poll() is None:
+                    w.proc.kill()
+            raise
         finally:
             for w in workers:
                 w.stop()

@@ -11,8 +11,10 @@ Layout of a campaign folder::
     predictions/<pass_id>.parquet                           one file per pass, written atomically
     raw_table.csv                                           regenerated from the journal and the files
 
-Running again on the same folder resumes: finished passes (successes and recorded failures) are kept, an
-interrupted pass stays as an aborted row and its slot is attempted again under a new attempt number.
+Running again on the same folder resumes: finished passes (successes and recorded failures) are kept, and the
+slot of a pass that never finished is attempted again under a new attempt number. A pass the user or a scheduler
+stopped (SIGINT, SIGTERM, SIGHUP: ``run_interrupted`` in the journal) is an interrupted row that counts for
+nothing; a pass whose process was killed otherwise (SIGKILL, power loss) stays an aborted row.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -306,7 +309,39 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
     """Run (or resume) every scheduled pass, journaled and evaluated one by one. Returns a short summary.
     ``shared`` (``evaluate.CampaignReads``) lets the caller reuse what the evaluations read (the raw table).
 
+    SIGINT, SIGTERM or SIGHUP stop the run (:mod:`campaign.stopping`): the interrupt is journaled and
+    :class:`~iteralab.campaign.stopping.RunInterrupted` raised; the campaign is incomplete, and resumable.
+
     The raw table is derived later, from what this wrote (:func:`iteralab.evidence.run.run_campaign`)."""
+    from iteralab.campaign.stopping import RunInterrupted, StopSignals
+
+    at = _Where()
+    with StopSignals() as stop:
+        try:
+            return _run_passes(protocol_path, out, stop, at, progress=progress, isolation=isolation, shared=shared,
+                               keep_unrunnable=keep_unrunnable, rerun=rerun)
+        except KeyboardInterrupt as exc:  # RunInterrupted, or Python's own SIGINT outside the main thread
+            signum = getattr(exc, "signum", signal.SIGINT)
+            if at.journal is not None:
+                # after the pass's worker ended: the interrupted attempt is the user's stop, never a failure
+                at.journal.append("run_interrupted", signal=signal.Signals(signum).name, pass_id=at.pass_id,
+                                  passes_done=at.done, passes_total=at.total)
+            raise RunInterrupted(signum, at.done, at.total) from None
+
+
+@dataclass
+class _Where:
+    """How far a run got, for the record of its interrupt: the journal once opened, the running pass."""
+
+    journal: Journal | None = None
+    pass_id: str | None = None
+    done: int | None = None
+    total: int | None = None
+
+
+def _run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], stop: Any, at: _Where, *,
+                progress: ProgressFn | None, isolation: str | None, shared: Any, keep_unrunnable: bool,
+                rerun: bool) -> dict[str, Any]:
     from iteralab.campaign.evaluate import CampaignReads, evaluate_pass, release_unused
 
     from iteralab.campaign.preflight import preflight
@@ -330,15 +365,18 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
     slots = [Slot(**s) for s in campaign["schedule"]["slots"]]
     done = state.done_slots()
     todo = [s for s in slots if (s.round, s.position) not in done]
+    at.journal, at.done, at.total = journal, len(slots) - len(todo), len(slots)
     reference_manifest = _load_manifest(out)
     if reference_manifest is not None and todo:
         _check_resume_environment(out, reference_manifest)  # before anything is appended to the journal
     engine = RayEngine.for_slots(protocol, [s.variant for s in todo if s.variant not in flight.unrunnable])
+    if engine is not None:
+        stop.install()  # ray.init replaced the SIGTERM handler with its own
     if state.campaign is None:
         journal.append("campaign_started", protocol_sha256=campaign["protocol"]["sha256"],
                        corpus_fingerprint=campaign["corpus"]["fingerprint"])
     else:
-        journal.append("campaign_resumed", aborted=state.aborted())
+        journal.append("campaign_resumed", aborted=state.aborted(), interrupted=list(state.interrupted))
         # A kill between a pass's end and its evaluation: evaluate it now, from its stored file.
         for pid in state.order:
             if pid in state.finished and pid not in state.evaluated:
@@ -380,6 +418,7 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
             data_part = f"-d{slot.dataset}" if slot.dataset is not None else ""
             pass_id = f"r{slot.round:02d}-p{slot.position:02d}-{slot.variant}{seed_part}{data_part}-a{attempts[key]}"
             emit("pass", {"pass_id": pass_id, "variant": slot.variant, "round": slot.round})
+            at.pass_id = pass_id  # before its start is journaled: an interrupt from here on names this pass
             journal.append("pass_started", pass_id=pass_id, variant=slot.variant, round=slot.round,
                            position=slot.position, seed=slot.seed, attempt=attempts[key],
                            **({"dataset": slot.dataset} if slot.dataset is not None else {}))
@@ -400,6 +439,9 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
                 # later passes are compared without it (_manifest_fields), so they do not run git again
                 spec = {**_pass_spec(campaign, protocol, out, slot, pass_id), "record_git": reference_manifest is None}
                 result = runner(spec)
+            # A worker ended by the signal that stops the run (Ctrl-C reaches the whole process group) is the
+            # interrupt, not a crash of the pass, even where a library reported its end as an error.
+            stop.check()
             if result.get("error_kind") == "timeout":
                 timed_out.setdefault(slot.variant, pass_id)
             observed = _manifest_fields(result)
@@ -414,6 +456,7 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
             result.pop("file_hashes", None)
             journal.append("pass_finished", manifest_diff=diff,
                            environment_summary=_env_summary(environment), **result)
+            at.pass_id, at.done = None, (at.done or 0) + 1
             t0 = time.perf_counter()
             verdict = evaluate_pass(out, pass_id, reads, slot.dataset, finished={**result, "variant": slot.variant})
             journal.append("pass_evaluated", pass_id=pass_id, evaluation_s=time.perf_counter() - t0,

@@ -159,7 +159,7 @@ def memory_table(campaign_dir: str | Path, *, runtime_overhead: RuntimeOverhead 
     folder = CampaignFolder.open(campaign_dir)
     campaign_dir = folder.path
     protocol = folder.protocol
-    raw = folder.raw_rows()
+    raw = folder.counted_rows()
     expected = folder.corpus_size
     spec = _model_spec(folder)
     model, extra_bytes, model_type, model_reason = _meta_model(spec)

@@ -280,7 +280,7 @@ def _final_attempts(rows: list[dict[str, Any]]) -> dict[tuple[Any, Any], dict[st
     """Per scheduled slot, the last attempt that finished (success or recorded failure)."""
     slots: dict[tuple[Any, Any], dict[str, Any]] = {}
     for row in rows:  # (round, position) is unique across datasets too: one slot per (variant, dataset, round)
-        if row.get("status") != "aborted":
+        if row.get("status") not in ("aborted", "interrupted"):
             slots[(row["round"], row["position"])] = row
     return slots
 

@@ -138,7 +138,7 @@ def load_evidence(campaign_dir: str | Path) -> Evidence:
         from iteralab.evidence.table import write_raw_table
 
         write_raw_table(folder.path)
-    rows = folder.raw_rows()
+    rows = folder.counted_rows()
     state = folder.journal()
     done = state.done_slots()
     slots = campaign.get("schedule", {}).get("slots", [])

@@ -12,7 +12,8 @@ import io
 from pathlib import Path
 from typing import Any
 
-from iteralab.campaign.folder import COLUMNS, PHASES, TABLE, CampaignFolder, format_cell as _cell, table_columns
+from iteralab.campaign.folder import (COLUMNS, INTERRUPTED, PHASES, TABLE, CampaignFolder, format_cell as _cell,
+                                      table_columns)
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
 from iteralab.evidence.bundle import refuse_if_sealed
 from iteralab.campaign.manifest import rocm_compatibility_line
@@ -83,6 +84,15 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
         }
         if datasets:
             row["dataset"] = start.get("dataset")
+        stopped = state.interrupted.get(pid)
+        if fin is None and stopped is not None:
+            row["status"] = INTERRUPTED
+            notes.append(f"interrupted: the run was stopped ({stopped.get('signal')}) during this pass; not a "
+                         "failure and not counted (feasibility, statistics, decision); its slot runs again when "
+                         "the campaign resumes; all measurements empty")
+            row["notes"] = " | ".join(notes)
+            rows.append(row)
+            continue
         if fin is None:
             row["status"] = "aborted"
             row["ids_match"] = False

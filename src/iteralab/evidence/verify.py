@@ -362,7 +362,8 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any, conte
             if path.name.startswith(".tmp-"):
                 audit.note(f"{rel}: temporary file of an interrupted write, not counted")
             elif stem in state.started and stem not in state.finished:
-                audit.note(f"{rel}: written by aborted pass {stem}, not counted")
+                how = "interrupted" if stem in state.interrupted else "aborted"
+                audit.note(f"{rel}: written by {how} pass {stem}, not counted")
             else:
                 audit.diff(f"{rel}: not written by any pass in the journal")
 
