@@ -166,3 +166,101 @@ def test_verify_finds_an_edited_or_missing_carried_file(first):
     report = audit_campaign(first, require_seal=False)
     assert "inputs/model/config.json: sha256 differs from campaign.json (the model file was edited)" in report.differences
     assert "inputs/model/head/head.safetensors: missing (campaign.json records it as carried)" in report.differences
+
+
+# ------------------------------------------------------- absolute and package: references, the model moved away
+
+
+def _away(path: Path) -> None:
+    """As on another machine: the folder is no longer where the campaign read it."""
+    shutil.move(path, path.parent.parent / f"{path.parent.name}-away-{path.name}")
+
+
+def _packed_and_unpacked(first: Path, root: Path, include_weights: bool = True) -> Path:
+    archive = root / f"bundle-{include_weights}.tar.gz"
+    pack(first, archive, include_weights=include_weights)
+    return unpack(archive, root / f"elsewhere-{include_weights}").dest
+
+
+def test_an_absolute_model_path_moved_away_reruns_from_the_weights_the_bundle_carries(tmp_path, tiny_classifier_dir,
+                                                                                       capsys):
+    """What ``prepare --model`` writes: model.path absolute. Packed with its weights, the bundle reruns once the
+    folder is gone, and says it used the carried copy; packed without, the message names the missing weights."""
+    own = tmp_path / "own" / "model"
+    shutil.copytree(tiny_classifier_dir, own)
+    write_corpus_csv(tmp_path)
+    protocol = write_protocol(tmp_path, model=f'kind = "hf_classifier"\npath = "{own}"', variants=ONE_VARIANT,
+                              reference="b4", passes=1)
+    lock(protocol)
+    run_campaign(protocol, tmp_path / "first")
+    without = _packed_and_unpacked(tmp_path / "first", tmp_path, include_weights=False)
+    restored = _packed_and_unpacked(tmp_path / "first", tmp_path)
+    files = json.loads((restored / "campaign.json").read_text())["model"]["files"]
+    weights = files["model.safetensors"]
+    _away(tmp_path / "own")
+    capsys.readouterr()
+    assert main(["rerun", str(restored), "--out", str(tmp_path / "second"), "--json"]) == 0
+    captured = capsys.readouterr()
+    line = (f"model.path: '{own}' is not on this machine: using the copy the bundle carries (inputs/model, "
+            f"{len(files)} file(s) with their recorded sha256)")
+    assert line in captured.err.splitlines()
+    comparison = json.loads(captured.out)
+    assert comparison["rerun"]["model_inputs"] == [{"key": "model.path", "reference": str(own),
+                                                    "folder": "inputs/model", "files": len(files),
+                                                    "why": "is not on this machine"}]
+    assert all(v["outputs"] == "identical" for v in comparison["variants"].values())
+    assert comparison["stack_changed"] is False  # where the model folder was read is bookkeeping, not the stack
+    assert f"- {line}" in (tmp_path / "second" / "comparison.md").read_text()
+    assert audit_campaign(tmp_path / "second", require_seal=False).ok
+    with pytest.raises(RunError) as err:
+        rerun(without, tmp_path / "third")
+    assert str(err.value).startswith(f"model.path: '{own}' is not found on this machine")
+    assert str(err.value).endswith(f"the bundle carries {len(files) - 1} of its {len(files)} files and lacks "
+                                   f"model.safetensors (sha256 {weights['sha256']}, {weights['bytes']:,} bytes)")
+
+
+def test_package_references_of_an_encoder_and_its_head_rerun_from_the_carried_copy(tmp_path, tiny_encoder_dir,
+                                                                                    tiny_head_path, monkeypatch):
+    """model.path and model.head as ``package:NAME/...``: once the package is gone, both come from the bundle."""
+    import importlib
+
+    site = tmp_path / "site"
+    package = site / "own_rerun_models"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    shutil.copytree(tiny_encoder_dir, package / "encoder")
+    shutil.copyfile(tiny_head_path, package / "head.safetensors")
+    monkeypatch.syspath_prepend(str(site))
+    write_corpus_csv(tmp_path)
+    model = ('kind = "encoder_head"\npath = "package:own_rerun_models/encoder"\n'
+             'head = "package:own_rerun_models/head.safetensors"')
+    protocol = write_protocol(tmp_path, model=model, variants=ONE_VARIANT, reference="b4", passes=1)
+    lock(protocol)
+    run_campaign(protocol, tmp_path / "first")
+    restored = _packed_and_unpacked(tmp_path / "first", tmp_path)
+    _away(site)
+    importlib.invalidate_caches()
+    notes = []
+    result = rerun(restored, tmp_path / "second",
+                   progress=lambda kind, info: notes.append(info["text"]) if kind == "note" else None)
+    recorded = result["comparison"]["rerun"]["model_inputs"]
+    assert [(r["key"], r["reference"], r["why"]) for r in recorded] == [
+        ("model.path", "package:own_rerun_models/encoder", "is not on this machine"),
+        ("model.head", "package:own_rerun_models/head.safetensors", "is not on this machine")]
+    assert recorded[1]["files"] == 1 and len(notes) == 2
+    assert notes[1] == ("model.head: 'package:own_rerun_models/head.safetensors' is not on this machine: using the "
+                        "copy the bundle carries (inputs/model, 1 file(s) with their recorded sha256)")
+    assert all(v["outputs"] == "identical" for v in result["comparison"]["variants"].values())
+    new_files = json.loads((tmp_path / "second" / "campaign.json").read_text())["model"]["files"]
+    assert new_files == json.loads((restored / "campaign.json").read_text())["model"]["files"]
+
+
+def test_a_stand_in_holds_for_its_own_protocol_file_and_only_within_its_block(tmp_path):
+    from iteralab.plan.protocol import resolve, stand_ins
+
+    here, other = tmp_path / "a" / "protocol.toml", tmp_path / "b" / "protocol.toml"
+    with stand_ins(here, {"/nowhere/model": tmp_path / "copy"}):
+        assert resolve(here, "/nowhere/model") == tmp_path / "copy"
+        assert resolve(other, "/nowhere/model") == Path("/nowhere/model")
+        assert resolve(here, "model") == here.parent / "model"
+    assert resolve(here, "/nowhere/model") == Path("/nowhere/model")

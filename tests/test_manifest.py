@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from iteralab.campaign.manifest import (
     MANIFEST_SCHEMA_VERSION,
     campaign_manifest,
+    code_version,
     diff_manifests,
     environment_manifest,
     flatten,
@@ -38,10 +39,11 @@ def _campaign(**over):
 # ------------------------------------------------------------------------------------------ environment
 
 
-def test_environment_manifest_reads_the_runtime(tmp_path):
+def test_environment_manifest_reads_the_runtime(tmp_path, monkeypatch):
     import torch
 
-    env = environment_manifest(tmp_path)
+    monkeypatch.chdir(tmp_path)  # not a git work tree: the code version is still the package's
+    env = environment_manifest()
     assert set(env) == {"python", "platform", "packages", "device_inventory", "git", "determinism",
                         "torch_threads"}
     assert env["python"]["version"] == platform.python_version()
@@ -51,21 +53,26 @@ def test_environment_manifest_reads_the_runtime(tmp_path):
     assert env["device_inventory"]["torch"] == torch.__version__
     assert env["determinism"]["torch_deterministic_algorithms"] == torch.are_deterministic_algorithms_enabled()
     assert env["torch_threads"] == torch.get_num_threads()
-    assert env["git"]["commit"] is None and "not inside a git work tree" in env["git"]["reason"]
+    assert env["git"] == code_version()
     text = json.dumps(env)
     host = platform.node()
     if len(host) >= 4:
         assert host not in text  # no hostname (privacy)
 
 
-@pytest.mark.skipif(not HAS_GIT, reason="git is not installed")
-def test_git_commit_and_dirty_flag(tmp_path):
+def _git_repo(folder):
     def git(*args):
-        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True,
+        subprocess.run(["git", "-C", str(folder), *args], check=True, capture_output=True,
                        env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
-                            "GIT_COMMITTER_EMAIL": "t@example.org", "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+                            "GIT_COMMITTER_EMAIL": "t@example.org", "HOME": str(folder), "PATH": "/usr/bin:/bin"})
 
     git("init", "-q")
+    return git
+
+
+@pytest.mark.skipif(not HAS_GIT, reason="git is not installed")
+def test_git_commit_and_dirty_flag(tmp_path):
+    git = _git_repo(tmp_path)
     assert git_state(tmp_path) == {"commit": None, "dirty": None, "reason": "the repository has no commit yet"}
     (tmp_path / "a.txt").write_text("one")
     git("add", "a.txt")
@@ -75,6 +82,37 @@ def test_git_commit_and_dirty_flag(tmp_path):
     (tmp_path / "a.txt").write_text("two")
     dirty = git_state(tmp_path / ".")
     assert dirty["commit"] == clean["commit"] and dirty["dirty"] is True
+
+
+@pytest.mark.skipif(not HAS_GIT, reason="git is not installed")
+def test_the_code_version_is_that_of_the_package_source_tree_whatever_the_current_folder(tmp_path, monkeypatch):
+    """A tracked package records its tree's commit from any folder; an untracked copy (an installed package in a
+    project's ignored virtual environment) records none, though the folder around it is a git tree."""
+    import iteralab
+
+    repo, elsewhere = tmp_path / "repo", tmp_path / "elsewhere"
+    (repo / "src" / "iteralab").mkdir(parents=True)
+    (repo / ".venv" / "iteralab").mkdir(parents=True)
+    (repo / ".gitignore").write_text("/.venv/\n")
+    for folder in (repo / "src" / "iteralab", repo / ".venv" / "iteralab"):
+        (folder / "__init__.py").write_text("")
+    elsewhere.mkdir()
+    git = _git_repo(repo)
+    git("add", ".")
+    git("commit", "-q", "-m", "first")
+    commit = git_state(repo)["commit"]
+    monkeypatch.setattr(iteralab, "__file__", str(repo / "src" / "iteralab" / "__init__.py"))
+    for cwd in (elsewhere, repo, repo / ".venv"):
+        monkeypatch.chdir(cwd)
+        assert code_version() == {"commit": commit, "dirty": False, "reason": None}
+    monkeypatch.setattr(iteralab, "__file__", str(repo / ".venv" / "iteralab" / "__init__.py"))
+    for cwd in (elsewhere, repo):
+        monkeypatch.chdir(cwd)
+        assert code_version() == {"commit": None, "dirty": None,
+                                  "reason": "the installed iteralab package is not part of a git work tree"}
+    monkeypatch.setattr(iteralab, "__file__", str(elsewhere / "iteralab" / "__init__.py"))
+    (elsewhere / "iteralab").mkdir()
+    assert code_version()["reason"] == "the installed iteralab package is not part of a git work tree"
 
 
 def test_git_missing_is_reported(tmp_path, monkeypatch):

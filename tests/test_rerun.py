@@ -179,3 +179,25 @@ def test_rerun_of_a_campaign_locked_before_input_fingerprints(tmp_path, monkeypa
     monkeypatch.delenv(SHIFT_VARIABLE, raising=False)
     result = rerun(tmp_path / "campaign", tmp_path / "again")
     assert result["comparison"]["same_verdicts"] is True
+
+
+def test_a_rerun_started_outside_the_source_tree_reports_no_stack_change(tmp_path, monkeypatch):
+    """The code version in a manifest is the iteralab package's source tree, whatever folder a run starts in:
+    an earlier campaign run from inside the tree and its rerun from a folder outside any git tree agree."""
+    import iteralab
+
+    monkeypatch.delenv(SHIFT_VARIABLE, raising=False)
+    protocol = callable_campaign(tmp_path, fn="fake_models_rerun:shifted_classifier", passes=1, threshold=0.5,
+                                 reproduction=BOUNDED)
+    monkeypatch.chdir(Path(iteralab.__file__).resolve().parent)
+    run_campaign(protocol, tmp_path / "first")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    comparison = rerun(tmp_path / "first", tmp_path / "second")["comparison"]
+    assert not [c["key"] for c in comparison["manifest_changes"] if c["key"].startswith("environment.git")]
+    assert comparison["stack_changed"] is False
+    from iteralab.campaign.manifest import code_version
+
+    recorded = [json.loads((tmp_path / d / "manifest.json").read_text())["environment"]["git"]
+                for d in ("first", "second")]
+    assert recorded[0] == recorded[1] == code_version()

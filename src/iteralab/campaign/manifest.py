@@ -1,7 +1,8 @@
 """Campaign manifest (C3) and manifest differences (C5).
 
 ``environment_manifest`` reads what this process actually runs on: interpreter, OS, package versions,
-the device inventory, the code version (git commit + dirty flag), determinism options and thread count.
+the device inventory, the code version (git commit + dirty flag of the installed iteralab package's own source
+tree, whatever the current folder), determinism options and thread count.
 No hostname (privacy). ``campaign_manifest`` ties it to the workload, file hashes, corpus fingerprint, order
 hash, seeds and the reproduction target. ``diff_manifests`` lists the dotted keys that differ, so a pass
 whose environment drifted from the campaign's is flagged, and two campaigns' differing fields are listed.
@@ -22,9 +23,9 @@ from typing import Any
 
 from iteralab.common.files import sha256_file, write_json_atomic
 
-__all__ = ["MANIFEST_SCHEMA_VERSION", "PACKAGES", "campaign_manifest", "diff_manifests", "environment_manifest",
-           "flatten", "manifest_differences", "rocm_compatibility", "rocm_compatibility_line", "sha256_file",
-           "write_json_atomic"]
+__all__ = ["MANIFEST_SCHEMA_VERSION", "PACKAGES", "campaign_manifest", "code_version", "diff_manifests",
+           "environment_manifest", "flatten", "manifest_differences", "rocm_compatibility", "rocm_compatibility_line",
+           "sha256_file", "write_json_atomic"]
 
 MANIFEST_SCHEMA_VERSION = 1
 PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "scikit-learn", "iteralab",
@@ -44,24 +45,25 @@ def _git(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["git", "-C", str(workdir), *args], capture_output=True, text=True, timeout=30, env=env)
 
 
+def _unknown(reason: str) -> dict[str, Any]:
+    return {"commit": None, "dirty": None, "reason": reason}
+
+
 def git_state(workdir: Path) -> dict[str, Any]:
     """``{"commit", "dirty", "reason"}`` of the git work tree holding ``workdir``; None + reason otherwise."""
-    def unknown(reason: str) -> dict[str, Any]:
-        return {"commit": None, "dirty": None, "reason": reason}
-
     if not workdir.is_dir():
-        return unknown(f"{workdir} is not a folder")
+        return _unknown(f"{workdir} is not a folder")
     try:
         inside = _git(workdir, "rev-parse", "--is-inside-work-tree")
     except FileNotFoundError:
-        return unknown("git is not installed")
+        return _unknown("git is not installed")
     except subprocess.TimeoutExpired:
-        return unknown("git did not answer within 30 s")
+        return _unknown("git did not answer within 30 s")
     if inside.returncode != 0 or inside.stdout.strip() != "true":
-        return unknown(f"{workdir} is not inside a git work tree")
+        return _unknown(f"{workdir} is not inside a git work tree")
     head = _git(workdir, "rev-parse", "--verify", "HEAD")
     if head.returncode != 0:
-        return unknown("the repository has no commit yet")
+        return _unknown("the repository has no commit yet")
     status = _git(workdir, "status", "--porcelain", "--untracked-files=normal")
     if status.returncode != 0:
         return {"commit": head.stdout.strip(), "dirty": None,
@@ -82,18 +84,36 @@ def _determinism() -> dict[str, Any]:
     }
 
 
+def code_version() -> dict[str, Any]:
+    """The code version (C3): the git state of the tree the imported iteralab package is a tracked part of, read
+    from the package's own folder, so a run started in any folder records the same. None + reason where the
+    package is not tracked by git (an installed wheel, even inside another project's tree)."""
+    import iteralab
+
+    folder = Path(iteralab.__file__).resolve().parent
+    try:
+        tracked = _git(folder, "ls-files", "--error-unmatch", "--", "__init__.py")
+    except FileNotFoundError:
+        return _unknown("git is not installed")
+    except subprocess.TimeoutExpired:
+        return _unknown("git did not answer within 30 s")
+    if tracked.returncode != 0:
+        return _unknown("the installed iteralab package is not part of a git work tree")
+    return git_state(folder)
+
+
 #: The code version of a pass that does not read it (``git=False``): only the campaign's manifest keeps it.
 GIT_NOT_READ = {"commit": None, "dirty": None,
                 "reason": "not read: the campaign's manifest records the code version of its first pass"}
 
 
-def environment_manifest(workdir: Path | None = None, *, runtime: bool = True, git: bool = True) -> dict[str, Any]:
-    """The software and hardware this process runs on, read from the runtime. ``workdir`` (default: the
-    current folder) is where the code version is read from git; ``git=False`` skips it (a pass whose environment
-    is only compared with the campaign's, where the working tree may legitimately change: ``git status`` of a
-    large tree costs seconds). ``runtime=False`` (a workload that owns its model and device, e.g. a Python
-    callable) reads no fact that would import torch: torch's version comes from the installed package, its
-    runtime fields are None with the reason."""
+def environment_manifest(*, runtime: bool = True, git: bool = True) -> dict[str, Any]:
+    """The software and hardware this process runs on, read from the runtime. The code version is that of the
+    iteralab package's source tree (:func:`code_version`), never of the current folder; ``git=False`` skips it
+    (a pass whose environment is only compared with the campaign's, where the working tree may legitimately
+    change: ``git status`` of a large tree costs seconds). ``runtime=False`` (a workload that owns its model and
+    device, e.g. a Python callable) reads no fact that would import torch: torch's version comes from the
+    installed package, its runtime fields are None with the reason."""
     from iteralab.models.device import device_inventory, host_inventory
 
     versions = {name: _package_version(name) for name in PACKAGES}
@@ -108,7 +128,7 @@ def environment_manifest(workdir: Path | None = None, *, runtime: bool = True, g
         "packages": versions,
         # torch already imported in this process (an in-process campaign): its runtime facts cost nothing more
         "device_inventory": device_inventory() if runtime or "torch" in sys.modules else host_inventory(),
-        "git": git_state(Path(workdir) if workdir is not None else Path.cwd()) if git else dict(GIT_NOT_READ),
+        "git": code_version() if git else dict(GIT_NOT_READ),
     }
     if runtime:
         import torch

@@ -108,8 +108,7 @@ def worker_main(argv: list[str]) -> int:
         t0 = time.perf_counter()
         from iteralab.campaign.manifest import environment_manifest, owns_device
 
-        environment = environment_manifest(Path(spec.get("workdir") or os.getcwd()),
-                                           runtime=not owns_device(spec["model"]["kind"]))
+        environment = environment_manifest(runtime=not owns_device(spec["model"]["kind"]))
         startup["environment_s"] = time.perf_counter() - t0
         passes.record_runtime_memory(spec, startup)  # recorded once, by the worker that collects the environment
     try:

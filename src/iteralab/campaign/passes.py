@@ -17,7 +17,6 @@ import time
 _IMPORT_WALL, _IMPORT_START = time.time(), time.perf_counter()  # the worker's start-up phases (R2) start here
 
 import json
-import os
 import sys
 import traceback
 from pathlib import Path
@@ -425,8 +424,7 @@ def worker_main(argv: list[str], startup: dict[str, Any] | None = None) -> int:
     try:
         from iteralab.campaign.manifest import environment_manifest, owns_device
 
-        environment = environment_manifest(Path(spec.get("workdir") or os.getcwd()),
-                                           runtime=not owns_device(spec["model"]["kind"]),
+        environment = environment_manifest(runtime=not owns_device(spec["model"]["kind"]),
                                            git=bool(spec.get("record_git", True)))
     except Exception as exc:
         environment = {"error": _error_text(exc)}

@@ -169,7 +169,7 @@ class RayEngine:
         from iteralab.campaign.manifest import environment_manifest, owns_device
 
         result = _RayPass(self, spec).execute()
-        environment = environment_manifest(Path(spec["workdir"]), runtime=not owns_device(spec["model"]["kind"]))
+        environment = environment_manifest(runtime=not owns_device(spec["model"]["kind"]))
         # What only the process running the model knows (threads, determinism options as applied): the actor's.
         runtime = result.pop("actor_runtime", None)
         if runtime:

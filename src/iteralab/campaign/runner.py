@@ -229,7 +229,6 @@ def _pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Sl
         "device": protocol.run.device,
         "seed": slot.seed,
         "deterministic": protocol.reproduction.deterministic,
-        "workdir": os.getcwd(),
         "scratch_dir": str(out / SCRATCH),
     }
 
@@ -239,7 +238,7 @@ def _run_in_process(spec: dict[str, Any]) -> dict[str, Any]:
     from iteralab.campaign.passes import execute_pass
 
     result = execute_pass(spec)
-    result["environment"] = environment_manifest(Path(spec["workdir"]), runtime=not owns_device(spec["model"]["kind"]),
+    result["environment"] = environment_manifest(runtime=not owns_device(spec["model"]["kind"]),
                                                  git=bool(spec.get("record_git", True)))
     return result
 
@@ -497,7 +496,7 @@ def _check_resume_environment(out: Path, reference: dict[str, Any]) -> None:
     def wanted(key: str) -> bool:
         return any(key == p or fnmatchcase(key, p) for p in RESUME_KEYS)
 
-    now = environment_manifest(Path(os.getcwd()))
+    now = environment_manifest(git=False)  # the code version is not among the keys compared
     for key, before, after in manifest_differences(reference.get("environment") or {}, now):
         if wanted(key):
             raise RunError(

@@ -34,6 +34,8 @@ class CampaignProgress:
             self.progress.console.print(f"  {info['pass_id']}: {info['status']}, measured pass {took}")
         elif kind == "end":
             self.progress.stop()
+        elif kind == "note":
+            self.message(info["text"])
 
 
 def require_campaign(folder: Path) -> None:

@@ -111,7 +111,11 @@ def rerun_cmd(
 
     from iteralab.evidence.rerun import rerun
 
-    result = rerun(campaign, out, progress=None if as_json else CampaignProgress(), tuning=tuning)
+    def notes_only(kind: str, info: dict) -> None:  # --json keeps stdout for the comparison
+        if kind == "note":
+            typer.echo(info["text"], err=True)
+
+    result = rerun(campaign, out, progress=notes_only if as_json else CampaignProgress(), tuning=tuning)
     comparison = result["comparison"]
     if as_json:
         typer.echo(json.dumps(comparison, indent=2, sort_keys=True))

@@ -14,8 +14,11 @@ next to the new campaign (``.<NEW>.rerun-inputs``), nested as deep as its ``..``
 * a relative model or head path becomes links to the files the bundle carries under ``inputs/model`` (the
   locked files themselves) when it holds all of them — the head, config and tokenizer always travel, the
   weights when packed with ``--include-weights`` —, else a link to the path recorded in the earlier
-  ``campaign.json``; ``package:NAME/...`` references and absolute paths resolve on this machine as written.
-  What cannot be found is named file by file, with its sha256.
+  ``campaign.json``; ``package:NAME/...`` references and absolute paths resolve on this machine as written,
+  and where they find nothing, the carried files stand in for them (``plan.protocol.stand_ins``: the locked
+  text is unchanged) when the bundle holds all of them. Each use of the carried copy is said in one line and
+  recorded in ``comparison.json`` (``rerun.model_inputs``). What cannot be found is named file by file, with
+  its sha256.
 
 The earlier folder must verify first (``audit.py``): a comparison against tampered evidence means nothing.
 After the runner finishes, ``comparison.md`` and ``comparison.json`` are written in the new folder: the
@@ -35,20 +38,42 @@ import os
 import posixpath
 import shutil
 import statistics
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from iteralab.campaign.folder import CampaignFolder, read_json
-from iteralab.errors import RunError
+from iteralab.errors import ProtocolError, RunError
 from iteralab.common.files import write_json_atomic, write_text_atomic
-from iteralab.plan.protocol import PACKAGE_PREFIX, Protocol, load_protocol, resolve
+from iteralab.plan.protocol import PACKAGE_PREFIX, Protocol, load_protocol, resolve, stand_ins
 from iteralab.campaign.judge import compare_predictions
 
 COMPARISON_SCHEMA = 1
 #: Output classes of a pair of matching passes, from the closest to the farthest.
 OUTCOMES = ("identical", "within bound", "acceptable only", "not acceptable", "not comparable")
-#: Manifest keys that always differ between two campaigns and say nothing about the stack.
-BOOKKEEPING = ("extra.protocol.source", "extra.model_spec.path", "extra.model_spec.head")
+#: Manifest keys that always differ between two campaigns and say nothing about the stack: where the protocol
+#: copy and the model were read (the model's identity is its files' sha256, ``file_hashes``).
+BOOKKEEPING = ("extra.protocol.source", "extra.model_spec.path", "extra.model_spec.head", "workload.model_path")
+
+
+@dataclass(frozen=True)
+class Staged:
+    """What :func:`stage_inputs` wrote: the protocol copy, the stand-ins for model references this machine
+    lacks (reference as written -> the carried files' folder or file), and one record per model input taken
+    from the files the bundle carries."""
+
+    protocol: Path
+    stand_ins: dict[str, Path] = field(default_factory=dict)
+    model_inputs: list[dict[str, Any]] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        """One line per model input taken from the bundle's carried copy."""
+        return [carried_line(record) for record in self.model_inputs]
+
+
+def carried_line(record: dict[str, Any]) -> str:
+    return (f"{record['key']}: {record['reference']!r} {record['why']}: using the copy the bundle carries "
+            f"({record['folder']}, {record['files']} file(s) with their recorded sha256)")
 
 
 def staging_folder(out: Path) -> Path:
@@ -115,8 +140,8 @@ def _place(target: Path, staged_protocol: Path, what: str) -> Path:
 
 
 def stage_inputs(source: Path, campaign: dict[str, Any], protocol: Protocol, staging: Path,
-                 tuning: Path | None = None) -> Path:
-    """Write the protocol copy, its lock and the inputs it references under ``staging``; return the protocol path."""
+                 tuning: Path | None = None) -> Staged:
+    """Write the protocol copy, its lock and the inputs it references under ``staging``."""
     spec, model = protocol.corpus, protocol.model
     refs = [r for r in (spec.path, spec.tuning_path, model.path, model.head, *(d.path for d in protocol.datasets))
             if _is_relative(r)]
@@ -151,10 +176,16 @@ def stage_inputs(source: Path, campaign: dict[str, Any], protocol: Protocol, sta
                            hint="give the tuning file with --tuning (its disjointness is checked again)")
         if _is_relative(spec.tuning_path):
             shutil.copyfile(original, _place(resolve(staged, spec.tuning_path), staged, "corpus.tuning_path"))
+    result = Staged(staged)
     for key in ("path", "head"):
-        if getattr(model, key):
-            _stage_model_input(source, campaign, key, getattr(model, key), staged)
-    return staged
+        ref = getattr(model, key)
+        if ref:
+            record = _stage_model_input(source, campaign, key, ref, staged, staging)
+            if record is not None:
+                result.model_inputs.append(record)
+                if not _is_relative(ref):
+                    result.stand_ins[ref] = Path(record["staged"])
+    return result
 
 
 def _model_input_files(campaign: dict[str, Any], key: str) -> dict[str, dict[str, Any]]:
@@ -174,42 +205,65 @@ def _lacking(source: Path, wanted: dict[str, dict[str, Any]]) -> list[str]:
 def _missing_text(wanted: dict[str, dict[str, Any]], lacking: list[str]) -> str:
     from iteralab.campaign.carry import describe_missing
 
-    if not wanted:
+    if not wanted or not lacking:
         return ""
     shown = "; ".join(describe_missing(n, wanted[n]) for n in lacking[:3]) + (" …" if len(lacking) > 3 else "")
     return f"; the bundle carries {len(wanted) - len(lacking)} of its {len(wanted)} files and lacks {shown}"
 
 
-def _stage_model_input(source: Path, campaign: dict[str, Any], key: str, ref: str, staged: Path) -> None:
+def _link_carried(source: Path, key: str, wanted: dict[str, dict[str, Any]], target: Path) -> None:
+    """``target`` becomes what ``model.<key>`` names, made of links to the carried files: the head file itself,
+    or a folder holding each recorded file of the model folder under its own name."""
+    from iteralab.campaign.carry import CARRY_DIR
+
+    carried = source.resolve() / CARRY_DIR
+    if key == "head":
+        os.symlink(carried / next(iter(wanted)), target)
+        return
+    target.mkdir()
+    for name in wanted:
+        link = target / name.removeprefix("tokenizer/")
+        link.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(carried / name, link)
+
+
+def _stage_model_input(source: Path, campaign: dict[str, Any], key: str, ref: str, staged: Path,
+                       staging: Path) -> dict[str, Any] | None:
     """Make ``model.<key>`` resolve from the staged protocol: the carried copy (the locked files themselves)
     when the bundle holds all of them, else the path the earlier campaign recorded, else refuse naming each
-    missing file and its hash. A ``package:`` or absolute reference resolves on this machine as written."""
+    missing file and its hash. A ``package:`` or absolute reference resolves on this machine as written; where
+    it finds nothing, the carried copy stands in for it. Returns the record of a use of the carried copy."""
     from iteralab.campaign.carry import CARRY_DIR
 
     wanted = _model_input_files(campaign, key)
     lacking = _lacking(source, wanted)
+    complete = bool(wanted) and not lacking
     hint = ("copy the files with those hashes to this machine, or pack the earlier campaign with "
             "'iteralab bundle pack --include-weights'")
+    record = {"key": f"model.{key}", "reference": ref, "folder": CARRY_DIR, "files": len(wanted)}
     if not _is_relative(ref):
-        found = resolve(staged, ref)
-        if found is None or not found.exists():
-            raise RunError(f"model.{key}: {ref!r} is not found on this machine ({found})"
+        try:
+            found = resolve(staged, ref)
+        except ProtocolError:  # a package: reference whose package is not installed here
+            found = None
+        if found is not None and found.exists():
+            return None
+        if not complete:
+            where = found if found is not None else "its package is not installed"
+            raise RunError(f"model.{key}: {ref!r} is not found on this machine ({where})"
                            + _missing_text(wanted, lacking), hint=hint)
-        return
+        name = next(iter(wanted)).removeprefix("head/") if key == "head" else "model"
+        target = _place(staging / f".carried-{key}" / name, staged, f"model.{key}")
+        _link_carried(source, key, wanted, target)
+        return {**record, "why": "is not on this machine", "staged": str(target)}
     target = _place(resolve(staged, ref), staged, f"model.{key}")
-    if wanted and not lacking:
-        carried = source.resolve() / CARRY_DIR
-        if key == "head":
-            os.symlink(carried / next(iter(wanted)), target)
-        else:
-            target.mkdir()
-            for name in wanted:
-                os.symlink(carried / name, target / name.removeprefix("tokenizer/"))
-        return
+    if complete:
+        _link_carried(source, key, wanted, target)
+        return {**record, "why": "is relative to the original protocol file", "staged": str(target)}
     recorded = campaign["model"].get(key)
     if recorded and Path(recorded).exists():
         os.symlink(Path(recorded).resolve(), target)
-        return
+        return None
     raise RunError(f"model.{key}: {ref!r} is relative to the original protocol file, and the model it named "
                    f"({recorded}) is not on this machine" + _missing_text(wanted, lacking), hint=hint)
 
@@ -260,15 +314,21 @@ def rerun(source: str | os.PathLike[str], out: str | os.PathLike[str], *, isolat
                            hint="choose a new --out folder (an interrupted rerun into it would be resumed)")
     staging = staging_folder(out)
     staged = stage_inputs(source, campaign, protocol, staging, Path(tuning) if tuning else None)
-    new_campaign = prepare(staged, out, rerun=True)
-    differing = _same_question(campaign, new_campaign)
-    if differing:
-        raise RunError(f"{out}: the rerun would not repeat the same question: {', '.join(differing)} differ "
-                       "from the earlier campaign", hint="nothing was run; see the two campaign.json files")
-    summary = run_campaign(staged, out, progress=progress, isolation=isolation, rerun=True)
+    if progress is not None:
+        for line in staged.lines():
+            progress("note", {"text": line})
+    with stand_ins(staged.protocol, staged.stand_ins):
+        new_campaign = prepare(staged.protocol, out, rerun=True)
+        differing = _same_question(campaign, new_campaign)
+        if differing:
+            raise RunError(f"{out}: the rerun would not repeat the same question: {', '.join(differing)} differ "
+                           "from the earlier campaign", hint="nothing was run; see the two campaign.json files")
+        summary = run_campaign(staged.protocol, out, progress=progress, isolation=isolation, rerun=True)
     shutil.rmtree(staging, ignore_errors=True)
     comparison = compare_campaigns(source, out)
     comparison["source"]["seal_digest"] = report.seal_digest
+    comparison["rerun"]["model_inputs"] = [{k: v for k, v in r.items() if k != "staged"}
+                                           for r in staged.model_inputs]
     paths = write_comparison(out, comparison)
     return {**summary, "comparison": comparison, "comparison_files": [str(p) for p in paths]}
 
@@ -432,6 +492,7 @@ def render_comparison(c: dict[str, Any]) -> str:
         f"- earlier campaign: `{c['source']['folder']}`" +
         (f" (seal digest `{c['source']['seal_digest']}`)" if c["source"].get("seal_digest") else ""),
         f"- rerun: `{c['rerun']['folder']}`",
+        *(f"- {carried_line(r)}" for r in c["rerun"].get("model_inputs") or []),
         f"- same locked protocol (sha256 `{c['rerun']['protocol_sha256'][:16]}…`), same corpus "
         f"(fingerprint `{c['corpus_fingerprint'][:16]}…`), same variants and schedule",
         f"- declared reproduction target: **{p['reproduction_target']}**{bound}",
@@ -446,7 +507,7 @@ def render_comparison(c: dict[str, Any]) -> str:
     else:
         lines += ["| field | earlier | rerun |", "|---|---|---|"]
         for ch in c["manifest_changes"]:
-            note = " (where the protocol copy was read; always differs)" if ch["bookkeeping"] else ""
+            note = " (where an input was read; always differs)" if ch["bookkeeping"] else ""
             lines.append(f"| `{ch['key']}`{note} | {_value(ch['old'])} | {_value(ch['new'])} |")
     lines += ["", "## Per variant", "",
               "| variant | verdict earlier → rerun | same | outputs | target met | label agreement (min) | "
@@ -488,5 +549,5 @@ def write_comparison(folder: str | os.PathLike[str], comparison: dict[str, Any])
     return [folder / "comparison.md", folder / "comparison.json"]
 
 
-__all__ = ["COMPARISON_SCHEMA", "OUTCOMES", "compare_campaigns", "compare_predictions", "render_comparison",
-           "rerun", "stage_inputs", "write_comparison"]
+__all__ = ["COMPARISON_SCHEMA", "OUTCOMES", "Staged", "carried_line", "compare_campaigns", "compare_predictions",
+           "render_comparison", "rerun", "stage_inputs", "write_comparison"]

@@ -13,6 +13,8 @@ import hashlib
 import json
 import os
 import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -597,14 +599,34 @@ def check_locked(protocol_path: str | os.PathLike[str]) -> tuple[Protocol, dict[
 
 
 PACKAGE_PREFIX = "package:"
+#: Stand-ins in force (:func:`stand_ins`): (protocol file, reference as written) -> the path used for it.
+_STAND_INS: dict[tuple[Path, str], Path] = {}
+
+
+@contextmanager
+def stand_ins(protocol_path: str | os.PathLike[str], references: Mapping[str, Path]) -> Iterator[None]:
+    """Within the block, :func:`resolve` gives ``references[ref]`` for these references of this protocol file
+    only: a rerun's stand-in for a model whose absolute or ``package:`` path is not on this machine, while the
+    locked protocol text stays byte for byte what was locked."""
+    keys = {(Path(protocol_path).resolve(), ref): Path(path) for ref, path in references.items()}
+    _STAND_INS.update(keys)
+    try:
+        yield
+    finally:
+        for key in keys:
+            _STAND_INS.pop(key, None)
 
 
 def resolve(protocol_path: str | os.PathLike[str], relative: str | None) -> Path | None:
     """Resolve a path written in the protocol: relative to the protocol file's folder, absolute, or
     ``package:NAME/sub/path`` inside an installed Python package (found without importing it), which keeps a
-    protocol portable between machines."""
+    protocol portable between machines. A :func:`stand_ins` entry for the reference comes first."""
     if relative is None:
         return None
+    if _STAND_INS:
+        stand_in = _STAND_INS.get((Path(protocol_path).resolve(), relative))
+        if stand_in is not None:
+            return stand_in
     if relative.startswith(PACKAGE_PREFIX):
         import importlib.util
 
