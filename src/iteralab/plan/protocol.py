@@ -349,14 +349,19 @@ def _location(data: Any, loc: tuple[Any, ...]) -> str:
     return ".".join(parts)
 
 
-def parse_protocol(text: str, source: str = "<protocol>") -> Protocol:
-    """Parse and validate protocol text; errors name the source file and the key at fault."""
+def parse_toml(text: str, source: str = "<protocol>") -> dict[str, Any]:
+    """The TOML tables of a protocol text, not yet validated; a syntax error names the source file."""
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ProtocolError(f"{source}: not valid TOML: {exc}", hint="fix the TOML syntax") from None
     except RecursionError:
         raise ProtocolError(f"{source}: not valid TOML: nested too deeply", hint="fix the TOML syntax") from None
+
+
+def parse_protocol(text: str, source: str = "<protocol>") -> Protocol:
+    """Parse and validate protocol text; errors name the source file and the key at fault."""
+    data = parse_toml(text, source)
     try:
         return Protocol.model_validate(data)
     except ValidationError as exc:
@@ -418,6 +423,11 @@ def _problem(data: Any, error: Any, root: type[BaseModel]) -> str:
 
 
 def load_protocol(path: str | os.PathLike[str]) -> Protocol:
+    return parse_protocol(read_protocol_text(path), source=str(Path(path)))
+
+
+def read_protocol_text(path: str | os.PathLike[str]) -> str:
+    """A protocol file's text; a missing, unreadable or non-UTF-8 file is refused in one line."""
     path = Path(path)
     try:
         raw = path.read_bytes()
@@ -429,7 +439,7 @@ def load_protocol(path: str | os.PathLike[str]) -> Protocol:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ProtocolError(f"{path}: not UTF-8 text (byte {exc.start})", hint="save the file as UTF-8") from None
-    return parse_protocol(text, source=str(path))
+    return text
 
 
 def content_hash(path: str | os.PathLike[str]) -> str:
