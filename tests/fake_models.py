@@ -98,3 +98,33 @@ def swallowing_interrupt(texts: list[str]) -> list[list[float]]:
             pass
         raise RuntimeError("worker lost")
     return keyword_classifier(texts)
+
+
+class WorkClock:
+    """A clock that moves only when :func:`clocked_classifier` works (install it as the pass clock): a pass's
+    times then depend on the texts it processed, never on the machine's speed."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+        #: Seconds per unit of work: 2.0 plays a machine twice as slow (or twice as loaded).
+        self.scale = 1.0
+
+    def now(self) -> float:
+        return self.t
+
+
+WORK_CLOCK = WorkClock()
+
+
+def clocked_classifier(texts: list[str]) -> list[list[float]]:
+    """``keyword_classifier`` that advances WORK_CLOCK by 1 s per text, 20 s for the factory corpus's long text."""
+    WORK_CLOCK.t += WORK_CLOCK.scale * sum(20.0 if "many many words" in t else 1.0 for t in texts)
+    return keyword_classifier(texts)
+
+
+def slow_warmup_classifier(texts: list[str]) -> list[list[float]]:
+    """``keyword_classifier`` whose first call in a process (the warm-up) takes 0.5 s: a relative pass limit then
+    projects minutes for a few texts, which the pass never comes near."""
+    if not CALLS:
+        time.sleep(0.5)
+    return keyword_classifier(texts)

@@ -21,7 +21,7 @@ MISSING_FROM_README: dict[tuple[str, ...], str] = {}
 KNOWN_TREE = [
     (),
     ("lock",), ("prepare",), ("run",), ("table",), ("demo",), ("price",), ("window",), ("stats",), ("exclude",),
-    ("decide",), ("report",), ("verify",), ("rerun",), ("memory",), ("rocm-check",),
+    ("decide",), ("report",), ("verify",), ("rerun",), ("threshold",), ("memory",), ("rocm-check",),
     ("bundle",), ("bundle", "seal"), ("bundle", "pack"), ("bundle", "unpack"),
     ("head",), ("head", "train"), ("kit",), ("kit", "export"),
 ]

@@ -89,7 +89,8 @@ def prepare_cmd(
     if record["left_out"]:
         typer.echo(f"left out: {len(record['left_out'])} repeated texts (see prepare.json)")
     typer.echo(f"written: {out / 'final.csv'}, {out / 'tuning.csv'}, {out / 'prepare.json'}, {out / 'protocol.toml'}")
-    typer.echo(f"next: make each CHOOSE in {out / 'protocol.toml'}, then iteralab lock {out / 'protocol.toml'}")
+    typer.echo(f"next: iteralab threshold {out / 'protocol.toml'} (the model on the tuning split, a suggested "
+               f"threshold), make each CHOOSE in it, then iteralab lock {out / 'protocol.toml'}")
 
 
 @app.command("run")

@@ -402,7 +402,8 @@ def _collect(result: dict[str, Any], workers: list[_Worker], bounds: Any, layout
         devices.append({"device": w.label, "status": r.get("status"), "completed": r.get("completed"),
                         "expected": r.get("expected") if r.get("expected") is not None else shard_rows,
                         "phases": r.get("phases") or {}, "memory": r.get("memory"), "error": r.get("error"),
-                        "error_kind": r.get("error_kind"), "startup": r.get("startup")})
+                        "error_kind": r.get("error_kind"), "startup": r.get("startup"),
+                        **({"pass_limit": r["pass_limit"]} if r.get("pass_limit") else {})})
     parallel["devices"] = devices
     for name in ("load_s", "compile_s", "warmup_s"):  # start-up phases run side by side: the slowest one counts
         values = [(r.get("phases") or {}).get(name) for r in records]
@@ -427,6 +428,11 @@ def _collect(result: dict[str, Any], workers: list[_Worker], bounds: Any, layout
     result["environment"] = first.get("environment")
     failures = sorted(((w, r) for w, r in zip(workers, records) if r.get("status") != "ok"),
                       key=lambda wr: wr[1].get("error_kind") == "stopped")  # the cause first
+    # run.pass_timeout: each worker projected its own limit over its shard (per device above); the row names the
+    # one of the worker that failed first, else the first worker's
+    limited = [r.get("pass_limit") for _, r in failures] + [r.get("pass_limit") for r in records]
+    if any(limited):
+        result["pass_limit"] = next(record for record in limited if record)
     if failures:
         w, r = failures[0]
         result["error"] = f"{w.label}: {r.get('error')}"

@@ -58,22 +58,53 @@ def _is_oom(exc: BaseException) -> bool:
 
 
 class PassTimeout(Exception):
-    """The measured pass ran past the protocol's pass time limit (``run.pass_timeout_s``)."""
+    """The measured pass ran past the protocol's pass time limit (``run.pass_timeout_s``, or ``run.pass_timeout``
+    relative to the pass's warm-up: ``basis`` then says how the limit was projected)."""
 
-    def __init__(self, limit: float) -> None:
-        super().__init__(f"exceeded the pass time limit of {limit:g} s")
+    def __init__(self, limit: float, basis: str | None = None) -> None:
+        super().__init__(f"exceeded the pass time limit of {limit:g} s" if basis is None else
+                         f"exceeded the pass time limit of {limit:.2f} s ({basis})")
+
+
+def pass_limit(spec: dict[str, Any], warm_s: float | None, warm_inputs: int,
+               documents: int | None) -> tuple[float | None, dict[str, Any] | None]:
+    """The limit of one measured pass in seconds, fixed before its measured region, and its journal record.
+
+    ``run.pass_timeout_s`` is taken as given (no record). ``run.pass_timeout = "Nx warmup"`` is N × the warm-up's
+    per-document time (``warm_s``, the time of its last repetition, ÷ ``warm_inputs``) × the ``documents`` this
+    pass will process: every pass projects its own limit from its own warm-up."""
+    factor = spec.get("pass_timeout_factor")
+    if factor is None:
+        return spec.get("pass_timeout_s"), None
+    record: dict[str, Any] = {"rule": spec.get("pass_timeout"), "factor": factor, "warmup_s": warm_s,
+                              "warmup_inputs": warm_inputs, "documents": documents}
+    if warm_s is None or warm_inputs <= 0 or not documents:
+        record.update(projected_s=None, limit_s=None,
+                      reason="no limit applied: the warm-up measured no time per document to project from")
+        return None, record
+    projected = warm_s / warm_inputs * documents
+    record.update(per_document_s=warm_s / warm_inputs, projected_s=projected, limit_s=factor * projected)
+    return factor * projected, record
+
+
+def limit_basis(record: dict[str, Any] | None) -> str | None:
+    """How a relative limit was projected, in words (the failed row's error names it)."""
+    if not record or record.get("limit_s") is None:
+        return None
+    return (f"{record['factor']:g}x the warm-up's projection of {record['projected_s']:.2f} s for "
+            f"{record['documents']} documents")
 
 
 class _Limit:
     """The pass time limit, read between batches from the pass's own clock (one reading per batch)."""
 
-    def __init__(self, clock: Any, seconds: float | None) -> None:
-        self.clock, self.seconds = clock, seconds
+    def __init__(self, clock: Any, seconds: float | None, basis: str | None = None) -> None:
+        self.clock, self.seconds, self.basis = clock, seconds, basis
         self.start = clock.now() if seconds is not None else 0.0
 
     def check(self) -> None:
         if self.seconds is not None and self.clock.now() - self.start > self.seconds:
-            raise PassTimeout(self.seconds)
+            raise PassTimeout(self.seconds, self.basis)
 
 
 class _Progress:
@@ -304,13 +335,15 @@ def execute_pass(spec: dict[str, Any], clock: Any = None, startup: dict[str, flo
     try:
         # Warm-up (R5): the first `inputs` texts of the corpus, `passes` times, with the variant's batch size.
         warm = spec["warmup"]
+        warm_texts: list[str] = []
+        last_warm_s = None  # the last repetition: what the pass time limit projects from (run.pass_timeout)
         if warm["inputs"] > 0 and warm["passes"] > 0:
             warm_texts = _first_texts(spec["corpus_path"], corpus_kwargs, int(warm["inputs"]))
             for i in range(warm["passes"]):
                 with dev.timed(device, clock) as warming:
                     for start in range(0, len(warm_texts), batch_size):
                         workload.infer(workload.tokenize(warm_texts[start:start + batch_size]))
-                elapsed = warming.seconds
+                elapsed = last_warm_s = warming.seconds
                 if i == 0 and variant["compile"]:
                     phases["compile_s"] = elapsed  # first warm-up call compiles: recorded as compilation
                 else:
@@ -326,13 +359,22 @@ def execute_pass(spec: dict[str, Any], clock: Any = None, startup: dict[str, flo
         return result
 
     rows = sync.ready() if sync is not None else None  # data-parallel: wait for every worker, get the shard
+    # Fixed before the measured region: the absolute limit, or this pass's own projection from its warm-up over
+    # the documents it will process (a data-parallel worker: its shard).
+    limit_s, limit_record = pass_limit(spec, last_warm_s, len(warm_texts),
+                                       rows[1] - rows[0] if rows is not None else spec.get("documents"))
+    basis = limit_basis(limit_record)
+    if limit_record is not None:
+        result["pass_limit"] = limit_record
+        if limit_record["limit_s"] is None:
+            notes.append(f"pass time limit: {limit_record['reason']}")
     pass_run = MeasuredPass()
     gpu_scope = dev.GpuEvents(device)  # CUDA events, created outside the timed region; a labelled GPU scope
     machine_before = dev.load_snapshot()  # what else uses the machine: read outside the timed region
     dev.reset_peaks(device)
     try:
         with dev.timed(device, clock) as measured:
-            limit = _Limit(clock, spec.get("pass_timeout_s"))
+            limit = _Limit(clock, limit_s, basis)
             gpu_scope.record_start()
             pass_run.run(workload, spec["corpus_path"], corpus_kwargs, batch_size, bool(variant["bucketing"]),
                          bool(variant["resume"]), len(spec["classes"]), limit, rows)

@@ -254,13 +254,17 @@ class _RayPass:
         meta_chunks: list[Any] = []
         error: BaseException | None = None
         limit = spec.get("pass_timeout_s")
+        relative = WarmupLimit(spec, len(warm_texts), len(expected_ids)) \
+            if spec.get("pass_timeout_factor") is not None else None
         submitted = time.time()  # wall clock: compared with the actors' own readings (one machine for a local Ray)
         try:
             for block in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
                 id_chunks.append(block.column("id"))
                 prob_chunks.append(block.column("probs"))
                 meta_chunks.append(block.column(META))
-                if limit is not None and time.time() - submitted > limit:
+                if relative is not None:
+                    relative.check(block.column(META))
+                elif limit is not None and time.time() - submitted > limit:
                     raise PassTimeout(limit)
             finished = time.time()
         except Exception as exc:  # Ray's unit of failure is the block: the pass fails with what was received
@@ -268,6 +272,8 @@ class _RayPass:
             finished = None
         actors = _actor_records(meta_chunks)
         self._startup_phases(actors, submitted)
+        if relative is not None and relative.record is not None:
+            result["pass_limit"] = relative.record
         ids = pa.chunked_array(id_chunks, pa.string()).combine_chunks() if id_chunks else pa.array([], pa.string())
         k = len(spec["classes"])
         probs = (np.concatenate([c.combine_chunks().flatten().to_numpy(zero_copy_only=False) for c in prob_chunks])
@@ -328,6 +334,36 @@ class _RayPass:
         for phase in ("load_s", "warmup_s", "compile_s"):
             values = [r[phase] for r in records if r.get(phase) is not None]
             self.phases[phase] = max(values) if values else None
+
+
+class WarmupLimit:
+    """``run.pass_timeout`` ("Nx warmup") on Ray. The actors warm up in their constructors, so the driver learns the
+    projection from the first start-up record that comes back (an actor's first batch): N × that actor's last
+    warm-up repetition ÷ the warm-up inputs × the corpus's documents (a pool of several actors shares the corpus,
+    so this single-actor projection is the generous side). It is then checked between blocks, from that actor's
+    ready time (where the pass time starts). ``clock`` reads the wall clock, as the actors' timestamps do."""
+
+    def __init__(self, spec: dict[str, Any], warm_inputs: int, documents: int, clock: Any = time.time) -> None:
+        self.spec, self.warm_inputs, self.documents, self.clock = spec, warm_inputs, documents, clock
+        self.seconds: float | None = None
+        self.record: dict[str, Any] | None = None
+        self.start = 0.0
+
+    def check(self, meta: Any) -> None:
+        from iteralab.campaign.passes import PassTimeout, limit_basis, pass_limit
+
+        if self.record is None:
+            import pyarrow.compute as pc
+
+            for cell in pc.drop_null(meta).to_pylist():
+                startup = json.loads(cell).get("startup")
+                if startup:
+                    self.seconds, self.record = pass_limit(self.spec, startup.get("last_warmup_s"), self.warm_inputs,
+                                                           self.documents)
+                    self.start = float(startup["ready_at"])
+                    break
+        if self.seconds is not None and self.clock() - self.start > self.seconds:
+            raise PassTimeout(self.seconds, limit_basis(self.record))
 
 
 def _corpus_ids(path: str) -> Any:
@@ -412,7 +448,8 @@ class RayPredictor:
                 classes=spec["classes"], precision=variant["precision"], device=str(device),
                 max_length=model["max_length"], truncation=model["truncation"], padding=variant["padding"],
                 compile=variant["compile"], trust_remote_code=model["trust_remote_code"])
-        times: dict[str, float | None] = {"load_s": loading.seconds, "compile_s": None, "warmup_s": None}
+        times: dict[str, float | None] = {"load_s": loading.seconds, "compile_s": None, "warmup_s": None,
+                                          "last_warmup_s": None}
         batch_size = int(variant["batch_size"])
         for i in range(int(spec["warmup"]["passes"]) if warm_texts else 0):  # the protocol's rule (R5)
             with dev.timed(device, dev.PERF_CLOCK) as warming:
@@ -420,6 +457,7 @@ class RayPredictor:
                     self.workload.infer(self.workload.tokenize(warm_texts[start:start + batch_size]))
             key = "compile_s" if i == 0 and variant["compile"] else "warmup_s"
             times[key] = (times[key] or 0.0) + warming.seconds
+            times["last_warmup_s"] = warming.seconds  # what run.pass_timeout projects from (WarmupLimit)
         self.k = len(spec["classes"])
         self.key = f"{os.getpid()}-{id(self)}"
         ready = time.time()

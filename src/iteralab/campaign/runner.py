@@ -226,11 +226,21 @@ def _pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Sl
         "prediction_dir": str(out / "predictions"),
         "warmup": protocol.warmup.model_dump(),
         "pass_timeout_s": protocol.run.pass_timeout_s,
+        "pass_timeout": protocol.run.pass_timeout,
+        "pass_timeout_factor": protocol.run.pass_timeout_factor,
+        "documents": _documents(campaign, slot.dataset),
         "device": protocol.run.device,
         "seed": slot.seed,
         "deterministic": protocol.reproduction.deterministic,
         "scratch_dir": str(out / SCRATCH),
     }
+
+
+def _documents(campaign: dict[str, Any], dataset: str | None) -> int | None:
+    """How many documents a pass of this slot processes (the corpus copy's, or its dataset's, size)."""
+    if dataset is None:
+        return campaign["corpus"].get("size")
+    return next((d.get("size") for d in campaign.get("datasets") or [] if d.get("name") == dataset), None)
 
 
 def _run_in_process(spec: dict[str, Any]) -> dict[str, Any]:
@@ -406,7 +416,8 @@ def _run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[st
     emit = progress or (lambda kind, info: None)
     emit("start", {"total": len(slots), "todo": len(todo), "done": len(slots) - len(todo)})
     # A variant stopped by the pass time limit is not run again: its remaining slots become failed rows
-    # that name the first timeout (rule fixed with the protocol's run.pass_timeout_s, never a silent skip).
+    # that name the first timeout (rule fixed with the protocol's run.pass_timeout_s or run.pass_timeout,
+    # never a silent skip).
     timed_out = {state.started[pid]["variant"]: pid for pid in state.order
                  if (state.finished.get(pid) or {}).get("error_kind") == "timeout"}
     try:
@@ -425,8 +436,10 @@ def _run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[st
                 result = _not_run(pass_id, f"not runnable on this machine: {flight.unrunnable[slot.variant]}")
                 result["error_kind"] = "unrunnable"
             elif slot.variant in timed_out:
-                result = _not_run(pass_id, f"not run: {slot.variant} exceeded the pass time limit of "
-                                           f"{protocol.run.pass_timeout_s:g} s in {timed_out[slot.variant]}")
+                limit = (f"the pass time limit of {protocol.run.pass_timeout_s:g} s"
+                         if protocol.run.pass_timeout_s is not None else
+                         f"its pass time limit ({protocol.run.pass_timeout})")
+                result = _not_run(pass_id, f"not run: {slot.variant} exceeded {limit} in {timed_out[slot.variant]}")
             elif engine is not None and protocol.variant(slot.variant).engine == "ray":
                 result = engine.run_pass(_pass_spec(campaign, protocol, out, slot, pass_id))
             elif protocol.variant(slot.variant).data_parallel > 1:  # X3: one worker process per device

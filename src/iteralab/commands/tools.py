@@ -1,4 +1,5 @@
-"""Tool commands beside the campaign: train a head, export the kit, the memory table, the ROCm matrix look-up."""
+"""Tool commands beside the campaign: measure the model on the tuning split, train a head, export the kit, the
+memory table, the ROCm matrix look-up."""
 
 from __future__ import annotations
 
@@ -30,6 +31,40 @@ def head_train_cmd(
     result = train_head(folder, tuning, out, final=final, seed=seed, max_length=max_length)
     typer.echo(f"head: {result['head']} (classes {', '.join(result['classes'])}; {result['tuning_size']} tuning texts)")
     typer.echo(f"suggested threshold {result['suggested_threshold']:.2f}: {result['how']}")
+
+
+def threshold_cmd(
+    protocol: Path = typer.Argument(..., help="Protocol TOML file: a draft whose threshold is still CHOOSE, or any."),
+    as_json: bool = typer.Option(False, "--json", help="Print the measure as JSON."),
+) -> None:
+    """Measure the protocol's model on its tuning split (its metric, overall and per subgroup) and suggest a
+    threshold, as head train does (P4). Any model kind; the protocol, its lock and campaigns are not touched."""
+    import json
+
+    from iteralab.campaign.tuning import measure_tuning
+
+    if as_json:
+        measure = measure_tuning(protocol)
+        typer.echo(json.dumps(measure.to_dict(), indent=2, sort_keys=True))
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    bar = Progress(console=Console(stderr=True), transient=True)
+    tasks: list = []
+
+    def show(done: int, total: int) -> None:  # started at the first batch: a refusal before it prints one line
+        if not tasks:
+            bar.start()
+            tasks.append(bar.add_task("tuning split", total=total))
+        bar.update(tasks[0], completed=done)
+
+    try:
+        measure = measure_tuning(protocol, progress=show)
+    finally:
+        if tasks:
+            bar.stop()
+    typer.echo("\n".join(measure.lines()))
 
 
 kit_app = typer.Typer(help="The downloadable kit folder (K7).", no_args_is_help=True)
@@ -97,6 +132,7 @@ def rocm_check_cmd(
 
 def register(app: typer.Typer) -> None:
     """Add this group's commands to the CLI, in the order ``--help`` lists them."""
+    app.command("threshold")(threshold_cmd)
     app.add_typer(head_app, name="head")
     app.add_typer(kit_app, name="kit")
     app.command("memory")(memory_cmd)

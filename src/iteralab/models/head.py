@@ -226,8 +226,6 @@ def embed_texts(path: str | Path, texts: Sequence[str], *, batch_size: int = 32,
     return encoder.embed(texts, batch_size, normalize=normalize)
 
 
-#: The suggested threshold is the tuning split's cross-validated metric minus this margin, rounded down.
-THRESHOLD_MARGIN = 0.05
 CV_FOLDS = 5
 
 
@@ -254,10 +252,8 @@ def train_head(encoder: str | Path, tuning: str | Path, out: str | Path, *, fina
     cross-validated macro-F1 on that split with the threshold it suggests. A tuning file that shares ids or texts
     with ``final`` (default: ``final.csv`` beside it) is refused. Returns what was done (also written, when the
     tuning file sits in a ``prepare`` folder, into its prepare.json and draft protocol)."""
-    import math
-
     from iteralab.plan.corpus import check_disjoint, load_corpus
-    from iteralab.plan.prepare import record_suggestion
+    from iteralab.plan.prepare import record_suggestion, suggest_threshold
 
     tuning = Path(tuning)
     split = load_corpus(tuning)
@@ -269,9 +265,8 @@ def train_head(encoder: str | Path, tuning: str | Path, out: str | Path, *, fina
     embeddings = embed_texts(encoder, list(split.texts), batch_size=32, max_length=max_length)
     tuned = cross_validated_macro_f1(embeddings, labels, names, seed=seed)
     weight, bias = train_linear_head(embeddings, labels, names, seed=seed)
-    suggested = max(0.0, math.floor((tuned - THRESHOLD_MARGIN) * 100) / 100)
-    how = (f"{CV_FOLDS}-fold cross-validated macro-F1 {tuned:.4f} on {tuning.name} ({len(split)} texts) minus "
-           f"{THRESHOLD_MARGIN}, rounded down")
+    suggested, how = suggest_threshold(tuned, f"{CV_FOLDS}-fold cross-validated macro-F1",
+                                       f"{tuning.name} ({len(split)} texts)")
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     save_head(out, weight, bias, names, normalize=True,
               extra_metadata={"trained_on": tuning.name, "tuning_cv_macro_f1": f"{tuned:.4f}", **(metadata or {})})

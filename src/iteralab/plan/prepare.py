@@ -10,6 +10,7 @@ made). The same seed on the same source gives byte-identical files. The demo dra
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections import Counter
@@ -176,7 +177,7 @@ truncation = true
 
 [metric]
 name = "macro_f1"
-threshold = "CHOOSE"   # the minimum quality, fixed from the tuning split only (iteralab head train suggests one)
+threshold = "CHOOSE"   # the minimum quality, fixed from the tuning split only: iteralab threshold protocol.toml suggests one
 tolerance = "CHOOSE"   # how far a variant may fall below the reference variant
 reference_variant = "b8-fp32"
 
@@ -280,6 +281,18 @@ def prepare_corpus(source: str | os.PathLike[str], out: str | os.PathLike[str], 
     write_bytes_atomic(folder / "prepare.json",
                        (json.dumps(record, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8"))
     return record
+
+
+#: A suggested threshold is a metric measured on the tuning split minus this margin, rounded down.
+THRESHOLD_MARGIN = 0.05
+
+
+def suggest_threshold(measured: float, metric: str, where: str) -> tuple[float, str]:
+    """The minimum quality suggested from ``measured`` (``metric`` on the tuning split ``where``, P4): the value
+    minus :data:`THRESHOLD_MARGIN`, rounded down to two decimals; returned with how it was made, in words. The
+    one rule of ``iteralab head train`` and ``iteralab threshold``."""
+    suggested = max(0.0, math.floor((measured - THRESHOLD_MARGIN) * 100) / 100)
+    return suggested, f"{metric} {measured:.4f} on {where} minus {THRESHOLD_MARGIN}, rounded down"
 
 
 def record_suggestion(folder: Path, head: Mapping[str, Any]) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -154,6 +155,10 @@ class RunSpec(_Strict):
     #: A limit fixed in advance for one measured pass (seconds): a pass that exceeds it is stopped and kept as
     #: a failed row with the inputs it completed (R8). Checked between batches.
     pass_timeout_s: Number | None = Field(default=None, gt=0)
+    #: The same limit stated relative to each pass's own warm-up, e.g. ``"5x warmup"``: the factor × the warm-up's
+    #: per-document time (its last repetition ÷ its inputs) × the documents of the pass, computed per pass after
+    #: its warm-up and before its measured region. A protocol gives this or ``pass_timeout_s``, not both.
+    pass_timeout: Text | None = None
     exclusion_rule: Text = (
         "a pass is excluded only for a documented external incident; the same rule applies to every variant"
     )
@@ -168,6 +173,26 @@ class RunSpec(_Strict):
     #: A Ray execution that makes no progress for this long fails the pass (Ray's own default is 30 min).
     ray_no_progress_timeout_s: Number = Field(default=120.0, gt=0)
 
+    @field_validator("pass_timeout")
+    @classmethod
+    def _relative_limit(cls, value: str | None) -> str | None:
+        if value is not None and relative_factor(value) is None:
+            raise ValueError(f"{value!r} is not a limit relative to the warm-up; write it as \"5x warmup\" (a "
+                             "factor > 0, 'x', 'warmup'), or give seconds in run.pass_timeout_s")
+        return value
+
+    @property
+    def pass_timeout_factor(self) -> float | None:
+        """The factor of ``pass_timeout`` ("5x warmup" → 5.0); None when the limit is absolute or absent."""
+        return relative_factor(self.pass_timeout) if self.pass_timeout is not None else None
+
+    @model_validator(mode="after")
+    def _one_limit(self) -> RunSpec:
+        if self.pass_timeout_s is not None and self.pass_timeout is not None:
+            raise ValueError(f"run.pass_timeout_s = {self.pass_timeout_s:g} and run.pass_timeout = "
+                             f"{self.pass_timeout!r} both limit a pass: give one or the other")
+        return self
+
     @model_validator(mode="after")
     def _ray_layout(self) -> RunSpec:
         from iteralab.plan.engines import layout_problem
@@ -176,6 +201,16 @@ class RunSpec(_Strict):
         if problem:
             raise ValueError(problem)
         return self
+
+
+_RELATIVE_LIMIT = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*[x×]\s*warm-?up\s*", re.IGNORECASE)
+
+
+def relative_factor(text: str) -> float | None:
+    """``"5x warmup"`` → 5.0 (also ``"2.5 x warm-up"``, ``"5×warmup"``); None when the text is no such limit."""
+    match = _RELATIVE_LIMIT.fullmatch(text)
+    factor = float(match.group(1)) if match else 0.0
+    return factor if factor > 0 else None
 
 
 class Variant(_Strict):
@@ -358,6 +393,10 @@ class Protocol(_Strict):
             if unknown:
                 raise ValueError(f"series {series.name!r} names unknown variant(s): {', '.join(unknown)}")
         check_datasets(self)
+        if self.run.pass_timeout is not None and not (self.warmup.inputs and self.warmup.passes):
+            raise ValueError(f"run.pass_timeout = {self.run.pass_timeout!r} is relative to the warm-up, but warmup "
+                             f"has {self.warmup.inputs} inputs and {self.warmup.passes} passes: declare a warm-up, "
+                             "or give run.pass_timeout_s in seconds")
         if any(s.by == "stratum" for s in self.subgroups) and not self.corpus.stratum_column:
             raise ValueError("a subgroup by 'stratum' needs corpus.stratum_column")
         problems = expense_problems(self.expenses, names)
@@ -402,14 +441,19 @@ def _location(data: Any, loc: tuple[Any, ...]) -> str:
     return ".".join(parts)
 
 
-def parse_protocol(text: str, source: str = "<protocol>") -> Protocol:
-    """Parse and validate protocol text; errors name the source file and the key at fault."""
+def parse_toml(text: str, source: str = "<protocol>") -> dict[str, Any]:
+    """The TOML tables of a protocol text, not yet validated; a syntax error names the source file."""
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ProtocolError(f"{source}: not valid TOML: {exc}", hint="fix the TOML syntax") from None
     except RecursionError:
         raise ProtocolError(f"{source}: not valid TOML: nested too deeply", hint="fix the TOML syntax") from None
+
+
+def parse_protocol(text: str, source: str = "<protocol>") -> Protocol:
+    """Parse and validate protocol text; errors name the source file and the key at fault."""
+    data = parse_toml(text, source)
     try:
         return Protocol.model_validate(data)
     except ValidationError as exc:
@@ -472,6 +516,11 @@ def _problem(data: Any, error: Any, root: type[BaseModel]) -> str:
 
 
 def load_protocol(path: str | os.PathLike[str]) -> Protocol:
+    return parse_protocol(read_protocol_text(path), source=str(Path(path)))
+
+
+def read_protocol_text(path: str | os.PathLike[str]) -> str:
+    """A protocol file's text; a missing, unreadable or non-UTF-8 file is refused in one line."""
     path = Path(path)
     try:
         raw = path.read_bytes()
@@ -483,7 +532,7 @@ def load_protocol(path: str | os.PathLike[str]) -> Protocol:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ProtocolError(f"{path}: not UTF-8 text (byte {exc.start})", hint="save the file as UTF-8") from None
-    return parse_protocol(text, source=str(path))
+    return text
 
 
 def content_hash(path: str | os.PathLike[str]) -> str:

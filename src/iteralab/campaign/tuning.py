@@ -1,0 +1,220 @@
+"""The step before choosing the threshold (P1, P4): the protocol's model, whatever its kind, measured on the
+protocol's tuning split with the protocol's metric and planned subgroups, and the threshold it suggests.
+
+Reads a protocol, a draft whose threshold is still ``"CHOOSE"`` included (only the tables it needs are
+validated: corpus, model, metric name, subgroups, variants, run device), its tuning split and its model. Writes
+nothing: the protocol file, its lock and any campaign are left as they are. The suggestion follows the rule of
+``iteralab head train`` (:func:`iteralab.plan.prepare.suggest_threshold`); the metric and the subgroups are the
+campaign's own (:mod:`iteralab.campaign.evaluate`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+from iteralab.errors import IteraError, ProtocolError, WorkloadError
+from iteralab.plan.protocol import (METRICS, CorpusSpec, Dataset, ModelSpec, Subgroup, Variant, parse_toml,
+                                    read_protocol_text, refusal, resolve)
+from iteralab.plan.values import Text
+
+#: Batch size when the protocol names no reference variant to take it from.
+DEFAULT_BATCH = 8
+Progress = Callable[[int, int], None]
+
+
+class _Loose(BaseModel):
+    """A protocol table read for the tuning measurement: the keys it needs are checked, the rest left to lock."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class _Metric(_Loose):
+    name: Text
+    reference_variant: Text | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value not in METRICS:
+            raise ValueError(f"unknown metric {value!r}; known: {', '.join(METRICS)}")
+        return value
+
+
+class _Run(_Loose):
+    device: Text = "auto"
+
+
+class TuningView(_Loose):
+    """What the tuning measurement reads of a protocol. A threshold or tolerance still ``"CHOOSE"``, the
+    question, the calendar and the rest are not read here: ``lock`` checks them."""
+
+    corpus: CorpusSpec
+    datasets: tuple[Dataset, ...] = ()
+    model: ModelSpec
+    metric: _Metric
+    subgroups: tuple[Subgroup, ...] = ()
+    variants: tuple[Variant, ...] = ()
+    run: _Run = _Run()
+
+    @model_validator(mode="after")
+    def _strata(self) -> TuningView:
+        if any(s.by == "stratum" for s in self.subgroups) and not self.corpus.stratum_column:
+            raise ValueError("a subgroup by 'stratum' needs corpus.stratum_column")
+        return self
+
+    def reference(self) -> Variant | None:
+        return next((v for v in self.variants if v.name == self.metric.reference_variant), None)
+
+
+@dataclass(frozen=True)
+class TuningMeasure:
+    """The model on the tuning split: the metric overall and per planned subgroup, and the suggested threshold."""
+
+    protocol: str
+    tuning: str
+    tuning_size: int
+    metric_name: str
+    metric: float
+    subgroups: dict[str, float | None]
+    suggested_threshold: float
+    how: str
+    settings: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema_version": 1, "protocol": self.protocol, "tuning": self.tuning,
+                "tuning_size": self.tuning_size, "metric_name": self.metric_name, "metric": round(self.metric, 4),
+                "subgroups": {k: None if v is None else round(v, 4) for k, v in self.subgroups.items()},
+                "suggested_threshold": self.suggested_threshold, "how": self.how, "settings": self.settings,
+                "notes": list(self.notes)}
+
+    def lines(self) -> list[str]:
+        out = [f"{self.metric_name} on {Path(self.tuning).name} ({self.tuning_size} texts): {self.metric:.4f}"]
+        groups: dict[str, list[str]] = {}
+        for key, value in self.subgroups.items():
+            name, _, group = key.partition(":")
+            groups.setdefault(name, []).append(f"{group} {'-' if value is None else f'{value:.4f}'}")
+        out += [f"  {name}: {', '.join(values)}" for name, values in groups.items()]
+        out.append(f"suggested threshold {self.suggested_threshold:.2f}: {self.how}")
+        run = self.settings
+        named = f"variant {run['variant']}" if run["variant"] else "no reference variant"
+        out.append(f"measured with {named}: batch {run['batch_size']}, {run['precision']}, padding "
+                   f"{run['padding']}, device {run['device']}")
+        out += [f"note: {note}" for note in self.notes]
+        return out
+
+
+def read_view(protocol_path: str | os.PathLike[str]) -> TuningView:
+    """The tables the tuning measurement needs, validated; a draft's unchosen values are not read."""
+    source = str(Path(protocol_path))
+    data = parse_toml(read_protocol_text(protocol_path), source)
+    try:
+        return TuningView.model_validate(data)
+    except ValidationError as exc:
+        raise refusal(data, exc, source, model=TuningView) from None
+
+
+def measure_tuning(protocol_path: str | os.PathLike[str], *, progress: Progress | None = None) -> TuningMeasure:
+    """``iteralab threshold``: run the protocol's model on its tuning split (with the reference variant's
+    precision, padding and batch size) and score it with the protocol's metric and subgroups."""
+    import numpy as np
+
+    from iteralab.campaign.evaluate import Expected, metric_of_codes, subgroup_metrics
+    from iteralab.plan.prepare import suggest_threshold
+
+    path = Path(protocol_path)
+    view = read_view(path)
+    spec = view.corpus
+    if not spec.tuning_path:
+        raise ProtocolError(f"{path}: corpus.tuning_path is not declared: there is no tuning split to measure the "
+                            "model on", hint="declare the tuning split (iteralab prepare writes tuning.csv); the "
+                                             "threshold is never chosen on the final corpus (P4)")
+    tuning_file = resolve(path, spec.tuning_path)
+    split = _tuning_split(path, view, tuning_file)
+    workload, settings = _load(path, view)
+    texts, batch = list(split.texts), settings["batch_size"]
+    rows = []
+    for start in range(0, len(texts), batch):
+        rows.append(np.asarray(workload.infer(workload.tokenize(texts[start:start + batch])), dtype=np.float32))
+        if progress is not None:
+            progress(min(start + batch, len(texts)), len(texts))
+    probs = np.concatenate(rows) if rows else np.zeros((0, len(spec.classes)), np.float32)
+    by_stratum = any(s.by == "stratum" for s in view.subgroups)
+    strata = dict(zip(split.ids, split.columns[spec.stratum_column])) if by_stratum else {}
+    expected = Expected.of(split.ids, dict(zip(split.ids, split.labels)), strata, spec.classes)
+    predicted = probs.argmax(axis=1).astype(expected.labels.dtype)
+    k = len(spec.classes)
+    measured = metric_of_codes(view.metric.name, expected.labels, predicted, k)
+    subgroups = subgroup_metrics(view, expected, np.ones(len(expected), dtype=bool), predicted)
+    suggested, how = suggest_threshold(measured, view.metric.name, f"{tuning_file.name} ({len(split)} texts)")
+    return TuningMeasure(protocol=str(path), tuning=str(tuning_file), tuning_size=len(split),
+                         metric_name=view.metric.name, metric=measured, subgroups=subgroups,
+                         suggested_threshold=suggested, how=how, settings=settings,
+                         notes=_notes(view, workload, tuning_file))
+
+
+def _tuning_split(path: Path, view: TuningView, tuning_file: Path) -> Any:
+    """The tuning split with its stratum column when a stratum subgroup is planned, checked disjoint (P4) from
+    each final corpus the protocol names that exists yet."""
+    from iteralab.errors import CorpusError
+    from iteralab.plan.corpus import check_disjoint, load_corpus
+
+    spec = view.corpus
+    columns = {"id_column": spec.id_column, "text_column": spec.text_column, "label_column": spec.label_column}
+    by_stratum = any(s.by == "stratum" for s in view.subgroups)
+    split = load_corpus(tuning_file, classes=spec.classes, **columns,
+                        extra_columns=[spec.stratum_column] if by_stratum and spec.stratum_column else [])
+    if len(split) == 0:
+        raise CorpusError(f"{tuning_file}: the tuning split holds no text", hint="prepare a larger tuning split")
+    for final in [spec.path] if spec.path else [d.path for d in view.datasets]:
+        final_file = resolve(path, final)
+        if final_file is not None and final_file.is_file():
+            check_disjoint(split, load_corpus(final_file, require_labels=False, **columns))
+    return split
+
+
+def _load(path: Path, view: TuningView) -> tuple[Any, dict[str, Any]]:
+    """The declared model with the reference variant's settings; any failure to load is one line naming it."""
+    from iteralab.models.base import load_workload
+
+    model, reference = view.model, view.reference()
+    settings = {"variant": reference.name if reference else None,
+                "precision": reference.precision if reference else "fp32",
+                "padding": reference.padding if reference else "longest",
+                "batch_size": reference.batch_size if reference else DEFAULT_BATCH,
+                "device": (reference.device if reference and reference.device else view.run.device)}
+    where = model.callable if model.kind == "callable" else model.path
+    try:
+        workload = load_workload(
+            model.kind, path=resolve(path, model.path), head=resolve(path, model.head), callable_ref=model.callable,
+            classes=view.corpus.classes, precision=settings["precision"],
+            device="cpu" if model.kind == "callable" else settings["device"], max_length=model.max_length,
+            truncation=model.truncation, padding=settings["padding"], trust_remote_code=model.trust_remote_code)
+    except IteraError as exc:
+        raise WorkloadError(f"{path}: model ({model.kind}, {where}) not loadable: {exc.message}",
+                            hint=exc.hint or "check the [model] table") from None
+    except Exception as exc:  # a library's own error (a bad config, a missing file): still one line, no traceback
+        from iteralab.campaign.passes import _error_text
+
+        raise WorkloadError(f"{path}: model ({model.kind}, {where}) not loadable: {_error_text(exc)}",
+                            hint="check the [model] table: path, head, callable") from None
+    settings["device"] = str(getattr(workload, "device", settings["device"]))
+    return workload, settings
+
+
+def _notes(view: TuningView, workload: Any, tuning_file: Path) -> list[str]:
+    notes = []
+    if view.reference() is None:
+        notes.append(f"no reference variant declared yet: measured at fp32, batch {DEFAULT_BATCH}")
+    head = getattr(workload, "head", None)
+    if head is not None and head.metadata.get("trained_on") == tuning_file.name:
+        cv = head.metadata.get("tuning_cv_macro_f1")
+        notes.append(f"the head was trained on {tuning_file.name}: this score is in-sample, so optimistic"
+                     + (f"; iteralab head train's cross-validated macro-F1 was {cv}" if cv else ""))
+    return notes
