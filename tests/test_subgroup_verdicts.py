@@ -1,4 +1,5 @@
-"""Subgroup quality (Q1, Q2): what a subgroup's metric averages over.
+"""Subgroup quality (Q1, Q2): what a subgroup's metric averages over, and which gating group failed and by how
+much.
 
 The unit tests call the metric on class codes; the others use the golden raw-table campaign
 (``test_golden_raw_table.build_folder``: prediction files judged by the real code, nothing run), varied through
@@ -7,12 +8,18 @@ its module constants.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 import test_golden_raw_table as golden
 from iteralab.campaign.evaluate import Expected, metric_of_codes, subgroup_metrics
-from iteralab.evidence.table import build_rows
+from iteralab.decision.note import decision_json, render_decision
+from iteralab.decision.report import render_report
+from iteralab.decision.rule import decide
+from iteralab.evidence.stats import campaign_stats, render_stats
+from iteralab.evidence.table import build_rows, render_csv
 from iteralab.plan.protocol import parse_protocol
 
 CLASSES = ("plot", "fresh", "rotten")
@@ -83,7 +90,7 @@ def _without_short_plot(monkeypatch):
     monkeypatch.setattr(golden, "CORPUS", corpus)
 
 
-def test_the_raw_table_says_which_classes_a_subgroup_averaged(tmp_path, monkeypatch):
+def test_the_raw_table_and_stats_say_which_classes_a_subgroup_averaged(tmp_path, monkeypatch):
     _without_short_plot(monkeypatch)
     folder = golden.build_folder(tmp_path / "camp")
     rows = build_rows(folder)
@@ -97,8 +104,39 @@ def test_the_raw_table_says_which_classes_a_subgroup_averaged(tmp_path, monkeypa
     failed = next(r for r in rows if r["pass_id"] == "r02-p02-b4-a1")
     assert failed["subgroup_metrics"]["length:long"] == 1.0
     assert ('{"length:long": ["plot"], "length:short": ["fresh", "rotten"]}' in failed["notes"])
+    (folder / "raw_table.csv").write_text(render_csv(rows), encoding="utf-8")
+    text = render_stats(campaign_stats(folder))
+    assert ("    subgroup classes averaged (a class absent from a subgroup is left out of its metric; the groups not "
+            "listed averaged every class): length:short fresh, rotten\n") in text
 
 
 def test_no_classes_are_listed_when_every_stratum_has_every_class(tmp_path):
     rows = build_rows(golden.build_folder(tmp_path / "camp"))
     assert not any("subgroup classes averaged" in r["notes"] for r in rows if r["status"] == "ok")
+
+
+def test_the_failing_gating_subgroup_is_named_with_its_value_bound_and_reference(tmp_path):
+    folder = golden.build_folder(tmp_path / "camp")
+    stats = campaign_stats(folder)
+    line = ("length:long macro_f1 0.5556 in 1 of 3 passes: below 0.9500 (reference b4 1.0000 - tolerance 0.05)")
+    assert f"    GATING SUBGROUP FAILS: {line}\n" in render_stats(stats)
+    decision = decide([folder])
+    note = render_decision(decision)
+    assert f"gating subgroup {line}" in note
+    assert "a gating subgroup misses its threshold or tolerance" not in note
+    data = json.loads(decision_json(decision))
+    int8 = next(c for c in data["configurations"] if c["variant"] == "b4-int8")
+    assert int8["quality"]["subgroup_failures"] == [
+        {"subgroup": "length:long", "metric": "macro_f1", "value": pytest.approx(5 / 9), "reference": 1.0,
+         "threshold": None, "tolerance": 0.05, "bound": 0.95, "has_reference": True,
+         "pass_id": "r01-p02-b4-int8-a1", "below_threshold": False, "outside_tolerance": True}]
+    assert f"gating subgroup {line}" in int8["exclusions"]
+    from iteralab.decision.report import subgroup_points
+
+    points = subgroup_points(decision)
+    assert sorted(points) == ["length:long", "length:short"]
+    assert [(e["config"], e["failed"], e["reference"], e["bound"]) for e in points["length:long"]] == [
+        ("b4", False, 1.0, 0.95), ("b4-int8", True, 1.0, 0.95)]
+    html = render_report(decision)
+    assert "each gating subgroup per configuration against its reference and tolerance" in html
+    assert f"b4-int8: gating subgroup {line}" in html

@@ -121,7 +121,7 @@ def _failures(ev: Evidence, times: VariantTimes) -> tuple[str, ...]:
     return feasibility(rows, ev.corpus_size, ev.exclusions).failures()
 
 
-def _quality_exclusions(q: VariantQuality, metric: str) -> list[str]:
+def _quality_exclusions(q: VariantQuality, metric: str, reference: str = "") -> list[str]:
     out = []
     if q.completed == 0:
         return out
@@ -134,7 +134,9 @@ def _quality_exclusions(q: VariantQuality, metric: str) -> list[str]:
             q.metric_ref is not None else ""
         out.append(f"outside the tolerance{delta}: {Q2_MARK}")
     if q.subgroups_ok is False:
-        out.append("a gating subgroup misses its threshold or tolerance")
+        failing = q.failing_subgroups(reference)
+        out += [f"gating subgroup {line}" for line in failing] or \
+            ["a gating subgroup misses its threshold or tolerance (see the raw table's notes)"]
     if q.reproduction_ok is False:
         out.append("the declared reproduction target does not hold")
     if not out and q.accepted < q.completed:
@@ -276,7 +278,7 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
                 exclusions = ["not attempted yet: the campaign is incomplete (decided with --partial); never priced"]
             else:
                 exclusions = [f"not feasible (M1): {'; '.join(failures)}; never priced"] if failures else []
-            exclusions += _quality_exclusions(quality, metric)
+            exclusions += _quality_exclusions(quality, metric, ev.protocol.metric.reference_variant)
             verdicts = dataset_verdicts(ev.campaign, [r for r in ev.rows if r.variant == times.variant],
                                         ev.exclusions)
             exclusions += [f"dataset {d.name!r} not verified: {'; '.join(d.reasons) or 'no counted pass'} "
