@@ -1,5 +1,5 @@
-"""Subgroup quality (Q1, Q2): what a subgroup's metric averages over, and which gating group failed and by how
-much.
+"""Subgroup quality (Q1, Q2): what a subgroup's metric averages over, which gating group failed and by how much,
+and a class no variant ever finds.
 
 The unit tests call the metric on class codes; the others use the golden raw-table campaign
 (``test_golden_raw_table.build_folder``: prediction files judged by the real code, nothing run), varied through
@@ -140,3 +140,24 @@ def test_the_failing_gating_subgroup_is_named_with_its_value_bound_and_reference
     html = render_report(decision)
     assert "each gating subgroup per configuration against its reference and tolerance" in html
     assert f"b4-int8: gating subgroup {line}" in html
+
+
+def test_a_class_no_variant_finds_is_said(tmp_path, monkeypatch):
+    """plot is never predicted, in the reference either: its gate compares 0 with 0 and passes."""
+    monkeypatch.setattr(golden, "PROTOCOL", golden.PROTOCOL.replace("gating = false", "gating = true"))
+    perfect, shifted = golden._perfect, golden._shifted
+    monkeypatch.setattr(golden, "_perfect", lambda: [(i, "fresh", golden._probs("fresh")) if label == "plot"
+                                                     else (i, label, p) for i, label, p in perfect()])
+    monkeypatch.setattr(golden, "_shifted", lambda: [(i, "fresh", [0.1, 0.79, 0.11]) if label == "plot"
+                                                     else (i, label, p) for i, label, p in shifted()])
+    folder = golden.build_folder(tmp_path / "camp")
+    stats = campaign_stats(folder)
+    assert stats.quality_of("b4").subgroups["class:plot"] == (0.0, 0.0)
+    text = render_stats(stats)
+    assert ("  WARNING: class plot: recall 0 in every variant, the reference included: no variant finds this "
+            "class, so its gate compares 0 with 0\n") in text
+    assert "class fresh: recall 0" not in text
+    decision = decide([folder])
+    assert "- class plot: recall 0 in every variant, the reference included\n" in render_decision(decision)
+    assert "class plot: recall 0 in every variant, the reference included" in json.loads(
+        decision_json(decision))["uncertain"]

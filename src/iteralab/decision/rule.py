@@ -300,6 +300,9 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
     for st in stats:
         uncertain += [f"{st.evidence.hardware.label}, {c.scope}: {c.a} vs {c.b}: {c.text}"
                       for c in st.comparisons if not c.distinguished]
+    for st in stats:
+        uncertain += [f"{st.evidence.hardware.label}: {line}" if len(stats) > 1 else line
+                      for line in st.zero_recall()]
     gating = [s.name for s in evidence[0].protocol.subgroups if s.gating]
     for name in gating:
         lacking = [c.key for c in configs if name in c.quality.missing_subgroups(gating)]

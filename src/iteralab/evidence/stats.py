@@ -42,6 +42,8 @@ TARGET_NAMES = {"identical": "identical-output", "bounded": "bounded-difference"
 MIN_PASSES_TO_DISTINGUISH = 3
 MISSING_SUBGROUP = "its check was not actually made (look at the stratum column of inputs/corpus.csv)"
 Q2_MARK = "kept in the table, MARKED, excluded from the equivalent-quality comparison (Q2)"
+#: Said of a class no variant ever finds: its gate compares 0 with 0 and passes.
+ZERO_RECALL = "recall 0 in every variant, the reference included"
 
 
 # ------------------------------------------------------------------------------------------- evidence
@@ -472,6 +474,22 @@ class CampaignStats:
     def quality_of(self, variant: str) -> VariantQuality:
         return next(q for q in self.quality if q.variant == variant)
 
+    def zero_recall(self) -> list[str]:
+        """'class plot: recall 0 in every variant, the reference included' for each class that every variant
+        with a counted pass, the reference variant among them, found in no pass: a gate that compares 0 with 0
+        passes and would otherwise say nothing."""
+        p = self.evidence.protocol
+        evaluated = [q for q in self.quality if q.completed]
+        if not any(q.variant == p.metric.reference_variant for q in evaluated):
+            return []
+        out = []
+        for sg in (s for s in p.subgroups if s.by != "stratum"):
+            for name in p.corpus.classes:
+                values = [q.subgroups.get(f"{sg.name}:{name}") for q in evaluated]
+                if all(v and all(x == 0 for x in v) for v in values):
+                    out.append(f"class {name}: {ZERO_RECALL}")
+        return list(dict.fromkeys(out))
+
     def to_dict(self) -> dict[str, Any]:
         ev, p = self.evidence, self.evidence.protocol
         return {
@@ -604,6 +622,8 @@ def render_quality(stats: CampaignStats) -> list[str]:
             lines.append(f"    WARNING: gating subgroup {name!r} has no value in the raw table: {MISSING_SUBGROUP}")
         if q.mark:
             lines.append(f"    {q.variant} is {q.mark}")
+    for line in stats.zero_recall():
+        lines.append(f"  WARNING: {line}: no variant finds this class, so its gate compares 0 with 0")
     return lines
 
 
