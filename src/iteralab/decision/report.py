@@ -196,7 +196,8 @@ def plot_subgroups(decision: Decision, merged: bool) -> str | None:
         threshold = entries[0]["threshold"]
         if threshold is not None:
             ax.axhline(threshold, color="#c00000", linewidth=1.2, linestyle="--", label=f"threshold {threshold:g}")
-        ax.set_xticks(range(len(configs)), [_short(c, merged) for c in configs], fontsize=7)
+        ax.set_xticks(range(len(configs)), [_short(c, merged) for c in configs], fontsize=7, rotation=20,
+                      ha="right")
         ax.set_title(f"{key} ({names.get(key.split(':', 1)[0], '')})", fontsize=9)
         if n == 0:
             ax.legend(fontsize=7, loc="best")
