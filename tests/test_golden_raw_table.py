@@ -18,7 +18,9 @@ target "bounded" (0.05), 4 rounds of the two variants of the series "precision":
 3. r02-p01-b4-int8-a1  ok, but d02 written twice: observed 7, duplicates 1, ids_match false, not accepted;
                        its manifest differs in one package version (manifest_diff and a note).
 4. r02-p02-b4-a1       failed with an out-of-memory error after 4 of 6 inputs: pass_s and docs_per_s empty,
-                       the prediction file holds the 4 completed ids (missing 2, coverage 0.666667).
+                       the prediction file holds the 4 completed ids (missing 2, coverage 0.666667); its
+                       long stratum covers one text, a plot summary, so that stratum's macro-F1 averages the
+                       plot class alone (the note lists the classes averaged).
 5. r03-p01-b4-a1       aborted: started, its pass_finished line cut short (a damaged journal line), so the row
                        has only the schedule facts, ids_match false and the "aborted" note.
 6. r03-p01-b4-a2       the same slot attempted again after the resume: ok and accepted, then excluded with a

@@ -38,7 +38,7 @@ def test_report_is_self_contained(merged_report):
     assert "<script" not in html.replace("&lt;script", "")  # no script at all, only escaped text
     assert "<link" not in html and "@import" not in html and "url(" not in html
     sources = re.findall(r'src="([^"]*)"', html)
-    assert len(sources) == 5 and all(s.startswith("data:image/png;base64,") for s in sources)
+    assert len(sources) == 6 and all(s.startswith("data:image/png;base64,") for s in sources)
 
 
 def test_corpus_texts_and_errors_are_escaped(merged_report):

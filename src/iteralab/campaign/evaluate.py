@@ -128,9 +128,11 @@ def campaign_protocol(campaign_dir: str | Path) -> Protocol:
 
 def metric_value(name: str, y_true: Any, y_pred: Any, classes: Sequence[Any],
                  sample_weight: Any = None) -> float | None:
+    """scikit-learn's metric; the F1 averages run over ``classes`` (a prediction outside them, the no-class code of
+    a missing or invalid label, counts against its true class's recall but is never a class itself)."""
     from sklearn.metrics import accuracy_score, balanced_accuracy_score, f1_score
 
-    if len(y_true) == 0:
+    if len(y_true) == 0 or (name in LABEL_SET_METRICS and not len(classes)):
         return None
     w = sample_weight
     if name == "accuracy":
@@ -145,27 +147,53 @@ def metric_value(name: str, y_true: Any, y_pred: Any, classes: Sequence[Any],
     raise ValueError(name)
 
 
-def metric_of_codes(name: str, y_true: np.ndarray, y_pred: np.ndarray, k: int) -> float | None:
-    """``metric_value`` of class-index arrays (-1: a label that is no class), computed by scikit-learn on the
-    distinct (true, predicted) pairs weighted by how often each occurs: exact, and O(k²) for sklearn."""
-    if len(y_true) == 0:
-        return None
+#: Metrics averaged over a set of classes (accuracy has none; a class subgroup's recall is one class's).
+LABEL_SET_METRICS = ("macro_f1", "weighted_f1", "balanced_accuracy")
+
+
+def _pair_counts(y_true: np.ndarray, y_pred: np.ndarray, k: int) -> np.ndarray:
+    """How often each (true, predicted) pair occurs, at index ``true * (k + 1) + predicted + 1`` (-1: no class)."""
     counts = np.zeros((k + 1) * (k + 1), dtype=np.int64)
     for start in range(0, len(y_true), BLOCK):  # in blocks: the int64 keys of a whole corpus are never held
         block = slice(start, start + BLOCK)
         key = y_true[block].astype(np.int64) * (k + 1) + (y_pred[block].astype(np.int64) + 1)
         counts += np.bincount(key, minlength=(k + 1) * (k + 1))
+    return counts
+
+
+def counted_codes(name: str, y_true: np.ndarray, y_pred: np.ndarray) -> list[int] | None:
+    """The classes a subgroup's metric averages over, as class indices: those present in its references or
+    predictions for the F1 averages (scikit-learn's default label set), those present in its references for
+    balanced accuracy (scikit-learn leaves out a class nobody has); the no-class code (-1) is never one. None for
+    a metric without a set of classes (accuracy)."""
+    if name not in LABEL_SET_METRICS:
+        return None
+    seen = np.unique(y_true) if name == "balanced_accuracy" else np.union1d(np.unique(y_true), np.unique(y_pred))
+    return [int(c) for c in seen if c >= 0]
+
+
+def metric_of_codes(name: str, y_true: np.ndarray, y_pred: np.ndarray, k: int,
+                    classes: Sequence[int] | None = None) -> float | None:
+    """``metric_value`` of class-index arrays (-1: a label that is no class), computed by scikit-learn on the
+    distinct (true, predicted) pairs weighted by how often each occurs: exact, and O(k²) for sklearn. The F1
+    averages run over ``classes`` (class indices; default: all ``k``, as for the whole corpus)."""
+    if len(y_true) == 0:
+        return None
+    counts = _pair_counts(y_true, y_pred, k)
     pairs = np.flatnonzero(counts)
-    return metric_value(name, pairs // (k + 1), pairs % (k + 1) - 1, range(k), sample_weight=counts[pairs])
+    return metric_value(name, pairs // (k + 1), pairs % (k + 1) - 1, range(k) if classes is None else classes,
+                        sample_weight=counts[pairs])
 
 
-def subgroup_metrics(protocol: Protocol, expected: Expected, covered: np.ndarray, y_pred: np.ndarray
-                     ) -> dict[str, float | None]:
+def subgroup_metrics(protocol: Protocol, expected: Expected, covered: np.ndarray, y_pred: np.ndarray,
+                     counted: dict[str, list[str]] | None = None) -> dict[str, float | None]:
     """Metric per planned subgroup, keyed ``<subgroup>:<group>``; ``covered`` marks the expected rows that
     have a prediction and ``y_pred`` holds it (class index, per expected row).
 
-    Length strata use the main metric inside the stratum; class groups use the recall of that class
-    (the accuracy inside it), since a macro metric over a single true class is meaningless.
+    Length strata use the main metric inside the stratum, averaged over the classes the stratum has
+    (:func:`counted_codes`: a class absent from its references and predictions is not a zero in its average);
+    ``counted``, when given, receives those classes' names per stratum group. Class groups use the recall of
+    that class (the accuracy inside it), since a macro metric over a single true class is meaningless.
     """
     out: dict[str, float | None] = {}
     k = len(expected.classes)
@@ -178,7 +206,11 @@ def subgroup_metrics(protocol: Protocol, expected: Expected, covered: np.ndarray
         metric = protocol.metric.name if sg.by == "stratum" else "accuracy"
         for name, member in groups:
             rows = member & covered
-            out[f"{sg.name}:{name}"] = metric_of_codes(metric, expected.labels[rows], y_pred[rows], k)
+            truth, pred = expected.labels[rows], y_pred[rows]
+            codes = counted_codes(metric, truth, pred) if sg.by == "stratum" else None
+            out[f"{sg.name}:{name}"] = metric_of_codes(metric, truth, pred, k, codes)
+            if counted is not None and codes is not None and len(truth):
+                counted[f"{sg.name}:{name}"] = [expected.classes[c] for c in codes]
     return out
 
 
@@ -236,7 +268,9 @@ def evaluate_set(preds: PredictionSet, protocol: Protocol, expected: Expected) -
     verdict["metric"] = metric_of_codes(protocol.metric.name, expected.labels if every else expected.labels[covered],
                                         y_pred if every else y_pred[covered], len(expected.classes))
     verdict["threshold_ok"] = verdict["metric"] is not None and verdict["metric"] + TOL >= protocol.metric.threshold
-    verdict["subgroups"] = subgroup_metrics(protocol, expected, covered, y_pred)
+    counted: dict[str, list[str]] = {}
+    verdict["subgroups"] = subgroup_metrics(protocol, expected, covered, y_pred, counted)
+    verdict["subgroup_classes"] = counted
     verdict["examples"] = {
         "duplicates": _first_sorted(repeated) if duplicates else [],
         "missing": _first_sorted(expected.ids.filter(pa.array(~covered))) if missing else [],

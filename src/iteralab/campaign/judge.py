@@ -9,6 +9,7 @@ folder: a comparison the run already made while it evaluated the passes is not m
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,77 @@ from iteralab.campaign.evaluate import (
 )
 from iteralab.campaign.predictions import PredictionSet, label_prob_batches
 from iteralab.plan.protocol import Protocol
+
+#: The problem a pass gets when its file is not the one the journal recorded (read back by stats).
+HASH_PROBLEM = "prediction file does not match its recorded sha256"
+
+
+@dataclass(frozen=True)
+class SubgroupCheck:
+    """One gating group of one pass against its bounds: the protocol's subgroup threshold (if any) and the
+    reference pass's value minus the tolerance. The one rule for the verdict (:func:`judge_campaign`) and for
+    every text that explains it (stats, decision note, report)."""
+
+    key: str
+    metric: str
+    value: float | None
+    reference: float | None
+    threshold: float | None
+    tolerance: float
+    #: a complete pass of the reference variant exists (without one, no group can pass)
+    has_reference: bool = True
+    pass_id: str | None = None
+
+    @property
+    def below_threshold(self) -> bool:
+        return self.value is not None and self.threshold is not None and self.value + TOL < self.threshold
+
+    @property
+    def bound(self) -> float | None:
+        """The lowest value within the tolerance of the reference (None without a reference value)."""
+        return None if self.reference is None else self.reference - self.tolerance
+
+    @property
+    def outside_tolerance(self) -> bool:
+        return self.value is not None and self.reference is not None and \
+            self.reference - self.value > self.tolerance + TOL
+
+    @property
+    def failed(self) -> bool:
+        return self.value is None or not self.has_reference or self.below_threshold or self.outside_tolerance
+
+    def why(self, reference_variant: str) -> str:
+        """'below 0.7500 (reference b4 0.8000 - tolerance 0.05)', 'below the subgroup threshold 0.6000', both
+        joined by 'and', or why there is nothing to compare."""
+        if self.value is None:
+            return "no value (no covered document in the group)"
+        parts = []
+        if self.below_threshold:
+            parts.append(f"below the subgroup threshold {self.threshold:.4f}")
+        if self.outside_tolerance:
+            parts.append(f"below {self.bound:.4f} (reference {reference_variant} {self.reference:.4f} - tolerance "
+                         f"{self.tolerance:g})")
+        if not self.has_reference:
+            parts.append(f"no complete pass of reference variant {reference_variant!r} to compare with")
+        return " and ".join(parts) or "within its bounds"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"subgroup": self.key, "metric": self.metric, "value": self.value, "reference": self.reference,
+                "threshold": self.threshold, "tolerance": self.tolerance, "bound": self.bound,
+                "has_reference": self.has_reference, "pass_id": self.pass_id,
+                "below_threshold": self.below_threshold, "outside_tolerance": self.outside_tolerance}
+
+
+def subgroup_check(protocol: Protocol, key: str, value: float | None, reference: float | None,
+                   has_reference: bool, pass_id: str | None = None) -> SubgroupCheck | None:
+    """The check of group ``key`` (``<subgroup>:<group>``) of a pass; None when its subgroup is not gating."""
+    sg = next((s for s in protocol.subgroups if s.gating and s.name == key.split(":", 1)[0]), None)
+    if sg is None:
+        return None
+    return SubgroupCheck(key, protocol.metric.name if sg.by == "stratum" else "recall", value, reference,
+                         sg.threshold, sg.tolerance if sg.tolerance is not None else protocol.metric.tolerance,
+                         has_reference, pass_id)
+
 
 #: Rows compared at a time (a prediction file's row group), at most :data:`BLOCK_BYTES` of float64 differences
 #: (rows × classes × 8 bytes): what a comparison holds beyond its two sets.
@@ -157,7 +229,7 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
         v = reader.verdict(path, protocol, expected) if digest else _missing_verdict(path.name, protocol, expected)
         v["hash_ok"] = digest is not None and p.get("prediction_sha256") == digest
         if digest is not None and not v["hash_ok"]:
-            v.setdefault("problems", []).append("prediction file does not match its recorded sha256")
+            v.setdefault("problems", []).append(HASH_PROBLEM)
         v["complete"] = p.get("status") == "ok" and v["ids_match"] and v["format_ok"] and v["hash_ok"]
         verdicts[p["pass_id"]] = v
     ref_name = protocol.metric.reference_variant
@@ -193,13 +265,9 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
                 sub_ok = False
                 reasons.append(f"gating subgroup {name!r} has no groups to evaluate (empty column?)")
         for key, value in v["subgroups"].items():
-            sg = gating.get(key.split(":", 1)[0])
-            if sg is None:
-                continue
-            ref_value = ref_v["subgroups"].get(key) if ref_v else None
-            tol = sg.tolerance if sg.tolerance is not None else protocol.metric.tolerance
-            if value is None or (sg.threshold is not None and value + TOL < sg.threshold) or \
-                    (ref_value is not None and ref_value - value > tol + TOL) or ref_v is None:
+            check = subgroup_check(protocol, key, value, ref_v["subgroups"].get(key) if ref_v else None,
+                                   ref_v is not None)
+            if check is not None and check.failed:
                 sub_ok = False
                 reasons.append(f"subgroup {key}")
         v["subgroups_ok"] = sub_ok

@@ -6,7 +6,7 @@ The page is rendered by jinja2 with autoescaping on, so corpus texts, error mess
 shown as text, never interpreted as HTML.
 
 Plots: every pass time per configuration with its median marked; quality per configuration against the
-threshold and the tolerance band; memory observed vs estimated; cost per verified corpus per priced
+threshold and the tolerance band; each gating subgroup per configuration against its reference; memory observed vs estimated; cost per verified corpus per priced
 configuration; the calendar window against the 3-, 7- and 30-day packages.
 """
 
@@ -135,15 +135,81 @@ def plot_quality(configs: list[Config], decision: Decision, merged: bool) -> str
     for i, c in enumerate(configs):
         values = list(c.quality.metrics)
         marked = c.quality.tolerance_ok is False or c.quality.threshold_ok is False
-        ax.scatter([i] * len(values), values, color="#c00000" if marked else "#1f77b4", s=30, zorder=3,
-                   marker="x" if marked else "o")
-        if marked:
-            ax.annotate("MARKED", (i, max(values) if values else metric.threshold), xytext=(0, 6),
-                        textcoords="offset points", ha="center", color="#c00000", fontsize=8)
+        subgroup = c.quality.subgroups_ok is False  # inside the band overall, rejected by a gating subgroup
+        ax.scatter([i] * len(values), values, color="#c00000" if marked or subgroup else "#1f77b4", s=30, zorder=3,
+                   marker="x" if marked or subgroup else "o")
+        if marked or subgroup:
+            ax.annotate("MARKED" if marked else "subgroup fails", (i, max(values) if values else metric.threshold),
+                        xytext=(0, 6), textcoords="offset points", ha="center", color="#c00000", fontsize=8)
     ax.set_xticks(range(len(configs)), [_short(c, merged) for c in configs], fontsize=8)
     ax.set_ylabel(metric.name)
     ax.set_title(f"Quality per configuration: {metric.name} against threshold and tolerance", fontsize=10)
     ax.legend(fontsize=8, loc="best")
+    return _png(plt, fig)
+
+
+def subgroup_points(decision: Decision) -> dict[str, list[dict[str, Any]]]:
+    """Per gating group (``<subgroup>:<group>``), one entry per configuration: its counted passes' values, the
+    value of its own campaign's reference pass, the lowest value within the tolerance (``bound``), the subgroup
+    threshold, and whether the group fails there (the checks of ``stats``)."""
+    from iteralab.evidence.stats import reference_rows
+
+    protocol = decision.evidence[0].protocol
+    gating = {s.name: s for s in protocol.subgroups if s.gating}
+    references = {ev.folder: reference_rows(ev).get(None) for ev in decision.evidence}
+    keys = sorted({k for c in decision.configs for k in c.quality.subgroups if k.split(":", 1)[0] in gating})
+    out: dict[str, list[dict[str, Any]]] = {}
+    for key in keys:
+        sg = gating[key.split(":", 1)[0]]
+        tolerance = sg.tolerance if sg.tolerance is not None else protocol.metric.tolerance
+        for c in decision.configs:
+            ref_row = references.get(c.folder)
+            reference = (ref_row.subgroup_metrics or {}).get(key) if ref_row is not None else None
+            out.setdefault(key, []).append({
+                "config": c.key, "values": [v for v in c.quality.subgroups.get(key, ()) if v is not None],
+                "reference": reference, "bound": None if reference is None else reference - tolerance,
+                "threshold": sg.threshold,
+                "failed": any(f.key == key for f in c.quality.subgroup_failures)})
+    return out
+
+
+def plot_subgroups(decision: Decision, merged: bool) -> str | None:
+    """Every gating group in its own panel: each configuration's values, its reference and tolerance bound, the
+    subgroup threshold; a failing group is a red cross marked FAILS."""
+    points = subgroup_points(decision)
+    if not points:
+        return None
+    import math
+
+    configs = list(decision.configs)
+    cols = min(len(points), 3)
+    rows = math.ceil(len(points) / cols)
+    plt, fig, _ = _figure(11.2, 3.0 * rows)
+    fig.clf()
+    names = {s.name: (decision.evidence[0].protocol.metric.name if s.by == "stratum" else "recall")
+             for s in decision.evidence[0].protocol.subgroups}
+    for n, (key, entries) in enumerate(points.items()):
+        ax = fig.add_subplot(rows, cols, n + 1)
+        ax.grid(axis="y", alpha=0.3)
+        for i, e in enumerate(entries):
+            if e["bound"] is not None:
+                ax.fill_between([i - 0.3, i + 0.3], e["bound"], e["reference"], color="#2ca02c", alpha=0.15,
+                                label="reference - tolerance" if i == 0 else None)
+                ax.hlines(e["reference"], i - 0.3, i + 0.3, colors="#2ca02c", linestyles=":", linewidth=1)
+            ax.scatter([i] * len(e["values"]), e["values"], color="#c00000" if e["failed"] else "#1f77b4", s=30,
+                       zorder=3, marker="x" if e["failed"] else "o")
+            if e["failed"]:
+                ax.annotate("FAILS", (i, max(e["values"], default=e["bound"] or 0.0)), xytext=(0, 6),
+                            textcoords="offset points", ha="center", color="#c00000", fontsize=8)
+        threshold = entries[0]["threshold"]
+        if threshold is not None:
+            ax.axhline(threshold, color="#c00000", linewidth=1.2, linestyle="--", label=f"threshold {threshold:g}")
+        ax.set_xticks(range(len(configs)), [_short(c, merged) for c in configs], fontsize=7, rotation=20,
+                      ha="right")
+        ax.set_title(f"{key} ({names.get(key.split(':', 1)[0], '')})", fontsize=9)
+        if n == 0:
+            ax.legend(fontsize=7, loc="best")
+    fig.suptitle("Gating subgroups per configuration: each against its reference and tolerance", fontsize=10)
     return _png(plt, fig)
 
 
@@ -361,6 +427,7 @@ def render_report(decision: Decision, decision_md: str | None = None) -> str:
         campaigns=campaigns, columns=table_columns(decision.evidence[0].campaign),
         decision_md=decision_md or render_decision(decision),
         plot_times=plot_times(configs, merged), plot_quality=plot_quality(configs, decision, merged),
+        plot_subgroups=plot_subgroups(decision, merged),
         plot_memory=plot_memory(memory), memory=memory, memory_notes=memory_notes,
         plot_cost=plot_cost(configs, merged, decision.chosen), cpu_only=cpu, exclusions=exclusions,
         plot_window=plot_window(decision), fmt_s=fmt_s, concurrent_note=CONCURRENT_NOTE,
@@ -404,4 +471,5 @@ def finalize(campaign_dirs: list[Path], out: Path | None = None, *, rental_id: s
             "chosen": decision.chosen.key if decision.chosen else None}
 
 
-__all__ = ["finalize", "memory_rows", "render_all_stats", "render_report", "short_hardware", "wrong_predictions"]
+__all__ = ["finalize", "memory_rows", "render_all_stats", "render_report", "short_hardware", "subgroup_points",
+           "wrong_predictions"]

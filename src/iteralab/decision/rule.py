@@ -124,7 +124,7 @@ def _failures(ev: Evidence, times: VariantTimes) -> tuple[str, ...]:
     return feasibility(rows, ev.corpus_size, ev.exclusions).failures()
 
 
-def _quality_exclusions(q: VariantQuality, metric: str) -> list[str]:
+def _quality_exclusions(q: VariantQuality, metric: str, reference: str = "") -> list[str]:
     out = []
     if q.completed == 0:
         return out
@@ -137,7 +137,9 @@ def _quality_exclusions(q: VariantQuality, metric: str) -> list[str]:
             q.metric_ref is not None else ""
         out.append(f"outside the tolerance{delta}: {Q2_MARK}")
     if q.subgroups_ok is False:
-        out.append("a gating subgroup misses its threshold or tolerance")
+        failing = q.failing_subgroups(reference)
+        out += [f"gating subgroup {line}" for line in failing] or \
+            ["a gating subgroup misses its threshold or tolerance (see the raw table's notes)"]
     if q.reproduction_ok is False:
         out.append("the declared reproduction target does not hold")
     if not out and q.accepted < q.completed:
@@ -280,7 +282,7 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
                 exclusions = ["not attempted yet: the campaign is incomplete (decided with --partial); never priced"]
             else:
                 exclusions = [f"not feasible (M1): {'; '.join(failures)}; never priced"] if failures else []
-            exclusions += _quality_exclusions(quality, metric)
+            exclusions += _quality_exclusions(quality, metric, ev.protocol.metric.reference_variant)
             verdicts = dataset_verdicts(ev.campaign, [r for r in ev.rows if r.variant == times.variant],
                                         ev.exclusions)
             exclusions += [f"dataset {d.name!r} not verified: {'; '.join(d.reasons) or 'no counted pass'} "
@@ -302,6 +304,9 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
     for st in stats:
         uncertain += [f"{st.evidence.hardware.label}, {c.scope}: {c.a} vs {c.b}: {c.text}"
                       for c in st.comparisons if not c.distinguished]
+    for st in stats:
+        uncertain += [f"{st.evidence.hardware.label}: {line}" if len(stats) > 1 else line
+                      for line in st.zero_recall()]
     gating = [s.name for s in evidence[0].protocol.subgroups if s.gating]
     for name in gating:
         lacking = [c.key for c in configs if name in c.quality.missing_subgroups(gating)]

@@ -25,7 +25,10 @@ CLASSES = ("plot", "fresh", "rotten")
 MAX_LENGTH = 256
 TOLERANCE = 0.01
 #: Length strata hold few texts of some classes (3 plot summaries among 300 medium texts), so a stratum's
-#: macro-F1 moves by several points when one label flips: its tolerance is wider than the overall one.
+#: macro-F1 moves by several points when one label flips: its tolerance is wider than the overall one. The short
+#: stratum holds no plot summary; its macro-F1 averages the classes in its references or predictions, and the
+#: fp32 batch-8 reference labels one short text plot, so plot (F1 0) still counts there: 0.4718 for that
+#: reference, as before that rule (fresh and rotten alone would give 0.7077). The 0.05 stays, for the medium one.
 STRATUM_TOLERANCE = 0.05
 #: Per-class recall may not drop by more than this against the reference (gating).
 CLASS_TOLERANCE = 0.03

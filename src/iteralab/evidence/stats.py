@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from iteralab.campaign.folder import PHASES, CampaignFolder, RawRow
-from iteralab.evidence.table import CONCURRENT_NOTE
+from iteralab.campaign.judge import HASH_PROBLEM, SubgroupCheck, subgroup_check
+from iteralab.evidence.table import CONCURRENT_NOTE, SUBGROUP_CLASSES_NOTE, subgroup_classes_of
 from iteralab.plan.protocol import Protocol
 
 SCHEMA_VERSION = 1
@@ -41,6 +42,8 @@ TARGET_NAMES = {"identical": "identical-output", "bounded": "bounded-difference"
 MIN_PASSES_TO_DISTINGUISH = 3
 MISSING_SUBGROUP = "its check was not actually made (look at the stratum column of inputs/corpus.csv)"
 Q2_MARK = "kept in the table, MARKED, excluded from the equivalent-quality comparison (Q2)"
+#: Said of a class no variant ever finds: its gate compares 0 with 0 and passes.
+ZERO_RECALL = "recall 0 in every variant, the reference included"
 
 
 # ------------------------------------------------------------------------------------------- evidence
@@ -337,6 +340,19 @@ class VariantQuality:
     reproduction_ok: bool | None
     label_agreement: float | None
     max_abs_prob_diff: float | None
+    #: every failed gating group of every counted pass, with its value, bounds and the reference value
+    subgroup_failures: tuple[SubgroupCheck, ...] = ()
+    #: per group whose metric left some classes out: each distinct set of classes it averaged over
+    subgroup_classes: dict[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
+
+    def failing_subgroups(self, reference_variant: str) -> list[str]:
+        """One line per failing gating group: 'length:long macro_f1 0.7000 in 3 of 3 passes: below 0.7500
+        (reference b4 0.8000 - tolerance 0.05)'."""
+        grouped: dict[tuple[str, str, str], list[float | None]] = {}
+        for check in self.subgroup_failures:
+            grouped.setdefault((check.key, check.metric, check.why(reference_variant)), []).append(check.value)
+        return [f"{key} {metric} {_values(tuple(values))} in {len(values)} of {self.completed} "
+                f"pass{'es' if self.completed != 1 else ''}: {why}" for (key, metric, why), values in grouped.items()]
 
     @property
     def equivalent(self) -> bool:
@@ -369,6 +385,8 @@ class VariantQuality:
             "reproduction_ok": self.reproduction_ok, "label_agreement_min": self.label_agreement,
             "max_abs_prob_diff": self.max_abs_prob_diff, "equivalent": self.equivalent,
             "meets_quality": self.meets_quality, "mark": self.mark,
+            "subgroup_failures": [c.to_dict() for c in self.subgroup_failures],
+            "subgroup_classes": {k: [list(c) for c in v] for k, v in self.subgroup_classes.items()},
         }
 
 
@@ -378,7 +396,44 @@ def _all(values: list[bool | None]) -> bool | None:
     return True if values and all(v is True for v in values) else None
 
 
-def _quality(variant: str, rows: list[RawRow], excluded: dict[str, str]) -> VariantQuality:
+def reference_rows(ev: Evidence) -> dict[str | None, RawRow]:
+    """Per dataset (None: the one corpus), the row of the pass every pass's quality was compared with: the first
+    pass of the reference variant, in journal order, that completed with the expected ids, the declared format
+    and its recorded file (``campaign.judge``'s rule)."""
+    ref = ev.protocol.metric.reference_variant
+    out: dict[str | None, RawRow] = {}
+    for r in ev.rows:
+        if r.variant == ref and r.ok and r.ids_match and r.format_ok and HASH_PROBLEM not in (r.notes or ""):
+            out.setdefault(r.dataset, r)
+    return out
+
+
+def _failures(protocol: Protocol, done: list[RawRow], refs: dict[str | None, RawRow]) -> tuple[SubgroupCheck, ...]:
+    """The failed gating groups of the passes whose verdict says a gating subgroup fails."""
+    out = []
+    for r in done:
+        if r.subgroups_ok is not False:
+            continue
+        ref = refs.get(r.dataset)
+        for key, value in (r.subgroup_metrics or {}).items():
+            check = subgroup_check(protocol, key, value, (ref.subgroup_metrics or {}).get(key) if ref else None,
+                                   ref is not None, r.pass_id)
+            if check is not None and check.failed:
+                out.append(check)
+    return tuple(out)
+
+
+def _classes_averaged(protocol: Protocol, done: list[RawRow]) -> dict[str, tuple[tuple[str, ...], ...]]:
+    """Per group whose metric left a class out in some pass: the distinct sets of classes averaged (a pass that
+    lists nothing for the group averaged over every class)."""
+    every = tuple(protocol.corpus.classes)
+    listed = [subgroup_classes_of(r.notes) for r in done]
+    keys = sorted({k for one in listed for k in one})
+    return {k: tuple(dict.fromkeys(tuple(one.get(k, every)) for one in listed)) for k in keys}
+
+
+def _quality(variant: str, rows: list[RawRow], excluded: dict[str, str], protocol: Protocol,
+             reference: dict[str | None, RawRow]) -> VariantQuality:
     done = [r for r in rows if r.ok and r.pass_id not in excluded]
     metrics = tuple(r.metric for r in done if r.metric is not None)
     refs = [r.metric_ref for r in done if r.metric_ref is not None]
@@ -398,7 +453,8 @@ def _quality(variant: str, rows: list[RawRow], excluded: dict[str, str]) -> Vari
         subgroups_ok=_all([r.subgroups_ok for r in done]),
         subgroups={k: tuple(v) for k, v in sorted(groups.items())},
         reproduction_ok=_all([r.reproduction_ok for r in done]),
-        label_agreement=min(agreements) if agreements else None, max_abs_prob_diff=max(diffs) if diffs else None)
+        label_agreement=min(agreements) if agreements else None, max_abs_prob_diff=max(diffs) if diffs else None,
+        subgroup_failures=_failures(protocol, done, reference), subgroup_classes=_classes_averaged(protocol, done))
 
 
 # -------------------------------------------------------------------------------------------- summary
@@ -417,6 +473,22 @@ class CampaignStats:
 
     def quality_of(self, variant: str) -> VariantQuality:
         return next(q for q in self.quality if q.variant == variant)
+
+    def zero_recall(self) -> list[str]:
+        """'class plot: recall 0 in every variant, the reference included' for each class that every variant
+        with a counted pass, the reference variant among them, found in no pass: a gate that compares 0 with 0
+        passes and would otherwise say nothing."""
+        p = self.evidence.protocol
+        evaluated = [q for q in self.quality if q.completed]
+        if not any(q.variant == p.metric.reference_variant for q in evaluated):
+            return []
+        out = []
+        for sg in (s for s in p.subgroups if s.by != "stratum"):
+            for name in p.corpus.classes:
+                values = [q.subgroups.get(f"{sg.name}:{name}") for q in evaluated]
+                if all(v and all(x == 0 for x in v) for v in values):
+                    out.append(f"class {name}: {ZERO_RECALL}")
+        return list(dict.fromkeys(out))
 
     def to_dict(self) -> dict[str, Any]:
         ev, p = self.evidence, self.evidence.protocol
@@ -470,7 +542,8 @@ def campaign_stats(campaign_dir: str | Path | Evidence) -> CampaignStats:
         for i, a in enumerate(members):
             for b in members[i + 1:]:
                 comparisons.append(compare(a, b, f"series {s['name']}"))
-    quality = tuple(_quality(name, rows, ev.exclusions) for name, rows in by_variant.items())
+    refs = reference_rows(ev)
+    quality = tuple(_quality(name, rows, ev.exclusions, ev.protocol, refs) for name, rows in by_variant.items())
     notes = []
     excluded_in = sorted({v.variant for v in variants if v.excluded})
     if several:
@@ -538,10 +611,19 @@ def render_quality(stats: CampaignStats) -> list[str]:
             metric_of = {s.name: (p.metric.name if s.by == "stratum" else "recall") for s in p.subgroups}
             lines.append("    subgroups: " + ", ".join(f"{k} {metric_of.get(k.split(':')[0], '')} {_values(v)}"
                                                       for k, v in q.subgroups.items()))
+        for line in q.failing_subgroups(p.metric.reference_variant):
+            lines.append(f"    GATING SUBGROUP FAILS: {line}")
+        if q.subgroup_classes:
+            lines.append(f"    {SUBGROUP_CLASSES_NOTE} (a class absent from a subgroup is left out of its metric; "
+                         "the groups not listed averaged every class): " + "; ".join(
+                             f"{k} {' or '.join(', '.join(c) for c in sets)}"
+                             + (" (per pass)" if len(sets) > 1 else "") for k, sets in q.subgroup_classes.items()))
         for name in q.missing_subgroups(gating):
             lines.append(f"    WARNING: gating subgroup {name!r} has no value in the raw table: {MISSING_SUBGROUP}")
         if q.mark:
             lines.append(f"    {q.variant} is {q.mark}")
+    for line in stats.zero_recall():
+        lines.append(f"  WARNING: {line}: no variant finds this class, so its gate compares 0 with 0")
     return lines
 
 

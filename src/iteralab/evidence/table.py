@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,9 @@ from iteralab.plan.protocol import load_protocol
 
 #: The note that marks a pass measured while other processes used the machine (read back by stats).
 CONCURRENT_NOTE = "measured under concurrent load"
+#: The note that lists, per subgroup that lacks some classes, the classes its metric averaged over (read back by
+#: stats with :func:`subgroup_classes_of`); a subgroup that has every class is not listed.
+SUBGROUP_CLASSES_NOTE = "subgroup classes averaged"
 TABLE_NAME = TABLE  # re-exported: the layout lives in the campaign-folder layer
 
 
@@ -60,6 +64,7 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
                              "prediction_sha256": f.get("prediction_sha256"),
                              "dataset": state.started[pid].get("dataset")})
     verdicts = judge_campaign(campaign_dir, finished, reader, context) if finished else {}
+    n_classes = len(folder.protocol.corpus.classes)
     c4_line = rocm_compatibility_line(folder.manifest)  # None unless the campaign ran on a ROCm runtime
     datasets = {d["name"]: d for d in campaign.get("datasets") or []}
     rows = []
@@ -150,6 +155,11 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
             notes.append("not accepted: " + ", ".join(v["reasons"]))
         for problem in (v.get("format_problems") or [])[:2] + (v.get("problems") or [])[:2]:
             notes.append(problem)
+        fewer = {key: names for key, names in (v.get("subgroup_classes") or {}).items()
+                 if len(names) < n_classes}
+        if fewer:
+            notes.append(f"{SUBGROUP_CLASSES_NOTE} (a class absent from the subgroup is left out of its "
+                         f"{v.get('metric_name')}): {json.dumps(fewer, sort_keys=True, ensure_ascii=False)}")
         notes.extend(n for n in fin.get("notes") or [] if n)
         if c4_line:
             notes.append(c4_line)
@@ -161,6 +171,22 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
         row["notes"] = " | ".join(notes)
         rows.append(row)
     return rows
+
+
+def subgroup_classes_of(notes: str | None) -> dict[str, list[str]]:
+    """The classes each listed subgroup's metric averaged over, read back from a row's notes
+    (:data:`SUBGROUP_CLASSES_NOTE`); empty when every subgroup had every class."""
+    text = notes or ""
+    at = text.find(SUBGROUP_CLASSES_NOTE)
+    start = text.find("{", at) if at >= 0 else -1
+    if start < 0:
+        return {}
+    try:
+        value, _ = json.JSONDecoder().raw_decode(text, start)
+        return {str(k): [str(c) for c in v] for k, v in value.items()}
+    except (ValueError, AttributeError, TypeError):
+        raise IteraError(f"{TABLE_NAME}: the note '{SUBGROUP_CLASSES_NOTE}' is damaged ({text[at:at + 80]!r})",
+                         hint="regenerate the table from the journal: iteralab table FOLDER") from None
 
 
 def _shard_cells(row: dict[str, Any], parallel: dict[str, Any] | None) -> None:

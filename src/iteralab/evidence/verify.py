@@ -38,7 +38,7 @@ CORPUS = "inputs/corpus.csv"
 #: Keys of a pass's intrinsic verdict (journal ``pass_evaluated``) that must be recomputed identically.
 INTRINSIC_KEYS = ("expected_ids", "observed_ids", "unique_ids", "duplicates", "missing", "extra", "ids_match",
                   "format_ok", "n_format_problems", "coverage", "coverage_ok", "metric_name", "metric",
-                  "threshold_ok", "subgroups")
+                  "threshold_ok", "subgroups", "subgroup_classes")
 
 
 @dataclass
