@@ -256,7 +256,7 @@ def test_package_references_of_an_encoder_and_its_head_rerun_from_the_carried_co
 
 
 def test_a_stand_in_holds_for_its_own_protocol_file_and_only_within_its_block(tmp_path):
-    from iteralab.plan.protocol import resolve, stand_ins
+    from iteralab.plan.paths import resolve, stand_ins
 
     here, other = tmp_path / "a" / "protocol.toml", tmp_path / "b" / "protocol.toml"
     with stand_ins(here, {"/nowhere/model": tmp_path / "copy"}):

@@ -23,7 +23,8 @@ from iteralab.decision.note import decision_json, render_decision
 from iteralab.decision.rule import decide
 from iteralab.errors import CorpusError, ProtocolError
 from iteralab.evidence.run import run_campaign
-from iteralab.evidence.stats import campaign_stats, load_evidence, render_stats
+from iteralab.evidence.reads import load_evidence
+from iteralab.evidence.stats import campaign_stats, render_stats
 from iteralab.evidence.verify import audit_campaign
 from iteralab.plan.protocol import parse_protocol
 from protocol_factory import VARIANTS, protocol_toml

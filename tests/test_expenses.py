@@ -13,7 +13,8 @@ from iteralab.cli import main
 from iteralab.economics import pricing
 from iteralab.errors import ProtocolError
 from protocol_factory import LARGE_BATCH_EXPENSE
-from iteralab.plan.protocol import check_locked, lock, lock_path, parse_protocol
+from iteralab.plan.protocol import parse_protocol
+from iteralab.plan.lockfile import check_locked, lock, lock_path
 from protocol_factory import protocol_toml
 
 STORAGE = """

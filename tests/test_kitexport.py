@@ -9,7 +9,8 @@ import pytest
 from iteralab.cli import main
 from iteralab.errors import ProtocolError
 from iteralab.economics.kitexport import KIT_FILES, KitError, export_kit, kit_source, missing_files
-from iteralab.plan.protocol import check_series, lock, parse_protocol
+from iteralab.plan.protocol import check_series, parse_protocol
+from iteralab.plan.lockfile import lock
 from iteralab.campaign.runner import schedule_slots
 from iteralab.evidence.table import COLUMNS
 

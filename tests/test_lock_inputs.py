@@ -11,7 +11,8 @@ from iteralab.campaign.inputs import lock
 from iteralab.cli import main
 from iteralab.errors import ProtocolError
 from iteralab.evidence.run import run_campaign
-from iteralab.plan.protocol import lock_path, parse_protocol
+from iteralab.plan.protocol import parse_protocol
+from iteralab.plan.lockfile import lock_path
 from protocol_factory import protocol_toml, write_protocol
 
 HINT = "Hint: restore the locked input, or amend: raise 'version' in the protocol and lock again"

@@ -12,7 +12,7 @@ from conftest import TINY_CLASSES
 from iteralab.campaign.folder import CampaignFolder
 from iteralab.cli import main
 from protocol_factory import VARIANTS, write_protocol
-from iteralab.plan.protocol import lock
+from iteralab.plan.lockfile import lock
 
 GPU_VARIANT = VARIANTS + '\n[[variants]]\nname = "g4"\nbatch_size = 4\ndevice = "cuda"\n'
 
@@ -75,7 +75,7 @@ def test_preflight_of_a_callable_campaign_does_not_import_torch(tmp_path):
     from pathlib import Path
 
     protocol = callable_campaign(tmp_path, passes=1)
-    code = ("import sys; from iteralab.plan.protocol import check_locked; "
+    code = ("import sys; from iteralab.plan.lockfile import check_locked; "
             "from iteralab.campaign.preflight import preflight; p, _ = check_locked(sys.argv[1]); "
             "preflight(p, sys.argv[1]); print('torch' in sys.modules)")
     env = {"PYTHONPATH": str(Path(__file__).parent), "PATH": "/usr/bin:/bin"}

@@ -4,7 +4,8 @@ import pytest
 
 from iteralab.cli import main
 from iteralab.errors import ProtocolError
-from iteralab.plan.protocol import check_locked, check_series, load_protocol, lock, lock_path, parse_protocol
+from iteralab.plan.protocol import check_series, load_protocol, parse_protocol
+from iteralab.plan.lockfile import check_locked, lock, lock_path
 from protocol_factory import VARIANTS, protocol_toml, write_protocol
 
 

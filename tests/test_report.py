@@ -9,7 +9,7 @@ import pytest
 
 from iteralab.cli import main
 from iteralab.decision.report import finalize, wrong_predictions
-from iteralab.evidence.stats import load_evidence
+from iteralab.evidence.reads import load_evidence
 from test_stats import build_campaign
 
 

@@ -68,14 +68,14 @@ def test_run_refuses_unlocked_and_changed_protocol(tmp_path):
 
 
 def test_run_refuses_series_with_two_factors(tmp_path, monkeypatch):
-    import iteralab.plan.protocol as protocol_module
+    import iteralab.plan.lockfile as lockfile_module
 
     variants = VARIANTS.replace("batch_size = 4", 'batch_size = 4\nbucketing = true')
     with pytest.raises(ProtocolError, match="also differ in bucketing"):
         callable_campaign(tmp_path, variants=variants)  # lock() itself checks the series now
     assert not (tmp_path / "protocol.toml.lock.json").exists()
     # a lock written without that check (an older lock file): run still refuses
-    monkeypatch.setattr(protocol_module, "check_series", lambda *a, **k: None)
+    monkeypatch.setattr(lockfile_module, "check_series", lambda *a, **k: None)
     protocol = callable_campaign(tmp_path, variants=variants)
     monkeypatch.undo()
     with pytest.raises(ProtocolError, match="also differ in bucketing"):

@@ -21,7 +21,7 @@ from iteralab.campaign.runner import prepare
 from iteralab.errors import CorpusError, ProtocolError
 from iteralab.plan import scan
 from iteralab.plan.corpus import load_corpus, write_corpus
-from iteralab.plan.protocol import lock_path
+from iteralab.plan.lockfile import lock_path
 from iteralab.plan.scan import labels_digest, scan_corpus
 
 CLASSES = ["pos", "neg", "mixed"]

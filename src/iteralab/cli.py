@@ -45,7 +45,7 @@ def lock_cmd(
 ) -> None:
     """Check every input, then lock: the protocol's hash, the inputs' fingerprints and a UTC timestamp (P2)."""
     from iteralab.campaign.inputs import lock, lock_warnings
-    from iteralab.plan.protocol import lock_path
+    from iteralab.plan.lockfile import lock_path
 
     entry = lock(protocol, allow_large=allow_large)
     typer.echo(f"locked {protocol} version {entry['version']}: sha256 {entry['sha256']} at {entry['locked_at']}")

@@ -21,7 +21,8 @@ from typing import Any
 
 from iteralab.common.files import sha256_file
 from iteralab.errors import BundleError
-from iteralab.plan.protocol import Protocol, resolve
+from iteralab.plan.protocol import Protocol
+from iteralab.plan.paths import resolve
 
 #: Where the carried files live inside a campaign folder.
 CARRY_DIR = "inputs/model"

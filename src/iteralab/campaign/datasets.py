@@ -27,7 +27,8 @@ from typing import Any
 from iteralab.campaign.lockrecords import OverlapKeys, Suspects, shared_keys
 from iteralab.errors import CorpusError
 from iteralab.plan.corpus import Corpus, text_fingerprint
-from iteralab.plan.protocol import Protocol, resolve
+from iteralab.plan.protocol import Protocol
+from iteralab.plan.paths import resolve
 from iteralab.plan.scan import CorpusScan, Sink, scan_corpus
 
 DATASETS_DIR = "inputs/datasets"

@@ -28,9 +28,10 @@ from iteralab.common.files import sha256_file
 from iteralab.errors import CorpusError, ProtocolError
 from iteralab.plan.corpus import Corpus, check_disjoint, load_corpus
 from iteralab.plan.expenses import check_currency
-from iteralab.plan.protocol import Dataset, Protocol, load_protocol, resolve
+from iteralab.plan.protocol import Dataset, Protocol, load_protocol
+from iteralab.plan.paths import resolve
 from iteralab.plan.scan import Batch, CorpusScan, Sink, labels_digest, scan_corpus
-from iteralab.plan.protocol import lock as _record_lock
+from iteralab.plan.lockfile import lock as _record_lock
 
 INPUTS_SCHEMA = 1
 AMEND_HINT = "restore the locked input, or amend: raise 'version' in the protocol and lock again"

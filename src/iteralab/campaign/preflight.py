@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from iteralab.errors import WorkloadError
-from iteralab.plan.protocol import Protocol, resolve
+from iteralab.plan.protocol import Protocol
+from iteralab.plan.paths import resolve
 
 
 @dataclass(frozen=True)

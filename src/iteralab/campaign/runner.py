@@ -36,7 +36,9 @@ from iteralab.errors import ProtocolError, RunError
 from iteralab.common.files import sha256_file, write_bytes_atomic, write_json_atomic
 from iteralab.campaign.carry import carry_model_files
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
-from iteralab.plan.protocol import Protocol, check_locked, check_series, lock_path, resolve
+from iteralab.plan.protocol import Protocol, check_series
+from iteralab.plan.lockfile import check_locked, lock_path
+from iteralab.plan.paths import resolve
 from iteralab.plan.schedule import plan_rounds
 
 CAMPAIGN_SCHEMA = 1

@@ -20,7 +20,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 
 from iteralab.errors import IteraError, ProtocolError, WorkloadError
 from iteralab.plan.protocol import (METRICS, CorpusSpec, Dataset, ModelSpec, Subgroup, Variant, parse_toml,
-                                    read_protocol_text, refusal, resolve)
+                                    read_protocol_text, refusal)
+from iteralab.plan.paths import resolve
 from iteralab.plan.values import Text
 
 #: Batch size when the protocol names no reference variant to take it from.

@@ -15,9 +15,10 @@ from iteralab.decision.windows import WindowInfo
 from iteralab.economics.pricing import (Catalog, CatalogEntry, CostPerResult, PackageBudget, cost_per_result,
                                         format_amount, load_catalog, package_budget)
 from iteralab.economics.window import WindowQuote, quote_calendar
-from iteralab.evidence.stats import Evidence, VariantTimes
+from iteralab.evidence.reads import Evidence
+from iteralab.evidence.stats import VariantTimes
 from iteralab.kit.calcul_forfaits import find_entry, format_hours
-from iteralab.plan.protocol import resolve
+from iteralab.plan.paths import resolve
 
 CPU_ONLY = ("ran on CPU only: no rental GPU was observed and the catalog lists no CPU server package for this "
             "CPU model and core count, so no package is priced from these runs")

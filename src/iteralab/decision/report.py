@@ -27,7 +27,8 @@ from iteralab.errors import IteraError
 from iteralab.common.files import dumps_json, write_text_atomic
 from iteralab.economics.pricing import EXPENSES_APART, EXPENSES_COUNTED
 from iteralab.kit.calcul_forfaits import STANDARD_PACKAGE_DAYS, format_amount, format_hours
-from iteralab.evidence.stats import Evidence, fmt_s, render_stats
+from iteralab.evidence.reads import Evidence
+from iteralab.evidence.stats import fmt_s, render_stats
 from iteralab.evidence.table import CONCURRENT_NOTE
 
 TEMPLATE = "report.html.j2"

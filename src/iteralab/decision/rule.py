@@ -25,8 +25,9 @@ from iteralab.campaign.manifest import diff_manifests
 from iteralab.economics.pricing import (EXPENSES_APART, EXPENSES_COUNTED, Catalog, CostSheet, VariantCost, cost_sheet,
                                         count_accepted_results, expenses_of, format_amount)
 from iteralab.plan.expenses import check_currency
-from iteralab.evidence.stats import (MISSING_SUBGROUP, Q2_MARK, CampaignStats, Evidence, VariantQuality, VariantTimes,
-                            campaign_stats, compare, fmt_s, load_evidence)
+from iteralab.evidence.reads import Evidence, load_evidence
+from iteralab.evidence.stats import (MISSING_SUBGROUP, Q2_MARK, CampaignStats, VariantQuality, VariantTimes,
+                                     campaign_stats, compare, fmt_s)
 from iteralab.decision.job import JobPlan, plan_job
 from iteralab.evidence.datasets import DatasetVerdict, dataset_verdicts, feasibility_by_dataset
 from iteralab.evidence.feasibility import feasibility

@@ -9,8 +9,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from iteralab.kit.calcul_forfaits import load_zone, localize
-from iteralab.evidence.stats import (Evidence, VariantTimes,
-                            fmt_s)
+from iteralab.evidence.reads import Evidence
+from iteralab.evidence.stats import VariantTimes, fmt_s
 from iteralab.economics.window import CalendarWindow, Task, build_window, local_task
 
 

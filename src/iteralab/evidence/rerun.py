@@ -45,7 +45,8 @@ from typing import Any
 from iteralab.campaign.folder import CampaignFolder, read_json
 from iteralab.errors import ProtocolError, RunError
 from iteralab.common.files import write_json_atomic, write_text_atomic
-from iteralab.plan.protocol import PACKAGE_PREFIX, Protocol, load_protocol, resolve, stand_ins
+from iteralab.plan.protocol import Protocol, load_protocol
+from iteralab.plan.paths import PACKAGE_PREFIX, resolve, stand_ins
 from iteralab.campaign.judge import compare_predictions
 
 COMPARISON_SCHEMA = 1

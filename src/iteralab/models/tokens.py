@@ -12,7 +12,8 @@ from typing import Any
 
 from iteralab.errors import CorpusError, ProtocolError, WorkloadError
 from iteralab.plan.corpus import Corpus
-from iteralab.plan.protocol import Protocol, resolve
+from iteralab.plan.protocol import Protocol
+from iteralab.plan.paths import resolve
 from iteralab.plan.strata import assign_strata, describe_strata
 
 #: The files a Hugging Face tokenizer may read; their hashes are recorded wherever token counts are used.
@@ -174,7 +175,7 @@ def model_labels(folder: Path) -> list[str] | None:
 def resolve_model(ref: str) -> tuple[Path, str]:
     """A model named on the command line: a folder (its absolute path goes into the draft) or
     ``package:NAME/sub`` (kept as written, so the protocol stays portable)."""
-    from iteralab.plan.protocol import PACKAGE_PREFIX
+    from iteralab.plan.paths import PACKAGE_PREFIX
 
     folder = resolve(Path.cwd() / "command-line", ref)
     if folder is None or not folder.is_dir():

@@ -1,0 +1,121 @@
+"""A campaign folder's evidence, read once: the campaign record, the manifest, the locked protocol, the raw
+table's counted rows, the exclusions (``pass_excluded`` events of the journal, the source of truth) and the
+hardware the runtime reported. Statistics, the decision and the report all start from an :class:`Evidence`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from iteralab.campaign.folder import CampaignFolder, RawRow
+from iteralab.evidence.table import write_raw_table
+from iteralab.plan.protocol import Protocol
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What the runtime reported (manifest device inventory), never what the configuration asked for."""
+
+    backend: str
+    gpus: tuple[str, ...]
+    cpu: str | None
+    cpu_cores: int | None = None
+    cpu_flags: tuple[str, ...] | None = None
+
+    @property
+    def label(self) -> str:
+        if not self.gpus:
+            if not self.cpu:
+                return "CPU only"
+            extra = f", {self.cpu_cores} logical cores" if self.cpu_cores else ""
+            if self.cpu_flags is not None:
+                extra += f", flags: {' '.join(self.cpu_flags) or 'none of avx2/avx512/amx'}"
+            return f"CPU only ({self.cpu}{extra})"
+        names = sorted(set(self.gpus))
+        return ", ".join(f"{self.gpus.count(n)}x {n}" if self.gpus.count(n) > 1 else n for n in names)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "gpus": list(self.gpus), "cpu": self.cpu, "cpu_cores": self.cpu_cores,
+                "label": self.label}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The stored files of one campaign folder, read once."""
+
+    folder: Path
+    campaign: dict[str, Any]
+    manifest: dict[str, Any] | None
+    protocol: Protocol
+    rows: tuple[RawRow, ...]
+    exclusions: dict[str, str]
+    hardware: Hardware
+    #: Scheduled (round, position) slots without a finished pass: the campaign is incomplete when > 0.
+    not_attempted: int = 0
+
+    @property
+    def corpus_size(self) -> int:
+        return int(self.campaign["corpus"]["size"])
+
+    @property
+    def fingerprint(self) -> str:
+        return str(self.campaign["corpus"]["fingerprint"])
+
+    def scheduled(self, variant: str) -> int:
+        """Scheduled passes of a variant; with several datasets, scheduled job rounds (each covers them all)."""
+        slots = [s for s in self.campaign.get("schedule", {}).get("slots", []) if s["variant"] == variant]
+        return len({(s["round"], s["seed"]) for s in slots}) if self.campaign.get("datasets") else len(slots)
+
+    @property
+    def scheduled_total(self) -> int:
+        return len(self.campaign.get("schedule", {}).get("slots", []))
+
+    def incomplete_line(self) -> str | None:
+        """'campaign incomplete: N of M scheduled passes not attempted — resume …', or None when complete."""
+        if not self.not_attempted:
+            return None
+        return (f"campaign incomplete: {self.not_attempted} of {self.scheduled_total} scheduled passes not "
+                f"attempted — resume with `iteralab run PROTOCOL --out {self.folder}`")
+
+
+def _hardware(manifest: dict[str, Any] | None, journal_devices: list[dict[str, Any]]) -> Hardware:
+    inventory = None
+    if manifest:
+        env = manifest.get("environment") or {}
+        inventory = env.get("device_inventory") or env.get("devices")
+    if not inventory and journal_devices:
+        inventory = journal_devices[0]
+    if not inventory:
+        return Hardware("unknown", (), None)
+    gpus = tuple(str(g.get("name")) for g in inventory.get("gpus") or [] if g.get("name"))
+    cpu = (inventory.get("cpu") or {}).get("model")
+    cores = (inventory.get("cpu") or {}).get("logical_cores")
+    flags = (inventory.get("cpu") or {}).get("relevant_flags")
+    return Hardware(str(inventory.get("backend") or ("cuda" if gpus else "cpu")), gpus, cpu,
+                    int(cores) if isinstance(cores, int) else None,
+                    tuple(flags) if isinstance(flags, list) else None)
+
+
+def load_evidence(campaign_dir: str | Path) -> Evidence:
+    """Read a campaign folder once (campaign.json, manifest.json, journal, protocol, raw table)."""
+    folder = CampaignFolder.open(campaign_dir)
+    campaign = folder.campaign
+    if not folder.table_path.is_file():  # derived from the journal: regenerated, never asked for
+        write_raw_table(folder.path)
+    rows = folder.counted_rows()
+    state = folder.journal()
+    done = state.done_slots()
+    slots = campaign.get("schedule", {}).get("slots", [])
+    not_attempted = sum(1 for s in slots if (s["round"], s["position"]) not in done)
+    exclusions = {r.pass_id: r.exclusion_reason or "" for r in rows if r.excluded}
+    exclusions.update({pid: str(e.get("reason") or "") for pid, e in state.exclusions.items()})
+    devices = [f["environment_summary"]["devices"] for f in state.finished.values()
+               if (f.get("environment_summary") or {}).get("devices")]
+    manifest = folder.manifest
+    return Evidence(folder.path, campaign, manifest, folder.protocol, rows, exclusions, _hardware(manifest, devices),
+                    not_attempted)
+
+
+__all__ = ["Evidence", "Hardware", "load_evidence"]
