@@ -167,3 +167,15 @@ def test_cli_unpack_of_an_altered_archive_exits_1(campaign, tmp_path, capsys):
     captured = capsys.readouterr()
     assert "- raw_table.csv: edited (sha256 differs from SHA256SUMS)" in captured.out
     assert "do not match their hash list" in captured.err
+
+
+def test_cli_unpack_of_a_file_that_is_no_archive_is_one_line(tmp_path, capsys):
+    from iteralab.cli import main
+
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_bytes(b"not an archive at all\n" * 10)
+    assert main(["bundle", "unpack", str(junk), str(tmp_path / "dest")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"Error: {junk}: not a readable tar archive (") and err[0].endswith(")"), err
+    assert len(err) == 2 and err[1] == "Hint: give an archive written by: iteralab bundle pack FOLDER", err
+    assert not (tmp_path / "dest").exists() or not any((tmp_path / "dest").iterdir())

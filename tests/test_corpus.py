@@ -140,6 +140,8 @@ def test_duplicate_text_with_derived_ids_names_both_lines(tmp_path):
 def test_missing_file_empty_file_and_header_only(tmp_path):
     error = refusal(tmp_path / "absent.csv")
     assert str(error) == f"{tmp_path / 'absent.csv'}: file not found" and "check the path" in error.hint
+    # an absolute path (what a protocol's paths resolve to) is never said to start from the working folder
+    assert "protocol file's folder" in error.hint and "relative paths start from" not in error.hint
     assert str(refusal(write(tmp_path, "e.csv", ""))) == f"{tmp_path / 'e.csv'}: empty file"
     assert str(refusal(write(tmp_path, "e.jsonl", "\n \n"))) == f"{tmp_path / 'e.jsonl'}: empty file"
     assert str(refusal(write(tmp_path, "h.csv", "id,text,label\n"))).endswith("no records after the header (line 1)")

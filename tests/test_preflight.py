@@ -40,6 +40,27 @@ def test_classes_in_another_order_than_the_head_are_refused_before_any_pass(tmp_
     assert not out.exists()  # nothing run, nothing written, nothing journaled
 
 
+@pytest.mark.parametrize("kind", ["hf_classifier", "encoder_head"])
+def test_lock_refuses_classes_in_another_order_than_the_model_before_recording_a_version(
+        tmp_path, kind, tiny_classifier_dir, tiny_encoder_dir, tiny_head_path, capsys):
+    """What the preflight of ``run`` refuses, ``lock`` refuses first: a lock would cost a protocol version."""
+    write_corpus_csv(tmp_path)
+    reordered = ["fresh", "plot", "rotten"]
+    model = (f'kind = "hf_classifier"\npath = "{tiny_classifier_dir}"' if kind == "hf_classifier" else
+             f'kind = "encoder_head"\npath = "{tiny_encoder_dir}"\nhead = "{tiny_head_path}"')
+    protocol = write_protocol(tmp_path, model=model)
+    text = protocol.read_text(encoding="utf-8").replace('classes = ["plot", "fresh", "rotten"]',
+                                                        'classes = ["fresh", "plot", "rotten"]')
+    protocol.write_text(text, encoding="utf-8")
+    assert main(["lock", str(protocol)]) == 2
+    err = capsys.readouterr().err
+    what = "the model's id2label" if kind == "hf_classifier" else f"the head {tiny_head_path}"
+    assert f"Error: {protocol}: corpus.classes: the protocol declares {reordered} but {what} is " \
+           f"{list(TINY_CLASSES)}" in err
+    assert "declare the classes in the model's output order" in err
+    assert not (tmp_path / "protocol.toml.lock.json").exists()  # nothing recorded: no version spent
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the refusal cannot be observed")
 def test_a_gpu_variant_on_a_cpu_machine_is_reported_then_kept_only_when_asked(tmp_path, capsys):
     protocol = callable_campaign(tmp_path, passes=1, variants=GPU_VARIANT)

@@ -88,9 +88,18 @@ def test_draft_protocol_has_corpus_filled_and_choices_marked(tmp_path, tok, caps
     assert 'classes = ["fresh", "plot", "rotten"]' in draft and "strata = { short = [0, 8], long = [9] }" in draft
     assert 'kind = "encoder_head"' in draft  # a bare tokenizer folder names no classifier architecture
     assert main(["lock", str(tmp_path / "p" / "protocol.toml")]) == 2
-    assert capsys.readouterr().err.splitlines()[0] == (
-        f"Error: {tmp_path / 'p' / 'protocol.toml'}: key 'metric.threshold': expected a number, got the string "
-        "'CHOOSE'; key 'metric.tolerance': expected a number, got the string 'CHOOSE'")
+    err = capsys.readouterr().err.splitlines()[0]
+    assert err.startswith(f"Error: {tmp_path / 'p' / 'protocol.toml'}: key 'question': ")
+    assert err.endswith("key 'metric.threshold': expected a number, got the string 'CHOOSE'; key 'metric.tolerance': "
+                        "expected a number, got the string 'CHOOSE'")
+    # the numbers chosen, the question still marked: the draft is still not lockable, and the line says why
+    path = tmp_path / "p" / "protocol.toml"
+    path.write_text(draft.replace('threshold = "CHOOSE"', "threshold = 0.5").replace('tolerance = "CHOOSE"',
+                                                                                    "tolerance = 0.05"))
+    assert main(["lock", str(path)]) == 2
+    err = capsys.readouterr().err.splitlines()[0]
+    assert err.startswith(f"Error: {path}: key 'question': ") and "still marked CHOOSE" in err
+    assert not (tmp_path / "p" / "protocol.toml.lock.json").exists()
     # default tuning size: what remains, capped at the sample size
     assert len(load_corpus(tmp_path / "p" / "tuning.csv")) == 20
 
@@ -222,3 +231,35 @@ def test_readme_walk_from_csv_to_decision(tmp_path, tiny_classifier_dir, capsys,
     assert "b1-fp32" in note and "b8-fp32" in note
     campaign = json.loads((tmp_path / "camp" / "campaign.json").read_text())
     assert campaign["corpus"]["strata"] == {"long": 8, "short": 12}
+
+
+def test_a_named_id_column_the_file_lacks_is_refused(tmp_path, tok, capsys):
+    """``--id-column`` names a column on purpose: a misspelt header never turns into ids derived from the texts."""
+    source = _write_csv(tmp_path / "src.csv", _rows(), header=("review_id", "text", "label"))
+    rc, _, err = _prepare(capsys, source, tok, tmp_path / "p", "--sample", "short=10,long=10", "--id-column",
+                          "reviewid")
+    assert rc == 2 and err[0].startswith(f"Error: {source}") and "'reviewid'" in err[0], err
+    assert "review_id" in err[0]  # the columns found are named
+    assert not (tmp_path / "p" / "final.csv").exists()
+    rc, _, err = _prepare(capsys, source, tok, tmp_path / "q", "--sample", "short=10,long=10", "--id-column",
+                          "review_id")
+    assert rc == 0, err
+    assert json.loads((tmp_path / "q" / "prepare.json").read_text())["source"]["id_origin"] == "data"
+
+
+def test_prepare_never_writes_over_an_edited_or_locked_protocol(tmp_path, tok, capsys):
+    source = _write_csv(tmp_path / "src.csv", _rows())
+    out = tmp_path / "p"
+    assert _prepare(capsys, source, tok, out, "--sample", "short=10,long=10")[0] == 0
+    assert _prepare(capsys, source, tok, out, "--sample", "short=10,long=10")[0] == 0  # unedited: the same files
+    draft = out / "protocol.toml"
+    edited = draft.read_text().replace('threshold = "CHOOSE"', "threshold = 0.5")
+    draft.write_text(edited)
+    rc, _, err = _prepare(capsys, source, tok, out, "--sample", "short=10,long=10")
+    assert rc == 2 and err[0] == (f"Error: {draft}: edited since prepare wrote it (or not written by prepare); "
+                                  "prepare never writes over it"), err
+    assert draft.read_text() == edited  # the user's edits are kept
+    (out / "protocol.toml.lock.json").write_text("{}")
+    rc, _, err = _prepare(capsys, source, tok, out, "--sample", "short=10,long=10")
+    assert rc == 2 and err[0] == f"Error: {draft}: a locked protocol is in this folder; prepare never writes over it"
+    assert draft.read_text() == edited

@@ -160,3 +160,9 @@ def test_refusals_are_one_line(tmp_path, capsys):
     rc, _, err = _run(capsys, protocol)
     assert rc == 2 and err.splitlines()[0].startswith(
         f"Error: tuning data ({tmp_path / 'tuning.csv'}) and final corpus ({tmp_path / 'final.csv'}) overlap")
+
+
+def test_the_suggestion_rounds_down_decimal_figures_not_their_binary_remainders():
+    assert suggest_threshold(0.86, "macro_f1", "tuning.csv")[0] == 0.81  # 0.86 - 0.05 is 0.80999… in binary
+    assert suggest_threshold(0.8649, "macro_f1", "tuning.csv")[0] == 0.81
+    assert suggest_threshold(0.04, "macro_f1", "tuning.csv")[0] == 0.0

@@ -64,7 +64,9 @@ def prepare_cmd(
     source: Path = typer.Argument(..., help="Your corpus: CSV, JSONL or Parquet with text and label columns."),
     model: str = typer.Option(..., "--model", help="Model folder (or package:NAME/sub) whose tokenizer counts tokens."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for final.csv, tuning.csv, prepare.json, protocol.toml."),
-    id_column: str = typer.Option("id", "--id-column", help="Id column (absent: ids derived from the texts)."),
+    id_column: str = typer.Option(None, "--id-column",
+                                  help="Id column; a named column must exist (default 'id', whose absence derives ids "
+                                       "from the texts)."),
     text_column: str = typer.Option("text", "--text-column", help="Text column."),
     label_column: str = typer.Option("label", "--label-column", help="Reference label column."),
     strata: str = typer.Option("short=0-30,medium=31-50,long=51-", "--strata",
@@ -80,7 +82,8 @@ def prepare_cmd(
     from iteralab.plan.prepare import parse_sample, parse_strata
 
     bounds = parse_strata(strata)
-    record = prepare_for_model(source, out, model=model, id_column=id_column, text_column=text_column,
+    record = prepare_for_model(source, out, model=model, id_column=id_column or "id",
+                               require_id=id_column is not None, text_column=text_column,
                                label_column=label_column, strata=bounds, sample=parse_sample(sample, bounds),
                                tuning=tuning, seed=seed, max_length=max_length)
     for name, mix in record["counts"]["final"].items():

@@ -117,10 +117,52 @@ def model_files(protocol: Protocol, protocol_path: Path) -> dict[str, str]:
             spec = None
         if spec is None:
             raise ProtocolError(f"{where}: model.callable: module {module!r} cannot be found",
-                                hint="check the name and that the module is importable from this folder")
+                                hint="check the name; the module must be importable: install its package, or put "
+                                     f"its folder on PYTHONPATH (e.g. PYTHONPATH={protocol_path.resolve().parent})")
         if spec.origin and Path(spec.origin).is_file():
             hashes[f"callable/{Path(spec.origin).name}"] = sha256_file(spec.origin)
     return dict(sorted(hashes.items()))
+
+
+def _declared_order(protocol: Protocol, protocol_path: Path) -> tuple[str, str] | None:
+    """(what, classes in the model's output order as a JSON list) read from the model's small files: a
+    classifier's config.json id2label, or a head's metadata; None when there is nothing to read cheaply (the
+    preflight of ``run`` loads the model and checks it again)."""
+    model = protocol.model
+    if model.kind == "hf_classifier" and model.path:
+        try:
+            config = json.loads((resolve(protocol_path, model.path) / "config.json").read_text(encoding="utf-8"))
+            id2label = config.get("id2label") or {}
+            return "the model's id2label", json.dumps([str(id2label[k]) for k in sorted(id2label, key=int)])
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+    if model.kind == "encoder_head" and model.head:
+        from safetensors import SafetensorError, safe_open
+
+        head = resolve(protocol_path, model.head)
+        try:
+            with safe_open(str(head), framework="numpy") as fh:
+                return f"the head {head}", (fh.metadata() or {})["classes"]
+        except (SafetensorError, OSError, KeyError):
+            return None
+    return None
+
+
+def check_model_classes(protocol: Protocol, protocol_path: Path) -> None:
+    """Classes declared in another order than the model's outputs are refused at ``lock`` (the preflight of ``run``
+    would refuse them too, after the lock had cost a protocol version)."""
+    found = _declared_order(protocol, protocol_path)
+    if found is None:
+        return
+    what, order = found
+    try:
+        labels = [str(c) for c in json.loads(order)]
+    except (ValueError, TypeError):
+        return
+    declared = [str(c) for c in protocol.corpus.classes]
+    if labels and labels != declared:
+        raise ProtocolError(f"{protocol_path}: corpus.classes: the protocol declares {declared} but {what} is "
+                            f"{labels}", hint="declare the classes in the model's output order")
 
 
 def catalog_fingerprint(protocol: Protocol, protocol_path: Path) -> dict[str, Any]:
@@ -175,6 +217,7 @@ def lock(protocol_path: str | os.PathLike[str], *, now: datetime | None = None,
     content again returns the existing entry, unless an input changed since: that is refused."""
     path = Path(protocol_path)
     inputs = fingerprint_inputs(path)
+    check_model_classes(load_protocol(path), path)
     entry = _record_lock(path, now=now, allow_large=allow_large, inputs=inputs)
     _require_fingerprints(path, entry)
     compare_inputs(path, entry, inputs)
@@ -438,5 +481,5 @@ def compare_inputs(path: Path, entry: dict[str, Any], inputs: dict[str, Any]) ->
         raise ProtocolError(f"{path}: {change} since the lock at {entry['locked_at']}", hint=AMEND_HINT)
 
 
-__all__ = ["InputScans", "check_inputs", "check_strata", "describe_change", "fingerprint_inputs", "load_inputs",
-           "lock", "lock_warnings", "model_files", "names_id_column", "scan_inputs"]
+__all__ = ["InputScans", "check_inputs", "check_model_classes", "check_strata", "describe_change",
+           "fingerprint_inputs", "load_inputs", "lock", "lock_warnings", "model_files", "names_id_column", "scan_inputs"]

@@ -325,7 +325,9 @@ def unpack(archive: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Unp
     except FileNotFoundError:
         raise BundleError(f"{archive}: archive not found") from None
     except (tarfile.TarError, OSError, EOFError) as exc:
-        raise BundleError(f"{archive}: not a readable tar archive ({exc})") from None
+        first = str(exc).splitlines()[0].rstrip(" :(") if str(exc).strip() else type(exc).__name__
+        raise BundleError(f"{archive}: not a readable tar archive ({first})",
+                          hint="give an archive written by: iteralab bundle pack FOLDER") from None
     with tar:
         try:
             members = tar.getmembers()

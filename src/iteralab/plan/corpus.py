@@ -163,7 +163,9 @@ def _check_is_file(path: Path, where: str) -> None:
     if path.is_dir():
         raise CorpusError(f"{where}: is a folder, not a corpus file", hint="give the path of the file")
     if not path.exists():
-        raise CorpusError(f"{where}: file not found", hint=f"check the path (relative paths start from {os.getcwd()})")
+        raise CorpusError(f"{where}: file not found",
+                          hint=f"check the path (relative paths start from {os.getcwd()})" if not path.is_absolute()
+                          else "check the path (paths written in a protocol start from the protocol file's folder)")
 
 
 def _read_bytes(path: Path, where: str, compression: str | None) -> bytes:

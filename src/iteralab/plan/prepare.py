@@ -22,6 +22,7 @@ from typing import Any
 from iteralab.common.files import sha256_file, write_bytes_atomic
 from iteralab.errors import CorpusError
 from iteralab.plan.corpus import Corpus, check_disjoint, load_corpus, text_fingerprint, write_corpus
+from iteralab.plan.protocol import LOCK_SUFFIX
 from iteralab.plan.strata import assign_strata, stratified_sample
 
 PREPARE_SCHEMA = 1
@@ -233,18 +234,40 @@ variants = ["b1-fp32", "b8-fp32"]
 """
 
 
+def _refuse_edited_draft(folder: Path) -> None:
+    """``prepare`` writes a new draft: never over a locked protocol, nor over a draft edited since ``prepare``
+    wrote it (prepare.json records the sha256 of the draft it wrote)."""
+    draft = folder / "protocol.toml"
+    if (folder / f"protocol.toml{LOCK_SUFFIX}").exists():
+        raise CorpusError(f"{draft}: a locked protocol is in this folder; prepare never writes over it",
+                          hint="choose another --out folder")
+    if not draft.is_file():
+        return
+    try:
+        written = json.loads((folder / "prepare.json").read_text(encoding="utf-8"))["files"]["protocol.toml"]
+    except (OSError, ValueError, KeyError, TypeError):
+        written = None
+    if written != sha256_file(draft):
+        raise CorpusError(f"{draft}: edited since prepare wrote it (or not written by prepare); prepare never "
+                          "writes over it", hint="choose another --out folder, or move the file away first")
+
+
 def prepare_corpus(source: str | os.PathLike[str], out: str | os.PathLike[str], *,
                    token_length: Callable[[list[str]], list[int]], tokenizer: Mapping[str, Any],
                    model_ref: str, model_kind: str, id_column: str = "id", text_column: str = "text",
                    label_column: str = "label", strata: Bounds | None = None, sample: Mapping[str, int] | None = None,
                    tuning: int | None = None, seed: int = 0, max_length: int | None = None,
-                   class_order: Sequence[str] | None = None) -> dict[str, Any]:
-    """Write final.csv, tuning.csv, prepare.json and a draft protocol.toml into ``out``; return prepare.json."""
+                   class_order: Sequence[str] | None = None, require_id: bool = False) -> dict[str, Any]:
+    """Write final.csv, tuning.csv, prepare.json and a draft protocol.toml into ``out``; return prepare.json.
+    ``require_id``: the id column was named on purpose, so a file without it is refused (never ids derived from
+    the texts because of a misspelt header). A folder holding a locked or edited protocol.toml is refused."""
     source = Path(source)
+    folder = Path(out)
+    _refuse_edited_draft(folder)
     strata = dict(strata or parse_strata(DEFAULT_STRATA))
     sample = dict(sample or parse_sample(DEFAULT_SAMPLE, strata))
     loaded = load_corpus(source, id_column=id_column, text_column=text_column, label_column=label_column,
-                         duplicate_texts="skip")
+                         duplicate_texts="skip", require_id=require_id)
     corpus, left_out = drop_repeated_texts(loaded)
     left_out = [{"reason": note} for note in loaded.notes] + left_out
     classes = sorted({str(label) for label in corpus.labels})
@@ -255,7 +278,6 @@ def prepare_corpus(source: str | os.PathLike[str], out: str | os.PathLike[str], 
                           "comparison of classifiers needs at least two", hint="check --label-column")
     lengths = token_length(list(corpus.texts))
     splits = draw_splits(corpus, lengths, strata, sample, tuning_size=tuning, seed=seed)
-    folder = Path(out)
     write_splits(splits, folder)
     columns_note = (f"from {source.name}: id = {id_column!r}" if corpus.id_origin == "data" else
                     f"from {source.name}: no {id_column!r} column, ids derived from the texts (t- + sha256)")
@@ -291,7 +313,8 @@ def suggest_threshold(measured: float, metric: str, where: str) -> tuple[float, 
     """The minimum quality suggested from ``measured`` (``metric`` on the tuning split ``where``, P4): the value
     minus :data:`THRESHOLD_MARGIN`, rounded down to two decimals; returned with how it was made, in words. The
     one rule of ``iteralab head train`` and ``iteralab threshold``."""
-    suggested = max(0.0, math.floor((measured - THRESHOLD_MARGIN) * 100) / 100)
+    # rounded to 9 decimals before the floor: 0.86 - 0.05 is 0.80999… in binary and must give 0.81, not 0.80
+    suggested = max(0.0, math.floor(round((measured - THRESHOLD_MARGIN) * 100, 9)) / 100)
     return suggested, f"{metric} {measured:.4f} on {where} minus {THRESHOLD_MARGIN}, rounded down"
 
 

@@ -358,6 +358,14 @@ class Protocol(_Strict):
     expenses: tuple[ExpenseLine, ...] = ()
     budget: BudgetRule = BudgetRule()
 
+    @field_validator("question")
+    @classmethod
+    def _question_chosen(cls, value: str) -> str:
+        if value.lstrip().upper().startswith("CHOOSE"):
+            raise ValueError("the draft's question is still marked CHOOSE: write the decision question this campaign "
+                             "answers (the draft's wording may be kept once the CHOOSE mark is removed)")
+        return value
+
     @field_validator("scenario")
     @classmethod
     def _offline_only(cls, value: str) -> str:
