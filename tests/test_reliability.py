@@ -237,7 +237,11 @@ def test_full_disk_on_a_real_tmpfs_is_one_line_error_and_loses_nothing(tmp_path)
     if outcomes is None:
         pytest.skip("mounting a tmpfs is not allowed here (see the ENOSPC test)")
     _no_problems([p for o in outcomes for p in o.problems])
+    assert [o.name for o in outcomes if not o.full] == []  # the filler left no more than the asked free space
     assert all(o.answer in ("refused", "ran") for o in outcomes)
+    # with no byte left the resume must hit ENOSPC and say so; any refusal is for the full disk, nothing else
+    assert outcomes[0].name == "disk-full-0B" and outcomes[0].refused_for_space(), outcomes[0]
+    assert [o for o in outcomes if o.answer == "refused" and not o.refused_for_space()] == []
 
 
 def test_disk_full_at_each_write_of_a_resume_is_one_line_error(tmp_path):
@@ -245,6 +249,7 @@ def test_disk_full_at_each_write_of_a_resume_is_one_line_error(tmp_path):
     outcomes = rs.enospc_cases(tmp_path, [1, 2, 3, 4])
     assert [o.answer for o in outcomes if o.answer == "not reached"] == []
     _no_problems([p for o in outcomes for p in o.problems])
+    assert [o for o in outcomes if not (o.full and o.refused_for_space())] == []  # ENOSPC raised and reported
 
 
 def test_disk_full_at_each_write_of_a_new_campaign_is_one_line_error(tmp_path):
@@ -253,6 +258,7 @@ def test_disk_full_at_each_write_of_a_new_campaign_is_one_line_error(tmp_path):
     outcomes = rs.enospc_cases(tmp_path, [1, 2, 3, 4, 5], fresh=True)
     assert [o.answer for o in outcomes if o.answer == "not reached"] == []
     _no_problems([p for o in outcomes for p in o.problems])
+    assert [o for o in outcomes if not (o.full and o.refused_for_space())] == []  # ENOSPC raised and reported
 
 
 # ------------------------------------------------------------------------------------------------ fuzz
