@@ -319,11 +319,15 @@ def bad_input_part(root: Path) -> tuple[str, int]:
     full += rs.enospc_cases(root / "enospc-new", list(range(1, 12)), fresh=True)
     answers = Counter(o.answer for o in full)
     for o in full:
+        if o.answer != "not reached" and not o.full:
+            o.problems.append(f"{o.name}: the disk was never full (the filler left more than the asked space)")
+        if o.answer == "refused" and not o.refused_for_space():
+            o.problems.append(f"{o.name}: refused for another reason than the full disk: {o.error}")
         for p in o.problems:
             say(f"PROBLEM full disk {p}")
         problems += len(o.problems)
     lost = sum(1 for o in full for p in o.problems if "lost" in p or "changed" in p)
-    reached = [o for o in full if o.answer != "not reached"]
+    reached = [o for o in full if o.full and o.answer != "not reached"]
     text = (f"bad inputs tried: {tried}, one-line errors: {errors}, records changed: {changed}, unusual valid "
             f"inputs run (10 MB text, carriage return): {accepted} of {valid} | full disk tried: {len(reached)} (refused in one line "
             f"{answers['refused']}, ran {answers['ran']}, traceback {answers['traceback']}), records lost: {lost}")

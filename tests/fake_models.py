@@ -128,3 +128,18 @@ def slow_warmup_classifier(texts: list[str]) -> list[list[float]]:
     if not CALLS:
         time.sleep(0.5)
     return keyword_classifier(texts)
+
+
+def seeded_noise_classifier(texts: list[str]) -> list[list[float]]:
+    """``keyword_classifier`` with up to 0.05 of noise on each row's winning probability, drawn from NumPy's global
+    generator, which the harness seeds with the pass's seed: the same seed gives the same outputs whatever the
+    batch size, another seed other outputs (the labels never change)."""
+    import numpy as np
+
+    rows = keyword_classifier(texts)
+    for row in rows:
+        k = row.index(max(row))
+        noise = 0.05 * float(np.random.random())
+        row[k] -= noise
+        row[(k + 1) % 3] += noise
+    return rows

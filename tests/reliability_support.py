@@ -940,14 +940,27 @@ def interrupted_campaign(folder: Path, kill_in_pass: int = 2) -> tuple[Path, Pat
     return protocol, out
 
 
+#: What the command line prints after "Error: <file>: " when a write fails with ENOSPC.
+NO_SPACE = os.strerror(errno.ENOSPC)
+
+
 @dataclass
 class Outcome:
     """One resume attempted under a full disk: ``answer`` is 'refused' (one-line error), 'ran' (enough space
-    after all), 'not reached' (the run made fewer writes than the failing one) or 'traceback'/'bad answer'."""
+    after all), 'not reached' (the run made fewer writes than the failing one) or 'traceback'/'bad answer'.
+    ``error``: the first line the command printed on stderr ("" when it ran); ``full``: the disk-full condition
+    was really produced (the filler left at most the asked free space, or the injected ENOSPC was raised), so
+    a case that never filled the disk cannot pass for one that did."""
 
     name: str
     answer: str
     problems: list[str] = field(default_factory=list)
+    error: str = ""
+    full: bool = False
+
+    def refused_for_space(self) -> bool:
+        """Refused in one line that names the full disk (not some other error)."""
+        return self.answer == "refused" and self.error.startswith("Error: ") and NO_SPACE in self.error
 
 
 def _journal_kept(old: bytes, new: bytes) -> bool:
@@ -964,7 +977,8 @@ def _resume_when_full(name: str, protocol: Path, target: Path, attempt: Callable
     journal_before = journal.read_bytes() if journal.exists() else b""
     res = attempt()
     free_space()
-    outcome = Outcome(name, "ran" if res.rc == 0 else "refused")
+    outcome = Outcome(name, "ran" if res.rc == 0 else "refused",
+                      error=next((x for x in res.stderr.splitlines() if x.strip()), "") if res.rc != 0 else "")
     bad = res.one_line_error() if res.rc != 0 else None
     if bad:
         outcome.answer = "traceback" if bad.startswith("traceback") else "bad answer"
@@ -1000,9 +1014,12 @@ def disk_full_cases(root: Path, leave: list[int]) -> list[Outcome] | None:
                 (where / "filler.bin").unlink()
             shutil.copytree(source, target)
             filler = fill(where, free)
-            results.append(_resume_when_full(f"disk-full-{free}B", protocol, target,
-                                             lambda: cli(["run", protocol, "--out", target, "--json"]),
-                                             filler.unlink))
+            st = os.statvfs(where)
+            filled = st.f_bavail * st.f_frsize <= free + st.f_frsize  # the filler really took the rest
+            outcome = _resume_when_full(f"disk-full-{free}B", protocol, target,
+                                        lambda: cli(["run", protocol, "--out", target, "--json"]), filler.unlink)
+            outcome.full = filled
+            results.append(outcome)
             shutil.rmtree(target, ignore_errors=True)
     return results
 
@@ -1029,7 +1046,8 @@ def enospc_cases(root: Path, writes: list[int], fresh: bool = False) -> list[Out
             return res
 
         outcome = _resume_when_full(target.name, protocol, target, attempt, lambda: None)
-        if not seen.get("full"):
+        outcome.full = bool(seen.get("full"))
+        if not outcome.full:
             outcome.answer = "not reached"
         results.append(outcome)
     return results

@@ -4,7 +4,7 @@ import pytest
 
 from iteralab.cli import main
 from iteralab.errors import ProtocolError
-from iteralab.plan.protocol import check_series, load_protocol, parse_protocol
+from iteralab.plan.protocol import check_series, load_protocol, parse_protocol, series_violations
 from iteralab.plan.lockfile import check_locked, lock, lock_path
 from protocol_factory import VARIANTS, protocol_toml, write_protocol
 
@@ -77,9 +77,26 @@ def test_series_with_two_differing_factors_refused():
 
 
 def test_bucketing_is_its_own_factor():
-    variants = VARIANTS.replace("batch_size = 4", "batch_size = 1\nbucketing = true").replace(
-        'factor = "batch_size"', 'factor = "bucketing"')
-    check_series(parse_protocol(protocol_toml(variants=variants)))
+    # b1 and b4 differ in bucketing alone: a series on "bucketing" is clean, one on "batch_size" is not.
+    variants = VARIANTS.replace("batch_size = 4", "batch_size = 1\nbucketing = true")
+    on_bucketing = parse_protocol(protocol_toml(variants=variants.replace(
+        'factor = "batch_size"', 'factor = "bucketing"')))
+    assert [(v.batch_size, v.bucketing) for v in on_bucketing.variants] == [(1, False), (1, True)]
+    assert on_bucketing.series[0].factor == "bucketing"
+    assert series_violations(on_bucketing) == []
+    check_series(on_bucketing, "p.toml")
+    on_batch = parse_protocol(protocol_toml(variants=variants))
+    assert series_violations(on_batch) == ["series 'batch': two variants share the same batch_size",
+                                           "series 'batch' declares factor 'batch_size' but 'b1' and 'b4' "
+                                           "also differ in bucketing"]
+    with pytest.raises(ProtocolError, match="two variants share the same batch_size"):
+        check_series(on_batch, "p.toml")
+    # Bucketing beside a batch-size change is a second factor, named as such.
+    mixed = VARIANTS.replace("batch_size = 4", "batch_size = 4\nbucketing = true")
+    with pytest.raises(ProtocolError) as err:
+        check_series(parse_protocol(protocol_toml(variants=mixed)), "p.toml")
+    assert str(err.value) == ("p.toml: series 'batch' declares factor 'batch_size' but 'b1' and 'b4' "
+                              "also differ in bucketing")
 
 
 def test_lock_then_run_check(tmp_path):

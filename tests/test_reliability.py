@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import reliability_support as rs
+from corpus_strategies import RANDOM_FILES, mutated_valid_files, record_files
 from iteralab.plan.corpus import load_corpus, write_corpus
 from iteralab.errors import CorpusError, ProtocolError
 from iteralab.campaign.journal import read_journal
@@ -237,7 +238,11 @@ def test_full_disk_on_a_real_tmpfs_is_one_line_error_and_loses_nothing(tmp_path)
     if outcomes is None:
         pytest.skip("mounting a tmpfs is not allowed here (see the ENOSPC test)")
     _no_problems([p for o in outcomes for p in o.problems])
+    assert [o.name for o in outcomes if not o.full] == []  # the filler left no more than the asked free space
     assert all(o.answer in ("refused", "ran") for o in outcomes)
+    # with no byte left the resume must hit ENOSPC and say so; any refusal is for the full disk, nothing else
+    assert outcomes[0].name == "disk-full-0B" and outcomes[0].refused_for_space(), outcomes[0]
+    assert [o for o in outcomes if o.answer == "refused" and not o.refused_for_space()] == []
 
 
 def test_disk_full_at_each_write_of_a_resume_is_one_line_error(tmp_path):
@@ -245,6 +250,7 @@ def test_disk_full_at_each_write_of_a_resume_is_one_line_error(tmp_path):
     outcomes = rs.enospc_cases(tmp_path, [1, 2, 3, 4])
     assert [o.answer for o in outcomes if o.answer == "not reached"] == []
     _no_problems([p for o in outcomes for p in o.problems])
+    assert [o for o in outcomes if not (o.full and o.refused_for_space())] == []  # ENOSPC raised and reported
 
 
 def test_disk_full_at_each_write_of_a_new_campaign_is_one_line_error(tmp_path):
@@ -253,6 +259,7 @@ def test_disk_full_at_each_write_of_a_new_campaign_is_one_line_error(tmp_path):
     outcomes = rs.enospc_cases(tmp_path, [1, 2, 3, 4, 5], fresh=True)
     assert [o.answer for o in outcomes if o.answer == "not reached"] == []
     _no_problems([p for o in outcomes for p in o.problems])
+    assert [o for o in outcomes if not (o.full and o.refused_for_space())] == []  # ENOSPC raised and reported
 
 
 # ------------------------------------------------------------------------------------------------ fuzz
@@ -325,33 +332,21 @@ def _only_corpus_error(data: bytes, suffix: str) -> None:
 
 
 @FUZZ
-@given(st.binary(max_size=300), st.sampled_from([".csv", ".jsonl", ".parquet", ".csv.gz", ".jsonl.xz"]))
-def test_fuzz_corpus_random_bytes_only_raise_corpus_error(data, suffix):
-    _only_corpus_error(data, suffix)
-
-
-VALID_CSV = "id,text,label\nd1,a good story,fresh\nd2,\"dull, long\",rotten\nd3,the plot,plot\n".encode()
-VALID_JSONL = b'{"id": "d1", "text": "a good story", "label": "fresh"}\n{"id": 2, "text": "dull", "label": "rotten"}\n'
-PIECES = st.sampled_from([b",", b'"', b"\n", b"\r", b"\x00", b"\xff", b"\xe9", b"{", b"}", b":", b"null", b"1",
-                          b'"id"', b'"text"', b"\\ud800", b"\\u00e9", b"\\", b"[", b"]", b"\xef\xbb\xbf"])
+@given(RANDOM_FILES)
+def test_fuzz_corpus_random_bytes_only_raise_corpus_error(file):
+    _only_corpus_error(*file)
 
 
 @FUZZ
-@given(st.sampled_from([(VALID_CSV, ".csv"), (VALID_JSONL, ".jsonl")]), st.data())
-def test_fuzz_mutated_valid_corpus_only_raises_corpus_error(base, data):
-    raw, suffix = base
-    buf = bytearray(raw)
-    for _ in range(data.draw(st.integers(0, 5))):
-        at = data.draw(st.integers(0, len(buf)))
-        how = data.draw(st.sampled_from(["insert", "delete", "replace"]))
-        piece = data.draw(PIECES)
-        if how == "insert":
-            buf[at:at] = piece
-        elif how == "delete":
-            del buf[at:at + data.draw(st.integers(1, 8))]
-        else:
-            buf[at:at + len(piece)] = piece
-    _only_corpus_error(bytes(buf), suffix)
+@given(mutated_valid_files())
+def test_fuzz_mutated_valid_corpus_only_raises_corpus_error(file):
+    _only_corpus_error(*file)
+
+
+@FUZZ
+@given(record_files())
+def test_fuzz_odd_records_only_raise_corpus_error(file):
+    _only_corpus_error(*file)
 
 
 def test_fuzz_corpus_lone_surrogate_escape_is_refused_or_copied():

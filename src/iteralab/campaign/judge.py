@@ -206,8 +206,8 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
     """Full verdict of each finished pass, including the comparisons with the reference variant.
 
     ``passes`` are the finished passes in journal order, each with ``pass_id``, ``variant``, ``status`` and
-    ``prediction_file``/``prediction_sha256`` as recorded. A file whose hash differs from the recorded one is
-    not counted. Each file is read once (``reader``, shareable with other checks of the same folder).
+    ``prediction_file``/``prediction_sha256`` as recorded (and ``dataset``, ``seed``: each dataset and each seed has
+    its own reference pass). A file whose hash differs from the recorded one is not counted. Each file is read once (``reader``, shareable with other checks of the same folder).
     """
     campaign_dir = Path(campaign_dir)
     context = context or EvaluationContext.of(campaign_dir)
@@ -217,6 +217,13 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
         for name in groups:
             mine = [{**p, "dataset": None} for p in passes if p.get("dataset") == name]
             judged.update(judge_campaign(campaign_dir, mine, reader, context.of_dataset(name)))
+        return judged
+    seeds = list(dict.fromkeys(p.get("seed") for p in passes))
+    if len(seeds) > 1:  # Q3: several seeds kept apart, each seed's passes judged against its own reference pass
+        judged = {}
+        for seed in seeds:
+            judged.update(judge_campaign(campaign_dir, [{**p, "seed": None} for p in passes if p.get("seed") == seed],
+                                         reader, context))
         return judged
     protocol, expected = context.protocol, context.expected
     reader = reader or PredictionReader(protocol)

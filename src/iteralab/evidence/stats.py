@@ -288,25 +288,34 @@ def _all(values: list[bool | None]) -> bool | None:
     return True if values and all(v is True for v in values) else None
 
 
-def reference_rows(ev: Evidence) -> dict[str | None, RawRow]:
-    """Per dataset (None: the one corpus), the row of the pass every pass's quality was compared with: the first
-    pass of the reference variant, in journal order, that completed with the expected ids, the declared format
-    and its recorded file (``campaign.judge``'s rule)."""
+def seed_reference_rows(ev: Evidence) -> dict[tuple[str | None, int | None], RawRow]:
+    """Per dataset (None: the one corpus) and seed, the row of the pass every pass's quality was compared with:
+    the first pass of the reference variant, in journal order, that completed with the expected ids, the declared
+    format and its recorded file (``campaign.judge``'s rule; several seeds are judged apart, Q3)."""
     ref = ev.protocol.metric.reference_variant
-    out: dict[str | None, RawRow] = {}
+    out: dict[tuple[str | None, int | None], RawRow] = {}
     for r in ev.rows:
         if r.variant == ref and r.ok and r.ids_match and r.format_ok and HASH_PROBLEM not in (r.notes or ""):
-            out.setdefault(r.dataset, r)
+            out.setdefault((r.dataset, r.seed), r)
     return out
 
 
-def _failures(protocol: Protocol, done: list[RawRow], refs: dict[str | None, RawRow]) -> tuple[SubgroupCheck, ...]:
+def reference_rows(ev: Evidence) -> dict[str | None, RawRow]:
+    """Per dataset, the first of :func:`seed_reference_rows` (the reference of the first seed)."""
+    out: dict[str | None, RawRow] = {}
+    for (dataset, _), row in seed_reference_rows(ev).items():
+        out.setdefault(dataset, row)
+    return out
+
+
+def _failures(protocol: Protocol, done: list[RawRow], refs: dict[tuple[str | None, int | None], RawRow]
+              ) -> tuple[SubgroupCheck, ...]:
     """The failed gating groups of the passes whose verdict says a gating subgroup fails."""
     out = []
     for r in done:
         if r.subgroups_ok is not False:
             continue
-        ref = refs.get(r.dataset)
+        ref = refs.get((r.dataset, r.seed))
         for key, value in (r.subgroup_metrics or {}).items():
             check = subgroup_check(protocol, key, value, (ref.subgroup_metrics or {}).get(key) if ref else None,
                                    ref is not None, r.pass_id)
@@ -325,7 +334,7 @@ def _classes_averaged(protocol: Protocol, done: list[RawRow]) -> dict[str, tuple
 
 
 def _quality(variant: str, rows: list[RawRow], excluded: dict[str, str], protocol: Protocol,
-             reference: dict[str | None, RawRow]) -> VariantQuality:
+             reference: dict[tuple[str | None, int | None], RawRow]) -> VariantQuality:
     done = [r for r in rows if r.ok and r.pass_id not in excluded]
     metrics = tuple(r.metric for r in done if r.metric is not None)
     refs = [r.metric_ref for r in done if r.metric_ref is not None]
@@ -434,7 +443,7 @@ def campaign_stats(campaign_dir: str | Path | Evidence) -> CampaignStats:
         for i, a in enumerate(members):
             for b in members[i + 1:]:
                 comparisons.append(compare(a, b, f"series {s['name']}"))
-    refs = reference_rows(ev)
+    refs = seed_reference_rows(ev)
     quality = tuple(_quality(name, rows, ev.exclusions, ev.protocol, refs) for name, rows in by_variant.items())
     notes = []
     excluded_in = sorted({v.variant for v in variants if v.excluded})

@@ -62,7 +62,7 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
             finished.append({"pass_id": pid, "variant": state.started[pid]["variant"], "status": f.get("status"),
                              "prediction_file": f.get("prediction_file"),
                              "prediction_sha256": f.get("prediction_sha256"),
-                             "dataset": state.started[pid].get("dataset")})
+                             "dataset": state.started[pid].get("dataset"), "seed": state.started[pid].get("seed")})
     verdicts = judge_campaign(campaign_dir, finished, reader, context) if finished else {}
     n_classes = len(folder.protocol.corpus.classes)
     c4_line = rocm_compatibility_line(folder.manifest)  # None unless the campaign ran on a ROCm runtime
