@@ -15,6 +15,7 @@ declared bound, the attention implementation recorded as asked. Exit 0 when ever
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import sys
@@ -47,9 +48,21 @@ def _build_model(folder: Path, size: dict[str, int], attention: str) -> None:
                         max_position_embeddings=512, id2label=dict(enumerate(CLASSES)),
                         label2id={c: i for i, c in enumerate(CLASSES)})
     BertForSequenceClassification(config).eval().save_pretrained(folder, safe_serialization=True)
-    BertTokenizer(vocab_file=str(folder / "vocab.txt"), model_max_length=512).save_pretrained(folder)
+    # transformers 5's BertTokenizer takes the vocabulary as `vocab` (and ignores `vocab_file`: every word would be
+    # [UNK]); 4.x's fast tokenizer is BertTokenizerFast(vocab_file=...)
+    if "vocab" in inspect.signature(BertTokenizer.__init__).parameters:
+        tokenizer = BertTokenizer(vocab=str(folder / "vocab.txt"), model_max_length=512)
+    else:
+        from transformers import BertTokenizerFast
+
+        tokenizer = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), model_max_length=512)
+    if tokenizer.unk_token_id in tokenizer(WORDS[0])["input_ids"]:
+        raise SystemExit(f"device_check: the test tokenizer does not know the word {WORDS[0]!r}")
+    tokenizer.save_pretrained(folder)
     saved = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    saved["attn_implementation"] = attention  # read back by from_pretrained; not kept by save_pretrained
+    # read back by from_pretrained, not kept by save_pretrained: transformers 5 reads attn_implementation,
+    # 4.x (4.56, the floor) _attn_implementation
+    saved["attn_implementation"] = saved["_attn_implementation"] = attention
     (folder / "config.json").write_text(json.dumps(saved, indent=2), encoding="utf-8")
 
 

@@ -26,14 +26,10 @@ STRATA_TOML = f"strata = {{ short = [0, {SHORT_MAX}], long = [{SHORT_MAX + 1}] }
 
 def write_tokenizer(folder: Path) -> Path:
     """A WordPiece tokenizer folder with the conftest vocabulary (no model weights)."""
-    from transformers import BertTokenizer
-
-    from conftest import _vocab
+    from conftest import _tokenizer
 
     folder.mkdir(parents=True, exist_ok=True)
-    vocab = folder.parent / f"{folder.name}-vocab.txt"
-    vocab.write_text("\n".join(_vocab()) + "\n", encoding="utf-8")
-    BertTokenizer(vocab=str(vocab), model_max_length=512).save_pretrained(folder)
+    _tokenizer(folder).save_pretrained(folder)
     return folder
 
 

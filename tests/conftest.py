@@ -42,18 +42,23 @@ def _vocab() -> list[str]:
     return specials + _WORDS + chars + punct + ["##" + c for c in chars]
 
 
-def _tokenizer(folder: Path):
+def bert_tokenizer(vocab_file: Path):
+    """A WordPiece tokenizer of ``vocab_file`` that saves a tokenizer.json, on every transformers set-up allows:
+    transformers 5's BertTokenizer is the fast one and takes ``vocab`` (it ignores ``vocab_file``); 4.x names the
+    fast one BertTokenizerFast and takes ``vocab_file``."""
     import inspect
 
     from transformers import BertTokenizer, BertTokenizerFast
 
-    vocab_file = folder.parent / f"{folder.name}-vocab.txt"
-    vocab_file.write_text("\n".join(_vocab()) + "\n", encoding="utf-8")
-    # transformers 5's BertTokenizer is the fast one and takes ``vocab``; 4.x (the floor set-up allows) names the
-    # fast one BertTokenizerFast and takes ``vocab_file``. Either way the folder gets a tokenizer.json.
     if "vocab" in inspect.signature(BertTokenizer.__init__).parameters:
         return BertTokenizer(vocab=str(vocab_file), model_max_length=512)
     return BertTokenizerFast(vocab_file=str(vocab_file), model_max_length=512)
+
+
+def _tokenizer(folder: Path):
+    vocab_file = folder.parent / f"{folder.name}-vocab.txt"
+    vocab_file.write_text("\n".join(_vocab()) + "\n", encoding="utf-8")
+    return bert_tokenizer(vocab_file)
 
 
 def _config(**extra):
