@@ -285,7 +285,7 @@ def execute_pass(spec: dict[str, Any], clock: Any = None, startup: dict[str, flo
     Every phase is timed by :func:`iteralab.models.device.timed` (synchronize, read, body, synchronize, read)
     with one clock, injectable as ``clock`` (an object with ``now()``, default ``time.perf_counter``)."""
     from iteralab.models import device as dev
-    from iteralab.models.base import load_workload
+    from iteralab.models.factory import load_workload
 
     clock = clock or dev.PERF_CLOCK
     variant = spec["variant"]

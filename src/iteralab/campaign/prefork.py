@@ -31,7 +31,8 @@ from typing import IO, Any
 
 #: What every pass worker imports before it reads its spec (the worker's own modules and their libraries).
 WORKER_MODULES = ("iteralab.campaign.passes", "iteralab.campaign.predictions", "iteralab.campaign.folder",
-                  "iteralab.campaign.manifest", "iteralab.models.base", "iteralab.models.device", "psutil")
+                  "iteralab.campaign.manifest", "iteralab.models.base", "iteralab.models.factory",
+                  "iteralab.models.device", "psutil")
 
 
 def available() -> bool:

@@ -6,7 +6,7 @@ leaves no CPU for the read tasks, and shuts Ray down at the end; both times are 
 
     read the campaign's corpus copy with Ray Data → streaming repartition into at least ``BLOCKS_PER_ACTOR``
     blocks per actor → ``map_batches`` with the variant's batch size on ``ActorPoolStrategy(size=actors)``:
-    each actor loads the workload (``models.base.load_workload``) and warms up by the protocol's rule in its
+    each actor loads the workload (``models.factory.load_workload``) and warms up by the protocol's rule in its
     constructor, timed there (the pass's start-up phases) → the driver gathers the (id, probabilities) blocks
     in the order they arrive → completeness from the ids → the prediction file, written atomically.
 
@@ -423,7 +423,7 @@ class RayPredictor:
         created = time.time()
         t0 = time.perf_counter()
         from iteralab.models import device as dev
-        from iteralab.models.base import load_workload
+        from iteralab.models.factory import load_workload
 
         model, variant = spec["model"], spec["variant"]
         seed = int(spec.get("seed", 0))

@@ -182,7 +182,7 @@ def _tuning_split(path: Path, view: TuningView, tuning_file: Path) -> Any:
 
 def _load(path: Path, view: TuningView) -> tuple[Any, dict[str, Any]]:
     """The declared model with the reference variant's settings; any failure to load is one line naming it."""
-    from iteralab.models.base import load_workload
+    from iteralab.models.factory import load_workload
 
     model, reference = view.model, view.reference()
     settings = {"variant": reference.name if reference else None,
