@@ -33,11 +33,6 @@ from iteralab.common.files import write_json_atomic
 
 READ_BLOCK = 1 << 22  # bytes of corpus file per record batch (a pass holds O(block + batch) texts)
 WARMUP_BLOCK = 1 << 16  # bytes per piece read for the warm-up texts
-#: Seconds this module's imports took (numpy, pyarrow): a worker template reports them with its own.
-IMPORTS_S = time.perf_counter() - _IMPORT_START
-#: Set in a worker template (:mod:`iteralab.campaign.prefork`) before it forks: the runtime's resident memory,
-#: read there once after the same imports a fresh worker makes (a forked worker would read less).
-TEMPLATE_RUNTIME: dict[str, Any] = {}
 
 
 def ended_without_result(returncode: int | None, stderr: str) -> str:
@@ -439,9 +434,8 @@ def record_runtime_memory(spec: dict[str, Any], startup: dict[str, Any]) -> None
     journaled value, never a new measurement. A callable owns its model: nothing to record."""
     if spec["model"]["kind"] == "callable":
         return
-    if TEMPLATE_RUNTIME:  # a forked worker: read in its template, after the same imports, before any fork
-        startup.update(TEMPLATE_RUNTIME)
-        return
+    if "runtime_rss_bytes" in startup:  # a forked worker: its template read it, after the same imports, before
+        return  # any fork (a forked worker would read less), and handed it over in the start-up record
     from iteralab.kit.memoire import runtime_imports, runtime_overhead
 
     t0 = time.perf_counter()
@@ -453,7 +447,7 @@ def worker_main(argv: list[str], startup: dict[str, Any] | None = None) -> int:
     """``python -m iteralab.campaign.passes SPEC.json RESULT.json``: run one pass in a fresh process.
 
     ``startup`` is given by a worker forked from a template (:mod:`iteralab.campaign.prefork`): its process start
-    is the fork, its imports were made by the template."""
+    is the fork, its imports were made by the template, and the runtime's memory read there."""
     spec_path, result_path = argv
     started = time.perf_counter()
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
@@ -489,8 +483,4 @@ def worker_main(argv: list[str], startup: dict[str, Any] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised through subprocess in tests
-    if sys.argv[1:2] == ["--template"]:  # a worker template: forks one worker per pass (campaign.prefork)
-        from iteralab.campaign.prefork import serve
-
-        sys.exit(serve(sys.argv[2:], IMPORTS_S))
     sys.exit(worker_main(sys.argv[1:]))
