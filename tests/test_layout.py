@@ -15,6 +15,10 @@ Fast and import-free: every check parses the source with ``ast``; no module of t
   ``iteralab.kit``; ``errors.py`` and ``common/`` import none of the stages; the shell (``cli.py`` and
   ``commands/``) may import anything and no stage imports it.
   Module-level and function-level imports both count (``ast.walk``);
+- no import circle between modules of the package (outside the kit), function-level imports included: within a
+  stage too, imports run one way;
+- no private name (a leading underscore) is imported from another module of the package: a helper that two
+  modules share is public;
 - every package ``__init__.py`` has a docstring (what the stage reads and what it writes).
 """
 
