@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     from iteralab.campaign.folder import CampaignFolder
     from iteralab.campaign.passes import MeasuredPass
     from iteralab.decision.rule import decide
-    from iteralab.models.base import load_workload
+    from iteralab.models.factory import load_workload
     from iteralab.models.device import cpu_flags, device_inventory
     from iteralab.models.head import load_head
 

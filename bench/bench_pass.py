@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     from iteralab.plan.corpus import load_corpus
     from iteralab.demo.run import CLASSES
     from iteralab.campaign.passes import MeasuredPass
-    from iteralab.models.base import load_workload
+    from iteralab.models.factory import load_workload
     from iteralab.models.head import load_head
 
     with tempfile.TemporaryDirectory(prefix="iteralab-bench-") as tmp_name:

@@ -8,7 +8,7 @@ The campaign runs in a separate process (``os.fork`` of an interpreter that alre
 scikit-learn, or a fresh interpreter with ``--exec``) through the real CLI entry point
 ``iteralab.cli.main(["run", PROTOCOL, "--out", DIR, "--json"])``. Before it starts, that process installs
 *hooks*: thin wrappers around library functions (``os.replace`` in ``iteralab.common.files``,
-``workloads.load_workload``, ``device.reset_peaks``, ``verify.evaluate_pass``, ``Journal.append``) that only
+``factory.load_workload``, ``device.reset_peaks``, ``verify.evaluate_pass``, ``Journal.append``) that only
 note the phase in ``phases.log`` and, at the requested moment, write a ``paused`` marker and wait. The test
 then sends SIGKILL. The model is :func:`hooked_classifier` (the keyword classifier of ``fake_models``), which
 notes warm-up and measured calls; in ``process`` isolation the worker imports this module as its model and
@@ -140,7 +140,7 @@ def install_hooks(config: dict[str, Any]) -> None:
     import iteralab.common.files as fsutil
     import iteralab.campaign.journal as journal
     import iteralab.campaign.evaluate as verify
-    import iteralab.models.base as workloads
+    import iteralab.models.factory as workloads
 
     real_replace = os.replace
 
@@ -330,7 +330,7 @@ def preload() -> None:
     import iteralab.campaign.runner  # noqa: F401
     import iteralab.evidence.table  # noqa: F401
     import iteralab.campaign.evaluate  # noqa: F401
-    import iteralab.models.base  # noqa: F401
+    import iteralab.models.factory  # noqa: F401
 
 
 def _child_env(config: dict[str, Any]) -> dict[str, str]:

@@ -15,8 +15,8 @@ import pytest
 
 from iteralab.campaign import evaluate, predictions
 from iteralab.campaign.evaluate import Expected, evaluate_set, load_expected
-from iteralab.campaign import judge
-from iteralab.campaign.judge import compare_outputs, compare_rows_with_file
+from iteralab.campaign import compare
+from iteralab.campaign.compare import compare_outputs, compare_rows_with_file
 from iteralab.campaign.predictions import encode, read_predictions
 from protocol_factory import ids_protocol
 
@@ -107,11 +107,11 @@ def test_outputs_compared_in_blocks_agree_with_one_block(tmp_path, monkeypatch, 
     pb.write_bytes(encode(pa.array([ids[i] for i in other], pa.string()), list(CLASSES), b[other]))
     sa, sb = read_predictions(pa_, CLASSES, 1e-3), read_predictions(pb, CLASSES, 1e-3)
     whole = compare_outputs(sa, sb)
-    monkeypatch.setattr(judge, "BLOCK", 4)
+    monkeypatch.setattr(compare, "BLOCK", 4)
     blocks = compare_outputs(sa, sb)
     assert blocks == whole
     if order == "same":  # the second file streamed in batches of 3 rows against the first set
-        monkeypatch.setattr(judge, "label_prob_batches", lambda path, classes, rows: predictions.label_prob_batches(
+        monkeypatch.setattr(compare, "label_prob_batches", lambda path, classes, rows: predictions.label_prob_batches(
             path, classes, rows=3))
         streamed = compare_rows_with_file(sa, pb, CLASSES)
         assert {k: streamed[k] for k in whole} == whole

@@ -19,7 +19,7 @@ import torch
 from campaign_factory import write_corpus_csv
 from iteralab.campaign.passes import execute_pass
 from iteralab.kit.memoire import precision_refusal
-from iteralab.models import base
+from iteralab.models import factory
 from iteralab.models import device as dev
 
 CLASSES = ["plot", "fresh", "rotten"]
@@ -128,7 +128,7 @@ def _run(monkeypatch, tmp_path, rec: Recorder, workload: FakeWorkload):
         rec.calls.append(f"load_workload device={kwargs['device']} precision={kwargs['precision']}")
         return workload
 
-    monkeypatch.setattr(base, "load_workload", loader)
+    monkeypatch.setattr(factory, "load_workload", loader)
     original = workload.tokenize
 
     def tokenize(texts):  # the measured pass starts right after the warm-up: mark it once the events exist
@@ -267,7 +267,7 @@ def test_gpu_events_on_cpu_record_nothing_and_say_why():
 def test_cpu_pass_has_no_gpu_scope(tmp_path, monkeypatch):
     rec = Recorder()
     workload = FakeWorkload(rec)
-    monkeypatch.setattr(base, "load_workload", lambda kind, **kw: workload)
+    monkeypatch.setattr(factory, "load_workload", lambda kind, **kw: workload)
     spec = _spec(tmp_path)
     spec["variant"]["device"] = "cpu"
     result = execute_pass(spec, clock=types.SimpleNamespace(now=rec.now))

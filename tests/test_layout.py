@@ -15,6 +15,10 @@ Fast and import-free: every check parses the source with ``ast``; no module of t
   ``iteralab.kit``; ``errors.py`` and ``common/`` import none of the stages; the shell (``cli.py`` and
   ``commands/``) may import anything and no stage imports it.
   Module-level and function-level imports both count (``ast.walk``);
+- no import circle between modules of the package (outside the kit), function-level imports included: within a
+  stage too, imports run one way;
+- no private name (a leading underscore) is imported from another module of the package: a helper that two
+  modules share is public;
 - every package ``__init__.py`` has a docstring (what the stage reads and what it writes).
 """
 
@@ -57,11 +61,24 @@ def _tree(path: Path) -> ast.Module:
     return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
 
 
+def _package(path: Path) -> str:
+    return _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
+
+
+def _from_module(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module of ``from X import …``, relative forms resolved against the file's package."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")
+    base = base[: len(base) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def _imports(path: Path) -> list[tuple[int, str, bool]]:
     """Every import in the file: (line, absolute module name, at module level?). ``from X import a, b`` gives
     ``X.a`` and ``X.b`` when X is a package of ours (a name may be a sub-module), else ``X``."""
     tree = _tree(path)
-    package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
+    package = _package(path)
     nested: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
@@ -72,12 +89,7 @@ def _imports(path: Path) -> list[tuple[int, str, bool]]:
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name, top) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - node.level + 1]
-                module = ".".join(base + ([node.module] if node.module else []))
-            else:
-                module = node.module or ""
+            module = _from_module(node, package)
             if module == "iteralab" or (module.startswith("iteralab.") and module.count(".") == 1):
                 found += [(node.lineno, f"{module}.{alias.name}", top) for alias in node.names]
             else:
@@ -201,3 +213,128 @@ def test_the_import_scan_sees_function_level_imports():
     assert ("iteralab.models.device", False) in nested  # ``from iteralab.models import device as dev``
     assert _rank("iteralab.kit.calcul_forfaits") == ("kit", -1)
     assert _rank("iteralab.decision.rule") == ("decision", STAGES.index("decision"))
+
+
+# ------------------------------------------------------------------------------------------ import graph
+
+
+def _target(module: str, modules: set[str]) -> str | None:
+    """The module of ours that an imported name lands in: ``iteralab.plan.protocol.parse_protocol`` gives
+    ``iteralab.plan.protocol``; None outside the package."""
+    while module:
+        if module in modules:
+            return module
+        module = module.rpartition(".")[0]
+    return None
+
+
+def import_graph() -> dict[str, dict[str, int]]:
+    """Module → {module of ours it imports: first line}, module-level and function-level imports alike, the kit
+    left out (it imports nothing of ours, checked above)."""
+    paths = [p for p in _modules() if p.relative_to(PKG).parts[0] != "kit"]
+    modules = {_module_name(p) for p in paths}
+    graph: dict[str, dict[str, int]] = {}
+    for path in paths:
+        own = _module_name(path)
+        edges = graph.setdefault(own, {})
+        for line, module, _top in _imports(path):
+            target = _target(module, modules)
+            if target is not None and target != own:
+                edges.setdefault(target, line)
+    return graph
+
+
+def import_circles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan), each sorted; empty when imports form a
+    tree-like order."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, {}):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                group.append(top)
+                if top == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(groups)
+
+
+def private_imports() -> list[str]:
+    """``from X import _name``, and ``X._name`` after ``import X`` or ``from P import X``, where X is another
+    module of the package: a helper shared across modules is public, else it stays in its module. Dunder names
+    (``__version__``) are public."""
+    paths = [p for p in _modules() if p.relative_to(PKG).parts[0] != "kit"]
+    modules = {_module_name(p) for p in paths}
+
+    def private(name: str) -> bool:
+        return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+    found = []
+    for path in paths:
+        own = _module_name(path)
+        aliases: dict[str, str] = {}
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.ImportFrom):
+                module = _from_module(node, _package(path))
+                for alias in node.names:
+                    if f"{module}.{alias.name}" in modules:  # a sub-module: ``from iteralab.models import device``
+                        aliases[alias.asname or alias.name] = f"{module}.{alias.name}"
+                    elif module in modules and module != own and private(alias.name):
+                        found.append(f"{_rel(path)}:{node.lineno} imports {alias.name} from {module}")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name in modules and alias.asname:
+                        aliases[alias.asname] = alias.name
+        for node in ast.walk(_tree(path)):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                    and aliases[node.value.id] != own and private(node.attr)):
+                found.append(f"{_rel(path)}:{node.lineno} uses {node.attr} of {aliases[node.value.id]}")
+    return sorted(set(found))
+
+
+def test_no_import_circle_between_modules():
+    circles = import_circles(import_graph())
+    graph = import_graph()
+    lines = []
+    for group in circles:
+        members = set(group)
+        lines.append(" ↔ ".join(group) + ": " + "; ".join(
+            f"{a}:{line} → {b}" for a in group for b, line in sorted(graph[a].items()) if b in members))
+    assert not circles, "cut these import circles (imports inside functions count too):\n" + "\n".join(lines)
+
+
+def test_no_private_name_is_imported_from_another_module():
+    found = private_imports()
+    assert not found, "make these helpers public (no leading underscore) or keep them in their module:\n" + (
+        "\n".join(found))
+
+
+def test_the_circle_scan_finds_a_circle_and_the_private_scan_a_private_name():
+    """The scanners themselves, on a made-up graph and the real tree (so a broken scan cannot pass by seeing
+    nothing)."""
+    assert import_circles({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}) == [["a", "b", "c"]]
+    assert import_circles({"a": {"b": 1}, "b": {}}) == []
+    graph = import_graph()
+    assert "iteralab.plan.protocol" in graph["iteralab.campaign.runner"]
+    assert len(graph) > 50

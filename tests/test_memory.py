@@ -7,6 +7,7 @@ import shutil
 import pytest
 
 from campaign_factory import callable_campaign, write_corpus_csv
+from iteralab.campaign import prefork
 from iteralab.cli import main
 from iteralab.kit import memoire
 from iteralab.evidence.memory import (
@@ -280,14 +281,19 @@ def test_the_runtime_overhead_is_the_one_the_workers_recorded(tmp_path, tiny_cla
 
     write_corpus_csv(tmp_path)
     protocol = write_protocol(tmp_path, model=f'kind = "hf_classifier"\npath = "{tiny_classifier_dir}"',
-                              variants='\n[[variants]]\nname = "p32"\nbatch_size = 4\n', reference="p32", passes=1,
+                              variants='\n[[variants]]\nname = "p32"\nbatch_size = 4\n', reference="p32", passes=2,
                               threshold=0.0, tolerance=1.0, isolation="process")
     lock(protocol)
     campaign = tmp_path / "out"
     run_campaign(protocol, campaign)
     state = read_journal(campaign / "journal.jsonl")
     recorded = [r["startup"]["runtime_rss_bytes"] for r in state.finished.values()]
-    assert recorded and all(isinstance(v, int) and v > 10_000_000 for v in recorded)
+    assert len(recorded) == 2 and all(isinstance(v, int) and v > 10_000_000 for v in recorded)
+    startups = [r["startup"] for r in state.finished.values()]
+    if prefork.available():
+        # forked from one template: it read the figures once, before any fork, and handed them to each worker
+        assert all(s.get("forked") is True for s in startups)
+        assert len({(s["runtime_rss_bytes"], s["runtime_imports_s"]) for s in startups}) == 1
 
     def never(*args, **kwargs):
         raise AssertionError("the runtime overhead was measured again")

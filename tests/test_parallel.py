@@ -131,7 +131,7 @@ def test_merged_file_holds_exactly_the_corpus_ids(tmp_path, worker_path, workers
 
 def test_tiny_bert_in_two_processes_shards_by_tokens_and_predicts_like_one(tmp_path, worker_path,
                                                                             tiny_classifier_dir):
-    from iteralab.models.base import load_workload
+    from iteralab.models.factory import load_workload
     from iteralab.models.tokens import load_tokenizer, token_counter
 
     rows = _rows(13)

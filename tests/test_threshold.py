@@ -87,7 +87,7 @@ def test_a_callable_on_a_draft_json_with_subgroups_and_nothing_written(tmp_path,
 
 
 def test_an_hf_classifier_on_the_draft_prepare_writes_names_the_command(tmp_path, tiny_classifier_dir, capsys):
-    from iteralab.models.base import load_workload
+    from iteralab.models.factory import load_workload
     from iteralab.plan.corpus import load_corpus
 
     source = _write_csv(tmp_path / "src.csv", _rows())

@@ -15,7 +15,8 @@ import torch
 from iteralab.models import base as wl
 from iteralab.errors import WorkloadError
 from iteralab.models import head as head_module
-from iteralab.models.base import Settings, load_workload
+from iteralab.models.base import Settings
+from iteralab.models.factory import load_workload
 from iteralab.models.head import load_head, mean_pool, save_head, train_linear_head
 
 CLASSES = ("plot", "fresh", "rotten")
@@ -128,7 +129,7 @@ def test_fp16_on_cpu_and_int8_on_gpu_are_refused(tiny_classifier_dir):
         load_workload("hf_classifier", path=tiny_classifier_dir, precision="fp16")
     assert "bf16" in info.value.hint
     with pytest.raises(WorkloadError, match="int8-dynamic runs on CPU only"):
-        wl._check_settings(Settings(precision="int8-dynamic", device=torch.device("cuda", 0)))
+        wl.check_settings(Settings(precision="int8-dynamic", device=torch.device("cuda", 0)))
     with pytest.raises(WorkloadError, match="precision: 'fp8'"):
         load_workload("hf_classifier", path=tiny_classifier_dir, precision="fp8")
 

@@ -1,5 +1,6 @@
-"""The campaign's copy of its corpus (``inputs/corpus.csv``, ``inputs/tuning.csv``), written while the user's
-file is read in record batches (:func:`iteralab.plan.scan.scan_corpus` calls it as a sink).
+"""The campaign's copy of its corpus (``inputs/corpus.csv``, ``inputs/tuning.csv``, or one
+``inputs/datasets/<name>.csv`` per dataset: :func:`write_dataset_copies`), written while the user's file is read
+in record batches (:func:`iteralab.plan.scan.scan_corpus` calls it as a sink).
 
 The bytes are those :func:`iteralab.plan.corpus.write_corpus` writes (UTF-8 CSV, every cell quoted, ``\\n`` line
 ends, ``None`` as an empty cell), so a copy made before and after streaming has the same sha256. The file is
@@ -19,9 +20,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from iteralab.campaign.datasets import DATASETS_DIR, combined_fingerprint, combined_order_hash, dataset_file
+from iteralab.campaign.inputs import check_inputs, scan_datasets
 from iteralab.common import files
 from iteralab.common.files import FILE_MODE
 from iteralab.errors import RunError
+from iteralab.plan.protocol import Protocol
 
 
 class CorpusCopy:
@@ -121,3 +125,49 @@ def tuning_record(copy: CorpusCopy | None, scan: Any) -> dict[str, Any] | None:
         return None
     return {"file": "inputs/tuning.csv", "id_origin": scan.id_origin, "size": scan.size,
             "fingerprint": scan.fingerprint, "file_sha256": copy.commit()}
+
+
+def write_dataset_copies(protocol: Protocol, protocol_path: Path, out: Path, lock_entry: dict[str, Any], *,
+                         rerun: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any] | None,
+                                                       dict[str, str] | None]:
+    """Copy every dataset into ``inputs/datasets/`` (and the tuning split into ``inputs/tuning.csv``), each
+    written while it is read in record batches (:func:`scan_datasets`), and check that read against the lock
+    (``check_inputs`` with these scans): each dataset is read once. A refused input leaves no copy.
+
+    Returns the campaign's ``datasets`` records (name, fingerprint, order hash, size, file, sha256, strata),
+    its ``corpus`` record (the combined fingerprint and order hash, the total size, no file), the tuning
+    record and the model files' sha256 as checked."""
+    spec = protocol.corpus
+    (out / DATASETS_DIR).mkdir(parents=True, exist_ok=True)
+    by_stratum = any(sg.by == "stratum" for sg in protocol.subgroups) and bool(spec.stratum_column)
+    copies: dict[str, CorpusCopy] = {}
+    tuning_copy = None
+    try:
+        for dataset in protocol.datasets:
+            copies[dataset.name] = CorpusCopy(out / dataset_file(dataset.name),
+                                              extra={"stratum": spec.stratum_column if by_stratum else ""})
+        tuning_copy = CorpusCopy(out / "inputs" / "tuning.csv") if spec.tuning_path else None
+        scanned = scan_datasets(protocol, protocol_path, sinks_for=lambda name: [copies[name]],
+                                tuning_sinks=[tuning_copy] if tuning_copy is not None else [])
+        model_hashes = check_inputs(protocol_path, lock_entry, rerun=rerun, scans=scanned)
+    except BaseException:
+        for copy in [*copies.values(), *([tuning_copy] if tuning_copy is not None else [])]:
+            copy.abort()
+        raise
+    records: list[dict[str, Any]] = []
+    for name, scan in scanned.named:
+        counts: dict[str, int] = {}
+        if by_stratum:
+            for value, n in (scan.extra_counts.get(spec.stratum_column) or {}).items():
+                counts[value or ""] = counts.get(value or "", 0) + n
+        records.append({"name": name, "fingerprint": scan.fingerprint, "order_hash": scan.order_hash,
+                        "size": scan.size, "id_origin": scan.id_origin, "file": dataset_file(name),
+                        "file_sha256": copies[name].commit(), "strata": dict(sorted(counts.items()))})
+    origins = {r["id_origin"] for r in records}
+    corpus_record = {"fingerprint": combined_fingerprint([r["fingerprint"] for r in records]),
+                     "order_hash": combined_order_hash([r["order_hash"] for r in records]),
+                     "size": sum(r["size"] for r in records), "id_origin": origins.pop() if len(origins) == 1
+                     else "mixed", "file": None, "file_sha256": None, "strata": {},
+                     "datasets": [r["name"] for r in records]}
+    tuning_info = tuning_record(tuning_copy, scanned.tuning)
+    return records, corpus_record, tuning_info, model_hashes

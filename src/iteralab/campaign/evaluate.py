@@ -3,7 +3,8 @@
 A pass yields a *verified corpus* when its prediction file holds exactly the expected ids (no duplicate,
 none missing, none extra), every record has the declared format, coverage is complete, and the metric
 (scikit-learn's) meets the threshold and stays within the tolerance of the reference variant — overall and
-in each gating subgroup — and the declared reproduction target holds (those comparisons: ``campaign.judge``).
+in each gating subgroup — and the declared reproduction target holds (those comparisons: ``campaign.judge``,
+through ``campaign.compare``).
 Nothing here reads the runner's memory: the expected ids and labels come from ``inputs/corpus.csv``, the rules
 from the locked ``inputs/protocol.toml``.
 
@@ -26,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from iteralab.campaign.compare import compare_outputs, compare_rows_with_file
 from iteralab.campaign.folder import read_corpus_batches
 from iteralab.campaign.predictions import LEGACY_SUFFIX, PredictionSet, code_dtype, file_name, read_predictions
 from iteralab.plan.protocol import Protocol, load_protocol
@@ -220,7 +222,7 @@ def _first_sorted(values: pa.Array, n: int = 3) -> list[str]:
     return values.take(pc.array_sort_indices(values)[:n]).to_pylist()
 
 
-def _missing_verdict(name: str, protocol: Protocol, expected: Expected) -> dict[str, Any]:
+def missing_verdict(name: str, protocol: Protocol, expected: Expected) -> dict[str, Any]:
     return {"expected_ids": len(expected), "observed_ids": None, "ids_match": False, "format_ok": False,
             "coverage": 0.0, "coverage_ok": False, "metric_name": protocol.metric.name, "metric": None,
             "threshold_ok": False, "subgroups": {}, "problems": [f"prediction file {name} is missing"]}
@@ -284,7 +286,7 @@ def evaluate_file(pred_path: Path, protocol: Protocol, expected: Expected,
     reader = reader or PredictionReader(protocol)
     entry = reader.read(pred_path, expected.ids)
     if entry is None:
-        return _missing_verdict(pred_path.name, protocol, expected)
+        return missing_verdict(pred_path.name, protocol, expected)
     return evaluate_set(entry[1], protocol, expected)
 
 
@@ -399,8 +401,6 @@ class CampaignReads:
         entry = self.reader.read(path, context.expected.ids)
         if entry is None:
             return
-        from iteralab.campaign.judge import compare_outputs, compare_rows_with_file
-
         digest, preds = entry
         in_order = preds.ids is context.expected.ids  # read_predictions shares the corpus ids when they are its
         reference = self._references.get(dataset)
@@ -470,7 +470,7 @@ def evaluate_pass(campaign_dir: str | Path, pass_id: str, reads: CampaignReads |
     context = reads.context.of_dataset(dataset)
     verdict = reads.reader.verdict(path, context.protocol, context.expected)
     if verdict is None:
-        return _missing_verdict(path.name, context.protocol, context.expected)
+        return missing_verdict(path.name, context.protocol, context.expected)
     if finished is not None:
         reads.compare_with_reference(path, finished, verdict, dataset)
     return verdict

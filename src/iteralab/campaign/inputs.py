@@ -1,7 +1,7 @@
 """Every input a protocol pre-registers, checked and fingerprinted at ``lock`` and re-checked by ``run`` (P2).
 
-Reads the protocol, the corpus and its tuning split, the model's files (weights, tokenizer, head, a callable's
-module file) and the catalog; writes the lock entry (through :func:`iteralab.plan.protocol.lock`). The same
+Reads the protocol, the corpus and its tuning split (or each of several datasets, checked disjoint: K6), the
+model's files (weights, tokenizer, head, a callable's module file) and the catalog; writes the lock entry (through :func:`iteralab.plan.protocol.lock`). The same
 checks run before anything is recorded, so a typo in a column name never costs a protocol version, and any
 change after the lock is refused with one line saying which input changed and how.
 """
@@ -23,7 +23,9 @@ from typing import Any
 import numpy as np
 
 from iteralab.campaign import lockrecords
-from iteralab.campaign.lockrecords import LockRecords, OverlapKeys, keys_of
+from iteralab.campaign.datasets import first_overlap
+from iteralab.campaign.lockrecords import (RECORDS_ENCODING, LockRecords, OverlapKeys, Suspects, keys_of,
+                                          shared_keys)
 from iteralab.common.files import sha256_file
 from iteralab.errors import CorpusError, ProtocolError
 from iteralab.plan.corpus import Corpus, check_disjoint, load_corpus
@@ -56,12 +58,6 @@ def load_inputs(protocol: Protocol, protocol_path: Path, dataset: Dataset | None
 
 def _short_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
-#: How a lock stores its per-id records: the JSON list of ``[id, text digest, label]`` sorted by id, zlib-compressed
-#: and base64-encoded, so that a lock of a million documents is a few MB that parses into one string, not a
-#: Python object per document. Locks written before hold a plain ``{id: [text digest, label]}`` object.
-RECORDS_ENCODING = "zlib+base64:json-list[id,text_sha256_16,label]"
 
 
 def corpus_fingerprint(corpus: Corpus) -> dict[str, Any]:
@@ -181,14 +177,12 @@ def catalog_fingerprint(protocol: Protocol, protocol_path: Path) -> dict[str, An
 def fingerprint_inputs(protocol_path: str | os.PathLike[str]) -> dict[str, Any]:
     """Check every input the protocol names and return their fingerprints (raises on the first problem).
 
-    Each corpus is read in record batches (:func:`scan_inputs`, :func:`~iteralab.campaign.datasets.scan_datasets`):
+    Each corpus is read in record batches (:func:`scan_inputs`, :func:`scan_datasets`):
     what is kept per document is its id, text digest and label (:class:`LockRecords`), never its text."""
     path = Path(protocol_path)
     protocol = load_protocol(path)
     tuning_records = LockRecords()
     if protocol.datasets:
-        from iteralab.campaign.datasets import scan_datasets
-
         records = {dataset.name: LockRecords() for dataset in protocol.datasets}
         scanned = scan_datasets(protocol, path, sinks_for=lambda name: [records[name]],
                                 tuning_sinks=[tuning_records])
@@ -241,8 +235,6 @@ def check_inputs(protocol_path: str | os.PathLike[str], entry: dict[str, Any], *
     protocol = load_protocol(path)
     locked = entry["inputs"]
     if protocol.datasets:  # K6: each dataset in record batches, checked disjoint by digests
-        from iteralab.campaign.datasets import scan_datasets
-
         scanned = scans if scans is not None else scan_datasets(protocol, path)
         locked_sets = locked.get("datasets") or {}
         by_name = {dataset.name: dataset.path for dataset in protocol.datasets}
@@ -333,6 +325,58 @@ def scan_inputs(protocol: Protocol, protocol_path: Path, *, sinks: Sequence[Sink
     else:
         strata_later.append(finish)
     return InputScans(corpus_scan, tuning_scan, tuning_keys)
+
+
+@dataclass(frozen=True)
+class DatasetScans:
+    """Every declared dataset's scan (name, scan) in declaration order, and the tuning split's."""
+
+    named: list[tuple[str, CorpusScan]]
+    tuning: CorpusScan | None
+
+
+def scan_datasets(protocol: Protocol, protocol_path: Path, *,
+                  sinks_for: Callable[[str], Sequence[Sink]] | None = None,
+                  tuning_sinks: Sequence[Sink] = ()) -> DatasetScans:
+    """Read every declared dataset and the tuning split in record batches, with the checks of a one-corpus
+    protocol (P4, C2), each refused when it overlaps another dataset or the tuning split (ids or
+    whitespace-normalised texts, K6). ``sinks_for(name)``: the sinks of that dataset's validated batches."""
+    named: list[tuple[str, CorpusScan]] = []
+    keys: list[OverlapKeys] = []
+    strata_later: list[Callable[[], None]] = []
+    tuning: CorpusScan | None = None
+    tuning_keys: OverlapKeys | None = None
+    for n, dataset in enumerate(protocol.datasets):
+        mine = OverlapKeys()
+        # the tuning split: read with the first dataset, its digests then checked disjoint with every dataset
+        scans = scan_inputs(protocol, protocol_path, sinks=[mine, *(sinks_for(dataset.name) if sinks_for else ())],
+                            tuning_sinks=tuning_sinks, dataset=dataset, strata_later=strata_later,
+                            tuning_keys=tuning_keys)
+        if n == 0:
+            tuning, tuning_keys = scans.tuning, scans.tuning_keys
+        named.append((dataset.name, scans.corpus))
+        keys.append(mine)
+    _check_keys_disjoint(protocol, protocol_path, keys)
+    for finish in strata_later:
+        finish()
+    return DatasetScans(named, tuning)
+
+
+def _check_keys_disjoint(protocol: Protocol, protocol_path: Path, keys: list[OverlapKeys]) -> None:
+    """:func:`check_datasets_disjoint` from the datasets' digests: when no id digest and no text digest is
+    shared, they are disjoint; otherwise the documents whose digests are shared are read again (only those
+    are kept) and checked exactly, to name the first overlap (or to find that the digests merely collided)."""
+    shared_ids = shared_keys([k.ids() for k in keys])
+    shared_texts = shared_keys([k.texts() for k in keys])
+    if not len(shared_ids) and not len(shared_texts):
+        return
+    columns, extra = _columns(protocol)
+    suspects: list[tuple[str, list[tuple[str, str]]]] = []
+    for dataset in protocol.datasets:
+        found = Suspects(shared_ids, shared_texts)
+        scan_corpus(resolve(protocol_path, dataset.path), **columns, extra_columns=extra, sinks=[found])
+        suspects.append((dataset.name, found.rows))
+    first_overlap(suspects)
 
 
 def names_id_column(protocol: Protocol) -> bool:
@@ -481,5 +525,6 @@ def compare_inputs(path: Path, entry: dict[str, Any], inputs: dict[str, Any]) ->
         raise ProtocolError(f"{path}: {change} since the lock at {entry['locked_at']}", hint=AMEND_HINT)
 
 
-__all__ = ["InputScans", "check_inputs", "check_model_classes", "check_strata", "describe_change",
-           "fingerprint_inputs", "load_inputs", "lock", "lock_warnings", "model_files", "names_id_column", "scan_inputs"]
+__all__ = ["DatasetScans", "InputScans", "check_inputs", "check_model_classes", "check_strata", "describe_change",
+           "fingerprint_inputs", "load_inputs", "lock", "lock_warnings", "model_files", "names_id_column",
+           "scan_datasets", "scan_inputs"]

@@ -23,9 +23,9 @@ from typing import Any
 
 from iteralab.common.files import sha256_file, write_json_atomic
 
-__all__ = ["MANIFEST_SCHEMA_VERSION", "PACKAGES", "campaign_manifest", "code_version", "diff_manifests",
-           "environment_manifest", "flatten", "manifest_differences", "rocm_compatibility", "rocm_compatibility_line",
-           "sha256_file", "write_json_atomic"]
+__all__ = ["MANIFEST_SCHEMA_VERSION", "PACKAGES", "campaign_manifest", "code_version", "determinism_settings",
+           "diff_manifests", "environment_manifest", "flatten", "manifest_differences", "rocm_compatibility",
+           "rocm_compatibility_line", "sha256_file", "write_json_atomic"]
 
 MANIFEST_SCHEMA_VERSION = 1
 PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "scikit-learn", "iteralab",
@@ -71,7 +71,7 @@ def git_state(workdir: Path) -> dict[str, Any]:
     return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip()), "reason": None}
 
 
-def _determinism() -> dict[str, Any]:
+def determinism_settings() -> dict[str, Any]:
     import torch
 
     return {
@@ -133,7 +133,7 @@ def environment_manifest(*, runtime: bool = True, git: bool = True) -> dict[str,
     if runtime:
         import torch
 
-        env["determinism"] = _determinism()
+        env["determinism"] = determinism_settings()
         env["torch_threads"] = torch.get_num_threads()
     else:
         env["determinism"] = {"pythonhashseed": os.environ.get("PYTHONHASHSEED"),

@@ -114,7 +114,7 @@ def worker_main(argv: list[str]) -> int:
     try:
         result = passes.execute_pass(spec, startup=startup, sync=sync)
     except Exception as exc:  # unexpected: still leave a failure record behind
-        result = {"pass_id": spec.get("pass_id"), "status": "failed", "error": passes._error_text(exc),
+        result = {"pass_id": spec.get("pass_id"), "status": "failed", "error": passes.error_text(exc),
                   "error_kind": "internal", "completed": None, "notes": []}
     if sync.pass_run is not None:  # the shard's whole pass order (the file holds the completed part only)
         import pyarrow as pa
@@ -123,9 +123,9 @@ def worker_main(argv: list[str]) -> int:
         pq.write_table(pa.table({"id": sync.pass_run.ordered_ids()}),
                        Path(spec["prediction_dir"]) / f"{spec['pass_id']}.order.parquet")
     if environment is not None and "torch" in sys.modules and isinstance(environment.get("determinism"), dict):
-        from iteralab.campaign.manifest import _determinism
+        from iteralab.campaign.manifest import determinism_settings
 
-        environment["determinism"] = _determinism()
+        environment["determinism"] = determinism_settings()
     result["environment"] = environment
     from iteralab.common.files import write_json_atomic
 
@@ -340,9 +340,9 @@ def _coordinate(spec: dict[str, Any], result: dict[str, Any], workers: list[_Wor
             w.proc.wait()
         _collect(result, workers, None, layout)
         if plan_error is not None:
-            from iteralab.campaign.passes import _error_text
+            from iteralab.campaign.passes import error_text
 
-            result.update(error=f"shard plan: {_error_text(plan_error)}", error_kind="load")
+            result.update(error=f"shard plan: {error_text(plan_error)}", error_kind="load")
         notes.append(f"failed before the measured pass: {result['error']}; no worker ran its shard, no fallback "
                      "to fewer devices")
         notes.append("pass_s: empty, the measured pass did not start")

@@ -33,11 +33,6 @@ from iteralab.common.files import write_json_atomic
 
 READ_BLOCK = 1 << 22  # bytes of corpus file per record batch (a pass holds O(block + batch) texts)
 WARMUP_BLOCK = 1 << 16  # bytes per piece read for the warm-up texts
-#: Seconds this module's imports took (numpy, pyarrow): a worker template reports them with its own.
-IMPORTS_S = time.perf_counter() - _IMPORT_START
-#: Set in a worker template (:mod:`iteralab.campaign.prefork`) before it forks: the runtime's resident memory,
-#: read there once after the same imports a fresh worker makes (a forked worker would read less).
-TEMPLATE_RUNTIME: dict[str, Any] = {}
 
 
 def ended_without_result(returncode: int | None, stderr: str) -> str:
@@ -48,7 +43,7 @@ def ended_without_result(returncode: int | None, stderr: str) -> str:
     return f"worker process ended ({how}) without a result: {tail[0][:300]}"
 
 
-def _error_text(exc: BaseException) -> str:
+def error_text(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}".replace("\n", " ").strip()
     return text[:500]
 
@@ -262,7 +257,7 @@ def order_hash(ids: Any) -> str:
     return string_array_hash(ids, ensure_ascii=False, item_separator=", ")
 
 
-def _first_texts(corpus_path: str, corpus_kwargs: dict[str, Any], n: int) -> list[str]:
+def first_texts(corpus_path: str, corpus_kwargs: dict[str, Any], n: int) -> list[str]:
     """The first ``n`` texts (warm-up), read in small pieces: parsing a pass's whole first block for a few
     hundred texts would cost a tenth of a second per pass."""
     texts: list[str] = []
@@ -285,7 +280,7 @@ def execute_pass(spec: dict[str, Any], clock: Any = None, startup: dict[str, flo
     Every phase is timed by :func:`iteralab.models.device.timed` (synchronize, read, body, synchronize, read)
     with one clock, injectable as ``clock`` (an object with ``now()``, default ``time.perf_counter``)."""
     from iteralab.models import device as dev
-    from iteralab.models.base import load_workload
+    from iteralab.models.factory import load_workload
 
     clock = clock or dev.PERF_CLOCK
     variant = spec["variant"]
@@ -324,7 +319,7 @@ def execute_pass(spec: dict[str, Any], clock: Any = None, startup: dict[str, flo
         result["workload"] = workload.describe()
         result["file_hashes"] = workload.file_hashes()
     except Exception as exc:  # a load failure is a failed pass row, with its error
-        result["error"] = _error_text(exc)
+        result["error"] = error_text(exc)
         result["error_kind"] = "oom" if _is_oom(exc) else "load"
         notes.append(f"failed while loading: {result['error']}")
         return result
@@ -338,7 +333,7 @@ def execute_pass(spec: dict[str, Any], clock: Any = None, startup: dict[str, flo
         warm_texts: list[str] = []
         last_warm_s = None  # the last repetition: what the pass time limit projects from (run.pass_timeout)
         if warm["inputs"] > 0 and warm["passes"] > 0:
-            warm_texts = _first_texts(spec["corpus_path"], corpus_kwargs, int(warm["inputs"]))
+            warm_texts = first_texts(spec["corpus_path"], corpus_kwargs, int(warm["inputs"]))
             for i in range(warm["passes"]):
                 with dev.timed(device, clock) as warming:
                     for start in range(0, len(warm_texts), batch_size):
@@ -353,7 +348,7 @@ def execute_pass(spec: dict[str, Any], clock: Any = None, startup: dict[str, flo
         if not variant["compile"]:
             notes.append("compile_s: empty, the variant does not compile")
     except Exception as exc:
-        result["error"] = _error_text(exc)
+        result["error"] = error_text(exc)
         result["error_kind"] = "oom" if _is_oom(exc) else "warmup"
         notes.append(f"failed during warm-up: {result['error']}")
         return result
@@ -400,7 +395,7 @@ def execute_pass(spec: dict[str, Any], clock: Any = None, startup: dict[str, flo
     if progress.retries:
         notes.append(f"resume variant: {progress.retries} failing batch(es) retried in halves")
     if measured_error is not None:
-        result["error"] = _error_text(measured_error)
+        result["error"] = error_text(measured_error)
         result["error_kind"] = ("oom" if _is_oom(measured_error) else
                                 "timeout" if isinstance(measured_error, PassTimeout) else "pass")
         notes.append(f"failed after {progress.completed} of {pass_run.expected} inputs: {result['error']}; "
@@ -439,9 +434,8 @@ def record_runtime_memory(spec: dict[str, Any], startup: dict[str, Any]) -> None
     journaled value, never a new measurement. A callable owns its model: nothing to record."""
     if spec["model"]["kind"] == "callable":
         return
-    if TEMPLATE_RUNTIME:  # a forked worker: read in its template, after the same imports, before any fork
-        startup.update(TEMPLATE_RUNTIME)
-        return
+    if "runtime_rss_bytes" in startup:  # a forked worker: its template read it, after the same imports, before
+        return  # any fork (a forked worker would read less), and handed it over in the start-up record
     from iteralab.kit.memoire import runtime_imports, runtime_overhead
 
     t0 = time.perf_counter()
@@ -453,7 +447,7 @@ def worker_main(argv: list[str], startup: dict[str, Any] | None = None) -> int:
     """``python -m iteralab.campaign.passes SPEC.json RESULT.json``: run one pass in a fresh process.
 
     ``startup`` is given by a worker forked from a template (:mod:`iteralab.campaign.prefork`): its process start
-    is the fork, its imports were made by the template."""
+    is the fork, its imports were made by the template, and the runtime's memory read there."""
     spec_path, result_path = argv
     started = time.perf_counter()
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
@@ -469,19 +463,19 @@ def worker_main(argv: list[str], startup: dict[str, Any] | None = None) -> int:
         environment = environment_manifest(runtime=not owns_device(spec["model"]["kind"]),
                                            git=bool(spec.get("record_git", True)))
     except Exception as exc:
-        environment = {"error": _error_text(exc)}
+        environment = {"error": error_text(exc)}
     startup["environment_s"] = time.perf_counter() - t0
     record_runtime_memory(spec, startup)
     try:
         result = execute_pass(spec, startup=startup)
     except Exception as exc:  # unexpected: still leave a failure record behind
-        result = {"pass_id": spec.get("pass_id"), "status": "failed", "error": _error_text(exc),
+        result = {"pass_id": spec.get("pass_id"), "status": "failed", "error": error_text(exc),
                   "error_kind": "internal", "notes": [traceback.format_exc(limit=3).replace("\n", " | ")]}
     if isinstance(environment.get("determinism"), dict) and "torch" in sys.modules:
         # read after the pass applied the protocol's determinism options, not before (as configured, not default)
-        from iteralab.campaign.manifest import _determinism
+        from iteralab.campaign.manifest import determinism_settings
 
-        environment["determinism"] = _determinism()
+        environment["determinism"] = determinism_settings()
     result["environment"] = environment
     result.setdefault("startup", startup)
     write_json_atomic(result_path, result)
@@ -489,8 +483,4 @@ def worker_main(argv: list[str], startup: dict[str, Any] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised through subprocess in tests
-    if sys.argv[1:2] == ["--template"]:  # a worker template: forks one worker per pass (campaign.prefork)
-        from iteralab.campaign.prefork import serve
-
-        sys.exit(serve(sys.argv[2:], IMPORTS_S))
     sys.exit(worker_main(sys.argv[1:]))

@@ -57,7 +57,7 @@ def _variant_problem(protocol: Protocol, variant: object) -> str | None:
 
 def preflight(protocol: Protocol, protocol_path: str | Path) -> Preflight:
     """Load the workload once and check every variant against this machine (see the module docstring)."""
-    from iteralab.models.base import load_workload
+    from iteralab.models.factory import load_workload
 
     model = protocol.model
     load_workload(model.kind, path=resolve(protocol_path, model.path) if model.path else None,

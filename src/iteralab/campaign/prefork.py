@@ -31,7 +31,8 @@ from typing import IO, Any
 
 #: What every pass worker imports before it reads its spec (the worker's own modules and their libraries).
 WORKER_MODULES = ("iteralab.campaign.passes", "iteralab.campaign.predictions", "iteralab.campaign.folder",
-                  "iteralab.campaign.manifest", "iteralab.models.base", "iteralab.models.device", "psutil")
+                  "iteralab.campaign.manifest", "iteralab.models.base", "iteralab.models.factory",
+                  "iteralab.models.device", "psutil")
 
 
 def available() -> bool:
@@ -63,16 +64,15 @@ def _die_with_parent() -> None:
 # ------------------------------------------------------------------------------------------ the template
 
 
-def serve(preload: list[str], main_imports_s: float = 0.0) -> int:
-    """``python -m iteralab.campaign.passes --template MODULE…``: import, then fork one worker per request."""
+def serve(preload: list[str]) -> int:
+    """``python -m iteralab.campaign.prefork MODULE…``: import, then fork one worker per request."""
     import importlib
-
-    from iteralab.campaign import passes
 
     t0 = time.perf_counter()
     for name in preload:
         importlib.import_module(name)
-    ready: dict[str, Any] = {"template_imports_s": time.perf_counter() - t0 + main_imports_s}
+    ready: dict[str, Any] = {"template_imports_s": time.perf_counter() - t0}
+    runtime: dict[str, Any] = {}
     cuda = sys.modules.get("torch.cuda")
     if cuda is not None and getattr(cuda, "_initialized", False):  # an attribute read, not a CUDA call
         sys.stderr.write(f"the worker template initialised CUDA while importing {', '.join(preload)}: a forked "
@@ -84,8 +84,8 @@ def serve(preload: list[str], main_imports_s: float = 0.0) -> int:
         from iteralab.kit.memoire import runtime_imports, runtime_overhead
 
         t1 = time.perf_counter()
-        passes.TEMPLATE_RUNTIME.update(runtime_rss_bytes=runtime_overhead(runtime_imports()).bytes,
-                                       runtime_imports_s=time.perf_counter() - t1)
+        runtime = {"runtime_rss_bytes": runtime_overhead(runtime_imports()).bytes,
+                   "runtime_imports_s": time.perf_counter() - t1}
     ready["template_threads"] = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else None
     requests = sys.stdin.buffer
     replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
@@ -102,7 +102,7 @@ def serve(preload: list[str], main_imports_s: float = 0.0) -> int:
             request = json.loads(line)
             pid = os.fork()
             if pid == 0:
-                _worker(request, template, replies)  # never returns
+                _worker(request, template, replies, runtime)  # never returns
             reply({"pid": pid})
             _, status = os.waitpid(pid, 0)
             reply({"status": os.waitstatus_to_exitcode(status)})
@@ -111,8 +111,9 @@ def serve(preload: list[str], main_imports_s: float = 0.0) -> int:
     return 0
 
 
-def _worker(request: dict[str, Any], template: int, replies: IO[str]) -> None:
-    """The forked worker: its own stderr file, no stdin/stdout of the template, then one pass."""
+def _worker(request: dict[str, Any], template: int, replies: IO[str], runtime: dict[str, Any]) -> None:
+    """The forked worker: its own stderr file, no stdin/stdout of the template, then one pass. ``runtime``: the
+    runtime's memory as the template read it before any fork, handed to the pass in its start-up record."""
     forked_at, started = time.time(), time.perf_counter()
     code = 1
     try:
@@ -134,7 +135,7 @@ def _worker(request: dict[str, Any], template: int, replies: IO[str]) -> None:
         spawned = request.get("spawned_at")
         startup: dict[str, Any] = {
             "process_start_s": forked_at - spawned if isinstance(spawned, (int, float)) else None,
-            "imports_s": time.perf_counter() - started, "forked": True}
+            "imports_s": time.perf_counter() - started, "forked": True, **runtime}
         code = passes.worker_main([spec_path, result_path], startup=startup)
     except BaseException:  # noqa: BLE001 - the worker ends here whatever happened; the error goes to its stderr
         traceback.print_exc()
@@ -165,7 +166,7 @@ class Template:
         self.stderr_path = scratch / f"template-{time.time_ns()}.stderr"
         self.started = time.perf_counter()
         with open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "iteralab.campaign.passes", "--template", *preload],
+            self.proc = subprocess.Popen([sys.executable, "-m", "iteralab.campaign.prefork", *preload],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
         self.ready: dict[str, Any] | None = None
         self.passes = 0
@@ -281,3 +282,7 @@ def _tail(path: Path) -> str:
         return ""
     lines = text.strip().splitlines()
     return lines[-1] if lines else ""
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised through subprocess in tests
+    sys.exit(serve(sys.argv[1:]))

@@ -6,7 +6,7 @@ leaves no CPU for the read tasks, and shuts Ray down at the end; both times are 
 
     read the campaign's corpus copy with Ray Data → streaming repartition into at least ``BLOCKS_PER_ACTOR``
     blocks per actor → ``map_batches`` with the variant's batch size on ``ActorPoolStrategy(size=actors)``:
-    each actor loads the workload (``models.base.load_workload``) and warms up by the protocol's rule in its
+    each actor loads the workload (``models.factory.load_workload``) and warms up by the protocol's rule in its
     constructor, timed there (the pass's start-up phases) → the driver gathers the (id, probabilities) blocks
     in the order they arrive → completeness from the ids → the prediction file, written atomically.
 
@@ -91,7 +91,7 @@ def read_corpus(ray_data: Any, path: str) -> Any:
 def _error_text(exc: BaseException) -> str:
     """The error a user can act on: the exception raised in the workload, unwrapped from Ray's task errors
     (whose own text is a remote traceback)."""
-    from iteralab.campaign.passes import _error_text as text
+    from iteralab.campaign.passes import error_text as text
 
     seen = 0
     while seen < 8:
@@ -225,7 +225,7 @@ class _RayPass:
     def execute(self) -> dict[str, Any]:
         import pyarrow as pa
 
-        from iteralab.campaign.passes import PassTimeout, _first_texts, order_hash
+        from iteralab.campaign.passes import PassTimeout, first_texts, order_hash
         from iteralab.campaign.predictions import file_name, write_predictions
 
         spec, run, phases, notes = self.spec, self.run, self.phases, self.notes
@@ -243,7 +243,7 @@ class _RayPass:
         result["expected"] = len(expected_ids)
         corpus_kwargs = {"id_column": "id", "text_column": "text", "label_column": "label", "classes": spec["classes"]}
         warm = spec["warmup"]
-        warm_texts = _first_texts(spec["corpus_path"], corpus_kwargs, int(warm["inputs"])) \
+        warm_texts = first_texts(spec["corpus_path"], corpus_kwargs, int(warm["inputs"])) \
             if warm["inputs"] > 0 and warm["passes"] > 0 else []
         if not warm_texts:
             notes.append("warm-up: none (protocol declares 0 warm-up inputs or passes)")
@@ -423,7 +423,7 @@ class RayPredictor:
         created = time.time()
         t0 = time.perf_counter()
         from iteralab.models import device as dev
-        from iteralab.models.base import load_workload
+        from iteralab.models.factory import load_workload
 
         model, variant = spec["model"], spec["variant"]
         seed = int(spec.get("seed", 0))
@@ -463,10 +463,10 @@ class RayPredictor:
         ready = time.time()
         runtime = None
         if threads is not None:
-            from iteralab.campaign.manifest import _determinism
+            from iteralab.campaign.manifest import determinism_settings
 
             runtime = {"torch_threads": threads, "interop": torch.get_num_interop_threads(),
-                       "determinism": _determinism()}
+                       "determinism": determinism_settings()}
         priority = {"nice": os.nice(0), "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
         self.startup: dict[str, Any] | None = {
             "created_at": created, "runtime_s": runtime_s, **times, "threads": threads, "ready_at": ready,

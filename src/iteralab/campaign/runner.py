@@ -177,7 +177,7 @@ def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], 
     _ensure_folder(out)
     try:  # the inputs are checked while they are copied: a refused input leaves no folder it created
         if protocol.datasets:  # K6: one corpus copy per dataset; the corpus record combines them
-            from iteralab.campaign.datasets import write_dataset_copies
+            from iteralab.campaign.corpuscopy import write_dataset_copies
 
             datasets, corpus_record, tuning, model_hashes = write_dataset_copies(protocol, protocol_path, out,
                                                                                  lock_entry, rerun=rerun)

@@ -182,7 +182,7 @@ def _tuning_split(path: Path, view: TuningView, tuning_file: Path) -> Any:
 
 def _load(path: Path, view: TuningView) -> tuple[Any, dict[str, Any]]:
     """The declared model with the reference variant's settings; any failure to load is one line naming it."""
-    from iteralab.models.base import load_workload
+    from iteralab.models.factory import load_workload
 
     model, reference = view.model, view.reference()
     settings = {"variant": reference.name if reference else None,
@@ -201,9 +201,9 @@ def _load(path: Path, view: TuningView) -> tuple[Any, dict[str, Any]]:
         raise WorkloadError(f"{path}: model ({model.kind}, {where}) not loadable: {exc.message}",
                             hint=exc.hint or "check the [model] table") from None
     except Exception as exc:  # a library's own error (a bad config, a missing file): still one line, no traceback
-        from iteralab.campaign.passes import _error_text
+        from iteralab.campaign.passes import error_text
 
-        raise WorkloadError(f"{path}: model ({model.kind}, {where}) not loadable: {_error_text(exc)}",
+        raise WorkloadError(f"{path}: model ({model.kind}, {where}) not loadable: {error_text(exc)}",
                             hint="check the [model] table: path, head, callable") from None
     settings["device"] = str(getattr(workload, "device", settings["device"]))
     return workload, settings

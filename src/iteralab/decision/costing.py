@@ -160,7 +160,7 @@ def _variant(ev: Evidence, name: str) -> Any:
         return None
 
 
-def _catalog(ev: Evidence, path: str | Path | None) -> tuple[Catalog, str]:
+def pricing_catalog(ev: Evidence, path: str | Path | None) -> tuple[Catalog, str]:
     """The catalog to price from and a line saying where it came from (named in the decision note)."""
     if path is not None:
         return load_catalog(path), (f"`{path}`, given with --catalog when deciding (it overrides the copy "

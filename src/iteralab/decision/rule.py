@@ -31,7 +31,7 @@ from iteralab.evidence.stats import (MISSING_SUBGROUP, Q2_MARK, CampaignStats, V
 from iteralab.decision.job import JobPlan, plan_job
 from iteralab.evidence.datasets import DatasetVerdict, dataset_verdicts, feasibility_by_dataset
 from iteralab.evidence.feasibility import feasibility
-from iteralab.decision.costing import CPU_ONLY, Pricing, _catalog, match_gpu, price_config
+from iteralab.decision.costing import CPU_ONLY, Pricing, pricing_catalog, match_gpu, price_config
 from iteralab.decision.windows import WindowInfo, job_window, observed_span, planned_window, projected_window
 
 
@@ -259,7 +259,7 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
         raise IteraError(f"{incomplete[0]}", hint="finish the schedule first, or decide on what exists with "
                                                   "--partial (the note records it)")
     check_mergeable(evidence)
-    cat, cat_source = _catalog(evidence[0], catalog)
+    cat, cat_source = pricing_catalog(evidence[0], catalog)
     stats = [campaign_stats(ev) for ev in evidence]
     planned = planned_window(evidence[0])
     metric = evidence[0].protocol.metric.name

@@ -334,7 +334,8 @@ def render_project(quote: PriceQuote, row: VariantCost) -> list[str]:
 def project_quote(quote: PriceQuote, path: str | Path, variant: str | None = None) -> VariantCost:
     """``price --expenses FILE``: read the file (the protocol's own model), refuse another currency than the
     catalog's in one line naming the key, and price the project."""
-    from iteralab.plan.expenses import check_currency, load_expenses
+    from iteralab.plan.expenses import check_currency
+    from iteralab.plan.protocol import load_expenses
 
     spec = load_expenses(path)
     check_currency(spec.expenses, quote.catalog.currency, str(path))

@@ -7,6 +7,9 @@ distribution: the time of a configuration in one round is its **job time**, the 
 dataset in that round (the job processes each dataset once), and the statistics (median, min, max, spread,
 the T5 comparisons) are over those per-round job times. Each dataset's own median is listed beside them; the
 median of the sums is not the sum of the medians, and the note says which one is shown.
+
+:class:`PassTime` (one pass, or one round's job, as the statistics count it) is defined here, beside the job
+rounds that build it, and :mod:`iteralab.evidence.stats` imports it: the import runs one way.
 """
 
 from __future__ import annotations
@@ -17,11 +20,37 @@ from dataclasses import dataclass
 from typing import Any
 
 from iteralab.campaign.folder import PHASES, RawRow
+from iteralab.evidence.feasibility import feasibility
 
 #: How the statistics combine the datasets' pass times (shown in the stats text and the decision note).
 JOB_TIME_RULE = ("several datasets (K6): a pass time here is one round's job time, the sum of the pass times of "
                  "every dataset in that round; median, min, max and comparisons are over rounds, never over pooled "
                  "passes of different datasets")
+
+
+@dataclass(frozen=True)
+class PassTime:
+    """One pass as the time statistics count it (or, in a several-dataset campaign, one round's job)."""
+
+    pass_id: str
+    status: str
+    pass_s: float | None
+    phases: dict[str, float | None]
+    excluded: bool
+    exclusion_reason: str | None
+    error: str | None
+    completed: int | None
+    #: Other processes used the machine during the measured region (see the row's notes).
+    concurrent: bool = False
+
+    @property
+    def counted(self) -> bool:
+        return self.status == "ok" and not self.excluded and self.pass_s is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pass_id": self.pass_id, "status": self.status, "pass_s": self.pass_s, "phases": self.phases,
+                "excluded": self.excluded, "exclusion_reason": self.exclusion_reason, "error": self.error,
+                "completed": self.completed}
 
 
 @dataclass(frozen=True)
@@ -83,8 +112,6 @@ def dataset_verdicts(campaign: dict[str, Any], rows: list[RawRow], excluded: Con
 def feasibility_by_dataset(campaign: dict[str, Any], rows: list[RawRow], excluded: Container[str]
                            ) -> tuple[str, ...]:
     """M1 per dataset: every counted pass processed its whole dataset (the failures, in the note's words)."""
-    from iteralab.evidence.feasibility import feasibility
-
     failures: list[str] = []
     for record in campaign.get("datasets") or []:
         mine = [r for r in rows if r.dataset == record["name"]]
@@ -106,12 +133,10 @@ def _whole(value: float | None) -> int | None:
 
 
 def job_rounds(campaign: dict[str, Any], rows: list[RawRow], exclusions: dict[str, str],
-               concurrent_note: str) -> tuple[Any, ...]:
+               concurrent_note: str) -> tuple[PassTime, ...]:
     """One ``PassTime`` per (round, seed) of a variant: the job time (sum over its datasets), counted only when
     every dataset's pass of that round was counted. Earlier attempts of a slot (a failed or aborted pass run
     again after a resume) stay as their own, never counted, entries so failures are still counted."""
-    from iteralab.evidence.stats import PassTime
-
     names = [d["name"] for d in campaign.get("datasets") or []]
     rounds: dict[tuple[int | None, int | None], dict[str, list[RawRow]]] = {}
     for r in rows:
@@ -142,4 +167,5 @@ def job_rounds(campaign: dict[str, Any], rows: list[RawRow], exclusions: dict[st
     return tuple(out)
 
 
-__all__ = ["DatasetVerdict", "JOB_TIME_RULE", "dataset_verdicts", "feasibility_by_dataset", "job_rounds"]
+__all__ = ["DatasetVerdict", "JOB_TIME_RULE", "PassTime", "dataset_verdicts", "feasibility_by_dataset",
+           "job_rounds"]

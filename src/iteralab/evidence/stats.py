@@ -27,6 +27,7 @@ from typing import Any
 
 from iteralab.campaign.folder import PHASES, RawRow
 from iteralab.campaign.judge import HASH_PROBLEM, SubgroupCheck, subgroup_check
+from iteralab.evidence.datasets import JOB_TIME_RULE, PassTime, job_rounds
 from iteralab.evidence.reads import Evidence, load_evidence
 from iteralab.evidence.table import CONCURRENT_NOTE, SUBGROUP_CLASSES_NOTE, subgroup_classes_of
 from iteralab.plan.protocol import Protocol
@@ -48,29 +49,6 @@ ZERO_RECALL = "recall 0 in every variant, the reference included"
 
 
 # ---------------------------------------------------------------------------------------------- times
-
-
-@dataclass(frozen=True)
-class PassTime:
-    pass_id: str
-    status: str
-    pass_s: float | None
-    phases: dict[str, float | None]
-    excluded: bool
-    exclusion_reason: str | None
-    error: str | None
-    completed: int | None
-    #: Other processes used the machine during the measured region (see the row's notes).
-    concurrent: bool = False
-
-    @property
-    def counted(self) -> bool:
-        return self.status == "ok" and not self.excluded and self.pass_s is not None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"pass_id": self.pass_id, "status": self.status, "pass_s": self.pass_s, "phases": self.phases,
-                "excluded": self.excluded, "exclusion_reason": self.exclusion_reason, "error": self.error,
-                "completed": self.completed}
 
 
 @dataclass(frozen=True)
@@ -425,8 +403,6 @@ def campaign_stats(campaign_dir: str | Path | Evidence) -> CampaignStats:
     several = bool(ev.campaign.get("datasets"))  # K6: job times per round, never pooled passes of datasets
     for name, rows in by_variant.items():
         if several:
-            from iteralab.evidence.datasets import job_rounds
-
             passes = job_rounds(ev.campaign, rows, ev.exclusions, CONCURRENT_NOTE)
             variants.append(VariantTimes(name, tuple(series_of.get(name, [])), passes))
             continue
@@ -448,8 +424,6 @@ def campaign_stats(campaign_dir: str | Path | Evidence) -> CampaignStats:
     notes = []
     excluded_in = sorted({v.variant for v in variants if v.excluded})
     if several:
-        from iteralab.evidence.datasets import JOB_TIME_RULE
-
         notes.append(JOB_TIME_RULE)
     if excluded_in:
         notes.append(f"exclusions recorded in {', '.join(excluded_in)}; the same rule applies to every variant: "

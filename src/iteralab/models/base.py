@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from iteralab.models.device import resolve_device
 from iteralab.models.lazy import torch  # imported on first use: a callable workload never loads it
 from iteralab.errors import WorkloadError
 from iteralab.kit.memoire import PRECISIONS, precision_refusal
@@ -44,7 +43,7 @@ class _Dtypes(dict):
         return getattr(torch, dict.__getitem__(self, precision))
 
 
-_DTYPES = _Dtypes({"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8-dynamic": "float32"})
+DTYPES = _Dtypes({"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8-dynamic": "float32"})
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 # Files never read by a workload: documentation, other frameworks' weights. Everything else is hashed.
 _UNUSED_SUFFIXES = (".md", ".png", ".jpg", ".jpeg", ".gif", ".h5", ".msgpack", ".onnx", ".ot") + _PICKLE_SUFFIXES
@@ -102,7 +101,7 @@ class Workload(ABC):
             return probs.float().cpu().numpy()
 
     def predict(self, texts: Sequence[str]) -> np.ndarray:
-        texts = _text_list(texts)
+        texts = text_list(texts)
         if not texts:
             return np.zeros((0, len(self.classes)), dtype=np.float32)
         return self.infer(self.tokenize(texts))
@@ -116,7 +115,7 @@ class Workload(ABC):
 # ----------------------------------------------------------------------------------------- helpers
 
 
-def _text_list(texts: Sequence[str]) -> list[str]:
+def text_list(texts: Sequence[str]) -> list[str]:
     if isinstance(texts, str):
         raise WorkloadError("texts: expected a sequence of strings, got one string",
                             hint="wrap a single text in a list")
@@ -129,7 +128,7 @@ def _text_list(texts: Sequence[str]) -> list[str]:
     return items
 
 
-def _model_folder(path: str | Path | None, kind: str) -> Path:
+def model_folder(path: str | Path | None, kind: str) -> Path:
     if path is None:
         raise WorkloadError(f"path: a local model folder is required for kind {kind!r}")
     folder = Path(path)
@@ -173,7 +172,7 @@ def hub_revision(folder: Path) -> str | None:
     return ",".join(sorted(revisions)) or None
 
 
-def _check_settings(settings: Settings) -> None:
+def check_settings(settings: Settings) -> None:
     precision, device = settings.precision, settings.device
     if precision not in PRECISIONS:
         raise WorkloadError(f"precision: {precision!r} is not one of {', '.join(PRECISIONS)}")
@@ -187,41 +186,3 @@ def _check_settings(settings: Settings) -> None:
     refused = precision_refusal(precision, str(device))
     if refused is not None:
         raise WorkloadError(f"precision: {refused[0]}", hint=refused[1])
-
-
-# ----------------------------------------------------------------------------------------- factory
-
-
-def load_workload(kind: str, *, path: str | Path | None = None, head: str | Path | None = None,
-                  callable_ref: str | None = None, classes: Sequence[str] | None = None, precision: str = "fp32",
-                  device: str | torch.device = "cpu", max_length: int = 256, truncation: bool = True,
-                  padding: str = "longest", compile: bool = False, trust_remote_code: bool = False) -> Workload:
-    """Build the declared workload. Every refusal is a :class:`WorkloadError` naming the field."""
-    if kind not in KINDS:
-        raise WorkloadError(f"kind: {kind!r} is not one of {', '.join(KINDS)}")
-    if kind == "callable":
-        if callable_ref is None:
-            raise WorkloadError("callable: required for kind 'callable' ('package.module:function')")
-        if classes is None:
-            raise WorkloadError("classes: required for a callable workload (the order of its probability columns)")
-        if precision != "fp32" or compile:
-            raise WorkloadError(f"precision/compile: {precision!r}/{compile} cannot be applied to a callable",
-                                hint="the callable owns its model; declare precision 'fp32' and compile false")
-        from iteralab.models.callable import CallableWorkload
-
-        return CallableWorkload(callable_ref, classes, Path(path) if path is not None else None)
-    settings = Settings(precision=precision, device=resolve_device(device), max_length=max_length,
-                        truncation=bool(truncation), padding=padding, compile=bool(compile),
-                        trust_remote_code=bool(trust_remote_code))
-    _check_settings(settings)
-    folder = _model_folder(path, kind)
-    if kind == "hf_classifier":
-        from iteralab.models.hf import HFClassifierWorkload
-
-        return HFClassifierWorkload(folder, settings, classes)
-    if head is None:
-        raise WorkloadError("head: required for kind 'encoder_head' (a safetensors head file)",
-                            hint="train one with train_linear_head and save_head")
-    from iteralab.models.head import EncoderHeadWorkload
-
-    return EncoderHeadWorkload(folder, settings, Path(head), classes)

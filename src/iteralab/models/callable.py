@@ -14,7 +14,7 @@ import numpy as np
 
 from iteralab.common.files import sha256_file
 from iteralab.errors import WorkloadError
-from iteralab.models.base import Workload, _text_list, folder_hashes
+from iteralab.models.base import Workload, text_list, folder_hashes
 from iteralab.models.device import HOST
 from iteralab.models.lazy import torch
 
@@ -69,7 +69,7 @@ class CallableWorkload(Workload):
                 raise WorkloadError(f"path: cannot load a tokenizer from {tokenizer_folder}") from exc
 
     def tokenize(self, texts: Sequence[str]) -> dict[str, Any]:
-        return {"texts": _text_list(texts)}
+        return {"texts": text_list(texts)}
 
     def to_device(self, encoded: Mapping[str, Any]) -> Mapping[str, Any]:
         return encoded
@@ -126,7 +126,7 @@ class CallableWorkload(Workload):
         if self.tokenizer is None:
             raise WorkloadError("path: a callable workload has no tokenizer for token counts",
                                 hint="give path = the folder of the tokenizer the callable uses")
-        items = _text_list(texts)
+        items = text_list(texts)
         if not items:
             return []
         return [len(r) for r in self.tokenizer(items, add_special_tokens=True, truncation=False)["input_ids"]]

@@ -14,10 +14,10 @@ import torch
 
 from iteralab.common.files import sha256_file, write_bytes_atomic
 from iteralab.errors import WorkloadError
-from iteralab.models.base import (HEAD_FORMAT, POOLING, Settings, _check_settings, _model_folder, _text_list,
+from iteralab.models.base import (HEAD_FORMAT, POOLING, Settings, check_settings, model_folder, text_list,
                                   folder_hashes)
 from iteralab.models.device import resolve_device
-from iteralab.models.hf import _HFText, _load_pretrained
+from iteralab.models.hf import HFText, load_pretrained
 
 
 # ----------------------------------------------------------------------------------------- encoder + head
@@ -41,7 +41,7 @@ def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tenso
     return summed / mask.sum(dim=1).clamp(min=1.0)
 
 
-class EncoderHeadWorkload(_HFText):
+class EncoderHeadWorkload(HFText):
     """An ``AutoModel`` encoder, mean pooling over real tokens, optional L2 normalisation, a linear head.
 
     Pooling, normalisation and the head run in float32 whatever the encoder's precision; int8-dynamic
@@ -55,10 +55,10 @@ class EncoderHeadWorkload(_HFText):
                  classes: Sequence[str] | None = None) -> None:
         from transformers import AutoModel
 
-        _check_settings(settings)
+        check_settings(settings)
         self.head_path = head_path
         self.head = load_head(head_path) if head_path is not None else None
-        model, ignored = _load_pretrained(AutoModel, folder, settings, allowed_missing=("pooler.",))
+        model, ignored = load_pretrained(AutoModel, folder, settings, allowed_missing=("pooler.",))
         notes = [f"not in the folder and unused by mean pooling: {', '.join(ignored)}"] if ignored else []
         self.classes = self.head.classes if self.head else ()
         if self.head is not None:
@@ -88,7 +88,7 @@ class EncoderHeadWorkload(_HFText):
 
     def embed(self, texts: Sequence[str], batch_size: int = 32, *, normalize: bool | None = None) -> np.ndarray:
         """Pooled embeddings [n, H] float32, as fed to the head (normalised if the head says so, or if asked)."""
-        items = _text_list(texts)
+        items = text_list(texts)
         if batch_size < 1:
             raise WorkloadError(f"batch_size: {batch_size} must be ≥ 1")
         norm = normalize if normalize is not None else bool(self.head and self.head.normalize)
@@ -211,8 +211,8 @@ def load_encoder(path: str | Path, *, precision: str = "fp32", device: str | tor
     """An encoder without a head, for ``embed`` (training a head on tuning data, P4)."""
     settings = Settings(precision=precision, device=resolve_device(device), max_length=max_length,
                         truncation=bool(truncation), padding=padding, trust_remote_code=bool(trust_remote_code))
-    _check_settings(settings)
-    return EncoderHeadWorkload(_model_folder(path, "encoder_head"), settings)
+    check_settings(settings)
+    return EncoderHeadWorkload(model_folder(path, "encoder_head"), settings)
 
 
 def embed_texts(path: str | Path, texts: Sequence[str], *, batch_size: int = 32, max_length: int = 256,

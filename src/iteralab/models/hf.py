@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from iteralab.errors import WorkloadError
-from iteralab.models.base import (_DTYPES, Settings, Workload, _check_settings, _text_list, folder_hashes,
+from iteralab.models.base import (DTYPES, Settings, Workload, check_settings, text_list, folder_hashes,
                                   hub_revision)
 
 
@@ -41,13 +41,13 @@ def quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
-def _load_pretrained(auto_cls: Any, folder: Path, settings: Settings, allowed_missing: tuple[str, ...] = ()
+def load_pretrained(auto_cls: Any, folder: Path, settings: Settings, allowed_missing: tuple[str, ...] = ()
                      ) -> tuple[torch.nn.Module, list[str]]:
     quiet_transformers()
     try:
         model, info = auto_cls.from_pretrained(
             str(folder), local_files_only=True, use_safetensors=True, trust_remote_code=settings.trust_remote_code,
-            dtype=_DTYPES[settings.precision], output_loading_info=True)
+            dtype=DTYPES[settings.precision], output_loading_info=True)
     except (OSError, ValueError, KeyError, ImportError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         hint = ("the folder asks for custom code; set trust_remote_code = true only if you trust it"
@@ -66,13 +66,13 @@ def _load_pretrained(auto_cls: Any, folder: Path, settings: Settings, allowed_mi
 # ----------------------------------------------------------------------------------------- HF models
 
 
-class _HFText(Workload):
+class HFText(Workload):
     """Shared tokenizer/model handling for the two Hugging Face kinds."""
 
     def __init__(self, folder: Path, settings: Settings, model: torch.nn.Module, notes: list[str]) -> None:
         from transformers import AutoTokenizer
 
-        _check_settings(settings)
+        check_settings(settings)
         self.folder = folder
         self.settings = settings
         self.device = settings.device
@@ -104,7 +104,7 @@ class _HFText(Workload):
                                   "measured pass; padding='max_length' keeps one shape")
 
     def tokenize(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
-        items = _text_list(texts)
+        items = text_list(texts)
         if not items:
             raise WorkloadError("texts: empty batch")
         s = self.settings
@@ -122,7 +122,7 @@ class _HFText(Workload):
         return {k: v.to(self.device, non_blocking=non_blocking) for k, v in encoded.items()}
 
     def token_lengths(self, texts: Sequence[str]) -> list[int]:
-        items = _text_list(texts)
+        items = text_list(texts)
         if not items:
             return []
         ids = self.tokenizer(items, add_special_tokens=True, truncation=False, padding=False,
@@ -159,7 +159,7 @@ class _HFText(Workload):
         }
 
 
-class HFClassifierWorkload(_HFText):
+class HFClassifierWorkload(HFText):
     """Any ``AutoModelForSequenceClassification`` in a local folder; classes from ``config.id2label``."""
 
     kind = "hf_classifier"
@@ -167,8 +167,8 @@ class HFClassifierWorkload(_HFText):
     def __init__(self, folder: Path, settings: Settings, classes: Sequence[str] | None = None) -> None:
         from transformers import AutoModelForSequenceClassification
 
-        _check_settings(settings)
-        model, _ = _load_pretrained(AutoModelForSequenceClassification, folder, settings)
+        check_settings(settings)
+        model, _ = load_pretrained(AutoModelForSequenceClassification, folder, settings)
         id2label = {int(k): str(v) for k, v in model.config.id2label.items()}
         if sorted(id2label) != list(range(len(id2label))):
             raise WorkloadError(f"path: {folder}/config.json id2label keys are not 0…{len(id2label) - 1}")

@@ -30,7 +30,7 @@ IdOrigin = Literal["data", "content"]
 
 _FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
 _COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".xz": "xz"}
-_MAX_CSV_FIELD = 2**31 - 1  # the C long limit of csv.field_size_limit on every platform
+MAX_CSV_FIELD = 2**31 - 1  # the C long limit of csv.field_size_limit on every platform
 
 
 def normalize_text(text: str) -> str:
@@ -52,7 +52,8 @@ def _short(value: str, limit: int = 60) -> str:
     return repr(value if len(value) <= limit else value[: limit - 1] + "…")
 
 
-def _examples(values: Iterable[str], n: int = 3) -> str:
+def examples_of(values: Iterable[str], n: int = 3) -> str:
+    """The first ``n`` values in sorted order, each quoted and shortened, for an error line's "e.g. …"."""
     return ", ".join(_short(v) for v in sorted(values)[:n])
 
 
@@ -90,7 +91,7 @@ class Corpus:
             dups: set[str] = set()
             for r in self.records:
                 (dups if r.id in seen else seen).add(r.id)
-            raise CorpusError(f"{self.source}: {len(dups)} duplicate ids (e.g. {_examples(dups)})")
+            raise CorpusError(f"{self.source}: {len(dups)} duplicate ids (e.g. {examples_of(dups)})")
 
     @cached_property
     def _index(self) -> dict[str, int]:
@@ -136,7 +137,7 @@ class Corpus:
         wanted = set(ids)
         unknown = wanted - self._index.keys()
         if unknown:
-            raise CorpusError(f"{self.source}: {len(unknown)} ids are not in the corpus (e.g. {_examples(unknown)})")
+            raise CorpusError(f"{self.source}: {len(unknown)} ids are not in the corpus (e.g. {examples_of(unknown)})")
         kept = tuple(r for r in self.records if r.id in wanted)
         return Corpus(kept, self.source, self.id_origin, self.notes)
 
@@ -149,8 +150,8 @@ class Corpus:
             raise CorpusError(
                 f"{self.source}: a new order must list each of the {len(self.records)} ids once "
                 f"(got {len(ids)}; {len(unknown)} unknown, {len(missing)} missing"
-                + (f", e.g. missing {_examples(missing)}" if missing else "")
-                + (f", e.g. unknown {_examples(unknown)}" if unknown else "")
+                + (f", e.g. missing {examples_of(missing)}" if missing else "")
+                + (f", e.g. unknown {examples_of(unknown)}" if unknown else "")
                 + ")"
             )
         return Corpus(tuple(self.records[self._index[i]] for i in ids), self.source, self.id_origin, self.notes)
@@ -207,7 +208,7 @@ def read_csv_rows(text: str, where: str) -> tuple[int, list[str], list[tuple[int
     fields differs from the header are refused.
     """
     old_limit = csv.field_size_limit()
-    csv.field_size_limit(max(old_limit, min(len(text) + 1, _MAX_CSV_FIELD)))
+    csv.field_size_limit(max(old_limit, min(len(text) + 1, MAX_CSV_FIELD)))
     try:
         reader = csv.reader(io.StringIO(text, newline=""), strict=True)
         header: list[str] | None = None
@@ -538,7 +539,7 @@ def check_disjoint(tuning: Corpus, final: Corpus) -> None:
         return
     parts = []
     if shared_ids:
-        parts.append(f"{len(shared_ids)} shared ids (e.g. {_examples(shared_ids)})")
+        parts.append(f"{len(shared_ids)} shared ids (e.g. {examples_of(shared_ids)})")
     if shared_texts:
         shown = ", ".join(f"{_short(t)}={_short(f)}" for t, f in shared_texts[:3])
         parts.append(f"{len(shared_texts)} shared texts (tuning id=final id, e.g. {shown})")

@@ -15,26 +15,18 @@ note says which in words.
 from __future__ import annotations
 
 import difflib
-import os
 import re
-import sys
 from decimal import Decimal
-from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from iteralab.errors import ProtocolError
-from iteralab.plan.values import Flag, Number, Strict, Text, _kind
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from iteralab.plan.values import Flag, Number, Strict, Text, value_kind
 
 __all__ = ["ALL", "BudgetRule", "ExpenseFile", "ExpenseLine", "check_currency", "expense_problems",
-           "keyed_error", "load_expenses"]
+           "keyed_error"]
 
 #: ``applies_to`` value of a line that applies to every configuration.
 ALL = "all"
@@ -49,11 +41,11 @@ def _applies(value: Any) -> Any:
             raise ValueError('an empty list applies to no variant: write "all" or name the variants')
         for item in value:
             if not isinstance(item, str):
-                raise ValueError(f"expected variant names, got {_kind(item)}")
+                raise ValueError(f"expected variant names, got {value_kind(item)}")
         if len(set(value)) < len(value):
             raise ValueError("a variant is named twice")
         return tuple(value)
-    raise ValueError(f'expected "all" or a list of variant names, got {_kind(value)}')
+    raise ValueError(f'expected "all" or a list of variant names, got {value_kind(value)}')
 
 
 Applies = Annotated[Any, BeforeValidator(_applies)]
@@ -167,30 +159,3 @@ class ExpenseFile(Strict):
         if problems:
             raise keyed_error(*problems[0])
         return self
-
-
-def load_expenses(path: str | os.PathLike[str]) -> ExpenseFile:
-    """Read and validate an expenses file; errors name the file and the key, like a protocol's. A whole protocol
-    file is read as a protocol (its variant names checked too) and its expense lines taken."""
-    from iteralab.plan.protocol import parse_protocol, refusal
-
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-        data = tomllib.loads(text)
-    except FileNotFoundError:
-        raise ProtocolError(f"{path}: expenses file not found", hint="check the path") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProtocolError(f"{path}: cannot read the expenses file: {exc}", hint="save it as UTF-8 TOML") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ProtocolError(f"{path}: not valid TOML: {exc}", hint="fix the TOML syntax") from None
-    if "variants" in data:
-        protocol = parse_protocol(text, str(path))
-        if not protocol.expenses:
-            raise ProtocolError(f"{path}: the protocol declares no [[expenses]] line", hint="add one, or leave out "
-                                "--expenses")
-        return ExpenseFile(expenses=protocol.expenses, budget=protocol.budget)
-    try:
-        return ExpenseFile.model_validate(data)
-    except ValidationError as exc:
-        raise refusal(data, exc, str(path), ExpenseFile) from None

@@ -23,7 +23,7 @@ from pydantic_core import PydanticCustomError
 from iteralab.errors import ProtocolError
 from iteralab.kit.calcul_forfaits import WindowError, elapsed, load_zone, localize
 from iteralab.kit.memoire import PRECISIONS  # the kit's list: one list for library and kit
-from iteralab.plan.expenses import BudgetRule, ExpenseLine, expense_problems, keyed_error
+from iteralab.plan.expenses import BudgetRule, ExpenseFile, ExpenseLine, expense_problems, keyed_error
 from iteralab.plan.values import Flag, Number, Text, Whole
 from iteralab.plan.values import Strict as _Strict
 
@@ -522,6 +522,31 @@ def _problem(data: Any, error: Any, root: type[BaseModel]) -> str:
 
 def load_protocol(path: str | os.PathLike[str]) -> Protocol:
     return parse_protocol(read_protocol_text(path), source=str(Path(path)))
+
+
+def load_expenses(path: str | os.PathLike[str]) -> ExpenseFile:
+    """Read and validate an expenses file; errors name the file and the key, like a protocol's. A whole protocol
+    file is read as a protocol (its variant names checked too) and its expense lines taken."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text)
+    except FileNotFoundError:
+        raise ProtocolError(f"{path}: expenses file not found", hint="check the path") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"{path}: cannot read the expenses file: {exc}", hint="save it as UTF-8 TOML") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ProtocolError(f"{path}: not valid TOML: {exc}", hint="fix the TOML syntax") from None
+    if "variants" in data:
+        protocol = parse_protocol(text, str(path))
+        if not protocol.expenses:
+            raise ProtocolError(f"{path}: the protocol declares no [[expenses]] line", hint="add one, or leave out "
+                                "--expenses")
+        return ExpenseFile(expenses=protocol.expenses, budget=protocol.budget)
+    try:
+        return ExpenseFile.model_validate(data)
+    except ValidationError as exc:
+        raise refusal(data, exc, str(path), ExpenseFile) from None
 
 
 def read_protocol_text(path: str | os.PathLike[str]) -> str:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from iteralab.common.jsonhash import JsonListHash as _JsonListHash
-from iteralab.plan.corpus import _MAX_CSV_FIELD, Corpus, IdOrigin, detect_format, load_corpus, text_fingerprint
+from iteralab.plan.corpus import MAX_CSV_FIELD, Corpus, IdOrigin, detect_format, load_corpus, text_fingerprint
 
 #: Rows per record batch: bounds what a scan holds as Python values at once.
 BATCH_ROWS = 1 << 14
@@ -110,7 +110,7 @@ def _text_stream(path: Path, compression: str | None, newline: str) -> io.TextIO
 
 def _csv_batches(path: Path, compression: str | None, wanted: Sequence[str]) -> Iterator[dict[str, list]]:
     old_limit = csv.field_size_limit()
-    csv.field_size_limit(_MAX_CSV_FIELD)
+    csv.field_size_limit(MAX_CSV_FIELD)
     try:
         with _text_stream(path, compression, "") as fh:
             reader = csv.reader(fh, strict=True)

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from iteralab.errors import CorpusError
-from iteralab.plan.corpus import Corpus, _examples
+from iteralab.plan.corpus import Corpus, examples_of
 
 
 def describe_strata(strata: Mapping[str, tuple[int, int | None]]) -> str:
@@ -98,7 +98,7 @@ def stratified_sample(corpus: Corpus, strata_of: Mapping[str, str], counts: Mapp
     """
     missing = [r.id for r in corpus.records if r.id not in strata_of]
     if missing:
-        raise CorpusError(f"{corpus.source}: {len(missing)} texts have no stratum (e.g. {_examples(missing)})")
+        raise CorpusError(f"{corpus.source}: {len(missing)} texts have no stratum (e.g. {examples_of(missing)})")
     groups: dict[str, dict[str | None, list[str]]] = {}
     for r in corpus.records:
         groups.setdefault(strata_of[r.id], {}).setdefault(r.label, []).append(r.id)

@@ -11,10 +11,11 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
-__all__ = ["Flag", "Number", "Strict", "Text", "Whole"]
+__all__ = ["Flag", "Number", "Strict", "Text", "Whole", "value_kind"]
 
 
-def _kind(value: Any) -> str:
+def value_kind(value: Any) -> str:
+    """What a refused value is, in the words of an error line: ``the string '0.8'``, ``an array`` …"""
     if isinstance(value, str):
         return f"the string {value!r}"
     if isinstance(value, bool):
@@ -25,7 +26,7 @@ def _kind(value: Any) -> str:
 def _number(value: Any) -> Any:
     """A TOML number as written: no string or boolean coerced into one; NaN and infinities refused."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"expected a number, got {_kind(value)}")
+        raise ValueError(f"expected a number, got {value_kind(value)}")
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"{value} is not a finite number")
     return value
@@ -35,19 +36,19 @@ def _whole(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"{value} is not a finite number")
-        raise ValueError(f"expected a whole number, got {_kind(value) if not isinstance(value, float) else value}")
+        raise ValueError(f"expected a whole number, got {value_kind(value) if not isinstance(value, float) else value}")
     return value
 
 
 def _boolean(value: Any) -> Any:
     if not isinstance(value, bool):
-        raise ValueError(f"expected true or false, got {_kind(value)}")
+        raise ValueError(f"expected true or false, got {value_kind(value)}")
     return value
 
 
 def _string(value: Any) -> Any:
     if not isinstance(value, str):
-        raise ValueError(f"expected a string, got {_kind(value)}")
+        raise ValueError(f"expected a string, got {value_kind(value)}")
     return value
 
 
