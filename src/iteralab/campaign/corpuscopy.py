@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from iteralab.campaign.folder import TUNING
 from iteralab.common import files
 from iteralab.common.files import FILE_MODE
 from iteralab.errors import RunError
@@ -119,5 +120,5 @@ def tuning_record(copy: CorpusCopy | None, scan: Any) -> dict[str, Any] | None:
     if scan is None:
         copy.abort()
         return None
-    return {"file": "inputs/tuning.csv", "id_origin": scan.id_origin, "size": scan.size,
+    return {"file": TUNING, "id_origin": scan.id_origin, "size": scan.size,
             "fingerprint": scan.fingerprint, "file_sha256": copy.commit()}
