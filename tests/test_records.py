@@ -120,3 +120,10 @@ def test_every_pass_finished_record_a_run_writes_reads_back_unchanged(tmp_path, 
         assert set(result.phases) == set(WORKER_PHASES)
         assert result.output.file == f"{folder.PREDICTIONS}/{result.pass_id}.parquet"
         assert (result.error_kind is None) == result.ok
+
+
+def test_a_prediction_file_holds_the_ids_and_one_output_kinds_columns():
+    from iteralab.campaign.predictions import OUTPUT_COLUMNS, schema
+
+    assert set(OUTPUT_COLUMNS) == {CLASS_PROBABILITIES}
+    assert tuple(schema(3).names) == ("id", *OUTPUT_COLUMNS[CLASS_PROBABILITIES])
