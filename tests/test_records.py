@@ -127,3 +127,14 @@ def test_a_prediction_file_holds_the_ids_and_one_output_kinds_columns():
 
     assert set(OUTPUT_COLUMNS) == {CLASS_PROBABILITIES}
     assert tuple(schema(3).names) == ("id", *OUTPUT_COLUMNS[CLASS_PROBABILITIES])
+
+
+def test_a_crash_record_of_an_earlier_run_reads_as_the_one_written_now():
+    """Before the one constructor, a crashed worker's record held only its error, kind, count and notes."""
+    earlier = {"pass_id": "p1", "status": "failed", "completed": None, "error_kind": "crash",
+               "error": "worker process ended (signal 9) without a result: ", "notes": ["completed: unknown"]}
+    now = PassResult.from_json(failure("p1", earlier["error"], "crash", completed=None, retries=None,
+                                       notes=earlier["notes"]))
+    read = PassResult.from_json(earlier)
+    assert all(read.phase(p) is None and now.phase(p) is None for p in WORKER_PHASES)
+    assert read.with_changes(phases=now.phases) == now
