@@ -16,6 +16,7 @@ import pytest
 from campaign_factory import write_corpus_csv
 from iteralab.campaign import runner
 from iteralab.campaign.inputs import lock
+from iteralab.campaign.records import PassSpec
 from iteralab.cli import main
 from iteralab.errors import BundleError, CorpusError, RunError, WorkloadError
 from iteralab.evidence.bundle import pack, seal, unpack
@@ -111,7 +112,9 @@ def test_the_worker_spec_lives_in_the_campaign_scratch_folder(tmp_path, monkeypa
     monkeypatch.setattr(runner.subprocess, "run", fake_run)
     scratch = tmp_path / "campaign" / runner.SCRATCH
     (tmp_path / "campaign").mkdir()
-    result = runner._run_in_worker({"pass_id": "p1", "scratch_dir": str(scratch)})
+    spec = PassSpec("p1", variant={}, model={}, classes=(), corpus_path="", prediction_dir="", warmup={},
+                    scratch_dir=str(scratch))
+    result = runner._run_in_worker(spec)
     assert seen["exists"] and scratch in seen["spec"].parents
     assert result["status"] == "failed" and result["error_kind"] == "crash"
     assert not any(scratch.iterdir())  # removed once the worker ended

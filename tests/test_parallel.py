@@ -77,7 +77,7 @@ def _spec(folder: Path, workers: int, rows, fn: str = "fake_models:keyword_class
                                "truncation": True, "trust_remote_code": False},
             "classes": CLASSES, "corpus_path": str(corpus), "prediction_dir": str(folder / "predictions"),
             "warmup": {"inputs": warmup, "passes": 1 if warmup else 0}, "pass_timeout_s": None, "device": device,
-            "seed": 0, "deterministic": False, "workdir": str(folder)}
+            "seed": 0, "deterministic": False}
 
 
 def _ids(folder: Path, result: dict) -> list[str]:

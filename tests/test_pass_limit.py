@@ -88,7 +88,7 @@ def _spec(tmp_path, limit: dict) -> dict:
                       "truncation": True, "trust_remote_code": False},
             "classes": CLASSES, "corpus_path": str(corpus), "prediction_dir": str(tmp_path / "predictions"),
             "warmup": {"inputs": 2, "passes": 1}, "device": "cpu", "seed": 0, "deterministic": False,
-            "workdir": str(tmp_path), "documents": 12, "pass_timeout_s": None, **limit}
+            "documents": 12, "pass_timeout_s": None, **limit}
 
 
 def test_each_pass_projects_from_its_own_warm_up_where_an_absolute_limit_would_stop_it(tmp_path, work_clock):
@@ -119,12 +119,14 @@ def test_a_data_parallel_worker_projects_over_its_own_shard(tmp_path, work_clock
     assert result["status"] == "ok" and result["completed"] == 6  # rows 0-5: 6 s, within 12 s
 
 
-def test_ray_learns_the_projection_from_the_first_actor_and_times_from_its_ready_time():
+def test_ray_learns_the_projection_from_the_first_actor_and_times_from_its_ready_time(tmp_path):
     from iteralab.campaign.passes import PassTimeout
     from iteralab.campaign.raypass import WarmupLimit
+    from iteralab.campaign.records import PassSpec
 
     now = [100.0]
-    limit = WarmupLimit({"pass_timeout": "5x warmup", "pass_timeout_factor": 5.0}, 16, 1000, clock=lambda: now[0])
+    spec = PassSpec.from_json(_spec(tmp_path, {"pass_timeout": "5x warmup", "pass_timeout_factor": 5.0}))
+    limit = WarmupLimit(spec, 16, 1000, clock=lambda: now[0])
     limit.check(pa.array([None], pa.string()))  # a block without a start-up record: nothing known yet
     assert limit.record is None
     startup = {"actor": "a1", "startup": {"ready_at": 90.0, "last_warmup_s": 0.32, "warmup_s": 0.32}}

@@ -120,7 +120,7 @@ def test_each_forked_pass_reads_its_own_environment_and_a_change_is_flagged(tmp_
     calls = []
 
     def changing(spec, templates=None):  # from the third pass on, the runner's environment says numpy changed
-        calls.append(spec["pass_id"])
+        calls.append(spec.pass_id)
         if len(calls) == 3:
             os.environ["ITERALAB_TEST_FAKE_NUMPY"] = "1"
             os.environ["PYTHONPATH"] = str(hook) + os.pathsep + os.environ["PYTHONPATH"]

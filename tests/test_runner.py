@@ -335,7 +335,7 @@ def test_a_callable_pass_never_imports_torch_and_reports_its_start_up(tmp_path):
     campaign = prepare(protocol_path, out)
     spec = _pass_spec(campaign, load_protocol(protocol_path), out, Slot(1, 1, "b4", 0), "r01-p01-b4-a1")
     spec_path, result_path = tmp_path / "spec.json", tmp_path / "result.json"
-    spec_path.write_text(json.dumps({**spec, "spawned_at": time.time()}))
+    spec_path.write_text(json.dumps(spec.with_changes(spawned_at=time.time()).to_json()))
     code = ("import sys\nfrom iteralab.campaign.passes import worker_main\nworker_main(sys.argv[1:])\n"
             "print(sorted(m for m in ('torch', 'sklearn', 'transformers', 'pandas') if m in sys.modules))\n")
     env = dict(os.environ, PYTHONPATH=_with_tests_path())
@@ -383,7 +383,8 @@ def test_a_pass_spec_names_its_files_by_absolute_paths(tmp_path, monkeypatch):
     protocol_path = callable_campaign(tmp_path, passes=1)
     monkeypatch.chdir(tmp_path)
     campaign = prepare(protocol_path, Path("camp"))
-    spec = _pass_spec(campaign, load_protocol(protocol_path), Path("camp"), Slot(1, 1, "b4", 0), "r01-p01-b4-a1")
+    spec = _pass_spec(campaign, load_protocol(protocol_path), Path("camp"), Slot(1, 1, "b4", 0),
+                      "r01-p01-b4-a1").to_json()
     for key in ("corpus_path", "prediction_dir", "scratch_dir"):
         assert Path(spec[key]).is_absolute() and Path(spec[key]).is_relative_to(tmp_path / "camp"), (key, spec[key])
     assert Path(spec["corpus_path"]).is_file()

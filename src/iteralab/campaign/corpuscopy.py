@@ -22,6 +22,7 @@ from typing import Any
 
 from iteralab.campaign.datasets import DATASETS_DIR, combined_fingerprint, combined_order_hash, dataset_file
 from iteralab.campaign.inputs import check_inputs, scan_datasets
+from iteralab.campaign.folder import TUNING
 from iteralab.common import files
 from iteralab.common.files import FILE_MODE
 from iteralab.errors import RunError
@@ -123,7 +124,7 @@ def tuning_record(copy: CorpusCopy | None, scan: Any) -> dict[str, Any] | None:
     if scan is None:
         copy.abort()
         return None
-    return {"file": "inputs/tuning.csv", "id_origin": scan.id_origin, "size": scan.size,
+    return {"file": TUNING, "id_origin": scan.id_origin, "size": scan.size,
             "fingerprint": scan.fingerprint, "file_sha256": copy.commit()}
 
 

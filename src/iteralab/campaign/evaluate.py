@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from iteralab.campaign.compare import compare_outputs, compare_rows_with_file
-from iteralab.campaign.folder import read_corpus_batches
+from iteralab.campaign.folder import CAMPAIGN, PREDICTIONS, PROTOCOL, corpus_copy, read_corpus_batches
 from iteralab.campaign.predictions import LEGACY_SUFFIX, PredictionSet, code_dtype, file_name, read_predictions
 from iteralab.plan.protocol import Protocol, load_protocol
 
@@ -77,7 +77,7 @@ def load_expected(campaign_dir: str | Path, classes: Sequence[str] | None = None
     campaign_dir = Path(campaign_dir)
     if classes is None:
         classes = campaign_protocol(campaign_dir).corpus.classes
-    copy = f"inputs/datasets/{dataset}.csv" if dataset is not None else "inputs/corpus.csv"
+    copy = corpus_copy(dataset)
     value_set = pa.array(list(classes), pa.string())
     ids: list[pa.Array] = []
     labels: list[np.ndarray] = []
@@ -109,7 +109,7 @@ def corpus_texts(campaign_dir: str | Path, wanted: set[str], dataset: str | None
     """The texts of the ``wanted`` ids only (streamed: the corpus is never held whole)."""
     out: dict[str, str] = {}
     keep = pa.array(sorted(wanted), pa.string())
-    copy = f"inputs/datasets/{dataset}.csv" if dataset is not None else "inputs/corpus.csv"
+    copy = corpus_copy(dataset)
     for batch in read_corpus_batches(Path(campaign_dir) / copy, ["id", "text"]):
         mask = pc.is_in(batch.column(0), value_set=keep)
         if pc.any(mask).as_py():
@@ -125,7 +125,7 @@ def release_unused() -> None:
 
 
 def campaign_protocol(campaign_dir: str | Path) -> Protocol:
-    return load_protocol(Path(campaign_dir) / "inputs" / "protocol.toml")
+    return load_protocol(Path(campaign_dir) / PROTOCOL)
 
 
 def metric_value(name: str, y_true: Any, y_pred: Any, classes: Sequence[Any],
@@ -424,8 +424,8 @@ class CampaignReads:
 
 def prediction_path(campaign_dir: Path, pass_id: str) -> Path:
     """Where a pass's file is: ``<pass_id>.parquet``, or a legacy ``.jsonl`` when only that exists."""
-    path = campaign_dir / "predictions" / file_name(pass_id)
-    legacy = campaign_dir / "predictions" / f"{pass_id}{LEGACY_SUFFIX}"
+    path = campaign_dir / PREDICTIONS / file_name(pass_id)
+    legacy = campaign_dir / PREDICTIONS / f"{pass_id}{LEGACY_SUFFIX}"
     return legacy if not path.exists() and legacy.exists() else path
 
 
@@ -445,7 +445,7 @@ class EvaluationContext:
         from iteralab.campaign.folder import read_json
 
         protocol = campaign_protocol(campaign_dir)
-        campaign = read_json(Path(campaign_dir) / "campaign.json") or {}
+        campaign = read_json(Path(campaign_dir) / CAMPAIGN) or {}
         names = [d["name"] for d in campaign.get("datasets") or []]
         if names:
             return cls(protocol, None, {n: load_expected(campaign_dir, protocol.corpus.classes, n) for n in names})

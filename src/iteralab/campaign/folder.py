@@ -31,6 +31,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from iteralab.campaign.records import PHASES
 from iteralab.errors import IteraError
 
 CAMPAIGN = "campaign.json"
@@ -44,12 +45,17 @@ LOCK = "inputs/protocol.toml.lock.json"
 CORPUS = "inputs/corpus.csv"
 TUNING = "inputs/tuning.csv"
 CATALOG = "inputs/catalog.csv"
+DATASETS = "inputs/datasets"
 PREDICTIONS = "predictions"
+
+
+def corpus_copy(dataset: str | None = None) -> str:
+    """The folder's copy of the corpus a pass reads: ``inputs/corpus.csv``, or its dataset's (K6)."""
+    return f"{DATASETS}/{dataset}.csv" if dataset is not None else CORPUS
 
 #: The status of a pass that a stop signal interrupted (SIGINT, SIGTERM, SIGHUP): the row stays in the raw table
 #: (it was attempted), and no stage counts it (:meth:`CampaignFolder.counted_rows`).
 INTERRUPTED = "interrupted"
-PHASES = ("load_s", "compile_s", "warmup_s", "pass_s", "evaluation_s", "writing_s")
 COLUMNS = (
     "pass_id", "variant", "series", "round", "position", "attempt", "seed", "status",
     "batch_size", "precision", "quantization", "bucketing", "padding", "resume", "compile", "device", "data_parallel",

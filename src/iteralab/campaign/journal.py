@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from iteralab.campaign.records import PassResult
 from iteralab.errors import RunError
 
 JOURNAL_NAME = "journal.jsonl"
@@ -77,6 +78,11 @@ class JournalState:
                 except (KeyError, TypeError, ValueError):
                     continue
         return stamps
+
+    def result(self, pass_id: str) -> PassResult | None:
+        """The typed result of a finished pass (its ``pass_finished`` record); None when it never finished."""
+        record = self.finished.get(pass_id)
+        return PassResult.from_json(record) if record is not None else None
 
     def done_slots(self) -> set[tuple[int, int]]:
         """(round, position) slots with a finished pass (success or recorded failure)."""

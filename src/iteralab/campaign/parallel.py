@@ -35,7 +35,9 @@ from typing import Any
 
 import numpy as np
 
-PHASES = ("load_s", "compile_s", "warmup_s", "pass_s", "writing_s")
+from iteralab.campaign.folder import PREDICTIONS
+from iteralab.campaign.records import STARTUP_PHASES, WORKER_PHASES, PassSpec, failure, started
+
 #: How long the coordinator waits for a worker's next message before it declares the pass failed (seconds).
 #: Generous: a worker loading a large model on a busy machine is slow, not dead (a dead one closes its pipe).
 STALL_S = 3600.0
@@ -100,28 +102,27 @@ def worker_main(argv: list[str]) -> int:
     from iteralab.campaign import predictions  # noqa: F401  # start-up, not the writing phase, imports it
 
     spec_path, result_path, read_fd, write_fd = argv
-    spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
+    spec = PassSpec.from_json(json.loads(Path(spec_path).read_text(encoding="utf-8")), spec_path)
     sync = WorkerSync(_Channel(int(read_fd), int(write_fd)))
     startup: dict[str, float | None] = {"imports_s": time.perf_counter() - started}
     environment = None
-    if spec.get("collect_environment"):
+    if spec.collect_environment:
         t0 = time.perf_counter()
         from iteralab.campaign.manifest import environment_manifest, owns_device
 
-        environment = environment_manifest(runtime=not owns_device(spec["model"]["kind"]))
+        environment = environment_manifest(runtime=not owns_device(spec.model["kind"]))
         startup["environment_s"] = time.perf_counter() - t0
         passes.record_runtime_memory(spec, startup)  # recorded once, by the worker that collects the environment
     try:
         result = passes.execute_pass(spec, startup=startup, sync=sync)
     except Exception as exc:  # unexpected: still leave a failure record behind
-        result = {"pass_id": spec.get("pass_id"), "status": "failed", "error": passes.error_text(exc),
-                  "error_kind": "internal", "completed": None, "notes": []}
+        result = failure(spec.pass_id, passes.error_text(exc), "internal", completed=None, retries=None)
     if sync.pass_run is not None:  # the shard's whole pass order (the file holds the completed part only)
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         pq.write_table(pa.table({"id": sync.pass_run.ordered_ids()}),
-                       Path(spec["prediction_dir"]) / f"{spec['pass_id']}.order.parquet")
+                       Path(spec.prediction_dir) / f"{spec.pass_id}.order.parquet")
     if environment is not None and "torch" in sys.modules and isinstance(environment.get("determinism"), dict):
         from iteralab.campaign.manifest import determinism_settings
 
@@ -169,14 +170,14 @@ class _Worker:
         if path.is_file():
             return json.loads(path.read_text(encoding="utf-8"))
         if self.stopped:
-            return {"status": "failed", "completed": 0, "error_kind": "stopped", "phases": {}, "notes": [],
-                    "error": "stopped before the measured pass: another worker failed first"}
+            return failure(f"w{self.k}", "stopped before the measured pass: another worker failed first", "stopped",
+                           retries=None)
         from iteralab.campaign.passes import ended_without_result
 
         log = self.folder / f"w{self.k}.log"
         stderr = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
-        return {"status": "failed", "completed": None, "error_kind": "crash", "phases": {}, "notes": [],
-                "error": ended_without_result(self.proc.returncode, stderr)}
+        return failure(f"w{self.k}", ended_without_result(self.proc.returncode, stderr), "crash", completed=None,
+                       retries=None)
 
 
 def _read_loop(worker: _Worker, events: queue.Queue, clock: Any) -> None:
@@ -189,13 +190,13 @@ def _read_loop(worker: _Worker, events: queue.Queue, clock: Any) -> None:
     events.put((worker.k, None, clock.now()))
 
 
-def _start_workers(spec: dict[str, Any], layout: Any, folder: Path) -> list[_Worker]:
+def _start_workers(spec: PassSpec, layout: Any, folder: Path) -> list[_Worker]:
     workers = []
     for k in range(layout.n):
-        wspec = {**spec, "pass_id": f"w{k}", "prediction_dir": str(folder), "collect_environment": k == 0,
-                 "variant": {**spec["variant"], "device": layout.device}}
+        wspec = spec.with_changes(pass_id=f"w{k}", prediction_dir=str(folder), collect_environment=k == 0,
+                                  variant={**spec.variant, "device": layout.device})
         spec_path = folder / f"w{k}.spec.json"
-        spec_path.write_text(json.dumps(wspec), encoding="utf-8")
+        spec_path.write_text(json.dumps(wspec.to_json()), encoding="utf-8")
         to_worker_r, to_worker_w = os.pipe()
         from_worker_r, from_worker_w = os.pipe()
         env = {**os.environ, **layout.envs[k]}
@@ -207,7 +208,7 @@ def _start_workers(spec: dict[str, Any], layout: Any, folder: Path) -> list[_Wor
                 pass_fds=(to_worker_r, from_worker_w))
         os.close(to_worker_r)
         os.close(from_worker_w)
-        workers.append(_Worker(k, layout.labels[k], proc, (from_worker_r, to_worker_w), folder, spec["pass_id"]))
+        workers.append(_Worker(k, layout.labels[k], proc, (from_worker_r, to_worker_w), folder, spec.pass_id))
     return workers
 
 
@@ -230,22 +231,20 @@ def _cpu_snapshot(pids: list[int]) -> dict[str, float] | None:
     return {"busy_s": busy, "steal_s": getattr(total, "steal", 0.0), "own_s": own}
 
 
-def run_data_parallel(spec: dict[str, Any], clock: Any = None) -> dict[str, Any]:
-    """Run one data-parallel pass (``spec["variant"]["data_parallel"]`` workers); return its result record."""
+def run_data_parallel(spec: PassSpec | dict[str, Any], clock: Any = None) -> dict[str, Any]:
+    """Run one data-parallel pass (``spec.variant["data_parallel"]`` workers); return its result record (the JSON
+    form of a :class:`~iteralab.campaign.records.PassResult`)."""
     from iteralab.campaign.shards import worker_layout
     from iteralab.errors import IteraError
     from iteralab.models import device as dev
 
     clock = clock or dev.PERF_CLOCK
-    n = int(spec["variant"]["data_parallel"])
-    phases: dict[str, float | None] = dict.fromkeys(PHASES)
-    notes: list[str] = []
-    result: dict[str, Any] = {"pass_id": spec["pass_id"], "phases": phases, "notes": notes, "status": "failed",
-                              "completed": 0, "expected": None, "error": None, "retries": 0,
-                              "prediction_file": None, "prediction_sha256": None, "memory": None,
-                              "workload": None, "file_hashes": None, "startup": {}}
+    spec = PassSpec.coerce(spec)
+    n = int(spec.variant["data_parallel"])
+    result = started(spec.pass_id)
+    notes: list[str] = result["notes"]
     try:
-        layout = worker_layout(spec["variant"].get("device") or spec.get("device", "auto"), n)
+        layout = worker_layout(spec.variant.get("device") or spec.device, n)
     except IteraError as exc:
         result.update(error=exc.message, error_kind="unrunnable")
         notes.append(f"not run: {exc.message}")
@@ -255,7 +254,7 @@ def run_data_parallel(spec: dict[str, Any], clock: Any = None) -> dict[str, Any]
     result["parallel"] = parallel
     # The workers' specs, results and shard files live in the campaign's scratch folder (as a single-device
     # worker's do): a killed run leaves nothing outside the campaign, and the next run clears it.
-    scratch = Path(spec["scratch_dir"]) if spec.get("scratch_dir") else None
+    scratch = Path(spec.scratch_dir) if spec.scratch_dir else None
     if scratch is not None:
         scratch.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="dp-" if scratch else "iteralab-dp-", dir=scratch) as tmp:
@@ -291,7 +290,7 @@ def run_data_parallel(spec: dict[str, Any], clock: Any = None) -> dict[str, Any]
                     pass
 
 
-def _coordinate(spec: dict[str, Any], result: dict[str, Any], workers: list[_Worker], events: queue.Queue,
+def _coordinate(spec: PassSpec, result: dict[str, Any], workers: list[_Worker], events: queue.Queue,
                 clock: Any, t_spawn: float, layout: Any) -> dict[str, Any]:
     from iteralab.campaign.shards import corpus_lengths, imbalance, plan_shards, shard_tokens
     from iteralab.models import device as dev
@@ -306,7 +305,7 @@ def _coordinate(spec: dict[str, Any], result: dict[str, Any], workers: list[_Wor
         if lengths is None:
             from iteralab.campaign.folder import read_corpus_batches
 
-            rows = sum(len(b) for b in read_corpus_batches(spec["corpus_path"], ["id"]))
+            rows = sum(len(b) for b in read_corpus_batches(spec.corpus_path, ["id"]))
             bounds, tokens = np.array([0, rows]), None
         else:
             bounds = plan_shards(lengths, n)
@@ -405,7 +404,7 @@ def _collect(result: dict[str, Any], workers: list[_Worker], bounds: Any, layout
                         "error_kind": r.get("error_kind"), "startup": r.get("startup"),
                         **({"pass_limit": r["pass_limit"]} if r.get("pass_limit") else {})})
     parallel["devices"] = devices
-    for name in ("load_s", "compile_s", "warmup_s"):  # start-up phases run side by side: the slowest one counts
+    for name in STARTUP_PHASES:  # start-up phases run side by side: the slowest one counts
         values = [(r.get("phases") or {}).get(name) for r in records]
         phases[name] = max(values) if values and all(v is not None for v in values) else None
     shard_times = [(r.get("phases") or {}).get("pass_s") for r in records]
@@ -441,7 +440,7 @@ def _collect(result: dict[str, Any], workers: list[_Worker], bounds: Any, layout
         result["status"] = "ok"
     for w, r in zip(workers, records):
         for note in r.get("notes") or []:
-            shared = note.startswith(PHASES) or note.startswith("warm-up")
+            shared = note.startswith(WORKER_PHASES) or note.startswith("warm-up")
             line = note if shared else f"{w.label}: {note}"
             if line not in notes:
                 notes.append(line)
@@ -475,7 +474,7 @@ def _memory(records: list[dict[str, Any]], workers: list[_Worker]) -> dict[str, 
     return out
 
 
-def _merge(spec: dict[str, Any], result: dict[str, Any], workers: list[_Worker]) -> None:
+def _merge(spec: PassSpec, result: dict[str, Any], workers: list[_Worker]) -> None:
     """Concatenate the shards' prediction files in shard order into the pass's file (atomically)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -483,7 +482,7 @@ def _merge(spec: dict[str, Any], result: dict[str, Any], workers: list[_Worker])
     from iteralab.campaign.passes import order_hash
     from iteralab.campaign.predictions import file_name, write_predictions
 
-    classes = list(spec["classes"])
+    classes = list(spec.classes)
     ids, probs, order = [], [], []
     for w in workers:
         path = w.folder / file_name(f"w{w.k}")
@@ -496,9 +495,9 @@ def _merge(spec: dict[str, Any], result: dict[str, Any], workers: list[_Worker])
         order.append(pq.read_table(order_path).column("id").combine_chunks() if order_path.is_file() else None)
     merged_ids = pa.concat_arrays(ids) if ids else pa.array([], pa.string())
     merged_probs = np.concatenate(probs) if probs else np.zeros((0, len(classes)), np.float32)
-    target = Path(spec["prediction_dir"]) / file_name(spec["pass_id"])
+    target = Path(spec.prediction_dir) / file_name(spec.pass_id)
     result["prediction_sha256"] = write_predictions(target, merged_ids, classes, merged_probs)
-    result["prediction_file"] = f"predictions/{target.name}"
+    result["prediction_file"] = f"{PREDICTIONS}/{target.name}"
     if all(o is not None for o in order):
         full = pa.concat_arrays(order) if order else pa.array([], pa.string())
         result["expected"] = len(full)

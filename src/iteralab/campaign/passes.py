@@ -29,6 +29,8 @@ import pyarrow.parquet  # noqa: F401  # and writes the prediction file with it
 
 from iteralab.campaign import folder as _folder  # noqa: F401  # the pass reads the corpus with it: imported at
 from iteralab.campaign import predictions as _predictions  # noqa: F401  # start-up, never inside a timed phase
+from iteralab.campaign.folder import PREDICTIONS
+from iteralab.campaign.records import PassSpec, failure, started
 from iteralab.common.files import write_json_atomic
 
 READ_BLOCK = 1 << 22  # bytes of corpus file per record batch (a pass holds O(block + batch) texts)
@@ -61,17 +63,17 @@ class PassTimeout(Exception):
                          f"exceeded the pass time limit of {limit:.2f} s ({basis})")
 
 
-def pass_limit(spec: dict[str, Any], warm_s: float | None, warm_inputs: int,
+def pass_limit(spec: PassSpec, warm_s: float | None, warm_inputs: int,
                documents: int | None) -> tuple[float | None, dict[str, Any] | None]:
     """The limit of one measured pass in seconds, fixed before its measured region, and its journal record.
 
     ``run.pass_timeout_s`` is taken as given (no record). ``run.pass_timeout = "Nx warmup"`` is N × the warm-up's
     per-document time (``warm_s``, the time of its last repetition, ÷ ``warm_inputs``) × the ``documents`` this
     pass will process: every pass projects its own limit from its own warm-up."""
-    factor = spec.get("pass_timeout_factor")
+    factor = spec.pass_timeout_factor
     if factor is None:
-        return spec.get("pass_timeout_s"), None
-    record: dict[str, Any] = {"rule": spec.get("pass_timeout"), "factor": factor, "warmup_s": warm_s,
+        return spec.pass_timeout_s, None
+    record: dict[str, Any] = {"rule": spec.pass_timeout, "factor": factor, "warmup_s": warm_s,
                               "warmup_inputs": warm_inputs, "documents": documents}
     if warm_s is None or warm_inputs <= 0 or not documents:
         record.update(projected_s=None, limit_s=None,
@@ -268,9 +270,10 @@ def first_texts(corpus_path: str, corpus_kwargs: dict[str, Any], n: int) -> list
     return texts
 
 
-def execute_pass(spec: dict[str, Any], clock: Any = None, startup: dict[str, float | None] | None = None,
+def execute_pass(spec: PassSpec | dict[str, Any], clock: Any = None, startup: dict[str, float | None] | None = None,
                  sync: Any = None) -> dict[str, Any]:
-    """Run one pass described by ``spec`` (a JSON-able dict built by the runner); return its result record.
+    """Run one pass described by ``spec`` (built by the runner, or its JSON form); return its result record
+    (the JSON form of a :class:`~iteralab.campaign.records.PassResult`).
 
     ``sync`` is set in a data-parallel worker (:mod:`iteralab.campaign.parallel`): after warm-up
     ``sync.ready()`` waits until every worker is ready and returns this worker's shard (a row range);
@@ -283,17 +286,14 @@ def execute_pass(spec: dict[str, Any], clock: Any = None, startup: dict[str, flo
     from iteralab.models.factory import load_workload
 
     clock = clock or dev.PERF_CLOCK
-    variant = spec["variant"]
-    phases: dict[str, float | None] = {k: None for k in ("load_s", "compile_s", "warmup_s", "pass_s", "writing_s")}
-    notes: list[str] = []
-    result: dict[str, Any] = {"pass_id": spec["pass_id"], "phases": phases, "notes": notes, "status": "failed",
-                              "completed": 0, "expected": None, "error": None, "retries": 0,
-                              "prediction_file": None, "prediction_sha256": None, "memory": None,
-                              "workload": None, "file_hashes": None}
+    spec = PassSpec.coerce(spec)
+    variant = spec.variant
     startup = startup if startup is not None else {}
-    result["startup"] = startup
-    seed = int(spec.get("seed", 0))
-    model = spec["model"]
+    result = started(spec.pass_id, startup=startup)
+    phases: dict[str, float | None] = result["phases"]
+    notes: list[str] = result["notes"]
+    seed = int(spec.seed)
+    model = spec.model
     try:
         t0 = time.perf_counter()
         np.random.seed(seed % (2**32))
@@ -304,14 +304,14 @@ def execute_pass(spec: dict[str, Any], clock: Any = None, startup: dict[str, flo
             import torch
 
             torch.manual_seed(seed)
-            if spec.get("deterministic"):
+            if spec.deterministic:
                 torch.use_deterministic_algorithms(True, warn_only=True)
-            device = dev.resolve_device(variant.get("device") or spec.get("device", "auto"))
+            device = dev.resolve_device(variant.get("device") or spec.device)
         startup["runtime_s"] = time.perf_counter() - t0
         with dev.timed(device, clock) as loading:
             workload = load_workload(
                 model["kind"], path=model.get("path"), head=model.get("head"), callable_ref=model.get("callable"),
-                classes=spec["classes"], precision=variant["precision"], device=str(device),
+                classes=list(spec.classes), precision=variant["precision"], device=str(device),
                 max_length=model["max_length"], truncation=model["truncation"], padding=variant["padding"],
                 compile=variant["compile"], trust_remote_code=model["trust_remote_code"],
             )
@@ -325,15 +325,15 @@ def execute_pass(spec: dict[str, Any], clock: Any = None, startup: dict[str, flo
         return result
 
     measured_error: BaseException | None = None
-    corpus_kwargs = dict(id_column="id", text_column="text", label_column="label", classes=spec["classes"])
+    corpus_kwargs = dict(id_column="id", text_column="text", label_column="label", classes=list(spec.classes))
     batch_size = int(variant["batch_size"])
     try:
         # Warm-up (R5): the first `inputs` texts of the corpus, `passes` times, with the variant's batch size.
-        warm = spec["warmup"]
+        warm = spec.warmup
         warm_texts: list[str] = []
         last_warm_s = None  # the last repetition: what the pass time limit projects from (run.pass_timeout)
         if warm["inputs"] > 0 and warm["passes"] > 0:
-            warm_texts = first_texts(spec["corpus_path"], corpus_kwargs, int(warm["inputs"]))
+            warm_texts = first_texts(spec.corpus_path, corpus_kwargs, int(warm["inputs"]))
             for i in range(warm["passes"]):
                 with dev.timed(device, clock) as warming:
                     for start in range(0, len(warm_texts), batch_size):
@@ -357,7 +357,7 @@ def execute_pass(spec: dict[str, Any], clock: Any = None, startup: dict[str, flo
     # Fixed before the measured region: the absolute limit, or this pass's own projection from its warm-up over
     # the documents it will process (a data-parallel worker: its shard).
     limit_s, limit_record = pass_limit(spec, last_warm_s, len(warm_texts),
-                                       rows[1] - rows[0] if rows is not None else spec.get("documents"))
+                                       rows[1] - rows[0] if rows is not None else spec.documents)
     basis = limit_basis(limit_record)
     if limit_record is not None:
         result["pass_limit"] = limit_record
@@ -371,8 +371,8 @@ def execute_pass(spec: dict[str, Any], clock: Any = None, startup: dict[str, flo
         with dev.timed(device, clock) as measured:
             limit = _Limit(clock, limit_s, basis)
             gpu_scope.record_start()
-            pass_run.run(workload, spec["corpus_path"], corpus_kwargs, batch_size, bool(variant["bucketing"]),
-                         bool(variant["resume"]), len(spec["classes"]), limit, rows)
+            pass_run.run(workload, spec.corpus_path, corpus_kwargs, batch_size, bool(variant["bucketing"]),
+                         bool(variant["resume"]), len(spec.classes), limit, rows)
             gpu_scope.record_stop()
         phases["pass_s"] = measured.seconds
     except Exception as exc:
@@ -410,17 +410,17 @@ def execute_pass(spec: dict[str, Any], clock: Any = None, startup: dict[str, flo
     t0 = clock.now()
     ids = pass_run.ordered_ids()
     result["expected"] = len(ids)
-    target = Path(spec["prediction_dir"]) / file_name(spec["pass_id"])
+    target = Path(spec.prediction_dir) / file_name(spec.pass_id)
     probs = pass_run.probs
     pass_run.outputs.clear()  # the batches' rows now live in `probs` only: one copy per document, not two
     # The pass order is hashed on a second thread while the file is encoded (both run outside the GIL, and
     # nothing is measured any more): the wall time of the two is that of the longer.
     with ThreadPoolExecutor(max_workers=1) as pool:
         hashed = pool.submit(order_hash, ids) if len(ids) else None
-        result["prediction_sha256"] = write_predictions(target, ids.slice(0, progress.completed), spec["classes"],
+        result["prediction_sha256"] = write_predictions(target, ids.slice(0, progress.completed), list(spec.classes),
                                                         probs)
         del probs
-        result["prediction_file"] = f"predictions/{target.name}"
+        result["prediction_file"] = f"{PREDICTIONS}/{target.name}"
         phases["writing_s"] = clock.now() - t0
         result["order_hash"] = hashed.result() if hashed is not None else None
     if measured_error is None:
@@ -428,11 +428,11 @@ def execute_pass(spec: dict[str, Any], clock: Any = None, startup: dict[str, flo
     return result
 
 
-def record_runtime_memory(spec: dict[str, Any], startup: dict[str, Any]) -> None:
+def record_runtime_memory(spec: PassSpec, startup: dict[str, Any]) -> None:
     """The runtime's own resident memory (interpreter + libraries, no model yet), read once by a pass worker
     before it loads the model, into its start-up record: the memory estimate of every later command uses this
     journaled value, never a new measurement. A callable owns its model: nothing to record."""
-    if spec["model"]["kind"] == "callable":
+    if spec.model["kind"] == "callable":
         return
     if "runtime_rss_bytes" in startup:  # a forked worker: its template read it, after the same imports, before
         return  # any fork (a forked worker would read less), and handed it over in the start-up record
@@ -450,8 +450,8 @@ def worker_main(argv: list[str], startup: dict[str, Any] | None = None) -> int:
     is the fork, its imports were made by the template, and the runtime's memory read there."""
     spec_path, result_path = argv
     started = time.perf_counter()
-    spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
-    spawned = spec.get("spawned_at")
+    spec = PassSpec.from_json(json.loads(Path(spec_path).read_text(encoding="utf-8")), spec_path)
+    spawned = spec.spawned_at
     # Start-up phases, reported in the journal (R2): they occupy rental time, outside every pass phase.
     if startup is None:
         startup = {"process_start_s": _IMPORT_WALL - spawned if isinstance(spawned, (int, float)) else None,
@@ -460,8 +460,7 @@ def worker_main(argv: list[str], startup: dict[str, Any] | None = None) -> int:
     try:
         from iteralab.campaign.manifest import environment_manifest, owns_device
 
-        environment = environment_manifest(runtime=not owns_device(spec["model"]["kind"]),
-                                           git=bool(spec.get("record_git", True)))
+        environment = environment_manifest(runtime=not owns_device(spec.model["kind"]), git=spec.record_git)
     except Exception as exc:
         environment = {"error": error_text(exc)}
     startup["environment_s"] = time.perf_counter() - t0
@@ -469,8 +468,8 @@ def worker_main(argv: list[str], startup: dict[str, Any] | None = None) -> int:
     try:
         result = execute_pass(spec, startup=startup)
     except Exception as exc:  # unexpected: still leave a failure record behind
-        result = {"pass_id": spec.get("pass_id"), "status": "failed", "error": error_text(exc),
-                  "error_kind": "internal", "notes": [traceback.format_exc(limit=3).replace("\n", " | ")]}
+        result = failure(spec.pass_id, error_text(exc), "internal", completed=None, retries=None,
+                         notes=[traceback.format_exc(limit=3).replace("\n", " | ")])
     if isinstance(environment.get("determinism"), dict) and "torch" in sys.modules:
         # read after the pass applied the protocol's determinism options, not before (as configured, not default)
         from iteralab.campaign.manifest import determinism_settings

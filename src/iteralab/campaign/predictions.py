@@ -7,6 +7,10 @@ A prediction file is Parquet with exactly three columns, one row per completed i
                                            of earlier versions hold plain strings: read alike)
     probs  fixed_size_list<float32>[k]     one probability per class, in the protocol's class order
 
+The columns after ``id`` are the pass's output, of one kind (:class:`~iteralab.campaign.records.PassOutput`,
+:data:`OUTPUT_COLUMNS`): class labels and probabilities is the only kind written so far; a later kind (embedding
+vectors, generated texts) keeps ``id`` and the pass order, and brings its own columns, writer and checks.
+
 It is serialised whole from Arrow/NumPy arrays (no Python object per row), written atomically (temporary name,
 fsync, rename) and its sha256 is computed from the same bytes. :func:`read_predictions` returns the file as
 arrays (:class:`PredictionSet`) with its format problems; every check of ``evaluate`` runs on those arrays.
@@ -30,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from iteralab.campaign.records import CLASS_PROBABILITIES
 from iteralab.common import files
 from iteralab.common.arrow import numpy_array, string_array
 
@@ -39,6 +44,8 @@ FORMAT_VERSION = "1"
 ROW_GROUP = 1 << 15
 #: How many format problems are spelled out (all are counted).
 SHOWN_PROBLEMS = 5
+#: The columns after ``id`` of each output kind a prediction file can hold.
+OUTPUT_COLUMNS = {CLASS_PROBABILITIES: ("label", "probs")}
 
 
 def file_name(pass_id: str) -> str:
@@ -56,7 +63,8 @@ def pass_of(name: str) -> str:
 
 def schema(n_classes: int) -> pa.Schema:
     label = pa.dictionary(pa.from_numpy_dtype(code_dtype(n_classes)), pa.string())
-    return pa.schema([("id", pa.string()), ("label", label), ("probs", pa.list_(pa.float32(), n_classes))],
+    label_column, probs_column = OUTPUT_COLUMNS[CLASS_PROBABILITIES]
+    return pa.schema([("id", pa.string()), (label_column, label), (probs_column, pa.list_(pa.float32(), n_classes))],
                      metadata={"iteralab.predictions": FORMAT_VERSION})
 
 

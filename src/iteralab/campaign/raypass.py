@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from iteralab.campaign.folder import PREDICTIONS
+from iteralab.campaign.records import STARTUP_PHASES, WORKER_PHASES, PassSpec, started
 from iteralab.errors import RunError
 from iteralab.plan.engines import layout_problem
 
@@ -40,7 +42,6 @@ BLOCKS_PER_ACTOR = 4
 MAX_ROWS_PER_BLOCK = 4096
 #: Column carrying the actor's timings (first row of its first batch) and peak RSS (first row of each batch).
 META = "_iteralab_meta"
-PHASE_KEYS = ("load_s", "compile_s", "warmup_s", "pass_s", "writing_s")
 
 
 def ray_installed() -> bool:
@@ -164,12 +165,12 @@ class RayEngine:
             self.ray.shutdown()
         return {"engine": "ray", "shutdown_s": time.perf_counter() - t0}
 
-    def run_pass(self, spec: dict[str, Any]) -> dict[str, Any]:
+    def run_pass(self, spec: PassSpec) -> dict[str, Any]:
         """Run one pass described by the runner's ``spec``; return its result record (as ``execute_pass``)."""
         from iteralab.campaign.manifest import environment_manifest, owns_device
 
         result = _RayPass(self, spec).execute()
-        environment = environment_manifest(runtime=not owns_device(spec["model"]["kind"]))
+        environment = environment_manifest(runtime=not owns_device(spec.model["kind"]))
         # What only the process running the model knows (threads, determinism options as applied): the actor's.
         runtime = result.pop("actor_runtime", None)
         if runtime:
@@ -183,9 +184,9 @@ class RayEngine:
 
 
 class _RayPass:
-    def __init__(self, engine: RayEngine, spec: dict[str, Any]) -> None:
+    def __init__(self, engine: RayEngine, spec: PassSpec) -> None:
         self.engine, self.spec, self.run = engine, spec, engine.run
-        self.phases: dict[str, float | None] = dict.fromkeys(PHASE_KEYS)
+        self.phases: dict[str, float | None] = dict.fromkeys(WORKER_PHASES)
         self.notes: list[str] = []
         self.startup: dict[str, Any] = {}
 
@@ -201,9 +202,10 @@ class _RayPass:
     def _dataset(self, ray_data: Any, expected: int, warm_texts: list[str]) -> Any:
         run, spec = self.run, self.spec
         rows_per_block = max(1, min(MAX_ROWS_PER_BLOCK, math.ceil(expected / (run.ray_actors * BLOCKS_PER_ACTOR))))
-        actor_spec = {k: spec[k] for k in ("variant", "model", "classes", "seed", "deterministic", "device")}
+        as_json = spec.to_json()  # the actors' constructor arguments: plain values
+        actor_spec = {k: as_json[k] for k in ("variant", "model", "classes", "seed", "deterministic", "device",
+                                              "warmup")}
         actor_spec["threads"] = run.ray_threads_per_actor
-        actor_spec["warmup"] = spec["warmup"]
         # The actor runs like a local pass worker: at the runner's priority (Ray starts its workers at nice 15 so
         # they yield to Ray's own services, and a nice-15 pass loses its cores to every runnable nice-0 thread,
         # the driver's included), and with the OpenMP/MKL runtimes started for the torch threads it will use
@@ -216,10 +218,10 @@ class _RayPass:
             # Ray 2.60 has no named parameter for it yet: without max_restarts=0 a lost actor is replaced and its
             # tasks silently retried (R8: a lost actor fails the pass). Ray warns this form goes in Ray 2.64.
             warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
-            return read_corpus(ray_data, spec["corpus_path"]).repartition(
+            return read_corpus(ray_data, spec.corpus_path).repartition(
                 target_num_rows_per_block=rows_per_block).map_batches(
                 RayPredictor, fn_constructor_kwargs={"spec": actor_spec, "warm_texts": warm_texts},
-                batch_size=int(spec["variant"]["batch_size"]), batch_format="pyarrow", zero_copy_batch=True,
+                batch_size=int(spec.variant["batch_size"]), batch_format="pyarrow", zero_copy_batch=True,
                 compute=ray_data.ActorPoolStrategy(size=run.ray_actors), num_cpus=run.ray_cpus_per_actor, **remote)
 
     def execute(self) -> dict[str, Any]:
@@ -234,16 +236,14 @@ class _RayPass:
                   f"torch threads {run.ray_threads_per_actor or 'by Ray (floor of the CPUs)'}")
         notes.append(f"engine: ray {ray.__version__} ({self.engine.started.get('address')}), {layout}; row order "
                      "as received by the driver")
-        result: dict[str, Any] = {"pass_id": spec["pass_id"], "phases": phases, "notes": notes, "status": "failed",
-                                  "completed": 0, "expected": None, "error": None, "retries": 0,
-                                  "prediction_file": None, "prediction_sha256": None, "memory": None,
-                                  "workload": None, "file_hashes": None, "startup": self.startup, "engine": "ray"}
+        result = {**started(spec.pass_id, startup=self.startup, engine="ray"), "phases": phases, "notes": notes}
         # Outside the measured region: the expected ids and the warm-up texts, read by the driver.
-        expected_ids = _corpus_ids(spec["corpus_path"])
+        expected_ids = _corpus_ids(spec.corpus_path)
         result["expected"] = len(expected_ids)
-        corpus_kwargs = {"id_column": "id", "text_column": "text", "label_column": "label", "classes": spec["classes"]}
-        warm = spec["warmup"]
-        warm_texts = first_texts(spec["corpus_path"], corpus_kwargs, int(warm["inputs"])) \
+        corpus_kwargs = {"id_column": "id", "text_column": "text", "label_column": "label",
+                         "classes": list(spec.classes)}
+        warm = spec.warmup
+        warm_texts = first_texts(spec.corpus_path, corpus_kwargs, int(warm["inputs"])) \
             if warm["inputs"] > 0 and warm["passes"] > 0 else []
         if not warm_texts:
             notes.append("warm-up: none (protocol declares 0 warm-up inputs or passes)")
@@ -253,9 +253,9 @@ class _RayPass:
         prob_chunks: list[Any] = []
         meta_chunks: list[Any] = []
         error: BaseException | None = None
-        limit = spec.get("pass_timeout_s")
+        limit = spec.pass_timeout_s
         relative = WarmupLimit(spec, len(warm_texts), len(expected_ids)) \
-            if spec.get("pass_timeout_factor") is not None else None
+            if spec.pass_timeout_factor is not None else None
         submitted = time.time()  # wall clock: compared with the actors' own readings (one machine for a local Ray)
         try:
             for block in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
@@ -275,7 +275,7 @@ class _RayPass:
         if relative is not None and relative.record is not None:
             result["pass_limit"] = relative.record
         ids = pa.chunked_array(id_chunks, pa.string()).combine_chunks() if id_chunks else pa.array([], pa.string())
-        k = len(spec["classes"])
+        k = len(spec.classes)
         probs = (np.concatenate([c.combine_chunks().flatten().to_numpy(zero_copy_only=False) for c in prob_chunks])
                  .reshape(-1, k) if prob_chunks else np.zeros((0, k), np.float32))
         result["completed"] = len(ids)
@@ -300,7 +300,7 @@ class _RayPass:
                          "failed, its inputs and the blocks not yet received are not counted; no retry")
         if phases["pass_s"] is None:
             notes.append("pass_s: empty, the measured pass did not complete")
-        if not self.spec["variant"]["compile"]:
+        if not self.spec.variant["compile"]:
             notes.append("compile_s: empty, the variant does not compile")
         notes.append("concurrent load: not measured for a Ray pass (its work runs in Ray's processes, which the "
                      "machine-wide reading cannot tell from other load)")
@@ -313,9 +313,9 @@ class _RayPass:
                             "scope": "peak RSS of the largest Ray actor process (max over actors, never summed)",
                             "reason": None if rss else "not measured: no actor returned a batch"}
         t0 = time.perf_counter()
-        target = Path(spec["prediction_dir"]) / file_name(spec["pass_id"])
-        result["prediction_sha256"] = write_predictions(target, ids, spec["classes"], probs)
-        result["prediction_file"] = f"predictions/{target.name}"
+        target = Path(spec.prediction_dir) / file_name(spec.pass_id)
+        result["prediction_sha256"] = write_predictions(target, ids, list(spec.classes), probs)
+        result["prediction_file"] = f"{PREDICTIONS}/{target.name}"
         phases["writing_s"] = time.perf_counter() - t0
         result["order_hash"] = order_hash(ids) if len(ids) else None
         return result
@@ -331,7 +331,7 @@ class _RayPass:
         if not records:
             return
         self.startup["ray_actor_start_s"] = min(r["created_at"] for r in records) - submitted
-        for phase in ("load_s", "warmup_s", "compile_s"):
+        for phase in STARTUP_PHASES:
             values = [r[phase] for r in records if r.get(phase) is not None]
             self.phases[phase] = max(values) if values else None
 
@@ -343,7 +343,7 @@ class WarmupLimit:
     so this single-actor projection is the generous side). It is then checked between blocks, from that actor's
     ready time (where the pass time starts). ``clock`` reads the wall clock, as the actors' timestamps do."""
 
-    def __init__(self, spec: dict[str, Any], warm_inputs: int, documents: int, clock: Any = time.time) -> None:
+    def __init__(self, spec: PassSpec, warm_inputs: int, documents: int, clock: Any = time.time) -> None:
         self.spec, self.warm_inputs, self.documents, self.clock = spec, warm_inputs, documents, clock
         self.seconds: float | None = None
         self.record: dict[str, Any] | None = None

@@ -35,7 +35,10 @@ from iteralab.campaign.inputs import check_inputs
 from iteralab.errors import ProtocolError, RunError
 from iteralab.common.files import sha256_file, write_bytes_atomic, write_json_atomic
 from iteralab.campaign.carry import carry_model_files
+from iteralab.campaign.folder import (CAMPAIGN, CATALOG, CORPUS, INPUTS, LOCK, MANIFEST, PREDICTIONS, PROTOCOL, TABLE,
+                                     TUNING, corpus_copy)
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
+from iteralab.campaign.records import PassResult, PassSpec, failure
 from iteralab.plan.protocol import Protocol, check_series
 from iteralab.plan.lockfile import check_locked, lock_path
 from iteralab.plan.paths import resolve
@@ -81,7 +84,7 @@ def schedule_slots(protocol: Protocol) -> tuple[str, list[Slot]]:
 #: The pass workers' scratch folder inside the campaign (spec and result files; removed when a run ends).
 SCRATCH = ".tmp"
 #: What a campaign folder holds before campaign.json exists (a run interrupted while copying its inputs).
-_OWN_ENTRIES = {"inputs", "predictions", "journal.jsonl", "manifest.json", "raw_table.csv", ".write-probe"}
+_OWN_ENTRIES = {INPUTS, PREDICTIONS, JOURNAL_NAME, MANIFEST, TABLE, ".write-probe"}
 
 
 def _ensure_folder(out: Path) -> None:
@@ -93,8 +96,8 @@ def _ensure_folder(out: Path) -> None:
                            hint="choose a new or empty --out folder: a campaign folder holds only its own evidence")
     try:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "predictions").mkdir(exist_ok=True)
-        (out / "inputs").mkdir(exist_ok=True)
+        (out / PREDICTIONS).mkdir(exist_ok=True)
+        (out / INPUTS).mkdir(exist_ok=True)
         probe = out / ".write-probe"
         probe.write_bytes(b"")
         probe.unlink()
@@ -103,7 +106,7 @@ def _ensure_folder(out: Path) -> None:
                        hint="choose a folder you can write to") from None
 
 
-def _scan_and_copy(protocol: Protocol, protocol_path: Path, lock_entry: dict[str, Any], inputs: Path, *,
+def _scan_and_copy(protocol: Protocol, protocol_path: Path, lock_entry: dict[str, Any], out: Path, *,
                    rerun: bool) -> tuple[Any, dict[str, Any], dict[str, Any] | None, dict[str, str] | None]:
     """Read the corpus (and tuning split) once, in record batches: check them against the lock while writing
     the folder's copies (P2, C1). Returns the corpus scan, the copy's record, the tuning record and the model
@@ -113,8 +116,8 @@ def _scan_and_copy(protocol: Protocol, protocol_path: Path, lock_entry: dict[str
 
     spec = protocol.corpus
     by_stratum = any(sg.by == "stratum" for sg in protocol.subgroups) and bool(spec.stratum_column)
-    copy = CorpusCopy(inputs / "corpus.csv", extra={"stratum": spec.stratum_column if by_stratum else ""})
-    tuning_copy = CorpusCopy(inputs / "tuning.csv") if spec.tuning_path else None
+    copy = CorpusCopy(out / CORPUS, extra={"stratum": spec.stratum_column if by_stratum else ""})
+    tuning_copy = CorpusCopy(out / TUNING) if spec.tuning_path else None
     try:
         scans = scan_inputs(protocol, protocol_path, sinks=[copy],
                             tuning_sinks=[tuning_copy] if tuning_copy is not None else [])
@@ -131,7 +134,7 @@ def _scan_and_copy(protocol: Protocol, protocol_path: Path, lock_entry: dict[str
         for value, n in (corpus.extra_counts.get(spec.stratum_column) or {}).items():
             strata[value or ""] = strata.get(value or "", 0) + n
     record = {"fingerprint": corpus.fingerprint, "order_hash": corpus.order_hash, "size": corpus.size,
-              "id_origin": corpus.id_origin, "file": "inputs/corpus.csv", "file_sha256": copy.commit(),
+              "id_origin": corpus.id_origin, "file": CORPUS, "file_sha256": copy.commit(),
               "strata": dict(sorted(strata.items()))}
     return corpus, record, tuning_info, model_hashes
 
@@ -148,7 +151,7 @@ def _copy_catalog(protocol: Protocol, protocol_path: Path, target: Path) -> dict
     except KitError as exc:
         raise ProtocolError(f"catalog.path: {exc}", hint=exc.hint) from None
     write_bytes_atomic(target, Path(source).read_bytes())
-    return {"file": "inputs/catalog.csv", "source": str(declared) if declared else f"shipped {source.name}",
+    return {"file": CATALOG, "source": str(declared) if declared else f"shipped {source.name}",
             "version": catalog.version, "sha256": sha256_file(target)}
 
 
@@ -160,7 +163,7 @@ def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], 
     protocol, lock_entry = check_locked(protocol_path)
     check_series(protocol, str(protocol_path))
     out = Path(out)
-    existing = out / "campaign.json"
+    existing = out / CAMPAIGN
     if existing.exists():
         check_inputs(protocol_path, lock_entry, rerun=rerun)
         campaign = json.loads(existing.read_text(encoding="utf-8"))
@@ -183,15 +186,14 @@ def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], 
                                                                                  lock_entry, rerun=rerun)
         else:
             _, corpus_record, tuning, model_hashes = _scan_and_copy(protocol, protocol_path, lock_entry,
-                                                                    out / "inputs", rerun=rerun)
+                                                                    out, rerun=rerun)
     except BaseException:
         if created:
             shutil.rmtree(out, ignore_errors=True)
         raise
-    write_bytes_atomic(out / "inputs" / "protocol.toml", protocol_path.read_bytes())
-    write_json_atomic(out / "inputs" / "protocol.toml.lock.json",
-                      {"schema_version": 1, "locks": [lock_entry]})
-    catalog = _copy_catalog(protocol, protocol_path, out / "inputs" / "catalog.csv")
+    write_bytes_atomic(out / PROTOCOL, protocol_path.read_bytes())
+    write_json_atomic(out / LOCK, {"schema_version": 1, "locks": [lock_entry]})
+    catalog = _copy_catalog(protocol, protocol_path, out / CATALOG)
     # small model files copied, weights by hash (D3), from the hashes the input check just computed
     carried = carry_model_files(protocol, protocol_path, out, model_hashes)
     design, slots = schedule_slots(protocol)
@@ -217,25 +219,25 @@ def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], 
     return campaign
 
 
-def _pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Slot, pass_id: str) -> dict[str, Any]:
+def _pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Slot, pass_id: str) -> PassSpec:
     out = out.resolve()  # absolute: a Ray cluster's workers do not run in the runner's working directory
-    return {
-        "pass_id": pass_id,
-        "variant": protocol.variant(slot.variant).model_dump(),
-        "model": campaign["model"],
-        "classes": list(protocol.corpus.classes),
-        "corpus_path": str(out / (f"inputs/datasets/{slot.dataset}.csv" if slot.dataset else "inputs/corpus.csv")),
-        "prediction_dir": str(out / "predictions"),
-        "warmup": protocol.warmup.model_dump(),
-        "pass_timeout_s": protocol.run.pass_timeout_s,
-        "pass_timeout": protocol.run.pass_timeout,
-        "pass_timeout_factor": protocol.run.pass_timeout_factor,
-        "documents": _documents(campaign, slot.dataset),
-        "device": protocol.run.device,
-        "seed": slot.seed,
-        "deterministic": protocol.reproduction.deterministic,
-        "scratch_dir": str(out / SCRATCH),
-    }
+    return PassSpec(
+        pass_id=pass_id,
+        variant=protocol.variant(slot.variant).model_dump(),
+        model=campaign["model"],
+        classes=tuple(protocol.corpus.classes),
+        corpus_path=str(out / corpus_copy(slot.dataset)),
+        prediction_dir=str(out / PREDICTIONS),
+        warmup=protocol.warmup.model_dump(),
+        pass_timeout_s=protocol.run.pass_timeout_s,
+        pass_timeout=protocol.run.pass_timeout,
+        pass_timeout_factor=protocol.run.pass_timeout_factor,
+        documents=_documents(campaign, slot.dataset),
+        device=protocol.run.device,
+        seed=slot.seed,
+        deterministic=protocol.reproduction.deterministic,
+        scratch_dir=str(out / SCRATCH),
+    )
 
 
 def _documents(campaign: dict[str, Any], dataset: str | None) -> int | None:
@@ -245,29 +247,28 @@ def _documents(campaign: dict[str, Any], dataset: str | None) -> int | None:
     return next((d.get("size") for d in campaign.get("datasets") or [] if d.get("name") == dataset), None)
 
 
-def _run_in_process(spec: dict[str, Any]) -> dict[str, Any]:
+def _run_in_process(spec: PassSpec) -> dict[str, Any]:
     from iteralab.campaign.manifest import environment_manifest, owns_device
     from iteralab.campaign.passes import execute_pass
 
     result = execute_pass(spec)
-    result["environment"] = environment_manifest(runtime=not owns_device(spec["model"]["kind"]),
-                                                 git=bool(spec.get("record_git", True)))
+    result["environment"] = environment_manifest(runtime=not owns_device(spec.model["kind"]), git=spec.record_git)
     return result
 
 
-def _run_in_worker(spec: dict[str, Any], templates: Any = None) -> dict[str, Any]:
+def _run_in_worker(spec: PassSpec, templates: Any = None) -> dict[str, Any]:
     """One pass in a fresh process: forked from a worker template (``templates``, :mod:`campaign.prefork`) where
     there is one, else a new interpreter."""
     # The worker's spec and result live in the campaign's own scratch folder, never in the system temp
     # folder: a killed run leaves nothing outside the campaign, and the next run clears it.
-    scratch = Path(spec["scratch_dir"]) if spec.get("scratch_dir") else None
+    scratch = Path(spec.scratch_dir) if spec.scratch_dir else None
     if scratch is not None:
         scratch.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="pass-", dir=scratch) as tmp:
         spec_path = Path(tmp) / "spec.json"
         result_path = Path(tmp) / "result.json"
         spawned_at = time.time()
-        spec_path.write_text(json.dumps({**spec, "spawned_at": spawned_at}), encoding="utf-8")
+        spec_path.write_text(json.dumps(spec.with_changes(spawned_at=spawned_at).to_json()), encoding="utf-8")
         t0 = time.perf_counter()
         extra: dict[str, Any] = {}
         forked = templates is not None and templates.refused is None
@@ -275,7 +276,7 @@ def _run_in_worker(spec: dict[str, Any], templates: Any = None) -> dict[str, Any
             from iteralab.campaign.prefork import TemplateGone
 
             stderr_path = Path(tmp) / "stderr.txt"
-            template = templates.for_kind((spec.get("model") or {}).get("kind"))
+            template = templates.for_kind(spec.model.get("kind"))
             try:
                 returncode, extra = template.run(spec_path, result_path, stderr_path, spawned_at)
                 stderr = stderr_path.read_text(encoding="utf-8", errors="replace") if stderr_path.exists() else ""
@@ -301,17 +302,16 @@ def _run_in_worker(spec: dict[str, Any], templates: Any = None) -> dict[str, Any
             return result
         from iteralab.campaign.passes import ended_without_result
 
-        return {"pass_id": spec["pass_id"], "status": "failed", "completed": None, "error_kind": "crash",
-                "error": ended_without_result(returncode, stderr),
-                "notes": ["completed: unknown, the worker died before reporting (e.g. killed by the kernel's "
-                          "out-of-memory killer)"]}
+        return failure(spec.pass_id, ended_without_result(returncode, stderr), "crash", completed=None, retries=None,
+                       notes=["completed: unknown, the worker died before reporting (e.g. killed by the kernel's "
+                              "out-of-memory killer)"])
 
 
-def _manifest_fields(result: dict[str, Any]) -> dict[str, Any]:
+def _manifest_fields(result: PassResult) -> dict[str, Any]:
     """The manifest facts a pass observed that must match the campaign's (C3/C5)."""
-    env = dict(result.get("environment") or {})
+    env = dict(result.environment or {})
     env.pop("git", None)  # the working tree may legitimately change between passes of one campaign
-    return {"environment": env, "file_hashes": result.get("file_hashes")}
+    return {"environment": env, "file_hashes": result.file_hashes}
 
 
 def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], *,
@@ -412,7 +412,7 @@ def _run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[st
 
         templates = Templates(out / SCRATCH) if available() else None
 
-    def runner(spec: dict[str, Any]) -> dict[str, Any]:
+    def runner(spec: PassSpec) -> dict[str, Any]:
         return _run_in_worker(spec, templates) if mode == "process" else _run_in_process(spec)
 
     emit = progress or (lambda kind, info: None)
@@ -421,7 +421,7 @@ def _run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[st
     # that name the first timeout (rule fixed with the protocol's run.pass_timeout_s or run.pass_timeout,
     # never a silent skip).
     timed_out = {state.started[pid]["variant"]: pid for pid in state.order
-                 if (state.finished.get(pid) or {}).get("error_kind") == "timeout"}
+                 if pid in state.finished and state.result(pid).error_kind == "timeout"}
     try:
         for slot in todo:
             key = (slot.round, slot.position)
@@ -435,8 +435,8 @@ def _run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[st
                            position=slot.position, seed=slot.seed, attempt=attempts[key],
                            **({"dataset": slot.dataset} if slot.dataset is not None else {}))
             if slot.variant in flight.unrunnable:
-                result = _not_run(pass_id, f"not runnable on this machine: {flight.unrunnable[slot.variant]}")
-                result["error_kind"] = "unrunnable"
+                result = _not_run(pass_id, f"not runnable on this machine: {flight.unrunnable[slot.variant]}",
+                                  "unrunnable")
             elif slot.variant in timed_out:
                 limit = (f"the pass time limit of {protocol.run.pass_timeout_s:g} s"
                          if protocol.run.pass_timeout_s is not None else
@@ -451,32 +451,32 @@ def _run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[st
             else:
                 # the code version (git) is read by the pass whose environment becomes the campaign's manifest;
                 # later passes are compared without it (_manifest_fields), so they do not run git again
-                spec = {**_pass_spec(campaign, protocol, out, slot, pass_id), "record_git": reference_manifest is None}
+                spec = _pass_spec(campaign, protocol, out, slot, pass_id).with_changes(
+                    record_git=reference_manifest is None)
                 result = runner(spec)
+            result = PassResult.from_json(result)
             # A worker ended by the signal that stops the run (Ctrl-C reaches the whole process group) is the
             # interrupt, not a crash of the pass, even where a library reported its end as an error.
             stop.check()
-            if result.get("error_kind") == "timeout":
+            if result.error_kind == "timeout":
                 timed_out.setdefault(slot.variant, pass_id)
             observed = _manifest_fields(result)
-            if reference_manifest is None and result.get("status") == "ok":
+            if reference_manifest is None and result.ok:
                 reference_manifest = _write_manifest(out, campaign, protocol, result, observed,
                                                      engine.started if engine is not None else None)
             # A pass that observed no environment (not run, or its worker died before reporting) has nothing to
             # compare: an empty record would read as "differs in every field".
             diff = _diff(reference_manifest, observed) if reference_manifest is not None and \
                 observed["environment"] else []
-            environment = result.pop("environment", None)
-            result.pop("file_hashes", None)
+            finished = result.to_json(journal=True)
             journal.append("pass_finished", manifest_diff=diff,
-                           environment_summary=_env_summary(environment), **result)
+                           environment_summary=_env_summary(result.environment), **finished)
             at.pass_id, at.done = None, (at.done or 0) + 1
             t0 = time.perf_counter()
-            verdict = evaluate_pass(out, pass_id, reads, slot.dataset, finished={**result, "variant": slot.variant})
+            verdict = evaluate_pass(out, pass_id, reads, slot.dataset, finished={**finished, "variant": slot.variant})
             journal.append("pass_evaluated", pass_id=pass_id, evaluation_s=time.perf_counter() - t0,
                            intrinsic=verdict)
-            emit("done", {"pass_id": pass_id, "status": result.get("status"), "pass_s": result["phases"]["pass_s"]
-                          if result.get("phases") else None})
+            emit("done", {"pass_id": pass_id, "status": result.status, "pass_s": result.phase("pass_s")})
     finally:
         if templates is not None:
             templates.close()
@@ -487,12 +487,10 @@ def _run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[st
             "unrunnable": dict(flight.unrunnable)}
 
 
-def _not_run(pass_id: str, why: str) -> dict[str, Any]:
-    """The record of a slot that the protocol's own rule says not to run (every measurement empty)."""
-    phases = dict.fromkeys(("load_s", "compile_s", "warmup_s", "pass_s", "writing_s"))
-    return {"pass_id": pass_id, "phases": phases, "notes": [why], "status": "failed", "completed": 0,
-            "expected": None, "error": why, "error_kind": "not_run", "retries": 0, "prediction_file": None,
-            "prediction_sha256": None, "memory": None, "workload": None}
+def _not_run(pass_id: str, why: str, kind: str = "not_run") -> dict[str, Any]:
+    """The record of a slot that the protocol's own rule (or this machine, ``unrunnable``) says not to run: every
+    measurement empty."""
+    return failure(pass_id, why, kind, notes=[why])
 
 
 #: The environment facts that make a pass another configuration (C3/C5): a resume refuses to mix them.
@@ -528,30 +526,30 @@ def _env_summary(environment: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _load_manifest(out: Path) -> dict[str, Any] | None:
-    path = out / "manifest.json"
+    path = out / MANIFEST
     if not path.exists():
         return None
     return json.loads(path.read_text(encoding="utf-8")).get("observed")
 
 
-def _write_manifest(out: Path, campaign: dict[str, Any], protocol: Protocol, result: dict[str, Any],
+def _write_manifest(out: Path, campaign: dict[str, Any], protocol: Protocol, result: PassResult,
                     observed: dict[str, Any], ray: dict[str, Any] | None = None) -> dict[str, Any]:
     from iteralab.campaign.manifest import campaign_manifest
 
     manifest = campaign_manifest(
-        environment=result.get("environment") or {},
-        workload_description=result.get("workload") or {},
-        file_hashes=result.get("file_hashes") or {},
+        environment=dict(result.environment or {}),
+        workload_description=dict(result.workload or {}),
+        file_hashes=dict(result.file_hashes or {}),
         corpus_fingerprint=campaign["corpus"]["fingerprint"],
         order_hash=campaign["corpus"]["order_hash"],
         seeds=list(protocol.reproduction.seeds),
         reproduction_target=protocol.reproduction.model_dump(),
         extra={"protocol": campaign["protocol"], "variants": campaign["variants"],
-               "model_spec": campaign["model"], "first_pass": result["pass_id"],
+               "model_spec": campaign["model"], "first_pass": result.pass_id,
                **({"ray": ray} if ray else {})},
     )
     manifest["observed"] = observed
-    write_json_atomic(out / "manifest.json", manifest)
+    write_json_atomic(out / MANIFEST, manifest)
     return observed
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from iteralab.campaign.records import PassSpec
 from iteralab.errors import WorkloadError
 
 
@@ -58,16 +59,16 @@ def imbalance(values: list[float] | np.ndarray) -> float | None:
     return float(max(vals)) / float(min(vals))
 
 
-def corpus_lengths(spec: dict[str, Any]) -> tuple[np.ndarray, str]:
+def corpus_lengths(spec: PassSpec) -> tuple[np.ndarray, str]:
     """Each document's cost (see the module docstring) in file order, and its unit ("tokens"/"characters")."""
     import pyarrow.compute as pc
 
     from iteralab.campaign.folder import read_corpus_batches
 
-    model, variant = spec["model"], spec["variant"]
+    model, variant = spec.model, spec.variant
     max_length = int(model["max_length"])
     folder = model.get("path")
-    batches = read_corpus_batches(spec["corpus_path"], ["text"])
+    batches = read_corpus_batches(spec.corpus_path, ["text"])
     if model["kind"] == "callable" and not folder:
         chunks = [pc.utf8_length(b.column(0)).to_numpy(zero_copy_only=False) for b in batches]
         return (np.concatenate(chunks).astype(np.int64) if chunks else np.zeros(0, np.int64)), "characters"

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from iteralab.campaign.folder import CATALOG, CampaignFolder
+from iteralab.campaign.folder import CATALOG, PROTOCOL, CampaignFolder
 from iteralab.decision.windows import WindowInfo
 from iteralab.economics.pricing import (Catalog, CatalogEntry, CostPerResult, PackageBudget, cost_per_result,
                                         format_amount, load_catalog, package_budget)
@@ -172,5 +172,5 @@ def pricing_catalog(ev: Evidence, path: str | Path | None) -> tuple[Catalog, str
     declared = ev.protocol.catalog.path
     if declared is None:
         return load_catalog(None), "the shipped snapshot (this campaign folder holds no catalog copy)"
-    source = resolve(ev.campaign["protocol"].get("source") or ev.folder / "inputs" / "protocol.toml", declared)
+    source = resolve(ev.campaign["protocol"].get("source") or ev.folder / PROTOCOL, declared)
     return load_catalog(source), f"`{source}` (this campaign folder holds no catalog copy)"

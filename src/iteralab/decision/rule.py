@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from iteralab.errors import IteraError
+from iteralab.campaign.folder import PROTOCOL
 from iteralab.campaign.manifest import diff_manifests
 from iteralab.economics.pricing import (EXPENSES_APART, EXPENSES_COUNTED, Catalog, CostSheet, VariantCost, cost_sheet,
                                         count_accepted_results, expenses_of, format_amount)
@@ -349,7 +350,7 @@ def _with_expenses(configs: list[Config], ev: Evidence, catalog: Catalog) -> tup
     protocol = ev.protocol
     if not protocol.expenses:
         return configs, None
-    check_currency(protocol.expenses, catalog.currency, str(ev.folder / "inputs" / "protocol.toml"))
+    check_currency(protocol.expenses, catalog.currency, str(ev.folder / PROTOCOL))
     priced = [c for c in configs if c.pricing.budget is not None]
     sheet = cost_sheet([(c.key, c.pricing.budget, c.accepted) for c in priced],  # type: ignore[misc]
                        expenses_of(protocol.expenses), counted=protocol.budget.include_expenses,

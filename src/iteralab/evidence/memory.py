@@ -124,8 +124,8 @@ def _meta_model(spec: dict[str, Any]) -> tuple[Any, int, str | None, str | None]
 def _described_parameters(state: Any) -> dict[str, set[int]]:
     """Per variant, the parameter counts the passes' workloads described (journal ``pass_finished``)."""
     found: dict[str, set[int]] = {}
-    for pid, record in state.finished.items():
-        count = (record.get("workload") or {}).get("parameter_count")
+    for pid in state.finished:
+        count = (state.result(pid).workload or {}).get("parameter_count")
         if isinstance(count, int):
             found.setdefault(state.started[pid]["variant"], set()).add(count)
     return found
@@ -136,8 +136,8 @@ def recorded_runtime_overhead(state: Any) -> RuntimeOverhead | None:
     (journal ``pass_finished`` → ``startup.runtime_rss_bytes``): the median over passes. None when no pass
     recorded one (in-process isolation, or a folder written before the record existed). ``state``: the
     campaign's journal as read by ``campaign.journal.read_journal``."""
-    values = [v for record in state.finished.values()
-              if isinstance(v := (record.get("startup") or {}).get("runtime_rss_bytes"), int) and v > 0]
+    values = [v for pid in state.finished
+              if isinstance(v := (state.result(pid).startup or {}).get("runtime_rss_bytes"), int) and v > 0]
     if not values:
         return None
     return RuntimeOverhead(_median(values), f"VmRSS of the pass workers after importing the runtime, before loading "

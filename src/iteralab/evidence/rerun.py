@@ -42,7 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from iteralab.campaign.folder import CampaignFolder, read_json
+from iteralab.campaign.folder import (CAMPAIGN, CORPUS, LOCK, MANIFEST, PROTOCOL, TUNING, CampaignFolder, corpus_copy,
+                                     read_json)
 from iteralab.errors import ProtocolError, RunError
 from iteralab.common.files import write_json_atomic, write_text_atomic
 from iteralab.plan.protocol import Protocol, load_protocol
@@ -151,20 +152,20 @@ def stage_inputs(source: Path, campaign: dict[str, Any], protocol: Protocol, sta
         shutil.rmtree(staging)
     proto_dir = staging.joinpath(*(["p"] * depth))
     proto_dir.mkdir(parents=True)
-    staged = proto_dir / "protocol.toml"
-    shutil.copyfile(source / "inputs" / "protocol.toml", staged)
-    shutil.copyfile(source / "inputs" / "protocol.toml.lock.json", proto_dir / "protocol.toml.lock.json")
+    staged = proto_dir / Path(PROTOCOL).name
+    shutil.copyfile(source / PROTOCOL, staged)
+    shutil.copyfile(source / LOCK, proto_dir / Path(LOCK).name)
     if _is_relative(spec.path):
         target = _place(resolve(staged, spec.path), staged, "corpus.path")
-        _write_declared_corpus(source / "inputs" / "corpus.csv", target, protocol,
+        _write_declared_corpus(source / CORPUS, target, protocol,
                                campaign["corpus"].get("id_origin", "data"))
     records = {r["name"]: r for r in campaign.get("datasets") or []}
     for dataset in protocol.datasets:  # K6: each dataset rebuilt from its own copy
         if _is_relative(dataset.path):
-            _write_declared_corpus(source / "inputs" / "datasets" / f"{dataset.name}.csv",
+            _write_declared_corpus(source / corpus_copy(dataset.name),
                                    _place(resolve(staged, dataset.path), staged, f"datasets {dataset.name!r} path"),
                                    protocol, records.get(dataset.name, {}).get("id_origin", "data"))
-    copied = source / "inputs" / "tuning.csv"
+    copied = source / TUNING
     if spec.tuning_path and tuning is None and copied.is_file() and _is_relative(spec.tuning_path):
         _write_declared_corpus(copied, _place(resolve(staged, spec.tuning_path), staged, "corpus.tuning_path"),
                                protocol, (campaign.get("tuning") or {}).get("id_origin", "data"))
@@ -300,16 +301,16 @@ def rerun(source: str | os.PathLike[str], out: str | os.PathLike[str], *, isolat
         raise RunError(f"{source}: the earlier campaign does not verify ({report.differences[0]}"
                        + (f"; and {len(report.differences) - 1} more" if len(report.differences) > 1 else "") + ")",
                        hint=f"run: iteralab verify {source}")
-    campaign = read_json(source / "campaign.json")
-    protocol = load_protocol(source / "inputs" / "protocol.toml")
-    copies = [(f"inputs/datasets/{d['name']}.csv", d["fingerprint"]) for d in campaign.get("datasets") or []] \
-        or [("inputs/corpus.csv", campaign["corpus"]["fingerprint"])]
+    campaign = read_json(source / CAMPAIGN)
+    protocol = load_protocol(source / PROTOCOL)
+    copies = [(corpus_copy(d["name"]), d["fingerprint"]) for d in campaign.get("datasets") or []] \
+        or [(CORPUS, campaign["corpus"]["fingerprint"])]
     for relative, fingerprint in copies:
         corpus = load_corpus(source / relative, classes=list(protocol.corpus.classes))
         if corpus.fingerprint() != fingerprint:
             raise RunError(f"{source}/{relative}: fingerprint differs from campaign.json")
     if out.exists() and any(out.iterdir()):
-        existing = out / "campaign.json"
+        existing = out / CAMPAIGN
         if not existing.is_file() or read_json(existing)["protocol"]["sha256"] != campaign["protocol"]["sha256"]:
             raise RunError(f"{out}: exists and is not an earlier rerun of this campaign",
                            hint="choose a new --out folder (an interrupted rerun into it would be resumed)")
@@ -385,9 +386,9 @@ def compare_campaigns(old: str | os.PathLike[str], new: str | os.PathLike[str]) 
     from iteralab.evidence.table import build_rows
 
     old, new = Path(old), Path(new)
-    protocol = load_protocol(new / "inputs" / "protocol.toml")
-    old_campaign, new_campaign = read_json(old / "campaign.json"), read_json(new / "campaign.json")
-    manifests = [(read_json(d / "manifest.json") if (d / "manifest.json").is_file() else None) for d in (old, new)]
+    protocol = load_protocol(new / PROTOCOL)
+    old_campaign, new_campaign = read_json(old / CAMPAIGN), read_json(new / CAMPAIGN)
+    manifests = [read_json(d / MANIFEST) for d in (old, new)]  # None: absent
     if None in manifests:
         changes = [{"key": "manifest.json", "old": "present" if manifests[0] else "absent",
                     "new": "present" if manifests[1] else "absent", "bookkeeping": False}]

@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from iteralab.campaign.folder import (COLUMNS, INTERRUPTED, PHASES, TABLE, CampaignFolder, format_cell as _cell,
-                                      table_columns)
+from iteralab.campaign.folder import (COLUMNS, INTERRUPTED, PHASES, PROTOCOL, TABLE, CampaignFolder,
+                                      format_cell as _cell, table_columns)
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
 from iteralab.evidence.bundle import refuse_if_sealed
 from iteralab.campaign.manifest import rocm_compatibility_line
@@ -58,10 +58,9 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
     finished = []
     for pid in state.order:
         if pid in state.finished:
-            f = state.finished[pid]
-            finished.append({"pass_id": pid, "variant": state.started[pid]["variant"], "status": f.get("status"),
-                             "prediction_file": f.get("prediction_file"),
-                             "prediction_sha256": f.get("prediction_sha256"),
+            f = state.result(pid)
+            finished.append({"pass_id": pid, "variant": state.started[pid]["variant"], "status": f.status,
+                             "prediction_file": f.output.file, "prediction_sha256": f.output.sha256,
                              "dataset": state.started[pid].get("dataset"), "seed": state.started[pid].get("seed")})
     verdicts = judge_campaign(campaign_dir, finished, reader, context) if finished else {}
     n_classes = len(folder.protocol.corpus.classes)
@@ -72,7 +71,7 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
         start = state.started[pid]
         variant = variants.get(start["variant"], {})
         corpus = datasets.get(start.get("dataset")) or campaign["corpus"]  # K6: the pass's own dataset
-        fin = state.finished.get(pid)
+        record = state.finished.get(pid)
         notes: list[str] = []
         row: dict[str, Any] = {
             "pass_id": pid, "variant": start["variant"], "series": ";".join(series_of.get(start["variant"], [])),
@@ -90,7 +89,7 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
         if datasets:
             row["dataset"] = start.get("dataset")
         stopped = state.interrupted.get(pid)
-        if fin is None and stopped is not None:
+        if record is None and stopped is not None:
             row["status"] = INTERRUPTED
             notes.append(f"interrupted: the run was stopped ({stopped.get('signal')}) during this pass; not a "
                          "failure and not counted (feasibility, statistics, decision); its slot runs again when "
@@ -98,7 +97,7 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
             row["notes"] = " | ".join(notes)
             rows.append(row)
             continue
-        if fin is None:
+        if record is None:
             row["status"] = "aborted"
             row["ids_match"] = False
             row["corpus_accepted"] = False
@@ -107,30 +106,31 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
             row["notes"] = " | ".join(notes)
             rows.append(row)
             continue
-        row["status"] = fin.get("status")
-        row["order_hash"] = fin.get("order_hash")
-        workload = fin.get("workload") or {}
+        fin = state.result(pid)
+        row["status"] = fin.status
+        row["order_hash"] = fin.extra.get("order_hash")
+        workload = fin.workload or {}
         row["quantization"] = _quantization(workload.get("quantization"))
         row["device"] = workload.get("device")
-        phases = dict(fin.get("phases") or {})
+        phases = dict(fin.phases)
         evaluated = state.evaluated.get(pid)
         phases["evaluation_s"] = evaluated.get("evaluation_s") if evaluated else None
         for phase in PHASES:
             row[phase] = phases.get(phase)
         if row["pass_s"]:
-            row["docs_per_s"] = (fin.get("completed") or 0) / row["pass_s"]
+            row["docs_per_s"] = (fin.completed or 0) / row["pass_s"]
         for phase in PHASES:
-            if row[phase] is None and not any(n.startswith(f"{phase}:") for n in fin.get("notes") or []):
+            if row[phase] is None and not any(n.startswith(f"{phase}:") for n in fin.notes):
                 notes.append(f"{phase}: empty, not measured for this pass")
-        row["completed"] = fin.get("completed")
-        row["retries"] = fin.get("retries")
-        row["error"] = fin.get("error")
-        memory = fin.get("memory") or {}
+        row["completed"] = fin.completed
+        row["retries"] = fin.retries
+        row["error"] = fin.error
+        memory = fin.memory or {}
         for key in ("cpu_peak_rss_bytes", "cuda_max_allocated_bytes", "cuda_max_reserved_bytes"):
             row[key] = memory.get(key)
         row["memory_scope"] = memory.get("scope")
-        _shard_cells(row, fin.get("parallel"))
-        load = fin.get("concurrent_load") or {}
+        _shard_cells(row, fin.extra.get("parallel"))
+        load = fin.extra.get("concurrent_load") or {}
         if load.get("flagged"):
             notes.append(f"{CONCURRENT_NOTE}: other processes used {load['other_cpu_s']:.2f} CPU-s "
                          f"({load['other_cpu_per_s']:.2f} per second of the pass, {load['logical_cores']} logical "
@@ -139,12 +139,12 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
             notes.append(f"memory: {memory['reason']}")
         if not memory:
             notes.append("memory: empty, not measured (the pass failed before the measured region)")
-        diff = fin.get("manifest_diff") or []
+        diff = fin.extra.get("manifest_diff") or []
         row["manifest_diff"] = ";".join(diff)
         if diff:
             notes.append(f"manifest differs from the campaign's in: {', '.join(diff[:8])}")
-        row["prediction_file"] = fin.get("prediction_file")
-        row["prediction_sha256"] = fin.get("prediction_sha256")
+        row["prediction_file"] = fin.output.file
+        row["prediction_sha256"] = fin.output.sha256
         v = verdicts.get(pid, {})
         for key in ("observed_ids", "ids_match", "duplicates", "missing", "extra", "format_ok", "coverage",
                     "metric_name", "metric", "metric_ref", "metric_delta", "threshold_ok", "tolerance_ok",
@@ -160,7 +160,7 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
         if fewer:
             notes.append(f"{SUBGROUP_CLASSES_NOTE} (a class absent from the subgroup is left out of its "
                          f"{v.get('metric_name')}): {json.dumps(fewer, sort_keys=True, ensure_ascii=False)}")
-        notes.extend(n for n in fin.get("notes") or [] if n)
+        notes.extend(n for n in fin.notes if n)
         if c4_line:
             notes.append(c4_line)
         if row["prediction_file"]:
@@ -261,7 +261,7 @@ def exclude_pass(campaign_dir: str | Path, pass_id: str, reason: str) -> dict[st
     if pass_id in state.exclusions:
         raise IteraError(f"{folder}: pass {pass_id} is already excluded ({state.exclusions[pass_id].get('reason')})",
                          hint="an exclusion is recorded once")
-    protocol = load_protocol(folder / "inputs" / "protocol.toml")
+    protocol = load_protocol(folder / PROTOCOL)
     event = Journal(folder / JOURNAL_NAME).append(
         "pass_excluded", pass_id=pass_id, variant=state.started[pass_id]["variant"], reason=reason.strip(),
         rule=protocol.run.exclusion_rule)

@@ -26,15 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from iteralab.campaign.carry import CARRY_DIR
+from iteralab.campaign.folder import CAMPAIGN, CORPUS, JOURNAL, LOCK, MANIFEST, PREDICTIONS, PROTOCOL, TABLE
 from iteralab.evidence.bundle import SEAL_FILES, SUMS_NAME, check_seal
 from iteralab.errors import IteraError, VerificationError
 from iteralab.common.files import sha256_file
 
 AUDIT_SCHEMA = 1
-TABLE = "raw_table.csv"
-PROTOCOL = "inputs/protocol.toml"
-LOCK = "inputs/protocol.toml.lock.json"
-CORPUS = "inputs/corpus.csv"
 #: Keys of a pass's intrinsic verdict (journal ``pass_evaluated``) that must be recomputed identically.
 INTRINSIC_KEYS = ("expected_ids", "observed_ids", "unique_ids", "duplicates", "missing", "extra", "ids_match",
                   "format_ok", "n_format_problems", "coverage", "coverage_ok", "metric_name", "metric",
@@ -140,7 +138,7 @@ def audit_campaign(folder: str | Path, *, require_seal: bool = True, expect_seal
     else:
         audit.note(f"not sealed: no {SUMS_NAME}, so added or deleted files cannot be told apart "
                    "(seal it with 'iteralab bundle pack')")
-    campaign = audit.load_json("campaign.json")
+    campaign = audit.load_json(CAMPAIGN)
     if not isinstance(campaign, dict):
         if campaign is not None:
             audit.diff("campaign.json: not a campaign record")
@@ -149,15 +147,15 @@ def audit_campaign(folder: str | Path, *, require_seal: bool = True, expect_seal
     if protocol is None:
         return report
     audit.stage(CORPUS, _check_corpus, audit, campaign, protocol)
-    audit.stage("campaign.json", _check_schedule, audit, campaign, protocol)
-    audit.stage("inputs/model", _check_carried, audit, campaign)
+    audit.stage(CAMPAIGN, _check_schedule, audit, campaign, protocol)
+    audit.stage(CARRY_DIR, _check_carried, audit, campaign)
     from iteralab.campaign.evaluate import EvaluationContext, PredictionReader
 
     # The corpus and every prediction file are read once and shared by the journal and the table checks.
     shared = audit.stage(CORPUS, lambda: (EvaluationContext.of(audit.folder), PredictionReader(protocol)))
     if shared is None:
         return report
-    audit.stage("journal.jsonl", _check_journal, audit, campaign, protocol, *shared)
+    audit.stage(JOURNAL, _check_journal, audit, campaign, protocol, *shared)
     audit.stage(TABLE, _check_table, audit, *shared)
     return report
 
@@ -243,9 +241,9 @@ def _check_corpus(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> Non
         _check_datasets(audit, campaign, protocol)
     else:
         _check_copy(audit, CORPUS, recorded, protocol)
-    manifest_path = audit.folder / "manifest.json"
+    manifest_path = audit.folder / MANIFEST
     if manifest_path.is_file():
-        manifest = audit.load_json("manifest.json")
+        manifest = audit.load_json(MANIFEST)
         corpus_part = manifest.get("corpus") if isinstance(manifest, dict) else None
         if not isinstance(corpus_part, dict):
             audit.diff("manifest.json: no corpus section")
@@ -258,8 +256,6 @@ def _check_corpus(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> Non
 def _check_carried(audit: _Audit, campaign: dict[str, Any]) -> None:
     """The model files the folder carries are the ones the campaign ran with (campaign.json ``model.files``);
     a file recorded as carried must be there; weights recorded by hash may be absent."""
-    from iteralab.campaign.carry import CARRY_DIR
-
     for name, record in sorted(((campaign.get("model") or {}).get("files") or {}).items()):
         path = audit.folder / CARRY_DIR / name
         if not path.is_file():
@@ -295,7 +291,7 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any, conte
 
     folder = audit.folder
     if not (folder / JOURNAL_NAME).is_file():
-        if any(is_prediction_name(p.name) for p in (folder / "predictions").glob("*")):
+        if any(is_prediction_name(p.name) for p in (folder / PREDICTIONS).glob("*")):
             audit.diff(f"{JOURNAL_NAME}: missing")
         else:
             audit.note(f"{JOURNAL_NAME}: absent: the campaign was prepared but no pass was attempted yet")
@@ -322,14 +318,14 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any, conte
         except KeyError:
             audit.diff(f"{JOURNAL_NAME}: pass {pid} names dataset {start.get('dataset')!r}, not one of the campaign")
             continue
-        fin = state.finished.get(pid)
+        fin = state.result(pid)
         if fin is None:
             continue
-        rel = fin.get("prediction_file")
+        rel = fin.output.file
         if rel is None:
             continue
         path = _inside(folder, rel)
-        if path is None or not rel.startswith("predictions/"):
+        if path is None or not rel.startswith(f"{PREDICTIONS}/"):
             audit.diff(f"{JOURNAL_NAME}: pass {pid} names a prediction file outside predictions/: {rel!r}")
             continue
         referenced.add(rel)
@@ -337,7 +333,7 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any, conte
         if entry is None:
             audit.diff(f"{rel}: missing (the journal records it for pass {pid})")
             continue
-        if entry[0] != fin.get("prediction_sha256"):
+        if entry[0] != fin.output.sha256:
             audit.diff(f"{rel}: edited — sha256 differs from the journal's record for pass {pid}")
         intrinsic = (state.evaluated.get(pid) or {}).get("intrinsic")
         if not isinstance(intrinsic, dict):
@@ -352,7 +348,7 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any, conte
             if key in recorded and recorded.get(key) != recomputed.get(key):
                 audit.diff(f"{rel}: pass {pid}'s verdict field {key!r} recomputed as {recomputed.get(key)!r}, "
                            f"the journal recorded {recorded.get(key)!r}")
-    pred_dir = folder / "predictions"
+    pred_dir = folder / PREDICTIONS
     if pred_dir.is_dir():
         for path in sorted(p for p in pred_dir.rglob("*") if p.is_file()):
             rel = path.relative_to(folder).as_posix()

@@ -1,0 +1,140 @@
+"""The records a pass exchanges (spec, result, failure, output) and the phases: one definition each, one JSON form.
+
+The journal's ``pass_finished`` records are written through :class:`PassResult`, so a record read back and
+written again is the same record: existing campaign folders read the same (the golden raw table proves the
+reading side byte for byte)."""
+
+import json
+
+import pytest
+
+import fake_models
+from campaign_factory import callable_campaign
+from iteralab.campaign import folder
+from iteralab.campaign.journal import read_journal
+from iteralab.campaign.records import (CLASS_PROBABILITIES, PHASES, RUNNER_PHASES, STARTUP_PHASES, WORKER_PHASES,
+                                       PassOutput, PassResult, PassSpec, failure, normalized, started)
+from iteralab.errors import RunError
+
+
+def _spec_json(**changes):
+    return {"pass_id": "r01-p01-b4-a1", "variant": {"name": "b4", "batch_size": 4}, "model": {"kind": "callable"},
+            "classes": ["neg", "pos"], "corpus_path": "/c/inputs/corpus.csv", "prediction_dir": "/c/predictions",
+            "warmup": {"inputs": 2, "passes": 1}, **changes}
+
+
+# --------------------------------------------------------------------------------------------- phases
+
+
+def test_every_phase_is_the_workers_or_the_runners_and_the_raw_table_lists_them_in_order():
+    assert set(WORKER_PHASES) | set(RUNNER_PHASES) == set(PHASES) and not set(WORKER_PHASES) & set(RUNNER_PHASES)
+    assert RUNNER_PHASES == ("evaluation_s",) and set(STARTUP_PHASES) < set(WORKER_PHASES)
+    assert folder.PHASES is PHASES
+    start = folder.COLUMNS.index(PHASES[0])
+    assert folder.COLUMNS[start:start + len(PHASES)] == PHASES
+
+
+# --------------------------------------------------------------------------------------------- the spec
+
+
+def test_a_spec_reads_back_as_it_was_written():
+    spec = PassSpec.from_json(_spec_json(seed=3, documents=12))
+    assert spec.classes == ("neg", "pos") and spec.seed == 3 and spec.documents == 12 and spec.device == "auto"
+    assert PassSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
+    assert spec.to_json()["classes"] == ["neg", "pos"]
+    assert spec.with_changes(spawned_at=1.5).spawned_at == 1.5 and spec.spawned_at is None
+
+
+def test_a_spec_with_an_unknown_or_missing_field_is_refused_by_name():
+    with pytest.raises(RunError, match="spec.json: unknown field.s. workdir"):
+        PassSpec.from_json(_spec_json(workdir="/tmp"), "spec.json")
+    record = _spec_json()
+    del record["corpus_path"]
+    with pytest.raises(RunError, match="missing field.s. corpus_path"):
+        PassSpec.from_json(record)
+
+
+# --------------------------------------------------------------------------------------------- the result
+
+
+def test_a_failure_has_every_worker_phase_empty_its_error_and_its_kind():
+    record = failure("p1", "worker process ended (signal 9) without a result: ", "crash", completed=None,
+                     retries=None, notes=["completed: unknown"])
+    assert record["phases"] == dict.fromkeys(WORKER_PHASES)
+    assert record["status"] == "failed" and record["error_kind"] == "crash"
+    assert record["completed"] is None and record["retries"] is None  # unknown, never 0
+    assert record["prediction_file"] is None and record["notes"] == ["completed: unknown"]
+    assert failure("p1", "load failed", "load")["completed"] == 0  # a pass that never started processed nothing
+    assert normalized(record) == record
+
+
+def test_a_running_pass_has_no_error_kind_until_it_fails():
+    record = started("p1", engine="ray")
+    assert "error_kind" not in record and record["status"] == "failed" and record["engine"] == "ray"
+    assert record["startup"] == {} and record["file_hashes"] is None
+
+
+def test_a_result_reads_back_as_it_was_written_engine_keys_included():
+    record = {**started("p1"), "status": "ok", "completed": 12, "expected": 12, "order_hash": "ab",
+              "concurrent_load": {"flagged": False}, "prediction_file": "predictions/p1.parquet",
+              "prediction_sha256": "cd", "startup": {"imports_s": 0.5}, "file_hashes": {"w": "ef"},
+              "environment": {"python": {"version": "3.11"}}}
+    record["phases"]["pass_s"] = 2.0
+    result = PassResult.from_json(record)
+    assert result.ok and result.phase("pass_s") == 2.0 and result.completed == 12
+    assert result.output == PassOutput(CLASS_PROBABILITIES, "predictions/p1.parquet", "cd")
+    assert result.extra == {"order_hash": "ab", "concurrent_load": {"flagged": False}}
+    assert result.to_json() == record
+    journaled = result.to_json(journal=True)
+    assert "environment" not in journaled and "file_hashes" not in journaled
+    assert journaled == {k: v for k, v in record.items() if k not in ("environment", "file_hashes")}
+
+
+def test_the_output_of_a_pass_has_a_kind_and_an_unknown_kind_is_refused():
+    assert PassResult.from_json(failure("p1", "x", "load")).output.kind == CLASS_PROBABILITIES
+    assert "output_kind" not in PassOutput(file="predictions/p1.parquet").to_json()  # journals stay as they were
+    with pytest.raises(RunError, match="kind 'embeddings' is not one of"):
+        PassResult.from_json({**failure("p1", "x", "load"), "output_kind": "embeddings"})
+
+
+def test_a_record_without_a_status_is_not_a_result():
+    with pytest.raises(RunError, match="pass result: no status"):
+        PassResult.from_json({"pass_id": "p1"})
+
+
+@pytest.mark.parametrize("fn, status", [("fake_models:keyword_classifier", "ok"),
+                                        ("fake_models:oom_on_third_call", "failed")])
+def test_every_pass_finished_record_a_run_writes_reads_back_unchanged(tmp_path, fn, status):
+    """The journal is written through the typed record, a success and a failure alike."""
+    from iteralab.campaign.runner import run_passes
+
+    fake_models.CALLS.clear()  # the failing model fails its third call: counted from this run
+    protocol = callable_campaign(tmp_path, fn=fn, passes=1, isolation="inprocess", warmup="inputs = 0\npasses = 0")
+    out = tmp_path / "out"
+    run_passes(protocol, out)
+    state = read_journal(out / folder.JOURNAL)
+    results = [PassResult.from_json(record) for record in state.finished.values()]
+    assert status in {r.status for r in results}
+    for record, result in zip(state.finished.values(), results):
+        assert result.to_json(journal=True) == record
+        assert set(result.phases) == set(WORKER_PHASES)
+        assert result.output.file == f"{folder.PREDICTIONS}/{result.pass_id}.parquet"
+        assert (result.error_kind is None) == result.ok
+
+
+def test_a_prediction_file_holds_the_ids_and_one_output_kinds_columns():
+    from iteralab.campaign.predictions import OUTPUT_COLUMNS, schema
+
+    assert set(OUTPUT_COLUMNS) == {CLASS_PROBABILITIES}
+    assert tuple(schema(3).names) == ("id", *OUTPUT_COLUMNS[CLASS_PROBABILITIES])
+
+
+def test_a_crash_record_of_an_earlier_run_reads_as_the_one_written_now():
+    """Before the one constructor, a crashed worker's record held only its error, kind, count and notes."""
+    earlier = {"pass_id": "p1", "status": "failed", "completed": None, "error_kind": "crash",
+               "error": "worker process ended (signal 9) without a result: ", "notes": ["completed: unknown"]}
+    now = PassResult.from_json(failure("p1", earlier["error"], "crash", completed=None, retries=None,
+                                       notes=earlier["notes"]))
+    read = PassResult.from_json(earlier)
+    assert all(read.phase(p) is None and now.phase(p) is None for p in WORKER_PHASES)
+    assert read.with_changes(phases=now.phases) == now
