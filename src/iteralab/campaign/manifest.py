@@ -22,10 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from iteralab.common.files import sha256_file, write_json_atomic
+from iteralab.errors import RunError
 
-__all__ = ["MANIFEST_SCHEMA_VERSION", "PACKAGES", "campaign_manifest", "code_version", "determinism_settings",
-           "diff_manifests", "environment_manifest", "flatten", "manifest_differences", "rocm_compatibility",
-           "rocm_compatibility_line", "sha256_file", "write_json_atomic"]
+__all__ = ["MANIFEST_SCHEMA_VERSION", "PACKAGES", "RESUME_KEYS", "campaign_manifest", "check_resume_environment",
+           "code_version", "determinism_settings", "diff_manifests", "env_summary", "environment_manifest", "flatten",
+           "load_observed", "manifest_differences", "rocm_compatibility", "rocm_compatibility_line", "sha256_file",
+           "write_json_atomic"]
 
 MANIFEST_SCHEMA_VERSION = 1
 PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "scikit-learn", "iteralab",
@@ -254,3 +256,40 @@ def diff_manifests(a: Mapping[str, Any], b: Mapping[str, Any], *, ignore: Iterab
 if __name__ == "__main__":  # pragma: no cover - a quick look at this machine: python -m iteralab.campaign.manifest
     json.dump(environment_manifest(), sys.stdout, indent=2, sort_keys=True)
     sys.stdout.write("\n")
+
+
+#: The environment facts that make a pass another configuration (C3/C5): a resume refuses to mix them.
+RESUME_KEYS = ("python.version", "packages.torch", "packages.transformers", "packages.tokenizers",
+               "packages.safetensors", "device_inventory.backend", "device_inventory.gpu_count",
+               "device_inventory.gpus.*.name", "device_inventory.driver_version", "device_inventory.torch_cuda",
+               "device_inventory.torch_hip")
+
+
+def check_resume_environment(out: Path, reference: dict[str, Any]) -> None:
+    """Before a resumed campaign runs a pass: the software and devices must be those of its finished passes."""
+
+    def wanted(key: str) -> bool:
+        return any(key == p or fnmatch.fnmatchcase(key, p) for p in RESUME_KEYS)
+
+    now = environment_manifest(git=False)  # the code version is not among the keys compared
+    for key, before, after in manifest_differences(reference.get("environment") or {}, now):
+        if wanted(key):
+            raise RunError(
+                f"{out}: resume refused: {key} was {before} for the passes already run, now {after}; the "
+                "remaining passes would be another configuration",
+                hint="resume in the environment the campaign started in, or run this protocol into a new --out folder")
+
+
+def env_summary(environment: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The devices a pass observed, as its ``pass_finished`` record states them."""
+    if not environment:
+        return None
+    inventory = environment.get("devices") or environment.get("device_inventory") or {}
+    return {"devices": inventory}
+
+
+def load_observed(path: Path) -> dict[str, Any] | None:
+    """The observed facts of a campaign's manifest file (None before the first successful pass wrote it)."""
+    if not path.exists():
+        return None
+    return json.loads(path.read_text(encoding="utf-8")).get("observed")

@@ -38,6 +38,7 @@ from iteralab.campaign.carry import carry_model_files
 from iteralab.campaign.folder import (CAMPAIGN, CATALOG, CORPUS, INPUTS, LOCK, MANIFEST, PREDICTIONS, PROTOCOL, TABLE,
                                      TUNING, corpus_copy)
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
+from iteralab.campaign.manifest import check_resume_environment, env_summary, load_observed
 from iteralab.campaign.records import PassResult, PassSpec, failure
 from iteralab.plan.protocol import Protocol, check_series
 from iteralab.plan.lockfile import check_locked, lock_path
@@ -377,9 +378,9 @@ def _run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[st
     done = state.done_slots()
     todo = [s for s in slots if (s.round, s.position) not in done]
     at.journal, at.done, at.total = journal, len(slots) - len(todo), len(slots)
-    reference_manifest = _load_manifest(out)
+    reference_manifest = load_observed(out / MANIFEST)
     if reference_manifest is not None and todo:
-        _check_resume_environment(out, reference_manifest)  # before anything is appended to the journal
+        check_resume_environment(out, reference_manifest)  # before anything is appended to the journal
     engine = RayEngine.for_slots(protocol, [s.variant for s in todo if s.variant not in flight.unrunnable])
     if engine is not None:
         stop.install()  # ray.init replaced the SIGTERM handler with its own
@@ -470,7 +471,7 @@ def _run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[st
                 observed["environment"] else []
             finished = result.to_json(journal=True)
             journal.append("pass_finished", manifest_diff=diff,
-                           environment_summary=_env_summary(result.environment), **finished)
+                           environment_summary=env_summary(result.environment), **finished)
             at.pass_id, at.done = None, (at.done or 0) + 1
             t0 = time.perf_counter()
             verdict = evaluate_pass(out, pass_id, reads, slot.dataset, finished={**finished, "variant": slot.variant})
@@ -491,45 +492,6 @@ def _not_run(pass_id: str, why: str, kind: str = "not_run") -> dict[str, Any]:
     """The record of a slot that the protocol's own rule (or this machine, ``unrunnable``) says not to run: every
     measurement empty."""
     return failure(pass_id, why, kind, notes=[why])
-
-
-#: The environment facts that make a pass another configuration (C3/C5): a resume refuses to mix them.
-RESUME_KEYS = ("python.version", "packages.torch", "packages.transformers", "packages.tokenizers",
-               "packages.safetensors", "device_inventory.backend", "device_inventory.gpu_count",
-               "device_inventory.gpus.*.name", "device_inventory.driver_version", "device_inventory.torch_cuda",
-               "device_inventory.torch_hip")
-
-
-def _check_resume_environment(out: Path, reference: dict[str, Any]) -> None:
-    """Before a resumed campaign runs a pass: the software and devices must be those of its finished passes."""
-    from fnmatch import fnmatchcase
-
-    from iteralab.campaign.manifest import environment_manifest, manifest_differences
-
-    def wanted(key: str) -> bool:
-        return any(key == p or fnmatchcase(key, p) for p in RESUME_KEYS)
-
-    now = environment_manifest(git=False)  # the code version is not among the keys compared
-    for key, before, after in manifest_differences(reference.get("environment") or {}, now):
-        if wanted(key):
-            raise RunError(
-                f"{out}: resume refused: {key} was {before} for the passes already run, now {after}; the "
-                "remaining passes would be another configuration",
-                hint="resume in the environment the campaign started in, or run this protocol into a new --out folder")
-
-
-def _env_summary(environment: dict[str, Any] | None) -> dict[str, Any] | None:
-    if not environment:
-        return None
-    inventory = environment.get("devices") or environment.get("device_inventory") or {}
-    return {"devices": inventory}
-
-
-def _load_manifest(out: Path) -> dict[str, Any] | None:
-    path = out / MANIFEST
-    if not path.exists():
-        return None
-    return json.loads(path.read_text(encoding="utf-8")).get("observed")
 
 
 def _write_manifest(out: Path, campaign: dict[str, Any], protocol: Protocol, result: PassResult,
