@@ -22,7 +22,7 @@ from iteralab.campaign.runner import prepare
 from iteralab.errors import CorpusError, ProtocolError
 from iteralab.plan import scan
 from iteralab.plan.corpus import load_corpus
-from iteralab.plan.protocol import load_protocol
+from iteralab.plan.lockfile import open_locked, read_protocol_file
 
 CLASSES = ("plot", "fresh", "rotten")
 
@@ -47,10 +47,10 @@ def _rows(prefix: str, n: int = 40, seed: int = 0, shuffle: bool = True):
 
 def _whole_inputs(path):
     """The fingerprints as the whole read makes them (load_inputs + corpus_fingerprint), per corpus."""
-    protocol = load_protocol(path)
-    if protocol.datasets:
-        return {d.name: corpus_fingerprint(load_inputs(protocol, path, d)[0]) for d in protocol.datasets}
-    return {"corpus": corpus_fingerprint(load_inputs(protocol, path)[0])}
+    source = read_protocol_file(path)
+    if source.protocol.datasets:
+        return {d.name: corpus_fingerprint(load_inputs(source, d)[0]) for d in source.protocol.datasets}
+    return {"corpus": corpus_fingerprint(load_inputs(source)[0])}
 
 
 def test_streamed_lock_records_equal_those_of_the_whole_read(tmp_path):
@@ -58,11 +58,12 @@ def test_streamed_lock_records_equal_those_of_the_whole_read(tmp_path):
                             tuning=[("x1", "a tuning text", "plot"), ("x0", "another tuning text", "fresh")])
     inputs = fingerprint_inputs(path)
     assert inputs["datasets"] == _whole_inputs(path)
-    protocol = load_protocol(path)
-    assert inputs["tuning"] == corpus_fingerprint(load_inputs(protocol, path, protocol.datasets[0])[1])
+    source = read_protocol_file(path)
+    assert inputs["tuning"] == corpus_fingerprint(load_inputs(source, source.protocol.datasets[0])[1])
     entry = lock(path, now=LOCKED_AT)
     assert entry["inputs"]["datasets"] == inputs["datasets"]
-    check_inputs(path, entry)  # the re-check at run agrees with what was locked
+    assert open_locked(path).entry == entry
+    check_inputs(open_locked(path))  # the re-check at run agrees with what was locked
 
 
 def test_one_corpus_lock_records_equal_those_of_the_whole_read(tmp_path):
@@ -77,7 +78,7 @@ def test_one_corpus_lock_records_equal_those_of_the_whole_read(tmp_path):
     rows[40] = (changed[0], changed[1], next(c for c in CLASSES if c != changed[2]))
     _write_csv(tmp_path / "a.csv", rows)
     with pytest.raises(ProtocolError, match=f"corpus: 1 reference label changed \\(e.g. '{changed[0]}'"):
-        check_inputs(path, entry)
+        check_inputs(open_locked(path))
 
 
 def test_an_overlap_in_a_later_batch_is_named_as_the_whole_read_names_it(tmp_path):
@@ -92,9 +93,9 @@ def test_an_overlap_in_a_later_batch_is_named_as_the_whole_read_names_it(tmp_pat
     path = dataset_protocol(tmp_path / "texts", {"a": a, "b": b})
     with pytest.raises(CorpusError) as refused:
         lock(path)
-    protocol = load_protocol(path)
+    source = read_protocol_file(path)
     with pytest.raises(CorpusError) as whole:
-        check_datasets_disjoint([(d.name, load_inputs(protocol, path, d)[0]) for d in protocol.datasets])
+        check_datasets_disjoint([(d.name, load_inputs(source, d)[0]) for d in source.protocol.datasets])
     assert str(refused.value) == str(whole.value) and f"id {a[31][0]!r} in 'a', id 'b-new' in 'b'" in str(whole.value)
     assert not (tmp_path / "texts" / "protocol.toml.lock.json").exists()
 
@@ -138,9 +139,9 @@ def test_dataset_copies_are_written_while_read_in_batches(tmp_path):
     path = dataset_protocol(tmp_path, {"a": a, "b": b}, tuning=[("x1", "a tuning text", "plot")])
     lock(path, now=LOCKED_AT)
     campaign = prepare(path, tmp_path / "out")
-    protocol = load_protocol(path)
-    for record, dataset in zip(campaign["datasets"], protocol.datasets):
-        corpus = load_inputs(protocol, path, dataset)[0]
+    source = read_protocol_file(path)
+    for record, dataset in zip(campaign["datasets"], source.protocol.datasets):
+        corpus = load_inputs(source, dataset)[0]
         write_corpus(corpus, tmp_path / f"{dataset.name}-whole.csv", extra={"stratum": [""] * len(corpus)})
         assert (tmp_path / "out" / record["file"]).read_bytes() == (tmp_path / f"{dataset.name}-whole.csv").read_bytes()
         assert (record["fingerprint"], record["order_hash"], record["size"]) == (
@@ -154,9 +155,9 @@ def test_a_tuning_overlap_in_a_later_batch_is_refused_as_the_whole_read_refuses_
     path = dataset_protocol(tmp_path, {"b": _rows("b", 20, seed=16), "a": a}, tuning=tuning)
     with pytest.raises(CorpusError) as refused:
         lock(path)
-    protocol = load_protocol(path)
+    source = read_protocol_file(path)
     with pytest.raises(CorpusError) as whole:
-        load_inputs(protocol, path, protocol.datasets[1])
+        load_inputs(source, source.protocol.datasets[1])
     assert str(refused.value) == str(whole.value) and "a.csv) overlap" in str(refused.value)
 
 

@@ -91,15 +91,20 @@ def test_fp16_on_cpu_is_not_runnable_here(tmp_path, tiny_classifier_dir, capsys)
 
 
 def test_preflight_of_a_callable_campaign_does_not_import_torch(tmp_path):
+    import os
     import subprocess
     import sys
     from pathlib import Path
 
+    import iteralab
+
     protocol = callable_campaign(tmp_path, passes=1)
-    code = ("import sys; from iteralab.plan.lockfile import check_locked; "
-            "from iteralab.campaign.preflight import preflight; p, _ = check_locked(sys.argv[1]); "
-            "preflight(p, sys.argv[1]); print('torch' in sys.modules)")
-    env = {"PYTHONPATH": str(Path(__file__).parent), "PATH": "/usr/bin:/bin"}
+    code = ("import sys; from iteralab.plan.lockfile import open_locked; "
+            "from iteralab.campaign.preflight import preflight; "
+            "preflight(open_locked(sys.argv[1])); print('torch' in sys.modules)")
+    # the package under test (not another copy the interpreter may have installed), and the fake models
+    source = Path(iteralab.__file__).resolve().parents[1]
+    env = {"PYTHONPATH": os.pathsep.join([str(source), str(Path(__file__).parent)]), "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", code, str(protocol)], capture_output=True, text=True, env=env,
                          timeout=120)
     assert out.returncode == 0, out.stderr

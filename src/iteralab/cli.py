@@ -45,9 +45,10 @@ def lock_cmd(
 ) -> None:
     """Check every input, then lock: the protocol's hash, the inputs' fingerprints and a UTC timestamp (P2)."""
     from iteralab.campaign.inputs import lock, lock_warnings
-    from iteralab.plan.lockfile import lock_path
+    from iteralab.plan.lockfile import lock_path, read_protocol_file
 
-    entry = lock(protocol, allow_large=allow_large)
+    source = read_protocol_file(protocol)  # read once: checked, fingerprinted, locked and warned about
+    entry = lock(source, allow_large=allow_large)
     typer.echo(f"locked {protocol} version {entry['version']}: sha256 {entry['sha256']} at {entry['locked_at']}")
     typer.echo(f"schedule: {entry['schedule']}")
     sets = entry["inputs"].get("datasets") or {}
@@ -55,7 +56,7 @@ def lock_cmd(
     typer.echo("inputs fingerprinted: " + corpus + ("tuning split, " if entry["inputs"].get("tuning") else "")
                + "model files, catalog")
     typer.echo(f"lock file: {lock_path(protocol)}")
-    for line in lock_warnings(protocol, entry):
+    for line in lock_warnings(source, entry):
         typer.echo(f"Warning: {line}", err=True)
 
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from iteralab.common.files import sha256_file
 from iteralab.errors import BundleError
+from iteralab.plan.lockfile import ProtocolFile
 from iteralab.plan.protocol import Protocol
-from iteralab.plan.paths import resolve
 
 #: Where the carried files live inside a campaign folder.
 CARRY_DIR = "inputs/model"
@@ -61,18 +61,17 @@ def is_weight(name: str, size: int) -> bool:
     return name.lower().endswith(WEIGHT_SUFFIXES) or size > CARRY_LIMIT
 
 
-def carry_model_files(protocol: Protocol, protocol_path: Path, out: Path,
-                      hashes: dict[str, str] | None = None) -> dict[str, Any]:
+def carry_model_files(protocol_file: ProtocolFile, out: Path, hashes: dict[str, str] | None = None) -> dict[str, Any]:
     """Copy the carried files into ``out/inputs/model`` and return the ``model.files`` record of campaign.json:
     per file its sha256, its size and whether the folder holds it. ``hashes`` are the model files' sha256 as the
     input check just computed them (``campaign.inputs.check_inputs``); without them they are computed here."""
     if hashes is None:
         from iteralab.campaign.inputs import model_files
 
-        hashes = model_files(protocol, protocol_path)
-    model = protocol.model
-    folder, head = resolve(protocol_path, model.path), resolve(protocol_path, model.head)
-    callable_file = _callable_file(protocol)
+        hashes = model_files(protocol_file)
+    model = protocol_file.protocol.model
+    folder, head = protocol_file.where(model.path), protocol_file.where(model.head)
+    callable_file = _callable_file(protocol_file.protocol)
     target = out / CARRY_DIR
     files: dict[str, Any] = {}
     for name, digest in sorted(hashes.items()):

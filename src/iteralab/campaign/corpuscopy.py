@@ -26,7 +26,7 @@ from iteralab.campaign.folder import TUNING
 from iteralab.common import files
 from iteralab.common.files import FILE_MODE
 from iteralab.errors import RunError
-from iteralab.plan.protocol import Protocol
+from iteralab.plan.lockfile import LockedProtocol
 
 
 class CorpusCopy:
@@ -128,9 +128,8 @@ def tuning_record(copy: CorpusCopy | None, scan: Any) -> dict[str, Any] | None:
             "fingerprint": scan.fingerprint, "file_sha256": copy.commit()}
 
 
-def write_dataset_copies(protocol: Protocol, protocol_path: Path, out: Path, lock_entry: dict[str, Any], *,
-                         rerun: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any] | None,
-                                                       dict[str, str] | None]:
+def write_dataset_copies(locked: LockedProtocol, out: Path, *, rerun: bool = False
+                         ) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any] | None, dict[str, str] | None]:
     """Copy every dataset into ``inputs/datasets/`` (and the tuning split into ``inputs/tuning.csv``), each
     written while it is read in record batches (:func:`scan_datasets`), and check that read against the lock
     (``check_inputs`` with these scans): each dataset is read once. A refused input leaves no copy.
@@ -138,6 +137,7 @@ def write_dataset_copies(protocol: Protocol, protocol_path: Path, out: Path, loc
     Returns the campaign's ``datasets`` records (name, fingerprint, order hash, size, file, sha256, strata),
     its ``corpus`` record (the combined fingerprint and order hash, the total size, no file), the tuning
     record and the model files' sha256 as checked."""
+    protocol = locked.protocol
     spec = protocol.corpus
     (out / DATASETS_DIR).mkdir(parents=True, exist_ok=True)
     by_stratum = any(sg.by == "stratum" for sg in protocol.subgroups) and bool(spec.stratum_column)
@@ -148,9 +148,9 @@ def write_dataset_copies(protocol: Protocol, protocol_path: Path, out: Path, loc
             copies[dataset.name] = CorpusCopy(out / dataset_file(dataset.name),
                                               extra={"stratum": spec.stratum_column if by_stratum else ""})
         tuning_copy = CorpusCopy(out / "inputs" / "tuning.csv") if spec.tuning_path else None
-        scanned = scan_datasets(protocol, protocol_path, sinks_for=lambda name: [copies[name]],
+        scanned = scan_datasets(locked, sinks_for=lambda name: [copies[name]],
                                 tuning_sinks=[tuning_copy] if tuning_copy is not None else [])
-        model_hashes = check_inputs(protocol_path, lock_entry, rerun=rerun, scans=scanned)
+        model_hashes = check_inputs(locked, rerun=rerun, scans=scanned)
     except BaseException:
         for copy in [*copies.values(), *([tuning_copy] if tuning_copy is not None else [])]:
             copy.abort()

@@ -30,28 +30,28 @@ from iteralab.common.files import sha256_file
 from iteralab.errors import CorpusError, ProtocolError
 from iteralab.plan.corpus import Corpus, check_disjoint, load_corpus
 from iteralab.plan.expenses import check_currency
-from iteralab.plan.protocol import Dataset, Protocol, load_protocol
-from iteralab.plan.paths import resolve
+from iteralab.plan.protocol import Dataset, Protocol
 from iteralab.plan.scan import Batch, CorpusScan, Sink, labels_digest, scan_corpus
+from iteralab.plan.lockfile import LockedProtocol, ProtocolFile, as_protocol_file, open_locked
 from iteralab.plan.lockfile import lock as _record_lock
 
 INPUTS_SCHEMA = 1
 AMEND_HINT = "restore the locked input, or amend: raise 'version' in the protocol and lock again"
 
 
-def load_inputs(protocol: Protocol, protocol_path: Path, dataset: Dataset | None = None
-                ) -> tuple[Corpus, Corpus | None]:
+def load_inputs(protocol_file: ProtocolFile, dataset: Dataset | None = None) -> tuple[Corpus, Corpus | None]:
     """The final corpus (with its stratum column when a stratum subgroup is planned) and the tuning split,
     read with the protocol's columns and classes; overlapping splits are refused (P4). ``dataset``: read that
     dataset of a several-dataset protocol (K6) in place of ``corpus.path``."""
+    protocol = protocol_file.protocol
     spec = protocol.corpus
     columns, _ = _columns(protocol)
     needs_strata = any(sg.by == "stratum" for sg in protocol.subgroups)
-    corpus = load_corpus(resolve(protocol_path, dataset.path if dataset else spec.path), **columns,
+    corpus = load_corpus(protocol_file.where(dataset.path if dataset else spec.path), **columns,
                          extra_columns=[spec.stratum_column] if spec.stratum_column and needs_strata else [])
     tuning = None
     if spec.tuning_path:
-        tuning = load_corpus(resolve(protocol_path, spec.tuning_path), **columns)
+        tuning = load_corpus(protocol_file.where(spec.tuning_path), **columns)
         check_disjoint(tuning, corpus)
     return corpus, tuning
 
@@ -83,14 +83,14 @@ def corpus_records(fingerprint: dict[str, Any]) -> dict[str, list[Any]]:
     return records
 
 
-def model_files(protocol: Protocol, protocol_path: Path) -> dict[str, str]:
+def model_files(protocol_file: ProtocolFile) -> dict[str, str]:
     """sha256 of every file the declared model reads: weights, config and tokenizer, the head, the callable's
     module file. Missing files are refused naming the protocol key."""
     from iteralab.models.base import folder_hashes
 
-    model, where = protocol.model, str(protocol_path)
+    model, where = protocol_file.protocol.model, protocol_file.source
     hashes: dict[str, str] = {}
-    folder = resolve(protocol_path, model.path)
+    folder = protocol_file.where(model.path)
     if folder is not None:
         if not folder.is_dir():
             raise ProtocolError(f"{where}: model.path: folder {folder} does not exist",
@@ -100,7 +100,7 @@ def model_files(protocol: Protocol, protocol_path: Path) -> dict[str, str]:
                                 hint="save the model with save_pretrained(..., safe_serialization=True)")
         hashes.update(folder_hashes(folder, prefix="tokenizer/" if model.kind == "callable" else ""))
     if model.head:
-        head = resolve(protocol_path, model.head)
+        head = protocol_file.where(model.head)
         if head is None or not head.is_file():
             raise ProtocolError(f"{where}: model.head: file {head} does not exist",
                                 hint="train one with: iteralab head train")
@@ -114,20 +114,20 @@ def model_files(protocol: Protocol, protocol_path: Path) -> dict[str, str]:
         if spec is None:
             raise ProtocolError(f"{where}: model.callable: module {module!r} cannot be found",
                                 hint="check the name; the module must be importable: install its package, or put "
-                                     f"its folder on PYTHONPATH (e.g. PYTHONPATH={protocol_path.resolve().parent})")
+                                     f"its folder on PYTHONPATH (e.g. PYTHONPATH={protocol_file.folder})")
         if spec.origin and Path(spec.origin).is_file():
             hashes[f"callable/{Path(spec.origin).name}"] = sha256_file(spec.origin)
     return dict(sorted(hashes.items()))
 
 
-def _declared_order(protocol: Protocol, protocol_path: Path) -> tuple[str, str] | None:
+def _declared_order(protocol_file: ProtocolFile) -> tuple[str, str] | None:
     """(what, classes in the model's output order as a JSON list) read from the model's small files: a
     classifier's config.json id2label, or a head's metadata; None when there is nothing to read cheaply (the
     preflight of ``run`` loads the model and checks it again)."""
-    model = protocol.model
+    model = protocol_file.protocol.model
     if model.kind == "hf_classifier" and model.path:
         try:
-            config = json.loads((resolve(protocol_path, model.path) / "config.json").read_text(encoding="utf-8"))
+            config = json.loads((protocol_file.where(model.path) / "config.json").read_text(encoding="utf-8"))
             id2label = config.get("id2label") or {}
             return "the model's id2label", json.dumps([str(id2label[k]) for k in sorted(id2label, key=int)])
         except (OSError, ValueError, TypeError, KeyError):
@@ -135,7 +135,7 @@ def _declared_order(protocol: Protocol, protocol_path: Path) -> tuple[str, str] 
     if model.kind == "encoder_head" and model.head:
         from safetensors import SafetensorError, safe_open
 
-        head = resolve(protocol_path, model.head)
+        head = protocol_file.where(model.head)
         try:
             with safe_open(str(head), framework="numpy") as fh:
                 return f"the head {head}", (fh.metadata() or {})["classes"]
@@ -144,10 +144,10 @@ def _declared_order(protocol: Protocol, protocol_path: Path) -> tuple[str, str] 
     return None
 
 
-def check_model_classes(protocol: Protocol, protocol_path: Path) -> None:
+def check_model_classes(protocol_file: ProtocolFile) -> None:
     """Classes declared in another order than the model's outputs are refused at ``lock`` (the preflight of ``run``
     would refuse them too, after the lock had cost a protocol version)."""
-    found = _declared_order(protocol, protocol_path)
+    found = _declared_order(protocol_file)
     if found is None:
         return
     what, order = found
@@ -155,71 +155,72 @@ def check_model_classes(protocol: Protocol, protocol_path: Path) -> None:
         labels = [str(c) for c in json.loads(order)]
     except (ValueError, TypeError):
         return
-    declared = [str(c) for c in protocol.corpus.classes]
+    declared = [str(c) for c in protocol_file.protocol.corpus.classes]
     if labels and labels != declared:
-        raise ProtocolError(f"{protocol_path}: corpus.classes: the protocol declares {declared} but {what} is "
+        raise ProtocolError(f"{protocol_file.source}: corpus.classes: the protocol declares {declared} but {what} is "
                             f"{labels}", hint="declare the classes in the model's output order")
 
 
-def catalog_fingerprint(protocol: Protocol, protocol_path: Path) -> dict[str, Any]:
+def catalog_fingerprint(protocol_file: ProtocolFile) -> dict[str, Any]:
     from iteralab.kit.calcul_forfaits import DEFAULT_CATALOG, KitError, load_catalog
 
-    declared = protocol.catalog.path
-    source = resolve(protocol_path, declared) if declared else Path(DEFAULT_CATALOG)
+    declared = protocol_file.protocol.catalog.path
+    source = protocol_file.where(declared) if declared else Path(DEFAULT_CATALOG)
     try:
         catalog = load_catalog(source)
     except KitError as exc:
-        raise ProtocolError(f"{protocol_path}: catalog.path: {exc}", hint=exc.hint) from None
-    check_currency(protocol.expenses, catalog.currency, str(protocol_path))  # K5: one budget, one currency
+        raise ProtocolError(f"{protocol_file.source}: catalog.path: {exc}", hint=exc.hint) from None
+    # K5: one budget, one currency
+    check_currency(protocol_file.protocol.expenses, catalog.currency, protocol_file.source)
     return {"file": source.name, "version": catalog.version, "sha256": sha256_file(source)}
 
 
-def fingerprint_inputs(protocol_path: str | os.PathLike[str]) -> dict[str, Any]:
+def fingerprint_inputs(protocol: str | os.PathLike[str] | ProtocolFile) -> dict[str, Any]:
     """Check every input the protocol names and return their fingerprints (raises on the first problem).
 
     Each corpus is read in record batches (:func:`scan_inputs`, :func:`scan_datasets`):
     what is kept per document is its id, text digest and label (:class:`LockRecords`), never its text."""
-    path = Path(protocol_path)
-    protocol = load_protocol(path)
+    protocol_file = as_protocol_file(protocol)
     tuning_records = LockRecords()
-    if protocol.datasets:
-        records = {dataset.name: LockRecords() for dataset in protocol.datasets}
-        scanned = scan_datasets(protocol, path, sinks_for=lambda name: [records[name]],
-                                tuning_sinks=[tuning_records])
+    if protocol_file.protocol.datasets:
+        records = {dataset.name: LockRecords() for dataset in protocol_file.protocol.datasets}
+        scanned = scan_datasets(protocol_file, sinks_for=lambda name: [records[name]], tuning_sinks=[tuning_records])
         return {"schema_version": INPUTS_SCHEMA, "corpus": None,
                 "datasets": {name: records[name].fingerprint(scan) for name, scan in scanned.named},
                 "tuning": tuning_records.fingerprint(scanned.tuning) if scanned.tuning is not None else None,
-                "model": model_files(protocol, path), "catalog": catalog_fingerprint(protocol, path)}
+                "model": model_files(protocol_file), "catalog": catalog_fingerprint(protocol_file)}
     final_records = LockRecords()
-    scans = scan_inputs(protocol, path, sinks=[final_records], tuning_sinks=[tuning_records])
+    scans = scan_inputs(protocol_file, sinks=[final_records], tuning_sinks=[tuning_records])
     return {"schema_version": INPUTS_SCHEMA, "corpus": final_records.fingerprint(scans.corpus),
             "tuning": tuning_records.fingerprint(scans.tuning) if scans.tuning is not None else None,
-            "model": model_files(protocol, path), "catalog": catalog_fingerprint(protocol, path)}
+            "model": model_files(protocol_file), "catalog": catalog_fingerprint(protocol_file)}
 
 
-def check_strata(protocol: Protocol, protocol_path: Path, corpus: Corpus) -> None:
+def check_strata(protocol_file: ProtocolFile, corpus: Corpus) -> None:
     """Length strata (C2): when a stratum subgroup is planned, every row's stratum is declared and agrees with
     its token count by the model's own tokenizer."""
     from iteralab.models.tokens import check_row_strata
 
-    check_row_strata(protocol, protocol_path, corpus)
+    protocol = protocol_file.protocol
+    check_row_strata(protocol, protocol_file.source, protocol_file.where(protocol.model.path), corpus)
 
 
-def lock(protocol_path: str | os.PathLike[str], *, now: datetime | None = None,
+def lock(protocol: str | os.PathLike[str] | ProtocolFile, *, now: datetime | None = None,
          allow_large: bool = False) -> dict[str, Any]:
     """Check every input, then record the protocol hash and the inputs' fingerprints (P2). Locking the same
-    content again returns the existing entry, unless an input changed since: that is refused."""
-    path = Path(protocol_path)
-    inputs = fingerprint_inputs(path)
-    check_model_classes(load_protocol(path), path)
-    entry = _record_lock(path, now=now, allow_large=allow_large, inputs=inputs)
-    _require_fingerprints(path, entry)
-    compare_inputs(path, entry, inputs)
+    content again returns the existing entry, unless an input changed since: that is refused. The protocol file
+    is read once (given as read, or read here)."""
+    protocol_file = as_protocol_file(protocol)
+    inputs = fingerprint_inputs(protocol_file)
+    check_model_classes(protocol_file)
+    entry = _record_lock(protocol_file, now=now, allow_large=allow_large, inputs=inputs)
+    _require_fingerprints(protocol_file.path, entry)
+    compare_inputs(protocol_file.path, entry, inputs)
     return entry
 
 
-def check_inputs(protocol_path: str | os.PathLike[str], entry: dict[str, Any], *,
-                 rerun: bool = False, scans: Any = None) -> dict[str, str] | None:
+def check_inputs(locked: str | os.PathLike[str] | LockedProtocol, *, rerun: bool = False,
+                 scans: Any = None) -> dict[str, str] | None:
     """Refuse a run whose inputs differ from those fingerprinted at the lock (one line: which input, how).
 
     A ``rerun`` repeats the question on this machine's model and catalog (that is its purpose, D3): only the
@@ -228,38 +229,38 @@ def check_inputs(protocol_path: str | os.PathLike[str], entry: dict[str, Any], *
     several-dataset protocol); a per-id comparison is made only when its digests
     differ from the lock's, to say what changed. Returns the sha256 of the model files as they are now (what
     the run will read; None for a lock without fingerprints), so the caller never hashes them again."""
-    path = Path(protocol_path)
+    locked = open_locked(locked)
+    path, entry, protocol = locked.path, locked.entry, locked.protocol
     if rerun and "inputs" not in entry:
         return None  # a campaign locked before inputs were fingerprinted: the rerun checks its corpus fingerprint
     _require_fingerprints(path, entry)
-    protocol = load_protocol(path)
-    locked = entry["inputs"]
+    fingerprints = entry["inputs"]
     if protocol.datasets:  # K6: each dataset in record batches, checked disjoint by digests
-        scanned = scans if scans is not None else scan_datasets(protocol, path)
-        locked_sets = locked.get("datasets") or {}
+        scanned = scans if scans is not None else scan_datasets(locked)
+        locked_sets = fingerprints.get("datasets") or {}
         by_name = {dataset.name: dataset.path for dataset in protocol.datasets}
         now = {"schema_version": INPUTS_SCHEMA, "corpus": None,
                "datasets": {name: _scanned_fingerprint(
                    locked_sets.get(name), scan,
-                   lambda declared=by_name[name]: _fingerprint_file(protocol, path, declared))
+                   lambda declared=by_name[name]: _fingerprint_file(locked, declared))
                    for name, scan in scanned.named},
                "tuning": None if scanned.tuning is None else _scanned_fingerprint(
-                   locked.get("tuning"), scanned.tuning,
-                   lambda: _fingerprint_file(protocol, path, protocol.corpus.tuning_path, tuning=True)),
-               "model": model_files(protocol, path), "catalog": catalog_fingerprint(protocol, path)}
+                   fingerprints.get("tuning"), scanned.tuning,
+                   lambda: _fingerprint_file(locked, protocol.corpus.tuning_path, tuning=True)),
+               "model": model_files(locked), "catalog": catalog_fingerprint(locked)}
     else:
-        scans = scans or scan_inputs(protocol, path)
+        scans = scans or scan_inputs(locked)
         spec = protocol.corpus
         now = {"schema_version": INPUTS_SCHEMA,
-               "corpus": _scanned_fingerprint(locked.get("corpus"), scans.corpus,
-                                              lambda: _fingerprint_file(protocol, path, spec.path)),
+               "corpus": _scanned_fingerprint(fingerprints.get("corpus"), scans.corpus,
+                                              lambda: _fingerprint_file(locked, spec.path)),
                "tuning": None if scans.tuning is None else _scanned_fingerprint(
-                   locked.get("tuning"), scans.tuning,
-                   lambda: _fingerprint_file(protocol, path, spec.tuning_path, tuning=True)),
-               "model": model_files(protocol, path), "catalog": catalog_fingerprint(protocol, path)}
+                   fingerprints.get("tuning"), scans.tuning,
+                   lambda: _fingerprint_file(locked, spec.tuning_path, tuning=True)),
+               "model": model_files(locked), "catalog": catalog_fingerprint(locked)}
     model_now = now["model"]
     if rerun:
-        now = {**now, "model": locked.get("model"), "catalog": locked.get("catalog")}
+        now = {**now, "model": fingerprints.get("model"), "catalog": fingerprints.get("catalog")}
     compare_inputs(path, entry, now)
     return model_now
 
@@ -286,7 +287,7 @@ def _columns(protocol: Protocol) -> tuple[dict[str, Any], list[str]]:
     return columns, [spec.stratum_column] if spec.stratum_column and needs_strata else []
 
 
-def scan_inputs(protocol: Protocol, protocol_path: Path, *, sinks: Sequence[Sink] = (),
+def scan_inputs(protocol_file: ProtocolFile, *, sinks: Sequence[Sink] = (),
                 tuning_sinks: Sequence[Sink] = (), dataset: Dataset | None = None,
                 strata_later: list[Callable[[], None]] | None = None,
                 tuning_keys: OverlapKeys | None = None) -> InputScans:
@@ -298,27 +299,28 @@ def scan_inputs(protocol: Protocol, protocol_path: Path, *, sinks: Sequence[Sink
     disjoint from them, not read again: neither handed to ``tuning_sinks`` nor returned)."""
     from iteralab.models.tokens import RowStrataCheck
 
+    protocol = protocol_file.protocol
     spec = protocol.corpus
     columns, extra = _columns(protocol)
-    source = resolve(protocol_path, dataset.path if dataset else spec.path)
+    source = protocol_file.where(dataset.path if dataset else spec.path)
     tuning_scan = None
     if spec.tuning_path and tuning_keys is None:
         # read first, keeping 64-bit digests of its ids and texts for the overlap check (P4)
         tuning_keys = OverlapKeys()
         try:
-            tuning_scan = scan_corpus(resolve(protocol_path, spec.tuning_path), **columns,
+            tuning_scan = scan_corpus(protocol_file.where(spec.tuning_path), **columns,
                                       sinks=[tuning_keys, *tuning_sinks])
         except CorpusError:
             scan_corpus(source, **columns, extra_columns=extra)  # its error first
             raise
     overlap = _Overlap(tuning_keys)
-    strata = RowStrataCheck(protocol, protocol_path)
+    strata = RowStrataCheck(protocol, protocol_file.source, protocol_file.where(protocol.model.path))
     corpus_scan = scan_corpus(source, **columns, extra_columns=extra, sinks=[*sinks, overlap, strata])
     if overlap.found:  # a shared digest: the exact check reads both whole to name the overlap (or clears it)
-        load_inputs(protocol, protocol_path, dataset)
+        load_inputs(protocol_file, dataset)
 
     def finish() -> None:
-        strata.finish(lambda: load_inputs(protocol, protocol_path, dataset)[0])
+        strata.finish(lambda: load_inputs(protocol_file, dataset)[0])
 
     if strata_later is None:
         finish()
@@ -335,7 +337,7 @@ class DatasetScans:
     tuning: CorpusScan | None
 
 
-def scan_datasets(protocol: Protocol, protocol_path: Path, *,
+def scan_datasets(protocol_file: ProtocolFile, *,
                   sinks_for: Callable[[str], Sequence[Sink]] | None = None,
                   tuning_sinks: Sequence[Sink] = ()) -> DatasetScans:
     """Read every declared dataset and the tuning split in record batches, with the checks of a one-corpus
@@ -346,23 +348,23 @@ def scan_datasets(protocol: Protocol, protocol_path: Path, *,
     strata_later: list[Callable[[], None]] = []
     tuning: CorpusScan | None = None
     tuning_keys: OverlapKeys | None = None
-    for n, dataset in enumerate(protocol.datasets):
+    for n, dataset in enumerate(protocol_file.protocol.datasets):
         mine = OverlapKeys()
         # the tuning split: read with the first dataset, its digests then checked disjoint with every dataset
-        scans = scan_inputs(protocol, protocol_path, sinks=[mine, *(sinks_for(dataset.name) if sinks_for else ())],
+        scans = scan_inputs(protocol_file, sinks=[mine, *(sinks_for(dataset.name) if sinks_for else ())],
                             tuning_sinks=tuning_sinks, dataset=dataset, strata_later=strata_later,
                             tuning_keys=tuning_keys)
         if n == 0:
             tuning, tuning_keys = scans.tuning, scans.tuning_keys
         named.append((dataset.name, scans.corpus))
         keys.append(mine)
-    _check_keys_disjoint(protocol, protocol_path, keys)
+    _check_keys_disjoint(protocol_file, keys)
     for finish in strata_later:
         finish()
     return DatasetScans(named, tuning)
 
 
-def _check_keys_disjoint(protocol: Protocol, protocol_path: Path, keys: list[OverlapKeys]) -> None:
+def _check_keys_disjoint(protocol_file: ProtocolFile, keys: list[OverlapKeys]) -> None:
     """:func:`check_datasets_disjoint` from the datasets' digests: when no id digest and no text digest is
     shared, they are disjoint; otherwise the documents whose digests are shared are read again (only those
     are kept) and checked exactly, to name the first overlap (or to find that the digests merely collided)."""
@@ -370,11 +372,11 @@ def _check_keys_disjoint(protocol: Protocol, protocol_path: Path, keys: list[Ove
     shared_texts = shared_keys([k.texts() for k in keys])
     if not len(shared_ids) and not len(shared_texts):
         return
-    columns, extra = _columns(protocol)
+    columns, extra = _columns(protocol_file.protocol)
     suspects: list[tuple[str, list[tuple[str, str]]]] = []
-    for dataset in protocol.datasets:
+    for dataset in protocol_file.protocol.datasets:
         found = Suspects(shared_ids, shared_texts)
-        scan_corpus(resolve(protocol_path, dataset.path), **columns, extra_columns=extra, sinks=[found])
+        scan_corpus(protocol_file.where(dataset.path), **columns, extra_columns=extra, sinks=[found])
         suspects.append((dataset.name, found.rows))
     first_overlap(suspects)
 
@@ -389,12 +391,11 @@ NO_TASKS_WARNING = ("calendar: no tasks, so decide will plan no window: it will 
                     "[[calendar.tasks]] (raise 'version' and lock again) to price one")
 
 
-def lock_warnings(protocol_path: str | os.PathLike[str], entry: dict[str, Any]) -> list[str]:
+def lock_warnings(protocol_file: ProtocolFile, entry: dict[str, Any]) -> list[str]:
     """One line for each thing a successful lock records that the decision will not be able to use as the user
     may expect: a calendar without tasks (no window, no rental priced, no deadline checked), and ids derived
     from the texts because a corpus file has no id column and the protocol names none."""
-    path = Path(protocol_path)
-    protocol = load_protocol(path)
+    path, protocol = protocol_file.path, protocol_file.protocol
     lines = []
     if not protocol.calendar.tasks:
         deadline = (f" and cannot check the deadline {protocol.calendar.deadline}" if protocol.calendar.deadline
@@ -411,13 +412,12 @@ def lock_warnings(protocol_path: str | os.PathLike[str], entry: dict[str, Any]) 
     return lines
 
 
-def _fingerprint_file(protocol: Protocol, protocol_path: Path, declared: str | None, *,
-                      tuning: bool = False) -> dict[str, Any]:
+def _fingerprint_file(protocol_file: ProtocolFile, declared: str | None, *, tuning: bool = False) -> dict[str, Any]:
     """The lock's record of one corpus file (a dataset, the final corpus or, ``tuning``, the tuning split),
     read in record batches."""
-    columns, extra = _columns(protocol)
+    columns, extra = _columns(protocol_file.protocol)
     records = LockRecords()
-    scan = scan_corpus(resolve(protocol_path, declared), **columns, extra_columns=[] if tuning else extra,
+    scan = scan_corpus(protocol_file.where(declared), **columns, extra_columns=[] if tuning else extra,
                        sinks=[records])
     return records.fingerprint(scan)
 

@@ -12,11 +12,10 @@ passes. Reads the locked protocol and loads the workload once (fp32, in this pro
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from iteralab.errors import WorkloadError
+from iteralab.plan.lockfile import ProtocolFile
 from iteralab.plan.protocol import Protocol
-from iteralab.plan.paths import resolve
 
 
 @dataclass(frozen=True)
@@ -55,13 +54,14 @@ def _variant_problem(protocol: Protocol, variant: object) -> str | None:
     return f"precision {refused[0]}" if refused else None
 
 
-def preflight(protocol: Protocol, protocol_path: str | Path) -> Preflight:
+def preflight(protocol_file: ProtocolFile) -> Preflight:
     """Load the workload once and check every variant against this machine (see the module docstring)."""
     from iteralab.models.factory import load_workload
 
+    protocol = protocol_file.protocol
     model = protocol.model
-    load_workload(model.kind, path=resolve(protocol_path, model.path) if model.path else None,
-                  head=resolve(protocol_path, model.head) if model.head else None, callable_ref=model.callable,
+    load_workload(model.kind, path=protocol_file.where(model.path), head=protocol_file.where(model.head),
+                  callable_ref=model.callable,
                   classes=list(protocol.corpus.classes), precision="fp32", device="cpu",
                   max_length=model.max_length, truncation=model.truncation,
                   trust_remote_code=model.trust_remote_code)

@@ -41,8 +41,7 @@ from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
 from iteralab.campaign.manifest import check_resume_environment, env_summary, load_observed
 from iteralab.campaign.records import PassResult, PassSpec, failure
 from iteralab.plan.protocol import Protocol, check_series
-from iteralab.plan.lockfile import check_locked, lock_path
-from iteralab.plan.paths import resolve
+from iteralab.plan.lockfile import LockedProtocol, open_locked
 from iteralab.plan.schedule import plan_rounds
 
 CAMPAIGN_SCHEMA = 1
@@ -107,7 +106,7 @@ def _ensure_folder(out: Path) -> None:
                        hint="choose a folder you can write to") from None
 
 
-def _scan_and_copy(protocol: Protocol, protocol_path: Path, lock_entry: dict[str, Any], out: Path, *,
+def _scan_and_copy(locked: LockedProtocol, out: Path, *,
                    rerun: bool) -> tuple[Any, dict[str, Any], dict[str, Any] | None, dict[str, str] | None]:
     """Read the corpus (and tuning split) once, in record batches: check them against the lock while writing
     the folder's copies (P2, C1). Returns the corpus scan, the copy's record, the tuning record and the model
@@ -115,14 +114,14 @@ def _scan_and_copy(protocol: Protocol, protocol_path: Path, lock_entry: dict[str
     from iteralab.campaign.corpuscopy import CorpusCopy, tuning_record
     from iteralab.campaign.inputs import scan_inputs
 
+    protocol = locked.protocol
     spec = protocol.corpus
     by_stratum = any(sg.by == "stratum" for sg in protocol.subgroups) and bool(spec.stratum_column)
     copy = CorpusCopy(out / CORPUS, extra={"stratum": spec.stratum_column if by_stratum else ""})
     tuning_copy = CorpusCopy(out / TUNING) if spec.tuning_path else None
     try:
-        scans = scan_inputs(protocol, protocol_path, sinks=[copy],
-                            tuning_sinks=[tuning_copy] if tuning_copy is not None else [])
-        model_hashes = check_inputs(protocol_path, lock_entry, rerun=rerun, scans=scans)
+        scans = scan_inputs(locked, sinks=[copy], tuning_sinks=[tuning_copy] if tuning_copy is not None else [])
+        model_hashes = check_inputs(locked, rerun=rerun, scans=scans)
     except BaseException:
         copy.abort()
         if tuning_copy is not None:
@@ -140,13 +139,13 @@ def _scan_and_copy(protocol: Protocol, protocol_path: Path, lock_entry: dict[str
     return corpus, record, tuning_info, model_hashes
 
 
-def _copy_catalog(protocol: Protocol, protocol_path: Path, target: Path) -> dict[str, Any]:
+def _copy_catalog(locked: LockedProtocol, target: Path) -> dict[str, Any]:
     """The catalog the decision will price from, validated and copied into the folder (so the seal covers it
     and a folder moved to another machine decides the same way)."""
     from iteralab.kit.calcul_forfaits import DEFAULT_CATALOG, KitError, load_catalog
 
-    declared = protocol.catalog.path
-    source = resolve(protocol_path, declared) if declared else DEFAULT_CATALOG
+    declared = locked.protocol.catalog.path
+    source = locked.where(declared) if declared else DEFAULT_CATALOG
     try:
         catalog = load_catalog(source)
     except KitError as exc:
@@ -156,17 +155,18 @@ def _copy_catalog(protocol: Protocol, protocol_path: Path, target: Path) -> dict
             "version": catalog.version, "sha256": sha256_file(target)}
 
 
-def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], *,
+def prepare(locked: str | os.PathLike[str] | LockedProtocol, out: str | os.PathLike[str], *,
             rerun: bool = False) -> dict[str, Any]:
     """Check the lock, the series and every input against its lock fingerprint (a ``rerun`` may use another
-    model and catalog), copy the inputs, and write campaign.json + manifest.json (once)."""
-    protocol_path = Path(protocol_path)
-    protocol, lock_entry = check_locked(protocol_path)
-    check_series(protocol, str(protocol_path))
+    model and catalog), copy the inputs, and write campaign.json + manifest.json (once). ``locked``: the
+    locked protocol as read once (:func:`~iteralab.plan.lockfile.open_locked`), or its file, read here."""
+    locked = open_locked(locked)
+    protocol, lock_entry = locked.protocol, locked.entry
+    check_series(protocol, locked.source)
     out = Path(out)
     existing = out / CAMPAIGN
     if existing.exists():
-        check_inputs(protocol_path, lock_entry, rerun=rerun)
+        check_inputs(locked, rerun=rerun)
         campaign = json.loads(existing.read_text(encoding="utf-8"))
         if campaign["protocol"]["sha256"] != lock_entry["sha256"]:
             raise RunError(
@@ -183,29 +183,27 @@ def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], 
         if protocol.datasets:  # K6: one corpus copy per dataset; the corpus record combines them
             from iteralab.campaign.corpuscopy import write_dataset_copies
 
-            datasets, corpus_record, tuning, model_hashes = write_dataset_copies(protocol, protocol_path, out,
-                                                                                 lock_entry, rerun=rerun)
+            datasets, corpus_record, tuning, model_hashes = write_dataset_copies(locked, out, rerun=rerun)
         else:
-            _, corpus_record, tuning, model_hashes = _scan_and_copy(protocol, protocol_path, lock_entry,
-                                                                    out, rerun=rerun)
+            _, corpus_record, tuning, model_hashes = _scan_and_copy(locked, out, rerun=rerun)
     except BaseException:
         if created:
             shutil.rmtree(out, ignore_errors=True)
         raise
-    write_bytes_atomic(out / PROTOCOL, protocol_path.read_bytes())
+    write_bytes_atomic(out / PROTOCOL, locked.raw)  # the bytes that were hashed and checked against the lock
     write_json_atomic(out / LOCK, {"schema_version": 1, "locks": [lock_entry]})
-    catalog = _copy_catalog(protocol, protocol_path, out / CATALOG)
+    catalog = _copy_catalog(locked, out / CATALOG)
     # small model files copied, weights by hash (D3), from the hashes the input check just computed
-    carried = carry_model_files(protocol, protocol_path, out, model_hashes)
+    carried = carry_model_files(locked, out, model_hashes)
     design, slots = schedule_slots(protocol)
     model = protocol.model
     campaign = {
         "schema_version": CAMPAIGN_SCHEMA,
         "protocol": {"name": protocol.name, "version": protocol.version, "sha256": lock_entry["sha256"],
-                     "locked_at": lock_entry["locked_at"], "source": str(protocol_path.resolve())},
+                     "locked_at": lock_entry["locked_at"], "source": str(locked.resolved)},
         "corpus": corpus_record,
-        "model": {"kind": model.kind, "path": str(resolve(protocol_path, model.path)) if model.path else None,
-                  "head": str(resolve(protocol_path, model.head)) if model.head else None,
+        "model": {"kind": model.kind, "path": _as_text(locked.where(model.path)),
+                  "head": _as_text(locked.where(model.head)),
                   "callable": model.callable, "max_length": model.max_length, "truncation": model.truncation,
                   "trust_remote_code": model.trust_remote_code, "files": carried["files"]},
         "tuning": tuning,
@@ -218,6 +216,10 @@ def prepare(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], 
         campaign["datasets"] = datasets
     write_json_atomic(existing, campaign)
     return campaign
+
+
+def _as_text(path: Path | None) -> str | None:
+    return None if path is None else str(path)
 
 
 def _pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Slot, pass_id: str) -> PassSpec:
@@ -315,11 +317,13 @@ def _manifest_fields(result: PassResult) -> dict[str, Any]:
     return {"environment": env, "file_hashes": result.file_hashes}
 
 
-def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], *,
+def run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os.PathLike[str], *,
                progress: ProgressFn | None = None, isolation: str | None = None, shared: Any = None,
                keep_unrunnable: bool = False, rerun: bool = False) -> dict[str, Any]:
     """Run (or resume) every scheduled pass, journaled and evaluated one by one. Returns a short summary.
-    ``shared`` (``evaluate.CampaignReads``) lets the caller reuse what the evaluations read (the raw table).
+    ``protocol``: the locked protocol as read once (:func:`~iteralab.plan.lockfile.open_locked`), or its file,
+    read here. ``shared`` (``evaluate.CampaignReads``) lets the caller reuse what the evaluations read (the raw
+    table).
 
     SIGINT, SIGTERM or SIGHUP stop the run (:mod:`campaign.stopping`): the interrupt is journaled and
     :class:`~iteralab.campaign.stopping.RunInterrupted` raised; the campaign is incomplete, and resumable.
@@ -330,7 +334,7 @@ def run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str
     at = _Where()
     with StopSignals() as stop:
         try:
-            return _run_passes(protocol_path, out, stop, at, progress=progress, isolation=isolation, shared=shared,
+            return _run_passes(protocol, out, stop, at, progress=progress, isolation=isolation, shared=shared,
                                keep_unrunnable=keep_unrunnable, rerun=rerun)
         except KeyboardInterrupt as exc:  # RunInterrupted, or Python's own SIGINT outside the main thread
             signum = getattr(exc, "signum", signal.SIGINT)
@@ -351,26 +355,85 @@ class _Where:
     total: int | None = None
 
 
-def _run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[str], stop: Any, at: _Where, *,
-                progress: ProgressFn | None, isolation: str | None, shared: Any, keep_unrunnable: bool,
-                rerun: bool) -> dict[str, Any]:
-    from iteralab.campaign.evaluate import CampaignReads, evaluate_pass, release_unused
+@dataclass
+class _Run:
+    """One run of a campaign, as its steps share it: what is fixed once the journal is read, and the
+    reference manifest (written by the first successful pass)."""
 
-    from iteralab.campaign.preflight import preflight
-    from iteralab.campaign.raypass import RayEngine, require_ray
+    protocol: Protocol
+    campaign: dict[str, Any]
+    out: Path
+    journal: Journal
+    reads: Any
+    flight: Any
+    engine: Any
+    stop: Any
+    at: _Where
+    emit: ProgressFn
+    reference_manifest: dict[str, Any] | None
+    #: (round, position) -> attempts journaled so far
+    attempts: dict[tuple[int, int], int]
+    #: variant -> the pass that exceeded the pass time limit first
+    timed_out: dict[str, str]
+    runner: Callable[[PassSpec], dict[str, Any]] | None = None
 
-    protocol_path = Path(protocol_path)
-    protocol, _ = check_locked(protocol_path)
-    flight = preflight(protocol, protocol_path)  # before anything is written or journaled
-    if flight.unrunnable and not keep_unrunnable:
-        raise RunError(f"{protocol_path}: {flight.summary()}",
-                       hint="remove them in a new protocol version, run on a machine that can, or run anyway with "
-                            "--keep-unrunnable (they are recorded as failed rows)")
-    require_ray(protocol, str(protocol_path))
-    campaign = prepare(protocol_path, out, rerun=rerun)
+
+def _run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os.PathLike[str], stop: Any,
+                at: _Where, *, progress: ProgressFn | None, isolation: str | None, shared: Any,
+                keep_unrunnable: bool, rerun: bool) -> dict[str, Any]:
+    from iteralab.campaign.evaluate import release_unused
+
+    locked = open_locked(protocol)
+    flight = _preflight(locked, keep_unrunnable)  # before anything is written or journaled
+    campaign = prepare(locked, out, rerun=rerun)
     release_unused()  # the corpus scan's buffers: the runner stays resident for the whole campaign
     out = Path(out)
     shutil.rmtree(out / SCRATCH, ignore_errors=True)  # what a killed run's worker left behind
+    run, slots, todo = _open_run(locked.protocol, campaign, out, flight, stop, at, shared,
+                                 progress or (lambda kind, info: None))
+    mode = isolation or run.protocol.run.isolation
+    templates = _templates(mode, out)  # process isolation: each pass forked from a worker template (prefork)
+
+    def runner(spec: PassSpec) -> dict[str, Any]:
+        return _run_in_worker(spec, templates) if mode == "process" else _run_in_process(spec)
+
+    run.runner = runner
+    run.emit("start", {"total": len(slots), "todo": len(todo), "done": len(slots) - len(todo)})
+    try:
+        for slot in todo:
+            _run_slot(run, slot)
+    finally:
+        if templates is not None:
+            templates.close()
+    if run.engine is not None:
+        run.journal.append("engine_stopped", **run.engine.stop())
+    shutil.rmtree(out / SCRATCH, ignore_errors=True)
+    return {"out": str(out), "passes_total": len(slots), "passes_run_now": len(todo),
+            "unrunnable": dict(flight.unrunnable)}
+
+
+def _preflight(locked: LockedProtocol, keep_unrunnable: bool) -> Any:
+    """What must hold before anything is written or journaled: the workload loads, each variant runs on this
+    machine (or ``keep_unrunnable``), and Ray is there for a Ray variant."""
+    from iteralab.campaign.preflight import preflight
+    from iteralab.campaign.raypass import require_ray
+
+    flight = preflight(locked)
+    if flight.unrunnable and not keep_unrunnable:
+        raise RunError(f"{locked.source}: {flight.summary()}",
+                       hint="remove them in a new protocol version, run on a machine that can, or run anyway with "
+                            "--keep-unrunnable (they are recorded as failed rows)")
+    require_ray(locked.protocol, locked.source)
+    return flight
+
+
+def _open_run(protocol: Protocol, campaign: dict[str, Any], out: Path, flight: Any, stop: Any, at: _Where,
+              shared: Any, emit: ProgressFn) -> tuple[_Run, list[Slot], list[Slot]]:
+    """Read the journal, check a resume's environment, start the engine and journal the campaign's start or
+    resume (evaluating a pass a kill left unevaluated). Returns the run, every slot and the slots to run."""
+    from iteralab.campaign.evaluate import CampaignReads, evaluate_pass
+    from iteralab.campaign.raypass import RayEngine
+
     journal = Journal(out / JOURNAL_NAME)
     state = read_journal(journal.path)
     reads = shared or CampaignReads(out)
@@ -402,90 +465,93 @@ def _run_passes(protocol_path: str | os.PathLike[str], out: str | os.PathLike[st
     for pid in state.order:
         key = (state.started[pid]["round"], state.started[pid]["position"])
         attempts[key] = attempts.get(key, 0) + 1
-    mode = isolation or protocol.run.isolation
-    templates = None  # process isolation: each pass forked from a worker template (campaign.prefork)
-    if mode == "process":
-        # Importing scikit-learn (the evaluation's metrics) sets KMP_* variables in this process's environment:
-        # imported before the first worker, so that every pass's worker starts with the same environment.
-        import sklearn.metrics  # noqa: F401
-
-        from iteralab.campaign.prefork import Templates, available
-
-        templates = Templates(out / SCRATCH) if available() else None
-
-    def runner(spec: PassSpec) -> dict[str, Any]:
-        return _run_in_worker(spec, templates) if mode == "process" else _run_in_process(spec)
-
-    emit = progress or (lambda kind, info: None)
-    emit("start", {"total": len(slots), "todo": len(todo), "done": len(slots) - len(todo)})
     # A variant stopped by the pass time limit is not run again: its remaining slots become failed rows
     # that name the first timeout (rule fixed with the protocol's run.pass_timeout_s or run.pass_timeout,
     # never a silent skip).
     timed_out = {state.started[pid]["variant"]: pid for pid in state.order
                  if pid in state.finished and state.result(pid).error_kind == "timeout"}
-    try:
-        for slot in todo:
-            key = (slot.round, slot.position)
-            attempts[key] = attempts.get(key, 0) + 1
-            seed_part = f"-s{slot.seed}" if len(protocol.reproduction.seeds) > 1 else ""
-            data_part = f"-d{slot.dataset}" if slot.dataset is not None else ""
-            pass_id = f"r{slot.round:02d}-p{slot.position:02d}-{slot.variant}{seed_part}{data_part}-a{attempts[key]}"
-            emit("pass", {"pass_id": pass_id, "variant": slot.variant, "round": slot.round})
-            at.pass_id = pass_id  # before its start is journaled: an interrupt from here on names this pass
-            journal.append("pass_started", pass_id=pass_id, variant=slot.variant, round=slot.round,
-                           position=slot.position, seed=slot.seed, attempt=attempts[key],
-                           **({"dataset": slot.dataset} if slot.dataset is not None else {}))
-            if slot.variant in flight.unrunnable:
-                result = _not_run(pass_id, f"not runnable on this machine: {flight.unrunnable[slot.variant]}",
-                                  "unrunnable")
-            elif slot.variant in timed_out:
-                limit = (f"the pass time limit of {protocol.run.pass_timeout_s:g} s"
-                         if protocol.run.pass_timeout_s is not None else
-                         f"its pass time limit ({protocol.run.pass_timeout})")
-                result = _not_run(pass_id, f"not run: {slot.variant} exceeded {limit} in {timed_out[slot.variant]}")
-            elif engine is not None and protocol.variant(slot.variant).engine == "ray":
-                result = engine.run_pass(_pass_spec(campaign, protocol, out, slot, pass_id))
-            elif protocol.variant(slot.variant).data_parallel > 1:  # X3: one worker process per device
-                from iteralab.campaign.parallel import run_data_parallel
+    run = _Run(protocol=protocol, campaign=campaign, out=out, journal=journal, reads=reads, flight=flight,
+               engine=engine, stop=stop, at=at, emit=emit, reference_manifest=reference_manifest,
+               attempts=attempts, timed_out=timed_out)
+    return run, slots, todo
 
-                result = run_data_parallel(_pass_spec(campaign, protocol, out, slot, pass_id))
-            else:
-                # the code version (git) is read by the pass whose environment becomes the campaign's manifest;
-                # later passes are compared without it (_manifest_fields), so they do not run git again
-                spec = _pass_spec(campaign, protocol, out, slot, pass_id).with_changes(
-                    record_git=reference_manifest is None)
-                result = runner(spec)
-            result = PassResult.from_json(result)
-            # A worker ended by the signal that stops the run (Ctrl-C reaches the whole process group) is the
-            # interrupt, not a crash of the pass, even where a library reported its end as an error.
-            stop.check()
-            if result.error_kind == "timeout":
-                timed_out.setdefault(slot.variant, pass_id)
-            observed = _manifest_fields(result)
-            if reference_manifest is None and result.ok:
-                reference_manifest = _write_manifest(out, campaign, protocol, result, observed,
-                                                     engine.started if engine is not None else None)
-            # A pass that observed no environment (not run, or its worker died before reporting) has nothing to
-            # compare: an empty record would read as "differs in every field".
-            diff = _diff(reference_manifest, observed) if reference_manifest is not None and \
-                observed["environment"] else []
-            finished = result.to_json(journal=True)
-            journal.append("pass_finished", manifest_diff=diff,
-                           environment_summary=env_summary(result.environment), **finished)
-            at.pass_id, at.done = None, (at.done or 0) + 1
-            t0 = time.perf_counter()
-            verdict = evaluate_pass(out, pass_id, reads, slot.dataset, finished={**finished, "variant": slot.variant})
-            journal.append("pass_evaluated", pass_id=pass_id, evaluation_s=time.perf_counter() - t0,
-                           intrinsic=verdict)
-            emit("done", {"pass_id": pass_id, "status": result.status, "pass_s": result.phase("pass_s")})
-    finally:
-        if templates is not None:
-            templates.close()
-    if engine is not None:
-        journal.append("engine_stopped", **engine.stop())
-    shutil.rmtree(out / SCRATCH, ignore_errors=True)
-    return {"out": str(out), "passes_total": len(slots), "passes_run_now": len(todo),
-            "unrunnable": dict(flight.unrunnable)}
+
+def _templates(mode: str, out: Path) -> Any:
+    """The worker templates of process isolation (None for in-process passes, or where forking is not
+    available: each pass then starts a fresh interpreter)."""
+    if mode != "process":
+        return None
+    # Importing scikit-learn (the evaluation's metrics) sets KMP_* variables in this process's environment:
+    # imported before the first worker, so that every pass's worker starts with the same environment.
+    import sklearn.metrics  # noqa: F401
+
+    from iteralab.campaign.prefork import Templates, available
+
+    return Templates(out / SCRATCH) if available() else None
+
+
+def _run_slot(run: _Run, slot: Slot) -> None:
+    """One slot: its pass started, run (or recorded as not run), finished and evaluated in the journal."""
+    from iteralab.campaign.evaluate import evaluate_pass
+
+    key = (slot.round, slot.position)
+    run.attempts[key] = run.attempts.get(key, 0) + 1
+    seed_part = f"-s{slot.seed}" if len(run.protocol.reproduction.seeds) > 1 else ""
+    data_part = f"-d{slot.dataset}" if slot.dataset is not None else ""
+    pass_id = f"r{slot.round:02d}-p{slot.position:02d}-{slot.variant}{seed_part}{data_part}-a{run.attempts[key]}"
+    run.emit("pass", {"pass_id": pass_id, "variant": slot.variant, "round": slot.round})
+    run.at.pass_id = pass_id  # before its start is journaled: an interrupt from here on names this pass
+    run.journal.append("pass_started", pass_id=pass_id, variant=slot.variant, round=slot.round,
+                       position=slot.position, seed=slot.seed, attempt=run.attempts[key],
+                       **({"dataset": slot.dataset} if slot.dataset is not None else {}))
+    result = PassResult.from_json(_slot_result(run, slot, pass_id))
+    # A worker ended by the signal that stops the run (Ctrl-C reaches the whole process group) is the
+    # interrupt, not a crash of the pass, even where a library reported its end as an error.
+    run.stop.check()
+    if result.error_kind == "timeout":
+        run.timed_out.setdefault(slot.variant, pass_id)
+    observed = _manifest_fields(result)
+    if run.reference_manifest is None and result.ok:
+        run.reference_manifest = _write_manifest(run.out, run.campaign, run.protocol, result, observed,
+                                                 run.engine.started if run.engine is not None else None)
+    # A pass that observed no environment (not run, or its worker died before reporting) has nothing to
+    # compare: an empty record would read as "differs in every field".
+    diff = _diff(run.reference_manifest, observed) if run.reference_manifest is not None and \
+        observed["environment"] else []
+    finished = result.to_json(journal=True)
+    run.journal.append("pass_finished", manifest_diff=diff,
+                       environment_summary=env_summary(result.environment), **finished)
+    run.at.pass_id, run.at.done = None, (run.at.done or 0) + 1
+    t0 = time.perf_counter()
+    verdict = evaluate_pass(run.out, pass_id, run.reads, slot.dataset, finished={**finished, "variant": slot.variant})
+    run.journal.append("pass_evaluated", pass_id=pass_id, evaluation_s=time.perf_counter() - t0, intrinsic=verdict)
+    run.emit("done", {"pass_id": pass_id, "status": result.status, "pass_s": result.phase("pass_s")})
+
+
+def _slot_result(run: _Run, slot: Slot, pass_id: str) -> dict[str, Any]:
+    """The pass of a slot, on the engine its variant names, or the record of a slot not run (unrunnable on this
+    machine, or its variant stopped by the pass time limit)."""
+    protocol = run.protocol
+    if slot.variant in run.flight.unrunnable:
+        return _not_run(pass_id, f"not runnable on this machine: {run.flight.unrunnable[slot.variant]}",
+                        "unrunnable")
+    if slot.variant in run.timed_out:
+        limit = (f"the pass time limit of {protocol.run.pass_timeout_s:g} s"
+                 if protocol.run.pass_timeout_s is not None else
+                 f"its pass time limit ({protocol.run.pass_timeout})")
+        return _not_run(pass_id, f"not run: {slot.variant} exceeded {limit} in {run.timed_out[slot.variant]}")
+    if run.engine is not None and protocol.variant(slot.variant).engine == "ray":
+        return run.engine.run_pass(_pass_spec(run.campaign, protocol, run.out, slot, pass_id))
+    if protocol.variant(slot.variant).data_parallel > 1:  # X3: one worker process per device
+        from iteralab.campaign.parallel import run_data_parallel
+
+        return run_data_parallel(_pass_spec(run.campaign, protocol, run.out, slot, pass_id))
+    # the code version (git) is read by the pass whose environment becomes the campaign's manifest;
+    # later passes are compared without it (_manifest_fields), so they do not run git again
+    spec = _pass_spec(run.campaign, protocol, run.out, slot, pass_id).with_changes(
+        record_git=run.reference_manifest is None)
+    assert run.runner is not None
+    return run.runner(spec)
 
 
 def _not_run(pass_id: str, why: str, kind: str = "not_run") -> dict[str, Any]:
@@ -519,7 +585,3 @@ def _diff(reference: dict[str, Any], observed: dict[str, Any]) -> list[str]:
     from iteralab.campaign.manifest import diff_manifests
 
     return diff_manifests(reference, observed)
-
-
-def protocol_lock_file(protocol_path: str | os.PathLike[str]) -> Path:
-    return lock_path(protocol_path)

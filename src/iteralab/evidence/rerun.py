@@ -46,6 +46,7 @@ from iteralab.campaign.folder import (CAMPAIGN, CORPUS, LOCK, MANIFEST, PROTOCOL
                                      read_json)
 from iteralab.errors import ProtocolError, RunError
 from iteralab.common.files import write_json_atomic, write_text_atomic
+from iteralab.plan.lockfile import open_locked
 from iteralab.plan.protocol import Protocol, load_protocol
 from iteralab.plan.paths import PACKAGE_PREFIX, resolve, stand_ins
 from iteralab.campaign.judge import compare_predictions
@@ -320,12 +321,13 @@ def rerun(source: str | os.PathLike[str], out: str | os.PathLike[str], *, isolat
         for line in staged.lines():
             progress("note", {"text": line})
     with stand_ins(staged.protocol, staged.stand_ins):
-        new_campaign = prepare(staged.protocol, out, rerun=True)
+        locked = open_locked(staged.protocol)  # read once, its model references resolved to the stand-ins
+        new_campaign = prepare(locked, out, rerun=True)
         differing = _same_question(campaign, new_campaign)
         if differing:
             raise RunError(f"{out}: the rerun would not repeat the same question: {', '.join(differing)} differ "
                            "from the earlier campaign", hint="nothing was run; see the two campaign.json files")
-        summary = run_campaign(staged.protocol, out, progress=progress, isolation=isolation, rerun=True)
+        summary = run_campaign(locked, out, progress=progress, isolation=isolation, rerun=True)
     shutil.rmtree(staging, ignore_errors=True)
     comparison = compare_campaigns(source, out)
     comparison["source"]["seal_digest"] = report.seal_digest

@@ -69,12 +69,12 @@ def protocol_strata(protocol: Protocol) -> dict[str, tuple[int, int | None]]:
     return {name: (b[0], b[1] if len(b) == 2 else None) for name, b in protocol.corpus.strata.items()}
 
 
-def check_row_strata(protocol: Protocol, protocol_path: Path, corpus: Corpus) -> None:
+def check_row_strata(protocol: Protocol, where: str, folder: Path | None, corpus: Corpus) -> None:
     """When a subgroup by stratum is planned: every row's stratum is a declared one and agrees with its token
-    count by the model's tokenizer under the declared bounds. Refused with one line naming file, line and id."""
+    count by the model's tokenizer (in ``folder``, the protocol's resolved ``model.path``) under the declared
+    bounds. Refused with one line naming file (``where``: the protocol file), line and id."""
     if not any(sg.by == "stratum" for sg in protocol.subgroups):
         return
-    where = str(protocol_path)
     strata = protocol_strata(protocol)
     if not strata:
         raise ProtocolError(f"{where}: corpus.strata: a subgroup by 'stratum' needs the strata declared "
@@ -91,7 +91,6 @@ def check_row_strata(protocol: Protocol, protocol_path: Path, corpus: Corpus) ->
         if cell not in strata:
             raise CorpusError(f"{at}: {column} {cell!r} is not declared in corpus.strata ({declared})",
                               hint="declare it, or fix the cell")
-    folder = resolve(protocol_path, protocol.model.path)
     if folder is None:
         raise ProtocolError(f"{where}: model.path: length strata are counted with the model's tokenizer; this "
                             "callable names none", hint="set model.path to the folder of the tokenizer it uses")
@@ -112,12 +111,12 @@ class RowStrataCheck:
     batch's strata cells and token counts are checked and only a flag is kept. :meth:`finish` raises the
     precise one-line error by running :func:`check_row_strata` on the corpus (read whole only then)."""
 
-    def __init__(self, protocol: Protocol, protocol_path: Path) -> None:
-        self.protocol, self.protocol_path = protocol, protocol_path
+    def __init__(self, protocol: Protocol, where: str, folder: Path | None) -> None:
+        self.protocol, self.where = protocol, where
         self.active = any(sg.by == "stratum" for sg in protocol.subgroups)
         self.strata = protocol_strata(protocol)
         self.column = protocol.corpus.stratum_column or "stratum"
-        self.folder = resolve(protocol_path, protocol.model.path)
+        self.folder = folder
         self.count: Callable[[Sequence[str]], list[int]] | None = None
         if self.active and self.strata and self.folder is not None:
             self.count = token_counter(load_tokenizer(self.folder))
@@ -143,7 +142,7 @@ class RowStrataCheck:
     def finish(self, load: Callable[[], Corpus]) -> None:
         """Raise as :func:`check_row_strata` would when a batch disagreed or the declaration is incomplete."""
         if self.active and (self.bad or self.count is None):
-            check_row_strata(self.protocol, self.protocol_path, load())
+            check_row_strata(self.protocol, self.where, self.folder, load())
 
 
 def model_kind(folder: Path) -> str:

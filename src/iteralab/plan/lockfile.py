@@ -1,22 +1,103 @@
 """The protocol's lock file (P2): the content hash, the UTC time and the input fingerprints recorded before any
-timed pass, one entry per protocol version, and the check that a protocol is locked and unchanged since."""
+timed pass, one entry per protocol version, and the check that a protocol is locked and unchanged since.
+
+A command reads the protocol file once (:func:`read_protocol_file`: its bytes, hashed and parsed, the paths it
+declares resolved) and, for ``run`` and ``rerun``, checks it against its lock once (:func:`open_locked`); the
+stages below take that one frozen object, never the file's path."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from iteralab.common.files import write_json_atomic
 from iteralab.errors import ProtocolError
-from iteralab.plan.protocol import LOCK_SUFFIX, SCHEMA_VERSION, Protocol, check_series, load_protocol
+from iteralab.plan.paths import resolve
+from iteralab.plan.protocol import (LOCK_SUFFIX, SCHEMA_VERSION, Protocol, check_series, parse_protocol,
+                                    read_protocol_bytes, read_protocol_text)
 
 
-def content_hash(path: str | os.PathLike[str]) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+@dataclass(frozen=True)
+class ProtocolFile:
+    """A protocol file read once: its bytes (what is hashed, and what a campaign folder seals), their sha256, the
+    parsed protocol and every path it declares, resolved once (:func:`iteralab.plan.paths.resolve`, stand-ins
+    included). A declared path that cannot be resolved (a ``package:`` that is not installed) is refused when a
+    stage asks for it (:meth:`where`), as before, not when the file is read."""
+
+    path: Path
+    raw: bytes
+    sha256: str
+    protocol: Protocol
+    #: reference as written -> its path, or the refusal of that reference
+    paths: Mapping[str, Path | ProtocolError]
+    #: the protocol file's absolute path (relative references are relative to its folder)
+    resolved: Path
+
+    def where(self, reference: str | None) -> Path | None:
+        """The resolved path of a reference the protocol declares (None for None)."""
+        if reference is None:
+            return None
+        found = self.paths.get(reference)
+        if found is None:  # not a declared path: resolved now (never the case for the stages' own references)
+            return resolve(self.path, reference)
+        if isinstance(found, ProtocolError):
+            raise ProtocolError(found.message, hint=found.hint)
+        return found
+
+    @property
+    def folder(self) -> Path:
+        return self.resolved.parent
+
+    @property
+    def source(self) -> str:
+        """The file as the user named it, for messages."""
+        return str(self.path)
+
+
+@dataclass(frozen=True)
+class LockedProtocol(ProtocolFile):
+    """A :class:`ProtocolFile` whose content is locked: its lock entry (hash, time, input fingerprints). Never
+    mutated by the stages it is handed to."""
+
+    entry: dict[str, Any]
+
+
+def declared_references(protocol: Protocol) -> list[str]:
+    """Every path the protocol declares: corpus, tuning split, datasets, model folder, head, catalog."""
+    refs = [protocol.corpus.path, protocol.corpus.tuning_path, *(d.path for d in protocol.datasets),
+            protocol.model.path, protocol.model.head, protocol.catalog.path]
+    return list(dict.fromkeys(r for r in refs if r))
+
+
+def read_protocol_file(protocol_path: str | os.PathLike[str]) -> ProtocolFile:
+    """Read the protocol file once: its bytes hashed, parsed and checked as :func:`load_protocol` checks them, and
+    its declared paths resolved."""
+    path = Path(protocol_path)
+    raw = read_protocol_bytes(path)
+    protocol = parse_protocol(read_protocol_text(path, raw), source=str(path))
+    paths: dict[str, Path | ProtocolError] = {}
+    for ref in declared_references(protocol):
+        try:
+            found = resolve(path, ref)
+        except ProtocolError as exc:
+            paths[ref] = exc
+        else:
+            assert found is not None
+            paths[ref] = found
+    return ProtocolFile(path=path, raw=raw, sha256=hashlib.sha256(raw).hexdigest(), protocol=protocol,
+                        paths=MappingProxyType(paths), resolved=path.resolve())
+
+
+def as_protocol_file(protocol: str | os.PathLike[str] | ProtocolFile) -> ProtocolFile:
+    """The protocol file as read once: given, or read now from its path."""
+    return protocol if isinstance(protocol, ProtocolFile) else read_protocol_file(protocol)
 
 
 def lock_path(protocol_path: str | os.PathLike[str]) -> Path:
@@ -68,24 +149,22 @@ def check_schedule_size(protocol: Protocol, source: str, allow_large: bool) -> N
         )
 
 
-def lock(protocol_path: str | os.PathLike[str], *, now: datetime | None = None, allow_large: bool = False,
-         inputs: dict[str, Any] | None = None) -> dict[str, Any]:
+def lock(protocol_file: str | os.PathLike[str] | ProtocolFile, *, now: datetime | None = None,
+         allow_large: bool = False, inputs: dict[str, Any] | None = None) -> dict[str, Any]:
     """Record the protocol's content hash, a UTC timestamp and the fingerprints of its ``inputs`` (P2).
 
     Locking the same content again returns the existing entry. Changed content under an already-locked
     version is refused: an amendment is a new version with its own lock (the old entries stay). The input
     fingerprints are computed (and the inputs checked) by :func:`iteralab.campaign.inputs.lock`, which is
-    the lock every command uses.
-    """
-    path = Path(protocol_path)
-    protocol = load_protocol(path)
+    the lock every command uses."""
+    source = as_protocol_file(protocol_file)
+    path, protocol = source.path, source.protocol
     check_series(protocol, str(path))
     check_schedule_size(protocol, str(path), allow_large)
-    digest = content_hash(path)
     lpath = lock_path(path)
     record = _read_lock(lpath)
     for entry in record["locks"]:
-        if entry["sha256"] == digest:
+        if entry["sha256"] == source.sha256:
             return entry
         if entry["version"] == protocol.version:
             raise ProtocolError(
@@ -95,7 +174,7 @@ def lock(protocol_path: str | os.PathLike[str], *, now: datetime | None = None, 
     entry = {
         "name": protocol.name,
         "version": protocol.version,
-        "sha256": digest,
+        "sha256": source.sha256,
         "locked_at": (now or datetime.now(timezone.utc)).isoformat(timespec="seconds"),
         "protocol_file": path.name,
         "schedule": schedule_line(protocol),
@@ -107,23 +186,34 @@ def lock(protocol_path: str | os.PathLike[str], *, now: datetime | None = None, 
     return entry
 
 
-def check_locked(protocol_path: str | os.PathLike[str]) -> tuple[Protocol, dict[str, Any]]:
-    """Return the protocol and its lock entry, or refuse an unlocked / changed-after-lock protocol (P2)."""
-    path = Path(protocol_path)
-    protocol = load_protocol(path)
-    digest = content_hash(path)
+def open_locked(protocol: str | os.PathLike[str] | ProtocolFile) -> LockedProtocol:
+    """The protocol read once with its lock entry, or a refusal of an unlocked / changed-after-lock protocol (P2)."""
+    source = as_protocol_file(protocol)
+    if isinstance(source, LockedProtocol):
+        return source
+    path, version = source.path, source.protocol.version
     record = _read_lock(lock_path(path))
     for entry in record["locks"]:
-        if entry["sha256"] == digest:
-            return protocol, entry
+        if entry["sha256"] == source.sha256:
+            return LockedProtocol(**{f: getattr(source, f) for f in _FILE_FIELDS}, entry=entry)
     for entry in record["locks"]:
-        if entry["version"] == protocol.version:
+        if entry["version"] == version:
             raise ProtocolError(
-                f"{path}: changed after it was locked (version {protocol.version}, locked at {entry['locked_at']})",
+                f"{path}: changed after it was locked (version {version}, locked at {entry['locked_at']})",
                 hint="restore the locked content, or raise 'version' and lock the amendment as a new protocol",
             )
     raise ProtocolError(f"{path}: protocol is not locked", hint=f"run: iteralab lock {path}")
 
 
-__all__ = ["MAX_SCHEDULED_PASSES", "check_locked", "check_schedule_size", "content_hash", "lock", "lock_path",
-           "schedule_line", "scheduled_passes"]
+_FILE_FIELDS = ("path", "raw", "sha256", "protocol", "paths", "resolved")
+
+
+def check_locked(protocol_path: str | os.PathLike[str]) -> tuple[Protocol, dict[str, Any]]:
+    """Return the protocol and its lock entry, or refuse an unlocked / changed-after-lock protocol (P2)."""
+    locked = open_locked(protocol_path)
+    return locked.protocol, locked.entry
+
+
+__all__ = ["MAX_SCHEDULED_PASSES", "LockedProtocol", "ProtocolFile", "as_protocol_file", "check_locked",
+           "check_schedule_size", "declared_references", "lock", "lock_path", "open_locked",
+           "read_protocol_file", "schedule_line", "scheduled_passes"]

@@ -549,20 +549,22 @@ def load_expenses(path: str | os.PathLike[str]) -> ExpenseFile:
         raise refusal(data, exc, str(path), ExpenseFile) from None
 
 
-def read_protocol_text(path: str | os.PathLike[str]) -> str:
-    """A protocol file's text; a missing, unreadable or non-UTF-8 file is refused in one line."""
-    path = Path(path)
+def read_protocol_bytes(path: str | os.PathLike[str]) -> bytes:
+    """A protocol file's bytes, read once; a missing or unreadable file is refused in one line."""
     try:
-        raw = path.read_bytes()
+        return Path(path).read_bytes()
     except FileNotFoundError:
         raise ProtocolError(f"{path}: protocol file not found", hint="check the path") from None
     except OSError as exc:
         raise ProtocolError(f"{path}: cannot read protocol: {exc.strerror}") from None
+
+
+def read_protocol_text(path: str | os.PathLike[str], raw: bytes | None = None) -> str:
+    """A protocol file's text (from ``raw``, its bytes when already read); non-UTF-8 text is refused in one line."""
     try:
-        text = raw.decode("utf-8")
+        return (read_protocol_bytes(path) if raw is None else raw).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ProtocolError(f"{path}: not UTF-8 text (byte {exc.start})", hint="save the file as UTF-8") from None
-    return text
 
 
 def series_violations(protocol: Protocol) -> list[str]:
