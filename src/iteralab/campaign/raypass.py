@@ -227,7 +227,7 @@ class _RayPass:
     def execute(self) -> dict[str, Any]:
         import pyarrow as pa
 
-        spec, run, phases, notes = self.spec, self.run, self.phases, self.notes
+        spec, run = self.spec, self.run
         ray = self.engine.ray
         result, expected_ids, warm_texts = self._before_measuring()
         self._configure(ray.data)
