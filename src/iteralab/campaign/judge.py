@@ -119,8 +119,37 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
             judged.update(judge_campaign(campaign_dir, [{**p, "seed": None} for p in passes if p.get("seed") == seed],
                                          reader, context))
         return judged
-    protocol, expected = context.protocol, context.expected
+    protocol = context.protocol
     reader = reader or PredictionReader(protocol)
+    verdicts, paths = _own_verdicts(campaign_dir, passes, reader, context)
+    ref = _Reference(passes, verdicts, paths, reader, context)
+    gating = {sg.name: sg for sg in protocol.subgroups if sg.gating}
+    for p in passes:
+        v = verdicts[p["pass_id"]]
+        v["reference_pass"] = ref.pass_id
+        reasons: list[str] = []
+        if p.get("status") != "ok":
+            reasons.append(f"pass {p.get('status', 'failed')}")
+        for key, label in (("ids_match", "ids do not match"), ("format_ok", "format"), ("hash_ok", "hash"),
+                           ("coverage_ok", "coverage"), ("threshold_ok", "below threshold")):
+            if not v.get(key):
+                reasons.append(label)
+        reasons += _against_reference(v, ref.verdict, protocol)
+        failed_subgroups = _subgroup_reasons(v, ref.verdict, protocol, gating)
+        reasons += failed_subgroups
+        v["subgroups_ok"] = not failed_subgroups
+        _reproduction(v, protocol, ref.same(p))
+        if not v["reproduction_ok"]:
+            reasons.append(f"reproduction target '{protocol.reproduction.target}'")
+        v["corpus_accepted"] = not reasons
+        v["reasons"] = reasons
+    return verdicts
+
+
+def _own_verdicts(campaign_dir: Path, passes: list[dict[str, Any]], reader: PredictionReader,
+                  context: EvaluationContext) -> tuple[dict[str, dict[str, Any]], dict[str, Path]]:
+    """Each pass's verdict on its own prediction file (ids, format, hash, metric), and the file's path."""
+    protocol, expected = context.protocol, context.expected
     verdicts: dict[str, dict[str, Any]] = {}
     paths: dict[str, Path] = {}
     for p in passes:
@@ -133,61 +162,65 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
             v.setdefault("problems", []).append(HASH_PROBLEM)
         v["complete"] = p.get("status") == "ok" and v["ids_match"] and v["format_ok"] and v["hash_ok"]
         verdicts[p["pass_id"]] = v
-    ref_name = protocol.metric.reference_variant
-    ref_pass = next((p["pass_id"] for p in passes if p["variant"] == ref_name and verdicts[p["pass_id"]]["complete"]),
-                    None)
-    ref_v = verdicts.get(ref_pass) if ref_pass else None
-    ref_key = (paths[ref_pass].resolve(), reader.sha256(paths[ref_pass], expected.ids)) if ref_pass else None
-    ref_set: PredictionSet | None = None  # read when a comparison was not made as the passes were evaluated
-    gating = {sg.name: sg for sg in protocol.subgroups if sg.gating}
-    for p in passes:
-        v = verdicts[p["pass_id"]]
-        v["reference_pass"] = ref_pass
-        reasons: list[str] = []
-        if p.get("status") != "ok":
-            reasons.append(f"pass {p.get('status', 'failed')}")
-        for key, label in (("ids_match", "ids do not match"), ("format_ok", "format"), ("hash_ok", "hash"),
-                           ("coverage_ok", "coverage"), ("threshold_ok", "below threshold")):
-            if not v.get(key):
-                reasons.append(label)
-        if ref_v is None:
-            v["metric_ref"] = None
-            v["tolerance_ok"] = False
-            reasons.append(f"no complete pass of reference variant {ref_name!r}")
-        else:
-            v["metric_ref"] = ref_v["metric"]
-            v["metric_delta"] = None if v["metric"] is None else v["metric"] - ref_v["metric"]
-            v["tolerance_ok"] = v["metric"] is not None and ref_v["metric"] - v["metric"] <= protocol.metric.tolerance + TOL
-            if not v["tolerance_ok"]:
-                reasons.append("outside tolerance")
-        sub_ok = True
-        for name in gating:
-            if not any(key.split(":", 1)[0] == name for key in v["subgroups"]):
-                sub_ok = False
-                reasons.append(f"gating subgroup {name!r} has no groups to evaluate (empty column?)")
-        for key, value in v["subgroups"].items():
-            check = subgroup_check(protocol, key, value, ref_v["subgroups"].get(key) if ref_v else None,
-                                   ref_v is not None)
-            if check is not None and check.failed:
-                sub_ok = False
-                reasons.append(f"subgroup {key}")
-        v["subgroups_ok"] = sub_ok
-        same = None
-        if ref_key is not None and p.get("prediction_file"):
-            path = paths[p["pass_id"]]
-            same = reader.comparisons.get((path.resolve(), reader.sha256(path, expected.ids) or "", *ref_key))
-            if same is None:
-                entry = reader.read(path, expected.ids)
-                if ref_set is None:
-                    ref_set = reader.read(paths[ref_pass], expected.ids)[1]  # type: ignore[index]
-                same = compare_outputs(entry[1], ref_set, b_distinct=True) \
-                    if entry is not None and len(ref_set.ids) else None
-        _reproduction(v, protocol, same)
-        if not v["reproduction_ok"]:
-            reasons.append(f"reproduction target '{protocol.reproduction.target}'")
-        v["corpus_accepted"] = not reasons
-        v["reasons"] = reasons
-    return verdicts
+    return verdicts, paths
+
+
+class _Reference:
+    """The reference variant's first complete pass and its verdict; its predictions are read (once) only when a
+    comparison was not made as the passes were evaluated."""
+
+    def __init__(self, passes: list[dict[str, Any]], verdicts: dict[str, dict[str, Any]], paths: dict[str, Path],
+                 reader: PredictionReader, context: EvaluationContext) -> None:
+        self.name = context.protocol.metric.reference_variant
+        self.pass_id = next((p["pass_id"] for p in passes
+                             if p["variant"] == self.name and verdicts[p["pass_id"]]["complete"]), None)
+        self.verdict = verdicts.get(self.pass_id) if self.pass_id else None
+        self.paths, self.reader, self.ids = paths, reader, context.expected.ids
+        self.key = ((paths[self.pass_id].resolve(), reader.sha256(paths[self.pass_id], self.ids))
+                    if self.pass_id else None)
+        self.predictions: PredictionSet | None = None
+
+    def same(self, p: dict[str, Any]) -> Mapping[str, Any] | None:
+        """:func:`compare_outputs` of the pass's outputs with the reference pass's; None without a reference
+        pass or a prediction file."""
+        if self.key is None or not p.get("prediction_file"):
+            return None
+        path = self.paths[p["pass_id"]]
+        same = self.reader.comparisons.get((path.resolve(), self.reader.sha256(path, self.ids) or "", *self.key))
+        if same is None:
+            entry = self.reader.read(path, self.ids)
+            if self.predictions is None:
+                self.predictions = self.reader.read(self.paths[self.pass_id], self.ids)[1]  # type: ignore[index]
+            same = compare_outputs(entry[1], self.predictions, b_distinct=True) \
+                if entry is not None and len(self.predictions.ids) else None
+        return same
+
+
+def _against_reference(v: dict[str, Any], ref_v: dict[str, Any] | None, protocol: Protocol) -> list[str]:
+    """The metric against the reference pass's: ``metric_ref``, ``metric_delta``, ``tolerance_ok``."""
+    if ref_v is None:
+        v["metric_ref"] = None
+        v["tolerance_ok"] = False
+        return [f"no complete pass of reference variant {protocol.metric.reference_variant!r}"]
+    v["metric_ref"] = ref_v["metric"]
+    v["metric_delta"] = None if v["metric"] is None else v["metric"] - ref_v["metric"]
+    v["tolerance_ok"] = v["metric"] is not None and ref_v["metric"] - v["metric"] <= protocol.metric.tolerance + TOL
+    return [] if v["tolerance_ok"] else ["outside tolerance"]
+
+
+def _subgroup_reasons(v: dict[str, Any], ref_v: dict[str, Any] | None, protocol: Protocol,
+                      gating: Mapping[str, Any]) -> list[str]:
+    """A gating subgroup with no group to evaluate, and each subgroup whose check fails."""
+    reasons = []
+    for name in gating:
+        if not any(key.split(":", 1)[0] == name for key in v["subgroups"]):
+            reasons.append(f"gating subgroup {name!r} has no groups to evaluate (empty column?)")
+    for key, value in v["subgroups"].items():
+        check = subgroup_check(protocol, key, value, ref_v["subgroups"].get(key) if ref_v else None,
+                               ref_v is not None)
+        if check is not None and check.failed:
+            reasons.append(f"subgroup {key}")
+    return reasons
 
 
 def _reproduction(v: dict[str, Any], protocol: Protocol, same: Mapping[str, Any] | None) -> None:

@@ -292,12 +292,36 @@ def run_data_parallel(spec: PassSpec | dict[str, Any], clock: Any = None) -> dic
 
 def _coordinate(spec: PassSpec, result: dict[str, Any], workers: list[_Worker], events: queue.Queue,
                 clock: Any, t_spawn: float, layout: Any) -> dict[str, Any]:
-    from iteralab.campaign.shards import corpus_lengths, imbalance, plan_shards, shard_tokens
-    from iteralab.models import device as dev
+    phases, notes = result["phases"], result["notes"]
+    bounds, plan_error = _plan_shards(spec, result, workers)
+    if plan_error is not None or not _all_ready(workers, events):
+        return _failed_before_measuring(result, workers, layout, plan_error)
+    result["startup"]["workers_ready_s"] = clock.now() - t_spawn
+    all_ok, pass_s, t_last = _measured_shards(result, workers, events, clock, bounds)
+    # Writing (outside the measured region): workers write their shard files, the coordinator merges them.
+    for w in workers:
+        w.stop()
+    for w in workers:
+        w.proc.wait()
+    _collect(result, workers, bounds, layout)
+    if all_ok and result["status"] == "ok":
+        phases["pass_s"] = pass_s
+    else:
+        result["status"] = "failed"
+        if not any(n.startswith("pass_s:") for n in notes):
+            notes.append("pass_s: empty, the measured pass did not complete on every device")
+    _merge(spec, result, workers)
+    phases["writing_s"] = clock.now() - t_last
+    return result
 
-    phases, notes, parallel, startup = result["phases"], result["notes"], result["parallel"], result["startup"]
+
+def _plan_shards(spec: PassSpec, result: dict[str, Any], workers: list[_Worker]) -> tuple[Any, Exception | None]:
+    """Start-up (R2), while the workers load: each document's cost and the shard plan (row bounds), recorded in
+    the result's ``parallel`` part; the error when the tokenizer or the corpus copy is unusable."""
+    from iteralab.campaign.shards import corpus_lengths, imbalance, plan_shards, shard_tokens
+
+    notes, parallel, startup = result["notes"], result["parallel"], result["startup"]
     n = len(workers)
-    # Start-up (R2), while the workers load: each document's cost and the shard plan.
     t0 = time.perf_counter()
     plan_error = None
     try:
@@ -320,38 +344,54 @@ def _coordinate(spec: PassSpec, result: dict[str, Any], workers: list[_Worker], 
         parallel["token_imbalance"] = imbalance(list(tokens)) if tokens is not None else (1.0 if n == 1 else None)
         if tokens is not None and parallel["token_imbalance"] is None:
             notes.append("token imbalance: empty, a shard holds no document (fewer documents than workers)")
-    # Wait until every worker is ready; a worker that ends first fails the pass (no run on fewer devices).
-    failed_early = plan_error is not None
-    while not failed_early and not all(w.ready for w in workers):
+    return bounds, plan_error
+
+
+def _all_ready(workers: list[_Worker], events: queue.Queue) -> bool:
+    """Wait until every worker is ready; False as soon as one ends first (no run on fewer devices)."""
+    while not all(w.ready for w in workers):
         k, message, at = _next(events)
         if message is None:
             workers[k].gone = True
-            failed_early = True
-        elif message.get("event") == "ready":
+            return False
+        if message.get("event") == "ready":
             workers[k].ready = True
-    if failed_early:
-        for w in workers:
-            w.stop()  # nothing is measured: the workers still loading are stopped
-            if not w.gone and w.proc.poll() is None:
-                w.stopped = True
-                w.proc.kill()
-        for w in workers:
-            w.proc.wait()
-        _collect(result, workers, None, layout)
-        if plan_error is not None:
-            from iteralab.campaign.passes import error_text
+    return True
 
-            result.update(error=f"shard plan: {error_text(plan_error)}", error_kind="load")
-        notes.append(f"failed before the measured pass: {result['error']}; no worker ran its shard, no fallback "
-                     "to fewer devices")
-        notes.append("pass_s: empty, the measured pass did not start")
-        return result
-    startup["workers_ready_s"] = clock.now() - t_spawn
+
+def _failed_before_measuring(result: dict[str, Any], workers: list[_Worker], layout: Any,
+                             plan_error: Exception | None) -> dict[str, Any]:
+    """Nothing is measured: the workers still loading are stopped, and the pass fails with the first error."""
+    notes = result["notes"]
+    for w in workers:
+        w.stop()
+        if not w.gone and w.proc.poll() is None:
+            w.stopped = True
+            w.proc.kill()
+    for w in workers:
+        w.proc.wait()
+    _collect(result, workers, None, layout)
+    if plan_error is not None:
+        from iteralab.campaign.passes import error_text
+
+        result.update(error=f"shard plan: {error_text(plan_error)}", error_kind="load")
+    notes.append(f"failed before the measured pass: {result['error']}; no worker ran its shard, no fallback "
+                 "to fewer devices")
+    notes.append("pass_s: empty, the measured pass did not start")
+    return result
+
+
+def _measured_shards(result: dict[str, Any], workers: list[_Worker], events: queue.Queue, clock: Any,
+                     bounds: Any) -> tuple[bool, float, float]:
+    """The measured pass: from the go sent to every ready worker until the last shard's predictions are on the
+    host. Returns whether every shard finished ok, the pass time and the last shard's end."""
+    from iteralab.models import device as dev
+
     before = _cpu_snapshot([w.proc.pid for w in workers])
     t_go = clock.now()  # every worker is ready: the measured pass starts
     for k, w in enumerate(workers):
         w.send({"event": "go", "rows": [int(bounds[k]), int(bounds[k + 1])]})
-    pending = set(range(n))
+    pending = set(range(len(workers)))
     while pending:
         k, message, at = _next(events)
         if message is None:
@@ -367,21 +407,7 @@ def _coordinate(spec: PassSpec, result: dict[str, Any], workers: list[_Worker], 
     all_ok = all(w.finished is not None and w.finished.get("ok") for w in workers)
     pass_s = t_last - t_go
     result["concurrent_load"] = dev.concurrent_load(before, after, pass_s)
-    # Writing (outside the measured region): workers write their shard files, the coordinator merges them.
-    for w in workers:
-        w.stop()
-    for w in workers:
-        w.proc.wait()
-    _collect(result, workers, bounds, layout)
-    if all_ok and result["status"] == "ok":
-        phases["pass_s"] = pass_s
-    else:
-        result["status"] = "failed"
-        if not any(n.startswith("pass_s:") for n in notes):
-            notes.append("pass_s: empty, the measured pass did not complete on every device")
-    _merge(spec, result, workers)
-    phases["writing_s"] = clock.now() - t_last
-    return result
+    return all_ok, pass_s, t_last
 
 
 def _next(events: queue.Queue) -> tuple[int, dict[str, Any] | None, float]:

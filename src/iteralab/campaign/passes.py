@@ -283,86 +283,135 @@ def execute_pass(spec: PassSpec | dict[str, Any], clock: Any = None, startup: di
     Every phase is timed by :func:`iteralab.models.device.timed` (synchronize, read, body, synchronize, read)
     with one clock, injectable as ``clock`` (an object with ``now()``, default ``time.perf_counter``)."""
     from iteralab.models import device as dev
-    from iteralab.models.factory import load_workload
 
     clock = clock or dev.PERF_CLOCK
     spec = PassSpec.coerce(spec)
-    variant = spec.variant
     startup = startup if startup is not None else {}
     result = started(spec.pass_id, startup=startup)
-    phases: dict[str, float | None] = result["phases"]
-    notes: list[str] = result["notes"]
-    seed = int(spec.seed)
-    model = spec.model
     try:
-        t0 = time.perf_counter()
-        np.random.seed(seed % (2**32))
-        if model["kind"] == "callable":
-            # The callable owns its model, device and seeds: the harness runs on the host and never imports torch.
-            device: Any = dev.HOST
-        else:
-            import torch
-
-            torch.manual_seed(seed)
-            if spec.deterministic:
-                torch.use_deterministic_algorithms(True, warn_only=True)
-            device = dev.resolve_device(variant.get("device") or spec.device)
-        startup["runtime_s"] = time.perf_counter() - t0
-        with dev.timed(device, clock) as loading:
-            workload = load_workload(
-                model["kind"], path=model.get("path"), head=model.get("head"), callable_ref=model.get("callable"),
-                classes=list(spec.classes), precision=variant["precision"], device=str(device),
-                max_length=model["max_length"], truncation=model["truncation"], padding=variant["padding"],
-                compile=variant["compile"], trust_remote_code=model["trust_remote_code"],
-            )
-        phases["load_s"] = loading.seconds
-        result["workload"] = workload.describe()
-        result["file_hashes"] = workload.file_hashes()
+        device = _seeded_device(spec, startup)
+        workload = _load(spec, device, clock, result)
     except Exception as exc:  # a load failure is a failed pass row, with its error
-        result["error"] = error_text(exc)
-        result["error_kind"] = "oom" if _is_oom(exc) else "load"
-        notes.append(f"failed while loading: {result['error']}")
-        return result
-
-    measured_error: BaseException | None = None
-    corpus_kwargs = dict(id_column="id", text_column="text", label_column="label", classes=list(spec.classes))
-    batch_size = int(variant["batch_size"])
+        return _failed(result, exc, "load", "failed while loading")
     try:
-        # Warm-up (R5): the first `inputs` texts of the corpus, `passes` times, with the variant's batch size.
-        warm = spec.warmup
-        warm_texts: list[str] = []
-        last_warm_s = None  # the last repetition: what the pass time limit projects from (run.pass_timeout)
-        if warm["inputs"] > 0 and warm["passes"] > 0:
-            warm_texts = first_texts(spec.corpus_path, corpus_kwargs, int(warm["inputs"]))
-            for i in range(warm["passes"]):
-                with dev.timed(device, clock) as warming:
-                    for start in range(0, len(warm_texts), batch_size):
-                        workload.infer(workload.tokenize(warm_texts[start:start + batch_size]))
-                elapsed = last_warm_s = warming.seconds
-                if i == 0 and variant["compile"]:
-                    phases["compile_s"] = elapsed  # first warm-up call compiles: recorded as compilation
-                else:
-                    phases["warmup_s"] = (phases["warmup_s"] or 0.0) + elapsed
-        else:
-            notes.append("warm-up: none (protocol declares 0 warm-up inputs or passes)")
-        if not variant["compile"]:
-            notes.append("compile_s: empty, the variant does not compile")
+        warm_texts, last_warm_s = _warm_up(spec, workload, device, clock, result)
     except Exception as exc:
-        result["error"] = error_text(exc)
-        result["error_kind"] = "oom" if _is_oom(exc) else "warmup"
-        notes.append(f"failed during warm-up: {result['error']}")
-        return result
+        return _failed(result, exc, "warmup", "failed during warm-up")
 
     rows = sync.ready() if sync is not None else None  # data-parallel: wait for every worker, get the shard
-    # Fixed before the measured region: the absolute limit, or this pass's own projection from its warm-up over
-    # the documents it will process (a data-parallel worker: its shard).
-    limit_s, limit_record = pass_limit(spec, last_warm_s, len(warm_texts),
+    limit_s, basis = _fix_limit(spec, result, last_warm_s, len(warm_texts), rows)
+    pass_run, measured_error = _measure(spec, workload, device, clock, result, limit_s, basis, rows, sync)
+    _record_outcome(result, pass_run, measured_error)
+    _write_predictions(spec, pass_run, clock, result)
+    if measured_error is None:
+        result["status"] = "ok"
+    return result
+
+
+def _failed(result: dict[str, Any], exc: BaseException, kind: str, when: str) -> dict[str, Any]:
+    """A pass that failed before its measured region: the error, its kind (an out-of-memory error is ``oom``)."""
+    result["error"] = error_text(exc)
+    result["error_kind"] = "oom" if _is_oom(exc) else kind
+    result["notes"].append(f"{when}: {result['error']}")
+    return result
+
+
+def _corpus_kwargs(spec: PassSpec) -> dict[str, Any]:
+    return dict(id_column="id", text_column="text", label_column="label", classes=list(spec.classes))
+
+
+def _seeded_device(spec: PassSpec, startup: dict[str, Any]) -> Any:
+    """Seeds the generators and resolves the device; the time it takes is the start-up's ``runtime_s``."""
+    from iteralab.models import device as dev
+
+    seed = int(spec.seed)
+    t0 = time.perf_counter()
+    np.random.seed(seed % (2**32))
+    if spec.model["kind"] == "callable":
+        # The callable owns its model, device and seeds: the harness runs on the host and never imports torch.
+        device: Any = dev.HOST
+    else:
+        import torch
+
+        torch.manual_seed(seed)
+        if spec.deterministic:
+            torch.use_deterministic_algorithms(True, warn_only=True)
+        device = dev.resolve_device(spec.variant.get("device") or spec.device)
+    startup["runtime_s"] = time.perf_counter() - t0
+    return device
+
+
+def _load(spec: PassSpec, device: Any, clock: Any, result: dict[str, Any]) -> Any:
+    """The timed load phase: the workload, described and its files hashed into the result."""
+    from iteralab.models import device as dev
+    from iteralab.models.factory import load_workload
+
+    model, variant = spec.model, spec.variant
+    with dev.timed(device, clock) as loading:
+        workload = load_workload(
+            model["kind"], path=model.get("path"), head=model.get("head"), callable_ref=model.get("callable"),
+            classes=list(spec.classes), precision=variant["precision"], device=str(device),
+            max_length=model["max_length"], truncation=model["truncation"], padding=variant["padding"],
+            compile=variant["compile"], trust_remote_code=model["trust_remote_code"],
+        )
+    result["phases"]["load_s"] = loading.seconds
+    result["workload"] = workload.describe()
+    result["file_hashes"] = workload.file_hashes()
+    return workload
+
+
+def _warm_up(spec: PassSpec, workload: Any, device: Any, clock: Any,
+             result: dict[str, Any]) -> tuple[list[str], float | None]:
+    """Warm-up (R5): the first `inputs` texts of the corpus, `passes` times, with the variant's batch size. Returns
+    the texts and the last repetition's time: what the pass time limit projects from (run.pass_timeout)."""
+    from iteralab.models import device as dev
+
+    variant, phases, notes = spec.variant, result["phases"], result["notes"]
+    batch_size = int(variant["batch_size"])
+    warm = spec.warmup
+    warm_texts: list[str] = []
+    last_warm_s = None
+    if warm["inputs"] > 0 and warm["passes"] > 0:
+        warm_texts = first_texts(spec.corpus_path, _corpus_kwargs(spec), int(warm["inputs"]))
+        for i in range(warm["passes"]):
+            with dev.timed(device, clock) as warming:
+                for start in range(0, len(warm_texts), batch_size):
+                    workload.infer(workload.tokenize(warm_texts[start:start + batch_size]))
+            elapsed = last_warm_s = warming.seconds
+            if i == 0 and variant["compile"]:
+                phases["compile_s"] = elapsed  # first warm-up call compiles: recorded as compilation
+            else:
+                phases["warmup_s"] = (phases["warmup_s"] or 0.0) + elapsed
+    else:
+        notes.append("warm-up: none (protocol declares 0 warm-up inputs or passes)")
+    if not variant["compile"]:
+        notes.append("compile_s: empty, the variant does not compile")
+    return warm_texts, last_warm_s
+
+
+def _fix_limit(spec: PassSpec, result: dict[str, Any], last_warm_s: float | None, warm_inputs: int,
+               rows: tuple[int, int] | None) -> tuple[float | None, str | None]:
+    """Fixed before the measured region: the absolute limit, or this pass's own projection from its warm-up over
+    the documents it will process (a data-parallel worker: its shard)."""
+    limit_s, limit_record = pass_limit(spec, last_warm_s, warm_inputs,
                                        rows[1] - rows[0] if rows is not None else spec.documents)
     basis = limit_basis(limit_record)
     if limit_record is not None:
         result["pass_limit"] = limit_record
         if limit_record["limit_s"] is None:
-            notes.append(f"pass time limit: {limit_record['reason']}")
+            result["notes"].append(f"pass time limit: {limit_record['reason']}")
+    return limit_s, basis
+
+
+def _measure(spec: PassSpec, workload: Any, device: Any, clock: Any, result: dict[str, Any], limit_s: float | None,
+             basis: str | None, rows: tuple[int, int] | None, sync: Any) -> tuple[MeasuredPass, BaseException | None]:
+    """The measured region, then what is read right after it: peaks, concurrent load, the GPU scope."""
+    from iteralab.models import device as dev
+
+    variant, phases = spec.variant, result["phases"]
+    measured_error: BaseException | None = None
+    corpus_kwargs = _corpus_kwargs(spec)
+    batch_size = int(variant["batch_size"])
     pass_run = MeasuredPass()
     gpu_scope = dev.GpuEvents(device)  # CUDA events, created outside the timed region; a labelled GPU scope
     machine_before = dev.load_snapshot()  # what else uses the machine: read outside the timed region
@@ -383,11 +432,17 @@ def execute_pass(spec: PassSpec | dict[str, Any], clock: Any = None, startup: di
             pass
     if sync is not None:  # data-parallel: this shard's predictions are on the host
         sync.finished(pass_run, measured_error)
-    progress = pass_run.progress
     result["memory"] = dev.read_peaks(device)
     result["concurrent_load"] = dev.concurrent_load(machine_before, dev.load_snapshot(), phases["pass_s"])
     if device.type == "cuda":  # kept apart from `phases`: a GPU-side scope is never a pass time (R3)
         result["gpu_scope"] = gpu_scope.result()
+    return pass_run, measured_error
+
+
+def _record_outcome(result: dict[str, Any], pass_run: MeasuredPass, measured_error: BaseException | None) -> None:
+    """Completed inputs, retries, and a failed measured pass's error and notes."""
+    progress = pass_run.progress
+    notes = result["notes"]
     if measured_error is not None:
         pass_run.read_remaining_ids()
     result["completed"] = progress.completed
@@ -402,7 +457,9 @@ def execute_pass(spec: PassSpec | dict[str, Any], clock: Any = None, startup: di
                      "no retry with a smaller batch")
         notes.append("pass_s: empty, the measured pass did not complete")
 
-    # Writing (outside the measured region): the completed rows, in pass order, from the arrays, atomically.
+
+def _write_predictions(spec: PassSpec, pass_run: MeasuredPass, clock: Any, result: dict[str, Any]) -> None:
+    """Writing (outside the measured region): the completed rows, in pass order, from the arrays, atomically."""
     from concurrent.futures import ThreadPoolExecutor
 
     from iteralab.campaign.predictions import file_name, write_predictions
@@ -417,15 +474,12 @@ def execute_pass(spec: PassSpec | dict[str, Any], clock: Any = None, startup: di
     # nothing is measured any more): the wall time of the two is that of the longer.
     with ThreadPoolExecutor(max_workers=1) as pool:
         hashed = pool.submit(order_hash, ids) if len(ids) else None
-        result["prediction_sha256"] = write_predictions(target, ids.slice(0, progress.completed), list(spec.classes),
-                                                        probs)
+        result["prediction_sha256"] = write_predictions(target, ids.slice(0, pass_run.progress.completed),
+                                                        list(spec.classes), probs)
         del probs
         result["prediction_file"] = f"{PREDICTIONS}/{target.name}"
-        phases["writing_s"] = clock.now() - t0
+        result["phases"]["writing_s"] = clock.now() - t0
         result["order_hash"] = hashed.result() if hashed is not None else None
-    if measured_error is None:
-        result["status"] = "ok"
-    return result
 
 
 def record_runtime_memory(spec: PassSpec, startup: dict[str, Any]) -> None:

@@ -227,49 +227,15 @@ class _RayPass:
     def execute(self) -> dict[str, Any]:
         import pyarrow as pa
 
-        from iteralab.campaign.passes import PassTimeout, first_texts, order_hash
-        from iteralab.campaign.predictions import file_name, write_predictions
-
-        spec, run, phases, notes = self.spec, self.run, self.phases, self.notes
+        spec, run = self.spec, self.run
         ray = self.engine.ray
-        layout = (f"{run.ray_actors} actor{'s' if run.ray_actors != 1 else ''} × {run.ray_cpus_per_actor:g} CPU, "
-                  f"torch threads {run.ray_threads_per_actor or 'by Ray (floor of the CPUs)'}")
-        notes.append(f"engine: ray {ray.__version__} ({self.engine.started.get('address')}), {layout}; row order "
-                     "as received by the driver")
-        result = {**started(spec.pass_id, startup=self.startup, engine="ray"), "phases": phases, "notes": notes}
-        # Outside the measured region: the expected ids and the warm-up texts, read by the driver.
-        expected_ids = _corpus_ids(spec.corpus_path)
-        result["expected"] = len(expected_ids)
-        corpus_kwargs = {"id_column": "id", "text_column": "text", "label_column": "label",
-                         "classes": list(spec.classes)}
-        warm = spec.warmup
-        warm_texts = first_texts(spec.corpus_path, corpus_kwargs, int(warm["inputs"])) \
-            if warm["inputs"] > 0 and warm["passes"] > 0 else []
-        if not warm_texts:
-            notes.append("warm-up: none (protocol declares 0 warm-up inputs or passes)")
+        result, expected_ids, warm_texts = self._before_measuring()
         self._configure(ray.data)
         dataset = self._dataset(ray.data, len(expected_ids), warm_texts)
-        id_chunks: list[Any] = []
-        prob_chunks: list[Any] = []
-        meta_chunks: list[Any] = []
-        error: BaseException | None = None
         limit = spec.pass_timeout_s
         relative = WarmupLimit(spec, len(warm_texts), len(expected_ids)) \
             if spec.pass_timeout_factor is not None else None
-        submitted = time.time()  # wall clock: compared with the actors' own readings (one machine for a local Ray)
-        try:
-            for block in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
-                id_chunks.append(block.column("id"))
-                prob_chunks.append(block.column("probs"))
-                meta_chunks.append(block.column(META))
-                if relative is not None:
-                    relative.check(block.column(META))
-                elif limit is not None and time.time() - submitted > limit:
-                    raise PassTimeout(limit)
-            finished = time.time()
-        except Exception as exc:  # Ray's unit of failure is the block: the pass fails with what was received
-            error = exc
-            finished = None
+        id_chunks, prob_chunks, meta_chunks, error, submitted, finished = _receive(dataset, limit, relative)
         actors = _actor_records(meta_chunks)
         self._startup_phases(actors, submitted)
         if relative is not None and relative.record is not None:
@@ -283,6 +249,40 @@ class _RayPass:
         if error is None and len(actors) > run.ray_actors:
             error = RuntimeError(f"{len(actors)} actors returned batches for a pool of {run.ray_actors}: an actor "
                                  "was lost and replaced, its tasks retried")
+        self._outcome(result, ids, expected_ids, error, finished, ready)
+        _actor_cells(result, actors)
+        self._write(result, ids, probs)
+        return result
+
+    def _before_measuring(self) -> tuple[dict[str, Any], Any, list[str]]:
+        """The engine's note and the result record; outside the measured region: the expected ids and the warm-up
+        texts, read by the driver."""
+        from iteralab.campaign.passes import first_texts
+
+        spec, run, notes = self.spec, self.run, self.notes
+        ray = self.engine.ray
+        layout = (f"{run.ray_actors} actor{'s' if run.ray_actors != 1 else ''} × {run.ray_cpus_per_actor:g} CPU, "
+                  f"torch threads {run.ray_threads_per_actor or 'by Ray (floor of the CPUs)'}")
+        notes.append(f"engine: ray {ray.__version__} ({self.engine.started.get('address')}), {layout}; row order "
+                     "as received by the driver")
+        result = {**started(spec.pass_id, startup=self.startup, engine="ray"), "phases": self.phases, "notes": notes}
+        expected_ids = _corpus_ids(spec.corpus_path)
+        result["expected"] = len(expected_ids)
+        corpus_kwargs = {"id_column": "id", "text_column": "text", "label_column": "label",
+                         "classes": list(spec.classes)}
+        warm = spec.warmup
+        warm_texts = first_texts(spec.corpus_path, corpus_kwargs, int(warm["inputs"])) \
+            if warm["inputs"] > 0 and warm["passes"] > 0 else []
+        if not warm_texts:
+            notes.append("warm-up: none (protocol declares 0 warm-up inputs or passes)")
+        return result, expected_ids, warm_texts
+
+    def _outcome(self, result: dict[str, Any], ids: Any, expected_ids: Any, error: BaseException | None,
+                 finished: float | None, ready: list[float]) -> None:
+        """The pass's status, time or error, and the notes on what was not measured."""
+        from iteralab.campaign.passes import PassTimeout
+
+        phases, notes = self.phases, self.notes
         if error is None:
             problem = _completeness(ids, expected_ids)
             if problem:
@@ -304,21 +304,19 @@ class _RayPass:
             notes.append("compile_s: empty, the variant does not compile")
         notes.append("concurrent load: not measured for a Ray pass (its work runs in Ray's processes, which the "
                      "machine-wide reading cannot tell from other load)")
-        first = next((a["startup"] for a in actors.values() if a.get("startup")), None)
-        if first is not None:
-            result["workload"], result["file_hashes"] = first["workload"], first["file_hashes"]
-            result["actor_runtime"] = first.get("runtime")
-        rss = [a["rss"] for a in actors.values() if a.get("rss")]
-        result["memory"] = {"cpu_peak_rss_bytes": max(rss) if rss else None,
-                            "scope": "peak RSS of the largest Ray actor process (max over actors, never summed)",
-                            "reason": None if rss else "not measured: no actor returned a batch"}
+
+    def _write(self, result: dict[str, Any], ids: Any, probs: np.ndarray) -> None:
+        """Writing (outside the measured region): the prediction file in the order received, and its order hash."""
+        from iteralab.campaign.passes import order_hash
+        from iteralab.campaign.predictions import file_name, write_predictions
+
+        spec = self.spec
         t0 = time.perf_counter()
         target = Path(spec.prediction_dir) / file_name(spec.pass_id)
         result["prediction_sha256"] = write_predictions(target, ids, list(spec.classes), probs)
         result["prediction_file"] = f"{PREDICTIONS}/{target.name}"
-        phases["writing_s"] = time.perf_counter() - t0
+        self.phases["writing_s"] = time.perf_counter() - t0
         result["order_hash"] = order_hash(ids) if len(ids) else None
-        return result
 
     def _startup_phases(self, actors: dict[str, dict[str, Any]], submitted: float) -> None:
         """The actors' start-up phases (R2), as they timed them: load and warm-up of the slowest actor; the
@@ -401,6 +399,46 @@ def _actor_records(meta_chunks: list[Any]) -> dict[str, dict[str, Any]]:
             if meta.get("rss"):
                 entry["rss"] = max(entry.get("rss") or 0, meta["rss"])
     return actors
+
+def _receive(dataset: Any, limit: float | None,
+             relative: WarmupLimit | None) -> tuple[list[Any], list[Any], list[Any], BaseException | None, float,
+                                                    float | None]:
+    """The measured region on the driver: every block as Ray returns it, until the last one or the first error (or
+    the pass time limit). Returns the ids, probabilities and actor records received, the error, and the wall-clock
+    submission and end."""
+    from iteralab.campaign.passes import PassTimeout
+
+    id_chunks: list[Any] = []
+    prob_chunks: list[Any] = []
+    meta_chunks: list[Any] = []
+    error: BaseException | None = None
+    submitted = time.time()  # wall clock: compared with the actors' own readings (one machine for a local Ray)
+    try:
+        for block in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
+            id_chunks.append(block.column("id"))
+            prob_chunks.append(block.column("probs"))
+            meta_chunks.append(block.column(META))
+            if relative is not None:
+                relative.check(block.column(META))
+            elif limit is not None and time.time() - submitted > limit:
+                raise PassTimeout(limit)
+        finished = time.time()
+    except Exception as exc:  # Ray's unit of failure is the block: the pass fails with what was received
+        error = exc
+        finished = None
+    return id_chunks, prob_chunks, meta_chunks, error, submitted, finished
+
+
+def _actor_cells(result: dict[str, Any], actors: dict[str, dict[str, Any]]) -> None:
+    """What the actors recorded: the first one's workload and runtime, the largest actor's peak memory."""
+    first = next((a["startup"] for a in actors.values() if a.get("startup")), None)
+    if first is not None:
+        result["workload"], result["file_hashes"] = first["workload"], first["file_hashes"]
+        result["actor_runtime"] = first.get("runtime")
+    rss = [a["rss"] for a in actors.values() if a.get("rss")]
+    result["memory"] = {"cpu_peak_rss_bytes": max(rss) if rss else None,
+                        "scope": "peak RSS of the largest Ray actor process (max over actors, never summed)",
+                        "reason": None if rss else "not measured: no actor returned a batch"}
 
 
 def _peak_rss() -> int | None:

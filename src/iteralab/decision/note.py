@@ -101,14 +101,34 @@ def _parallel_words(d: Decision, c: Config, v: Any) -> str:
 
 def render_decision(d: Decision) -> str:
     """The decision note (Markdown, D2): deterministic, so it can be compared with a golden file."""
-    ev = d.evidence[0]
-    proto = ev.campaign["protocol"]
-    p = ev.protocol
-    chosen = d.chosen
+    proto = d.evidence[0].campaign["protocol"]
     c4 = {e.folder: rocm_compatibility_line(e.manifest) for e in d.evidence}  # ROCm runs only (C4)
-    c4_verdict = {e.folder: (rocm_compatibility(e.manifest) or {}).get("verdict") for e in d.evidence}
     out = [f"# Decision note: {proto['name']}, protocol version {proto['version']}", "",
-           f"Question (locked protocol): {p.question}", "", "## Decision", ""]
+           f"Question (locked protocol): {d.evidence[0].protocol.question}", "", "## Decision", ""]
+    out += _decision_lines(d)
+    out += _covered_load_lines(d, c4)
+    out += _configuration_rows(d, c4)
+    out.append("")
+    out += dataset_section(d)
+    if d.costs is not None:
+        out += render_expenses(d)
+    p = d.evidence[0].protocol
+    if p.job is not None:
+        out += render_job(list(d.jobs), p.job.documents)
+        if not d.jobs:
+            out += ["No qualifying configuration: nothing to plan.", ""]
+    out += ["## Excluded and why", ""]
+    out += [f"- {who}: {why}" for who, why in exclusion_lines(d)] or ["- nothing was excluded"]
+    out += _calendar_lines(d)
+    out += _closing_lines(d)
+    return "\n".join(out) + "\n"
+
+
+def _decision_lines(d: Decision) -> list[str]:
+    """The chosen setting (or the one-line answer), each observed machine's configuration, the rental."""
+    p = d.evidence[0].protocol
+    chosen = d.chosen
+    out = []
     if chosen is not None:
         out.append(f"**Chosen setting: {chosen.key}**: {package_summary(chosen)}.")
         v = p.variant(chosen.variant)
@@ -129,7 +149,16 @@ def render_decision(d: Decision) -> str:
                        + (f", {_parallel_words(d, m.chosen, v).rstrip(', ')}" if v.data_parallel > 1 else ""))
     out.append(f"- **Rental**: {d.rental_line}")
     out += [f"- **{n}**" for n in d.notes if n.startswith("PARTIAL DECISION")]
-    out += ["", "## Covered load", "",
+    return out
+
+
+def _covered_load_lines(d: Decision, c4: dict[str, str | None]) -> list[str]:
+    """What the answer covers (documents, protocol, metric, catalog, hardware) and the rule's reasons."""
+    ev = d.evidence[0]
+    proto = ev.campaign["protocol"]
+    p = ev.protocol
+    chosen = d.chosen
+    return ["", "## Covered load", "",
             *(covered_datasets(ev) if ev.campaign.get("datasets") else
               [f"- {ev.corpus_size} documents, corpus fingerprint `{ev.fingerprint}`"]),
             f"- accepted deliveries: {chosen.accepted if chosen else 'see the table'} (each "
@@ -145,11 +174,16 @@ def render_decision(d: Decision) -> str:
             f"{d.catalog_source}",
             *(f"- campaign `{e.folder}`: hardware observed {e.hardware.label}"
               + (f"; {c4[e.folder]}" if c4.get(e.folder) else "") for e in d.evidence),
-            "", "## Reasons", "", *(f"- {r}" for r in d.reasons), "",
-            "## Configurations", "",
-            "| configuration | feasible | quality | median pass (s) | counted passes | window | deadline | package "
-            "| committed | accepted | cost per verified corpus |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+            "", "## Reasons", "", *(f"- {r}" for r in d.reasons), ""]
+
+
+def _configuration_rows(d: Decision, c4: dict[str, str | None]) -> list[str]:
+    """The table of every configuration: feasibility, quality, time, window, package, budget, cost."""
+    c4_verdict = {e.folder: (rocm_compatibility(e.manifest) or {}).get("verdict") for e in d.evidence}
+    out = ["## Configurations", "",
+           "| configuration | feasible | quality | median pass (s) | counted passes | window | deadline | package "
+           "| committed | accepted | cost per verified corpus |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in d.configs:
         b = c.pricing.budget
         cost = c.pricing.cost.describe() if c.pricing.cost else "-"
@@ -161,17 +195,12 @@ def render_decision(d: Decision) -> str:
             + (f" (C4 ROCm matrix: {c4_verdict[c.folder]})" if c4.get(c.folder) else ""),
             f"{format_amount(b.total)} {b.currency}" if b else "-", c.accepted,
             cost + (" of the project total" if c.project and c.project.counted and c.pricing.cost else ""))) + " |")
-    out.append("")
-    out += dataset_section(d)
-    if d.costs is not None:
-        out += render_expenses(d)
-    if p.job is not None:
-        out += render_job(list(d.jobs), p.job.documents)
-        if not d.jobs:
-            out += ["No qualifying configuration: nothing to plan.", ""]
-    out += ["## Excluded and why", ""]
-    out += [f"- {who}: {why}" for who, why in exclusion_lines(d)] or ["- nothing was excluded"]
-    out += ["", "## Calendar window", "", f"- {d.planned.describe()}", f"- {d.planned.deadline_text()}"]
+    return out
+
+
+def _calendar_lines(d: Decision) -> list[str]:
+    """The planned window and deadline, each observed window, and the packages each shown quote compared."""
+    out = ["", "## Calendar window", "", f"- {d.planned.describe()}", f"- {d.planned.deadline_text()}"]
     if d.project:
         out += [f"- {c.key}: {c.window.describe()}; {c.window.deadline_text()}" for c in d.configs
                 if c.window.window is not d.planned.window]
@@ -190,7 +219,12 @@ def render_decision(d: Decision) -> str:
                   for o in quote.options]
         out.append(f"- {quote.gpu_id} packages against the {c.window.label} window "
                    f"({format_hours(quote.hours)} h): " + "; ".join(listed))
-    out += ["", "## What remains uncertain", "", *(f"- {u}" for u in d.uncertain or ["nothing flagged"])]
+    return out
+
+
+def _closing_lines(d: Decision) -> list[str]:
+    """What remains uncertain, the manifest differences of merged campaigns, the scope, the rental, the notes."""
+    out = ["", "## What remains uncertain", "", *(f"- {u}" for u in d.uncertain or ["nothing flagged"])]
     out += ["", "## Manifest differences between merged campaigns (C5)", ""]
     if not d.manifest_diffs:
         out.append("- one campaign folder: nothing merged")
@@ -205,7 +239,7 @@ def render_decision(d: Decision) -> str:
             f"- rental id: {d.rental_id}" if d.rental_id else "- rental id: none given"]
     if d.notes:
         out += ["", "## Notes", "", *(f"- {n}" for n in d.notes)]
-    return "\n".join(out) + "\n"
+    return out
 
 
 def render_expenses(d: Decision) -> list[str]:

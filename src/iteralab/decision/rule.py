@@ -263,53 +263,70 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
     cat, cat_source = pricing_catalog(evidence[0], catalog)
     stats = [campaign_stats(ev) for ev in evidence]
     planned = planned_window(evidence[0])
-    metric = evidence[0].protocol.metric.name
-    configs: list[Config] = []
-    for hw, ev, st in zip(_hardware_keys(evidence), evidence, stats):
-        for times in st.variants:
-            quality = st.quality_of(times.variant)
-            pairs = [(r.corpus_fingerprint or ev.fingerprint, r.accepted)
-                     for r in ev.rows if r.variant == times.variant and r.pass_id not in ev.exclusions]
-            accepted = count_accepted_results(pairs)
-            window = projected_window(ev, planned, times) if project else planned
-            job = ev.protocol.job
-            plan = plan_job(times.variant, job.documents, ev.corpus_size, times.times, _startup(times), None, cat,
-                            _loaded(times)) \
-                if job is not None else None
-            if plan is not None:  # the rental must cover the production job too, and the deadline allow it
-                window = job_window(window, times.variant, plan.hours_slowest)
-            failures = _failures(ev, times)
-            if not times.passes and ev.not_attempted:
-                failures = ()  # never attempted: not a failure of the configuration
-                exclusions = ["not attempted yet: the campaign is incomplete (decided with --partial); never priced"]
-            else:
-                exclusions = [f"not feasible (M1): {'; '.join(failures)}; never priced"] if failures else []
-            exclusions += _quality_exclusions(quality, metric, ev.protocol.metric.reference_variant)
-            verdicts = dataset_verdicts(ev.campaign, [r for r in ev.rows if r.variant == times.variant],
-                                        ev.exclusions)
-            exclusions += [f"dataset {d.name!r} not verified: {'; '.join(d.reasons) or 'no counted pass'} "
-                           "(a configuration is accepted only when every dataset is verified, K6)"
-                           for d in verdicts if not d.verified and times.passes]
-            if window.meets_deadline is False:
-                exclusions.append(f"misses the deadline: {window.deadline_text()}")
-            pricing = (Pricing(reason=NOT_FEASIBLE) if failures else
-                       Pricing(reason="not attempted yet") if not times.passes else
-                       price_config(ev, times, window, accepted, cat, lots))
-            configs.append(Config(hw, times.variant, ev.folder, times, quality, accepted, window, pricing, failures,
-                                  tuple(exclusions), merged=len(evidence) > 1, datasets=verdicts))
+    configs = [_config(hw, ev, st, times, planned, cat, project=project, lots=lots, merged=len(evidence) > 1)
+               for hw, ev, st in zip(_hardware_keys(evidence), evidence, stats) for times in st.variants]
     configs, costs = _with_expenses(configs, evidence[0], cat)
     chosen, rental_line, reasons, uncertain = _apply_rule(configs, evidence[0], costs)
     machines = tuple(choose_on_machine([c for c in configs if c.hardware == hw], evidence[0])
                      for hw in dict.fromkeys(c.hardware for c in configs))
     one_line = _one_line(machines, chosen, rental_line)
     jobs = _plan_jobs(configs, evidence[0], cat)
+    uncertain += _uncertainties(evidence[0], stats, configs, planned, project)
+    notes = _decision_notes(evidence, stats, configs, incomplete, cat, lots)
+    return Decision(tuple(evidence), tuple(stats), tuple(configs), chosen, one_line, tuple(reasons),
+                    tuple(uncertain), tuple(_manifest_diffs(evidence)), planned,
+                    tuple(observed_span(ev) for ev in evidence), cat, cat_source, rental_id, project, lots,
+                    tuple(notes), machines, rental_line, jobs, costs)
+
+
+def _config(hw: str, ev: Evidence, st: CampaignStats, times: VariantTimes, planned: WindowInfo, cat: Catalog, *,
+            project: bool, lots: int, merged: bool) -> Config:
+    """One variant on one machine: accepted deliveries, window, failures, exclusions, pricing."""
+    metric = ev.protocol.metric.name
+    quality = st.quality_of(times.variant)
+    pairs = [(r.corpus_fingerprint or ev.fingerprint, r.accepted)
+             for r in ev.rows if r.variant == times.variant and r.pass_id not in ev.exclusions]
+    accepted = count_accepted_results(pairs)
+    window = projected_window(ev, planned, times) if project else planned
+    job = ev.protocol.job
+    plan = plan_job(times.variant, job.documents, ev.corpus_size, times.times, _startup(times), None, cat,
+                    _loaded(times)) \
+        if job is not None else None
+    if plan is not None:  # the rental must cover the production job too, and the deadline allow it
+        window = job_window(window, times.variant, plan.hours_slowest)
+    failures = _failures(ev, times)
+    if not times.passes and ev.not_attempted:
+        failures = ()  # never attempted: not a failure of the configuration
+        exclusions = ["not attempted yet: the campaign is incomplete (decided with --partial); never priced"]
+    else:
+        exclusions = [f"not feasible (M1): {'; '.join(failures)}; never priced"] if failures else []
+    exclusions += _quality_exclusions(quality, metric, ev.protocol.metric.reference_variant)
+    verdicts = dataset_verdicts(ev.campaign, [r for r in ev.rows if r.variant == times.variant],
+                                ev.exclusions)
+    exclusions += [f"dataset {d.name!r} not verified: {'; '.join(d.reasons) or 'no counted pass'} "
+                   "(a configuration is accepted only when every dataset is verified, K6)"
+                   for d in verdicts if not d.verified and times.passes]
+    if window.meets_deadline is False:
+        exclusions.append(f"misses the deadline: {window.deadline_text()}")
+    pricing = (Pricing(reason=NOT_FEASIBLE) if failures else
+               Pricing(reason="not attempted yet") if not times.passes else
+               price_config(ev, times, window, accepted, cat, lots))
+    return Config(hw, times.variant, ev.folder, times, quality, accepted, window, pricing, failures,
+                  tuple(exclusions), merged=merged, datasets=verdicts)
+
+
+def _uncertainties(ev: Evidence, stats: list[CampaignStats], configs: list[Config], planned: WindowInfo,
+                   project: bool) -> list[str]:
+    """What the decision cannot tell apart or rests on: close comparisons, zero recalls, missing gating subgroups,
+    a planned window, thresholds tuned on the final corpus."""
+    uncertain: list[str] = []
     for st in stats:
         uncertain += [f"{st.evidence.hardware.label}, {c.scope}: {c.a} vs {c.b}: {c.text}"
                       for c in st.comparisons if not c.distinguished]
     for st in stats:
         uncertain += [f"{st.evidence.hardware.label}: {line}" if len(stats) > 1 else line
                       for line in st.zero_recall()]
-    gating = [s.name for s in evidence[0].protocol.subgroups if s.gating]
+    gating = [s.name for s in ev.protocol.subgroups if s.gating]
     for name in gating:
         lacking = [c.key for c in configs if name in c.quality.missing_subgroups(gating)]
         if lacking:
@@ -318,9 +335,14 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
     if planned.window is not None:
         uncertain.append(f"the window is {'projected' if project else 'planned'}, not observed: a planning "
                          "assumption until the rental's real dates are known (W4)")
-    if evidence[0].protocol.thresholds_tuned_on_final:
+    if ev.protocol.thresholds_tuned_on_final:
         uncertain.append("thresholds were tuned after seeing the final corpus (P4): the result needs a new "
                          "independent evaluation corpus")
+    return uncertain
+
+
+def _manifest_diffs(evidence: list[Evidence]) -> list[tuple[str, str, tuple[str, ...]]]:
+    """Each merged campaign's manifest against the first one's (C5)."""
     diffs = []
     for ev in evidence[1:]:
         if evidence[0].manifest is None or ev.manifest is None:
@@ -328,6 +350,12 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
         else:
             diffs.append((str(evidence[0].folder), str(ev.folder), tuple(diff_manifests(evidence[0].manifest,
                                                                                         ev.manifest))))
+    return diffs
+
+
+def _decision_notes(evidence: list[Evidence], stats: list[CampaignStats], configs: list[Config], incomplete: list[str],
+                    cat: Catalog, lots: int) -> list[str]:
+    """The statistics' notes, the pricing notes (X3), a partial decision, and cards seen against cards rented."""
     notes = [n for st in stats for n in st.notes]
     notes += list(dict.fromkeys(c.pricing.note for c in configs if c.pricing.note))  # X3: cards and lots
     notes += [f"PARTIAL DECISION (--partial): {line}" for line in incomplete]
@@ -339,9 +367,7 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
                 notes.append(f"{ev.folder}: the campaign saw {seen} x {name}; {lots} lot{'s' if lots != 1 else ''} "
                              f"of {entry.gpu_id} hold{'s' if lots == 1 else ''} {entry.cards_per_lot * lots} cards: "
                              "the times measure the cards seen, extra cards are never assumed to speed anything up")
-    return Decision(tuple(evidence), tuple(stats), tuple(configs), chosen, one_line, tuple(reasons),
-                    tuple(uncertain), tuple(diffs), planned, tuple(observed_span(ev) for ev in evidence), cat,
-                    cat_source, rental_id, project, lots, tuple(notes), machines, rental_line, jobs, costs)
+    return notes
 
 
 def _with_expenses(configs: list[Config], ev: Evidence, catalog: Catalog) -> tuple[list[Config], CostSheet | None]:

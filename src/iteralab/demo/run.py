@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from string import Template
 from typing import Any, Callable
 
 from iteralab.errors import RunError
@@ -41,6 +42,9 @@ PASS_TIMEOUT = "5x warmup"
 #: The production job the demo stands for (documents), planned from observed throughput.
 JOB_DOCUMENTS = 2_000_000
 
+#: The demo's protocol with ``$name`` placeholders (``string.Template``), filled by ``protocol_text``.
+PROTOCOL_TEMPLATE = Path(__file__).with_name("protocol.toml.tmpl")
+
 Emit = Callable[[str], None]
 
 
@@ -62,126 +66,11 @@ def protocol_text(*, model_ref: str, head: Path, threshold: float, how: str, pas
     """The demo's protocol, fixed before any timed pass (P1)."""
     note = "" if full else (f"# QUICK TRY ({docs} documents, {passes} passes): not the full pre-registered "
                             "protocol (1,000 documents, 5 passes).\n")
-    return f"""{note}# IteraGPU Lab demo protocol: written and locked before the first timed pass.
-schema_version = 1
-name = "rt-minilm-head-demo"
-version = 1
-question = "Which configuration processes all {docs} documents, meets macro-F1 >= {threshold:.2f} within {TOLERANCE} of the fp32 batch-8 reference (per length stratum within {STRATUM_TOLERANCE}, per class recall within {CLASS_TOLERANCE}, every probability within {PROBABILITY_BOUND}), finishes before the deadline, with the lowest committed budget?"
-scenario = "offline"
-thresholds_tuned_on_final = false
-
-[corpus]
-path = "data/final.csv"
-tuning_path = "data/tuning.csv"
-classes = ["plot", "fresh", "rotten"]
-stratum_column = "stratum"
-strata = {{ short = [0, 30], medium = [31, 50], long = [51] }}
-
-[model]
-kind = "encoder_head"
-path = {_toml_str(model_ref)}
-head = {_toml_str(str(head))}
-max_length = {MAX_LENGTH}
-truncation = true
-trust_remote_code = false
-
-[checks]
-coverage = 1.0
-probability_sum_tolerance = 0.001
-
-[metric]
-# threshold chosen on the tuning split only: {how}
-name = "macro_f1"
-threshold = {threshold:.2f}
-tolerance = {TOLERANCE}
-reference_variant = "b8-fp32"
-
-[[subgroups]]
-name = "length"
-by = "stratum"
-gating = true
-tolerance = {STRATUM_TOLERANCE}
-
-[[subgroups]]
-name = "class"
-by = "label"
-gating = true
-tolerance = {CLASS_TOLERANCE}
-
-[reproduction]
-target = "bounded"
-bound = {PROBABILITY_BOUND}
-seeds = [0]
-deterministic = true
-
-[warmup]
-inputs = 16
-passes = 1
-
-[job]
-# the production job this comparison stands for: planned from observed throughput, never counted as results
-documents = {JOB_DOCUMENTS}
-
-[run]
-passes = {passes}
-isolation = "process"
-device = "auto"
-# fixed before any timing, per pass: 5 x what the pass's own warm-up projects for the whole corpus (its time per
-# warm-up document x the documents); a pass slower than that is stopped and kept as a failed row, and the
-# variant is then not run again
-pass_timeout = "{PASS_TIMEOUT}"
-
-[[variants]]
-name = "b1-fp32"
-batch_size = 1
-precision = "fp32"
-
-[[variants]]
-name = "b8-fp32"
-batch_size = 8
-precision = "fp32"
-
-[[variants]]
-name = "b8-fp32-sorted"
-batch_size = 8
-precision = "fp32"
-bucketing = true
-
-[[variants]]
-name = "b8-bf16"
-batch_size = 8
-precision = "bf16"
-
-[[variants]]
-name = "b8-int8"
-batch_size = 8
-precision = "int8-dynamic"
-
-[[series]]
-name = "batch"
-factor = "batch_size"
-variants = ["b1-fp32", "b8-fp32"]
-
-[[series]]
-name = "bucketing"
-factor = "bucketing"
-variants = ["b8-fp32", "b8-fp32-sorted"]
-
-[[series]]
-name = "precision"
-factor = "precision"
-variants = ["b8-fp32", "b8-bf16", "b8-int8"]
-
-[calendar]
-timezone = "Europe/Istanbul"
-deadline = "2026-12-14T09:00"
-tasks = [
-  {{ name = "setup and checks", start = "2026-12-07T09:00", end = "2026-12-07T18:00" }},
-  {{ name = "warm-up and comparisons", start = "2026-12-07T14:00", end = "2026-12-09T18:00" }},
-  {{ name = "planned retries", start = "2026-12-09T18:00", end = "2026-12-10T12:00" }},
-  {{ name = "evaluation and export", start = "2026-12-10T12:00", end = "2026-12-11T09:00" }},
-]
-"""
+    return Template(PROTOCOL_TEMPLATE.read_text(encoding="utf-8")).substitute(
+        note=note, docs=docs, threshold=f"{threshold:.2f}", how=how, passes=passes, tolerance=TOLERANCE,
+        stratum_tolerance=STRATUM_TOLERANCE, class_tolerance=CLASS_TOLERANCE, probability_bound=PROBABILITY_BOUND,
+        model_ref=_toml_str(model_ref), head=_toml_str(str(head)), max_length=MAX_LENGTH,
+        job_documents=JOB_DOCUMENTS, pass_timeout=PASS_TIMEOUT)
 
 
 def build_inputs(out: Path, *, docs: int, passes: int, tuning_size: int, seed: int, emit: Emit) -> Path:

@@ -51,115 +51,25 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
     campaign_dir, campaign = folder.path, folder.campaign
     state = read_journal(campaign_dir / JOURNAL_NAME)
     variants = {v["name"]: v for v in campaign["variants"]}
+    datasets = {d["name"]: d for d in campaign.get("datasets") or []}
     series_of: dict[str, list[str]] = {}
     for s in campaign["series"]:
         for name in s["variants"]:
             series_of.setdefault(name, []).append(s["name"])
-    finished = []
-    for pid in state.order:
-        if pid in state.finished:
-            f = state.result(pid)
-            finished.append({"pass_id": pid, "variant": state.started[pid]["variant"], "status": f.status,
-                             "prediction_file": f.output.file, "prediction_sha256": f.output.sha256,
-                             "dataset": state.started[pid].get("dataset"), "seed": state.started[pid].get("seed")})
+    finished = _finished_passes(state)
     verdicts = judge_campaign(campaign_dir, finished, reader, context) if finished else {}
     n_classes = len(folder.protocol.corpus.classes)
     c4_line = rocm_compatibility_line(folder.manifest)  # None unless the campaign ran on a ROCm runtime
-    datasets = {d["name"]: d for d in campaign.get("datasets") or []}
     rows = []
     for pid in state.order:
-        start = state.started[pid]
-        variant = variants.get(start["variant"], {})
-        corpus = datasets.get(start.get("dataset")) or campaign["corpus"]  # K6: the pass's own dataset
-        record = state.finished.get(pid)
-        notes: list[str] = []
-        row: dict[str, Any] = {
-            "pass_id": pid, "variant": start["variant"], "series": ";".join(series_of.get(start["variant"], [])),
-            "round": start["round"], "position": start["position"], "attempt": start.get("attempt"),
-            "seed": start.get("seed"), "batch_size": variant.get("batch_size"),
-            "precision": variant.get("precision"), "bucketing": variant.get("bucketing"),
-            "padding": variant.get("padding"), "resume": variant.get("resume"), "compile": variant.get("compile"),
-            "data_parallel": variant.get("data_parallel", 1),
-            "engine": variant.get("engine", "local"),
-            "protocol_name": campaign["protocol"]["name"], "protocol_version": campaign["protocol"]["version"],
-            "protocol_sha256": campaign["protocol"]["sha256"],
-            "corpus_fingerprint": corpus["fingerprint"],
-            "expected_ids": corpus["size"],
-        }
-        if datasets:
-            row["dataset"] = start.get("dataset")
-        stopped = state.interrupted.get(pid)
-        if record is None and stopped is not None:
-            row["status"] = INTERRUPTED
-            notes.append(f"interrupted: the run was stopped ({stopped.get('signal')}) during this pass; not a "
-                         "failure and not counted (feasibility, statistics, decision); its slot runs again when "
-                         "the campaign resumes; all measurements empty")
-            row["notes"] = " | ".join(notes)
-            rows.append(row)
-            continue
-        if record is None:
-            row["status"] = "aborted"
-            row["ids_match"] = False
-            row["corpus_accepted"] = False
-            notes.append("aborted: the process ended during this pass (no pass_finished in the journal); "
-                         "no prediction file is counted; all measurements empty")
-            row["notes"] = " | ".join(notes)
-            rows.append(row)
+        row = _row_head(campaign, variants, datasets, series_of, pid, state.started[pid])
+        if state.finished.get(pid) is None:
+            rows.append(_unfinished_row(row, state.interrupted.get(pid)))
             continue
         fin = state.result(pid)
-        row["status"] = fin.status
-        row["order_hash"] = fin.extra.get("order_hash")
-        workload = fin.workload or {}
-        row["quantization"] = _quantization(workload.get("quantization"))
-        row["device"] = workload.get("device")
-        phases = dict(fin.phases)
-        evaluated = state.evaluated.get(pid)
-        phases["evaluation_s"] = evaluated.get("evaluation_s") if evaluated else None
-        for phase in PHASES:
-            row[phase] = phases.get(phase)
-        if row["pass_s"]:
-            row["docs_per_s"] = (fin.completed or 0) / row["pass_s"]
-        for phase in PHASES:
-            if row[phase] is None and not any(n.startswith(f"{phase}:") for n in fin.notes):
-                notes.append(f"{phase}: empty, not measured for this pass")
-        row["completed"] = fin.completed
-        row["retries"] = fin.retries
-        row["error"] = fin.error
-        memory = fin.memory or {}
-        for key in ("cpu_peak_rss_bytes", "cuda_max_allocated_bytes", "cuda_max_reserved_bytes"):
-            row[key] = memory.get(key)
-        row["memory_scope"] = memory.get("scope")
-        _shard_cells(row, fin.extra.get("parallel"))
-        load = fin.extra.get("concurrent_load") or {}
-        if load.get("flagged"):
-            notes.append(f"{CONCURRENT_NOTE}: other processes used {load['other_cpu_s']:.2f} CPU-s "
-                         f"({load['other_cpu_per_s']:.2f} per second of the pass, {load['logical_cores']} logical "
-                         f"cores, load average {load['load_avg_1m']}); this time may be inflated (T5)")
-        if memory.get("reason"):
-            notes.append(f"memory: {memory['reason']}")
-        if not memory:
-            notes.append("memory: empty, not measured (the pass failed before the measured region)")
-        diff = fin.extra.get("manifest_diff") or []
-        row["manifest_diff"] = ";".join(diff)
-        if diff:
-            notes.append(f"manifest differs from the campaign's in: {', '.join(diff[:8])}")
-        row["prediction_file"] = fin.output.file
-        row["prediction_sha256"] = fin.output.sha256
-        v = verdicts.get(pid, {})
-        for key in ("observed_ids", "ids_match", "duplicates", "missing", "extra", "format_ok", "coverage",
-                    "metric_name", "metric", "metric_ref", "metric_delta", "threshold_ok", "tolerance_ok",
-                    "subgroups_ok", "label_agreement", "max_abs_prob_diff", "reproduction_ok", "corpus_accepted"):
-            row[key] = v.get(key)
-        row["subgroup_metrics"] = v.get("subgroups")
-        if v.get("reasons"):
-            notes.append("not accepted: " + ", ".join(v["reasons"]))
-        for problem in (v.get("format_problems") or [])[:2] + (v.get("problems") or [])[:2]:
-            notes.append(problem)
-        fewer = {key: names for key, names in (v.get("subgroup_classes") or {}).items()
-                 if len(names) < n_classes}
-        if fewer:
-            notes.append(f"{SUBGROUP_CLASSES_NOTE} (a class absent from the subgroup is left out of its "
-                         f"{v.get('metric_name')}): {json.dumps(fewer, sort_keys=True, ensure_ascii=False)}")
+        notes: list[str] = []
+        _pass_cells(row, fin, state.evaluated.get(pid), notes)
+        _verdict_cells(row, verdicts.get(pid, {}), n_classes, notes)
         notes.extend(n for n in fin.notes if n)
         if c4_line:
             notes.append(c4_line)
@@ -171,6 +81,116 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
         row["notes"] = " | ".join(notes)
         rows.append(row)
     return rows
+
+
+def _finished_passes(state: Any) -> list[dict[str, Any]]:
+    """The finished passes in journal order, as the verdict stage reads them."""
+    finished = []
+    for pid in state.order:
+        if pid in state.finished:
+            f = state.result(pid)
+            finished.append({"pass_id": pid, "variant": state.started[pid]["variant"], "status": f.status,
+                             "prediction_file": f.output.file, "prediction_sha256": f.output.sha256,
+                             "dataset": state.started[pid].get("dataset"), "seed": state.started[pid].get("seed")})
+    return finished
+
+
+def _row_head(campaign: dict[str, Any], variants: dict[str, Any], datasets: dict[str, Any],
+              series_of: dict[str, list[str]], pid: str, start: dict[str, Any]) -> dict[str, Any]:
+    """The cells every row has, finished or not: the pass, its variant, the protocol and the pass's corpus."""
+    variant = variants.get(start["variant"], {})
+    corpus = datasets.get(start.get("dataset")) or campaign["corpus"]  # K6: the pass's own dataset
+    row: dict[str, Any] = {
+        "pass_id": pid, "variant": start["variant"], "series": ";".join(series_of.get(start["variant"], [])),
+        "round": start["round"], "position": start["position"], "attempt": start.get("attempt"),
+        "seed": start.get("seed"), "batch_size": variant.get("batch_size"),
+        "precision": variant.get("precision"), "bucketing": variant.get("bucketing"),
+        "padding": variant.get("padding"), "resume": variant.get("resume"), "compile": variant.get("compile"),
+        "data_parallel": variant.get("data_parallel", 1),
+        "engine": variant.get("engine", "local"),
+        "protocol_name": campaign["protocol"]["name"], "protocol_version": campaign["protocol"]["version"],
+        "protocol_sha256": campaign["protocol"]["sha256"],
+        "corpus_fingerprint": corpus["fingerprint"],
+        "expected_ids": corpus["size"],
+    }
+    if datasets:
+        row["dataset"] = start.get("dataset")
+    return row
+
+
+def _unfinished_row(row: dict[str, Any], stopped: dict[str, Any] | None) -> dict[str, Any]:
+    """A pass with no ``pass_finished`` record: interrupted by a stop signal (not counted), or aborted."""
+    if stopped is not None:
+        row["status"] = INTERRUPTED
+        row["notes"] = (f"interrupted: the run was stopped ({stopped.get('signal')}) during this pass; not a "
+                        "failure and not counted (feasibility, statistics, decision); its slot runs again when "
+                        "the campaign resumes; all measurements empty")
+        return row
+    row["status"] = "aborted"
+    row["ids_match"] = False
+    row["corpus_accepted"] = False
+    row["notes"] = ("aborted: the process ended during this pass (no pass_finished in the journal); "
+                    "no prediction file is counted; all measurements empty")
+    return row
+
+
+def _pass_cells(row: dict[str, Any], fin: Any, evaluated: dict[str, Any] | None, notes: list[str]) -> None:
+    """What the pass recorded: status, phases, throughput, counts, memory, shards, load, manifest, its file."""
+    row["status"] = fin.status
+    row["order_hash"] = fin.extra.get("order_hash")
+    workload = fin.workload or {}
+    row["quantization"] = _quantization(workload.get("quantization"))
+    row["device"] = workload.get("device")
+    phases = dict(fin.phases)
+    phases["evaluation_s"] = evaluated.get("evaluation_s") if evaluated else None
+    for phase in PHASES:
+        row[phase] = phases.get(phase)
+    if row["pass_s"]:
+        row["docs_per_s"] = (fin.completed or 0) / row["pass_s"]
+    for phase in PHASES:
+        if row[phase] is None and not any(n.startswith(f"{phase}:") for n in fin.notes):
+            notes.append(f"{phase}: empty, not measured for this pass")
+    row["completed"] = fin.completed
+    row["retries"] = fin.retries
+    row["error"] = fin.error
+    memory = fin.memory or {}
+    for key in ("cpu_peak_rss_bytes", "cuda_max_allocated_bytes", "cuda_max_reserved_bytes"):
+        row[key] = memory.get(key)
+    row["memory_scope"] = memory.get("scope")
+    _shard_cells(row, fin.extra.get("parallel"))
+    load = fin.extra.get("concurrent_load") or {}
+    if load.get("flagged"):
+        notes.append(f"{CONCURRENT_NOTE}: other processes used {load['other_cpu_s']:.2f} CPU-s "
+                     f"({load['other_cpu_per_s']:.2f} per second of the pass, {load['logical_cores']} logical "
+                     f"cores, load average {load['load_avg_1m']}); this time may be inflated (T5)")
+    if memory.get("reason"):
+        notes.append(f"memory: {memory['reason']}")
+    if not memory:
+        notes.append("memory: empty, not measured (the pass failed before the measured region)")
+    diff = fin.extra.get("manifest_diff") or []
+    row["manifest_diff"] = ";".join(diff)
+    if diff:
+        notes.append(f"manifest differs from the campaign's in: {', '.join(diff[:8])}")
+    row["prediction_file"] = fin.output.file
+    row["prediction_sha256"] = fin.output.sha256
+
+
+def _verdict_cells(row: dict[str, Any], v: dict[str, Any], n_classes: int, notes: list[str]) -> None:
+    """The verdict stage's cells for the pass, and its reasons and problems as notes."""
+    for key in ("observed_ids", "ids_match", "duplicates", "missing", "extra", "format_ok", "coverage",
+                "metric_name", "metric", "metric_ref", "metric_delta", "threshold_ok", "tolerance_ok",
+                "subgroups_ok", "label_agreement", "max_abs_prob_diff", "reproduction_ok", "corpus_accepted"):
+        row[key] = v.get(key)
+    row["subgroup_metrics"] = v.get("subgroups")
+    if v.get("reasons"):
+        notes.append("not accepted: " + ", ".join(v["reasons"]))
+    for problem in (v.get("format_problems") or [])[:2] + (v.get("problems") or [])[:2]:
+        notes.append(problem)
+    fewer = {key: names for key, names in (v.get("subgroup_classes") or {}).items()
+             if len(names) < n_classes}
+    if fewer:
+        notes.append(f"{SUBGROUP_CLASSES_NOTE} (a class absent from the subgroup is left out of its "
+                     f"{v.get('metric_name')}): {json.dumps(fewer, sort_keys=True, ensure_ascii=False)}")
 
 
 def subgroup_classes_of(notes: str | None) -> dict[str, list[str]]:

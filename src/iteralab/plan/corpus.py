@@ -387,17 +387,9 @@ def detect_format(path: str | os.PathLike[str], format: str | None = None) -> tu
 
 
 def load_corpus(
-    path: str | os.PathLike[str],
-    *,
-    id_column: str = "id",
-    text_column: str = "text",
-    label_column: str = "label",
-    classes: Sequence[str] | None = None,
-    format: str | None = None,
-    require_labels: bool = True,
-    extra_columns: Sequence[str] = (),
-    duplicate_texts: Literal["refuse", "skip"] = "refuse",
-    require_id: bool = False,
+    path: str | os.PathLike[str], *, id_column: str = "id", text_column: str = "text", label_column: str = "label",
+    classes: Sequence[str] | None = None, format: str | None = None, require_labels: bool = True,
+    extra_columns: Sequence[str] = (), duplicate_texts: Literal["refuse", "skip"] = "refuse", require_id: bool = False,
 ) -> Corpus:
     """Read a CSV, JSONL or Parquet corpus, refusing anything that would make ids or texts ambiguous.
 
@@ -410,47 +402,12 @@ def load_corpus(
     """
     where = os.fspath(path)
     fmt, compression = detect_format(path, format)
-    wanted = [id_column, text_column, label_column, *extra_columns]
     unit = "row" if fmt == "parquet" else "line"
-    if fmt == "parquet":
-        at, columns, rows = _load_parquet(Path(path), where, wanted)
-    else:
-        data = _read_bytes(Path(path), where, compression)
-        try:
-            text = decode_utf8(data, where)
-        except CorpusError as exc:
-            column = _bad_utf8_column(data, where) if fmt == "csv" else None
-            if column is None:
-                raise
-            line, reason = exc.message.split(": ", 1)
-            raise CorpusError(f"{line}, field {column}: {reason}", hint=exc.hint) from None
-        if not text.strip():
-            raise CorpusError(f"{where}: empty file")
-        at, columns, rows = (
-            _load_csv(text, where, wanted) if fmt == "csv" else _load_jsonl(text, where)
-        )
-    if text_column not in columns:
-        raise CorpusError(
-            f"{at}: no text column {text_column!r} (columns found: {_columns_text(columns)})",
-            hint="name the text column with the text_column option",
-        )
+    at, columns, rows = _read_rows(Path(path), where, fmt, compression,
+                                   [id_column, text_column, label_column, *extra_columns])
+    _check_columns(at, columns, id_column=id_column, text_column=text_column, label_column=label_column,
+                   extra_columns=extra_columns, require_labels=require_labels, require_id=require_id)
     has_label = label_column in columns
-    if require_labels and not has_label:
-        raise CorpusError(
-            f"{at}: no label column {label_column!r} (columns found: {_columns_text(columns)})",
-            hint="name the label column with the label_column option, or load without requiring labels",
-        )
-    if require_id and id_column not in columns:
-        raise CorpusError(
-            f"{at}: no id column {id_column!r} (columns found: {_columns_text(columns)})",
-            hint="check the spelling of corpus.id_column; without it, ids are derived from the texts",
-        )
-    absent = [c for c in extra_columns if c not in columns]
-    if absent:
-        raise CorpusError(
-            f"{at}: no column {absent[0]!r} (columns found: {_columns_text(columns)})",
-            hint="add the column to the corpus file or remove it from the protocol",
-        )
     extra: dict[str, list[str | None]] = {c: [] for c in extra_columns}
     has_id = id_column in columns
     allowed = set(classes) if classes is not None else None
@@ -477,13 +434,7 @@ def load_corpus(
                 skipped.append(f"{unit} {line}: same text as {unit} {first_at[rid]} (derived id {rid})")
                 continue
             if rid in first_at:
-                same = full_fp[rid] == fp
-                raise CorpusError(
-                    f"{loc}, field {text_column}: "
-                    + ("same text as" if same else "derived id collides with")
-                    + f" {unit} {first_at[rid]} (derived id {rid}; the file has no {id_column!r} column)",
-                    hint="remove the duplicate, or add an id column so each record keeps its own id",
-                )
+                raise _derived_id_refusal(loc, unit, first_at[rid], rid, full_fp[rid] == fp, text_column, id_column)
             full_fp[rid] = fp
         first_at[rid] = line
         label = _cell(cells.get(label_column), loc, label_column, numbers_ok=True) if has_label else None
@@ -501,6 +452,63 @@ def load_corpus(
         records.append(Record(rid, text_value, label, line))
     return Corpus(tuple(records), where, "data" if has_id else "content", tuple(skipped),
                   columns={name: tuple(values) for name, values in extra.items()})
+
+
+def _read_rows(path: Path, where: str, fmt: str, compression: str | None,
+               wanted: list[str]) -> tuple[str, list[str], list[tuple[int, dict]]]:
+    """The file's location for messages, its columns and its rows as ``(line or row, cells)``; an empty or
+    non-UTF-8 file is refused (a CSV's bad bytes named by their column)."""
+    if fmt == "parquet":
+        return _load_parquet(path, where, wanted)
+    data = _read_bytes(path, where, compression)
+    try:
+        text = decode_utf8(data, where)
+    except CorpusError as exc:
+        column = _bad_utf8_column(data, where) if fmt == "csv" else None
+        if column is None:
+            raise
+        line, reason = exc.message.split(": ", 1)
+        raise CorpusError(f"{line}, field {column}: {reason}", hint=exc.hint) from None
+    if not text.strip():
+        raise CorpusError(f"{where}: empty file")
+    return _load_csv(text, where, wanted) if fmt == "csv" else _load_jsonl(text, where)
+
+
+def _check_columns(at: str, columns: list[str], *, id_column: str, text_column: str, label_column: str,
+                   extra_columns: Sequence[str], require_labels: bool, require_id: bool) -> None:
+    """The columns the caller needs are in the file: the texts, the labels and the ids when required, the extras."""
+    if text_column not in columns:
+        raise CorpusError(
+            f"{at}: no text column {text_column!r} (columns found: {_columns_text(columns)})",
+            hint="name the text column with the text_column option",
+        )
+    if require_labels and label_column not in columns:
+        raise CorpusError(
+            f"{at}: no label column {label_column!r} (columns found: {_columns_text(columns)})",
+            hint="name the label column with the label_column option, or load without requiring labels",
+        )
+    if require_id and id_column not in columns:
+        raise CorpusError(
+            f"{at}: no id column {id_column!r} (columns found: {_columns_text(columns)})",
+            hint="check the spelling of corpus.id_column; without it, ids are derived from the texts",
+        )
+    absent = [c for c in extra_columns if c not in columns]
+    if absent:
+        raise CorpusError(
+            f"{at}: no column {absent[0]!r} (columns found: {_columns_text(columns)})",
+            hint="add the column to the corpus file or remove it from the protocol",
+        )
+
+
+def _derived_id_refusal(loc: str, unit: str, first: int, rid: str, same: bool, text_column: str,
+                        id_column: str) -> CorpusError:
+    """A second record whose text gives an id already taken, in a file without ids: the same text, or a collision."""
+    return CorpusError(
+        f"{loc}, field {text_column}: "
+        + ("same text as" if same else "derived id collides with")
+        + f" {unit} {first} (derived id {rid}; the file has no {id_column!r} column)",
+        hint="remove the duplicate, or add an id column so each record keeps its own id",
+    )
 
 
 def write_corpus(

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from string import Template
 from typing import Any
 
 from iteralab.common.files import sha256_file, write_bytes_atomic
@@ -30,6 +31,8 @@ DEFAULT_STRATA = "short=0-30,medium=31-50,long=51-"
 DEFAULT_SAMPLE = "short=600,medium=300,long=100"
 COUNTED = "special tokens included, no truncation (as a pass tokenizes)"
 Bounds = Mapping[str, tuple[int, int | None]]
+#: The draft protocol with ``$name`` placeholders (``string.Template``), filled by ``draft_protocol``.
+DRAFT_TEMPLATE = Path(__file__).with_name("draft.toml.tmpl")
 
 
 def parse_strata(text: str) -> dict[str, tuple[int, int | None]]:
@@ -152,86 +155,10 @@ def draft_protocol(*, name: str, model_ref: str, model_kind: str, classes: Seque
     strata_toml = ", ".join(f"{n} = [{lo}]" if hi is None else f"{n} = [{lo}, {hi}]" for n, (lo, hi) in strata.items())
     head = ('head = "head.safetensors"   # train it on the tuning split only: iteralab head train --model '
             f'{model_ref} --tuning tuning.csv --out head.safetensors\n') if model_kind == "encoder_head" else ""
-    return f"""# Draft written by iteralab prepare: the corpus, classes and strata are filled from the data.
-# Every "CHOOSE" is a choice left to you; the draft cannot be locked before each is made.
-# Then: iteralab lock protocol.toml, iteralab run protocol.toml --out campaign/
-schema_version = 1
-name = {_toml(name)}
-version = 1
-question = "CHOOSE: which configuration processes all documents, meets the minimum quality, finishes before the deadline, with the lowest committed budget?"
-scenario = "offline"
-thresholds_tuned_on_final = false
-
-[corpus]
-# {columns_note}
-path = "final.csv"
-tuning_path = "tuning.csv"
-classes = [{", ".join(_toml(c) for c in classes)}]
-stratum_column = "stratum"
-strata = {{ {strata_toml} }}
-
-[model]
-kind = {_toml(model_kind)}
-path = {_toml(model_ref)}
-{head}max_length = {max_length or 256}
-truncation = true
-
-[metric]
-name = "macro_f1"
-threshold = "CHOOSE"   # the minimum quality, fixed from the tuning split only: iteralab threshold protocol.toml suggests one
-tolerance = "CHOOSE"   # how far a variant may fall below the reference variant
-reference_variant = "b8-fp32"
-
-[[subgroups]]
-name = "length"
-by = "stratum"
-gating = true
-
-[[subgroups]]
-name = "class"
-by = "label"
-gating = true
-
-[reproduction]
-target = "acceptable"
-
-[run]
-passes = 5
-
-# CHOOSE the variants and series: each series varies exactly one factor.
-[[variants]]
-name = "b1-fp32"
-batch_size = 1
-
-[[variants]]
-name = "b8-fp32"
-batch_size = 8
-
-[[series]]
-name = "batch"
-factor = "batch_size"
-variants = ["b1-fp32", "b8-fp32"]
-
-# CHOOSE the rental calendar: without dated tasks, decide plans no window, so it prices no rental and checks
-# no deadline (lock warns). Local wall-clock times in the zone; overlapping tasks are merged, never counted twice.
-# [calendar]
-# timezone = "Europe/Paris"
-# deadline = "2026-10-09T09:00"
-# [[calendar.tasks]]
-# name = "setup and checks"
-# start = "2026-10-05T09:00"
-# end = "2026-10-05T13:00"
-# [[calendar.tasks]]
-# name = "comparisons, evaluation and export"
-# start = "2026-10-05T13:00"
-# end = "2026-10-08T18:00"
-
-# The package catalog: without [catalog], the shipped snapshot prices the rental (iteralab kit export copies it).
-# A row prices the observed device exactly: a GPU by gpu_name or device_match, a CPU run only by a row with
-# cpu_cores giving the same CPU model and core count.
-# [catalog]
-# path = "tarifs-forfaits.csv"
-"""
+    return Template(DRAFT_TEMPLATE.read_text(encoding="utf-8")).substitute(
+        name=_toml(name), columns_note=columns_note, classes=", ".join(_toml(c) for c in classes),
+        strata=strata_toml, model_kind=_toml(model_kind), model_ref=_toml(model_ref), head=head,
+        max_length=max_length or 256)
 
 
 def _refuse_edited_draft(folder: Path) -> None:
