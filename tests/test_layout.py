@@ -39,9 +39,8 @@ MAX_LINES = 600
 #: A function a reader can hold: from its ``def`` line to its last line (decorators not counted).
 MAX_FUNCTION_LINES = 80
 #: Functions still over the limit, each with the reason it may be for now. Nothing else belongs here.
-LONG_FUNCTIONS_ALLOWED = {
-    "campaign/runner.py:_run_passes",  # being split into named steps in its own change (the run's stages)
-}
+#: Functions allowed over the limit (none: the list may only shrink; a stale entry fails the test).
+LONG_FUNCTIONS_ALLOWED: set[str] = set()
 #: Imported inside functions of the kit's memory script, after it has checked the environment (M4).
 KIT_LAZY = {"memoire.py": {"torch", "transformers", "pynvml"}}
 IGNORED = {"__pycache__"}

