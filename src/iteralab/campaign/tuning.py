@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from iteralab.errors import IteraError, ProtocolError, WorkloadError
-from iteralab.plan.protocol import (METRICS, CorpusSpec, Dataset, ModelSpec, Subgroup, Variant, parse_toml,
+from iteralab.plan.protocol import (CorpusSpec, Dataset, MetricName, ModelSpec, Subgroup, Variant, parse_toml,
                                     read_protocol_text, refusal)
 from iteralab.plan.paths import resolve
 from iteralab.plan.values import Text
@@ -36,15 +36,8 @@ class _Loose(BaseModel):
 
 
 class _Metric(_Loose):
-    name: Text
+    name: MetricName
     reference_variant: Text | None = None
-
-    @field_validator("name")
-    @classmethod
-    def _known(cls, value: str) -> str:
-        if value not in METRICS:
-            raise ValueError(f"unknown metric {value!r}; known: {', '.join(METRICS)}")
-        return value
 
 
 class _Run(_Loose):

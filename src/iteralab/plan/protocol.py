@@ -15,9 +15,9 @@ import re
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from iteralab.errors import ProtocolError
@@ -35,6 +35,16 @@ else:  # pragma: no cover
 SCHEMA_VERSION = 1
 LOCK_SUFFIX = ".lock.json"
 METRICS = ("accuracy", "macro_f1", "weighted_f1", "balanced_accuracy")
+
+
+def known_metric(value: str) -> str:
+    if value not in METRICS:
+        raise ValueError(f"unknown metric {value!r}; known: {', '.join(METRICS)}")
+    return value
+
+
+#: A built-in metric's name, checked wherever a protocol's [metric] is read.
+MetricName = Annotated[Text, AfterValidator(known_metric)]
 #: The variant fields a series may vary (R1). Everything else is fixed by the protocol for all variants.
 FACTORS = ("batch_size", "precision", "bucketing", "padding", "resume", "compile", "device", "data_parallel",
            "engine")
@@ -101,17 +111,10 @@ class Checks(_Strict):
 
 
 class MetricSpec(_Strict):
-    name: Text
+    name: MetricName
     threshold: Number = Field(ge=0, le=1)
     tolerance: Number = Field(ge=0, le=1)
     reference_variant: Text
-
-    @field_validator("name")
-    @classmethod
-    def _known(cls, value: str) -> str:
-        if value not in METRICS:
-            raise ValueError(f"unknown metric {value!r}; known: {', '.join(METRICS)}")
-        return value
 
 
 class Subgroup(_Strict):
