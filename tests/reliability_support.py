@@ -139,7 +139,7 @@ def install_hooks(config: dict[str, Any]) -> None:
     import iteralab.models.device as device
     import iteralab.common.files as fsutil
     import iteralab.campaign.journal as journal
-    import iteralab.campaign.evaluate as verify
+    import iteralab.campaign.verdict.evaluate as verify
     import iteralab.models.factory as workloads
 
     real_replace = os.replace
@@ -329,7 +329,7 @@ def preload() -> None:
     import iteralab.campaign.passes  # noqa: F401
     import iteralab.campaign.runner  # noqa: F401
     import iteralab.evidence.table  # noqa: F401
-    import iteralab.campaign.evaluate  # noqa: F401
+    import iteralab.campaign.verdict.evaluate  # noqa: F401
     import iteralab.models.factory  # noqa: F401
 
 

@@ -13,10 +13,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from iteralab.campaign import evaluate, predictions
-from iteralab.campaign.evaluate import Expected, evaluate_set, load_expected
-from iteralab.campaign import compare
-from iteralab.campaign.compare import compare_outputs, compare_rows_with_file
+from iteralab.campaign import predictions
+from iteralab.campaign.verdict import evaluate
+from iteralab.campaign.verdict.evaluate import Expected, evaluate_set, load_expected
+from iteralab.campaign.verdict import compare
+from iteralab.campaign.verdict.compare import compare_outputs, compare_rows_with_file
 from iteralab.campaign.predictions import encode, read_predictions
 from protocol_factory import ids_protocol
 

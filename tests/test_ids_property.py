@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from iteralab.campaign.predictions import encode, read_predictions
 from protocol_factory import ids_protocol
-from iteralab.campaign.evaluate import Expected, evaluate_file
+from iteralab.campaign.verdict.evaluate import Expected, evaluate_file
 
 CLASSES = ("plot", "fresh", "rotten")
 PROTOCOL = ids_protocol("ids-properties")

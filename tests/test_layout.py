@@ -14,7 +14,9 @@ Fast and import-free: every check parses the source with ``ast``; no module of t
 - imports follow the pipeline order ``plan < models < campaign < evidence < economics < decision < demo``: a
   module of a stage imports stages at or before its own, plus ``iteralab.errors``, ``iteralab.common`` and
   ``iteralab.kit``; ``errors.py`` and ``common/`` import none of the stages; the shell (``cli.py`` and
-  ``commands/``) may import anything and no stage imports it.
+  ``commands/``) may import anything and no stage imports it. Inside ``campaign/`` the same holds between its
+  rooms (``PIPELINE``): the folder layer (the package's own modules) < ``engines/`` (the passes) < ``verdict/``
+  (the verdict on a pass) < the modules that drive both (``runner``, ``preflight``, ``tuning``).
   Module-level and function-level imports both count (``ast.walk``);
 - no import circle between modules of the package (outside the kit), function-level imports included: within a
   stage too, imports run one way;
@@ -31,7 +33,22 @@ from pathlib import Path
 
 
 PKG = Path(__file__).resolve().parents[1] / "src" / "iteralab"
-STAGES = ("plan", "models", "campaign", "evidence", "economics", "decision", "demo")
+#: The pipeline order, room by room: a module imports rooms at or before its own. A room is one or more module
+#: prefixes under ``iteralab``; a module belongs to the room of its longest matching prefix.
+PIPELINE: tuple[tuple[str, ...], ...] = (
+    ("plan",),
+    ("models",),
+    ("campaign",),  # the campaign folder layer: folder, records, predictions, journal, manifest, corpuscopy …
+    ("campaign.engines",),  # one pass spec in, one pass result out: local, parallel, ray
+    ("campaign.verdict",),  # the verdict on a pass, from its stored prediction file
+    ("campaign.runner", "campaign.preflight", "campaign.tuning"),  # what drives the engines and the verdict
+    ("evidence",),
+    ("economics",),
+    ("decision",),
+    ("demo",),
+)
+#: The stages: the top-level folders of the pipeline, in order.
+STAGES = tuple(dict.fromkeys(prefix.split(".")[0] for room in PIPELINE for prefix in room))
 #: Importable from every stage; they import no stage themselves.
 BASE = ("errors", "common", "kit")
 TOP_FILES = {"__init__.py", "cli.py", "errors.py"}
@@ -82,7 +99,7 @@ def _from_module(node: ast.ImportFrom, package: str) -> str:
 
 def _imports(path: Path) -> list[tuple[int, str, bool]]:
     """Every import in the file: (line, absolute module name, at module level?). ``from X import a, b`` gives
-    ``X.a`` and ``X.b`` when X is a package of ours (a name may be a sub-module), else ``X``."""
+    ``X.a`` and ``X.b`` when X is a package of ours, at any depth (a name may be a sub-module), else ``X``."""
     tree = _tree(path)
     package = _package(path)
     nested: set[int] = set()
@@ -96,7 +113,8 @@ def _imports(path: Path) -> list[tuple[int, str, bool]]:
             found += [(node.lineno, alias.name, top) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             module = _from_module(node, package)
-            if module == "iteralab" or (module.startswith("iteralab.") and module.count(".") == 1):
+            if module == "iteralab" or (module.startswith("iteralab.") and (
+                    module.count(".") == 1 or PKG.parent.joinpath(*module.split("."), "__init__.py").is_file())):
                 found += [(node.lineno, f"{module}.{alias.name}", top) for alias in node.names]
             else:
                 found.append((node.lineno, module, top))
@@ -104,17 +122,21 @@ def _imports(path: Path) -> list[tuple[int, str, bool]]:
 
 
 def _rank(module: str) -> tuple[str, int] | None:
-    """(part, rank) of an ``iteralab`` module: base parts rank -1, stages 0..6; None outside ``iteralab``."""
+    """(room, rank) of an ``iteralab`` module: base parts rank -1, the rooms of ``PIPELINE`` their index; None
+    outside ``iteralab``."""
     parts = module.split(".")
     if parts[0] != "iteralab":
         return None
     if len(parts) == 1 or parts[1] in BASE or parts[1] == "__version__":
         return (parts[1] if len(parts) > 1 else "iteralab", -1)
-    if parts[1] in STAGES:
-        return (parts[1], STAGES.index(parts[1]))
+    rooms = [(len(prefix), i, prefix) for i, room in enumerate(PIPELINE) for prefix in room
+             if parts[1:prefix.count(".") + 2] == prefix.split(".")]
+    if rooms:
+        _, i, prefix = max(rooms)
+        return (prefix, i)
     if parts[1] in SHELL:
-        return (parts[1], len(STAGES))
-    return (parts[1], len(STAGES) + 1)  # unknown part: allowed nowhere until it is placed in the order
+        return (parts[1], len(PIPELINE))
+    return (parts[1], len(PIPELINE) + 1)  # unknown part: allowed nowhere until it is placed in the order
 
 
 def order_violations() -> list[str]:
@@ -253,8 +275,8 @@ def test_kit_runs_from_the_standard_library_alone():
 
 def test_imports_follow_the_pipeline_order():
     problems = order_violations()
-    assert not problems, "imports against plan < models < campaign < evidence < economics < decision < demo:\n" + (
-        "\n".join(problems))
+    order = " < ".join("/".join(room) for room in PIPELINE)
+    assert not problems, f"imports against {order}:\n" + "\n".join(problems)
 
 
 def test_the_import_scan_sees_function_level_imports():
@@ -264,7 +286,11 @@ def test_the_import_scan_sees_function_level_imports():
     nested = {(m, top) for _, m, top in _imports(PKG / "campaign" / "passes.py")}
     assert ("iteralab.models.device", False) in nested  # ``from iteralab.models import device as dev``
     assert _rank("iteralab.kit.calcul_forfaits") == ("kit", -1)
-    assert _rank("iteralab.decision.rule") == ("decision", STAGES.index("decision"))
+    assert _rank("iteralab.decision.rule") == ("decision", PIPELINE.index(("decision",)))
+    assert _rank("iteralab.campaign.folder") == ("campaign", PIPELINE.index(("campaign",)))
+    assert _rank("iteralab.campaign")[1] < _rank("iteralab.campaign.verdict.judge")[1] < \
+        _rank("iteralab.campaign.runner")[1] < _rank("iteralab.evidence.table")[1]
+    assert _rank("iteralab.campaign.runnerx") == ("campaign", PIPELINE.index(("campaign",)))  # prefixes, not text
 
 
 # ------------------------------------------------------------------------------------------ import graph

@@ -20,7 +20,7 @@ from iteralab.campaign.journal import read_journal
 from iteralab.campaign.inputs import lock
 from iteralab.evidence.run import run_campaign
 from iteralab.evidence.table import COLUMNS, read_raw_table, write_raw_table
-from iteralab.campaign.evaluate import evaluate_file, load_expected, campaign_protocol
+from iteralab.campaign.verdict.evaluate import evaluate_file, load_expected, campaign_protocol
 from iteralab.campaign.predictions import encode, schema
 from protocol_factory import VARIANTS, protocol_toml, write_protocol
 
@@ -394,7 +394,7 @@ def test_the_raw_table_reuses_the_reference_comparisons_made_as_passes_were_eval
     """Each pass is compared with the reference pass while the run evaluates it, so the raw table written at the
     end reads again only the passes evaluated before the reference pass existed; its rows equal those of a
     fresh read of the folder."""
-    from iteralab.campaign import evaluate
+    from iteralab.campaign.verdict import evaluate
     from iteralab.campaign.runner import run_passes
     from iteralab.evidence.table import build_rows
 

@@ -381,7 +381,7 @@ class _Run:
 def _run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os.PathLike[str], stop: Any,
                 at: _Where, *, progress: ProgressFn | None, isolation: str | None, shared: Any,
                 keep_unrunnable: bool, rerun: bool) -> dict[str, Any]:
-    from iteralab.campaign.evaluate import release_unused
+    from iteralab.campaign.verdict.evaluate import release_unused
 
     locked = open_locked(protocol)
     flight = _preflight(locked, keep_unrunnable)  # before anything is written or journaled
@@ -431,7 +431,7 @@ def _open_run(protocol: Protocol, campaign: dict[str, Any], out: Path, flight: A
               shared: Any, emit: ProgressFn) -> tuple[_Run, list[Slot], list[Slot]]:
     """Read the journal, check a resume's environment, start the engine and journal the campaign's start or
     resume (evaluating a pass a kill left unevaluated). Returns the run, every slot and the slots to run."""
-    from iteralab.campaign.evaluate import CampaignReads, evaluate_pass
+    from iteralab.campaign.verdict.evaluate import CampaignReads, evaluate_pass
     from iteralab.campaign.raypass import RayEngine
 
     journal = Journal(out / JOURNAL_NAME)
@@ -492,7 +492,7 @@ def _templates(mode: str, out: Path) -> Any:
 
 def _run_slot(run: _Run, slot: Slot) -> None:
     """One slot: its pass started, run (or recorded as not run), finished and evaluated in the journal."""
-    from iteralab.campaign.evaluate import evaluate_pass
+    from iteralab.campaign.verdict.evaluate import evaluate_pass
 
     key = (slot.round, slot.position)
     run.attempts[key] = run.attempts.get(key, 0) + 1

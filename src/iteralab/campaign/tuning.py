@@ -5,7 +5,7 @@ Reads a protocol, a draft whose threshold is still ``"CHOOSE"`` included (only t
 validated: corpus, model, metric name, subgroups, variants, run device), its tuning split and its model. Writes
 nothing: the protocol file, its lock and any campaign are left as they are. The suggestion follows the rule of
 ``iteralab head train`` (:func:`iteralab.plan.prepare.suggest_threshold`); the metric and the subgroups are the
-campaign's own (:mod:`iteralab.campaign.evaluate`).
+campaign's own (:mod:`iteralab.campaign.verdict.evaluate`).
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def measure_tuning(protocol_path: str | os.PathLike[str], *, progress: Progress 
     precision, padding and batch size) and score it with the protocol's metric and subgroups."""
     import numpy as np
 
-    from iteralab.campaign.evaluate import Expected, metric_of_codes, subgroup_metrics
+    from iteralab.campaign.verdict.evaluate import Expected, metric_of_codes, subgroup_metrics
     from iteralab.plan.prepare import suggest_threshold
 
     path = Path(protocol_path)

@@ -323,7 +323,7 @@ def wrong_predictions(evidence: Evidence, limit: int = EXAMPLES) -> tuple[str | 
     import numpy as np
     import pyarrow.compute as pc
 
-    from iteralab.campaign.evaluate import PredictionReader, corpus_texts, load_expected
+    from iteralab.campaign.verdict.evaluate import PredictionReader, corpus_texts, load_expected
 
     counted = [r for r in evidence.rows if r.ok and r.pass_id not in evidence.exclusions and r.prediction_file]
     ref = evidence.protocol.metric.reference_variant

@@ -49,7 +49,7 @@ from iteralab.common.files import write_json_atomic, write_text_atomic
 from iteralab.plan.lockfile import open_locked
 from iteralab.plan.protocol import Protocol, load_protocol
 from iteralab.plan.paths import PACKAGE_PREFIX, resolve, stand_ins
-from iteralab.campaign.judge import compare_predictions
+from iteralab.campaign.verdict.judge import compare_predictions
 
 COMPARISON_SCHEMA = 1
 #: Output classes of a pair of matching passes, from the closest to the farthest.

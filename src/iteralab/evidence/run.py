@@ -18,7 +18,7 @@ def run_campaign(protocol: str | os.PathLike[str] | LockedProtocol, out: str | o
     ``protocol``: the locked protocol as read once (:func:`~iteralab.plan.lockfile.open_locked`), or its file,
     read once by the runner.
     A stop signal (SIGINT, SIGTERM, SIGHUP) raises :class:`~iteralab.campaign.stopping.RunInterrupted`."""
-    from iteralab.campaign.evaluate import CampaignReads
+    from iteralab.campaign.verdict.evaluate import CampaignReads
     from iteralab.campaign.stopping import StopSignals
 
     reads = CampaignReads(out)  # the corpus and each prediction file read once, for the evaluations and the table

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from iteralab.campaign.folder import PHASES, RawRow
-from iteralab.campaign.judge import HASH_PROBLEM, SubgroupCheck, subgroup_check
+from iteralab.campaign.verdict.judge import HASH_PROBLEM, SubgroupCheck, subgroup_check
 from iteralab.evidence.datasets import JOB_TIME_RULE, PassTime, job_rounds
 from iteralab.evidence.reads import Evidence, load_evidence
 from iteralab.evidence.table import CONCURRENT_NOTE, SUBGROUP_CLASSES_NOTE, subgroup_classes_of
@@ -269,7 +269,7 @@ def _all(values: list[bool | None]) -> bool | None:
 def seed_reference_rows(ev: Evidence) -> dict[tuple[str | None, int | None], RawRow]:
     """Per dataset (None: the one corpus) and seed, the row of the pass every pass's quality was compared with:
     the first pass of the reference variant, in journal order, that completed with the expected ids, the declared
-    format and its recorded file (``campaign.judge``'s rule; several seeds are judged apart, Q3)."""
+    format and its recorded file (``campaign.verdict.judge``'s rule; several seeds are judged apart, Q3)."""
     ref = ev.protocol.metric.reference_variant
     out: dict[tuple[str | None, int | None], RawRow] = {}
     for r in ev.rows:

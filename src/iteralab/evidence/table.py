@@ -43,9 +43,9 @@ def _quantization(value: Any) -> str | None:
 
 
 def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None) -> list[dict[str, Any]]:
-    """The raw table's rows; ``reader``/``context`` (``campaign.evaluate``) let a caller that already read the
+    """The raw table's rows; ``reader``/``context`` (``campaign.verdict.evaluate``) let a caller that already read the
     folder's prediction files and corpus share them (each file is read once)."""
-    from iteralab.campaign.judge import judge_campaign
+    from iteralab.campaign.verdict.judge import judge_campaign
 
     folder = CampaignFolder.open(campaign_dir)
     campaign_dir, campaign = folder.path, folder.campaign

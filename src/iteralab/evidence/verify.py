@@ -149,7 +149,7 @@ def audit_campaign(folder: str | Path, *, require_seal: bool = True, expect_seal
     audit.stage(CORPUS, _check_corpus, audit, campaign, protocol)
     audit.stage(CAMPAIGN, _check_schedule, audit, campaign, protocol)
     audit.stage(CARRY_DIR, _check_carried, audit, campaign)
-    from iteralab.campaign.evaluate import EvaluationContext, PredictionReader
+    from iteralab.campaign.verdict.evaluate import EvaluationContext, PredictionReader
 
     # The corpus and every prediction file are read once and shared by the journal and the table checks.
     shared = audit.stage(CORPUS, lambda: (EvaluationContext.of(audit.folder), PredictionReader(protocol)))

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from iteralab.campaign.compare import compare_outputs
-from iteralab.campaign.evaluate import TOL, EvaluationContext, PredictionReader, missing_verdict, prediction_path
+from iteralab.campaign.verdict.compare import compare_outputs
+from iteralab.campaign.verdict.evaluate import (TOL, EvaluationContext, PredictionReader, missing_verdict,
+                                                prediction_path)
 from iteralab.campaign.predictions import PredictionSet
 from iteralab.plan.protocol import Protocol
 

@@ -3,8 +3,8 @@
 A pass yields a *verified corpus* when its prediction file holds exactly the expected ids (no duplicate,
 none missing, none extra), every record has the declared format, coverage is complete, and the metric
 (scikit-learn's) meets the threshold and stays within the tolerance of the reference variant — overall and
-in each gating subgroup — and the declared reproduction target holds (those comparisons: ``campaign.judge``,
-through ``campaign.compare``).
+in each gating subgroup — and the declared reproduction target holds (those comparisons: ``campaign.verdict.judge``,
+through ``campaign.verdict.compare``).
 Nothing here reads the runner's memory: the expected ids and labels come from ``inputs/corpus.csv``, the rules
 from the locked ``inputs/protocol.toml``.
 
@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from iteralab.campaign.compare import compare_outputs, compare_rows_with_file
+from iteralab.campaign.verdict.compare import compare_outputs, compare_rows_with_file
 from iteralab.campaign.folder import CAMPAIGN, PREDICTIONS, PROTOCOL, corpus_copy, read_corpus_batches
 from iteralab.campaign.predictions import LEGACY_SUFFIX, PredictionSet, code_dtype, file_name, read_predictions
 from iteralab.plan.protocol import Protocol, load_protocol
