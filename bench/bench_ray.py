@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from iteralab.campaign.inputs import lock
+    from iteralab.lock.inputs import lock
     from iteralab.campaign.journal import read_journal
     from iteralab.demo.run import build_inputs
     from iteralab.evidence.run import run_campaign

@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     from iteralab.evidence.run import run_campaign
-    from iteralab.campaign.inputs import lock
+    from iteralab.lock.inputs import lock
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()

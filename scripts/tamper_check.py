@@ -96,7 +96,7 @@ def build_campaign(root: Path) -> Path:
     """A small campaign (2 variants x 1 pass, 9 texts, a callable model), run and sealed under ``root``."""
     import csv
 
-    from iteralab.campaign.inputs import lock
+    from iteralab.lock.inputs import lock
     from iteralab.evidence.run import run_campaign
 
     root.mkdir(parents=True, exist_ok=True)

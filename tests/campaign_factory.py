@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from iteralab.campaign.inputs import lock
+from iteralab.lock.inputs import lock
 from protocol_factory import write_protocol
 
 TEXTS = [

@@ -255,7 +255,7 @@ def make_campaign(folder: Path, *, isolation: str = "inprocess", passes: int = 2
 
     ``deterministic`` is off by default only because ``torch.use_deterministic_algorithms`` imports
     ``torch._inductor`` (seconds per fresh worker process); it plays no part in what is checked here."""
-    from iteralab.campaign.inputs import lock
+    from iteralab.lock.inputs import lock
     from protocol_factory import write_protocol
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -810,7 +810,7 @@ class BadInput:
 def bad_inputs(root: Path, good_protocol: Path, done: Path) -> list[BadInput]:
     """Every bad input of the brief, as CLI argument lists. ``done`` is a finished campaign folder that must
     stay byte-identical whatever happens; ``good_protocol`` is the protocol that produced it."""
-    from iteralab.campaign.inputs import lock
+    from iteralab.lock.inputs import lock
     from protocol_factory import protocol_toml
 
     cases: list[BadInput] = []

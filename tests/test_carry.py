@@ -15,7 +15,7 @@ import pytest
 
 from campaign_factory import write_corpus_csv
 from iteralab.campaign import runner
-from iteralab.campaign.inputs import lock
+from iteralab.lock.inputs import lock
 from iteralab.campaign.records import PassSpec
 from iteralab.cli import main
 from iteralab.errors import BundleError, CorpusError, RunError, WorkloadError

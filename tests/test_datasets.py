@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from iteralab.campaign.folder import DATASET_COLUMNS, COLUMNS
-from iteralab.campaign.inputs import lock
+from iteralab.lock.inputs import lock
 from iteralab.cli import main
 from iteralab.decision.note import decision_json, render_decision
 from iteralab.decision.rule import decide
@@ -149,7 +149,7 @@ def test_a_changed_dataset_after_the_lock_is_named(tmp_path):
 
 def test_prepare_reads_each_dataset_once_to_check_and_copy_it(tmp_path, monkeypatch):
     """The lock check and the copy come from one read of each dataset (and of the tuning split)."""
-    from iteralab.campaign import inputs
+    from iteralab.lock import inputs
     from iteralab.campaign.runner import prepare
 
     path = dataset_protocol(tmp_path, {"2026-10": GOOD["2026-10"], "2026-11": GOOD["2026-11"]},

@@ -17,7 +17,7 @@ from iteralab.evidence.bundle import seal
 from iteralab.evidence.run import run_campaign
 from iteralab.evidence.verify import audit_campaign
 from iteralab.kit.calcul_forfaits import DEFAULT_CATALOG
-from iteralab.campaign.inputs import lock
+from iteralab.lock.inputs import lock
 
 FIVE_VARIANTS = "\n".join(f"[[variants]]\nname = \"b{b}\"\nbatch_size = {b}\n" for b in (1, 2, 4, 8, 16)) + """
 [[series]]

@@ -11,7 +11,7 @@ Fast and import-free: every check parses the source with ``ast``; no module of t
   imports the standard library only; torch, transformers and pynvml are imported inside functions of
   ``memoire.py`` only, after its environment check (M4); ``calcul_forfaits.py`` uses the standard library
   everywhere;
-- imports follow the pipeline order ``plan < models < campaign < evidence < economics < decision < demo``: a
+- imports follow the pipeline order ``plan < models < lock < campaign < evidence < economics < decision < demo``: a
   module of a stage imports stages at or before its own, plus ``iteralab.errors``, ``iteralab.common`` and
   ``iteralab.kit``; ``errors.py`` and ``common/`` import none of the stages; the shell (``cli.py`` and
   ``commands/``) may import anything and no stage imports it. Inside ``campaign/`` the same holds between its
@@ -38,6 +38,7 @@ PKG = Path(__file__).resolve().parents[1] / "src" / "iteralab"
 PIPELINE: tuple[tuple[str, ...], ...] = (
     ("plan",),
     ("models",),
+    ("lock",),  # the input lock: fingerprints of the corpus or datasets, the model's files, the catalog
     ("campaign",),  # the campaign folder layer: folder, records, predictions, journal, manifest, corpuscopy …
     ("campaign.engines",),  # one pass spec in, one pass result out: local, parallel, ray
     ("campaign.verdict",),  # the verdict on a pass, from its stored prediction file

@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from campaign_factory import callable_campaign, write_corpus_csv
-from iteralab.campaign.inputs import lock
+from iteralab.lock.inputs import lock
 from iteralab.cli import main
 from iteralab.errors import ProtocolError
 from iteralab.evidence.run import run_campaign

@@ -1,5 +1,5 @@
 """``lock``, ``run``'s re-check of the lock and several-dataset protocols read each corpus in record batches
-(campaign/lockrecords.py, campaign/datasets.py): the lock records, the refusals and the overlap between datasets
+(lock/lockrecords.py, lock/datasets.py): the lock records, the refusals and the overlap between datasets
 are those of a whole read, whatever the batch boundaries."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import random
 import pytest
 from test_datasets import LOCKED_AT, _write_csv, dataset_protocol
 
-from iteralab.campaign import lockrecords
-from iteralab.campaign.datasets import check_datasets_disjoint
-from iteralab.campaign.inputs import (
+from iteralab.lock import lockrecords
+from iteralab.lock.datasets import check_datasets_disjoint
+from iteralab.lock.inputs import (
     check_inputs,
     corpus_fingerprint,
     fingerprint_inputs,

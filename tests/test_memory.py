@@ -17,7 +17,7 @@ from iteralab.evidence.memory import (
     estimate_memory,
     memory_table,
 )
-from iteralab.campaign.inputs import lock
+from iteralab.lock.inputs import lock
 from iteralab.evidence.run import run_campaign
 from iteralab.evidence.table import COLUMNS, read_raw_table
 from protocol_factory import write_protocol

@@ -14,7 +14,7 @@ import pytest
 
 import fake_models
 from campaign_factory import callable_campaign
-from iteralab.campaign.inputs import lock
+from iteralab.lock.inputs import lock
 from iteralab.cli import main
 from iteralab.evidence.rerun import staging_folder
 from test_datasets import GOOD, dataset_protocol

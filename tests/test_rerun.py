@@ -9,7 +9,7 @@ from fake_models_rerun import SHIFT_VARIABLE
 from iteralab.evidence.verify import audit_campaign
 from iteralab.cli import main
 from iteralab.errors import RunError
-from iteralab.campaign.inputs import lock
+from iteralab.lock.inputs import lock
 from iteralab.evidence.rerun import rerun, staging_folder
 from iteralab.evidence.run import run_campaign
 from protocol_factory import protocol_toml

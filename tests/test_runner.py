@@ -17,7 +17,7 @@ from iteralab.errors import CorpusError, ProtocolError
 
 STRATUM_SUBGROUP = '[[subgroups]]\nname = "length"\nby = "stratum"\ngating = true\n'
 from iteralab.campaign.journal import read_journal
-from iteralab.campaign.inputs import lock
+from iteralab.lock.inputs import lock
 from iteralab.evidence.run import run_campaign
 from iteralab.evidence.table import COLUMNS, read_raw_table, write_raw_table
 from iteralab.campaign.verdict.evaluate import evaluate_file, load_expected, campaign_protocol

@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from campaign_factory import callable_campaign
-from iteralab.campaign import inputs
+from iteralab.lock import inputs
 from iteralab.campaign.corpuscopy import CorpusCopy
-from iteralab.campaign.inputs import corpus_fingerprint, corpus_records
+from iteralab.lock.inputs import corpus_fingerprint, corpus_records
 from iteralab.campaign.runner import prepare
 from iteralab.errors import CorpusError, ProtocolError
 from iteralab.plan import scan

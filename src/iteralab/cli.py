@@ -44,7 +44,7 @@ def lock_cmd(
     allow_large: bool = typer.Option(False, "--allow-large", help="Accept a schedule of more than 10,000 passes."),
 ) -> None:
     """Check every input, then lock: the protocol's hash, the inputs' fingerprints and a UTC timestamp (P2)."""
-    from iteralab.campaign.inputs import lock, lock_warnings
+    from iteralab.lock.inputs import lock, lock_warnings
     from iteralab.plan.lockfile import lock_path, read_protocol_file
 
     source = read_protocol_file(protocol)  # read once: checked, fingerprinted, locked and warned about

@@ -20,8 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from iteralab.campaign.datasets import DATASETS_DIR, combined_fingerprint, combined_order_hash, dataset_file
-from iteralab.campaign.inputs import check_inputs, scan_datasets
+from iteralab.lock.datasets import DATASETS_DIR, combined_fingerprint, combined_order_hash, dataset_file
+from iteralab.lock.inputs import check_inputs, scan_datasets
 from iteralab.campaign.folder import TUNING
 from iteralab.common import files
 from iteralab.common.files import FILE_MODE

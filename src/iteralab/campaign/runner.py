@@ -4,7 +4,7 @@ Layout of a campaign folder::
 
     inputs/protocol.toml, inputs/protocol.toml.lock.json   the locked protocol, as run
     inputs/corpus.csv                                       the comparison corpus (id, text, label, stratum)
-    inputs/datasets/<name>.csv                              or one copy per dataset (K6, campaign.datasets)
+    inputs/datasets/<name>.csv                              or one copy per dataset (K6, lock.datasets)
     campaign.json                                           fingerprints, schedule, variants (written once)
     manifest.json                                           environment + model + corpus (C3)
     journal.jsonl                                           append-only record of every attempt
@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from iteralab.campaign.inputs import check_inputs
+from iteralab.lock.inputs import check_inputs
 from iteralab.errors import ProtocolError, RunError
 from iteralab.common.files import sha256_file, write_bytes_atomic, write_json_atomic
-from iteralab.campaign.carry import carry_model_files
+from iteralab.lock.carry import carry_model_files
 from iteralab.campaign.folder import (CAMPAIGN, CATALOG, CORPUS, INPUTS, LOCK, MANIFEST, PREDICTIONS, PROTOCOL, TABLE,
                                      TUNING, corpus_copy)
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
@@ -112,7 +112,7 @@ def _scan_and_copy(locked: LockedProtocol, out: Path, *,
     the folder's copies (P2, C1). Returns the corpus scan, the copy's record, the tuning record and the model
     files' sha256 as checked."""
     from iteralab.campaign.corpuscopy import CorpusCopy, tuning_record
-    from iteralab.campaign.inputs import scan_inputs
+    from iteralab.lock.inputs import scan_inputs
 
     protocol = locked.protocol
     spec = protocol.corpus

@@ -108,7 +108,7 @@ def build_inputs(out: Path, *, docs: int, passes: int, tuning_size: int, seed: i
 def run_demo(out: str | os.PathLike[str], *, docs: int = DEFAULT_DOCS, passes: int = DEFAULT_PASSES,
              tuning_size: int | None = None, seed: int = 0, emit: Emit | None = None,
              progress: Any = None) -> dict[str, Any]:
-    from iteralab.campaign.inputs import lock
+    from iteralab.lock.inputs import lock
     from iteralab.evidence.run import run_campaign
 
     emit = emit or (lambda message: None)

@@ -262,7 +262,7 @@ def pack(folder: str | os.PathLike[str], out: str | os.PathLike[str] | None = No
         raise BundleError(f"{target}: the archive cannot be written inside the folder it packs",
                           hint="choose an --out outside the campaign folder")
     if include_weights:
-        from iteralab.campaign.carry import include_weights as add_weights
+        from iteralab.lock.carry import include_weights as add_weights
 
         add_weights(folder, opened.campaign)
     sealed = seal(folder)

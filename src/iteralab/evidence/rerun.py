@@ -200,13 +200,13 @@ def _model_input_files(campaign: dict[str, Any], key: str) -> dict[str, dict[str
 
 
 def _lacking(source: Path, wanted: dict[str, dict[str, Any]]) -> list[str]:
-    from iteralab.campaign.carry import carried_path
+    from iteralab.lock.carry import carried_path
 
     return [name for name, record in wanted.items() if carried_path(source, name, record) is None]
 
 
 def _missing_text(wanted: dict[str, dict[str, Any]], lacking: list[str]) -> str:
-    from iteralab.campaign.carry import describe_missing
+    from iteralab.lock.carry import describe_missing
 
     if not wanted or not lacking:
         return ""
@@ -217,7 +217,7 @@ def _missing_text(wanted: dict[str, dict[str, Any]], lacking: list[str]) -> str:
 def _link_carried(source: Path, key: str, wanted: dict[str, dict[str, Any]], target: Path) -> None:
     """``target`` becomes what ``model.<key>`` names, made of links to the carried files: the head file itself,
     or a folder holding each recorded file of the model folder under its own name."""
-    from iteralab.campaign.carry import CARRY_DIR
+    from iteralab.lock.carry import CARRY_DIR
 
     carried = source.resolve() / CARRY_DIR
     if key == "head":
@@ -236,7 +236,7 @@ def _stage_model_input(source: Path, campaign: dict[str, Any], key: str, ref: st
     when the bundle holds all of them, else the path the earlier campaign recorded, else refuse naming each
     missing file and its hash. A ``package:`` or absolute reference resolves on this machine as written; where
     it finds nothing, the carried copy stands in for it. Returns the record of a use of the carried copy."""
-    from iteralab.campaign.carry import CARRY_DIR
+    from iteralab.lock.carry import CARRY_DIR
 
     wanted = _model_input_files(campaign, key)
     lacking = _lacking(source, wanted)

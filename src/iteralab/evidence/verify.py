@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from iteralab.campaign.carry import CARRY_DIR
+from iteralab.lock.carry import CARRY_DIR
 from iteralab.campaign.folder import CAMPAIGN, CORPUS, JOURNAL, LOCK, MANIFEST, PREDICTIONS, PROTOCOL, TABLE
 from iteralab.evidence.bundle import SEAL_FILES, SUMS_NAME, check_seal
 from iteralab.errors import IteraError, VerificationError
@@ -221,7 +221,7 @@ def _check_copy(audit: _Audit, relative: str, recorded: dict[str, Any], protocol
 
 def _check_datasets(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> None:
     """K6: every dataset copy against its record, and the combined record against the datasets'."""
-    from iteralab.campaign.datasets import combined_fingerprint, combined_order_hash, dataset_file
+    from iteralab.lock.datasets import combined_fingerprint, combined_order_hash, dataset_file
 
     records = campaign["datasets"]
     if [r.get("name") for r in records] != [d.name for d in protocol.datasets]:

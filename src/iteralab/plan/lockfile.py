@@ -155,7 +155,7 @@ def lock(protocol_file: str | os.PathLike[str] | ProtocolFile, *, now: datetime 
 
     Locking the same content again returns the existing entry. Changed content under an already-locked
     version is refused: an amendment is a new version with its own lock (the old entries stay). The input
-    fingerprints are computed (and the inputs checked) by :func:`iteralab.campaign.inputs.lock`, which is
+    fingerprints are computed (and the inputs checked) by :func:`iteralab.lock.inputs.lock`, which is
     the lock every command uses."""
     source = as_protocol_file(protocol_file)
     path, protocol = source.path, source.protocol

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from iteralab.campaign import lockrecords
-from iteralab.campaign.datasets import first_overlap
-from iteralab.campaign.lockrecords import (RECORDS_ENCODING, LockRecords, OverlapKeys, Suspects, keys_of,
+from iteralab.lock import lockrecords
+from iteralab.lock.datasets import first_overlap
+from iteralab.lock.lockrecords import (RECORDS_ENCODING, LockRecords, OverlapKeys, Suspects, keys_of,
                                           shared_keys)
 from iteralab.common.files import sha256_file
 from iteralab.errors import CorpusError, ProtocolError

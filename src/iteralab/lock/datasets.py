@@ -1,6 +1,6 @@
 """Several datasets in one campaign (K6): where each copy lives, the disjointness rule, the combined fingerprint.
 
-Reads nothing and writes nothing itself: ``campaign.inputs.scan_datasets`` reads the protocol's ``[[datasets]]``
+Reads nothing and writes nothing itself: ``lock.inputs.scan_datasets`` reads the protocol's ``[[datasets]]``
 in record batches (with the ``[corpus]`` columns, classes and strata) and checks them disjoint by comparing
 64-bit digests of ids and normalised texts, naming an overlap with :func:`first_overlap`;
 ``campaign.corpuscopy.write_dataset_copies`` writes ``inputs/datasets/<name>.csv`` (one corpus copy per

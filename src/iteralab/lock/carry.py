@@ -64,9 +64,9 @@ def is_weight(name: str, size: int) -> bool:
 def carry_model_files(protocol_file: ProtocolFile, out: Path, hashes: dict[str, str] | None = None) -> dict[str, Any]:
     """Copy the carried files into ``out/inputs/model`` and return the ``model.files`` record of campaign.json:
     per file its sha256, its size and whether the folder holds it. ``hashes`` are the model files' sha256 as the
-    input check just computed them (``campaign.inputs.check_inputs``); without them they are computed here."""
+    input check just computed them (``lock.inputs.check_inputs``); without them they are computed here."""
     if hashes is None:
-        from iteralab.campaign.inputs import model_files
+        from iteralab.lock.inputs import model_files
 
         hashes = model_files(protocol_file)
     model = protocol_file.protocol.model
