@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from iteralab.campaign.folder import CampaignFolder
-    from iteralab.campaign.passes import MeasuredPass
+    from iteralab.campaign.engines.passes import MeasuredPass
     from iteralab.decision.rule import decide
     from iteralab.models.factory import load_workload
     from iteralab.models.device import cpu_flags, device_inventory

@@ -66,7 +66,7 @@ def _spec(folder: Path, name: str, corpus: Path, workers: int, model: dict, clas
 def _ids_part(tmp: Path, rows: list[tuple[str, str, str]], tokenizer: Path, classes: list[str]) -> list[dict]:
     import pyarrow.parquet as pq
 
-    from iteralab.campaign.parallel import run_data_parallel
+    from iteralab.campaign.engines.parallel import run_data_parallel
 
     model = {"kind": "callable", "callable": "bench_parallel:keyword_model", "path": str(tokenizer), "head": None,
              "max_length": 256, "truncation": True, "trust_remote_code": False}
@@ -92,7 +92,7 @@ def _ids_part(tmp: Path, rows: list[tuple[str, str, str]], tokenizer: Path, clas
 
 def _timed_part(tmp: Path, rows, model_path: Path, head: Path, classes: list[str], batch: int,
                 repeats: int) -> dict:
-    from iteralab.campaign.parallel import run_data_parallel
+    from iteralab.campaign.engines.parallel import run_data_parallel
     from iteralab.campaign.runner import _run_in_worker
 
     corpus = _write_csv(tmp / "timed.csv", rows)
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from iteralab.demo.run import CLASSES
     from iteralab.models.device import _cpu_model, cpu_flags
-    from iteralab.campaign.shards import cpu_cores
+    from iteralab.campaign.engines.shards import cpu_cores
 
     classes = list(CLASSES)
     t0 = time.perf_counter()

@@ -3,7 +3,7 @@
 All three run in ONE process, interleaved and rotated across repeats, on the same texts and the same
 batches (batch 8 by default), for fixed order and for length bucketing:
 
-* ``ours``     — ``iteralab.campaign.passes.MeasuredPass``: reads the corpus file, tokenizes each batch, moves it to
+* ``ours``     — ``iteralab.campaign.engines.passes.MeasuredPass``: reads the corpus file, tokenizes each batch, moves it to
                  the device, runs the model, materializes the probabilities on the host (what a campaign times);
 * ``bare``     — forward only, on tensors tokenized and moved to the device *before* the timer starts;
 * ``pipeline`` — what a user would write with transformers: ``pipeline("feature-extraction")`` then mean
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     from iteralab.models import device as dev
     from iteralab.plan.corpus import load_corpus
     from iteralab.demo.run import CLASSES
-    from iteralab.campaign.passes import MeasuredPass
+    from iteralab.campaign.engines.passes import MeasuredPass
     from iteralab.models.factory import load_workload
     from iteralab.models.head import load_head
 

@@ -210,9 +210,10 @@ def install_hooks(config: dict[str, Any]) -> None:
 
 
 def _hooks_from_env() -> None:
-    """A worker process (``python -m iteralab.campaign.passes``) imports this module as its model: hook it too."""
+    """A worker process (``python -m iteralab.campaign.engines.passes``) imports this module as its model: hook it
+    too."""
     raw = os.environ.get(ENV)
-    is_worker = bool(sys.argv) and Path(sys.argv[0]).parts[-3:] == ("iteralab", "campaign", "passes.py")
+    is_worker = bool(sys.argv) and Path(sys.argv[0]).parts[-4:] == ("iteralab", "campaign", "engines", "passes.py")
     if raw and is_worker and not _STATE["installed"]:
         install_hooks(json.loads(raw))
         # the import itself is the model load of this worker
@@ -326,7 +327,7 @@ def preload() -> None:
     import iteralab.evidence.bundle  # noqa: F401
     import iteralab.cli  # noqa: F401
     import iteralab.campaign.manifest  # noqa: F401
-    import iteralab.campaign.passes  # noqa: F401
+    import iteralab.campaign.engines.passes  # noqa: F401
     import iteralab.campaign.runner  # noqa: F401
     import iteralab.evidence.table  # noqa: F401
     import iteralab.campaign.verdict.evaluate  # noqa: F401
@@ -428,15 +429,15 @@ def children_of(pid: int) -> list[int]:
 
 def _is_worker_process(pid: int) -> bool:
     try:
-        return b"iteralab.campaign.passes" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return b"iteralab.campaign.engines.passes" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
 
 
 def worker_of(pid: int) -> tuple[int, str | None] | None:
     """The pass worker that runner ``pid`` started, with its identity: the worker forked by the runner's worker
-    template (``python -m iteralab.campaign.passes --template``), else the template itself (between two passes),
-    or a worker the runner started directly (``python -m iteralab.campaign.passes SPEC RESULT``)."""
+    template (``python -m iteralab.campaign.engines.passes --template``), else the template itself (between two passes),
+    or a worker the runner started directly (``python -m iteralab.campaign.engines.passes SPEC RESULT``)."""
     for child in children_of(pid):
         if _is_worker_process(child):
             forked = [g for g in children_of(child) if _is_worker_process(g)]

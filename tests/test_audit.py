@@ -199,7 +199,7 @@ def test_verify_never_imports_torch(campaign):
             "from iteralab.cli import main\n"
             f"rc = main(['verify', {str(campaign)!r}])\n"
             "loaded = [m for m in ('torch', 'transformers', 'iteralab.models.base', 'iteralab.models.factory',"
-            " 'iteralab.campaign.passes') if m in sys.modules]\n"
+            " 'iteralab.campaign.engines.passes') if m in sys.modules]\n"
             "print('loaded:', loaded)\n"
             "sys.exit(rc)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

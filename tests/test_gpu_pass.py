@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from campaign_factory import write_corpus_csv
-from iteralab.campaign.passes import execute_pass
+from iteralab.campaign.engines.passes import execute_pass
 from iteralab.kit.memoire import precision_refusal
 from iteralab.models import factory
 from iteralab.models import device as dev

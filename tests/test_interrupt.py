@@ -18,7 +18,7 @@ import pytest
 from campaign_factory import callable_campaign
 
 from iteralab.campaign.journal import read_journal
-from iteralab.campaign.raypass import ray_installed
+from iteralab.campaign.engines.raypass import ray_installed
 from iteralab.cli import main
 from iteralab.decision.rule import decide
 from iteralab.evidence.stats import campaign_stats, render_stats

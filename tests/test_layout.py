@@ -241,7 +241,7 @@ def test_the_function_scan_measures_from_def_to_the_last_line():
     method = tree.body[0].body[0]
     assert method.end_lineno - method.lineno + 1 == 2
     low = long_functions(limit=10)
-    assert "campaign/passes.py:execute_pass" in low and "campaign/raypass.py:_RayPass.execute" in low
+    assert "campaign/engines/passes.py:execute_pass" in low and "campaign/engines/raypass.py:_RayPass.execute" in low
     assert not any(name.startswith("kit/") for name in long_functions(limit=1))
     assert set(long_functions()) <= set(low)
 
@@ -283,9 +283,11 @@ def test_imports_follow_the_pipeline_order():
 def test_the_import_scan_sees_function_level_imports():
     """The scanner itself: relative, aliased and nested imports resolve to absolute module names."""
     imports = {m for _, m, _ in _imports(PKG / "campaign" / "runner.py")}
-    assert {"iteralab.plan.protocol", "iteralab.campaign.passes"} <= imports
-    nested = {(m, top) for _, m, top in _imports(PKG / "campaign" / "passes.py")}
+    assert {"iteralab.plan.protocol", "iteralab.campaign.engines.passes"} <= imports
+    nested = {(m, top) for _, m, top in _imports(PKG / "campaign" / "engines" / "passes.py")}
     assert ("iteralab.models.device", False) in nested  # ``from iteralab.models import device as dev``
+    deeper = {(m, top) for _, m, top in _imports(PKG / "campaign" / "engines" / "parallel.py")}
+    assert ("iteralab.campaign.engines.passes", False) in deeper  # ``from iteralab.campaign.engines import passes``
     assert _rank("iteralab.kit.calcul_forfaits") == ("kit", -1)
     assert _rank("iteralab.decision.rule") == ("decision", PIPELINE.index(("decision",)))
     assert _rank("iteralab.campaign.folder") == ("campaign", PIPELINE.index(("campaign",)))

@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from campaign_factory import callable_campaign, write_corpus_csv
-from iteralab.campaign import prefork
+from iteralab.campaign.engines import prefork
 from iteralab.cli import main
 from iteralab.kit import memoire
 from iteralab.evidence.memory import (

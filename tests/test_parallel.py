@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 
 import iteralab
 from campaign_factory import TEXTS, callable_campaign, write_corpus_csv
-from iteralab.campaign import shards
+from iteralab.campaign.engines import shards
 from iteralab.campaign.journal import read_journal
-from iteralab.campaign.parallel import run_data_parallel
-from iteralab.campaign.shards import plan_shards, shard_tokens, worker_layout
+from iteralab.campaign.engines.parallel import run_data_parallel
+from iteralab.campaign.engines.shards import plan_shards, shard_tokens, worker_layout
 from iteralab.cli import main
 from iteralab.errors import ProtocolError, WorkloadError
 from iteralab.evidence.table import read_raw_table, write_raw_table
@@ -304,7 +304,7 @@ def _dp_workers(pid: int) -> list[psutil.Process]:
     workers = []
     for child in children:
         try:
-            if "iteralab.campaign.parallel" in " ".join(child.cmdline()):
+            if "iteralab.campaign.engines.parallel" in " ".join(child.cmdline()):
                 workers.append(child)
         except psutil.Error:  # a short-lived helper process that already ended
             continue

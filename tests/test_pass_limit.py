@@ -19,8 +19,8 @@ import fake_models
 from campaign_factory import callable_campaign, write_corpus_csv
 from iteralab.campaign.folder import CampaignFolder
 from iteralab.campaign.journal import read_journal
-from iteralab.campaign.passes import execute_pass
-from iteralab.campaign.raypass import ray_installed
+from iteralab.campaign.engines.passes import execute_pass
+from iteralab.campaign.engines.raypass import ray_installed
 from iteralab.cli import main
 from iteralab.errors import ProtocolError
 from iteralab.evidence.run import run_campaign
@@ -120,8 +120,8 @@ def test_a_data_parallel_worker_projects_over_its_own_shard(tmp_path, work_clock
 
 
 def test_ray_learns_the_projection_from_the_first_actor_and_times_from_its_ready_time(tmp_path):
-    from iteralab.campaign.passes import PassTimeout
-    from iteralab.campaign.raypass import WarmupLimit
+    from iteralab.campaign.engines.passes import PassTimeout
+    from iteralab.campaign.engines.raypass import WarmupLimit
     from iteralab.campaign.records import PassSpec
 
     now = [100.0]
@@ -171,7 +171,7 @@ def test_the_demo_protocol_states_its_limit_relative_to_the_warm_up():
 
 
 def test_a_data_parallel_pass_keeps_each_workers_projection(tmp_path, monkeypatch):
-    from iteralab.campaign.parallel import run_data_parallel
+    from iteralab.campaign.engines.parallel import run_data_parallel
     from test_parallel import _worker_path
 
     monkeypatch.setenv("PYTHONPATH", _worker_path())

@@ -1,5 +1,5 @@
-"""Process isolation through a worker template (campaign.prefork): every pass is still a fresh process of its own,
-forked from a template that only imported modules; a callable's template never imports torch; a worker lost
+"""Process isolation through a worker template (campaign.engines.prefork): every pass is still a fresh process of
+its own, forked from a template that only imported modules; a callable's template never imports torch; a worker lost
 without a result is the same failed row as before; the template follows the runner's environment."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import os
 import pytest
 from campaign_factory import callable_campaign
 
-from iteralab.campaign import prefork
+from iteralab.campaign.engines import prefork
 from iteralab.campaign.journal import read_journal
 from iteralab.evidence.run import run_campaign
 from iteralab.evidence.table import read_raw_table
@@ -57,7 +57,7 @@ def test_each_pass_runs_in_its_own_forked_process_without_torch(tmp_path, monkey
 
 def test_preloaded_modules_follow_the_model_kind():
     callable_modules = prefork.preload_for("callable")
-    assert "iteralab.campaign.passes" in callable_modules
+    assert "iteralab.campaign.engines.passes" in callable_modules
     assert not {"torch", "transformers"} & set(callable_modules)
     assert {"torch", "transformers"} <= set(prefork.preload_for("hf_classifier"))
 
@@ -90,7 +90,8 @@ def test_a_changed_environment_starts_a_new_template(tmp_path, monkeypatch):
 
 
 def test_a_template_that_cannot_start_reports_its_error(tmp_path, monkeypatch):
-    monkeypatch.setattr(prefork, "WORKER_MODULES", ("iteralab.campaign.passes", "no_such_module_for_a_template"))
+    monkeypatch.setattr(prefork, "WORKER_MODULES",
+                        ("iteralab.campaign.engines.passes", "no_such_module_for_a_template"))
     templates = prefork.Templates(tmp_path / "scratch")
     template = templates.for_kind("callable")
     with pytest.raises(prefork.TemplateGone) as gone:
@@ -157,7 +158,8 @@ def test_the_code_version_is_read_once_by_the_pass_that_makes_the_manifest(tmp_p
 
 def test_a_run_whose_template_cannot_start_runs_fresh_interpreters_and_says_why(tmp_path, monkeypatch,
                                                                                  tests_on_path):
-    monkeypatch.setattr(prefork, "WORKER_MODULES", ("iteralab.campaign.passes", "no_such_module_for_a_template"))
+    monkeypatch.setattr(prefork, "WORKER_MODULES",
+                        ("iteralab.campaign.engines.passes", "no_such_module_for_a_template"))
     protocol = callable_campaign(tmp_path, passes=1, isolation="process")
     out = tmp_path / "out"
     run_campaign(protocol, out)

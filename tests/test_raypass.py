@@ -21,7 +21,7 @@ from campaign_factory import callable_campaign
 from protocol_factory import protocol_toml
 
 from iteralab.campaign.journal import read_journal
-from iteralab.campaign.raypass import ray_installed
+from iteralab.campaign.engines.raypass import ray_installed
 from iteralab.cli import main
 from iteralab.errors import ProtocolError
 from iteralab.evidence.run import run_campaign
@@ -104,7 +104,7 @@ def test_ray_and_local_engines_in_one_campaign_lock_run_verify_decide(tmp_path, 
     by_id = lambda t: dict(zip(t.column("id").to_pylist(), t.column("label").to_pylist()))
     assert by_id(ray_file) == by_id(local_file) and ray_file.num_rows == 12
     # the order hash is the order the Ray pass's file holds (received order), not assumed to be the corpus's
-    from iteralab.campaign.passes import order_hash
+    from iteralab.campaign.engines.passes import order_hash
 
     assert ray_row["order_hash"] == order_hash(ray_file.column("id").combine_chunks())
     # campaign start-up: Ray started and stopped once, journaled; the pass's actor start reported apart
@@ -208,7 +208,7 @@ def test_an_actor_layout_that_leaves_no_cpu_for_reads_is_refused(tmp_path, capsy
 
 
 def test_a_local_ray_without_declared_cpus_is_checked_against_this_machine(monkeypatch):
-    from iteralab.campaign import raypass
+    from iteralab.campaign.engines import raypass
     from iteralab.errors import RunError
 
     variants = RAY_ONLY.replace("ray_num_cpus = 2\n", "").replace("ray_actors = 1", "ray_actors = 2")
@@ -239,7 +239,7 @@ def test_completeness_comes_from_the_ids_only():
     short or repeated output is still a failed row)."""
     import pyarrow as pa
 
-    from iteralab.campaign.raypass import _completeness
+    from iteralab.campaign.engines.raypass import _completeness
 
     expected = pa.array(["a", "b", "c", "d"])
     assert _completeness(pa.array(["c", "a", "d", "b"]), expected) is None

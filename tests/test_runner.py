@@ -336,7 +336,7 @@ def test_a_callable_pass_never_imports_torch_and_reports_its_start_up(tmp_path):
     spec = _pass_spec(campaign, load_protocol(protocol_path), out, Slot(1, 1, "b4", 0), "r01-p01-b4-a1")
     spec_path, result_path = tmp_path / "spec.json", tmp_path / "result.json"
     spec_path.write_text(json.dumps(spec.with_changes(spawned_at=time.time()).to_json()))
-    code = ("import sys\nfrom iteralab.campaign.passes import worker_main\nworker_main(sys.argv[1:])\n"
+    code = ("import sys\nfrom iteralab.campaign.engines.passes import worker_main\nworker_main(sys.argv[1:])\n"
             "print(sorted(m for m in ('torch', 'sklearn', 'transformers', 'pandas') if m in sys.modules))\n")
     env = dict(os.environ, PYTHONPATH=_with_tests_path())
     proc = subprocess.run([sys.executable, "-c", code, str(spec_path), str(result_path)], env=env,

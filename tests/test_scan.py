@@ -254,7 +254,7 @@ def test_the_last_record_boundary_is_the_last_line_feed_after_an_even_number_of_
 def test_pass_order_hash_is_the_json_digest(ids):
     import hashlib
 
-    from iteralab.campaign.passes import order_hash
+    from iteralab.campaign.engines.passes import order_hash
     from iteralab.common.arrow import string_array
 
     expected = hashlib.sha256(json.dumps(ids, ensure_ascii=False).encode("utf-8")).hexdigest()

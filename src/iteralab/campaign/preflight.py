@@ -34,7 +34,7 @@ def _variant_problem(protocol: Protocol, variant: object) -> str | None:
     device_name = getattr(variant, "device", None) or protocol.run.device
     workers = getattr(variant, "data_parallel", 1)
     if workers > 1 and str(device_name).strip().lower() != "cpu":  # X3: enough cards, or not runnable here
-        from iteralab.campaign.shards import worker_layout
+        from iteralab.campaign.engines.shards import worker_layout
 
         try:
             worker_layout(device_name, workers)

@@ -252,7 +252,7 @@ def _documents(campaign: dict[str, Any], dataset: str | None) -> int | None:
 
 def _run_in_process(spec: PassSpec) -> dict[str, Any]:
     from iteralab.campaign.manifest import environment_manifest, owns_device
-    from iteralab.campaign.passes import execute_pass
+    from iteralab.campaign.engines.passes import execute_pass
 
     result = execute_pass(spec)
     result["environment"] = environment_manifest(runtime=not owns_device(spec.model["kind"]), git=spec.record_git)
@@ -260,7 +260,7 @@ def _run_in_process(spec: PassSpec) -> dict[str, Any]:
 
 
 def _run_in_worker(spec: PassSpec, templates: Any = None) -> dict[str, Any]:
-    """One pass in a fresh process: forked from a worker template (``templates``, :mod:`campaign.prefork`) where
+    """One pass in a fresh process: forked from a worker template (``templates``, :mod:`campaign.engines.prefork`) where
     there is one, else a new interpreter."""
     # The worker's spec and result live in the campaign's own scratch folder, never in the system temp
     # folder: a killed run leaves nothing outside the campaign, and the next run clears it.
@@ -276,7 +276,7 @@ def _run_in_worker(spec: PassSpec, templates: Any = None) -> dict[str, Any]:
         extra: dict[str, Any] = {}
         forked = templates is not None and templates.refused is None
         if forked:
-            from iteralab.campaign.prefork import TemplateGone
+            from iteralab.campaign.engines.prefork import TemplateGone
 
             stderr_path = Path(tmp) / "stderr.txt"
             template = templates.for_kind(spec.model.get("kind"))
@@ -292,7 +292,7 @@ def _run_in_worker(spec: PassSpec, templates: Any = None) -> dict[str, Any]:
         if templates is not None and templates.refused is not None:
             extra = {"template_refused": templates.refused}
         if not forked:
-            proc = subprocess.run([sys.executable, "-m", "iteralab.campaign.passes", str(spec_path),
+            proc = subprocess.run([sys.executable, "-m", "iteralab.campaign.engines.passes", str(spec_path),
                                    str(result_path)], capture_output=True, text=True)
             returncode, stderr = proc.returncode, proc.stderr or ""
         worker_s = time.perf_counter() - t0
@@ -303,7 +303,7 @@ def _run_in_worker(spec: PassSpec, templates: Any = None) -> dict[str, Any]:
                 startup.update(extra)
                 startup["worker_wall_s"] = worker_s
             return result
-        from iteralab.campaign.passes import ended_without_result
+        from iteralab.campaign.engines.passes import ended_without_result
 
         return failure(spec.pass_id, ended_without_result(returncode, stderr), "crash", completed=None, retries=None,
                        notes=["completed: unknown, the worker died before reporting (e.g. killed by the kernel's "
@@ -416,7 +416,7 @@ def _preflight(locked: LockedProtocol, keep_unrunnable: bool) -> Any:
     """What must hold before anything is written or journaled: the workload loads, each variant runs on this
     machine (or ``keep_unrunnable``), and Ray is there for a Ray variant."""
     from iteralab.campaign.preflight import preflight
-    from iteralab.campaign.raypass import require_ray
+    from iteralab.campaign.engines.raypass import require_ray
 
     flight = preflight(locked)
     if flight.unrunnable and not keep_unrunnable:
@@ -432,7 +432,7 @@ def _open_run(protocol: Protocol, campaign: dict[str, Any], out: Path, flight: A
     """Read the journal, check a resume's environment, start the engine and journal the campaign's start or
     resume (evaluating a pass a kill left unevaluated). Returns the run, every slot and the slots to run."""
     from iteralab.campaign.verdict.evaluate import CampaignReads, evaluate_pass
-    from iteralab.campaign.raypass import RayEngine
+    from iteralab.campaign.engines.raypass import RayEngine
 
     journal = Journal(out / JOURNAL_NAME)
     state = read_journal(journal.path)
@@ -485,7 +485,7 @@ def _templates(mode: str, out: Path) -> Any:
     # imported before the first worker, so that every pass's worker starts with the same environment.
     import sklearn.metrics  # noqa: F401
 
-    from iteralab.campaign.prefork import Templates, available
+    from iteralab.campaign.engines.prefork import Templates, available
 
     return Templates(out / SCRATCH) if available() else None
 
@@ -543,7 +543,7 @@ def _slot_result(run: _Run, slot: Slot, pass_id: str) -> dict[str, Any]:
     if run.engine is not None and protocol.variant(slot.variant).engine == "ray":
         return run.engine.run_pass(_pass_spec(run.campaign, protocol, run.out, slot, pass_id))
     if protocol.variant(slot.variant).data_parallel > 1:  # X3: one worker process per device
-        from iteralab.campaign.parallel import run_data_parallel
+        from iteralab.campaign.engines.parallel import run_data_parallel
 
         return run_data_parallel(_pass_spec(run.campaign, protocol, run.out, slot, pass_id))
     # the code version (git) is read by the pass whose environment becomes the campaign's manifest;

@@ -194,7 +194,7 @@ def _load(path: Path, view: TuningView) -> tuple[Any, dict[str, Any]]:
         raise WorkloadError(f"{path}: model ({model.kind}, {where}) not loadable: {exc.message}",
                             hint=exc.hint or "check the [model] table") from None
     except Exception as exc:  # a library's own error (a bad config, a missing file): still one line, no traceback
-        from iteralab.campaign.passes import error_text
+        from iteralab.campaign.engines.passes import error_text
 
         raise WorkloadError(f"{path}: model ({model.kind}, {where}) not loadable: {error_text(exc)}",
                             hint="check the [model] table: path, head, callable") from None

@@ -60,8 +60,9 @@ M3_NOTE = ("A per-card capacity and a lot price say nothing about throughput, in
            "distribution over several GPUs: an estimate that fits one card is a feasibility bound, not a speed, "
            "and a multi-card lot is only used in parallel when a variant measures it.")
 #: What a pass worker has imported when its peak window starts (besides the model's own tensors).
-WORKER_IMPORTS = ("iteralab.campaign.passes", "iteralab.models.device", "iteralab.plan.corpus", "iteralab.models.base",
-                  "iteralab.models.factory", "iteralab.models.hf", "iteralab.models.head", "iteralab.campaign.manifest")
+WORKER_IMPORTS = ("iteralab.campaign.engines.passes", "iteralab.models.device", "iteralab.plan.corpus",
+                  "iteralab.models.base", "iteralab.models.factory", "iteralab.models.hf", "iteralab.models.head",
+                  "iteralab.campaign.manifest")
 
 
 @functools.lru_cache(maxsize=8)

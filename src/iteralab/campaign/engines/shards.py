@@ -1,6 +1,7 @@
 """Data-parallel layout (X3): which devices the workers of a pass get, and which rows of the corpus each one runs.
 
-Reads the campaign's corpus copy and the model's tokenizer; writes nothing. Used by :mod:`iteralab.campaign.parallel`.
+Reads the campaign's corpus copy and the model's tokenizer; writes nothing. Used by
+:mod:`iteralab.campaign.engines.parallel`.
 
 Sharding. The corpus is cut into ``N`` *contiguous* row ranges whose token counts are as equal as the documents
 allow: cut ``k`` is the row boundary whose cumulative token count is nearest to ``k × total / N``. Each shard

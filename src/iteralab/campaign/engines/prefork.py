@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 #: What every pass worker imports before it reads its spec (the worker's own modules and their libraries).
-WORKER_MODULES = ("iteralab.campaign.passes", "iteralab.campaign.predictions", "iteralab.campaign.folder",
+WORKER_MODULES = ("iteralab.campaign.engines.passes", "iteralab.campaign.predictions", "iteralab.campaign.folder",
                   "iteralab.campaign.manifest", "iteralab.models.base", "iteralab.models.factory",
                   "iteralab.models.device", "psutil")
 
@@ -65,7 +65,7 @@ def _die_with_parent() -> None:
 
 
 def serve(preload: list[str]) -> int:
-    """``python -m iteralab.campaign.prefork MODULE…``: import, then fork one worker per request."""
+    """``python -m iteralab.campaign.engines.prefork MODULE…``: import, then fork one worker per request."""
     import importlib
 
     t0 = time.perf_counter()
@@ -128,7 +128,7 @@ def _worker(request: dict[str, Any], template: int, replies: IO[str], runtime: d
         os.dup2(err, 2)
         os.close(null)
         os.close(err)
-        from iteralab.campaign import passes
+        from iteralab.campaign.engines import passes
 
         spec_path, result_path = request["spec"], request["result"]
         sys.argv = [passes.__file__, spec_path, result_path]
@@ -166,7 +166,7 @@ class Template:
         self.stderr_path = scratch / f"template-{time.time_ns()}.stderr"
         self.started = time.perf_counter()
         with open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "iteralab.campaign.prefork", *preload],
+            self.proc = subprocess.Popen([sys.executable, "-m", "iteralab.campaign.engines.prefork", *preload],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
         self.ready: dict[str, Any] | None = None
         self.passes = 0

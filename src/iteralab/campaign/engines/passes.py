@@ -1,7 +1,7 @@
 """One measured pass (R2–R4, R7, R8, M2): load, warm-up, the synchronized measured pass, the prediction file.
 
-``execute_pass`` is what a worker process runs (``python -m iteralab.campaign.passes SPEC RESULT``, or a worker
-forked by a template, :mod:`iteralab.campaign.prefork`) and what the runner calls directly in ``inprocess``
+``execute_pass`` is what a worker process runs (``python -m iteralab.campaign.engines.passes SPEC RESULT``, or a worker
+forked by a template, :mod:`iteralab.campaign.engines.prefork`) and what the runner calls directly in ``inprocess``
 isolation. It never retries a failing batch with a smaller one unless
 the variant is a declared *resume* variant, whose retries are counted.
 
@@ -132,7 +132,8 @@ def _text_batches(corpus_path: str, corpus_kwargs: dict[str, Any], columns: list
 
 
 def _row_range(batches: Iterator[Any], start: int, stop: int) -> Iterator[Any]:
-    """The record batches of rows ``[start, stop)`` of the file (a data-parallel shard, ``campaign.parallel``)."""
+    """The record batches of rows ``[start, stop)`` of the file (a data-parallel shard,
+    ``campaign.engines.parallel``)."""
     seen = 0
     for record_batch in batches:
         lo, hi = max(start - seen, 0), min(stop - seen, len(record_batch))
@@ -275,7 +276,7 @@ def execute_pass(spec: PassSpec | dict[str, Any], clock: Any = None, startup: di
     """Run one pass described by ``spec`` (built by the runner, or its JSON form); return its result record
     (the JSON form of a :class:`~iteralab.campaign.records.PassResult`).
 
-    ``sync`` is set in a data-parallel worker (:mod:`iteralab.campaign.parallel`): after warm-up
+    ``sync`` is set in a data-parallel worker (:mod:`iteralab.campaign.engines.parallel`): after warm-up
     ``sync.ready()`` waits until every worker is ready and returns this worker's shard (a row range);
     ``sync.finished(pass_run, error)`` reports, right after the measured region, that the shard's predictions are on
     the host.
@@ -498,10 +499,10 @@ def record_runtime_memory(spec: PassSpec, startup: dict[str, Any]) -> None:
 
 
 def worker_main(argv: list[str], startup: dict[str, Any] | None = None) -> int:
-    """``python -m iteralab.campaign.passes SPEC.json RESULT.json``: run one pass in a fresh process.
+    """``python -m iteralab.campaign.engines.passes SPEC.json RESULT.json``: run one pass in a fresh process.
 
-    ``startup`` is given by a worker forked from a template (:mod:`iteralab.campaign.prefork`): its process start
-    is the fork, its imports were made by the template, and the runtime's memory read there."""
+    ``startup`` is given by a worker forked from a template (:mod:`iteralab.campaign.engines.prefork`): its process
+    start is the fork, its imports were made by the template, and the runtime's memory read there."""
     spec_path, result_path = argv
     started = time.perf_counter()
     spec = PassSpec.from_json(json.loads(Path(spec_path).read_text(encoding="utf-8")), spec_path)

@@ -1,12 +1,12 @@
 """A data-parallel pass (X3, R2–R4, R7–R9): one worker process per device, each with a full model copy, the
-corpus sharded by token count (:mod:`iteralab.campaign.shards`), the shards' predictions merged into one file.
+corpus sharded by token count (:mod:`iteralab.campaign.engines.shards`), the shards' predictions merged into one file.
 
 Reads the pass spec the runner builds; writes the merged prediction file ``predictions/<pass_id>.parquet``
 (same format as a single-device pass) and returns one result record for the journal.
 
-- Workers are fresh interpreters (``python -m iteralab.campaign.parallel``), started with their environment
+- Workers are fresh interpreters (``python -m iteralab.campaign.engines.parallel``), started with their environment
   already set (``CUDA_VISIBLE_DEVICES`` = one card each, or the thread count of a CPU process): nothing is
-  forked after CUDA is initialised. Each runs :func:`iteralab.campaign.passes.execute_pass` (the same load,
+  forked after CUDA is initialised. Each runs :func:`iteralab.campaign.engines.passes.execute_pass` (the same load,
   warm-up, measured region and prediction writer as a single-device pass) on its row range.
 - Timing: the coordinator plans the shards while the workers load; the measured pass runs from the moment the
   last worker reports ready (model loaded and warmed up) to the moment the last worker reports that its
@@ -65,7 +65,7 @@ class _Channel:
 
 
 class WorkerSync:
-    """What :func:`~iteralab.campaign.passes.execute_pass` calls in a worker: ``ready`` blocks until every
+    """What :func:`~iteralab.campaign.engines.passes.execute_pass` calls in a worker: ``ready`` blocks until every
     worker is ready and returns this worker's rows; ``finished`` says the shard's predictions are on the host."""
 
     def __init__(self, channel: _Channel) -> None:
@@ -95,10 +95,11 @@ def _die_with_parent() -> None:
 
 
 def worker_main(argv: list[str]) -> int:
-    """``python -m iteralab.campaign.parallel SPEC RESULT READ_FD WRITE_FD``: one worker of a data-parallel pass."""
+    """``python -m iteralab.campaign.engines.parallel SPEC RESULT READ_FD WRITE_FD``: one worker of a data-parallel
+    pass."""
     _die_with_parent()
     started = time.perf_counter()
-    from iteralab.campaign import passes
+    from iteralab.campaign.engines import passes
     from iteralab.campaign import predictions  # noqa: F401  # start-up, not the writing phase, imports it
 
     spec_path, result_path, read_fd, write_fd = argv
@@ -172,7 +173,7 @@ class _Worker:
         if self.stopped:
             return failure(f"w{self.k}", "stopped before the measured pass: another worker failed first", "stopped",
                            retries=None)
-        from iteralab.campaign.passes import ended_without_result
+        from iteralab.campaign.engines.passes import ended_without_result
 
         log = self.folder / f"w{self.k}.log"
         stderr = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
@@ -202,8 +203,8 @@ def _start_workers(spec: PassSpec, layout: Any, folder: Path) -> list[_Worker]:
         env = {**os.environ, **layout.envs[k]}
         with open(folder / f"w{k}.log", "w", encoding="utf-8") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "iteralab.campaign.parallel", str(spec_path), str(folder / f"w{k}.result.json"),
-                 str(to_worker_r), str(from_worker_w)],
+                [sys.executable, "-m", "iteralab.campaign.engines.parallel", str(spec_path),
+                 str(folder / f"w{k}.result.json"), str(to_worker_r), str(from_worker_w)],
                 env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 pass_fds=(to_worker_r, from_worker_w))
         os.close(to_worker_r)
@@ -234,7 +235,7 @@ def _cpu_snapshot(pids: list[int]) -> dict[str, float] | None:
 def run_data_parallel(spec: PassSpec | dict[str, Any], clock: Any = None) -> dict[str, Any]:
     """Run one data-parallel pass (``spec.variant["data_parallel"]`` workers); return its result record (the JSON
     form of a :class:`~iteralab.campaign.records.PassResult`)."""
-    from iteralab.campaign.shards import worker_layout
+    from iteralab.campaign.engines.shards import worker_layout
     from iteralab.errors import IteraError
     from iteralab.models import device as dev
 
@@ -318,7 +319,7 @@ def _coordinate(spec: PassSpec, result: dict[str, Any], workers: list[_Worker], 
 def _plan_shards(spec: PassSpec, result: dict[str, Any], workers: list[_Worker]) -> tuple[Any, Exception | None]:
     """Start-up (R2), while the workers load: each document's cost and the shard plan (row bounds), recorded in
     the result's ``parallel`` part; the error when the tokenizer or the corpus copy is unusable."""
-    from iteralab.campaign.shards import corpus_lengths, imbalance, plan_shards, shard_tokens
+    from iteralab.campaign.engines.shards import corpus_lengths, imbalance, plan_shards, shard_tokens
 
     notes, parallel, startup = result["notes"], result["parallel"], result["startup"]
     n = len(workers)
@@ -372,7 +373,7 @@ def _failed_before_measuring(result: dict[str, Any], workers: list[_Worker], lay
         w.proc.wait()
     _collect(result, workers, None, layout)
     if plan_error is not None:
-        from iteralab.campaign.passes import error_text
+        from iteralab.campaign.engines.passes import error_text
 
         result.update(error=f"shard plan: {error_text(plan_error)}", error_kind="load")
     notes.append(f"failed before the measured pass: {result['error']}; no worker ran its shard, no fallback "
@@ -435,7 +436,7 @@ def _collect(result: dict[str, Any], workers: list[_Worker], bounds: Any, layout
         phases[name] = max(values) if values and all(v is not None for v in values) else None
     shard_times = [(r.get("phases") or {}).get("pass_s") for r in records]
     parallel["device_pass_s"] = {w.label: t for w, t in zip(workers, shard_times)}
-    from iteralab.campaign.shards import imbalance
+    from iteralab.campaign.engines.shards import imbalance
 
     parallel["time_imbalance"] = imbalance(shard_times)
     completed = [d["completed"] for d in devices]
@@ -505,7 +506,7 @@ def _merge(spec: PassSpec, result: dict[str, Any], workers: list[_Worker]) -> No
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from iteralab.campaign.passes import order_hash
+    from iteralab.campaign.engines.passes import order_hash
     from iteralab.campaign.predictions import file_name, write_predictions
 
     classes = list(spec.classes)

@@ -92,7 +92,7 @@ def read_corpus(ray_data: Any, path: str) -> Any:
 def _error_text(exc: BaseException) -> str:
     """The error a user can act on: the exception raised in the workload, unwrapped from Ray's task errors
     (whose own text is a remote traceback)."""
-    from iteralab.campaign.passes import error_text as text
+    from iteralab.campaign.engines.passes import error_text as text
 
     seen = 0
     while seen < 8:
@@ -257,7 +257,7 @@ class _RayPass:
     def _before_measuring(self) -> tuple[dict[str, Any], Any, list[str]]:
         """The engine's note and the result record; outside the measured region: the expected ids and the warm-up
         texts, read by the driver."""
-        from iteralab.campaign.passes import first_texts
+        from iteralab.campaign.engines.passes import first_texts
 
         spec, run, notes = self.spec, self.run, self.notes
         ray = self.engine.ray
@@ -280,7 +280,7 @@ class _RayPass:
     def _outcome(self, result: dict[str, Any], ids: Any, expected_ids: Any, error: BaseException | None,
                  finished: float | None, ready: list[float]) -> None:
         """The pass's status, time or error, and the notes on what was not measured."""
-        from iteralab.campaign.passes import PassTimeout
+        from iteralab.campaign.engines.passes import PassTimeout
 
         phases, notes = self.phases, self.notes
         if error is None:
@@ -307,7 +307,7 @@ class _RayPass:
 
     def _write(self, result: dict[str, Any], ids: Any, probs: np.ndarray) -> None:
         """Writing (outside the measured region): the prediction file in the order received, and its order hash."""
-        from iteralab.campaign.passes import order_hash
+        from iteralab.campaign.engines.passes import order_hash
         from iteralab.campaign.predictions import file_name, write_predictions
 
         spec = self.spec
@@ -348,7 +348,7 @@ class WarmupLimit:
         self.start = 0.0
 
     def check(self, meta: Any) -> None:
-        from iteralab.campaign.passes import PassTimeout, limit_basis, pass_limit
+        from iteralab.campaign.engines.passes import PassTimeout, limit_basis, pass_limit
 
         if self.record is None:
             import pyarrow.compute as pc
@@ -406,7 +406,7 @@ def _receive(dataset: Any, limit: float | None,
     """The measured region on the driver: every block as Ray returns it, until the last one or the first error (or
     the pass time limit). Returns the ids, probabilities and actor records received, the error, and the wall-clock
     submission and end."""
-    from iteralab.campaign.passes import PassTimeout
+    from iteralab.campaign.engines.passes import PassTimeout
 
     id_chunks: list[Any] = []
     prob_chunks: list[Any] = []
