@@ -93,12 +93,12 @@ def _ids_part(tmp: Path, rows: list[tuple[str, str, str]], tokenizer: Path, clas
 def _timed_part(tmp: Path, rows, model_path: Path, head: Path, classes: list[str], batch: int,
                 repeats: int) -> dict:
     from iteralab.campaign.engines.parallel import run_data_parallel
-    from iteralab.campaign.runner import _run_in_worker
+    from iteralab.campaign.engines.local import run_in_worker
 
     corpus = _write_csv(tmp / "timed.csv", rows)
     model = {"kind": "encoder_head", "path": str(model_path), "head": str(head), "callable": None,
              "max_length": 256, "truncation": True, "trust_remote_code": False}
-    configs = {"plain": lambda s: _run_in_worker(s), "dp1": run_data_parallel, "dp2": run_data_parallel}
+    configs = {"plain": lambda s: run_in_worker(s), "dp1": run_data_parallel, "dp2": run_data_parallel}
     workers = {"plain": 1, "dp1": 1, "dp2": 2}
     times: dict[str, list[float]] = {c: [] for c in configs}
     shard_times: list[dict] = []

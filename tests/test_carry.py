@@ -15,6 +15,7 @@ import pytest
 
 from campaign_factory import write_corpus_csv
 from iteralab.campaign import runner
+from iteralab.campaign.engines import local
 from iteralab.lock.inputs import lock
 from iteralab.campaign.records import PassSpec
 from iteralab.cli import main
@@ -109,12 +110,12 @@ def test_the_worker_spec_lives_in_the_campaign_scratch_folder(tmp_path, monkeypa
         seen["exists"] = seen["spec"].is_file()
         return subprocess.CompletedProcess(argv, 9, "", "killed\n")
 
-    monkeypatch.setattr(runner.subprocess, "run", fake_run)
+    monkeypatch.setattr(local.subprocess, "run", fake_run)
     scratch = tmp_path / "campaign" / runner.SCRATCH
     (tmp_path / "campaign").mkdir()
     spec = PassSpec("p1", variant={}, model={}, classes=(), corpus_path="", prediction_dir="", warmup={},
                     scratch_dir=str(scratch))
-    result = runner._run_in_worker(spec)
+    result = local.run_in_worker(spec)
     assert seen["exists"] and scratch in seen["spec"].parents
     assert result["status"] == "failed" and result["error_kind"] == "crash"
     assert not any(scratch.iterdir())  # removed once the worker ended

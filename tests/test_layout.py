@@ -283,7 +283,9 @@ def test_imports_follow_the_pipeline_order():
 def test_the_import_scan_sees_function_level_imports():
     """The scanner itself: relative, aliased and nested imports resolve to absolute module names."""
     imports = {m for _, m, _ in _imports(PKG / "campaign" / "runner.py")}
-    assert {"iteralab.plan.protocol", "iteralab.campaign.engines.passes"} <= imports
+    assert {"iteralab.plan.protocol", "iteralab.campaign.engines.registry", "iteralab.campaign.engines.local"} <= imports
+    in_local = {(m, top) for _, m, top in _imports(PKG / "campaign" / "engines" / "local.py")}
+    assert ("iteralab.campaign.engines.passes", False) in in_local  # inside run_in_process
     nested = {(m, top) for _, m, top in _imports(PKG / "campaign" / "engines" / "passes.py")}
     assert ("iteralab.models.device", False) in nested  # ``from iteralab.models import device as dev``
     deeper = {(m, top) for _, m, top in _imports(PKG / "campaign" / "engines" / "parallel.py")}

@@ -115,9 +115,9 @@ def test_each_forked_pass_reads_its_own_environment_and_a_change_is_flagged(tmp_
         "    from importlib import metadata\n"
         "    real = metadata.version\n"
         "    metadata.version = lambda name: '0.0.0-changed' if name == 'numpy' else real(name)\n")
-    from iteralab.campaign import runner
+    from iteralab.campaign.engines import local
 
-    real = runner._run_in_worker
+    real = local.run_in_worker
     calls = []
 
     def changing(spec, templates=None):  # from the third pass on, the runner's environment says numpy changed
@@ -129,10 +129,10 @@ def test_each_forked_pass_reads_its_own_environment_and_a_change_is_flagged(tmp_
 
     saved = dict(os.environ)
     try:
-        runner._run_in_worker = changing
+        local.run_in_worker = changing
         run_campaign(protocol, out)
     finally:
-        runner._run_in_worker = real
+        local.run_in_worker = real
         os.environ.clear()
         os.environ.update(saved)
     finished = _finished(out)

@@ -23,9 +23,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +32,8 @@ from iteralab.lock.inputs import check_inputs
 from iteralab.errors import ProtocolError, RunError
 from iteralab.common.files import sha256_file, write_bytes_atomic, write_json_atomic
 from iteralab.lock.carry import carry_model_files
+from iteralab.campaign.engines import local
+from iteralab.campaign.engines.registry import Engine, engine_name, engines
 from iteralab.campaign.folder import (CAMPAIGN, CATALOG, CORPUS, INPUTS, LOCK, MANIFEST, PREDICTIONS, PROTOCOL, TABLE,
                                      TUNING, corpus_copy)
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
@@ -250,66 +249,6 @@ def _documents(campaign: dict[str, Any], dataset: str | None) -> int | None:
     return next((d.get("size") for d in campaign.get("datasets") or [] if d.get("name") == dataset), None)
 
 
-def _run_in_process(spec: PassSpec) -> dict[str, Any]:
-    from iteralab.campaign.manifest import environment_manifest, owns_device
-    from iteralab.campaign.engines.passes import execute_pass
-
-    result = execute_pass(spec)
-    result["environment"] = environment_manifest(runtime=not owns_device(spec.model["kind"]), git=spec.record_git)
-    return result
-
-
-def _run_in_worker(spec: PassSpec, templates: Any = None) -> dict[str, Any]:
-    """One pass in a fresh process: forked from a worker template (``templates``, :mod:`campaign.engines.prefork`) where
-    there is one, else a new interpreter."""
-    # The worker's spec and result live in the campaign's own scratch folder, never in the system temp
-    # folder: a killed run leaves nothing outside the campaign, and the next run clears it.
-    scratch = Path(spec.scratch_dir) if spec.scratch_dir else None
-    if scratch is not None:
-        scratch.mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="pass-", dir=scratch) as tmp:
-        spec_path = Path(tmp) / "spec.json"
-        result_path = Path(tmp) / "result.json"
-        spawned_at = time.time()
-        spec_path.write_text(json.dumps(spec.with_changes(spawned_at=spawned_at).to_json()), encoding="utf-8")
-        t0 = time.perf_counter()
-        extra: dict[str, Any] = {}
-        forked = templates is not None and templates.refused is None
-        if forked:
-            from iteralab.campaign.engines.prefork import TemplateGone
-
-            stderr_path = Path(tmp) / "stderr.txt"
-            template = templates.for_kind(spec.model.get("kind"))
-            try:
-                returncode, extra = template.run(spec_path, result_path, stderr_path, spawned_at)
-                stderr = stderr_path.read_text(encoding="utf-8", errors="replace") if stderr_path.exists() else ""
-            except TemplateGone as gone:
-                templates.forget()
-                returncode, stderr = gone.outcome
-                if not gone.started:  # it never forked: this pass and the later ones start fresh interpreters
-                    templates.refused = f"exit {gone.outcome[0]}: {gone.outcome[1][:300]}"
-                    forked = False
-        if templates is not None and templates.refused is not None:
-            extra = {"template_refused": templates.refused}
-        if not forked:
-            proc = subprocess.run([sys.executable, "-m", "iteralab.campaign.engines.passes", str(spec_path),
-                                   str(result_path)], capture_output=True, text=True)
-            returncode, stderr = proc.returncode, proc.stderr or ""
-        worker_s = time.perf_counter() - t0
-        if result_path.exists():
-            result = json.loads(result_path.read_text(encoding="utf-8"))
-            startup = result.get("startup")
-            if isinstance(startup, dict):
-                startup.update(extra)
-                startup["worker_wall_s"] = worker_s
-            return result
-        from iteralab.campaign.engines.passes import ended_without_result
-
-        return failure(spec.pass_id, ended_without_result(returncode, stderr), "crash", completed=None, retries=None,
-                       notes=["completed: unknown, the worker died before reporting (e.g. killed by the kernel's "
-                              "out-of-memory killer)"])
-
-
 def _manifest_fields(result: PassResult) -> dict[str, Any]:
     """The manifest facts a pass observed that must match the campaign's (C3/C5)."""
     env = dict(result.environment or {})
@@ -375,7 +314,8 @@ class _Run:
     attempts: dict[tuple[int, int], int]
     #: variant -> the pass that exceeded the pass time limit first
     timed_out: dict[str, str]
-    runner: Callable[[PassSpec], dict[str, Any]] | None = None
+    #: engine name -> the engine that runs a pass spec (:mod:`campaign.engines.registry`)
+    engines: dict[str, Engine] | None = None
 
 
 def _run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os.PathLike[str], stop: Any,
@@ -394,10 +334,13 @@ def _run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os
     mode = isolation or run.protocol.run.isolation
     templates = _templates(mode, out)  # process isolation: each pass forked from a worker template (prefork)
 
-    def runner(spec: PassSpec) -> dict[str, Any]:
-        return _run_in_worker(spec, templates) if mode == "process" else _run_in_process(spec)
+    def local_pass(spec: PassSpec) -> dict[str, Any]:
+        # the code version (git) is read by the pass whose environment becomes the campaign's manifest;
+        # later passes are compared without it (_manifest_fields), so they do not run git again
+        spec = spec.with_changes(record_git=run.reference_manifest is None)
+        return local.run_in_worker(spec, templates) if mode == "process" else local.run_in_process(spec)
 
-    run.runner = runner
+    run.engines = engines(local_pass, run.engine.run_pass if run.engine is not None else None)
     run.emit("start", {"total": len(slots), "todo": len(todo), "done": len(slots) - len(todo)})
     try:
         for slot in todo:
@@ -540,18 +483,9 @@ def _slot_result(run: _Run, slot: Slot, pass_id: str) -> dict[str, Any]:
                  if protocol.run.pass_timeout_s is not None else
                  f"its pass time limit ({protocol.run.pass_timeout})")
         return _not_run(pass_id, f"not run: {slot.variant} exceeded {limit} in {run.timed_out[slot.variant]}")
-    if run.engine is not None and protocol.variant(slot.variant).engine == "ray":
-        return run.engine.run_pass(_pass_spec(run.campaign, protocol, run.out, slot, pass_id))
-    if protocol.variant(slot.variant).data_parallel > 1:  # X3: one worker process per device
-        from iteralab.campaign.engines.parallel import run_data_parallel
-
-        return run_data_parallel(_pass_spec(run.campaign, protocol, run.out, slot, pass_id))
-    # the code version (git) is read by the pass whose environment becomes the campaign's manifest;
-    # later passes are compared without it (_manifest_fields), so they do not run git again
-    spec = _pass_spec(run.campaign, protocol, run.out, slot, pass_id).with_changes(
-        record_git=run.reference_manifest is None)
-    assert run.runner is not None
-    return run.runner(spec)
+    assert run.engines is not None
+    engine = run.engines[engine_name(protocol.variant(slot.variant))]
+    return engine(_pass_spec(run.campaign, protocol, run.out, slot, pass_id))
 
 
 def _not_run(pass_id: str, why: str, kind: str = "not_run") -> dict[str, Any]:
