@@ -321,7 +321,7 @@ class _Run:
 def _run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os.PathLike[str], stop: Any,
                 at: _Where, *, progress: ProgressFn | None, isolation: str | None, shared: Any,
                 keep_unrunnable: bool, rerun: bool) -> dict[str, Any]:
-    from iteralab.campaign.verdict.evaluate import release_unused
+    from iteralab.common.arrow import release_unused
 
     locked = open_locked(protocol)
     flight = _preflight(locked, keep_unrunnable)  # before anything is written or journaled

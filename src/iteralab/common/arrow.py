@@ -1,6 +1,7 @@
-"""Arrow arrays built from buffers. ``pa.array`` and ``pa.scalar`` look for pandas objects first, which imports
-pandas: a quarter to half a second in every pass worker that never uses it. These build the same arrays from
-their buffers, so a worker that handles only NumPy and Arrow data never imports pandas."""
+"""Arrow arrays built from buffers, and Arrow's unused memory handed back (:func:`release_unused`). ``pa.array``
+and ``pa.scalar`` look for pandas objects first, which imports pandas: a quarter to half a second in every pass
+worker that never uses it. These build the same arrays from their buffers, so a worker that handles only NumPy
+and Arrow data never imports pandas."""
 
 from __future__ import annotations
 
@@ -27,3 +28,9 @@ def string_array(values: list[str] | tuple[str, ...]) -> pa.Array:
 def string_scalars(*values: str) -> tuple[Any, ...]:
     """Arrow string scalars (arguments of a compute function), without ``pa.scalar``."""
     return tuple(string_array(list(values)))
+
+
+def release_unused() -> None:
+    """Hand the memory Arrow's allocator keeps after a whole-file read back to the system: the next read would
+    otherwise start from the previous one's high-water mark."""
+    pa.default_memory_pool().release_unused()

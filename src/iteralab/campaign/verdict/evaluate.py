@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from iteralab.campaign.verdict.compare import compare_outputs, compare_rows_with_file
 from iteralab.campaign.folder import CAMPAIGN, PREDICTIONS, PROTOCOL, corpus_copy, read_corpus_batches
+from iteralab.common.arrow import release_unused
 from iteralab.campaign.predictions import LEGACY_SUFFIX, PredictionSet, code_dtype, file_name, read_predictions
 from iteralab.plan.protocol import Protocol, load_protocol
 
@@ -116,12 +117,6 @@ def corpus_texts(campaign_dir: str | Path, wanted: set[str], dataset: str | None
             chosen = batch.filter(mask)
             out.update(zip(chosen.column(0).to_pylist(), chosen.column(1).to_pylist()))
     return out
-
-
-def release_unused() -> None:
-    """Hand the memory Arrow's allocator keeps after a whole-file read back to the system: the next read would
-    otherwise start from the previous one's high-water mark."""
-    pa.default_memory_pool().release_unused()
 
 
 def campaign_protocol(campaign_dir: str | Path) -> Protocol:
