@@ -421,3 +421,21 @@ def test_the_circle_scan_finds_a_circle_and_the_private_scan_a_private_name():
     graph = import_graph()
     assert "iteralab.plan.protocol" in graph["iteralab.campaign.runner"]
     assert len(graph) > 50
+
+
+def test_the_readme_layout_names_every_package_and_stage_module():
+    """The folder list is documented where the README points: its Layout block names every package, and every
+    module of the pipeline's stages (the shell, the base parts and the kit are described by their folder)."""
+    readme = (PKG.parents[1] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## Layout", 1)[1].split("```")[1]
+    words = set(block.replace(",", " ").split())
+    missing = []
+    for init in _modules():
+        if init.name != "__init__.py" or init.parent == PKG:
+            continue
+        if f"{init.parent.name}/" not in words:
+            missing.append(f"{_rel(init.parent)}/")
+        if init.parent.relative_to(PKG).parts[0] in STAGES:
+            missing += [_rel(m) for m in sorted(init.parent.glob("*.py"))
+                        if m.name != "__init__.py" and m.stem not in words]
+    assert not missing, f"name these in the README's Layout section: {missing}"
