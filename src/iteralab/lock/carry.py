@@ -8,7 +8,7 @@ into every campaign is a bundle nobody keeps; ``iteralab bundle pack --include-w
 receiver has no copy. ``campaign.json`` lists every file (``model.files``), carried or not, so a ``rerun`` on
 another machine can say exactly which file it lacks and which hash it must have.
 
-Names are those of the lock's model fingerprint (``campaign/inputs.model_files``): ``config.json``,
+Names are those of the lock's model fingerprint (``lock/inputs.py: model_files``): ``config.json``,
 ``tokenizer/vocab.txt`` (a callable's tokenizer folder), ``head/<file>``, ``callable/<file>``.
 """
 
