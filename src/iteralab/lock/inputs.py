@@ -27,6 +27,7 @@ from iteralab.lock.datasets import first_overlap
 from iteralab.lock.lockrecords import (RECORDS_ENCODING, LockRecords, OverlapKeys, Suspects, keys_of,
                                           shared_keys)
 from iteralab.common.files import sha256_file
+from iteralab.models.tokens import model_labels
 from iteralab.errors import CorpusError, ProtocolError
 from iteralab.plan.corpus import Corpus, check_disjoint, load_corpus
 from iteralab.plan.expenses import check_currency
@@ -120,43 +121,37 @@ def model_files(protocol_file: ProtocolFile) -> dict[str, str]:
     return dict(sorted(hashes.items()))
 
 
-def _declared_order(protocol_file: ProtocolFile) -> tuple[str, str] | None:
-    """(what, classes in the model's output order as a JSON list) read from the model's small files: a
-    classifier's config.json id2label, or a head's metadata; None when there is nothing to read cheaply (the
-    preflight of ``run`` loads the model and checks it again)."""
+def _model_order(protocol_file: ProtocolFile) -> tuple[str, list[str]] | None:
+    """(what, the classes in the model's output order) read from the model's small files: a classifier's
+    config.json id2label (:func:`~iteralab.models.tokens.model_labels`, as ``prepare`` reads it), or a head's
+    metadata; None when there is nothing to read cheaply (the preflight of ``run`` loads the model and checks it
+    again)."""
     model = protocol_file.protocol.model
     if model.kind == "hf_classifier" and model.path:
-        try:
-            config = json.loads((protocol_file.where(model.path) / "config.json").read_text(encoding="utf-8"))
-            id2label = config.get("id2label") or {}
-            return "the model's id2label", json.dumps([str(id2label[k]) for k in sorted(id2label, key=int)])
-        except (OSError, ValueError, TypeError, KeyError):
-            return None
+        labels = model_labels(protocol_file.where(model.path))
+        return ("the model's id2label", labels) if labels else None
     if model.kind == "encoder_head" and model.head:
         from safetensors import SafetensorError, safe_open
 
         head = protocol_file.where(model.head)
-        try:
+        try:  # the head's metadata only (models/head.py's load_head would import torch to read the same list)
             with safe_open(str(head), framework="numpy") as fh:
-                return f"the head {head}", (fh.metadata() or {})["classes"]
-        except (SafetensorError, OSError, KeyError):
+                labels = json.loads((fh.metadata() or {})["classes"])
+        except (SafetensorError, OSError, KeyError, ValueError):
             return None
+        return (f"the head {head}", [str(c) for c in labels]) if isinstance(labels, list) and labels else None
     return None
 
 
 def check_model_classes(protocol_file: ProtocolFile) -> None:
     """Classes declared in another order than the model's outputs are refused at ``lock`` (the preflight of ``run``
     would refuse them too, after the lock had cost a protocol version)."""
-    found = _declared_order(protocol_file)
+    found = _model_order(protocol_file)
     if found is None:
         return
-    what, order = found
-    try:
-        labels = [str(c) for c in json.loads(order)]
-    except (ValueError, TypeError):
-        return
+    what, labels = found
     declared = [str(c) for c in protocol_file.protocol.corpus.classes]
-    if labels and labels != declared:
+    if labels != declared:
         raise ProtocolError(f"{protocol_file.source}: corpus.classes: the protocol declares {declared} but {what} is "
                             f"{labels}", hint="declare the classes in the model's output order")
 
