@@ -171,12 +171,27 @@ def test_job_packages_that_cover_the_plan(tmp_path):
     assert plan.packages == () and plan.reason.startswith("no listed package covers 2778 h (longest: 7 days)")
     # T5: a plan built on a pass measured under concurrent load says so; a loaded pass that is not the slowest
     # leaves the slowest figure unmarked
-    marked = plan_job("b8", 30_000_000, 1000, (8.0, 10.0), 0.0, entry, cat, loaded_times=(10.0,))
+    marked = plan_job("b8", 30_000_000, 1000, (8.0, 10.0), 0.0, entry, cat, slowest_concurrent=True)
     assert marked.slowest_concurrent is True and marked.to_dict()["slowest_pass_under_concurrent_load"] is True
     assert "(slowest pass measured under concurrent load)" in "\n".join(render_job([marked], 30_000_000))
-    quiet = plan_job("b8", 30_000_000, 1000, (8.0, 10.0), 0.0, entry, cat, loaded_times=(8.0,))
+    quiet = plan_job("b8", 30_000_000, 1000, (8.0, 10.0), 0.0, entry, cat)
     assert quiet.slowest_concurrent is False
     assert "concurrent" not in "\n".join(render_job([quiet], 30_000_000))
+
+
+def test_a_plan_is_marked_only_when_its_slowest_counted_pass_ran_under_load():
+    from iteralab.evidence.datasets import PassTime
+    from iteralab.evidence.stats import VariantTimes
+
+    def times(*passes):
+        return VariantTimes("b8", (), tuple(PassTime(f"p{i}", status, s, {}, excluded, None, None, None, loaded)
+                                            for i, (status, s, excluded, loaded) in enumerate(passes)))
+
+    assert times(("ok", 8.0, False, False), ("ok", 10.0, False, True)).slowest_concurrent is True
+    assert times(("ok", 8.0, False, True), ("ok", 10.0, False, False)).slowest_concurrent is False
+    # an excluded or failed pass is not counted, loaded or not: the slowest *counted* pass decides
+    assert times(("ok", 8.0, False, False), ("ok", 12.0, True, True)).slowest_concurrent is False
+    assert times(("failed", None, False, True)).slowest_concurrent is False
 
 
 def test_a_variant_stopped_by_the_limit_is_not_run_again_and_says_so(tmp_path, monkeypatch):

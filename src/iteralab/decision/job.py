@@ -56,9 +56,9 @@ def _covering(entry: CatalogEntry | None, catalog: Catalog, hours: float) -> tup
 
 
 def plan_job(key: str, documents: int, corpus_size: int, pass_times: tuple[float, ...], startup_s: float,
-             entry: CatalogEntry | None, catalog: Catalog, loaded_times: tuple[float, ...] = ()) -> JobPlan | None:
+             entry: CatalogEntry | None, catalog: Catalog, *, slowest_concurrent: bool = False) -> JobPlan | None:
     """The plan for ``documents`` from the counted pass times over ``corpus_size`` documents (None: no pass);
-    ``loaded_times`` are those of them measured under concurrent load.
+    ``slowest_concurrent``: the slowest of them was measured under concurrent load (the plan then says so).
 
     One lot only: extra cards of a lot are never assumed to speed a measured single-device configuration up.
     Packages are checked against the slowest counted pass's throughput, the cautious figure."""
@@ -72,7 +72,7 @@ def plan_job(key: str, documents: int, corpus_size: int, pass_times: tuple[float
     hours_slowest = (documents / slow + startup_s) / 3600
     packages, reason = _covering(entry, catalog, hours_slowest)
     return JobPlan(key, documents, fast, slow, startup_s, hours_median, hours_slowest, packages, reason,
-                   ordered[-1] in loaded_times)
+                   slowest_concurrent)
 
 
 def render_job(plans: list[JobPlan], documents: int) -> list[str]:

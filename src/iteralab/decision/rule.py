@@ -290,7 +290,7 @@ def _config(hw: str, ev: Evidence, st: CampaignStats, times: VariantTimes, plann
     window = projected_window(ev, planned, times) if project else planned
     job = ev.protocol.job
     plan = plan_job(times.variant, job.documents, ev.corpus_size, times.times, _startup(times), None, cat,
-                    _loaded(times)) \
+                    slowest_concurrent=times.slowest_concurrent) \
         if job is not None else None
     if plan is not None:  # the rental must cover the production job too, and the deadline allow it
         window = job_window(window, times.variant, plan.hours_slowest)
@@ -396,11 +396,6 @@ def _startup(times: VariantTimes) -> float:
     return sum(times.phase_median(ph) or 0.0 for ph in ("load_s", "compile_s", "warmup_s"))
 
 
-def _loaded(times: VariantTimes) -> tuple[float, ...]:
-    """Counted pass times measured under concurrent load (T5), so that a plan built on one can say so."""
-    return tuple(p.pass_s for p in times.passes if p.counted and p.concurrent)  # type: ignore[misc]
-
-
 def _plan_jobs(configs: list[Config], ev: Evidence, catalog: Catalog) -> tuple[JobPlan, ...]:
     job = ev.protocol.job
     if job is None:
@@ -410,7 +405,7 @@ def _plan_jobs(configs: list[Config], ev: Evidence, catalog: Catalog) -> tuple[J
         if c.exclusions:
             continue
         plan = plan_job(c.key, job.documents, ev.corpus_size, c.times.times, _startup(c.times), c.pricing.gpu,
-                        catalog, _loaded(c.times))
+                        catalog, slowest_concurrent=c.times.slowest_concurrent)
         if plan is not None:
             plans.append(plan)
     return tuple(plans)

@@ -64,6 +64,12 @@ class VariantTimes:
         return tuple(p.pass_s for p in self.passes if p.counted)  # type: ignore[misc]
 
     @property
+    def slowest_concurrent(self) -> bool:
+        """T5: the slowest counted pass (what a production plan is checked against) ran under concurrent load."""
+        counted = [p for p in self.passes if p.counted]
+        return bool(counted) and max(counted, key=lambda p: p.pass_s).concurrent  # type: ignore[arg-type,return-value]
+
+    @property
     def median(self) -> float | None:
         return statistics.median(self.times) if self.times else None
 

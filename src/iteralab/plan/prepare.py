@@ -23,7 +23,7 @@ from typing import Any
 from iteralab.common.files import sha256_file, write_bytes_atomic
 from iteralab.errors import CorpusError
 from iteralab.plan.corpus import Corpus, check_disjoint, load_corpus, text_fingerprint, write_corpus
-from iteralab.plan.protocol import LOCK_SUFFIX
+from iteralab.plan.lockfile import lock_path
 from iteralab.plan.strata import assign_strata, stratified_sample
 
 PREPARE_SCHEMA = 1
@@ -165,7 +165,7 @@ def _refuse_edited_draft(folder: Path) -> None:
     """``prepare`` writes a new draft: never over a locked protocol, nor over a draft edited since ``prepare``
     wrote it (prepare.json records the sha256 of the draft it wrote)."""
     draft = folder / "protocol.toml"
-    if (folder / f"protocol.toml{LOCK_SUFFIX}").exists():
+    if lock_path(draft).exists():
         raise CorpusError(f"{draft}: a locked protocol is in this folder; prepare never writes over it",
                           hint="choose another --out folder")
     if not draft.is_file():
