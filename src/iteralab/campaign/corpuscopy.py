@@ -20,9 +20,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from iteralab.lock.datasets import DATASETS_DIR, combined_fingerprint, combined_order_hash, dataset_file
+from iteralab.lock.datasets import combined_fingerprint, combined_order_hash
 from iteralab.lock.inputs import check_inputs, scan_datasets
-from iteralab.campaign.folder import TUNING
+from iteralab.campaign.folder import DATASETS, TUNING, corpus_copy
 from iteralab.common import files
 from iteralab.common.files import FILE_MODE
 from iteralab.errors import RunError
@@ -139,13 +139,13 @@ def write_dataset_copies(locked: LockedProtocol, out: Path, *, rerun: bool = Fal
     record and the model files' sha256 as checked."""
     protocol = locked.protocol
     spec = protocol.corpus
-    (out / DATASETS_DIR).mkdir(parents=True, exist_ok=True)
+    (out / DATASETS).mkdir(parents=True, exist_ok=True)
     by_stratum = any(sg.by == "stratum" for sg in protocol.subgroups) and bool(spec.stratum_column)
     copies: dict[str, CorpusCopy] = {}
     tuning_copy = None
     try:
         for dataset in protocol.datasets:
-            copies[dataset.name] = CorpusCopy(out / dataset_file(dataset.name),
+            copies[dataset.name] = CorpusCopy(out / corpus_copy(dataset.name),
                                               extra={"stratum": spec.stratum_column if by_stratum else ""})
         tuning_copy = CorpusCopy(out / "inputs" / "tuning.csv") if spec.tuning_path else None
         scanned = scan_datasets(locked, sinks_for=lambda name: [copies[name]],
@@ -162,7 +162,7 @@ def write_dataset_copies(locked: LockedProtocol, out: Path, *, rerun: bool = Fal
             for value, n in (scan.extra_counts.get(spec.stratum_column) or {}).items():
                 counts[value or ""] = counts.get(value or "", 0) + n
         records.append({"name": name, "fingerprint": scan.fingerprint, "order_hash": scan.order_hash,
-                        "size": scan.size, "id_origin": scan.id_origin, "file": dataset_file(name),
+                        "size": scan.size, "id_origin": scan.id_origin, "file": corpus_copy(name),
                         "file_sha256": copies[name].commit(), "strata": dict(sorted(counts.items()))})
     origins = {r["id_origin"] for r in records}
     corpus_record = {"fingerprint": combined_fingerprint([r["fingerprint"] for r in records]),

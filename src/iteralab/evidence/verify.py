@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from iteralab.lock.carry import CARRY_DIR
-from iteralab.campaign.folder import CAMPAIGN, CORPUS, JOURNAL, LOCK, MANIFEST, PREDICTIONS, PROTOCOL, TABLE
+from iteralab.campaign.folder import (CAMPAIGN, CORPUS, JOURNAL, LOCK, MANIFEST, PREDICTIONS, PROTOCOL, TABLE,
+                                      corpus_copy)
 from iteralab.evidence.bundle import SEAL_FILES, SUMS_NAME, check_seal
 from iteralab.errors import IteraError, VerificationError
 from iteralab.common.files import sha256_file
@@ -221,13 +222,13 @@ def _check_copy(audit: _Audit, relative: str, recorded: dict[str, Any], protocol
 
 def _check_datasets(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> None:
     """K6: every dataset copy against its record, and the combined record against the datasets'."""
-    from iteralab.lock.datasets import combined_fingerprint, combined_order_hash, dataset_file
+    from iteralab.lock.datasets import combined_fingerprint, combined_order_hash
 
     records = campaign["datasets"]
     if [r.get("name") for r in records] != [d.name for d in protocol.datasets]:
         audit.diff("campaign.json: the datasets differ from the locked protocol's")
     for record in records:
-        _check_copy(audit, dataset_file(str(record.get("name"))), record, protocol)
+        _check_copy(audit, corpus_copy(str(record.get("name"))), record, protocol)
     recorded = campaign["corpus"]
     if recorded.get("fingerprint") != combined_fingerprint([r.get("fingerprint") for r in records]) or \
             recorded.get("order_hash") != combined_order_hash([r.get("order_hash") for r in records]) or \

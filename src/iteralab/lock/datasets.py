@@ -25,13 +25,6 @@ from typing import Any
 from iteralab.errors import CorpusError
 from iteralab.plan.corpus import Corpus, text_fingerprint
 
-DATASETS_DIR = "inputs/datasets"
-
-
-def dataset_file(name: str) -> str:
-    """Where a dataset's copy lives in a campaign folder (relative path)."""
-    return f"{DATASETS_DIR}/{name}.csv"
-
 
 def _short(value: str, limit: int = 60) -> str:
     return repr(value if len(value) <= limit else value[: limit - 1] + "…")
@@ -82,5 +75,5 @@ def dataset_records(campaign: dict[str, Any]) -> list[dict[str, Any]]:
     return list(campaign.get("datasets") or [])
 
 
-__all__ = ["DATASETS_DIR", "check_datasets_disjoint", "combined_fingerprint", "combined_order_hash", "dataset_file",
-           "dataset_records", "first_overlap"]
+__all__ = ["check_datasets_disjoint", "combined_fingerprint", "combined_order_hash", "dataset_records",
+           "first_overlap"]

@@ -46,10 +46,8 @@ def load_inputs(protocol_file: ProtocolFile, dataset: Dataset | None = None) -> 
     dataset of a several-dataset protocol (K6) in place of ``corpus.path``."""
     protocol = protocol_file.protocol
     spec = protocol.corpus
-    columns, _ = _columns(protocol)
-    needs_strata = any(sg.by == "stratum" for sg in protocol.subgroups)
-    corpus = load_corpus(protocol_file.where(dataset.path if dataset else spec.path), **columns,
-                         extra_columns=[spec.stratum_column] if spec.stratum_column and needs_strata else [])
+    columns, extra = _columns(protocol)
+    corpus = load_corpus(protocol_file.where(dataset.path if dataset else spec.path), **columns, extra_columns=extra)
     tuning = None
     if spec.tuning_path:
         tuning = load_corpus(protocol_file.where(spec.tuning_path), **columns)
