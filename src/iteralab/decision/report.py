@@ -151,8 +151,10 @@ def plot_quality(configs: list[Config], decision: Decision, merged: bool) -> str
 
 def subgroup_points(decision: Decision) -> dict[str, list[dict[str, Any]]]:
     """Per gating group (``<subgroup>:<group>``), one entry per configuration: its counted passes' values, the
-    value of its own campaign's reference pass, the lowest value within the tolerance (``bound``), the subgroup
-    threshold, and whether the group fails there (the checks of ``stats``)."""
+    value of its own campaign's reference pass, the group's metric, the lowest value within the tolerance
+    (``bound``) and the subgroup threshold as the verdict's :func:`subgroup_check` states them, and whether the
+    group fails there (the checks of ``stats``)."""
+    from iteralab.campaign.verdict.judge import subgroup_check
     from iteralab.evidence.stats import reference_rows
 
     protocol = decision.evidence[0].protocol
@@ -161,15 +163,14 @@ def subgroup_points(decision: Decision) -> dict[str, list[dict[str, Any]]]:
     keys = sorted({k for c in decision.configs for k in c.quality.subgroups if k.split(":", 1)[0] in gating})
     out: dict[str, list[dict[str, Any]]] = {}
     for key in keys:
-        sg = gating[key.split(":", 1)[0]]
-        tolerance = sg.tolerance if sg.tolerance is not None else protocol.metric.tolerance
         for c in decision.configs:
             ref_row = references.get(c.folder)
             reference = (ref_row.subgroup_metrics or {}).get(key) if ref_row is not None else None
+            check = subgroup_check(protocol, key, None, reference, reference is not None)
+            assert check is not None  # keys are gating groups
             out.setdefault(key, []).append({
                 "config": c.key, "values": [v for v in c.quality.subgroups.get(key, ()) if v is not None],
-                "reference": reference, "bound": None if reference is None else reference - tolerance,
-                "threshold": sg.threshold,
+                "reference": reference, "bound": check.bound, "threshold": check.threshold, "metric": check.metric,
                 "failed": any(f.key == key for f in c.quality.subgroup_failures)})
     return out
 
@@ -187,8 +188,6 @@ def plot_subgroups(decision: Decision, merged: bool) -> str | None:
     rows = math.ceil(len(points) / cols)
     plt, fig, _ = _figure(11.2, 3.0 * rows)
     fig.clf()
-    names = {s.name: (decision.evidence[0].protocol.metric.name if s.by == "stratum" else "recall")
-             for s in decision.evidence[0].protocol.subgroups}
     for n, (key, entries) in enumerate(points.items()):
         ax = fig.add_subplot(rows, cols, n + 1)
         ax.grid(axis="y", alpha=0.3)
@@ -207,7 +206,7 @@ def plot_subgroups(decision: Decision, merged: bool) -> str | None:
             ax.axhline(threshold, color="#c00000", linewidth=1.2, linestyle="--", label=f"threshold {threshold:g}")
         ax.set_xticks(range(len(configs)), [_short(c, merged) for c in configs], fontsize=7, rotation=20,
                       ha="right")
-        ax.set_title(f"{key} ({names.get(key.split(':', 1)[0], '')})", fontsize=9)
+        ax.set_title(f"{key} ({entries[0]['metric']})", fontsize=9)
         if n == 0:
             ax.legend(fontsize=7, loc="best")
     fig.suptitle("Gating subgroups per configuration: each against its reference and tolerance", fontsize=10)
