@@ -228,7 +228,7 @@ def test_streamed_corpus_digests_equal_the_corpus_loaders(tmp_path):
         writer.writerows(rows)
     corpus = load_corpus(source, classes=["x", "y"])
     write_corpus(corpus, tmp_path / "copy.csv", extra={"stratum": ["s"] * len(corpus)})
-    digests = corpus_digests(tmp_path / "copy.csv", ["x", "y"], chunk=2)
+    digests = corpus_digests(tmp_path / "copy.csv", ["x", "y"])
     assert (digests.size, digests.fingerprint, digests.order_hash) == (5, corpus.fingerprint(), corpus.order_hash())
     assert (digests.duplicate_ids, digests.labels_outside) == (0, 0)
     assert corpus_digests(tmp_path / "copy.csv", ["x"]).labels_outside == 2

@@ -144,6 +144,12 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _digest(items: list[str]) -> str:
+    """The digest of a list of strings (common/digest.py), written out: each item's UTF-8 length as 8 bytes
+    little-endian, then its bytes."""
+    return _sha(b"".join(len(i.encode()).to_bytes(8, "little") + i.encode() for i in items))
+
+
 def _json_file(obj) -> str:
     return json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
@@ -214,10 +220,9 @@ def build_folder(folder: Path) -> Path:
     corpus_text = "".join(",".join('"' + c.replace('"', '""') + '"' for c in row) + "\n"
                           for row in [("id", "text", "label", "stratum"), *CORPUS])
     (folder / "inputs" / "corpus.csv").write_bytes(corpus_text.encode("utf-8"))
-    fingerprint = _sha(json.dumps(sorted((i, t) for i, t, _, _ in CORPUS), ensure_ascii=True,
-                                  separators=(",", ":")).encode())
-    corpus_order = _sha(json.dumps([i for i, *_ in CORPUS], ensure_ascii=True, separators=(",", ":")).encode())
-    pass_order = _sha(json.dumps([i for i, *_ in CORPUS], ensure_ascii=False).encode("utf-8"))
+    fingerprint = _digest([part for pair in sorted((i, t) for i, t, _, _ in CORPUS) for part in pair])
+    corpus_order = _digest([i for i, *_ in CORPUS])
+    pass_order = corpus_order  # the pass wrote the ids in file order
 
     campaign = {
         "schema_version": 1,

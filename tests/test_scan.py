@@ -251,11 +251,18 @@ def test_the_last_record_boundary_is_the_last_line_feed_after_an_even_number_of_
     ["plain", "é ü", 'a "quote"', "back\\slash", "tab\there", "nl\nx", "\u2028"],
     ["only"], [],
 ], ids=["plain-many-chunks", "escapes", "one", "none"])
-def test_pass_order_hash_is_the_json_digest(ids):
+def test_pass_order_hash_is_the_digest_of_the_ids(ids):
+    """A pass's order hash frames each id (8-byte little-endian UTF-8 length, then the bytes), written out here by
+    hand, and equals the corpus order hash of the same ids."""
     import hashlib
 
     from iteralab.campaign.engines.passes import order_hash
     from iteralab.common.arrow import string_array
+    from iteralab.plan.corpus import Corpus, Record
 
-    expected = hashlib.sha256(json.dumps(ids, ensure_ascii=False).encode("utf-8")).hexdigest()
+    framed = b"".join(len(i.encode()).to_bytes(8, "little") + i.encode() for i in ids)
+    expected = hashlib.sha256(framed).hexdigest()
     assert order_hash(string_array(ids)) == expected
+    assert order_hash(string_array(ids).slice(0)) == expected
+    corpus = Corpus(tuple(Record(i, "t", None, n) for n, i in enumerate(ids)), "c.csv", "data")
+    assert corpus.order_hash() == expected

@@ -350,35 +350,31 @@ class CorpusDigests:
     labels_outside: int
 
 
-def corpus_digests(path: str | Path, classes: list[str] | tuple[str, ...], chunk: int = 1 << 15) -> CorpusDigests:
-    """``Corpus.fingerprint`` (SHA-256 of the JSON of the (id, text) pairs sorted), ``Corpus.order_hash``
-    (of the ids in file order) and the size of a corpus file, computed from Arrow columns chunk by chunk: the
-    same digests as ``plan.corpus`` without a Python object per record held at once. Also counts what would make
-    the copy an invalid corpus (repeated ids, labels that are no class)."""
+def corpus_digests(path: str | Path, classes: list[str] | tuple[str, ...]) -> CorpusDigests:
+    """The corpus fingerprint (its (id, text) pairs in id order), order hash (its ids in file order) and size of a
+    corpus file, as :mod:`iteralab.common.digest` defines them, computed from the Arrow columns: nothing per
+    record in Python. Also counts what would make the copy an invalid corpus (repeated ids, labels that are no
+    class)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from iteralab.common.jsonhash import JsonListHash
+    from iteralab.common.digest import StringDigest, pairs_digest
 
     streamed = _ascending_digests(path, classes)
     if streamed is not None:
         return streamed
     table = pa.Table.from_batches(list(read_corpus_batches(path, ["id", "text", "label"])))
     ids, texts = table.column("id").combine_chunks(), table.column("text").combine_chunks()
-    order = JsonListHash()
-    for start in range(0, len(ids), chunk):
-        order.update(ids.slice(start, chunk).to_pylist())
+    order = StringDigest()
+    order.update(ids)
     sorted_rows = pc.sort_indices(pa.table({"id": ids, "text": texts}), sort_keys=[("id", "ascending"),
                                                                                       ("text", "ascending")])
-    fingerprint = JsonListHash()
-    for start in range(0, len(ids), chunk):
-        rows = sorted_rows.slice(start, chunk)
-        fingerprint.update_pairs(ids.take(rows).to_pylist(), texts.take(rows).to_pylist())
+    fingerprint = pairs_digest(ids.take(sorted_rows), texts.take(sorted_rows))
     labels = table.column("label") if "label" in table.column_names else pa.chunked_array([], pa.string())
     outside = len(labels) - pc.sum(pc.is_in(labels, value_set=pa.array(list(classes), pa.string()))).as_py() \
         if len(labels) else 0
-    return CorpusDigests(len(ids), fingerprint.hexdigest(), order.hexdigest(),
-                         len(ids) - pc.count_distinct(ids).as_py(), int(outside or 0))
+    return CorpusDigests(len(ids), fingerprint, order.hexdigest(), len(ids) - pc.count_distinct(ids).as_py(),
+                         int(outside or 0))
 
 
 #: Bytes of the corpus copy parsed at a time by the streamed digests (a piece's parsing temporaries are a few
@@ -393,9 +389,9 @@ def _ascending_digests(path: str | Path, classes: list[str] | tuple[str, ...]) -
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from iteralab.common.jsonhash import JsonListHash
+    from iteralab.common.digest import StringDigest
 
-    order, fingerprint = JsonListHash(), JsonListHash()
+    order, fingerprint = StringDigest(), StringDigest()
     value_set = pa.array(list(classes), pa.string())
     size = outside = 0
     last: str | None = None
@@ -407,16 +403,14 @@ def _ascending_digests(path: str | Path, classes: list[str] | tuple[str, ...]) -
         n = len(column)
         if column.null_count or (n > 1 and not pc.all(pc.greater(column.slice(1), column.slice(0, n - 1))).as_py()):
             return None  # strictly ascending (UTF-8 byte order is code point order, as Python compares str)
-        ids = column.to_pylist()
-        if ids and last is not None and not last < ids[0]:
+        if n and last is not None and not last < column[0].as_py():
             return None
-        order.update(ids)
-        fingerprint.update_pairs(ids, batch.column(names.index("text")).to_pylist())
-        if "label" in names and len(batch):
-            outside += len(batch) - (pc.sum(pc.is_in(batch.column(names.index("label")), value_set=value_set)).as_py()
-                                     or 0)
-        size += len(ids)
-        last = ids[-1] if ids else last
+        order.update(column)
+        fingerprint.update_pairs(column, batch.column(names.index("text")))
+        if "label" in names and n:
+            outside += n - (pc.sum(pc.is_in(batch.column(names.index("label")), value_set=value_set)).as_py() or 0)
+        size += n
+        last = column[n - 1].as_py() if n else last
     return CorpusDigests(size, fingerprint.hexdigest(), order.hexdigest(), 0, int(outside))
 
 

@@ -18,10 +18,9 @@ datasets' pass times (:mod:`iteralab.evidence.stats` says so wherever it is show
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
+from iteralab.common.digest import string_digest
 from iteralab.errors import CorpusError
 from iteralab.plan.corpus import Corpus, text_fingerprint
 
@@ -61,13 +60,13 @@ def first_overlap(named: list[tuple[str, list[tuple[str, str]]]]) -> None:
 
 
 def combined_fingerprint(fingerprints: list[str]) -> str:
-    """The fingerprint of a set of datasets: SHA-256 of their sorted fingerprints (order-independent)."""
-    return hashlib.sha256(json.dumps(sorted(fingerprints), separators=(",", ":")).encode()).hexdigest()
+    """The fingerprint of a set of datasets: the digest of their fingerprints, sorted (order-independent)."""
+    return string_digest(sorted(fingerprints))
 
 
 def combined_order_hash(order_hashes: list[str]) -> str:
-    """The pass order of a set of datasets: SHA-256 of their order hashes in declaration order."""
-    return hashlib.sha256(json.dumps(list(order_hashes), separators=(",", ":")).encode()).hexdigest()
+    """The pass order of a set of datasets: the digest of their order hashes in declaration order."""
+    return string_digest(list(order_hashes))
 
 
 def dataset_records(campaign: dict[str, Any]) -> list[dict[str, Any]]:

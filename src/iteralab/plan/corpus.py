@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from iteralab.errors import CorpusError
+from iteralab.common.digest import pairs_digest, string_digest
 from iteralab.common.files import write_bytes_atomic
 
 IdOrigin = Literal["data", "content"]
@@ -120,14 +121,14 @@ class Corpus:
         return dict(sorted(counts.items(), key=lambda kv: (kv[0] is None, kv[0] or "")))
 
     def fingerprint(self) -> str:
-        """SHA-256 over the (id, text) pairs sorted by id: independent of order, sensitive to any character."""
+        """The digest of the (id, text) pairs sorted by id (:mod:`iteralab.common.digest`): independent of order,
+        sensitive to any character."""
         pairs = sorted((r.id, r.text) for r in self.records)
-        return hashlib.sha256(json.dumps(pairs, ensure_ascii=True, separators=(",", ":")).encode()).hexdigest()
+        return pairs_digest([p[0] for p in pairs], [p[1] for p in pairs])
 
     def order_hash(self) -> str:
-        """SHA-256 over the ids in pass order (C1: the pass order is recorded)."""
-        ids = [r.id for r in self.records]
-        return hashlib.sha256(json.dumps(ids, ensure_ascii=True, separators=(",", ":")).encode()).hexdigest()
+        """The digest of the ids in pass order (C1: the pass order is recorded)."""
+        return string_digest([r.id for r in self.records])
 
     def text_fingerprints(self) -> set[str]:
         return {text_fingerprint(r.text) for r in self.records}

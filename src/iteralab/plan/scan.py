@@ -28,7 +28,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from iteralab.common.jsonhash import JsonListHash as _JsonListHash
+from iteralab.common.digest import StringDigest
 from iteralab.plan.corpus import MAX_CSV_FIELD, Corpus, IdOrigin, detect_format, load_corpus, text_fingerprint
 
 #: Rows per record batch: bounds what a scan holds as Python values at once.
@@ -54,7 +54,7 @@ Sink = Callable[[Batch | None], None]
 @dataclass(frozen=True)
 class CorpusScan:
     """What a streamed read of a corpus established: the digests ``Corpus`` computes, and ``labels_sha256``,
-    the SHA-256 of the JSON list of the reference labels in id order. Equal fingerprints mean equal ids and
+    the digest of the reference labels in id order (:mod:`iteralab.common.digest`). Equal fingerprints mean equal ids and
     texts, so a corpus whose fingerprint and ``labels_sha256`` equal a lock's (:func:`labels_digest` of its
     per-id records) has the records the lock fingerprinted."""
 
@@ -84,7 +84,7 @@ def labels_digest(records: dict[str, list[Any]], chunk: int = HASH_ROWS) -> str:
     """``labels_sha256`` of a lock's per-id records ``{id: [text hash, label]}``: their labels in id order."""
     keys = records if _ascending(records) else sorted(records)
     it = iter(keys)
-    digest = _JsonListHash()
+    digest = StringDigest()
     while part := list(islice(it, chunk)):
         digest.update([records[k][1] for k in part])
     return digest.hexdigest()
@@ -250,9 +250,9 @@ class _Digests:
 
     def __init__(self, keep: bool) -> None:
         self.size = 0
-        self.order = _JsonListHash()
-        self.fingerprint = _JsonListHash()
-        self.labels = _JsonListHash()
+        self.order = StringDigest()
+        self.fingerprint = StringDigest()
+        self.labels = StringDigest()
         self.ascending = True
         self.last: str | None = None
         self.keep = keep
@@ -284,12 +284,11 @@ class _Digests:
         columns = {name: pa.chunked_array(chunks, pa.string()).combine_chunks()
                    for name, chunks in self.kept.items()}
         order = pc.sort_indices(columns["id"])
-        fingerprint, labels = _JsonListHash(), _JsonListHash()
+        fingerprint, labels = StringDigest(), StringDigest()
         for start in range(0, len(order), HASH_ROWS):
             rows = order.slice(start, HASH_ROWS)
-            ids, texts = columns["id"].take(rows).to_pylist(), columns["text"].take(rows).to_pylist()
-            fingerprint.update_pairs(ids, texts)
-            labels.update(columns["label"].take(rows).to_pylist())
+            fingerprint.update_pairs(columns["id"].take(rows), columns["text"].take(rows))
+            labels.update(columns["label"].take(rows))
         return fingerprint.hexdigest(), labels.hexdigest(), pc.count_distinct(columns["id"]).as_py()
 
 
@@ -348,7 +347,7 @@ def scan_of(corpus: Corpus, sinks: Sequence[Sink] = ()) -> CorpusScan:
         for v in values:
             tally[v] = tally.get(v, 0) + 1
         counts[name] = dict(sorted(tally.items(), key=lambda kv: (kv[0] is None, kv[0] or "")))
-    labels = _JsonListHash()
+    labels = StringDigest()
     labels.update([r.label for r in sorted(corpus.records, key=lambda r: r.id)])
     return CorpusScan(corpus.source, corpus.id_origin, len(corpus), corpus.fingerprint(), corpus.order_hash(),
                       labels.hexdigest(), counts)

@@ -254,10 +254,11 @@ class MeasuredPass:
 
 
 def order_hash(ids: Any) -> str:
-    """SHA-256 of ``json.dumps(ids, ensure_ascii=False)`` (the pass order, C1), from the Arrow array."""
-    from iteralab.common.jsonhash import string_array_hash
+    """The digest of the ids in the order the pass wrote them (C1; :mod:`iteralab.common.digest`), from the
+    Arrow array: a pass over the corpus in file order has the corpus's ``order_hash``."""
+    from iteralab.common.digest import string_digest
 
-    return string_array_hash(ids, ensure_ascii=False, item_separator=", ")
+    return string_digest(ids)
 
 
 def first_texts(corpus_path: str, corpus_kwargs: dict[str, Any], n: int) -> list[str]:
