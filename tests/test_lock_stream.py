@@ -9,15 +9,10 @@ import random
 import pytest
 from test_datasets import LOCKED_AT, _write_csv, dataset_protocol
 
+from oracles import check_datasets_disjoint, corpus_fingerprint, load_inputs
+
 from iteralab.lock import lockrecords
-from iteralab.lock.datasets import check_datasets_disjoint
-from iteralab.lock.inputs import (
-    check_inputs,
-    corpus_fingerprint,
-    fingerprint_inputs,
-    load_inputs,
-    lock,
-)
+from iteralab.lock.inputs import check_inputs, fingerprint_inputs, lock
 from iteralab.campaign.runner import prepare
 from iteralab.errors import CorpusError, ProtocolError
 from iteralab.plan import scan
@@ -174,3 +169,21 @@ def test_lock_records_of_unlabelled_rows_and_unordered_ids_equal_the_whole_read(
     records = lockrecords.LockRecords()
     scanned = scan.scan_corpus(tmp_path / "u.csv", require_labels=False, sinks=[records])
     assert records.fingerprint(scanned) == corpus_fingerprint(load_corpus(tmp_path / "u.csv", require_labels=False))
+
+
+def test_a_tuning_split_overlapping_the_corpus_is_named_as_the_whole_read_names_it(tmp_path):
+    """The streamed lock finds the overlap by 64-bit digests, then keeps only the suspect documents of both files:
+    its one line (counts and examples) is the whole-read check's, word for word, across several batches."""
+    rows = _rows("a", 40, seed=5)
+    tuning = [(rows[30][0], "a text of its own", "plot"), ("x1", "  " + rows[3][1].upper().lower() + " ", "fresh"),
+              ("x2", "never seen", "rotten"), (rows[8][0], rows[8][1], "plot")]
+    path = dataset_protocol(tmp_path, {"a": rows}, tuning=tuning)
+    text = path.read_text(encoding="utf-8").replace('[[datasets]]\nname = "a"\npath = "a.csv"\n\n', "")
+    path.write_text(text.replace("[corpus]\n", '[corpus]\npath = "a.csv"\n'), encoding="utf-8")
+    with pytest.raises(CorpusError) as whole:
+        load_inputs(read_protocol_file(path))
+    assert "2 shared ids" in whole.value.message and "2 shared texts" in whole.value.message
+    with pytest.raises(CorpusError) as streamed:
+        lock(path, now=LOCKED_AT)
+    assert (streamed.value.message, streamed.value.hint) == (whole.value.message, whole.value.hint)
+    assert not path.with_name(path.name + ".lock.json").exists()

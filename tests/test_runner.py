@@ -96,12 +96,9 @@ def test_run_refuses_other_protocol_version_in_same_folder(tmp_path):
 
 
 def _write_pred(path: Path, ids):
-    """Every id labelled 'plot': a Parquet file as a pass writes it, or a legacy JSONL file (still verified)."""
-    if path.suffix == ".parquet":
-        probs = np.tile(np.asarray([0.8, 0.1, 0.1], dtype=np.float32), (len(ids), 1))
-        path.write_bytes(encode(pa.array(ids, pa.string()), ["plot", "fresh", "rotten"], probs))
-        return
-    path.write_text("".join(json.dumps({"id": i, "label": "plot", "probs": [0.8, 0.1, 0.1]}) + "\n" for i in ids))
+    """Every id labelled 'plot': a Parquet file as a pass writes it."""
+    probs = np.tile(np.asarray([0.8, 0.1, 0.1], dtype=np.float32), (len(ids), 1))
+    path.write_bytes(encode(pa.array(ids, pa.string()), ["plot", "fresh", "rotten"], probs))
 
 
 @pytest.mark.parametrize("mutate, field", [
@@ -114,11 +111,10 @@ def test_ids_mismatch_is_not_accepted(tmp_path, mutate, field):
     out = tmp_path / "out"
     run_campaign(protocol, out)
     expected = load_expected(out)
-    pred = tmp_path / "p.jsonl"
-    for pred in (tmp_path / "p.parquet", tmp_path / "p.jsonl"):
-        _write_pred(pred, mutate(expected.ids.to_pylist()))
-        v = evaluate_file(pred, campaign_protocol(out), expected)
-        assert v["ids_match"] is False and v[field] == 1
+    pred = tmp_path / "p.parquet"
+    _write_pred(pred, mutate(expected.ids.to_pylist()))
+    v = evaluate_file(pred, campaign_protocol(out), expected)
+    assert v["ids_match"] is False and v[field] == 1
     # The same through the table: edit a stored prediction file -> its row is no longer accepted.
     state = read_journal(out / "journal.jsonl")
     first = state.order[0]
@@ -133,17 +129,9 @@ def test_format_problems_are_named(tmp_path):
     out = tmp_path / "out"
     run_campaign(protocol, out)
     expected = load_expected(out)
-    pred = tmp_path / "p.jsonl"
     ids = expected.ids.to_pylist()
-    lines = [json.dumps({"id": i, "label": "plot", "probs": [0.8, 0.1, 0.1]}) for i in ids]
-    lines[3] = json.dumps({"id": ids[3], "label": "meh", "probs": [0.8, 0.1, 0.1]})
-    lines[5] = json.dumps({"id": ids[5], "label": "plot", "probs": [0.5, 0.1, 0.1]})
-    pred.write_text("\n".join(lines) + "\n")
-    v = evaluate_file(pred, campaign_protocol(out), expected)
-    assert v["format_ok"] is False
-    assert v["format_problems"] == ["line 4: label 'meh' is not one of the classes", "line 6: probs sum to 0.700000, not 1"]
-    # The same two problems in a Parquet file, named by row (its labels plain strings, as files written before
-    # the labels were dictionary-typed hold them).
+    # A label that is no class and probabilities that do not sum to 1, named by row (the labels plain strings,
+    # which the reader takes as it takes the writer's dictionary codes).
     labels = ["plot"] * len(ids)
     labels[3] = "meh"
     probs = np.tile(np.asarray([0.8, 0.1, 0.1], dtype=np.float32), (len(ids), 1))
@@ -228,7 +216,7 @@ def test_kill_9_mid_pass_leaves_aborted_row_and_resumes(tmp_path):
     rows = {r["pass_id"]: r for r in read_raw_table(write_raw_table(out))}
     assert rows[aborted]["status"] == "aborted" and rows[aborted]["corpus_accepted"] == "false"
     assert rows[aborted]["pass_s"] == "" and "aborted" in rows[aborted]["notes"]
-    assert not (out / "predictions" / f"{aborted}.jsonl").exists()
+    assert not (out / "predictions" / f"{aborted}.parquet").exists()
     # resume: finished passes are kept as they were, the interrupted slot gets a new attempt
     proc = _run_cli(["run", str(protocol), "--out", str(out), "--json"], env={"FAKE_MODEL_DELAY": "0"})
     assert proc.wait(timeout=120) == 0, proc.stderr.read()

@@ -14,15 +14,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from campaign_factory import callable_campaign
+from oracles import corpus_fingerprint, labels_digest
+
 from iteralab.lock import inputs
 from iteralab.campaign.corpuscopy import CorpusCopy
-from iteralab.lock.inputs import corpus_fingerprint, corpus_records
+from iteralab.lock.inputs import corpus_records
 from iteralab.campaign.runner import prepare
 from iteralab.errors import CorpusError, ProtocolError
 from iteralab.plan import scan
 from iteralab.plan.corpus import load_corpus, write_corpus
 from iteralab.plan.lockfile import lock_path
-from iteralab.plan.scan import labels_digest, scan_corpus
+from iteralab.plan.scan import scan_corpus
 
 CLASSES = ["pos", "neg", "mixed"]
 
@@ -157,19 +159,15 @@ def test_corpus_copy_has_write_corpus_bytes(tmp_path, small_batches):
     assert not list(tmp_path.glob(".tmp-*"))
 
 
-def test_lock_records_are_compressed_and_an_old_lock_still_checks(tmp_path):
+def test_lock_records_are_compressed_and_a_changed_label_is_said_in_words(tmp_path):
     protocol = callable_campaign(tmp_path)
     record = json.loads(lock_path(protocol).read_text())
     locked = record["locks"][0]["inputs"]["corpus"]
     assert locked["records"]["encoding"] == inputs.RECORDS_ENCODING and "labels_sha256" in locked
     per_id = corpus_records(locked)
     assert len(per_id) == locked["size"] and all(len(v) == 2 for v in per_id.values())
-    # A lock written before: records as a plain object, no labels digest. It is still accepted when nothing changed…
-    record["locks"][0]["inputs"]["corpus"] = {k: v for k, v in locked.items() if k != "labels_sha256"} | {
-        "records": per_id}
-    lock_path(protocol).write_text(json.dumps(record))
+    assert locked["labels_sha256"] == labels_digest(per_id)
     prepare(protocol, tmp_path / "out")
-    # …and a changed label is still said in words.
     corpus_file = tmp_path / "corpus.csv"
     text = corpus_file.read_text()
     first = next(r for r in csv.DictReader(io.StringIO(text)))

@@ -13,8 +13,11 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
+from iteralab.campaign.predictions import encode
 from iteralab.cli import main
 from iteralab.errors import IteraError
 from iteralab.campaign.journal import read_journal
@@ -161,21 +164,21 @@ def build_campaign(folder: Path, *, hardware: str = "cpu", variants: dict | None
             row.update(ids_match=False, corpus_accepted=False, notes="aborted: the process ended during this pass")
             rows.append(row)
             continue
-        pred = folder / "predictions" / f"{pid}.jsonl"
+        pred = folder / "predictions" / f"{pid}.parquet"
         done = corpus if status == "ok" else corpus[:spec.get("completed") or 0]
-        pred.write_text("".join(json.dumps({"id": i, "label": WRONG.get(i, lab),
-                                            "probs": [0.8 if c == WRONG.get(i, lab) else 0.1 for c in CLASSES]}) + "\n"
-                                for i, _, lab, _ in done), encoding="utf-8")
+        probs = np.asarray([[0.8 if c == WRONG.get(i, lab) else 0.1 for c in CLASSES] for i, _, lab, _ in done],
+                           dtype=np.float32).reshape(len(done), len(CLASSES))
+        pred.write_bytes(encode(pa.array([i for i, *_ in done], pa.string()), list(CLASSES), probs))
         phases = {"load_s": 2.0, "warmup_s": 0.5, "compile_s": None, "pass_s": spec.get("s"), "writing_s": 0.05}
         journal.append({"event": "pass_finished", "at": f"{day}T10:{minute:02d}:30+00:00", "pass_id": pid,
                         "status": status, "completed": len(done), "error": spec.get("error"), "phases": phases,
-                        "prediction_file": f"predictions/{pid}.jsonl",
+                        "prediction_file": f"predictions/{pid}.parquet",
                         "prediction_sha256": hashlib.sha256(pred.read_bytes()).hexdigest()})
         journal.append({"event": "pass_evaluated", "at": f"{day}T10:{minute:02d}:40+00:00", "pass_id": pid,
                         "evaluation_s": 0.1})
         if status != "ok":
             row.update(load_s=2.0, warmup_s=0.5, completed=len(done), error=spec.get("error"),
-                       prediction_file=f"predictions/{pid}.jsonl",
+                       prediction_file=f"predictions/{pid}.parquet",
                        ids_match=False, format_ok=True, corpus_accepted=False,
                        notes=f"failed: {spec.get('error')}; no retry with a smaller batch")
             rows.append(row)
@@ -196,7 +199,7 @@ def build_campaign(folder: Path, *, hardware: str = "cpu", variants: dict | None
                    max_abs_prob_diff=0.0, reproduction_ok=True,
                    corpus_accepted=threshold_ok and tolerance_ok, excluded=False, **memory,
                    memory_scope="process peak RSS (VmHWM) since reset" if device == "cpu" else "torch.cuda since reset",
-                   prediction_file=f"predictions/{pid}.jsonl", notes=f"predictions: predictions/{pid}.jsonl")
+                   prediction_file=f"predictions/{pid}.parquet", notes=f"predictions: predictions/{pid}.parquet")
         rows.append(row)
     (folder / "journal.jsonl").write_text("".join(json.dumps(j, sort_keys=True) + "\n" for j in journal),
                                           encoding="utf-8")

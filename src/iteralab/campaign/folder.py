@@ -16,8 +16,7 @@ Layout::
     campaign.json                                           fingerprints, schedule, variants (written once)
     manifest.json                                           environment + model + corpus (C3)
     journal.jsonl                                           append-only, fsync'd events (the source of truth)
-    predictions/<pass_id>.parquet                           one verified output set per pass (Parquet; a
-                                                            legacy folder's .jsonl files are still read)
+    predictions/<pass_id>.parquet                           one verified output set per pass (Parquet)
     raw_table.csv                                           regenerated from the journal and the files
     SHA256SUMS                                              the seal (``iteralab bundle seal``)
 """

@@ -14,17 +14,11 @@ vectors, generated texts) keeps ``id`` and the pass order, and brings its own co
 It is serialised whole from Arrow/NumPy arrays (no Python object per row), written atomically (temporary name,
 fsync, rename) and its sha256 is computed from the same bytes. :func:`read_predictions` returns the file as
 arrays (:class:`PredictionSet`) with its format problems; every check of ``evaluate`` runs on those arrays.
-
-Folders written before this format hold ``predictions/<pass_id>.jsonl`` (one ``{"id", "label", "probs"}``
-record per line). They are still read — parsed into the same arrays, so verified by the same checks — only
-more slowly: the JSONL parser is a compatibility path, never written any more.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +33,6 @@ from iteralab.common import files
 from iteralab.common.arrow import numpy_array, string_array
 
 SUFFIX = ".parquet"
-LEGACY_SUFFIX = ".jsonl"
 FORMAT_VERSION = "1"
 ROW_GROUP = 1 << 15
 #: How many format problems are spelled out (all are counted).
@@ -53,12 +46,12 @@ def file_name(pass_id: str) -> str:
 
 
 def is_prediction_name(name: str) -> bool:
-    return name.endswith(SUFFIX) or name.endswith(LEGACY_SUFFIX)
+    return name.endswith(SUFFIX)
 
 
 def pass_of(name: str) -> str:
-    """The pass id a prediction file name belongs to (either format)."""
-    return name.removesuffix(SUFFIX).removesuffix(LEGACY_SUFFIX)
+    """The pass id a prediction file name belongs to."""
+    return name.removesuffix(SUFFIX)
 
 
 def schema(n_classes: int) -> pa.Schema:
@@ -143,11 +136,9 @@ READ_BATCH = 1 << 15
 
 def read_predictions(path: Path, classes: tuple[str, ...], sum_tol: float, data: bytes | None = None,
                      like: pa.Array | None = None) -> PredictionSet:
-    """Read a prediction file (Parquet, or a legacy JSONL file) with its format problems. ``like``: the ids the
-    file is expected to hold in this order (the corpus's); when it holds exactly those, its set shares that
-    array instead of keeping a copy of the ids."""
-    if path.name.endswith(LEGACY_SUFFIX):
-        return _read_jsonl(path, classes, sum_tol, data)
+    """Read a prediction file with its format problems. ``like``: the ids the file is expected to hold in this
+    order (the corpus's); when it holds exactly those, its set shares that array instead of keeping a copy of the
+    ids."""
     return _read_parquet(path, classes, sum_tol, data, like)
 
 
@@ -393,57 +384,3 @@ def _message(kind: str, i: int, label: pa.Array, matrix: np.ndarray, k: int) -> 
     if kind == "sum":
         return f"probs sum to {float(matrix[i].astype(np.float64).sum()):.6f}, not 1"
     return "label is not the most probable class"
-
-
-# ------------------------------------------------------------------------------------- legacy: JSONL
-
-
-def _read_jsonl(path: Path, classes: tuple[str, ...], sum_tol: float, data: bytes | None) -> PredictionSet:
-    text = (data if data is not None else path.read_bytes()).decode("utf-8", errors="replace")
-    k = len(classes)
-    ids: list[str] = []
-    labels: list[int] = []
-    rows: list[list[float]] = []
-    problems: list[str] = []
-    unreadable = 0
-    # Universal newlines, as the text-mode reader that wrote these folders' verdicts split them.
-    for number, line in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            problems.append(f"line {number}: not a JSON record")
-            unreadable += 1
-            continue
-        problem = _record_problem(rec, classes, sum_tol)
-        if problem:
-            problems.append(f"line {number}: {problem}")
-        if isinstance(rec, dict) and isinstance(rec.get("id"), str):
-            ids.append(rec["id"])
-            labels.append(classes.index(rec["label"]) if rec.get("label") in classes else -1)
-            p = rec.get("probs")
-            ok = isinstance(p, list) and len(p) == k and all(isinstance(x, (int, float)) for x in p)
-            rows.append([float(x) for x in p] if ok else [math.nan] * k)
-    return PredictionSet(pa.array(ids, pa.string()), np.asarray(labels, dtype=np.int32),
-                         np.asarray(rows, dtype=np.float64).reshape(len(rows), k), len(ids) + unreadable,
-                         tuple(problems[:SHOWN_PROBLEMS]), len(problems))
-
-
-def _record_problem(rec: Any, classes: tuple[str, ...], sum_tol: float) -> str | None:
-    if not isinstance(rec, dict) or set(rec) != {"id", "label", "probs"}:
-        return "record must have exactly the fields id, label, probs"
-    if not isinstance(rec["id"], str) or not rec["id"]:
-        return "id must be a non-empty string"
-    if rec["label"] not in classes:
-        return f"label {rec['label']!r} is not one of the classes"
-    probs = rec["probs"]
-    if not isinstance(probs, list) or len(probs) != len(classes):
-        return f"probs must be a list of {len(classes)} numbers"
-    if not all(isinstance(p, (int, float)) and math.isfinite(p) and -1e-6 <= p <= 1 + 1e-6 for p in probs):
-        return "probs must be finite numbers in [0, 1]"
-    if abs(sum(probs) - 1.0) > sum_tol:
-        return f"probs sum to {sum(probs):.6f}, not 1"
-    if classes[int(np.argmax(probs))] != rec["label"]:
-        return "label is not the most probable class"
-    return None

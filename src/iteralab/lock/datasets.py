@@ -22,22 +22,17 @@ from typing import Any
 
 from iteralab.common.digest import string_digest
 from iteralab.errors import CorpusError
-from iteralab.plan.corpus import Corpus, text_fingerprint
+from iteralab.plan.corpus import text_fingerprint
 
 
 def _short(value: str, limit: int = 60) -> str:
     return repr(value if len(value) <= limit else value[: limit - 1] + "…")
 
 
-def check_datasets_disjoint(named: list[tuple[str, Corpus]]) -> None:
-    """Refuse two datasets that share an id or a (whitespace-normalised) text: one line naming both datasets
-    and an example. One pass over the records (a dict per id and per text digest)."""
-    first_overlap([(name, [(r.id, r.text) for r in corpus.records]) for name, corpus in named])
-
-
 def first_overlap(named: list[tuple[str, list[tuple[str, str]]]]) -> None:
-    """The check of :func:`check_datasets_disjoint` over each dataset's ``(id, text)`` in file order (also run on
-    the documents whose digests two datasets share, to name the overlap)."""
+    """Refuse two datasets that share an id or a (whitespace-normalised) text: one line naming both datasets and
+    an example. Run over each dataset's ``(id, text)`` in file order: the documents whose digests two datasets
+    share (what ``lock.inputs`` keeps to name an overlap)."""
     seen_ids: dict[str, str] = {}
     seen_texts: dict[str, tuple[str, str]] = {}
     for name, rows in named:
@@ -74,5 +69,5 @@ def dataset_records(campaign: dict[str, Any]) -> list[dict[str, Any]]:
     return list(campaign.get("datasets") or [])
 
 
-__all__ = ["check_datasets_disjoint", "combined_fingerprint", "combined_order_hash", "dataset_records",
+__all__ = ["combined_fingerprint", "combined_order_hash", "dataset_records",
            "first_overlap"]

@@ -9,7 +9,6 @@ change after the lock is refused with one line saying which input changed and ho
 from __future__ import annotations
 
 import base64
-import hashlib
 import importlib.util
 import json
 import os
@@ -29,10 +28,10 @@ from iteralab.lock.lockrecords import (RECORDS_ENCODING, LockRecords, OverlapKey
 from iteralab.common.files import sha256_file
 from iteralab.models.tokens import model_labels
 from iteralab.errors import CorpusError, ProtocolError
-from iteralab.plan.corpus import Corpus, check_disjoint, load_corpus
+from iteralab.plan.corpus import check_rows_disjoint, load_corpus
 from iteralab.plan.expenses import check_currency
 from iteralab.plan.protocol import Dataset, Protocol
-from iteralab.plan.scan import Batch, CorpusScan, Sink, labels_digest, scan_corpus
+from iteralab.plan.scan import Batch, CorpusScan, Sink, scan_corpus
 from iteralab.plan.lockfile import LockedProtocol, ProtocolFile, as_protocol_file, open_locked
 from iteralab.plan.lockfile import lock as _record_lock
 
@@ -40,46 +39,15 @@ INPUTS_SCHEMA = 1
 AMEND_HINT = "restore the locked input, or amend: raise 'version' in the protocol and lock again"
 
 
-def load_inputs(protocol_file: ProtocolFile, dataset: Dataset | None = None) -> tuple[Corpus, Corpus | None]:
-    """The final corpus (with its stratum column when a stratum subgroup is planned) and the tuning split,
-    read with the protocol's columns and classes; overlapping splits are refused (P4). ``dataset``: read that
-    dataset of a several-dataset protocol (K6) in place of ``corpus.path``."""
-    protocol = protocol_file.protocol
-    spec = protocol.corpus
-    columns, extra = _columns(protocol)
-    corpus = load_corpus(protocol_file.where(dataset.path if dataset else spec.path), **columns, extra_columns=extra)
-    tuning = None
-    if spec.tuning_path:
-        tuning = load_corpus(protocol_file.where(spec.tuning_path), **columns)
-        check_disjoint(tuning, corpus)
-    return corpus, tuning
-
-
-def _short_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
-def corpus_fingerprint(corpus: Corpus) -> dict[str, Any]:
-    """Ids, texts and reference labels: the fingerprint (C1), the digest of the labels in id order, and per id a
-    text digest and the label (compressed, :data:`RECORDS_ENCODING`), so that a later change can be said in
-    words ("3 ids missing")."""
-    records = sorted(corpus.records, key=lambda r: r.id)
-    rows = json.dumps([[r.id, _short_hash(r.text), r.label] for r in records], ensure_ascii=False,
-                      separators=(",", ":"))
-    data = base64.b64encode(zlib.compress(rows.encode("utf-8", "surrogatepass"), 6)).decode("ascii")
-    labels = {r.id: [None, r.label] for r in records}
-    return {"size": len(corpus), "fingerprint": corpus.fingerprint(), "id_origin": corpus.id_origin,
-            "labels_sha256": labels_digest(labels), "records": {"encoding": RECORDS_ENCODING, "data": data}}
-
-
 def corpus_records(fingerprint: dict[str, Any]) -> dict[str, list[Any]]:
-    """The per-id ``{id: [text digest, label]}`` of a corpus fingerprint, in either stored form."""
-    records = fingerprint["records"]
-    if isinstance(records, dict) and records.get("encoding") == RECORDS_ENCODING and isinstance(records.get("data"),
-                                                                                                 str):
-        rows = json.loads(zlib.decompress(base64.b64decode(records["data"])).decode("utf-8", "surrogatepass"))
-        return {row[0]: [row[1], row[2]] for row in rows}
-    return records
+    """The per-id ``{id: [text digest, label]}`` of a corpus fingerprint (its records, :data:`RECORDS_ENCODING`)."""
+    records = fingerprint.get("records")
+    if not (isinstance(records, dict) and records.get("encoding") == RECORDS_ENCODING
+            and isinstance(records.get("data"), str)):
+        raise ProtocolError(f"a lock's corpus records are not in the form {RECORDS_ENCODING!r}",
+                            hint="lock the protocol again (raise 'version' if it was locked with other content)")
+    rows = json.loads(zlib.decompress(base64.b64decode(records["data"])).decode("utf-8", "surrogatepass"))
+    return {row[0]: [row[1], row[2]] for row in rows}
 
 
 def model_files(protocol_file: ProtocolFile) -> dict[str, str]:
@@ -189,15 +157,6 @@ def fingerprint_inputs(protocol: str | os.PathLike[str] | ProtocolFile) -> dict[
             "model": model_files(protocol_file), "catalog": catalog_fingerprint(protocol_file)}
 
 
-def check_strata(protocol_file: ProtocolFile, corpus: Corpus) -> None:
-    """Length strata (C2): when a stratum subgroup is planned, every row's stratum is declared and agrees with
-    its token count by the model's own tokenizer."""
-    from iteralab.models.tokens import check_row_strata
-
-    protocol = protocol_file.protocol
-    check_row_strata(protocol, protocol_file.source, protocol_file.where(protocol.model.path), corpus)
-
-
 def lock(protocol: str | os.PathLike[str] | ProtocolFile, *, now: datetime | None = None,
          allow_large: bool = False) -> dict[str, Any]:
     """Check every input, then record the protocol hash and the inputs' fingerprints (P2). Locking the same
@@ -260,8 +219,7 @@ def check_inputs(locked: str | os.PathLike[str] | LockedProtocol, *, rerun: bool
 
 @dataclass
 class InputScans:
-    """The final corpus and the tuning split, read in record batches and checked (P4, C2) as ``load_inputs``
-    and ``check_strata`` check them."""
+    """The final corpus and the tuning split, read in record batches and checked (P4, C2)."""
 
     corpus: CorpusScan
     tuning: CorpusScan | None
@@ -284,9 +242,9 @@ def scan_inputs(protocol_file: ProtocolFile, *, sinks: Sequence[Sink] = (),
                 tuning_sinks: Sequence[Sink] = (), dataset: Dataset | None = None,
                 strata_later: list[Callable[[], None]] | None = None,
                 tuning_keys: OverlapKeys | None = None) -> InputScans:
-    """``load_inputs`` + ``check_strata`` without holding the corpus: each validated batch goes to ``sinks``
-    (``tuning_sinks`` for the tuning split). Refusals are theirs, word for word (the file is then read whole
-    to name the first bad line). ``dataset``: that dataset of a several-dataset protocol (K6) in place of
+    """The corpus (or ``dataset``) and the tuning split read with the protocol's columns and classes, checked
+    disjoint (P4) and their strata checked against the model's tokenizer (C2), without holding the corpus: each
+    validated batch goes to ``sinks`` (``tuning_sinks`` for the tuning split). ``dataset``: that dataset of a several-dataset protocol (K6) in place of
     ``corpus.path``; ``strata_later``: the strata check's last step (which raises) is appended there, not run;
     ``tuning_keys``: the tuning split's digests from an earlier dataset's scan (the split is then checked
     disjoint from them, not read again: neither handed to ``tuning_sinks`` nor returned)."""
@@ -309,11 +267,11 @@ def scan_inputs(protocol_file: ProtocolFile, *, sinks: Sequence[Sink] = (),
     overlap = _Overlap(tuning_keys)
     strata = RowStrataCheck(protocol, protocol_file.source, protocol_file.where(protocol.model.path))
     corpus_scan = scan_corpus(source, **columns, extra_columns=extra, sinks=[*sinks, overlap, strata])
-    if overlap.found:  # a shared digest: the exact check reads both whole to name the overlap (or clears it)
-        load_inputs(protocol_file, dataset)
+    if overlap.found:  # a shared digest: the exact check names the overlap (or clears a digest collision)
+        _name_overlap(protocol_file, source, overlap)
 
     def finish() -> None:
-        strata.finish(lambda: load_inputs(protocol_file, dataset)[0])
+        strata.finish(lambda: load_corpus(source, **columns, extra_columns=extra))
 
     if strata_later is None:
         finish()
@@ -417,7 +375,7 @@ def _fingerprint_file(protocol_file: ProtocolFile, declared: str | None, *, tuni
 
 class _Overlap:
     """P4 while the final corpus streams by: does a batch share an id digest or a normalised-text digest with
-    the tuning split? Only a flag is kept; ``load_inputs`` (``check_disjoint``) then says which, if any."""
+    the tuning split? Only a flag is kept; :func:`_name_overlap` then says which, if any."""
 
     def __init__(self, tuning: OverlapKeys | None) -> None:
         self.active = tuning is not None
@@ -433,6 +391,22 @@ class _Overlap:
                               or np.isin(keys_of(batch.texts, lockrecords.text_key), self.texts).any())
 
 
+def _name_overlap(protocol_file: ProtocolFile, final_source: Path, overlap: _Overlap) -> None:
+    """P4 once a streamed read found a digest that the tuning split and the final corpus share: the final corpus's
+    digests, then the documents of both whose id or text digest is shared (only those are kept), checked exactly
+    (:func:`check_rows_disjoint` names the overlap, or finds that the digests merely collided)."""
+    columns, extra = _columns(protocol_file.protocol)
+    final_keys = OverlapKeys()
+    scan_corpus(final_source, **columns, extra_columns=extra, sinks=[final_keys])
+    ids = shared_keys([overlap.ids, final_keys.ids()])
+    texts = shared_keys([overlap.texts, final_keys.texts()])
+    tuning_source = protocol_file.where(protocol_file.protocol.corpus.tuning_path)
+    tuning_rows, final_rows = Suspects(ids, texts), Suspects(ids, texts)
+    scan_corpus(tuning_source, **columns, sinks=[tuning_rows])
+    scan_corpus(final_source, **columns, extra_columns=extra, sinks=[final_rows])
+    check_rows_disjoint(os.fspath(tuning_source), tuning_rows.rows, os.fspath(final_source), final_rows.rows)
+
+
 def _scanned_fingerprint(locked: dict[str, Any] | None, scan: CorpusScan,
                          fingerprint: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """The lock's own record when the scan proves the corpus unchanged (same size, id origin, fingerprint —
@@ -440,7 +414,7 @@ def _scanned_fingerprint(locked: dict[str, Any] | None, scan: CorpusScan,
     record batches), to say what changed."""
     if (isinstance(locked, dict) and locked.get("size") == scan.size and locked.get("id_origin") == scan.id_origin
             and locked.get("fingerprint") == scan.fingerprint and isinstance(locked.get("records"), dict)
-            and (locked.get("labels_sha256") or labels_digest(corpus_records(locked))) == scan.labels_sha256):
+            and locked.get("labels_sha256") == scan.labels_sha256):
         return locked
     return fingerprint()
 
@@ -518,6 +492,6 @@ def compare_inputs(path: Path, entry: dict[str, Any], inputs: dict[str, Any]) ->
         raise ProtocolError(f"{path}: {change} since the lock at {entry['locked_at']}", hint=AMEND_HINT)
 
 
-__all__ = ["DatasetScans", "InputScans", "check_inputs", "check_model_classes", "check_strata", "describe_change",
-           "fingerprint_inputs", "load_inputs", "lock", "lock_warnings", "model_files", "names_id_column",
+__all__ = ["DatasetScans", "InputScans", "check_inputs", "check_model_classes", "describe_change",
+           "fingerprint_inputs", "lock", "lock_warnings", "model_files", "names_id_column",
            "scan_datasets", "scan_inputs"]

@@ -2,8 +2,8 @@
 
 Both are sinks of :func:`iteralab.plan.scan.scan_corpus`. :class:`LockRecords` keeps per document the id, the
 16-hex digest of its text and its label as Arrow and NumPy arrays (bytes, not a Python object per document),
-then writes the lock's compressed records (:data:`RECORDS_ENCODING`) in id order, chunk by chunk,
-byte for byte what ``lock.inputs.corpus_fingerprint`` writes from a corpus read whole. :class:`OverlapKeys`
+then writes the lock's compressed records (:data:`RECORDS_ENCODING`) in id order, chunk by chunk (the tests
+compare them with a whole-read oracle, ``tests/oracles.py``). :class:`OverlapKeys`
 keeps a 64-bit digest of each id and of each whitespace-normalised text (NumPy arrays), so that datasets are
 checked disjoint by comparing sorted digests; the texts are read again only to name a collision the digests
 point at.
@@ -24,7 +24,7 @@ from iteralab.plan.scan import HASH_ROWS, Batch, CorpusScan
 
 #: How a lock stores its per-id records: the JSON list of ``[id, text digest, label]`` sorted by id, zlib-compressed
 #: and base64-encoded, so that a lock of a million documents is a few MB that parses into one string, not a
-#: Python object per document. Locks written before hold a plain ``{id: [text digest, label]}`` object.
+#: Python object per document.
 RECORDS_ENCODING = "zlib+base64:json-list[id,text_sha256_16,label]"
 #: zlib level of the lock's compressed records (as ``zlib.compress(rows, 6)``).
 RECORDS_LEVEL = 6
@@ -100,7 +100,7 @@ class LockRecords:
         return base64.b64encode(b"".join(parts)).decode("ascii")
 
     def fingerprint(self, scan: CorpusScan) -> dict[str, Any]:
-        """The lock's record of the scanned corpus (``lock.inputs.corpus_fingerprint``'s, key for key)."""
+        """The lock's record of the scanned corpus: size, fingerprint, id origin, labels digest, per-id records."""
         return {"size": scan.size, "fingerprint": scan.fingerprint, "id_origin": scan.id_origin,
                 "labels_sha256": scan.labels_sha256,
                 "records": {"encoding": RECORDS_ENCODING, "data": self.records_data()}}

@@ -539,10 +539,18 @@ def write_corpus(
 
 def check_disjoint(tuning: Corpus, final: Corpus) -> None:
     """P4: refuse when the tuning data and the final corpus share an id or a (whitespace-normalised) text."""
-    shared_ids = set(tuning.ids) & set(final.ids)
-    final_by_fp = {text_fingerprint(r.text): r.id for r in final.records}
+    check_rows_disjoint(tuning.source, [(r.id, r.text) for r in tuning.records],
+                        final.source, [(r.id, r.text) for r in final.records])
+
+
+def check_rows_disjoint(tuning_source: str, tuning: Sequence[tuple[str, str]], final_source: str,
+                        final: Sequence[tuple[str, str]]) -> None:
+    """:func:`check_disjoint` over ``(id, text)`` rows: a whole split's, or only those a streamed read found
+    suspect (their id or text digest shared; every shared id and text is among them, so the counts are exact)."""
+    shared_ids = {i for i, _ in tuning} & {i for i, _ in final}
+    final_by_fp = {text_fingerprint(text): id_ for id_, text in final}
     shared_texts = sorted(
-        (r.id, final_by_fp[fp]) for r in tuning.records if (fp := text_fingerprint(r.text)) in final_by_fp
+        (id_, final_by_fp[fp]) for id_, text in tuning if (fp := text_fingerprint(text)) in final_by_fp
     )
     if not shared_ids and not shared_texts:
         return
@@ -553,6 +561,6 @@ def check_disjoint(tuning: Corpus, final: Corpus) -> None:
         shown = ", ".join(f"{_short(t)}={_short(f)}" for t, f in shared_texts[:3])
         parts.append(f"{len(shared_texts)} shared texts (tuning id=final id, e.g. {shown})")
     raise CorpusError(
-        f"tuning data ({tuning.source}) and final corpus ({final.source}) overlap: " + "; ".join(parts),
+        f"tuning data ({tuning_source}) and final corpus ({final_source}) overlap: " + "; ".join(parts),
         hint="remove these texts from the tuning data: the final comparison must use texts never seen while tuning",
     )

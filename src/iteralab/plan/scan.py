@@ -55,8 +55,8 @@ Sink = Callable[[Batch | None], None]
 class CorpusScan:
     """What a streamed read of a corpus established: the digests ``Corpus`` computes, and ``labels_sha256``,
     the digest of the reference labels in id order (:mod:`iteralab.common.digest`). Equal fingerprints mean equal ids and
-    texts, so a corpus whose fingerprint and ``labels_sha256`` equal a lock's (:func:`labels_digest` of its
-    per-id records) has the records the lock fingerprinted."""
+    texts, so a corpus whose fingerprint and ``labels_sha256`` equal a lock's has the records the lock
+    fingerprinted."""
 
     source: str
     id_origin: IdOrigin
@@ -78,25 +78,6 @@ class _SinkFailed(Exception):
     def __init__(self, error: Exception) -> None:
         super().__init__(str(error))
         self.error = error
-
-
-def labels_digest(records: dict[str, list[Any]], chunk: int = HASH_ROWS) -> str:
-    """``labels_sha256`` of a lock's per-id records ``{id: [text hash, label]}``: their labels in id order."""
-    keys = records if _ascending(records) else sorted(records)
-    it = iter(keys)
-    digest = StringDigest()
-    while part := list(islice(it, chunk)):
-        digest.update([records[k][1] for k in part])
-    return digest.hexdigest()
-
-
-def _ascending(keys: Any) -> bool:
-    previous = None
-    for k in keys:
-        if previous is not None and not previous < k:
-            return False
-        previous = k
-    return True
 
 
 # ---------------------------------------------------------------------------------------------- reading

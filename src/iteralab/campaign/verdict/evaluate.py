@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from iteralab.campaign.verdict.compare import compare_outputs, compare_rows_with_file
 from iteralab.campaign.folder import CAMPAIGN, PREDICTIONS, PROTOCOL, corpus_copy, read_corpus_batches
 from iteralab.common.arrow import release_unused
-from iteralab.campaign.predictions import LEGACY_SUFFIX, PredictionSet, code_dtype, file_name, read_predictions
+from iteralab.campaign.predictions import PredictionSet, code_dtype, file_name, read_predictions
 from iteralab.plan.protocol import Protocol, load_protocol
 
 TOL = 1e-12
@@ -418,10 +418,8 @@ class CampaignReads:
 
 
 def prediction_path(campaign_dir: Path, pass_id: str) -> Path:
-    """Where a pass's file is: ``<pass_id>.parquet``, or a legacy ``.jsonl`` when only that exists."""
-    path = campaign_dir / PREDICTIONS / file_name(pass_id)
-    legacy = campaign_dir / PREDICTIONS / f"{pass_id}{LEGACY_SUFFIX}"
-    return legacy if not path.exists() and legacy.exists() else path
+    """Where a pass's file is: ``predictions/<pass_id>.parquet``."""
+    return campaign_dir / PREDICTIONS / file_name(pass_id)
 
 
 @dataclass
