@@ -45,3 +45,8 @@ class VerificationError(IteraError):
 
 class BundleError(IteraError):
     """An evidence bundle cannot be packed or unpacked safely."""
+
+
+class RoutineError(IteraError):
+    """The protocol's own evaluation routine cannot be imported, raised, or returned no finite number (one line:
+    a pass's verdict fails with it; ``lock`` refuses a routine that cannot be imported)."""

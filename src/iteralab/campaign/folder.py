@@ -13,6 +13,8 @@ Layout::
     inputs/datasets/<name>.csv                              one copy per dataset, in place of inputs/corpus.csv,
                                                             when the protocol declares [[datasets]] (K6)
     inputs/catalog.csv                                      the package catalog the decision prices from
+    inputs/routine/<module>.py                              the metric routine's module file, when the protocol
+                                                            declares one (``lock.usercode.ROUTINE_DIR``)
     campaign.json                                           fingerprints, schedule, variants (written once)
     manifest.json                                           environment + model + corpus (C3)
     journal.jsonl                                           append-only, fsync'd events (the source of truth)

@@ -32,6 +32,7 @@ from iteralab.lock.inputs import check_inputs
 from iteralab.errors import ProtocolError, RunError
 from iteralab.common.files import sha256_file, write_bytes_atomic, write_json_atomic
 from iteralab.lock.carry import carry_model_files
+from iteralab.lock.usercode import carry_routine
 from iteralab.campaign.engines import local
 from iteralab.campaign.engines.registry import Engine, engine_name, engines
 from iteralab.campaign.folder import (CAMPAIGN, CATALOG, CORPUS, INPUTS, LOCK, MANIFEST, PREDICTIONS, PROTOCOL, TABLE,
@@ -155,10 +156,11 @@ def _copy_catalog(locked: LockedProtocol, target: Path) -> dict[str, Any]:
 
 
 def prepare(locked: str | os.PathLike[str] | LockedProtocol, out: str | os.PathLike[str], *,
-            rerun: bool = False) -> dict[str, Any]:
+            rerun: bool = False, earlier: Path | None = None) -> dict[str, Any]:
     """Check the lock, the series and every input against its lock fingerprint (a ``rerun`` may use another
     model and catalog), copy the inputs, and write campaign.json + manifest.json (once). ``locked``: the
-    locked protocol as read once (:func:`~iteralab.plan.lockfile.open_locked`), or its file, read here."""
+    locked protocol as read once (:func:`~iteralab.plan.lockfile.open_locked`), or its file, read here.
+    ``earlier``: the campaign a rerun repeats, whose carried metric routine the new folder takes."""
     locked = open_locked(locked)
     protocol, lock_entry = locked.protocol, locked.entry
     check_series(protocol, locked.source)
@@ -194,6 +196,7 @@ def prepare(locked: str | os.PathLike[str] | LockedProtocol, out: str | os.PathL
     catalog = _copy_catalog(locked, out / CATALOG)
     # small model files copied, weights by hash (D3), from the hashes the input check just computed
     carried = carry_model_files(locked, out, model_hashes)
+    routine = carry_routine((lock_entry.get("inputs") or {}).get("routine"), out, earlier)
     design, slots = schedule_slots(protocol)
     model = protocol.model
     campaign = {
@@ -213,6 +216,8 @@ def prepare(locked: str | os.PathLike[str] | LockedProtocol, out: str | os.PathL
     }
     if datasets:
         campaign["datasets"] = datasets
+    if routine is not None:
+        campaign["routine"] = routine
     write_json_atomic(existing, campaign)
     return campaign
 

@@ -19,8 +19,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from iteralab.errors import IteraError, ProtocolError, WorkloadError
-from iteralab.plan.protocol import (CorpusSpec, Dataset, MetricName, ModelSpec, Subgroup, Variant, parse_toml,
-                                    read_protocol_text, refusal)
+from iteralab.plan.metric import MetricName, Subgroup
+from iteralab.plan.protocol import CorpusSpec, Dataset, ModelSpec, Variant, parse_toml, read_protocol_text, refusal
 from iteralab.plan.paths import resolve
 from iteralab.plan.values import Text
 

@@ -128,8 +128,9 @@ def plot_quality(configs: list[Config], decision: Decision, merged: bool) -> str
     refs = [c.quality.metric_ref for c in configs if c.quality.metric_ref is not None]
     if refs:
         ref = refs[0]
-        ax.axhspan(ref - metric.tolerance, ref, color="#2ca02c", alpha=0.12,
-                   label=f"tolerance band (reference - {metric.tolerance:g})")
+        sign = -1 if metric.higher_is_better else 1  # a lower-is-better routine may rise by the tolerance
+        ax.axhspan(ref + sign * metric.tolerance, ref, color="#2ca02c", alpha=0.12,
+                   label=f"tolerance band (reference {'-' if sign < 0 else '+'} {metric.tolerance:g})")
         ax.axhline(ref, color="#2ca02c", linewidth=1, linestyle=":", label=f"reference {metric.reference_variant}")
     ax.axhline(metric.threshold, color="#c00000", linewidth=1.2, linestyle="--",
                label=f"threshold {metric.threshold:g}")
@@ -143,8 +144,8 @@ def plot_quality(configs: list[Config], decision: Decision, merged: bool) -> str
             ax.annotate("MARKED" if marked else "subgroup fails", (i, max(values) if values else metric.threshold),
                         xytext=(0, 6), textcoords="offset points", ha="center", color="#c00000", fontsize=8)
     ax.set_xticks(range(len(configs)), [_short(c, merged) for c in configs], fontsize=8)
-    ax.set_ylabel(metric.name)
-    ax.set_title(f"Quality per configuration: {metric.name} against threshold and tolerance", fontsize=10)
+    ax.set_ylabel(metric.label)
+    ax.set_title(f"Quality per configuration: {metric.label} against threshold and tolerance", fontsize=10)
     ax.legend(fontsize=8, loc="best")
     return _png(plt, fig)
 

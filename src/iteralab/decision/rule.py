@@ -26,6 +26,7 @@ from iteralab.campaign.manifest import diff_manifests
 from iteralab.economics.pricing import (EXPENSES_APART, EXPENSES_COUNTED, Catalog, CostSheet, VariantCost, cost_sheet,
                                         count_accepted_results, expenses_of, format_amount)
 from iteralab.plan.expenses import check_currency
+from iteralab.plan.metric import MetricSpec
 from iteralab.evidence.reads import Evidence, load_evidence
 from iteralab.evidence.stats import (MISSING_SUBGROUP, Q2_MARK, CampaignStats, VariantQuality, VariantTimes,
                                      campaign_stats, compare, fmt_s)
@@ -126,16 +127,19 @@ def _failures(ev: Evidence, times: VariantTimes) -> tuple[str, ...]:
     return feasibility(rows, ev.corpus_size, ev.exclusions).failures()
 
 
-def _quality_exclusions(q: VariantQuality, metric: str, reference: str = "") -> list[str]:
+def _quality_exclusions(q: VariantQuality, metric: MetricSpec, reference: str = "") -> list[str]:
     out = []
     if q.completed == 0:
         return out
     if q.format_ok is False:
         out.append("format problems in the predictions")
+    side = "below" if metric.higher_is_better else "above"
+    worst = (min(q.metrics) if metric.higher_is_better else max(q.metrics)) if q.metrics else None
     if q.threshold_ok is False:
-        out.append(f"{metric} below the threshold ({min(q.metrics):.4f})" if q.metrics else "below the threshold")
+        out.append(f"{metric.label} {side} the threshold ({worst:.4f})" if worst is not None
+                   else f"{side} the threshold")
     if q.tolerance_ok is False:
-        delta = f" ({metric} {min(q.metrics):.4f} vs reference {q.metric_ref:.4f})" if q.metrics and \
+        delta = f" ({metric.label} {worst:.4f} vs reference {q.metric_ref:.4f})" if worst is not None and \
             q.metric_ref is not None else ""
         out.append(f"outside the tolerance{delta}: {Q2_MARK}")
     if q.subgroups_ok is False:
@@ -282,7 +286,7 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
 def _config(hw: str, ev: Evidence, st: CampaignStats, times: VariantTimes, planned: WindowInfo, cat: Catalog, *,
             project: bool, lots: int, merged: bool) -> Config:
     """One variant on one machine: accepted deliveries, window, failures, exclusions, pricing."""
-    metric = ev.protocol.metric.name
+    metric = ev.protocol.metric
     quality = st.quality_of(times.variant)
     pairs = [(r.corpus_fingerprint or ev.fingerprint, r.accepted)
              for r in ev.rows if r.variant == times.variant and r.pass_id not in ev.exclusions]

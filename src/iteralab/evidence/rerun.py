@@ -275,7 +275,7 @@ def _same_question(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     checks = [("protocol sha256", old["protocol"]["sha256"], new["protocol"]["sha256"])]
     for key in ("fingerprint", "order_hash", "size", "file_sha256"):
         checks.append((f"corpus {key}", old["corpus"].get(key), new["corpus"].get(key)))
-    for key in ("schedule", "variants", "series", "datasets"):
+    for key in ("schedule", "variants", "series", "datasets", "routine"):
         checks.append((key, old.get(key), new.get(key)))
     return [name for name, a, b in checks if json.dumps(a, sort_keys=True) != json.dumps(b, sort_keys=True)]
 
@@ -322,7 +322,7 @@ def rerun(source: str | os.PathLike[str], out: str | os.PathLike[str], *, isolat
             progress("note", {"text": line})
     with stand_ins(staged.protocol, staged.stand_ins):
         locked = open_locked(staged.protocol)  # read once, its model references resolved to the stand-ins
-        new_campaign = prepare(locked, out, rerun=True)
+        new_campaign = prepare(locked, out, rerun=True, earlier=source)
         differing = _same_question(campaign, new_campaign)
         if differing:
             raise RunError(f"{out}: the rerun would not repeat the same question: {', '.join(differing)} differ "

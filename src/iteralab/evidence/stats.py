@@ -385,7 +385,7 @@ class CampaignStats:
             "exclusion_rule": p.run.exclusion_rule,
             "variants": [v.to_dict() for v in self.variants],
             "comparisons": [c.to_dict() for c in self.comparisons],
-            "quality": {"metric": p.metric.name, "threshold": p.metric.threshold, "tolerance": p.metric.tolerance,
+            "quality": {"metric": p.metric.label, "threshold": p.metric.threshold, "tolerance": p.metric.tolerance,
                         "reference_variant": p.metric.reference_variant,
                         "gating_subgroups": [s.name for s in p.subgroups if s.gating],
                         "reproduction": p.reproduction.model_dump(mode="json"),
@@ -461,8 +461,8 @@ def render_quality(stats: CampaignStats) -> list[str]:
     torch_det = determinism.get("torch_deterministic_algorithms")
     gating = [s.name for s in p.subgroups if s.gating]
     lines = [
-        f"Quality: {p.metric.name} >= {p.metric.threshold:g}, within {p.metric.tolerance:g} of reference "
-        f"{p.metric.reference_variant}; gating subgroups: {', '.join(gating) or 'none'}",
+        f"Quality: {p.metric.label} {p.metric.relation} {p.metric.threshold:g}, within {p.metric.tolerance:g} of "
+        f"reference {p.metric.reference_variant}; gating subgroups: {', '.join(gating) or 'none'}",
         f"reproduction target declared: {target}; seeds {', '.join(str(s) for s in rep.seeds)}; deterministic "
         f"options requested: {'yes' if rep.deterministic else 'no'}"
         + ("" if torch_det is None else f" (torch deterministic algorithms observed: {torch_det})"),
@@ -473,13 +473,15 @@ def render_quality(stats: CampaignStats) -> list[str]:
             continue
         delta = ""
         if q.metrics and q.metric_ref is not None:
-            delta = f" (reference {q.metric_ref:.4f}, delta {min(q.metrics) - q.metric_ref:+.4f})"
+            worst = min(q.metrics) if p.metric.higher_is_better else max(q.metrics)
+            delta = f" (reference {q.metric_ref:.4f}, delta {worst - q.metric_ref:+.4f})"
         parts = [
             f"{q.completed} completed pass{'es' if q.completed != 1 else ''}, {q.accepted} accepted",
             _flag(q.format_ok, "format ok", "FORMAT PROBLEMS"),
             _flag(q.ids_ok, "ids match", "IDS DO NOT MATCH"),
-            f"{p.metric.name} {_values(q.metrics)}{delta}",
-            _flag(q.threshold_ok, "threshold met", "BELOW THRESHOLD"),
+            f"{p.metric.label} {_values(q.metrics)}{delta}",
+            _flag(q.threshold_ok, "threshold met", "BELOW THRESHOLD" if p.metric.higher_is_better else
+                  "ABOVE THRESHOLD"),
             _flag(q.tolerance_ok, "within tolerance", "OUTSIDE TOLERANCE"),
             _flag(q.subgroups_ok, "gating subgroups ok", "GATING SUBGROUP FAILS"),
             f"{TARGET_NAMES.get(rep.target, rep.target)} target {_flag(q.reproduction_ok, 'held', 'NOT HELD')}"
@@ -489,7 +491,7 @@ def render_quality(stats: CampaignStats) -> list[str]:
         ]
         lines.append(f"  {q.variant}: " + "; ".join(parts))
         if q.subgroups:
-            metric_of = {s.name: (p.metric.name if s.by == "stratum" else "recall") for s in p.subgroups}
+            metric_of = {s.name: (p.metric.label if s.by == "stratum" else "recall") for s in p.subgroups}
             lines.append("    subgroups: " + ", ".join(f"{k} {metric_of.get(k.split(':')[0], '')} {_values(v)}"
                                                       for k, v in q.subgroups.items()))
         for line in q.failing_subgroups(p.metric.reference_variant):

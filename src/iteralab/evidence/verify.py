@@ -37,7 +37,7 @@ AUDIT_SCHEMA = 1
 #: Keys of a pass's intrinsic verdict (journal ``pass_evaluated``) that must be recomputed identically.
 INTRINSIC_KEYS = ("expected_ids", "observed_ids", "unique_ids", "duplicates", "missing", "extra", "ids_match",
                   "format_ok", "n_format_problems", "coverage", "coverage_ok", "metric_name", "metric",
-                  "threshold_ok", "subgroups", "subgroup_classes")
+                  "threshold_ok", "subgroups", "subgroup_classes", "routine_error")
 
 
 @dataclass
@@ -343,7 +343,7 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any, conte
             audit.note(f"{JOURNAL_NAME}: pass {pid} has no recorded evaluation yet (interrupted); its verdict "
                        "is recomputed from its stored file")
             continue
-        recomputed = _normal(reader.verdict(path, protocol, expected))
+        recomputed = _normal(reader.verdict(path, protocol, expected, context.routine))
         recorded = _normal(intrinsic)
         for key in INTRINSIC_KEYS:
             if key in recorded and recorded.get(key) != recomputed.get(key):

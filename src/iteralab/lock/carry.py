@@ -14,13 +14,13 @@ Names are those of the lock's model fingerprint (``lock/inputs.py: model_files``
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
 from typing import Any
 
 from iteralab.common.files import sha256_file
 from iteralab.errors import BundleError
+from iteralab.lock.usercode import copy_checked, module_file
 from iteralab.plan.lockfile import ProtocolFile
 from iteralab.plan.protocol import Protocol
 
@@ -44,13 +44,7 @@ def source_file(name: str, folder: str | Path | None, head: str | Path | None,
 
 
 def _callable_file(protocol: Protocol) -> Path | None:
-    if not protocol.model.callable:
-        return None
-    try:
-        spec = importlib.util.find_spec(protocol.model.callable.partition(":")[0])
-    except (ImportError, ValueError):
-        return None
-    return Path(spec.origin) if spec is not None and spec.origin else None
+    return module_file(protocol.model.callable.partition(":")[0]) if protocol.model.callable else None
 
 
 def is_weight(name: str, size: int) -> bool:
@@ -80,13 +74,7 @@ def carry_model_files(protocol_file: ProtocolFile, out: Path, hashes: dict[str, 
         size = source.stat().st_size
         carried = not is_weight(name, size)
         if carried:
-            copy = target / name
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, copy)
-            if sha256_file(copy) != digest:
-                raise BundleError(f"{copy}: the copy of {source} differs from the file checked against the lock "
-                                  "(it changed while copied)",
-                                  hint="run again once the model files are no longer being written")
+            copy_checked(source, target / name, digest)
         files[name] = {"sha256": digest, "bytes": size, "carried": carried}
     return {"folder": CARRY_DIR, "files": files}
 

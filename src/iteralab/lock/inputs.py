@@ -9,7 +9,6 @@ change after the lock is refused with one line saying which input changed and ho
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import os
 import zlib
@@ -23,6 +22,7 @@ import numpy as np
 
 from iteralab.lock import lockrecords
 from iteralab.lock.datasets import first_overlap
+from iteralab.lock.usercode import module_spec, routine_fingerprint
 from iteralab.lock.lockrecords import (RECORDS_ENCODING, LockRecords, OverlapKeys, Suspects, keys_of,
                                           shared_keys)
 from iteralab.common.files import sha256_file
@@ -74,10 +74,7 @@ def model_files(protocol_file: ProtocolFile) -> dict[str, str]:
         hashes[f"head/{head.name}"] = sha256_file(head)
     if model.callable:
         module = model.callable.partition(":")[0]
-        try:
-            spec = importlib.util.find_spec(module)
-        except (ImportError, ValueError):
-            spec = None
+        spec = module_spec(module)
         if spec is None:
             raise ProtocolError(f"{where}: model.callable: module {module!r} cannot be found",
                                 hint="check the name; the module must be importable: install its package, or put "
@@ -146,15 +143,24 @@ def fingerprint_inputs(protocol: str | os.PathLike[str] | ProtocolFile) -> dict[
     if protocol_file.protocol.datasets:
         records = {dataset.name: LockRecords() for dataset in protocol_file.protocol.datasets}
         scanned = scan_datasets(protocol_file, sinks_for=lambda name: [records[name]], tuning_sinks=[tuning_records])
-        return {"schema_version": INPUTS_SCHEMA, "corpus": None,
-                "datasets": {name: records[name].fingerprint(scan) for name, scan in scanned.named},
-                "tuning": tuning_records.fingerprint(scanned.tuning) if scanned.tuning is not None else None,
-                "model": model_files(protocol_file), "catalog": catalog_fingerprint(protocol_file)}
+        return _with_routine({"schema_version": INPUTS_SCHEMA, "corpus": None,
+                              "datasets": {name: records[name].fingerprint(scan) for name, scan in scanned.named},
+                              "tuning": tuning_records.fingerprint(scanned.tuning) if scanned.tuning is not None
+                              else None, "model": model_files(protocol_file),
+                              "catalog": catalog_fingerprint(protocol_file)}, protocol_file, load=True)
     final_records = LockRecords()
     scans = scan_inputs(protocol_file, sinks=[final_records], tuning_sinks=[tuning_records])
-    return {"schema_version": INPUTS_SCHEMA, "corpus": final_records.fingerprint(scans.corpus),
-            "tuning": tuning_records.fingerprint(scans.tuning) if scans.tuning is not None else None,
-            "model": model_files(protocol_file), "catalog": catalog_fingerprint(protocol_file)}
+    return _with_routine({"schema_version": INPUTS_SCHEMA, "corpus": final_records.fingerprint(scans.corpus),
+                          "tuning": tuning_records.fingerprint(scans.tuning) if scans.tuning is not None else None,
+                          "model": model_files(protocol_file), "catalog": catalog_fingerprint(protocol_file)},
+                         protocol_file, load=True)
+
+
+def _with_routine(inputs: dict[str, Any], protocol_file: ProtocolFile, *, load: bool = False) -> dict[str, Any]:
+    """``inputs`` with the metric routine's record (``lock.usercode``) when the protocol declares one: a protocol
+    without a routine keeps the inputs record it always had."""
+    routine = routine_fingerprint(protocol_file, load=load)
+    return inputs if routine is None else {**inputs, "routine": routine}
 
 
 def lock(protocol: str | os.PathLike[str] | ProtocolFile, *, now: datetime | None = None,
@@ -211,8 +217,12 @@ def check_inputs(locked: str | os.PathLike[str] | LockedProtocol, *, rerun: bool
                    lambda: _fingerprint_file(locked, spec.tuning_path, tuning=True)),
                "model": model_files(locked), "catalog": catalog_fingerprint(locked)}
     model_now = now["model"]
-    if rerun:
+    if rerun:  # the routine too is the locked one: the rerun takes the earlier folder's carried copy
         now = {**now, "model": fingerprints.get("model"), "catalog": fingerprints.get("catalog")}
+        if fingerprints.get("routine") is not None:
+            now["routine"] = fingerprints["routine"]
+    else:
+        now = _with_routine(now, locked)
     compare_inputs(path, entry, now)
     return model_now
 
@@ -479,6 +489,11 @@ def describe_change(locked: dict[str, Any], now: dict[str, Any]) -> str | None:
             if names:
                 parts.append(f"{', '.join(sorted(names)[:3])}{' …' if len(names) > 3 else ''} {label}")
         return f"model files: {'; '.join(parts)}"
+    routine_before, routine_after = locked.get("routine") or {}, now.get("routine") or {}
+    if routine_before != routine_after:
+        return (f"metric routine: {routine_before.get('ref')} in {routine_before.get('file')} (sha256 "
+                f"{str(routine_before.get('sha256'))[:12]}…) is now {routine_after.get('ref')} in "
+                f"{routine_after.get('file')} (sha256 {str(routine_after.get('sha256'))[:12]}…)")
     cat_before, cat_after = locked.get("catalog") or {}, now.get("catalog") or {}
     if cat_before.get("sha256") != cat_after.get("sha256"):
         return (f"catalog: {cat_after.get('file')} changed (sha256 {str(cat_before.get('sha256'))[:12]}… → "

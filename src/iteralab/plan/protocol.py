@@ -3,7 +3,8 @@
 A protocol fixes, before any timed pass, the decision question, the scenario, the corpus and its reference
 labels, the checks, the metric with its threshold and its tolerance against a reference variant, the planned
 subgroups, the variants and series, the warm-up rule, the number of passes, the exclusion rule, the calendar,
-the catalog and the other project expenses (K5, :mod:`iteralab.plan.expenses`). ``lock`` records its content
+the catalog and the other project expenses (K5, :mod:`iteralab.plan.expenses`); the metric and the subgroups
+are :mod:`iteralab.plan.metric`'s. ``lock`` records its content
 hash (:mod:`iteralab.plan.lockfile`), so the expenses are locked with the rest; a run refuses an unlocked or
 changed protocol. Paths written in it resolve through :mod:`iteralab.plan.paths`.
 """
@@ -15,15 +16,16 @@ import re
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import AfterValidator, BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from iteralab.errors import ProtocolError
 from iteralab.kit.calcul_forfaits import WindowError, elapsed, load_zone, localize
 from iteralab.kit.memoire import PRECISIONS  # the kit's list: one list for library and kit
 from iteralab.plan.expenses import BudgetRule, ExpenseFile, ExpenseLine, expense_problems, keyed_error
+from iteralab.plan.metric import MetricSpec, Subgroup, subgroup_problems
 from iteralab.plan.values import Flag, Number, Text, Whole
 from iteralab.plan.values import Strict as _Strict
 
@@ -34,17 +36,6 @@ else:  # pragma: no cover
 
 SCHEMA_VERSION = 1
 LOCK_SUFFIX = ".lock.json"
-METRICS = ("accuracy", "macro_f1", "weighted_f1", "balanced_accuracy")
-
-
-def known_metric(value: str) -> str:
-    if value not in METRICS:
-        raise ValueError(f"unknown metric {value!r}; known: {', '.join(METRICS)}")
-    return value
-
-
-#: A built-in metric's name, checked wherever a protocol's [metric] is read.
-MetricName = Annotated[Text, AfterValidator(known_metric)]
 #: The variant fields a series may vary (R1). Everything else is fixed by the protocol for all variants.
 FACTORS = ("batch_size", "precision", "bucketing", "padding", "resume", "compile", "device", "data_parallel",
            "engine")
@@ -108,22 +99,6 @@ class Checks(_Strict):
     coverage: Number = Field(default=1.0, gt=0, le=1)
     #: Probabilities of each record must sum to 1 within this tolerance.
     probability_sum_tolerance: Number = Field(default=1e-3, gt=0, lt=1)
-
-
-class MetricSpec(_Strict):
-    name: MetricName
-    threshold: Number = Field(ge=0, le=1)
-    tolerance: Number = Field(ge=0, le=1)
-    reference_variant: Text
-
-
-class Subgroup(_Strict):
-    name: Text
-    by: Literal["stratum", "label"]
-    gating: Flag = True
-    #: Minimum metric inside each group (optional); the tolerance against the reference always applies.
-    threshold: Number | None = Field(default=None, ge=0, le=1)
-    tolerance: Number | None = Field(default=None, ge=0, le=1)
 
 
 class Reproduction(_Strict):
@@ -407,7 +382,7 @@ class Protocol(_Strict):
                              "or give run.pass_timeout_s in seconds")
         if any(s.by == "stratum" for s in self.subgroups) and not self.corpus.stratum_column:
             raise ValueError("a subgroup by 'stratum' needs corpus.stratum_column")
-        problems = expense_problems(self.expenses, names)
+        problems = subgroup_problems(self.metric, self.subgroups) + expense_problems(self.expenses, names)
         if problems:
             raise keyed_error(*problems[0])
         return self

@@ -28,12 +28,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from iteralab.campaign.verdict.compare import compare_outputs, compare_rows_with_file
+from iteralab.campaign.verdict.routine import Routine, load_routine, routine_values
 from iteralab.campaign.folder import CAMPAIGN, PREDICTIONS, PROTOCOL, corpus_copy, read_corpus_batches
 from iteralab.common.arrow import release_unused
 from iteralab.campaign.predictions import PredictionSet, code_dtype, file_name, read_predictions
+from iteralab.plan.metric import TOL
 from iteralab.plan.protocol import Protocol, load_protocol
 
-TOL = 1e-12
 #: Rows per step where a per-record computation would otherwise make a whole-corpus temporary array.
 BLOCK = 1 << 16
 #: Bytes of the corpus copy parsed at a time when its ids and labels are read (each piece's parsing
@@ -200,6 +201,8 @@ def subgroup_metrics(protocol: Protocol, expected: Expected, covered: np.ndarray
         else:
             present = set(np.unique(expected.labels).tolist())  # classes in the protocol's order (P1)
             groups = [(name, expected.labels == i) for i, name in enumerate(expected.classes) if i in present]
+        if sg.by == "stratum" and protocol.metric.name is None:
+            continue  # a metric routine's stratum groups: its own values (routine_values)
         metric = protocol.metric.name if sg.by == "stratum" else "accuracy"
         for name, member in groups:
             rows = member & covered
@@ -219,37 +222,62 @@ def _first_sorted(values: pa.Array, n: int = 3) -> list[str]:
 
 def missing_verdict(name: str, protocol: Protocol, expected: Expected) -> dict[str, Any]:
     return {"expected_ids": len(expected), "observed_ids": None, "ids_match": False, "format_ok": False,
-            "coverage": 0.0, "coverage_ok": False, "metric_name": protocol.metric.name, "metric": None,
+            "coverage": 0.0, "coverage_ok": False, "metric_name": protocol.metric.label, "metric": None,
             "threshold_ok": False, "subgroups": {}, "problems": [f"prediction file {name} is missing"]}
 
 
-def evaluate_set(preds: PredictionSet, protocol: Protocol, expected: Expected) -> dict[str, Any]:
-    """Checks of one output set on its own: ids, format, coverage, metric vs threshold, subgroups."""
+@dataclass(frozen=True)
+class Alignment:
+    """A prediction set laid over the expected ids: which expected rows it covers, the class code predicted for
+    each (-1: none), the row of the set that holds it (-1: none; a repeated id: its last record), the repeated
+    ids and the unexpected ones (distinct)."""
+
+    covered: np.ndarray
+    y_pred: np.ndarray
+    source: np.ndarray | None  # None: row i of the set is expected row i (the corpus order)
+    repeated: pa.Array
+    extra: pa.Array
+
+    def rows_of(self, values: np.ndarray) -> np.ndarray:
+        """``values`` (one entry per row of the set) of the covered expected rows, in corpus order."""
+        return values if self.source is None else values[self.source[self.covered]]
+
+
+def align(preds: PredictionSet, expected: Expected) -> Alignment:
+    """One hash lookup of every record's id among the expected ids (none for a pass in the corpus order)."""
+    n_expected, rows = len(expected), len(preds.ids)
+    if rows == n_expected and preds.ids.equals(expected.ids):  # a fixed-order pass: the corpus order, no lookup
+        empty = pa.array([], pa.string())
+        return Alignment(np.ones(n_expected, dtype=bool), preds.labels, None, empty, empty)
+    where = pc.fill_null(pc.index_in(preds.ids, value_set=expected.ids), -1).to_numpy(zero_copy_only=False)
+    known = where >= 0
+    per_expected = np.bincount(where[known], minlength=n_expected)
+    covered = per_expected > 0
+    y_pred = np.full(n_expected, -1, dtype=code_dtype(len(expected.classes)))
+    source = np.full(n_expected, -1, dtype=np.int64)
+    if per_expected.max(initial=0) <= 1:
+        source[where[known]] = np.arange(rows, dtype=np.int64)[known]
+    else:
+        np.maximum.at(source, where[known], np.arange(rows, dtype=np.int64)[known])
+    y_pred[covered] = preds.labels[source[covered]]
+    extra_ids = preds.ids.filter(pa.array(~known)) if not known.all() else pa.array([], pa.string())
+    extra_counts = pc.value_counts(extra_ids) if len(extra_ids) else None
+    extra_unique = extra_counts.field("values") if extra_counts is not None else extra_ids
+    extra_repeated = extra_unique.filter(pc.greater(extra_counts.field("counts"), 1)) \
+        if extra_counts is not None else extra_ids
+    repeated = pa.concat_arrays([expected.ids.filter(pa.array(per_expected > 1)), extra_repeated])
+    return Alignment(covered, y_pred, source, repeated, extra_unique)
+
+
+def evaluate_set(preds: PredictionSet, protocol: Protocol, expected: Expected,
+                 routine: Routine | None = None) -> dict[str, Any]:
+    """Checks of one output set on its own: ids, format, coverage, metric vs threshold, subgroups. With a metric
+    routine (``routine``: the campaign's, :func:`~iteralab.campaign.verdict.routine.load_routine`) the metric and
+    the gating stratum groups are its values, and ``routine_error`` its first failure (one line) or None."""
     n_expected = len(expected)
     rows = len(preds.ids)
-    if rows == n_expected and preds.ids.equals(expected.ids):  # a fixed-order pass: the corpus order, no lookup
-        covered = np.ones(n_expected, dtype=bool)
-        y_pred = preds.labels
-        repeated = extra_unique = pa.array([], pa.string())
-    else:
-        # One hash lookup of every record's id among the expected ids (a repeated id: its last record counts).
-        where = pc.fill_null(pc.index_in(preds.ids, value_set=expected.ids), -1).to_numpy(zero_copy_only=False)
-        known = where >= 0
-        per_expected = np.bincount(where[known], minlength=n_expected)
-        covered = per_expected > 0
-        y_pred = np.full(n_expected, -1, dtype=code_dtype(len(expected.classes)))
-        if per_expected.max(initial=0) <= 1:
-            y_pred[where[known]] = preds.labels[known]
-        else:
-            last = np.full(n_expected, -1, dtype=np.int64)
-            np.maximum.at(last, where[known], np.arange(rows, dtype=np.int64)[known])
-            y_pred[covered] = preds.labels[last[covered]]
-        extra_ids = preds.ids.filter(pa.array(~known)) if not known.all() else pa.array([], pa.string())
-        extra_counts = pc.value_counts(extra_ids) if len(extra_ids) else None
-        extra_unique = extra_counts.field("values") if extra_counts is not None else extra_ids
-        extra_repeated = extra_unique.filter(pc.greater(extra_counts.field("counts"), 1)) \
-            if extra_counts is not None else extra_ids
-        repeated = pa.concat_arrays([expected.ids.filter(pa.array(per_expected > 1)), extra_repeated])
+    at = align(preds, expected)
+    covered, y_pred, repeated, extra_unique = at.covered, at.y_pred, at.repeated, at.extra
     duplicates, missing, extra = len(repeated), int(n_expected - covered.sum()), len(extra_unique)
     verdict: dict[str, Any] = {
         "expected_ids": n_expected, "observed_ids": preds.records, "unique_ids": int(covered.sum()) + extra,
@@ -260,14 +288,26 @@ def evaluate_set(preds: PredictionSet, protocol: Protocol, expected: Expected) -
         "coverage": int(covered.sum()) / n_expected if n_expected else 0.0,
     }
     verdict["coverage_ok"] = verdict["coverage"] + TOL >= protocol.checks.coverage
-    verdict["metric_name"] = protocol.metric.name
-    every = bool(covered.all())
-    verdict["metric"] = metric_of_codes(protocol.metric.name, expected.labels if every else expected.labels[covered],
-                                        y_pred if every else y_pred[covered], len(expected.classes))
-    verdict["threshold_ok"] = verdict["metric"] is not None and verdict["metric"] + TOL >= protocol.metric.threshold
+    verdict["metric_name"] = protocol.metric.label
     counted: dict[str, list[str]] = {}
-    verdict["subgroups"] = subgroup_metrics(protocol, expected, covered, y_pred, counted)
+    subgroups = subgroup_metrics(protocol, expected, covered, y_pred, counted)
+    if protocol.metric.routine is not None:
+        values = routine_values(routine or Routine(protocol.metric.routine, None), protocol, expected.ids,
+                                expected.labels, expected.strata, expected.stratum_names, covered, y_pred,
+                                at.rows_of(preds.probs))
+        verdict["metric"] = values.metric
+        subgroups.update(values.groups)
+    else:
+        every = bool(covered.all())
+        verdict["metric"] = metric_of_codes(protocol.metric.label, expected.labels if every
+                                            else expected.labels[covered], y_pred if every else y_pred[covered],
+                                            len(expected.classes))
+    verdict["threshold_ok"] = verdict["metric"] is not None and protocol.metric.meets(verdict["metric"],
+                                                                                       protocol.metric.threshold)
+    verdict["subgroups"] = subgroups
     verdict["subgroup_classes"] = counted
+    if protocol.metric.routine is not None:
+        verdict["routine_error"] = values.error
     verdict["examples"] = {
         "duplicates": _first_sorted(repeated) if duplicates else [],
         "missing": _first_sorted(expected.ids.filter(pa.array(~covered))) if missing else [],
@@ -276,13 +316,13 @@ def evaluate_set(preds: PredictionSet, protocol: Protocol, expected: Expected) -
 
 
 def evaluate_file(pred_path: Path, protocol: Protocol, expected: Expected,
-                  reader: PredictionReader | None = None) -> dict[str, Any]:
+                  reader: PredictionReader | None = None, routine: Routine | None = None) -> dict[str, Any]:
     """:func:`evaluate_set` of a stored prediction file (a missing file fails every check)."""
     reader = reader or PredictionReader(protocol)
     entry = reader.read(pred_path, expected.ids)
     if entry is None:
         return missing_verdict(pred_path.name, protocol, expected)
-    return evaluate_set(entry[1], protocol, expected)
+    return evaluate_set(entry[1], protocol, expected, routine)
 
 
 class PredictionReader:
@@ -347,8 +387,10 @@ class PredictionReader:
         entry = self.read(path, like)
         return entry[0] if entry else None
 
-    def verdict(self, path: Path, protocol: Protocol, expected: Expected) -> dict[str, Any] | None:
-        """:func:`evaluate_set` of the file (computed once per file version; each caller gets its own copy)."""
+    def verdict(self, path: Path, protocol: Protocol, expected: Expected,
+                routine: Routine | None = None) -> dict[str, Any] | None:
+        """:func:`evaluate_set` of the file (computed once per file version; each caller gets its own copy);
+        ``routine``: the campaign's metric routine, when its protocol declares one."""
         digest = self.sha256(path, expected.ids)
         if digest is None:
             return None
@@ -357,7 +399,7 @@ class PredictionReader:
             entry = self.read(path, expected.ids)
             if entry is None:
                 return None
-            self._verdicts[key] = evaluate_set(entry[1], protocol, expected)
+            self._verdicts[key] = evaluate_set(entry[1], protocol, expected, routine)
         return copy.deepcopy(self._verdicts[key])
 
 
@@ -432,6 +474,8 @@ class EvaluationContext:
     protocol: Protocol
     expected: Expected | None
     datasets: dict[str, Expected] = field(default_factory=dict)
+    #: the protocol's metric routine, imported from the folder's carried copy (None: a built-in metric)
+    routine: Routine | None = None
 
     @classmethod
     def of(cls, campaign_dir: str | Path) -> EvaluationContext:
@@ -439,10 +483,12 @@ class EvaluationContext:
 
         protocol = campaign_protocol(campaign_dir)
         campaign = read_json(Path(campaign_dir) / CAMPAIGN) or {}
+        routine = load_routine(Path(campaign_dir), protocol, campaign.get("routine"))
         names = [d["name"] for d in campaign.get("datasets") or []]
         if names:
-            return cls(protocol, None, {n: load_expected(campaign_dir, protocol.corpus.classes, n) for n in names})
-        return cls(protocol, load_expected(campaign_dir, protocol.corpus.classes))
+            return cls(protocol, None, {n: load_expected(campaign_dir, protocol.corpus.classes, n) for n in names},
+                       routine)
+        return cls(protocol, load_expected(campaign_dir, protocol.corpus.classes), routine=routine)
 
     def of_dataset(self, dataset: str | None) -> EvaluationContext:
         """The context of one dataset's passes (itself for a one-corpus campaign)."""
@@ -450,7 +496,7 @@ class EvaluationContext:
             return self
         if dataset not in self.datasets:
             raise KeyError(f"dataset {dataset!r} is not a dataset of this campaign ({', '.join(self.datasets)})")
-        return EvaluationContext(self.protocol, self.datasets[dataset])
+        return EvaluationContext(self.protocol, self.datasets[dataset], routine=self.routine)
 
 
 def evaluate_pass(campaign_dir: str | Path, pass_id: str, reads: CampaignReads | None = None,
@@ -461,7 +507,7 @@ def evaluate_pass(campaign_dir: str | Path, pass_id: str, reads: CampaignReads |
     reads = reads or CampaignReads(campaign_dir)
     path = prediction_path(campaign_dir, pass_id)
     context = reads.context.of_dataset(dataset)
-    verdict = reads.reader.verdict(path, context.protocol, context.expected)
+    verdict = reads.reader.verdict(path, context.protocol, context.expected, context.routine)
     if verdict is None:
         return missing_verdict(path.name, context.protocol, context.expected)
     if finished is not None:

@@ -38,20 +38,29 @@ class SubgroupCheck:
     #: a complete pass of the reference variant exists (without one, no group can pass)
     has_reference: bool = True
     pass_id: str | None = None
+    #: False for a lower-is-better metric routine's stratum group: the threshold is a maximum and the bound the
+    #: reference plus the tolerance
+    higher_is_better: bool = True
 
     @property
     def below_threshold(self) -> bool:
-        return self.value is not None and self.threshold is not None and self.value + TOL < self.threshold
+        """The value is on the wrong side of the subgroup threshold (below it, or above it when lower is better)."""
+        return self.value is not None and self.threshold is not None and (
+            self.value + TOL < self.threshold if self.higher_is_better else self.value - TOL > self.threshold)
 
     @property
     def bound(self) -> float | None:
-        """The lowest value within the tolerance of the reference (None without a reference value)."""
-        return None if self.reference is None else self.reference - self.tolerance
+        """The worst value within the tolerance of the reference (None without a reference value)."""
+        if self.reference is None:
+            return None
+        return self.reference - self.tolerance if self.higher_is_better else self.reference + self.tolerance
 
     @property
     def outside_tolerance(self) -> bool:
-        return self.value is not None and self.reference is not None and \
-            self.reference - self.value > self.tolerance + TOL
+        if self.value is None or self.reference is None:
+            return False
+        worse = self.reference - self.value if self.higher_is_better else self.value - self.reference
+        return worse > self.tolerance + TOL
 
     @property
     def failed(self) -> bool:
@@ -63,11 +72,12 @@ class SubgroupCheck:
         if self.value is None:
             return "no value (no covered document in the group)"
         parts = []
+        side, sign = ("below", "-") if self.higher_is_better else ("above", "+")
         if self.below_threshold:
-            parts.append(f"below the subgroup threshold {self.threshold:.4f}")
+            parts.append(f"{side} the subgroup threshold {self.threshold:.4f}")
         if self.outside_tolerance:
-            parts.append(f"below {self.bound:.4f} (reference {reference_variant} {self.reference:.4f} - tolerance "
-                         f"{self.tolerance:g})")
+            parts.append(f"{side} {self.bound:.4f} (reference {reference_variant} {self.reference:.4f} {sign} "
+                         f"tolerance {self.tolerance:g})")
         if not self.has_reference:
             parts.append(f"no complete pass of reference variant {reference_variant!r} to compare with")
         return " and ".join(parts) or "within its bounds"
@@ -76,7 +86,8 @@ class SubgroupCheck:
         return {"subgroup": self.key, "metric": self.metric, "value": self.value, "reference": self.reference,
                 "threshold": self.threshold, "tolerance": self.tolerance, "bound": self.bound,
                 "has_reference": self.has_reference, "pass_id": self.pass_id,
-                "below_threshold": self.below_threshold, "outside_tolerance": self.outside_tolerance}
+                "below_threshold": self.below_threshold, "outside_tolerance": self.outside_tolerance,
+                **({} if self.higher_is_better else {"higher_is_better": False})}
 
 
 def subgroup_check(protocol: Protocol, key: str, value: float | None, reference: float | None,
@@ -85,9 +96,10 @@ def subgroup_check(protocol: Protocol, key: str, value: float | None, reference:
     sg = next((s for s in protocol.subgroups if s.gating and s.name == key.split(":", 1)[0]), None)
     if sg is None:
         return None
-    return SubgroupCheck(key, protocol.metric.name if sg.by == "stratum" else "recall", value, reference,
+    by_metric = sg.by == "stratum"  # a class group is judged by its class's recall, whatever the metric
+    return SubgroupCheck(key, protocol.metric.label if by_metric else "recall", value, reference,
                          sg.threshold, sg.tolerance if sg.tolerance is not None else protocol.metric.tolerance,
-                         has_reference, pass_id)
+                         has_reference, pass_id, protocol.metric.higher_is_better if by_metric else True)
 
 
 def compare_predictions(a: Path, b: Path, protocol: Protocol) -> dict[str, Any]:
@@ -131,8 +143,11 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
         reasons: list[str] = []
         if p.get("status") != "ok":
             reasons.append(f"pass {p.get('status', 'failed')}")
+        if v.get("routine_error"):
+            reasons.append(v["routine_error"])
+        side = "below" if protocol.metric.higher_is_better else "above"
         for key, label in (("ids_match", "ids do not match"), ("format_ok", "format"), ("hash_ok", "hash"),
-                           ("coverage_ok", "coverage"), ("threshold_ok", "below threshold")):
+                           ("coverage_ok", "coverage"), ("threshold_ok", f"{side} threshold")):
             if not v.get(key):
                 reasons.append(label)
         reasons += _against_reference(v, ref.verdict, protocol)
@@ -157,7 +172,8 @@ def _own_verdicts(campaign_dir: Path, passes: list[dict[str, Any]], reader: Pred
         path = paths[p["pass_id"]] = (campaign_dir / p["prediction_file"] if p.get("prediction_file")
                                       else prediction_path(campaign_dir, p["pass_id"]))
         digest = reader.sha256(path, expected.ids)
-        v = reader.verdict(path, protocol, expected) if digest else missing_verdict(path.name, protocol, expected)
+        v = reader.verdict(path, protocol, expected, context.routine) if digest \
+            else missing_verdict(path.name, protocol, expected)
         v["hash_ok"] = digest is not None and p.get("prediction_sha256") == digest
         if digest is not None and not v["hash_ok"]:
             v.setdefault("problems", []).append(HASH_PROBLEM)
@@ -204,8 +220,12 @@ def _against_reference(v: dict[str, Any], ref_v: dict[str, Any] | None, protocol
         v["tolerance_ok"] = False
         return [f"no complete pass of reference variant {protocol.metric.reference_variant!r}"]
     v["metric_ref"] = ref_v["metric"]
+    if ref_v["metric"] is None:  # a routine that failed on the reference pass: nothing to compare with
+        v["metric_delta"], v["tolerance_ok"] = None, False
+        return [f"reference pass has no {protocol.metric.label} value"]
     v["metric_delta"] = None if v["metric"] is None else v["metric"] - ref_v["metric"]
-    v["tolerance_ok"] = v["metric"] is not None and ref_v["metric"] - v["metric"] <= protocol.metric.tolerance + TOL
+    v["tolerance_ok"] = v["metric"] is not None and protocol.metric.within(v["metric"], ref_v["metric"],
+                                                                           protocol.metric.tolerance)
     return [] if v["tolerance_ok"] else ["outside tolerance"]
 
 

@@ -1,0 +1,124 @@
+"""The user's Python modules a protocol names (a callable model's, the metric routine's): found without being run,
+fingerprinted by ``lock``, carried into the campaign folder, and the routine imported from its carried copy.
+
+Only the module file travels (as for a callable model): what it imports must be importable where it runs. The
+routine's copy lives at :data:`ROUTINE_DIR` in the folder; ``campaign.json`` records it (``routine``: its
+reference, the copy's path and sha256), so ``verify`` and ``rerun`` call the very file that was locked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from iteralab.common.files import sha256_file
+from iteralab.errors import BundleError, ProtocolError, RoutineError
+from iteralab.plan.lockfile import ProtocolFile
+
+__all__ = ["ROUTINE_DIR", "carry_routine", "copy_checked", "load_function", "module_file", "module_spec",
+           "one_line", "routine_fingerprint"]
+
+#: Where a campaign folder keeps the metric routine's module file.
+ROUTINE_DIR = "inputs/routine"
+#: The longest error text a verdict keeps of what user code raised.
+LINE_LIMIT = 240
+
+
+def module_spec(module: str) -> Any:
+    """The import spec of ``module`` found on this interpreter's path without running it, or None."""
+    try:
+        return importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+
+
+def module_file(module: str) -> Path | None:
+    """The source file of ``module`` (None when it cannot be found or is not a file)."""
+    spec = module_spec(module)
+    return Path(spec.origin) if spec is not None and spec.origin and Path(spec.origin).is_file() else None
+
+
+def one_line(exc: BaseException) -> str:
+    """``ValueError: the first line of its message`` (cut at :data:`LINE_LIMIT` characters)."""
+    text = str(exc).strip().splitlines()
+    line = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    return line if len(line) <= LINE_LIMIT else line[:LINE_LIMIT - 1] + "…"
+
+
+def load_function(path: Path, ref: str, what: str = "metric routine") -> Callable[..., Any]:
+    """Import the module file at ``path`` under a private name of its own and return ``ref``'s function. Whatever
+    the user's code raises becomes one :class:`RoutineError` line naming ``what`` and ``ref``."""
+    attr = ref.partition(":")[2]
+    data = path.read_bytes()
+    name = "iteralab_user_" + hashlib.sha256(str(path.resolve()).encode() + data).hexdigest()[:16]
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None, path  # a .py file always has a loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:  # the user's module: what it raises is said in one line, never a traceback
+            sys.modules.pop(name, None)
+            raise RoutineError(f"{what} {ref} cannot be imported: {one_line(exc)}") from None
+    fn = getattr(module, attr, None)
+    if fn is None:
+        raise RoutineError(f"{what} {ref} cannot be imported: module {path.name} has no {attr!r}")
+    if not callable(fn):
+        raise RoutineError(f"{what} {ref} cannot be imported: {attr!r} is a {type(fn).__name__}, not a function")
+    return fn
+
+
+def routine_fingerprint(protocol_file: ProtocolFile, *, load: bool = False) -> dict[str, str] | None:
+    """The lock's record of the metric routine (its reference, module file name and sha256); None without one.
+    ``load``: import it too (``lock`` refuses, in one line, a routine that cannot be imported)."""
+    ref = protocol_file.protocol.metric.routine
+    if ref is None:
+        return None
+    module = ref.partition(":")[0]
+    path = module_file(module)
+    if path is None:
+        raise ProtocolError(f"{protocol_file.source}: metric.routine: module {module!r} cannot be found",
+                            hint="the module must be importable: install its package, or put its folder on "
+                                 f"PYTHONPATH (e.g. PYTHONPATH={protocol_file.folder})")
+    if load:
+        try:
+            load_function(path, ref)
+        except RoutineError as exc:
+            raise ProtocolError(f"{protocol_file.source}: metric.routine: {exc.message}",
+                                hint="fix the routine's module so that it imports, then lock again") from None
+    return {"ref": ref, "file": path.name, "sha256": sha256_file(path)}
+
+
+def copy_checked(source: Path, copy: Path, digest: str) -> None:
+    """Copy ``source`` to ``copy`` and check the copy has the sha256 ``digest`` (checked against the lock)."""
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, copy)
+    if sha256_file(copy) != digest:
+        raise BundleError(f"{copy}: the copy of {source} differs from the file checked against the lock "
+                          "(it changed while copied)", hint="run again once the file is no longer being written")
+
+
+def carry_routine(locked: dict[str, str] | None, out: Path, earlier: Path | None = None) -> dict[str, str] | None:
+    """Copy the routine's module file (``locked``: the lock's record of it) into ``out``'s :data:`ROUTINE_DIR` and
+    return campaign.json's ``routine`` record; None without a routine. ``earlier``: the campaign folder a rerun
+    repeats, whose carried copy is taken (so a rerun needs no importable module); else the module found here."""
+    if locked is None:
+        return None
+    target = f"{ROUTINE_DIR}/{locked['file']}"
+    if earlier is not None:
+        source: Path | None = earlier / target
+        if not source.is_file() or sha256_file(source) != locked["sha256"]:
+            raise BundleError(f"{earlier}: {target} is missing or differs from the locked routine {locked['ref']} "
+                              f"(sha256 {locked['sha256']})", hint=f"run: iteralab verify {earlier}")
+    else:
+        source = module_file(locked["ref"].partition(":")[0])
+        assert source is not None, locked  # the input check found it with this hash just before
+    copy_checked(source, out / target, locked["sha256"])
+    return {"ref": locked["ref"], "file": target, "sha256": locked["sha256"]}

@@ -1,0 +1,135 @@
+"""The protocol's quality rule (P1, P3, Q2): ``[metric]`` and ``[[subgroups]]``, validated when read.
+
+The metric is a built-in (scikit-learn's ``accuracy``, ``macro_f1``, ``weighted_f1``, ``balanced_accuracy``,
+values in [0, 1], higher is better) or the user's own evaluation routine, ``routine = "package.module:function"``,
+in its own units with a declared direction (``higher_is_better``). :class:`MetricSpec` holds the one rule every
+verdict and every text about it uses: whether a value meets the threshold, and whether it stays within the
+tolerance of the reference (for a lower-is-better routine the threshold is a maximum and the tolerance bounds
+how far the value may rise above the reference). A class subgroup is judged by the recall of its class, a
+built-in in [0, 1] whatever the metric.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
+
+from iteralab.plan.values import Flag, Number, Strict, Text
+
+__all__ = ["METRICS", "ROUTINE_FORM", "TOL", "MetricName", "MetricSpec", "Subgroup", "known_metric",
+           "subgroup_problems"]
+
+METRICS = ("accuracy", "macro_f1", "weighted_f1", "balanced_accuracy")
+#: Slack of every comparison with a threshold or a bound (floating-point sums, never a real margin).
+TOL = 1e-12
+#: ``package.module:function``: the form of a routine reference (as a callable model's).
+ROUTINE_FORM = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+def known_metric(value: str) -> str:
+    if value not in METRICS:
+        raise ValueError(f"unknown metric {value!r}; known: {', '.join(METRICS)}")
+    return value
+
+
+#: A built-in metric's name, checked wherever a protocol's [metric] is read.
+MetricName = Annotated[Text, AfterValidator(known_metric)]
+
+
+def _unit_interval(value: float) -> float:
+    if value < 0:
+        raise ValueError("Input should be greater than or equal to 0")
+    if value > 1:
+        raise ValueError("Input should be less than or equal to 1")
+    return value
+
+
+class MetricSpec(Strict):
+    #: A built-in metric, or None when ``routine`` names the user's own.
+    name: MetricName | None = None
+    #: The user's evaluation routine, ``package.module:function`` (fingerprinted by ``lock``, carried in the folder).
+    routine: Text | None = None
+    #: A routine's direction; a built-in is always higher-is-better.
+    higher_is_better: Flag = True
+    #: In the metric's own units: [0, 1] for a built-in, any finite number for a routine.
+    threshold: Number
+    tolerance: Number = Field(ge=0)
+    reference_variant: Text
+
+    @field_validator("routine")
+    @classmethod
+    def _routine_form(cls, value: str | None) -> str | None:
+        if value is not None and not ROUTINE_FORM.match(value):
+            raise ValueError(f"{value!r} is not of the form 'package.module:function'")
+        return value
+
+    @field_validator("threshold", "tolerance")
+    @classmethod
+    def _builtin_units(cls, value: float, info: ValidationInfo) -> float:
+        return value if info.data.get("routine") else _unit_interval(value)
+
+    @model_validator(mode="after")
+    def _one_metric(self) -> MetricSpec:
+        if self.name is None and self.routine is None:
+            raise ValueError(f"give metric.name (a built-in: {', '.join(METRICS)}) or metric.routine "
+                             "('package.module:function', your own evaluation routine)")
+        if self.name is not None and self.routine is not None:
+            raise ValueError(f"metric.name = {self.name!r} and metric.routine = {self.routine!r} both name the "
+                             "metric: give one")
+        if self.name is not None and not self.higher_is_better:
+            raise ValueError(f"metric.higher_is_better = false: the built-in {self.name!r} is higher-is-better; "
+                             "declare a direction only for a routine")
+        return self
+
+    @property
+    def label(self) -> str:
+        """What the verdicts, the raw table and the notes call the metric: the built-in's name or the routine."""
+        return self.name or str(self.routine)
+
+    @property
+    def relation(self) -> str:
+        """How a value must stand against the threshold, in words of a note: ``>=`` or ``<=``."""
+        return ">=" if self.higher_is_better else "<="
+
+    def meets(self, value: float, threshold: float, higher_is_better: bool | None = None) -> bool:
+        """Whether ``value`` meets ``threshold`` (a minimum, or a maximum for a lower-is-better routine)."""
+        up = self.higher_is_better if higher_is_better is None else higher_is_better
+        return value + TOL >= threshold if up else value - TOL <= threshold
+
+    def within(self, value: float, reference: float, tolerance: float, higher_is_better: bool | None = None) -> bool:
+        """Whether ``value`` is no worse than ``reference`` by more than ``tolerance`` (in the metric's direction)."""
+        up = self.higher_is_better if higher_is_better is None else higher_is_better
+        return (reference - value if up else value - reference) <= tolerance + TOL
+
+
+class Subgroup(Strict):
+    name: Text
+    by: Literal["stratum", "label"]
+    gating: Flag = True
+    #: Minimum metric inside each group (optional; a maximum for a lower-is-better routine's stratum groups); the
+    #: tolerance against the reference always applies. A class group's values are recalls, in [0, 1].
+    threshold: Number | None = None
+    tolerance: Number | None = Field(default=None, ge=0)
+
+
+def subgroup_problems(metric: MetricSpec, subgroups: tuple[Subgroup, ...]) -> list[tuple[str, str]]:
+    """(key, problem) of each subgroup bound outside its units: [0, 1] for a class group (a recall) and for a stratum
+    group under a built-in; a class group under a routine declares its own tolerance (the metric's is in the
+    routine's units, not a recall's)."""
+    problems = []
+    for i, sg in enumerate(subgroups):
+        at = f"subgroups[{i}] ({sg.name})"
+        if sg.by == "label" or metric.routine is None:
+            for key in ("threshold", "tolerance"):
+                value = getattr(sg, key)
+                try:
+                    _unit_interval(value if value is not None else 0.0)
+                except ValueError as exc:
+                    problems.append((f"{at}.{key}", str(exc)))
+        if sg.by == "label" and sg.gating and metric.routine is not None and sg.tolerance is None:
+            problems.append((f"{at}.tolerance", "a class subgroup is judged by its class's recall, and "
+                             f"metric.tolerance is in the units of {metric.routine}: declare this subgroup's own "
+                             "tolerance (a recall difference, 0 to 1)"))
+    return problems
