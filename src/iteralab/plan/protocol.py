@@ -15,15 +15,16 @@ import re
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import AfterValidator, BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from iteralab.errors import ProtocolError
 from iteralab.kit.calcul_forfaits import WindowError, elapsed, load_zone, localize
 from iteralab.kit.memoire import PRECISIONS  # the kit's list: one list for library and kit
 from iteralab.plan.expenses import BudgetRule, ExpenseFile, ExpenseLine, expense_problems, keyed_error
+from iteralab.plan.task import METRICS, EmbeddingSpec, MetricName, MetricSpec, TaskSpec, task_problem  # noqa: F401
 from iteralab.plan.values import Flag, Number, Text, Whole
 from iteralab.plan.values import Strict as _Strict
 
@@ -34,17 +35,6 @@ else:  # pragma: no cover
 
 SCHEMA_VERSION = 1
 LOCK_SUFFIX = ".lock.json"
-METRICS = ("accuracy", "macro_f1", "weighted_f1", "balanced_accuracy")
-
-
-def known_metric(value: str) -> str:
-    if value not in METRICS:
-        raise ValueError(f"unknown metric {value!r}; known: {', '.join(METRICS)}")
-    return value
-
-
-#: A built-in metric's name, checked wherever a protocol's [metric] is read.
-MetricName = Annotated[Text, AfterValidator(known_metric)]
 #: The variant fields a series may vary (R1). Everything else is fixed by the protocol for all variants.
 FACTORS = ("batch_size", "precision", "bucketing", "padding", "resume", "compile", "device", "data_parallel",
            "engine")
@@ -84,7 +74,7 @@ class Dataset(_Strict):
 
 
 class ModelSpec(_Strict):
-    kind: Literal["hf_classifier", "encoder_head", "callable"]
+    kind: Literal["hf_classifier", "encoder_head", "callable", "encoder"]
     path: Text | None = None
     head: Text | None = None
     callable: Text | None = None
@@ -94,7 +84,7 @@ class ModelSpec(_Strict):
 
     @model_validator(mode="after")
     def _complete(self) -> ModelSpec:
-        if self.kind in ("hf_classifier", "encoder_head") and not self.path:
+        if self.kind in ("hf_classifier", "encoder_head", "encoder") and not self.path:
             raise ValueError(f"model.path is required for kind {self.kind!r}")
         if self.kind == "encoder_head" and not self.head:
             raise ValueError("model.head (a safetensors file) is required for kind 'encoder_head'")
@@ -108,13 +98,6 @@ class Checks(_Strict):
     coverage: Number = Field(default=1.0, gt=0, le=1)
     #: Probabilities of each record must sum to 1 within this tolerance.
     probability_sum_tolerance: Number = Field(default=1e-3, gt=0, lt=1)
-
-
-class MetricSpec(_Strict):
-    name: MetricName
-    threshold: Number = Field(ge=0, le=1)
-    tolerance: Number = Field(ge=0, le=1)
-    reference_variant: Text
 
 
 class Subgroup(_Strict):
@@ -342,6 +325,9 @@ class Protocol(_Strict):
     scenario: Text = "offline"
     #: P4: set true if thresholds were tuned after seeing the final corpus (the decision then says so).
     thresholds_tuned_on_final: Flag = False
+    #: The kind of job (classification by default) and, for an embedding job, its vectors' rules (plan.task).
+    task: TaskSpec = TaskSpec()
+    embedding: EmbeddingSpec | None = None
     corpus: CorpusSpec
     #: Several datasets of one job (K6): each variant processes each one, one pass file per dataset.
     datasets: tuple[Dataset, ...] = ()
@@ -401,6 +387,8 @@ class Protocol(_Strict):
             if unknown:
                 raise ValueError(f"series {series.name!r} names unknown variant(s): {', '.join(unknown)}")
         check_datasets(self)
+        if task_problem(self):
+            raise ValueError(task_problem(self))
         if self.run.pass_timeout is not None and not (self.warmup.inputs and self.warmup.passes):
             raise ValueError(f"run.pass_timeout = {self.run.pass_timeout!r} is relative to the warm-up, but warmup "
                              f"has {self.warmup.inputs} inputs and {self.warmup.passes} passes: declare a warm-up, "
