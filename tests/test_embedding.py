@@ -117,6 +117,8 @@ def test_an_embedding_protocol_reads_its_keys():
 @pytest.mark.parametrize("edit, expected", [
     (lambda t: t.replace("k = 3\n", ""), "metric 'knn_accuracy' needs metric.k"),
     (lambda t: t.replace('name = "knn_accuracy"', 'name = "recall_at_k"'), "metric 'recall_at_k' needs metric.queries"),
+    (lambda t: t.replace('name = "knn_accuracy"', 'name = "recall_at_k"\nqueries = "q.csv"'),
+     "metric 'recall_at_k' is declared but not computed by this version"),
     (lambda t: t.replace('name = "knn_accuracy"', 'name = "macro_f1"'), "an embedding job's metric is one of knn_accuracy"),
     (lambda t: t.replace("min_cosine = 0.99\n", "min_cosine = 0.99\ncosine_quantile = 0.01\n"),
      "cosine_quantile and embedding.min_cosine_at_quantile go together"),
@@ -230,9 +232,36 @@ def test_a_variant_outside_min_cosine_is_rejected_and_never_chosen(tmp_path):
     rejected = next(c for c in decision.configs if c.variant == "b4")
     assert any("outside the tolerance" in e and f"min cosine with the reference vectors {fast.min_cosine:.4f}" in e
                for e in rejected.exclusions), rejected.exclusions
+    from iteralab.decision.report import plot_cosine, wrong_predictions
+
+    assert plot_cosine(list(decision.configs), decision, False).startswith("data:image/png;base64,")
+    assert wrong_predictions(decision.evidence[0]) == (None, [])
     seal(out)
     report = audit_campaign(out)
     assert not report.differences, report.differences
+    assert report.accepted == 1
+
+
+def test_rerun_compares_vectors(tmp_path):
+    from iteralab.campaign.verdict.judge import compare_predictions
+    from iteralab.plan.protocol import load_protocol
+
+    out = _campaign(tmp_path, 'kind = "callable"\ncallable = "fake_embedders:batch4_perturbed"', BATCH_VARIANTS,
+                    "b2")
+    protocol = load_protocol(out / "inputs" / "protocol.toml")
+    files = sorted((out / "predictions").glob("*.parquet"))
+    b2, b4 = [f for f in files if "-b2-" in f.name][0], [f for f in files if "-b4-" in f.name][0]
+    same = compare_predictions(b2, b2, protocol)
+    assert same["identical"] and same["max_abs_prob_diff"] == 0.0 and same["common_ids"] == 40
+    other = compare_predictions(b4, b2, protocol)
+    assert not other["identical"] and other["same_ids"] and other["min_cosine"] < 0.99
+    from iteralab.decision.report import finalize
+
+    finalize([out])
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "minimum cosine with the reference vectors against min_cosine" in html and "min_cosine" in html
+    note = (out / "decision.md").read_text(encoding="utf-8")
+    assert "min cosine with the reference vectors" in note
 
 
 def test_an_encoder_folder_embeds_like_its_own_pooling(tmp_path, tiny_encoder_dir):

@@ -12,7 +12,8 @@ An embedding job (a corpus turned into one vector per document) is judged by:
   ``min_cosine_at_quantile``;
 - the **threshold**, the job's own metric (``metric.name``): ``knn_accuracy`` (leave-one-out label accuracy of
   the ``metric.k`` nearest documents by cosine; needs the corpus's labels) or ``recall_at_k`` (over
-  ``metric.queries``, a file of query id, query text and relevant document ids, fingerprinted by ``lock``);
+  ``metric.queries``, a file of query id, query text and relevant document ids — its keys are read, but this
+  version refuses it until the passes embed and store the queries);
   ``metric.tolerance`` bounds how far that metric may fall below the reference pass's, as for a classifier.
 
 The model is an ``encoder`` folder (Hugging Face ``AutoModel`` + tokenizer, pooled by ``embedding.pooling``,
@@ -106,6 +107,9 @@ def task_problem(protocol: Any) -> str | None:
         return f"metric {metric.name!r} needs metric.k (neighbours for knn_accuracy, cut-off for recall_at_k)"
     if metric.name == "recall_at_k" and not metric.queries:
         return "metric 'recall_at_k' needs metric.queries (a file: query_id, text, relevant_ids)"
+    if metric.name == "recall_at_k":
+        return ("metric 'recall_at_k' is declared but not computed by this version (its queries file is not yet "
+                "embedded and stored by the passes): use knn_accuracy")
     if metric.name == "knn_accuracy" and metric.queries:
         return "metric.queries is read by recall_at_k only"
     unsupported = [v.name for v in protocol.variants if v.engine != "local" or v.data_parallel > 1]

@@ -53,6 +53,23 @@ def compare_vectors(path: Path, reference: Path, reader: PredictionReader, expec
     return CosineComparison(cosines, None if unknown else worst)
 
 
+def compare_vector_files(a: Path, b: Path, reader: PredictionReader) -> dict[str, Any]:
+    """Two vector files of the same corpus (a rerun's pass and the earlier one) compared as ``compare_outputs``
+    compares class probabilities: ids in common, whether they are the same, the largest absolute difference, and
+    the lowest cosine (``label_agreement`` has no meaning for vectors: None)."""
+    ids_a, ids_b = reader.read(a)[1].ids, reader.read(b)[1].ids  # type: ignore[index]
+    common = int(pc.sum(pc.is_in(ids_a, value_set=ids_b)).as_py() or 0)
+    expected = Expected(ids_b, np.zeros(len(ids_b), np.int8), (), np.full(len(ids_b), -1, np.int8))
+    same = compare_vectors(a, b, reader, expected)
+    cosines = same.cosines[~np.isnan(same.cosines)] if same is not None else np.zeros(0)
+    worst = same.max_abs_diff if same is not None else None
+    same_ids = common == len(ids_a) == len(ids_b)
+    return {"ids_a": len(ids_a), "ids_b": len(ids_b), "common_ids": common, "same_ids": same_ids,
+            "label_agreement": None, "max_abs_prob_diff": worst,
+            "min_cosine": float(cosines.min()) if len(cosines) else None,
+            "identical": bool(same_ids and common and worst == 0.0)}
+
+
 def _bounds(values: np.ndarray, protocol: Protocol) -> tuple[float | None, float | None, float | None, list[str]]:
     """(minimum, median, lower quantile, what fails) of some documents' cosines against the declared bounds."""
     spec = protocol.embedding

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from iteralab.campaign.verdict.compare import compare_outputs
-from iteralab.campaign.verdict.cosine import CosineComparison, compare_vectors, cosine_cells, vector_reproduction
+from iteralab.campaign.verdict.cosine import (CosineComparison, compare_vector_files, compare_vectors, cosine_cells,
+                                              vector_reproduction)
 from iteralab.campaign.verdict.evaluate import (TOL, EvaluationContext, PredictionReader, missing_verdict,
                                                 prediction_path)
 from iteralab.campaign.predictions import PredictionSet
@@ -92,8 +93,11 @@ def subgroup_check(protocol: Protocol, key: str, value: float | None, reference:
 
 
 def compare_predictions(a: Path, b: Path, protocol: Protocol) -> dict[str, Any]:
-    """:func:`compare_outputs` of two prediction files."""
+    """:func:`compare_outputs` of two prediction files (an embedding job's: their vectors, by
+    :func:`~iteralab.campaign.verdict.cosine.compare_vector_files`)."""
     reader = PredictionReader(protocol)
+    if reader.embedding is not None:
+        return compare_vector_files(a, b, reader)
     return compare_outputs(reader.read(a)[1], reader.read(b)[1])
 
 
