@@ -265,6 +265,7 @@ class VariantQuality:
             "meets_quality": self.meets_quality, "mark": self.mark,
             "subgroup_failures": [c.to_dict() for c in self.subgroup_failures],
             "subgroup_classes": {k: [list(c) for c in v] for k, v in self.subgroup_classes.items()},
+            **({"min_cosines": list(self.min_cosines)} if self.min_cosines else {}),  # an embedding job only
         }
 
 
