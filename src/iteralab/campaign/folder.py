@@ -79,9 +79,25 @@ DATASET_COLUMNS = (*COLUMNS[:2], "dataset", *COLUMNS[2:])
 _WITHOUT_ENGINE = tuple(tuple(c for c in columns if c != "engine") for columns in (COLUMNS, DATASET_COLUMNS))
 
 
+#: An embedding campaign's cosine columns (after ``max_abs_prob_diff``); a classification table has none.
+COSINE_COLUMNS = ("min_cosine", "median_cosine", "cosine_at_quantile")
+
+
+def with_cosines(columns: tuple[str, ...]) -> tuple[str, ...]:
+    at = columns.index("max_abs_prob_diff") + 1
+    return (*columns[:at], *COSINE_COLUMNS, *columns[at:])
+
+
+def is_embedding_campaign(campaign: dict[str, Any]) -> bool:
+    """Whether campaign.json records an embedding job (its model record says how vectors are made)."""
+    return bool(campaign.get("embedding") or ((campaign.get("model") or {}).get("embedding") or {}).get("task"))
+
+
 def table_columns(campaign: dict[str, Any]) -> tuple[str, ...]:
-    """The raw-table columns of a campaign: with ``dataset`` when it declares several datasets."""
-    return DATASET_COLUMNS if campaign.get("datasets") else COLUMNS
+    """The raw-table columns of a campaign: with ``dataset`` when it declares several datasets, with the cosine
+    columns for an embedding job."""
+    columns = DATASET_COLUMNS if campaign.get("datasets") else COLUMNS
+    return with_cosines(columns) if is_embedding_campaign(campaign) else columns
 
 
 def format_cell(value: Any) -> str:
@@ -189,6 +205,10 @@ class RawRow:
     notes: str | None
     #: The dataset of the pass (K6); None in a one-corpus campaign, whose table has no such column.
     dataset: str | None = None
+    #: An embedding job's cosines with the reference pass (minimum, median, the declared lower quantile).
+    min_cosine: float | None = None
+    median_cosine: float | None = None
+    cosine_at_quantile: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -217,7 +237,7 @@ for _f in fields(RawRow):
     _type = str(_f.type)
     _KINDS[_f.name] = ("bool" if _type.startswith("bool") else "int" if _type.startswith("int")
                        else "float" if _type.startswith("float") else "json" if _type.startswith("dict") else "str")
-assert tuple(_KINDS) == (*COLUMNS, "dataset"), "RawRow fields must follow the raw table's columns"
+assert tuple(_KINDS) == (*COLUMNS, "dataset", *COSINE_COLUMNS), "RawRow fields must follow the raw table's columns"
 
 
 def _typed(kind: str, text: str, where: str) -> Any:
@@ -246,7 +266,8 @@ def read_raw_rows(path: str | Path) -> tuple[RawRow, ...]:
     with open(path, encoding="utf-8", newline="") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
-        if header is None or tuple(header) not in (COLUMNS, DATASET_COLUMNS, *_WITHOUT_ENGINE):
+        if header is None or tuple(header) not in (COLUMNS, DATASET_COLUMNS, *_WITHOUT_ENGINE,
+                                                   with_cosines(COLUMNS), with_cosines(DATASET_COLUMNS)):
             raise IteraError(f"{path}: not a raw table of this version (unexpected header)",
                              hint="regenerate it from the journal: iteralab table FOLDER")
         columns = tuple(header)

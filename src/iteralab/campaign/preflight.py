@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from iteralab.campaign.engines.embedpass import embedding_options, embedding_record
 from iteralab.errors import WorkloadError
 from iteralab.plan.lockfile import ProtocolFile
 from iteralab.plan.protocol import Protocol
@@ -64,7 +65,7 @@ def preflight(protocol_file: ProtocolFile) -> Preflight:
                   callable_ref=model.callable,
                   classes=list(protocol.corpus.classes), precision="fp32", device="cpu",
                   max_length=model.max_length, truncation=model.truncation,
-                  trust_remote_code=model.trust_remote_code)
+                  trust_remote_code=model.trust_remote_code, **embedding_options(embedding_record(protocol)))
     unrunnable = {}
     for variant in protocol.variants:
         problem = _variant_problem(protocol, variant)

@@ -30,10 +30,12 @@ RUNNER_PHASES = ("evaluation_s",)
 PHASES = ("load_s", "compile_s", "warmup_s", "pass_s", "evaluation_s", "writing_s")
 assert sorted(PHASES) == sorted(WORKER_PHASES + RUNNER_PHASES), "a phase is timed by the worker or the runner"
 
-#: The output kinds a pass can have. Class labels and probabilities (one row per document: id, label, one
-#: probability per class) is the only kind so far; a kind is recorded in the journal only when it is another.
+#: The output kinds a pass can have: class labels and probabilities (one row per document: id, label, one
+#: probability per class), or one embedding vector per document (id, vector). A kind is recorded in the journal
+#: only when it is not class probabilities (the journals written before hold that kind only).
 CLASS_PROBABILITIES = "class_probabilities"
-OUTPUT_KINDS = (CLASS_PROBABILITIES,)
+EMBEDDING_VECTORS = "embedding_vectors"
+OUTPUT_KINDS = (CLASS_PROBABILITIES, EMBEDDING_VECTORS)
 
 
 def _error(what: str, problem: str) -> RunError:

@@ -34,6 +34,7 @@ from iteralab.common.files import sha256_file, write_bytes_atomic, write_json_at
 from iteralab.lock.carry import carry_model_files
 from iteralab.lock.usercode import carry_routine
 from iteralab.campaign.engines import local
+from iteralab.campaign.engines.embedpass import embedding_record
 from iteralab.campaign.engines.registry import Engine, engine_name, engines
 from iteralab.campaign.folder import (CAMPAIGN, CATALOG, CORPUS, INPUTS, LOCK, MANIFEST, PREDICTIONS, PROTOCOL, TABLE,
                                      TUNING, corpus_copy)
@@ -207,7 +208,8 @@ def prepare(locked: str | os.PathLike[str] | LockedProtocol, out: str | os.PathL
         "model": {"kind": model.kind, "path": _as_text(locked.where(model.path)),
                   "head": _as_text(locked.where(model.head)),
                   "callable": model.callable, "max_length": model.max_length, "truncation": model.truncation,
-                  "trust_remote_code": model.trust_remote_code, "files": carried["files"]},
+                  "trust_remote_code": model.trust_remote_code, "files": carried["files"],
+                  **embedding_record(protocol)},
         "tuning": tuning,
         "catalog": catalog,
         "schedule": {"design": design, "slots": [s.record() for s in slots]},

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from iteralab.errors import IteraError, ProtocolError, WorkloadError
-from iteralab.plan.metric import MetricName, Subgroup
+from iteralab.plan.metric import EMBEDDING_METRICS, MetricName, Subgroup
 from iteralab.plan.protocol import CorpusSpec, Dataset, ModelSpec, Variant, parse_toml, read_protocol_text, refusal
 from iteralab.plan.paths import resolve
 from iteralab.plan.values import Text
@@ -60,6 +60,9 @@ class TuningView(_Loose):
     def _strata(self) -> TuningView:
         if any(s.by == "stratum" for s in self.subgroups) and not self.corpus.stratum_column:
             raise ValueError("a subgroup by 'stratum' needs corpus.stratum_column")
+        if self.metric.name in EMBEDDING_METRICS:
+            raise ValueError(f"metric {self.metric.name!r}: the tuning measurement suggests a classifier's threshold "
+                             "only so far; measure an embedding job's metric with a campaign on the tuning split")
         return self
 
     def reference(self) -> Variant | None:

@@ -150,6 +150,29 @@ def plot_quality(configs: list[Config], decision: Decision, merged: bool) -> str
     return _png(plt, fig)
 
 
+def plot_cosine(configs: list[Config], decision: Decision, merged: bool) -> str | None:
+    """An embedding job: each counted pass's minimum cosine with the reference vectors, per configuration, against
+    the declared ``min_cosine`` (None for a classification job, whose report keeps its plots)."""
+    spec = decision.evidence[0].protocol.embedding
+    if decision.evidence[0].protocol.task.kind != "embedding" or spec is None:
+        return None
+    plt, fig, ax = _figure()
+    ax.axhline(spec.min_cosine, color="#c00000", linewidth=1.2, linestyle="--", label=f"min_cosine {spec.min_cosine:g}")
+    for i, c in enumerate(configs):
+        values = list(c.quality.min_cosines)
+        failed = any(v < spec.min_cosine for v in values)
+        ax.scatter([i] * len(values), values, color="#c00000" if failed else "#1f77b4", s=30, zorder=3,
+                   marker="x" if failed else "o")
+        if failed:
+            ax.annotate("below min_cosine", (i, max(values)), xytext=(0, 6), textcoords="offset points",
+                        ha="center", color="#c00000", fontsize=8)
+    ax.set_xticks(range(len(configs)), [_short(c, merged) for c in configs], fontsize=8)
+    ax.set_ylabel("minimum cosine with the reference vectors")
+    ax.set_title("Vectors per configuration: each pass's lowest document cosine against min_cosine", fontsize=10)
+    ax.legend(fontsize=8, loc="best")
+    return _png(plt, fig)
+
+
 def subgroup_points(decision: Decision) -> dict[str, list[dict[str, Any]]]:
     """Per gating group (``<subgroup>:<group>``), one entry per configuration: its counted passes' values, the
     value of its own campaign's reference pass, the group's metric, the lowest value within the tolerance
@@ -325,6 +348,8 @@ def wrong_predictions(evidence: Evidence, limit: int = EXAMPLES) -> tuple[str | 
 
     from iteralab.campaign.verdict.evaluate import PredictionReader, corpus_texts, load_expected
 
+    if evidence.protocol.task.kind == "embedding":
+        return None, []  # vectors have no predicted label to show
     counted = [r for r in evidence.rows if r.ok and r.pass_id not in evidence.exclusions and r.prediction_file]
     ref = evidence.protocol.metric.reference_variant
     chosen = next((r for r in counted if r.variant == ref), counted[0] if counted else None)
@@ -428,7 +453,7 @@ def render_report(decision: Decision, decision_md: str | None = None) -> str:
         campaigns=campaigns, columns=table_columns(decision.evidence[0].campaign),
         decision_md=decision_md or render_decision(decision),
         plot_times=plot_times(configs, merged), plot_quality=plot_quality(configs, decision, merged),
-        plot_subgroups=plot_subgroups(decision, merged),
+        plot_subgroups=plot_subgroups(decision, merged), plot_cosine=plot_cosine(configs, decision, merged),
         plot_memory=plot_memory(memory), memory=memory, memory_notes=memory_notes,
         plot_cost=plot_cost(configs, merged, decision.chosen), cpu_only=cpu, exclusions=exclusions,
         plot_window=plot_window(decision), fmt_s=fmt_s, concurrent_note=CONCURRENT_NOTE,

@@ -141,6 +141,8 @@ def _quality_exclusions(q: VariantQuality, metric: MetricSpec, reference: str = 
     if q.tolerance_ok is False:
         delta = f" ({metric.label} {worst:.4f} vs reference {q.metric_ref:.4f})" if worst is not None and \
             q.metric_ref is not None else ""
+        if q.min_cosines:  # an embedding job: the vectors' own tolerance
+            delta += f" (min cosine with the reference vectors {min(q.min_cosines):.4f})"
         out.append(f"outside the tolerance{delta}: {Q2_MARK}")
     if q.subgroups_ok is False:
         failing = q.failing_subgroups(reference)

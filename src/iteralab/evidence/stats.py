@@ -220,6 +220,8 @@ class VariantQuality:
     subgroup_failures: tuple[SubgroupCheck, ...] = ()
     #: per group whose metric left some classes out: each distinct set of classes it averaged over
     subgroup_classes: dict[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
+    #: an embedding job: each counted pass's minimum cosine with the reference pass's vectors
+    min_cosines: tuple[float, ...] = ()
 
     def failing_subgroups(self, reference_variant: str) -> list[str]:
         """One line per failing gating group: 'length:long macro_f1 0.7000 in 3 of 3 passes: below 0.7500
@@ -263,6 +265,7 @@ class VariantQuality:
             "meets_quality": self.meets_quality, "mark": self.mark,
             "subgroup_failures": [c.to_dict() for c in self.subgroup_failures],
             "subgroup_classes": {k: [list(c) for c in v] for k, v in self.subgroup_classes.items()},
+            **({"min_cosines": list(self.min_cosines)} if self.min_cosines else {}),  # an embedding job only
         }
 
 
@@ -339,7 +342,8 @@ def _quality(variant: str, rows: list[RawRow], excluded: dict[str, str], protoco
         subgroups={k: tuple(v) for k, v in sorted(groups.items())},
         reproduction_ok=_all([r.reproduction_ok for r in done]),
         label_agreement=min(agreements) if agreements else None, max_abs_prob_diff=max(diffs) if diffs else None,
-        subgroup_failures=_failures(protocol, done, reference), subgroup_classes=_classes_averaged(protocol, done))
+        subgroup_failures=_failures(protocol, done, reference), subgroup_classes=_classes_averaged(protocol, done),
+        min_cosines=tuple(r.min_cosine for r in done if r.min_cosine is not None))
 
 
 # -------------------------------------------------------------------------------------------- summary

@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from iteralab.campaign.folder import (COLUMNS, INTERRUPTED, PHASES, PROTOCOL, TABLE, CampaignFolder,
-                                      format_cell as _cell, table_columns)
+from iteralab.campaign.folder import (COLUMNS, COSINE_COLUMNS, INTERRUPTED, PHASES, PROTOCOL, TABLE, CampaignFolder,
+                                      format_cell as _cell, is_embedding_campaign, table_columns)
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
 from iteralab.evidence.bundle import refuse_if_sealed
 from iteralab.campaign.manifest import rocm_compatibility_line
@@ -115,6 +115,8 @@ def _row_head(campaign: dict[str, Any], variants: dict[str, Any], datasets: dict
     }
     if datasets:
         row["dataset"] = start.get("dataset")
+    if is_embedding_campaign(campaign):  # the cosine columns exist (empty until a verdict fills them)
+        row.update(dict.fromkeys(COSINE_COLUMNS))
     return row
 
 
@@ -181,6 +183,10 @@ def _verdict_cells(row: dict[str, Any], v: dict[str, Any], n_classes: int, notes
                 "metric_name", "metric", "metric_ref", "metric_delta", "threshold_ok", "tolerance_ok",
                 "subgroups_ok", "label_agreement", "max_abs_prob_diff", "reproduction_ok", "corpus_accepted"):
         row[key] = v.get(key)
+    if "min_cosine" in row:
+        row.update({key: v.get(key) for key in COSINE_COLUMNS})
+        if v.get("subgroup_cosine"):
+            notes.append("subgroup cosine: " + json.dumps(v["subgroup_cosine"], sort_keys=True))
     row["subgroup_metrics"] = v.get("subgroups")
     if v.get("reasons"):
         notes.append("not accepted: " + ", ".join(v["reasons"]))
@@ -226,7 +232,8 @@ def _shard_cells(row: dict[str, Any], parallel: dict[str, Any] | None) -> None:
 
 def render_csv(rows: list[dict[str, Any]]) -> str:
     """The raw table's text; a several-dataset campaign's rows carry ``dataset`` and get that column (K6)."""
-    columns = table_columns({"datasets": any("dataset" in row for row in rows)})
+    columns = table_columns({"datasets": any("dataset" in row for row in rows),
+                             "embedding": any("min_cosine" in row for row in rows)})
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(columns)

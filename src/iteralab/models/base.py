@@ -31,7 +31,7 @@ from iteralab.errors import WorkloadError
 from iteralab.kit.memoire import PRECISIONS, precision_refusal
 from iteralab.common.files import sha256_file
 
-KINDS = ("hf_classifier", "encoder_head", "callable")
+KINDS = ("hf_classifier", "encoder_head", "callable", "encoder")
 PADDINGS = ("longest", "max_length")
 HEAD_FORMAT = "iteralab-linear-head"
 POOLING = "mean over real tokens (attention-mask weighted, padding excluded), float32"

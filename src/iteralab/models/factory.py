@@ -18,10 +18,20 @@ from iteralab.models.lazy import torch  # imported on first use: a callable work
 def load_workload(kind: str, *, path: str | Path | None = None, head: str | Path | None = None,
                   callable_ref: str | None = None, classes: Sequence[str] | None = None, precision: str = "fp32",
                   device: str | torch.device = "cpu", max_length: int = 256, truncation: bool = True,
-                  padding: str = "longest", compile: bool = False, trust_remote_code: bool = False) -> Workload:
-    """Build the declared workload. Every refusal is a :class:`WorkloadError` naming the field."""
+                  padding: str = "longest", compile: bool = False, trust_remote_code: bool = False,
+                  task: str = "classification", pooling: str = "mean", normalize: bool = True) -> Workload:
+    """Build the declared workload. Every refusal is a :class:`WorkloadError` naming the field. ``task``
+    "embedding": an ``encoder`` folder pooled by ``pooling`` (normalised when ``normalize``) or a callable
+    returning vectors (:mod:`iteralab.models.embedding`)."""
     if kind not in KINDS:
         raise WorkloadError(f"kind: {kind!r} is not one of {', '.join(KINDS)}")
+    if (kind == "encoder") != (task == "embedding") and kind != "callable":
+        raise WorkloadError(f"kind: {kind!r} does not give what a {task} job needs",
+                            hint="an embedding job's model is an 'encoder' folder or a 'callable'")
+    if task == "embedding" and kind == "callable":
+        from iteralab.models.embedding import load_callable_embedding
+
+        return load_callable_embedding(callable_ref, path, precision, bool(compile))
     if kind == "callable":
         if callable_ref is None:
             raise WorkloadError("callable: required for kind 'callable' ('package.module:function')")
@@ -38,6 +48,10 @@ def load_workload(kind: str, *, path: str | Path | None = None, head: str | Path
                         trust_remote_code=bool(trust_remote_code))
     check_settings(settings)
     folder = model_folder(path, kind)
+    if kind == "encoder":
+        from iteralab.models.encoder import EncoderWorkload
+
+        return EncoderWorkload(folder, settings, pooling, normalize)
     if kind == "hf_classifier":
         from iteralab.models.hf import HFClassifierWorkload
 

@@ -16,12 +16,15 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
-from iteralab.plan.values import Flag, Number, Strict, Text
+from iteralab.plan.values import Flag, Number, Strict, Text, Whole
 
-__all__ = ["METRICS", "ROUTINE_FORM", "TOL", "MetricName", "MetricSpec", "Subgroup", "known_metric",
+__all__ = ["EMBEDDING_METRICS", "METRICS", "ROUTINE_FORM", "TOL", "MetricName", "MetricSpec", "Subgroup", "known_metric",
            "subgroup_problems"]
 
+#: A classifier's built-in metrics.
 METRICS = ("accuracy", "macro_f1", "weighted_f1", "balanced_accuracy")
+#: An embedding job's built-in metrics (its threshold), computed from the pass's vectors (``plan/task.py``).
+EMBEDDING_METRICS = ("knn_accuracy", "recall_at_k")
 #: Slack of every comparison with a threshold or a bound (floating-point sums, never a real margin).
 TOL = 1e-12
 #: ``package.module:function``: the form of a routine reference (as a callable model's).
@@ -29,8 +32,8 @@ ROUTINE_FORM = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 def known_metric(value: str) -> str:
-    if value not in METRICS:
-        raise ValueError(f"unknown metric {value!r}; known: {', '.join(METRICS)}")
+    if value not in METRICS + EMBEDDING_METRICS:
+        raise ValueError(f"unknown metric {value!r}; known: {', '.join(METRICS + EMBEDDING_METRICS)}")
     return value
 
 
@@ -57,6 +60,10 @@ class MetricSpec(Strict):
     threshold: Number
     tolerance: Number = Field(ge=0)
     reference_variant: Text
+    #: Embedding metrics: the neighbours of knn_accuracy, the cut-off of recall_at_k.
+    k: Whole | None = Field(default=None, ge=1)
+    #: recall_at_k: the queries file (columns query_id, text, relevant_ids — ids separated by ";").
+    queries: Text | None = None
 
     @field_validator("routine")
     @classmethod

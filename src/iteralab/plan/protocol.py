@@ -26,6 +26,7 @@ from iteralab.kit.calcul_forfaits import WindowError, elapsed, load_zone, locali
 from iteralab.kit.memoire import PRECISIONS  # the kit's list: one list for library and kit
 from iteralab.plan.expenses import BudgetRule, ExpenseFile, ExpenseLine, expense_problems, keyed_error
 from iteralab.plan.metric import MetricSpec, Subgroup, subgroup_problems
+from iteralab.plan.task import EmbeddingSpec, TaskSpec, task_problem
 from iteralab.plan.values import Flag, Number, Text, Whole
 from iteralab.plan.values import Strict as _Strict
 
@@ -75,7 +76,7 @@ class Dataset(_Strict):
 
 
 class ModelSpec(_Strict):
-    kind: Literal["hf_classifier", "encoder_head", "callable"]
+    kind: Literal["hf_classifier", "encoder_head", "callable", "encoder"]
     path: Text | None = None
     head: Text | None = None
     callable: Text | None = None
@@ -85,7 +86,7 @@ class ModelSpec(_Strict):
 
     @model_validator(mode="after")
     def _complete(self) -> ModelSpec:
-        if self.kind in ("hf_classifier", "encoder_head") and not self.path:
+        if self.kind in ("hf_classifier", "encoder_head", "encoder") and not self.path:
             raise ValueError(f"model.path is required for kind {self.kind!r}")
         if self.kind == "encoder_head" and not self.head:
             raise ValueError("model.head (a safetensors file) is required for kind 'encoder_head'")
@@ -317,6 +318,9 @@ class Protocol(_Strict):
     scenario: Text = "offline"
     #: P4: set true if thresholds were tuned after seeing the final corpus (the decision then says so).
     thresholds_tuned_on_final: Flag = False
+    #: The kind of job (classification by default) and, for an embedding job, its vectors' rules (plan.task).
+    task: TaskSpec = TaskSpec()
+    embedding: EmbeddingSpec | None = None
     corpus: CorpusSpec
     #: Several datasets of one job (K6): each variant processes each one, one pass file per dataset.
     datasets: tuple[Dataset, ...] = ()
@@ -376,6 +380,8 @@ class Protocol(_Strict):
             if unknown:
                 raise ValueError(f"series {series.name!r} names unknown variant(s): {', '.join(unknown)}")
         check_datasets(self)
+        if task_problem(self):
+            raise ValueError(task_problem(self))
         if self.run.pass_timeout is not None and not (self.warmup.inputs and self.warmup.passes):
             raise ValueError(f"run.pass_timeout = {self.run.pass_timeout!r} is relative to the warm-up, but warmup "
                              f"has {self.warmup.inputs} inputs and {self.warmup.passes} passes: declare a warm-up, "

@@ -31,6 +31,7 @@ from iteralab.campaign import folder as _folder  # noqa: F401  # the pass reads 
 from iteralab.campaign import predictions as _predictions  # noqa: F401  # start-up, never inside a timed phase
 from iteralab.campaign.folder import PREDICTIONS
 from iteralab.campaign.records import PassSpec, failure, started
+from iteralab.campaign.engines.embedpass import embedding_options, finish_vectors, flush_vectors, is_embedding
 from iteralab.common.files import write_json_atomic
 
 READ_BLOCK = 1 << 22  # bytes of corpus file per record batch (a pass holds O(block + batch) texts)
@@ -176,6 +177,11 @@ class MeasuredPass:
         self.progress = _Progress()
         self.n_classes = 0
         self.limit: _Limit | None = None
+        #: an embedding pass: the vector file the rows stream to (``campaign.vectors.VectorWriter``), the rows
+        #: written so far and the seconds the writes took inside the measured region
+        self.sink: Any = None
+        self.flushed = 0
+        self.stream_s = 0.0
 
     def run(self, workload: Any, corpus_path: str, corpus_kwargs: dict[str, Any], batch_size: int,
             bucketing: bool, resume: bool, n_classes: int, limit: _Limit | None = None,
@@ -203,6 +209,8 @@ class MeasuredPass:
             self._check_limit()
 
     def _check_limit(self) -> None:
+        if self.sink is not None:
+            flush_vectors(self)
         if self.limit is not None:
             self.limit.check()
 
@@ -355,6 +363,7 @@ def _load(spec: PassSpec, device: Any, clock: Any, result: dict[str, Any]) -> An
             classes=list(spec.classes), precision=variant["precision"], device=str(device),
             max_length=model["max_length"], truncation=model["truncation"], padding=variant["padding"],
             compile=variant["compile"], trust_remote_code=model["trust_remote_code"],
+            **embedding_options(model),
         )
     result["phases"]["load_s"] = loading.seconds
     result["workload"] = workload.describe()
@@ -415,6 +424,11 @@ def _measure(spec: PassSpec, workload: Any, device: Any, clock: Any, result: dic
     corpus_kwargs = _corpus_kwargs(spec)
     batch_size = int(variant["batch_size"])
     pass_run = MeasuredPass()
+    if is_embedding(spec.model):  # vectors stream to their file as the pass runs
+        from iteralab.campaign.predictions import file_name
+        from iteralab.campaign.vectors import VectorWriter
+
+        pass_run.sink = VectorWriter(Path(spec.prediction_dir) / file_name(spec.pass_id))
     gpu_scope = dev.GpuEvents(device)  # CUDA events, created outside the timed region; a labelled GPU scope
     machine_before = dev.load_snapshot()  # what else uses the machine: read outside the timed region
     dev.reset_peaks(device)
@@ -470,6 +484,11 @@ def _write_predictions(spec: PassSpec, pass_run: MeasuredPass, clock: Any, resul
     ids = pass_run.ordered_ids()
     result["expected"] = len(ids)
     target = Path(spec.prediction_dir) / file_name(spec.pass_id)
+    if pass_run.sink is not None:
+        finish_vectors(pass_run, result)
+        result["order_hash"] = order_hash(ids) if len(ids) else None
+        result["phases"]["writing_s"] = clock.now() - t0
+        return
     probs = pass_run.probs
     pass_run.outputs.clear()  # the batches' rows now live in `probs` only: one copy per document, not two
     # The pass order is hashed on a second thread while the file is encoded (both run outside the GIL, and

@@ -227,46 +227,53 @@ def missing_verdict(name: str, protocol: Protocol, expected: Expected) -> dict[s
 
 
 @dataclass(frozen=True)
-class Alignment:
-    """A prediction set laid over the expected ids: which expected rows it covers, the class code predicted for
-    each (-1: none), the row of the set that holds it (-1: none; a repeated id: its last record), the repeated
-    ids and the unexpected ones (distinct)."""
+class IdMatch:
+    """How a file's ids meet the expected ids: which expected rows are ``covered``, the file row of each (``last``:
+    a repeated id's last record; -1 where uncovered; None when the file holds the expected ids in their order),
+    the repeated ids and the ids that are not expected."""
 
     covered: np.ndarray
-    y_pred: np.ndarray
-    source: np.ndarray | None  # None: row i of the set is expected row i (the corpus order)
+    last: np.ndarray | None
     repeated: pa.Array
-    extra: pa.Array
-
-    def rows_of(self, values: np.ndarray) -> np.ndarray:
-        """``values`` (one entry per row of the set) of the covered expected rows, in corpus order."""
-        return values if self.source is None else values[self.source[self.covered]]
+    extra_unique: pa.Array
 
 
-def align(preds: PredictionSet, expected: Expected) -> Alignment:
-    """One hash lookup of every record's id among the expected ids (none for a pass in the corpus order)."""
-    n_expected, rows = len(expected), len(preds.ids)
-    if rows == n_expected and preds.ids.equals(expected.ids):  # a fixed-order pass: the corpus order, no lookup
+def match_ids(ids: pa.Array, expected: Expected) -> IdMatch:
+    """One hash lookup of every record's id among the expected ids (none when the file is in corpus order)."""
+    n_expected, rows = len(expected), len(ids)
+    if rows == n_expected and ids.equals(expected.ids):  # a fixed-order pass: the corpus order, no lookup
         empty = pa.array([], pa.string())
-        return Alignment(np.ones(n_expected, dtype=bool), preds.labels, None, empty, empty)
-    where = pc.fill_null(pc.index_in(preds.ids, value_set=expected.ids), -1).to_numpy(zero_copy_only=False)
+        return IdMatch(np.ones(n_expected, dtype=bool), None, empty, empty)
+    where = pc.fill_null(pc.index_in(ids, value_set=expected.ids), -1).to_numpy(zero_copy_only=False)
     known = where >= 0
     per_expected = np.bincount(where[known], minlength=n_expected)
-    covered = per_expected > 0
-    y_pred = np.full(n_expected, -1, dtype=code_dtype(len(expected.classes)))
-    source = np.full(n_expected, -1, dtype=np.int64)
+    last = np.full(n_expected, -1, dtype=np.int64)
     if per_expected.max(initial=0) <= 1:
-        source[where[known]] = np.arange(rows, dtype=np.int64)[known]
+        last[where[known]] = np.flatnonzero(known)
     else:
-        np.maximum.at(source, where[known], np.arange(rows, dtype=np.int64)[known])
-    y_pred[covered] = preds.labels[source[covered]]
-    extra_ids = preds.ids.filter(pa.array(~known)) if not known.all() else pa.array([], pa.string())
+        np.maximum.at(last, where[known], np.arange(rows, dtype=np.int64)[known])
+    extra_ids = ids.filter(pa.array(~known)) if not known.all() else pa.array([], pa.string())
     extra_counts = pc.value_counts(extra_ids) if len(extra_ids) else None
     extra_unique = extra_counts.field("values") if extra_counts is not None else extra_ids
     extra_repeated = extra_unique.filter(pc.greater(extra_counts.field("counts"), 1)) \
         if extra_counts is not None else extra_ids
     repeated = pa.concat_arrays([expected.ids.filter(pa.array(per_expected > 1)), extra_repeated])
-    return Alignment(covered, y_pred, source, repeated, extra_unique)
+    return IdMatch(per_expected > 0, last, repeated, extra_unique)
+
+
+def id_cells(match: IdMatch, records: int, rows: int, expected: Expected, problems: tuple[str, ...],
+             n_problems: int) -> dict[str, Any]:
+    """The verdict's id, format and coverage cells of a file (``records`` read, ``rows`` with an id)."""
+    covered, n_expected = match.covered, len(expected)
+    duplicates, missing, extra = len(match.repeated), int(n_expected - covered.sum()), len(match.extra_unique)
+    return {
+        "expected_ids": n_expected, "observed_ids": records, "unique_ids": int(covered.sum()) + extra,
+        "duplicates": duplicates, "missing": missing, "extra": extra,
+        "ids_match": not duplicates and not missing and not extra and rows == n_expected,
+        "format_ok": not n_problems, "format_problems": list(problems),
+        "n_format_problems": n_problems,
+        "coverage": int(covered.sum()) / n_expected if n_expected else 0.0,
+    }
 
 
 def evaluate_set(preds: PredictionSet, protocol: Protocol, expected: Expected,
@@ -274,19 +281,14 @@ def evaluate_set(preds: PredictionSet, protocol: Protocol, expected: Expected,
     """Checks of one output set on its own: ids, format, coverage, metric vs threshold, subgroups. With a metric
     routine (``routine``: the campaign's, :func:`~iteralab.campaign.verdict.routine.load_routine`) the metric and
     the gating stratum groups are its values, and ``routine_error`` its first failure (one line) or None."""
-    n_expected = len(expected)
-    rows = len(preds.ids)
-    at = align(preds, expected)
-    covered, y_pred, repeated, extra_unique = at.covered, at.y_pred, at.repeated, at.extra
-    duplicates, missing, extra = len(repeated), int(n_expected - covered.sum()), len(extra_unique)
-    verdict: dict[str, Any] = {
-        "expected_ids": n_expected, "observed_ids": preds.records, "unique_ids": int(covered.sum()) + extra,
-        "duplicates": duplicates, "missing": missing, "extra": extra,
-        "ids_match": not duplicates and not missing and not extra and rows == n_expected,
-        "format_ok": not preds.n_problems, "format_problems": list(preds.problems),
-        "n_format_problems": preds.n_problems,
-        "coverage": int(covered.sum()) / n_expected if n_expected else 0.0,
-    }
+    match = match_ids(preds.ids, expected)
+    covered = match.covered
+    if match.last is None:
+        y_pred = preds.labels
+    else:
+        y_pred = np.full(len(expected), -1, dtype=code_dtype(len(expected.classes)))
+        y_pred[covered] = preds.labels[match.last[covered]]
+    verdict = id_cells(match, preds.records, len(preds.ids), expected, preds.problems, preds.n_problems)
     verdict["coverage_ok"] = verdict["coverage"] + TOL >= protocol.checks.coverage
     verdict["metric_name"] = protocol.metric.label
     counted: dict[str, list[str]] = {}
@@ -294,7 +296,7 @@ def evaluate_set(preds: PredictionSet, protocol: Protocol, expected: Expected,
     if protocol.metric.routine is not None:
         values = routine_values(routine or Routine(protocol.metric.routine, None), protocol, expected.ids,
                                 expected.labels, expected.strata, expected.stratum_names, covered, y_pred,
-                                at.rows_of(preds.probs))
+                                preds.probs if match.last is None else preds.probs[match.last[covered]])
         verdict["metric"] = values.metric
         subgroups.update(values.groups)
     else:
@@ -308,10 +310,59 @@ def evaluate_set(preds: PredictionSet, protocol: Protocol, expected: Expected,
     verdict["subgroup_classes"] = counted
     if protocol.metric.routine is not None:
         verdict["routine_error"] = values.error
-    verdict["examples"] = {
-        "duplicates": _first_sorted(repeated) if duplicates else [],
-        "missing": _first_sorted(expected.ids.filter(pa.array(~covered))) if missing else [],
-        "extra": _first_sorted(extra_unique) if extra else []}
+    verdict["examples"] = id_examples(match, expected)
+    return verdict
+
+
+def id_examples(match: IdMatch, expected: Expected) -> dict[str, list[str]]:
+    """The first few repeated, missing and unexpected ids (sorted), for the verdict's text."""
+    return {"duplicates": _first_sorted(match.repeated) if len(match.repeated) else [],
+            "missing": _first_sorted(expected.ids.filter(pa.array(~match.covered))) if not match.covered.all() else [],
+            "extra": _first_sorted(match.extra_unique) if len(match.extra_unique) else []}
+
+
+def aligned_vectors(vectors: Any, match: IdMatch, n: int) -> np.ndarray:
+    """A vector set's rows in corpus order (a row of NaN where a document has no vector)."""
+    if match.last is None:
+        return vectors.vectors
+    out = np.full((n, vectors.vectors.shape[1]), np.nan, dtype=np.float32)
+    out[match.covered] = vectors.vectors[match.last[match.covered]]
+    return out
+
+
+def evaluate_vectors(vectors: Any, protocol: Protocol, expected: Expected) -> dict[str, Any]:
+    """The checks of an embedding pass's vector file (``campaign.vectors.VectorSet``) on its own: ids, format,
+    coverage, and its metric — kNN label accuracy, leave-one-out over the documents that have a vector and a
+    label — overall and per planned subgroup (a class group: that class's kNN recall)."""
+    from iteralab.campaign.verdict.knn import knn_correct
+
+    match = match_ids(vectors.ids, expected)
+    verdict = id_cells(match, vectors.records, len(vectors.ids), expected, vectors.problems, vectors.n_problems)
+    verdict["coverage_ok"] = verdict["coverage"] + TOL >= protocol.checks.coverage
+    verdict["metric_name"] = protocol.metric.name
+    verdict["vector_dim"] = vectors.dim
+    aligned = aligned_vectors(vectors, match, len(expected)) if vectors.vectors.size else None
+    usable = match.covered & (expected.labels >= 0)
+    if aligned is not None:
+        usable &= np.isfinite(aligned).all(axis=1)
+    correct = np.zeros(len(expected), dtype=bool)
+    if protocol.metric.name == "knn_accuracy" and usable.any():
+        correct[usable] = knn_correct(aligned[usable], expected.labels[usable].astype(np.int64),
+                                      int(protocol.metric.k or 1))
+    verdict["metric"] = float(correct[usable].mean()) if usable.any() else None
+    verdict["threshold_ok"] = verdict["metric"] is not None and verdict["metric"] + TOL >= protocol.metric.threshold
+    out: dict[str, float | None] = {}
+    for sg in protocol.subgroups:
+        names = expected.stratum_names if sg.by == "stratum" else expected.classes
+        codes = expected.strata if sg.by == "stratum" else expected.labels
+        for i, name in enumerate(names):
+            member = codes == i
+            if member.any():
+                rows = member & usable
+                out[f"{sg.name}:{name}"] = float(correct[rows].mean()) if rows.any() else None
+    verdict["subgroups"] = out
+    verdict["subgroup_classes"] = {}
+    verdict["examples"] = id_examples(match, expected)
     return verdict
 
 
@@ -333,7 +384,9 @@ class PredictionReader:
     def __init__(self, protocol: Protocol, keep: int = 4) -> None:
         self.classes = tuple(protocol.corpus.classes)
         self.sum_tol = protocol.checks.probability_sum_tolerance
-        self.keep = keep
+        #: an embedding job's files hold vectors (``campaign.vectors``), checked by its ``[embedding]`` rules
+        self.embedding = protocol.embedding if protocol.task.kind == "embedding" else None
+        self.keep = min(keep, 1) if self.embedding is not None else keep  # a vector set: n × d floats, one held
         self._hashes: dict[Path, tuple[tuple[int, int], str]] = {}
         self._sets: OrderedDict[Path, tuple[tuple[int, int], PredictionSet]] = OrderedDict()
         self._verdicts: dict[tuple[Path, str], dict[str, Any]] = {}
@@ -367,10 +420,17 @@ class PredictionReader:
         self._sets.pop(key, None)
         while len(self._sets) >= max(self.keep, 1):  # room made before the read: the sets dropped are not held
             self._sets.popitem(last=False)            # while the new one is built
-        data = path.read_bytes()
-        digest = hashlib.sha256(data).hexdigest()
-        preds = read_predictions(path, self.classes, self.sum_tol, data, like)
-        del data
+        if self.embedding is not None:  # hashed and read in pieces: a vector file is never held as bytes
+            from iteralab.campaign.vectors import read_vectors
+            from iteralab.common.files import sha256_file
+
+            digest = sha256_file(path)
+            preds: Any = read_vectors(path, normalize=self.embedding.normalize, dim=self.embedding.dim)
+        else:
+            data = path.read_bytes()
+            digest = hashlib.sha256(data).hexdigest()
+            preds = read_predictions(path, self.classes, self.sum_tol, data, like)
+            del data
         release_unused()
         self._hashes[key] = (stamp, digest)
         if self.keep:
@@ -399,7 +459,8 @@ class PredictionReader:
             entry = self.read(path, expected.ids)
             if entry is None:
                 return None
-            self._verdicts[key] = evaluate_set(entry[1], protocol, expected, routine)
+            self._verdicts[key] = (evaluate_vectors(entry[1], protocol, expected) if self.embedding is not None
+                                   else evaluate_set(entry[1], protocol, expected, routine))
         return copy.deepcopy(self._verdicts[key])
 
 
@@ -435,6 +496,9 @@ class CampaignReads:
         and compare it with the reference once there is one (memoised in ``reader.comparisons``, which the raw
         table uses instead of reading both files again)."""
         context = self.context.of_dataset(dataset)
+        if self.reader.embedding is not None:  # the verdict of the campaign compares vectors (verdict.vectors)
+            self.reader.drop(path)
+            return
         entry = self.reader.read(path, context.expected.ids)
         if entry is None:
             return

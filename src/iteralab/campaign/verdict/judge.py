@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from iteralab.campaign.verdict.compare import compare_outputs
+from iteralab.campaign.verdict.cosine import (CosineComparison, compare_vector_files, compare_vectors, cosine_cells,
+                                              vector_reproduction)
 from iteralab.campaign.verdict.evaluate import (TOL, EvaluationContext, PredictionReader, missing_verdict,
                                                 prediction_path)
 from iteralab.campaign.predictions import PredictionSet
@@ -103,8 +105,11 @@ def subgroup_check(protocol: Protocol, key: str, value: float | None, reference:
 
 
 def compare_predictions(a: Path, b: Path, protocol: Protocol) -> dict[str, Any]:
-    """:func:`compare_outputs` of two prediction files."""
+    """:func:`compare_outputs` of two prediction files (an embedding job's: their vectors, by
+    :func:`~iteralab.campaign.verdict.cosine.compare_vector_files`)."""
     reader = PredictionReader(protocol)
+    if reader.embedding is not None:
+        return compare_vector_files(a, b, reader)
     return compare_outputs(reader.read(a)[1], reader.read(b)[1])
 
 
@@ -137,6 +142,7 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
     verdicts, paths = _own_verdicts(campaign_dir, passes, reader, context)
     ref = _Reference(passes, verdicts, paths, reader, context)
     gating = {sg.name: sg for sg in protocol.subgroups if sg.gating}
+    embedding = protocol.task.kind == "embedding"
     for p in passes:
         v = verdicts[p["pass_id"]]
         v["reference_pass"] = ref.pass_id
@@ -153,8 +159,16 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
         reasons += _against_reference(v, ref.verdict, protocol)
         failed_subgroups = _subgroup_reasons(v, ref.verdict, protocol, gating)
         reasons += failed_subgroups
+        if embedding:  # the tolerance on vectors: each document's cosine with the reference's vector
+            same = ref.vectors(p)
+            cosine = cosine_cells(v, same, protocol, context.expected)
+            reasons += cosine
+            v["tolerance_ok"] = bool(v["tolerance_ok"] and not cosine)
+            failed_subgroups += [r for r in cosine if r.startswith("subgroup ")]
+            vector_reproduction(v, protocol, same)
+        else:
+            _reproduction(v, protocol, ref.same(p))
         v["subgroups_ok"] = not failed_subgroups
-        _reproduction(v, protocol, ref.same(p))
         if not v["reproduction_ok"]:
             reasons.append(f"reproduction target '{protocol.reproduction.target}'")
         v["corpus_accepted"] = not reasons
@@ -193,9 +207,18 @@ class _Reference:
                              if p["variant"] == self.name and verdicts[p["pass_id"]]["complete"]), None)
         self.verdict = verdicts.get(self.pass_id) if self.pass_id else None
         self.paths, self.reader, self.ids = paths, reader, context.expected.ids
+        self.expected = context.expected
         self.key = ((paths[self.pass_id].resolve(), reader.sha256(paths[self.pass_id], self.ids))
                     if self.pass_id else None)
         self.predictions: PredictionSet | None = None
+
+    def vectors(self, p: dict[str, Any]) -> CosineComparison | None:
+        """An embedding pass's vectors against the reference pass's; None without either file."""
+        if self.key is None or not p.get("prediction_file"):
+            return None
+        same = compare_vectors(self.paths[p["pass_id"]], self.paths[self.pass_id], self.reader, self.expected)
+        self.reader.drop(self.paths[p["pass_id"]])
+        return same
 
     def same(self, p: dict[str, Any]) -> Mapping[str, Any] | None:
         """:func:`compare_outputs` of the pass's outputs with the reference pass's; None without a reference

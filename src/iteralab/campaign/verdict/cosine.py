@@ -1,0 +1,133 @@
+"""An embedding pass against the reference pass (Q2, Q3): each document's cosine with the reference's vector for
+the same document, bounded by ``embedding.min_cosine`` (and the optional lower-quantile bound) overall and in each
+gating subgroup, and the largest absolute difference of the vectors (``reproduction``).
+
+The pass's vectors are held once, in corpus order (the kNN check needs them whole anyway); the reference file is
+streamed against them in record batches, in whatever order it was written. ``judge`` joins the result with the
+rest of the verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+
+from iteralab.campaign.vectors import vector_batches
+from iteralab.campaign.verdict.evaluate import TOL, Expected, PredictionReader, aligned_vectors, match_ids
+from iteralab.campaign.verdict.knn import cosine_rows
+from iteralab.plan.protocol import Protocol
+
+
+@dataclass(frozen=True)
+class CosineComparison:
+    """The cosines of a pass's vectors with the reference pass's (corpus order; NaN: not comparable) and the
+    largest absolute difference of any value (None when some value could not be compared)."""
+
+    cosines: np.ndarray
+    max_abs_diff: float | None
+
+
+def compare_vectors(path: Path, reference: Path, reader: PredictionReader, expected: Expected
+                    ) -> CosineComparison | None:
+    """The pass's file against the reference file; None without a readable set."""
+    entry = reader.read(path, expected.ids)
+    if entry is None or not entry[1].vectors.size:
+        return None
+    vectors = entry[1]
+    aligned = aligned_vectors(vectors, match_ids(vectors.ids, expected), len(expected))
+    cosines = np.full(len(expected), np.nan)
+    worst, unknown = 0.0, False
+    for ids, block in vector_batches(reference):
+        where = pc.fill_null(pc.index_in(ids, value_set=expected.ids), -1).to_numpy(zero_copy_only=False)
+        known = where >= 0
+        if block.shape[1] != aligned.shape[1]:
+            return CosineComparison(cosines, None)
+        cos, diff = cosine_rows(aligned[where[known]], block[known])
+        cosines[where[known]] = cos
+        unknown = unknown or bool(np.isnan(diff).any())
+        worst = max(worst, float(np.nanmax(diff, initial=0.0)))
+    return CosineComparison(cosines, None if unknown else worst)
+
+
+def compare_vector_files(a: Path, b: Path, reader: PredictionReader) -> dict[str, Any]:
+    """Two vector files of the same corpus (a rerun's pass and the earlier one) compared as ``compare_outputs``
+    compares class probabilities: ids in common, whether they are the same, the largest absolute difference, and
+    the lowest cosine (``label_agreement`` has no meaning for vectors: None)."""
+    ids_a, ids_b = reader.read(a)[1].ids, reader.read(b)[1].ids  # type: ignore[index]
+    common = int(pc.sum(pc.is_in(ids_a, value_set=ids_b)).as_py() or 0)
+    expected = Expected(ids_b, np.zeros(len(ids_b), np.int8), (), np.full(len(ids_b), -1, np.int8))
+    same = compare_vectors(a, b, reader, expected)
+    cosines = same.cosines[~np.isnan(same.cosines)] if same is not None else np.zeros(0)
+    worst = same.max_abs_diff if same is not None else None
+    same_ids = common == len(ids_a) == len(ids_b)
+    return {"ids_a": len(ids_a), "ids_b": len(ids_b), "common_ids": common, "same_ids": same_ids,
+            "label_agreement": None, "max_abs_prob_diff": worst,
+            "min_cosine": float(cosines.min()) if len(cosines) else None,
+            "identical": bool(same_ids and common and worst == 0.0)}
+
+
+def _bounds(values: np.ndarray, protocol: Protocol) -> tuple[float | None, float | None, float | None, list[str]]:
+    """(minimum, median, lower quantile, what fails) of some documents' cosines against the declared bounds."""
+    spec = protocol.embedding
+    assert spec is not None
+    if not len(values):
+        return None, None, None, ["no document to compare"]
+    if np.isnan(values).any():
+        return None, None, None, [f"{int(np.isnan(values).sum())} document(s) without a comparable vector"]
+    low, median = float(values.min()), float(np.median(values))
+    quantile = float(np.quantile(values, spec.cosine_quantile)) if spec.cosine_quantile is not None else None
+    failed = []
+    if low + TOL < spec.min_cosine:
+        failed.append(f"min cosine {low:.4f} < {spec.min_cosine:g}")
+    if quantile is not None and spec.min_cosine_at_quantile is not None and \
+            quantile + TOL < spec.min_cosine_at_quantile:
+        failed.append(f"cosine at quantile {spec.cosine_quantile:g} {quantile:.4f} < {spec.min_cosine_at_quantile:g}")
+    return low, median, quantile, failed
+
+
+def cosine_cells(v: dict[str, Any], same: CosineComparison | None, protocol: Protocol, expected: Expected,
+                 covered: np.ndarray | None = None) -> list[str]:
+    """The verdict's cosine cells (``min_cosine``, ``median_cosine``, ``cosine_at_quantile``, ``cosine_ok``,
+    ``subgroup_cosine``) and the reasons it fails: overall, then each gating subgroup's group."""
+    if same is None:
+        v.update(min_cosine=None, median_cosine=None, cosine_at_quantile=None, cosine_ok=False, subgroup_cosine={})
+        return ["no vectors to compare with the reference pass"]
+    rows = covered if covered is not None else np.ones(len(expected), dtype=bool)
+    low, median, quantile, failed = _bounds(same.cosines[rows], protocol)
+    v.update(min_cosine=low, median_cosine=median, cosine_at_quantile=quantile)
+    reasons = [f"cosine with the reference: {', '.join(failed)}"] if failed else []
+    groups: dict[str, Any] = {}
+    for sg in protocol.subgroups:
+        names = expected.stratum_names if sg.by == "stratum" else expected.classes
+        codes = expected.strata if sg.by == "stratum" else expected.labels
+        for i, name in enumerate(names):
+            member = (codes == i) & rows
+            if not member.any():
+                continue
+            g_low, g_median, g_quantile, g_failed = _bounds(same.cosines[member], protocol)
+            groups[f"{sg.name}:{name}"] = {"min": g_low, "median": g_median, "quantile": g_quantile,
+                                           "gating": sg.gating, "ok": not g_failed}
+            if sg.gating and g_failed:
+                reasons.append(f"subgroup {sg.name}:{name} cosine ({', '.join(g_failed)})")
+    v["subgroup_cosine"] = groups
+    v["cosine_ok"] = not reasons
+    return reasons
+
+
+def vector_reproduction(v: dict[str, Any], protocol: Protocol, same: CosineComparison | None) -> None:
+    """The declared reproduction target on vectors: ``identical`` (every value equal), ``bounded`` (largest
+    absolute difference ≤ the bound), ``acceptable`` (the checks above)."""
+    target = protocol.reproduction.target
+    v["label_agreement"] = None
+    v["max_abs_prob_diff"] = None if same is None else same.max_abs_diff
+    worst = v["max_abs_prob_diff"]
+    if target == "identical":
+        v["reproduction_ok"] = worst == 0.0
+    elif target == "bounded":
+        v["reproduction_ok"] = worst is not None and worst <= (protocol.reproduction.bound or 0) + TOL
+    else:
+        v["reproduction_ok"] = True

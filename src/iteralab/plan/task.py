@@ -1,0 +1,98 @@
+"""The kind of job a protocol judges (``[task]``), its metric (``[metric]``) and an embedding job's own rules
+(``[embedding]``), validated when the protocol is read.
+
+``[task] kind`` is ``"classification"`` (the default: a protocol without ``[task]`` reads as before) or
+``"embedding"``; a later kind (generation) adds its name to :data:`TASK_KINDS`, its metrics and its table here.
+
+An embedding job (a corpus turned into one vector per document) is judged by:
+
+- the **tolerance** against the reference variant, per document: the cosine of the document's vector with the
+  reference pass's vector must be at least ``embedding.min_cosine`` for every document, overall and inside each
+  gating subgroup; optionally the ``cosine_quantile`` lower quantile of those cosines must be at least
+  ``min_cosine_at_quantile``;
+- the **threshold**, the job's own metric (``metric.name``): ``knn_accuracy`` (leave-one-out label accuracy of
+  the ``metric.k`` nearest documents by cosine; needs the corpus's labels) or ``recall_at_k`` (over
+  ``metric.queries``, a file of query id, query text and relevant document ids — its keys are read, but this
+  version refuses it until the passes embed and store the queries);
+  ``metric.tolerance`` bounds how far that metric may fall below the reference pass's, as for a classifier.
+
+The model is an ``encoder`` folder (Hugging Face ``AutoModel`` + tokenizer, pooled by ``embedding.pooling``,
+L2-normalised when ``embedding.normalize``, cut at ``model.max_length``) or a ``callable`` returning ``[n, d]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from iteralab.plan.metric import EMBEDDING_METRICS
+from iteralab.plan.values import Flag, Number, Strict, Whole
+
+#: Job kinds. Generation (texts out) is the next kind; it adds its name here.
+TASK_KINDS = ("classification", "embedding")
+#: The model kinds an embedding job accepts: an encoder folder, or a callable returning vectors.
+EMBEDDING_MODELS = ("encoder", "callable")
+
+
+class TaskSpec(Strict):
+    kind: Literal["classification", "embedding"] = "classification"
+
+
+class EmbeddingSpec(Strict):
+    """How an encoder's vectors are made, and how far a variant's vectors may move from the reference's."""
+
+    pooling: Literal["mean", "cls"] = "mean"
+    normalize: Flag = True
+    #: The size of each vector, when declared (checked in every prediction file); None: the first file's.
+    dim: Whole | None = Field(default=None, ge=1)
+    #: Every document's cosine with the reference pass's vector must be at least this.
+    min_cosine: Number = Field(ge=-1, le=1)
+    #: Optional lower-quantile bound: the ``cosine_quantile`` quantile of the cosines ≥ ``min_cosine_at_quantile``.
+    cosine_quantile: Number | None = Field(default=None, gt=0, lt=1)
+    min_cosine_at_quantile: Number | None = Field(default=None, ge=-1, le=1)
+
+    @model_validator(mode="after")
+    def _quantile(self) -> EmbeddingSpec:
+        if (self.cosine_quantile is None) != (self.min_cosine_at_quantile is None):
+            raise ValueError("embedding.cosine_quantile and embedding.min_cosine_at_quantile go together: give both "
+                             "(e.g. 0.01 and 0.995) or neither")
+        return self
+
+
+def task_problem(protocol: Any) -> str | None:
+    """What makes the protocol's task, model, metric and ``[embedding]`` table disagree; None when they agree."""
+    kind, metric, model = protocol.task.kind, protocol.metric, protocol.model
+    if kind == "classification":
+        if protocol.embedding is not None:
+            return "[embedding] is for task.kind = 'embedding'; this protocol's task is classification"
+        if metric.name in EMBEDDING_METRICS:
+            return f"metric {metric.name!r} is an embedding metric; declare [task] kind = 'embedding'"
+        if model.kind == "encoder":
+            return "model.kind 'encoder' gives vectors: declare [task] kind = 'embedding'"
+        if metric.k is not None or metric.queries is not None:
+            return "metric.k and metric.queries belong to an embedding job's metric"
+        return None
+    if protocol.embedding is None:
+        return "task.kind = 'embedding' needs an [embedding] table (at least min_cosine)"
+    if metric.routine is not None:
+        return ("metric.routine is computed for classification jobs by this version; an embedding job's metric is "
+                f"one of {', '.join(EMBEDDING_METRICS)}")
+    if metric.name not in EMBEDDING_METRICS:
+        return f"an embedding job's metric is one of {', '.join(EMBEDDING_METRICS)}, not {metric.name!r}"
+    if model.kind not in EMBEDDING_MODELS:
+        return f"an embedding job's model.kind is 'encoder' (a model folder) or 'callable', not {model.kind!r}"
+    if metric.k is None:
+        return f"metric {metric.name!r} needs metric.k (neighbours for knn_accuracy, cut-off for recall_at_k)"
+    if metric.name == "recall_at_k" and not metric.queries:
+        return "metric 'recall_at_k' needs metric.queries (a file: query_id, text, relevant_ids)"
+    if metric.name == "recall_at_k":
+        return ("metric 'recall_at_k' is declared but not computed by this version (its queries file is not yet "
+                "embedded and stored by the passes): use knn_accuracy")
+    if metric.name == "knn_accuracy" and metric.queries:
+        return "metric.queries is read by recall_at_k only"
+    unsupported = [v.name for v in protocol.variants if v.engine != "local" or v.data_parallel > 1]
+    if unsupported:
+        return (f"variant(s) {', '.join(unsupported)}: an embedding job runs on the local engine with one worker "
+                "per pass so far (engine 'ray' and data_parallel > 1 write class probabilities only)")
+    return None
