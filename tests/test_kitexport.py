@@ -11,7 +11,7 @@ from iteralab.errors import ProtocolError
 from iteralab.economics.kitexport import KIT_FILES, KitError, export_kit, kit_source, missing_files
 from iteralab.plan.protocol import check_series, parse_protocol
 from iteralab.plan.lockfile import lock
-from iteralab.campaign.runner import schedule_slots
+from iteralab.plan.schedule import schedule_slots
 from iteralab.evidence.table import COLUMNS
 
 KIT_DIR = Path(__file__).resolve().parents[1] / "src" / "iteralab" / "kit"

@@ -10,7 +10,7 @@ import typer
 from iteralab import __version__
 from iteralab.commands import evidence as evidence_commands, tools as tool_commands
 from iteralab.commands.common import CampaignProgress, require_campaign
-from iteralab.demo.run import DEFAULT_DOCS as DEMO_DOCS, DEFAULT_PASSES as DEMO_PASSES
+from iteralab.demo import DEFAULT_DOCS as DEMO_DOCS, DEFAULT_PASSES as DEMO_PASSES
 from iteralab.errors import IteraError
 
 app = typer.Typer(

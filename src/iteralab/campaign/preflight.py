@@ -57,11 +57,11 @@ def _variant_problem(protocol: Protocol, variant: object) -> str | None:
 
 def preflight(protocol_file: ProtocolFile) -> Preflight:
     """Load the workload once and check every variant against this machine (see the module docstring)."""
-    from iteralab.models.factory import load_workload
+    from iteralab.models import factory
 
     protocol = protocol_file.protocol
     model = protocol.model
-    load_workload(model.kind, path=protocol_file.where(model.path), head=protocol_file.where(model.head),
+    factory.load_workload(model.kind, path=protocol_file.where(model.path), head=protocol_file.where(model.head),
                   callable_ref=model.callable,
                   classes=list(protocol.corpus.classes), precision="fp32", device="cpu",
                   max_length=model.max_length, truncation=model.truncation,

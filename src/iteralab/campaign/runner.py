@@ -43,43 +43,10 @@ from iteralab.campaign.manifest import check_resume_environment, env_summary, lo
 from iteralab.campaign.records import PassResult, PassSpec, failure
 from iteralab.plan.protocol import Protocol, check_series
 from iteralab.plan.lockfile import LockedProtocol, open_locked
-from iteralab.plan.schedule import plan_rounds
+from iteralab.plan.schedule import Slot, schedule_slots
 
 CAMPAIGN_SCHEMA = 1
 ProgressFn = Callable[[str, dict[str, Any]], None]
-
-
-@dataclass(frozen=True)
-class Slot:
-    round: int
-    position: int
-    variant: str
-    seed: int
-    #: The dataset of a several-dataset protocol (K6); None for a one-corpus protocol.
-    dataset: str | None = None
-
-    def record(self) -> dict[str, Any]:
-        """As campaign.json stores it (no dataset key for a one-corpus protocol)."""
-        return {k: v for k, v in self.__dict__.items() if k != "dataset" or v is not None}
-
-
-def schedule_slots(protocol: Protocol) -> tuple[str, list[Slot]]:
-    """Every (round, position) of the campaign; each seed of a stochastic protocol has its own slots (Q3), and
-    each dataset of a several-dataset protocol too (K6): in every round, every variant processes every dataset,
-    the datasets in a cyclic order that shifts by one each round, the variants in the round's rotated order."""
-    design, rounds = plan_rounds([v.name for v in protocol.variants], protocol.run.passes)
-    slots: list[Slot] = []
-    seeds = list(protocol.reproduction.seeds)
-    names: list[str | None] = [d.name for d in protocol.datasets] or [None]
-    for r, order in enumerate(rounds, start=1):
-        shift = (r - 1) % len(names)
-        datasets = names[shift:] + names[:shift]
-        for s_index, seed in enumerate(seeds):
-            for d_index, dataset in enumerate(datasets):
-                for p, name in enumerate(order, start=1):
-                    position = p + (s_index * len(datasets) + d_index) * len(order)
-                    slots.append(Slot(round=r, position=position, variant=name, seed=seed, dataset=dataset))
-    return design, slots
 
 
 #: The pass workers' scratch folder inside the campaign (spec and result files; removed when a run ends).
@@ -381,7 +348,8 @@ def _open_run(protocol: Protocol, campaign: dict[str, Any], out: Path, flight: A
               shared: Any, emit: ProgressFn) -> tuple[_Run, list[Slot], list[Slot]]:
     """Read the journal, check a resume's environment, start the engine and journal the campaign's start or
     resume (evaluating a pass a kill left unevaluated). Returns the run, every slot and the slots to run."""
-    from iteralab.campaign.verdict.evaluate import CampaignReads, evaluate_pass
+    from iteralab.campaign.verdict import evaluate
+    from iteralab.campaign.verdict.evaluate import CampaignReads
     from iteralab.campaign.engines.raypass import RayEngine
 
     journal = Journal(out / JOURNAL_NAME)
@@ -406,7 +374,7 @@ def _open_run(protocol: Protocol, campaign: dict[str, Any], out: Path, flight: A
         for pid in state.order:
             if pid in state.finished and pid not in state.evaluated:
                 t0 = time.perf_counter()
-                verdict = evaluate_pass(out, pid, reads, state.started[pid].get("dataset"))
+                verdict = evaluate.evaluate_pass(out, pid, reads, state.started[pid].get("dataset"))
                 journal.append("pass_evaluated", pass_id=pid, evaluation_s=time.perf_counter() - t0,
                                intrinsic=verdict, after_resume=True)
     if engine is not None:  # campaign start-up (R2): Ray started, the cluster as Ray reports it
@@ -442,7 +410,7 @@ def _templates(mode: str, out: Path) -> Any:
 
 def _run_slot(run: _Run, slot: Slot) -> None:
     """One slot: its pass started, run (or recorded as not run), finished and evaluated in the journal."""
-    from iteralab.campaign.verdict.evaluate import evaluate_pass
+    from iteralab.campaign.verdict import evaluate
 
     key = (slot.round, slot.position)
     run.attempts[key] = run.attempts.get(key, 0) + 1
@@ -473,7 +441,8 @@ def _run_slot(run: _Run, slot: Slot) -> None:
                        environment_summary=env_summary(result.environment), **finished)
     run.at.pass_id, run.at.done = None, (run.at.done or 0) + 1
     t0 = time.perf_counter()
-    verdict = evaluate_pass(run.out, pass_id, run.reads, slot.dataset, finished={**finished, "variant": slot.variant})
+    verdict = evaluate.evaluate_pass(run.out, pass_id, run.reads, slot.dataset,
+                                     finished={**finished, "variant": slot.variant})
     run.journal.append("pass_evaluated", pass_id=pass_id, evaluation_s=time.perf_counter() - t0, intrinsic=verdict)
     run.emit("done", {"pass_id": pass_id, "status": result.status, "pass_s": result.phase("pass_s")})
 

@@ -178,7 +178,7 @@ def _tuning_split(path: Path, view: TuningView, tuning_file: Path) -> Any:
 
 def _load(path: Path, view: TuningView) -> tuple[Any, dict[str, Any]]:
     """The declared model with the reference variant's settings; any failure to load is one line naming it."""
-    from iteralab.models.factory import load_workload
+    from iteralab.models import factory
 
     model, reference = view.model, view.reference()
     settings = {"variant": reference.name if reference else None,
@@ -188,7 +188,7 @@ def _load(path: Path, view: TuningView) -> tuple[Any, dict[str, Any]]:
                 "device": (reference.device if reference and reference.device else view.run.device)}
     where = model.callable if model.kind == "callable" else model.path
     try:
-        workload = load_workload(
+        workload = factory.load_workload(
             model.kind, path=resolve(path, model.path), head=resolve(path, model.head), callable_ref=model.callable,
             classes=view.corpus.classes, precision=settings["precision"],
             device="cpu" if model.kind == "callable" else settings["device"], max_length=model.max_length,

@@ -14,10 +14,9 @@ from pathlib import Path
 from string import Template
 from typing import Any, Callable
 
+from iteralab.demo import DEFAULT_DOCS, DEFAULT_PASSES
 from iteralab.errors import RunError
 
-DEFAULT_DOCS = 1000
-DEFAULT_PASSES = 5
 DEFAULT_TUNING = 1000
 QUICK_TRY = f"not the full pre-registered protocol ({DEFAULT_DOCS} documents, {DEFAULT_PASSES} passes)"
 STRATA = {"short": (0, 30), "medium": (31, 50), "long": (51, None)}

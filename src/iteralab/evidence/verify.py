@@ -268,7 +268,7 @@ def _check_carried(audit: _Audit, campaign: dict[str, Any]) -> None:
 
 
 def _check_schedule(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> None:
-    from iteralab.campaign.runner import schedule_slots
+    from iteralab.plan.schedule import schedule_slots
 
     design, slots = schedule_slots(protocol)
     expected = {"design": design, "slots": [s.record() for s in slots]}

@@ -9,6 +9,11 @@ position once per cycle of rounds.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from iteralab.plan.protocol import Protocol
 
 
 def williams_rows(n: int) -> list[list[int]]:
@@ -39,3 +44,36 @@ def plan_rounds(variants: Sequence[str], passes: int) -> tuple[str, list[list[st
         rows = williams_rows(n)
         return "williams", [[names[i] for i in rows[r % n]] for r in range(passes)]
     return "cyclic", [[names[(i + r) % n] for i in range(n)] for r in range(passes)]
+
+
+@dataclass(frozen=True)
+class Slot:
+    round: int
+    position: int
+    variant: str
+    seed: int
+    #: The dataset of a several-dataset protocol (K6); None for a one-corpus protocol.
+    dataset: str | None = None
+
+    def record(self) -> dict[str, Any]:
+        """As campaign.json stores it (no dataset key for a one-corpus protocol)."""
+        return {k: v for k, v in self.__dict__.items() if k != "dataset" or v is not None}
+
+
+def schedule_slots(protocol: Protocol) -> tuple[str, list[Slot]]:
+    """Every (round, position) of the campaign; each seed of a stochastic protocol has its own slots (Q3), and
+    each dataset of a several-dataset protocol too (K6): in every round, every variant processes every dataset,
+    the datasets in a cyclic order that shifts by one each round, the variants in the round's rotated order."""
+    design, rounds = plan_rounds([v.name for v in protocol.variants], protocol.run.passes)
+    slots: list[Slot] = []
+    seeds = list(protocol.reproduction.seeds)
+    names: list[str | None] = [d.name for d in protocol.datasets] or [None]
+    for r, order in enumerate(rounds, start=1):
+        shift = (r - 1) % len(names)
+        datasets = names[shift:] + names[:shift]
+        for s_index, seed in enumerate(seeds):
+            for d_index, dataset in enumerate(datasets):
+                for p, name in enumerate(order, start=1):
+                    position = p + (s_index * len(datasets) + d_index) * len(order)
+                    slots.append(Slot(round=r, position=position, variant=name, seed=seed, dataset=dataset))
+    return design, slots

@@ -354,11 +354,11 @@ def _seeded_device(spec: PassSpec, startup: dict[str, Any]) -> Any:
 def _load(spec: PassSpec, device: Any, clock: Any, result: dict[str, Any]) -> Any:
     """The timed load phase: the workload, described and its files hashed into the result."""
     from iteralab.models import device as dev
-    from iteralab.models.factory import load_workload
+    from iteralab.models import factory
 
     model, variant = spec.model, spec.variant
     with dev.timed(device, clock) as loading:
-        workload = load_workload(
+        workload = factory.load_workload(
             model["kind"], path=model.get("path"), head=model.get("head"), callable_ref=model.get("callable"),
             classes=list(spec.classes), precision=variant["precision"], device=str(device),
             max_length=model["max_length"], truncation=model["truncation"], padding=variant["padding"],

@@ -461,7 +461,7 @@ class RayPredictor:
         created = time.time()
         t0 = time.perf_counter()
         from iteralab.models import device as dev
-        from iteralab.models.factory import load_workload
+        from iteralab.models import factory
 
         model, variant = spec["model"], spec["variant"]
         seed = int(spec.get("seed", 0))
@@ -481,7 +481,7 @@ class RayPredictor:
             device = dev.resolve_device(variant.get("device") or spec.get("device", "auto"))
         runtime_s = time.perf_counter() - t0
         with dev.timed(device, dev.PERF_CLOCK) as loading:
-            self.workload = load_workload(
+            self.workload = factory.load_workload(
                 model["kind"], path=model.get("path"), head=model.get("head"), callable_ref=model.get("callable"),
                 classes=spec["classes"], precision=variant["precision"], device=str(device),
                 max_length=model["max_length"], truncation=model["truncation"], padding=variant["padding"],

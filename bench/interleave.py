@@ -1,0 +1,102 @@
+"""Benchmark: two revisions of the code side by side, interleaved — a bench script's figures, old against new.
+
+For each revision it checks out a detached copy of the repository (``git worktree add --detach``) in a
+temporary folder, then runs the bench script of *that* revision, from that copy, ``--rounds`` times per
+revision in alternation (old, new, old, new …) so that a machine that slows down or speeds up during the run
+weighs on both alike. Each run must print one JSON object (``--json``); every numeric figure of it is collected,
+and for each the median over the rounds of each revision is printed with the ratio new / old, and the CPU.
+
+    python bench/interleave.py --old 492234a --new HEAD --rounds 3 -- bench_scale.py --docs 200000
+    python bench/interleave.py --old 492234a --new HEAD --rounds 3 --keys run_wall_s,fixed_per_pass_s \\
+        -- bench_scale.py --docs 1000000
+
+Figures are this machine's, on this day: read the ratios, not the absolute times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cpu_line() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()} x {os.cpu_count()}"
+    except OSError:
+        pass
+    return f"{platform.processor() or platform.machine()} x {os.cpu_count()}"
+
+
+def flatten(data: object, prefix: str = "") -> dict[str, float]:
+    """Every numeric leaf of a JSON object, keyed by its dotted path (booleans left out)."""
+    out: dict[str, float] = {}
+    if isinstance(data, dict):
+        for key, value in data.items():
+            out.update(flatten(value, f"{prefix}{key}."))
+    elif isinstance(data, (int, float)) and not isinstance(data, bool):
+        out[prefix.rstrip(".")] = float(data)
+    return out
+
+
+def checkout(rev: str, where: Path) -> Path:
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(where), rev], check=True)
+    return where
+
+
+def run_once(tree: Path, script: str, args: list[str]) -> dict[str, float]:
+    env = dict(os.environ, PYTHONPATH=str(tree / "src"))
+    proc = subprocess.run([sys.executable, str(tree / "bench" / script), *args, "--json"], cwd=tree, env=env,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{script} at {tree} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    return flatten(json.loads(proc.stdout[proc.stdout.index("{"):]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--old", required=True, help="the revision measured first in each round")
+    parser.add_argument("--new", default="HEAD", help="the revision compared with it (default HEAD)")
+    parser.add_argument("--rounds", type=int, default=3, help="runs per revision, interleaved (default 3)")
+    parser.add_argument("--keys", default="", help="comma-separated figures to print (default: all)")
+    parser.add_argument("script", help="a bench script of this folder that accepts --json, then its arguments")
+    parser.add_argument("args", nargs=argparse.REMAINDER)
+    opts = parser.parse_args(argv)
+    runs: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
+    with tempfile.TemporaryDirectory(prefix="iteralab-interleave-") as tmp:
+        trees = {"old": checkout(opts.old, Path(tmp) / "old"), "new": checkout(opts.new, Path(tmp) / "new")}
+        try:
+            for round_ in range(opts.rounds):
+                for side in ("old", "new"):
+                    runs[side].append(run_once(trees[side], opts.script, opts.args))
+                    print(f"round {round_ + 1}/{opts.rounds} {side} done", file=sys.stderr)
+        finally:
+            for tree in trees.values():
+                subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False)
+    wanted = [k for k in opts.keys.split(",") if k] or sorted(set(runs["old"][0]) & set(runs["new"][0]))
+    print(f"{opts.script} {' '.join(opts.args)}: old {opts.old}, new {opts.new}, {opts.rounds} rounds interleaved; "
+          f"CPU: {cpu_line()}")
+    print(f"  {'figure':<40} {'old (median)':>14} {'new (median)':>14} {'new / old':>10}")
+    for key in wanted:
+        old = [r[key] for r in runs["old"] if key in r]
+        new = [r[key] for r in runs["new"] if key in r]
+        if not old or not new:
+            continue
+        m_old, m_new = statistics.median(old), statistics.median(new)
+        ratio = f"{m_new / m_old:.3f}" if m_old else "n/a"
+        print(f"  {key:<40} {m_old:>14.6g} {m_new:>14.6g} {ratio:>10}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
