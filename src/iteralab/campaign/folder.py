@@ -32,8 +32,16 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from iteralab.campaign.journal import read_journal
 from iteralab.campaign.records import PHASES
+from iteralab.common.digest import StringDigest, pairs_digest
 from iteralab.errors import IteraError
+from iteralab.plan.protocol import load_protocol
 
 CAMPAIGN = "campaign.json"
 MANIFEST = "manifest.json"
@@ -288,8 +296,6 @@ def read_corpus_batches(path: str | Path, columns: list[str], *, block_size: int
     is never held in Python objects; a column the file lacks is left out."""
     path = Path(path)
     if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
         handle = pq.ParquetFile(path)
         present = [c for c in columns if c in handle.schema_arrow.names]
         return handle.iter_batches(columns=present)
@@ -302,8 +308,6 @@ def _csv_batches(path: Path, columns: list[str], block_size: int) -> Any:
     resident memory for a million documents whose ids alone take 12.) A record boundary is a line feed after an
     even number of quote characters, which holds for ``csv.writer``'s output: a quote inside a field is doubled
     and a field holding a quote, comma or line break is quoted."""
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
 
     with open(path, encoding="utf-8", newline="") as fh:
         header = next(csv.reader(fh), [])
@@ -377,10 +381,6 @@ def corpus_digests(path: str | Path, classes: list[str] | tuple[str, ...]) -> Co
     corpus file, as :mod:`iteralab.common.digest` defines them, computed from the Arrow columns: nothing per
     record in Python. Also counts what would make the copy an invalid corpus (repeated ids, labels that are no
     class)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from iteralab.common.digest import StringDigest, pairs_digest
 
     streamed = _ascending_digests(path, classes)
     if streamed is not None:
@@ -408,10 +408,6 @@ def _ascending_digests(path: str | Path, classes: list[str] | tuple[str, ...]) -
     """:func:`corpus_digests` in one streamed read when the ids strictly ascend through the file (then the file
     order is the sorted order and no id repeats): nothing per record is held. None as soon as they do not (the
     caller then sorts the whole file)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from iteralab.common.digest import StringDigest
 
     order, fingerprint = StringDigest(), StringDigest()
     value_set = pa.array(list(classes), pa.string())
@@ -501,13 +497,10 @@ class CampaignFolder:
 
     @cached_property
     def protocol(self) -> Any:
-        from iteralab.plan.protocol import load_protocol
-
         return load_protocol(self.path / PROTOCOL)
 
     def journal(self) -> Any:
         """The journal's state, read now (it grows while a campaign runs)."""
-        from iteralab.campaign.journal import read_journal
 
         return read_journal(self.path / JOURNAL)
 

@@ -21,8 +21,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import iteralab
 from iteralab.common.files import sha256_file, write_json_atomic
 from iteralab.errors import RunError
+from iteralab.models.device import device_inventory, host_inventory
 
 __all__ = ["MANIFEST_SCHEMA_VERSION", "PACKAGES", "RESUME_KEYS", "campaign_manifest", "check_resume_environment",
            "code_version", "determinism_settings", "diff_manifests", "env_summary", "environment_manifest", "flatten",
@@ -90,7 +92,6 @@ def code_version() -> dict[str, Any]:
     """The code version (C3): the git state of the tree the imported iteralab package is a tracked part of, read
     from the package's own folder, so a run started in any folder records the same. None + reason where the
     package is not tracked by git (an installed wheel, even inside another project's tree)."""
-    import iteralab
 
     folder = Path(iteralab.__file__).resolve().parent
     try:
@@ -116,7 +117,6 @@ def environment_manifest(*, runtime: bool = True, git: bool = True) -> dict[str,
     change: ``git status`` of a large tree costs seconds). ``runtime=False`` (a workload that owns its model and
     device, e.g. a Python callable) reads no fact that would import torch: torch's version comes from the
     installed package, its runtime fields are None with the reason."""
-    from iteralab.models.device import device_inventory, host_inventory
 
     versions = {name: _package_version(name) for name in PACKAGES}
     if runtime and versions["torch"] is None:  # e.g. a torch built from source: the module still knows its version

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from iteralab.campaign.records import CLASS_PROBABILITIES
 from iteralab.common import files
@@ -76,7 +78,6 @@ def encode_buffer(ids: pa.Array, classes: list[str] | tuple[str, ...], probs: np
     ids = ids if ids.type == pa.string() else ids.cast(pa.string())
     table = pa.Table.from_arrays(
         [ids, labels, pa.FixedSizeListArray.from_arrays(numpy_array(probs.reshape(-1)), k)], schema=schema(k))
-    import pyarrow.parquet as pq
 
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, row_group_size=ROW_GROUP, compression="zstd", use_dictionary=["label"],
@@ -152,7 +153,6 @@ def _read_parquet(path: Path, classes: tuple[str, ...], sum_tol: float, data: by
     """The file read in record batches of :data:`READ_BATCH` rows, each checked as it comes: what is kept is
     the ids (none while they are those of ``like``, in its order), one class code and ``k`` float32 per
     record."""
-    import pyarrow.parquet as pq
 
     k = len(classes)
     try:
@@ -266,7 +266,6 @@ def label_prob_batches(path: Path, classes: tuple[str, ...], rows: int = ROW_GRO
     """(class codes, probabilities rows × k) of a Parquet prediction file, ``rows`` records at a time, in file
     order: what a comparison with another output set needs, without holding this one whole. No format check
     (the caller compares with a file already checked)."""
-    import pyarrow.parquet as pq
 
     k = len(classes)
     # one page at a time, not whole columns; labels as dictionary codes (the writer's encoding): never decoded
@@ -289,7 +288,6 @@ def _read_ahead(batches: Iterator[Any]) -> Iterator[Any]:
 
     Arrow's own column threads (``use_threads``) gained less here and raised the runner's peak memory by about
     20 MB (bench_scale, 200,000 documents)."""
-    from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=1) as pool:
         pending = pool.submit(next, batches, _END)

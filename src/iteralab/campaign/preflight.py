@@ -14,7 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from iteralab.campaign.engines.embedpass import embedding_options, embedding_record
+from iteralab.campaign.engines.shards import worker_layout
 from iteralab.errors import WorkloadError
+from iteralab.kit.memoire import precision_refusal
+from iteralab.models import factory
+from iteralab.models.device import resolve_device
 from iteralab.plan.lockfile import ProtocolFile
 from iteralab.plan.protocol import Protocol
 
@@ -29,13 +33,9 @@ class Preflight:
 
 
 def _variant_problem(protocol: Protocol, variant: object) -> str | None:
-    from iteralab.kit.memoire import precision_refusal
-    from iteralab.models.device import resolve_device
-
     device_name = getattr(variant, "device", None) or protocol.run.device
     workers = getattr(variant, "data_parallel", 1)
     if workers > 1 and str(device_name).strip().lower() != "cpu":  # X3: enough cards, or not runnable here
-        from iteralab.campaign.engines.shards import worker_layout
 
         try:
             worker_layout(device_name, workers)
@@ -57,7 +57,6 @@ def _variant_problem(protocol: Protocol, variant: object) -> str | None:
 
 def preflight(protocol_file: ProtocolFile) -> Preflight:
     """Load the workload once and check every variant against this machine (see the module docstring)."""
-    from iteralab.models import factory
 
     protocol = protocol_file.protocol
     model = protocol.model

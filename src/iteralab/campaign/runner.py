@@ -28,21 +28,35 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from iteralab.lock.inputs import check_inputs
-from iteralab.errors import ProtocolError, RunError
-from iteralab.common.files import sha256_file, write_bytes_atomic, write_json_atomic
-from iteralab.lock.carry import carry_model_files
-from iteralab.lock.usercode import carry_routine
+# Importing scikit-learn (the evaluation's metrics) sets KMP_* variables in this process's environment: imported
+# with the runner, before the first worker, so that every pass's worker starts with the same environment.
+import sklearn.metrics  # noqa: F401
+
+from iteralab.campaign.corpuscopy import CorpusCopy, tuning_record, write_dataset_copies
 from iteralab.campaign.engines import local
 from iteralab.campaign.engines.embedpass import embedding_record
+from iteralab.campaign.engines.prefork import Templates, available
+from iteralab.campaign.engines.raypass import RayEngine, require_ray
 from iteralab.campaign.engines.registry import Engine, engine_name, engines
-from iteralab.campaign.folder import (CAMPAIGN, CATALOG, CORPUS, INPUTS, LOCK, MANIFEST, PREDICTIONS, PROTOCOL, TABLE,
-                                     TUNING, corpus_copy)
+from iteralab.campaign.folder import (
+    CAMPAIGN, CATALOG, CORPUS, INPUTS, LOCK, MANIFEST, PREDICTIONS, PROTOCOL, TABLE, TUNING, corpus_copy)
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
-from iteralab.campaign.manifest import check_resume_environment, env_summary, load_observed
+from iteralab.campaign.manifest import (
+    campaign_manifest, check_resume_environment, diff_manifests, env_summary, load_observed)
+from iteralab.campaign.preflight import preflight
 from iteralab.campaign.records import PassResult, PassSpec, failure
-from iteralab.plan.protocol import Protocol, check_series
+from iteralab.campaign.stopping import RunInterrupted, StopSignals
+from iteralab.campaign.verdict import evaluate
+from iteralab.campaign.verdict.evaluate import CampaignReads
+from iteralab.common.arrow import release_unused
+from iteralab.common.files import sha256_file, write_bytes_atomic, write_json_atomic
+from iteralab.errors import ProtocolError, RunError
+from iteralab.kit.calcul_forfaits import DEFAULT_CATALOG, KitError, load_catalog
+from iteralab.lock.carry import carry_model_files
+from iteralab.lock.inputs import check_inputs, scan_inputs
+from iteralab.lock.usercode import carry_routine
 from iteralab.plan.lockfile import LockedProtocol, open_locked
+from iteralab.plan.protocol import Protocol, check_series
 from iteralab.plan.schedule import Slot, schedule_slots
 
 CAMPAIGN_SCHEMA = 1
@@ -79,8 +93,6 @@ def _scan_and_copy(locked: LockedProtocol, out: Path, *,
     """Read the corpus (and tuning split) once, in record batches: check them against the lock while writing
     the folder's copies (P2, C1). Returns the corpus scan, the copy's record, the tuning record and the model
     files' sha256 as checked."""
-    from iteralab.campaign.corpuscopy import CorpusCopy, tuning_record
-    from iteralab.lock.inputs import scan_inputs
 
     protocol = locked.protocol
     spec = protocol.corpus
@@ -110,7 +122,6 @@ def _scan_and_copy(locked: LockedProtocol, out: Path, *,
 def _copy_catalog(locked: LockedProtocol, target: Path) -> dict[str, Any]:
     """The catalog the decision will price from, validated and copied into the folder (so the seal covers it
     and a folder moved to another machine decides the same way)."""
-    from iteralab.kit.calcul_forfaits import DEFAULT_CATALOG, KitError, load_catalog
 
     declared = locked.protocol.catalog.path
     source = locked.where(declared) if declared else DEFAULT_CATALOG
@@ -150,7 +161,6 @@ def prepare(locked: str | os.PathLike[str] | LockedProtocol, out: str | os.PathL
     _ensure_folder(out)
     try:  # the inputs are checked while they are copied: a refused input leaves no folder it created
         if protocol.datasets:  # K6: one corpus copy per dataset; the corpus record combines them
-            from iteralab.campaign.corpuscopy import write_dataset_copies
 
             datasets, corpus_record, tuning, model_hashes = write_dataset_copies(locked, out, rerun=rerun)
         else:
@@ -242,7 +252,6 @@ def run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os.
     :class:`~iteralab.campaign.stopping.RunInterrupted` raised; the campaign is incomplete, and resumable.
 
     The raw table is derived later, from what this wrote (:func:`iteralab.evidence.run.run_campaign`)."""
-    from iteralab.campaign.stopping import RunInterrupted, StopSignals
 
     at = _Where()
     with StopSignals() as stop:
@@ -295,8 +304,6 @@ class _Run:
 def _run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os.PathLike[str], stop: Any,
                 at: _Where, *, progress: ProgressFn | None, isolation: str | None, shared: Any,
                 keep_unrunnable: bool, rerun: bool) -> dict[str, Any]:
-    from iteralab.common.arrow import release_unused
-
     locked = open_locked(protocol)
     flight = _preflight(locked, keep_unrunnable)  # before anything is written or journaled
     campaign = prepare(locked, out, rerun=rerun)
@@ -332,8 +339,6 @@ def _run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os
 def _preflight(locked: LockedProtocol, keep_unrunnable: bool) -> Any:
     """What must hold before anything is written or journaled: the workload loads, each variant runs on this
     machine (or ``keep_unrunnable``), and Ray is there for a Ray variant."""
-    from iteralab.campaign.preflight import preflight
-    from iteralab.campaign.engines.raypass import require_ray
 
     flight = preflight(locked)
     if flight.unrunnable and not keep_unrunnable:
@@ -348,9 +353,6 @@ def _open_run(protocol: Protocol, campaign: dict[str, Any], out: Path, flight: A
               shared: Any, emit: ProgressFn) -> tuple[_Run, list[Slot], list[Slot]]:
     """Read the journal, check a resume's environment, start the engine and journal the campaign's start or
     resume (evaluating a pass a kill left unevaluated). Returns the run, every slot and the slots to run."""
-    from iteralab.campaign.verdict import evaluate
-    from iteralab.campaign.verdict.evaluate import CampaignReads
-    from iteralab.campaign.engines.raypass import RayEngine
 
     journal = Journal(out / JOURNAL_NAME)
     state = read_journal(journal.path)
@@ -399,18 +401,11 @@ def _templates(mode: str, out: Path) -> Any:
     available: each pass then starts a fresh interpreter)."""
     if mode != "process":
         return None
-    # Importing scikit-learn (the evaluation's metrics) sets KMP_* variables in this process's environment:
-    # imported before the first worker, so that every pass's worker starts with the same environment.
-    import sklearn.metrics  # noqa: F401
-
-    from iteralab.campaign.engines.prefork import Templates, available
-
     return Templates(out / SCRATCH) if available() else None
 
 
 def _run_slot(run: _Run, slot: Slot) -> None:
     """One slot: its pass started, run (or recorded as not run), finished and evaluated in the journal."""
-    from iteralab.campaign.verdict import evaluate
 
     key = (slot.round, slot.position)
     run.attempts[key] = run.attempts.get(key, 0) + 1
@@ -472,8 +467,6 @@ def _not_run(pass_id: str, why: str, kind: str = "not_run") -> dict[str, Any]:
 
 def _write_manifest(out: Path, campaign: dict[str, Any], protocol: Protocol, result: PassResult,
                     observed: dict[str, Any], ray: dict[str, Any] | None = None) -> dict[str, Any]:
-    from iteralab.campaign.manifest import campaign_manifest
-
     manifest = campaign_manifest(
         environment=dict(result.environment or {}),
         workload_description=dict(result.workload or {}),
@@ -492,6 +485,4 @@ def _write_manifest(out: Path, campaign: dict[str, Any], protocol: Protocol, res
 
 
 def _diff(reference: dict[str, Any], observed: dict[str, Any]) -> list[str]:
-    from iteralab.campaign.manifest import diff_manifests
-
     return diff_manifests(reference, observed)

@@ -16,12 +16,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from iteralab.errors import IteraError, ProtocolError, WorkloadError
+from iteralab.campaign.engines.passes import error_text
+from iteralab.campaign.verdict.evaluate import Expected, metric_of_codes, subgroup_metrics
+from iteralab.errors import CorpusError, IteraError, ProtocolError, WorkloadError
+from iteralab.models import factory
+from iteralab.plan.corpus import check_disjoint, load_corpus
 from iteralab.plan.metric import EMBEDDING_METRICS, MetricName, Subgroup
-from iteralab.plan.protocol import CorpusSpec, Dataset, ModelSpec, Variant, parse_toml, read_protocol_text, refusal
 from iteralab.plan.paths import resolve
+from iteralab.plan.prepare import suggest_threshold
+from iteralab.plan.protocol import CorpusSpec, Dataset, ModelSpec, Variant, parse_toml, read_protocol_text, refusal
 from iteralab.plan.values import Text
 
 #: Batch size when the protocol names no reference variant to take it from.
@@ -120,10 +126,6 @@ def read_view(protocol_path: str | os.PathLike[str]) -> TuningView:
 def measure_tuning(protocol_path: str | os.PathLike[str], *, progress: Progress | None = None) -> TuningMeasure:
     """``iteralab threshold``: run the protocol's model on its tuning split (with the reference variant's
     precision, padding and batch size) and score it with the protocol's metric and subgroups."""
-    import numpy as np
-
-    from iteralab.campaign.verdict.evaluate import Expected, metric_of_codes, subgroup_metrics
-    from iteralab.plan.prepare import suggest_threshold
 
     path = Path(protocol_path)
     view = read_view(path)
@@ -159,8 +161,6 @@ def measure_tuning(protocol_path: str | os.PathLike[str], *, progress: Progress 
 def _tuning_split(path: Path, view: TuningView, tuning_file: Path) -> Any:
     """The tuning split with its stratum column when a stratum subgroup is planned, checked disjoint (P4) from
     each final corpus the protocol names that exists yet."""
-    from iteralab.errors import CorpusError
-    from iteralab.plan.corpus import check_disjoint, load_corpus
 
     spec = view.corpus
     columns = {"id_column": spec.id_column, "text_column": spec.text_column, "label_column": spec.label_column}
@@ -178,7 +178,6 @@ def _tuning_split(path: Path, view: TuningView, tuning_file: Path) -> Any:
 
 def _load(path: Path, view: TuningView) -> tuple[Any, dict[str, Any]]:
     """The declared model with the reference variant's settings; any failure to load is one line naming it."""
-    from iteralab.models import factory
 
     model, reference = view.model, view.reference()
     settings = {"variant": reference.name if reference else None,
@@ -197,7 +196,6 @@ def _load(path: Path, view: TuningView) -> tuple[Any, dict[str, Any]]:
         raise WorkloadError(f"{path}: model ({model.kind}, {where}) not loadable: {exc.message}",
                             hint=exc.hint or "check the [model] table") from None
     except Exception as exc:  # a library's own error (a bad config, a missing file): still one line, no traceback
-        from iteralab.campaign.engines.passes import error_text
 
         raise WorkloadError(f"{path}: model ({model.kind}, {where}) not loadable: {error_text(exc)}",
                             hint="check the [model] table: path, head, callable") from None

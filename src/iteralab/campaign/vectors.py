@@ -22,6 +22,7 @@ from typing import Any, Iterator
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from iteralab.campaign.records import EMBEDDING_VECTORS
 from iteralab.common.files import sha256_file
@@ -60,8 +61,6 @@ class VectorWriter:
         self._writer: Any = None
 
     def write(self, ids: pa.Array, vectors: np.ndarray) -> None:
-        import pyarrow.parquet as pq
-
         if not len(ids):
             return
         if self._writer is None:
@@ -75,7 +74,6 @@ class VectorWriter:
 
     def close(self, dim: int | None = None) -> str:
         """Finish the file (an empty one when nothing was written: ``dim``, or 0), fsync, rename; its sha256."""
-        import pyarrow.parquet as pq
 
         if self._writer is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -111,7 +109,6 @@ def _empty(records: int, problem: str) -> VectorSet:
 
 def read_vectors(path: Path, *, normalize: bool, dim: int | None = None) -> VectorSet:
     """Read and check a vector file in record batches of :data:`READ_ROWS` rows (``dim``: the declared size)."""
-    import pyarrow.parquet as pq
 
     try:
         handle = pq.ParquetFile(path)
@@ -184,7 +181,6 @@ def _check_batch(ids: pa.Array, vectors: pa.Array, d: int, normalize: bool, matr
 
 def vector_batches(path: Path, rows: int = READ_ROWS) -> Iterator[tuple[pa.Array, np.ndarray]]:
     """(ids, vectors ``[rows, d]`` float32) of a vector file already checked, in file order, streamed."""
-    import pyarrow.parquet as pq
 
     handle = pq.ParquetFile(path)
     d = handle.schema_arrow.field("vector").type.list_size

@@ -9,6 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from iteralab.errors import RunError
+
 
 def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
     digest = hashlib.sha256()
@@ -16,6 +18,26 @@ def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
         while block := fh.read(chunk):
             digest.update(block)
     return digest.hexdigest()
+
+
+#: Pickled weights: refused by a workload, never hashed as its files.
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+#: Files never read by a workload: documentation, other frameworks' weights. Everything else is hashed.
+UNUSED_MODEL_SUFFIXES = (".md", ".png", ".jpg", ".jpeg", ".gif", ".h5", ".msgpack", ".onnx", ".ot") + PICKLE_SUFFIXES
+
+
+def folder_hashes(folder: Path, prefix: str = "") -> dict[str, str]:
+    """sha256 of the top-level files a model folder contributes (weights, config, tokenizer, code): what ``lock``
+    records and every pass reports for its model."""
+    hashes = {}
+    for item in sorted(folder.iterdir()):
+        name = item.name
+        if not item.is_file() or name.startswith(".") or name.upper().startswith(("README", "LICENSE")):
+            continue
+        if item.suffix.lower() in UNUSED_MODEL_SUFFIXES:
+            continue
+        hashes[prefix + name] = sha256_file(item)
+    return hashes
 
 
 def _file_mode() -> int:
@@ -46,8 +68,6 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
             except FileNotFoundError:
                 pass
         if isinstance(exc, OSError):
-            from iteralab.errors import RunError
-
             raise RunError(f"{path}: cannot write ({exc.strerror or exc})",
                            hint="free disk space or fix permissions, then run again: what was already "
                                 "recorded is kept") from None

@@ -7,15 +7,16 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from iteralab.common.files import dumps_json, write_text_atomic
-from iteralab.kit.calcul_forfaits import format_hours
-from iteralab.economics.pricing import EXPENSES_APART, EXPENSES_COUNTED, format_amount
-from iteralab.evidence.stats import (fmt_s)
 from iteralab.campaign.manifest import rocm_compatibility, rocm_compatibility_line
+from iteralab.common.files import dumps_json, write_text_atomic
 from iteralab.decision.costing import CPU_ONLY
 from iteralab.decision.job import render_job
-from iteralab.evidence.bundle import refuse_if_sealed
 from iteralab.decision.rule import SCOPE, Config, Decision, package_summary
+from iteralab.economics.pricing import EXPENSES_APART, EXPENSES_COUNTED, format_amount
+from iteralab.evidence.bundle import refuse_if_sealed
+from iteralab.evidence.datasets import JOB_TIME_RULE
+from iteralab.evidence.stats import fmt_s
+from iteralab.kit.calcul_forfaits import format_hours
 
 
 # -------------------------------------------------------------------------------------------- the note
@@ -69,7 +70,6 @@ def covered_datasets(ev: Any) -> list[str]:
 
 def dataset_section(d: Decision) -> list[str]:
     """Per-dataset verdicts of every configuration (K6); nothing for a one-corpus campaign."""
-    from iteralab.evidence.datasets import JOB_TIME_RULE
 
     if not any(c.datasets for c in d.configs):
         return []

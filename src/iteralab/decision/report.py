@@ -14,22 +14,32 @@ from __future__ import annotations
 
 import base64
 import io
+import math
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pyarrow.compute as pc
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+from iteralab.campaign.folder import CampaignFolder, table_columns
+from iteralab.campaign.verdict.evaluate import PredictionReader, corpus_texts, load_expected
+from iteralab.campaign.verdict.judge import subgroup_check
+from iteralab.common.files import dumps_json, write_text_atomic
 from iteralab.decision.costing import CPU_ONLY
 from iteralab.decision.note import cpu_only, exclusion_lines, render_decision, write_decision
 from iteralab.decision.rule import Config, Decision, decide
-from iteralab.campaign.folder import CampaignFolder, table_columns
-from iteralab.evidence.bundle import refuse_if_sealed
-from iteralab.errors import IteraError
-from iteralab.common.files import dumps_json, write_text_atomic
 from iteralab.economics.pricing import EXPENSES_APART, EXPENSES_COUNTED
-from iteralab.kit.calcul_forfaits import STANDARD_PACKAGE_DAYS, format_amount, format_hours
+from iteralab.errors import IteraError
+from iteralab.evidence.bundle import refuse_if_sealed
+from iteralab.evidence.memory import memory_table
 from iteralab.evidence.reads import Evidence
-from iteralab.evidence.stats import fmt_s, render_stats
+from iteralab.evidence.stats import fmt_s, reference_rows, render_stats
 from iteralab.evidence.table import CONCURRENT_NOTE
+from iteralab.kit.calcul_forfaits import STANDARD_PACKAGE_DAYS, format_amount, format_hours
 
 TEMPLATE = "report.html.j2"
 EXAMPLES = 5
@@ -44,7 +54,6 @@ def memory_rows(evidence: Evidence) -> tuple[list[dict[str, Any]], str | None]:
 
     Returns the rows and a note; the note says when the estimate is not available.
     """
-    from iteralab.evidence.memory import memory_table
 
     return list(memory_table(evidence.folder)), None
 
@@ -53,10 +62,7 @@ def memory_rows(evidence: Evidence) -> tuple[list[dict[str, Any]], str | None]:
 
 
 def _figure(width: float = 11.2, height: float = 4.0):
-    import matplotlib
-
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(width, height), dpi=100)
     ax.grid(axis="y", alpha=0.3)
@@ -178,8 +184,6 @@ def subgroup_points(decision: Decision) -> dict[str, list[dict[str, Any]]]:
     value of its own campaign's reference pass, the group's metric, the lowest value within the tolerance
     (``bound``) and the subgroup threshold as the verdict's :func:`subgroup_check` states them, and whether the
     group fails there (the checks of ``stats``)."""
-    from iteralab.campaign.verdict.judge import subgroup_check
-    from iteralab.evidence.stats import reference_rows
 
     protocol = decision.evidence[0].protocol
     gating = {s.name: s for s in protocol.subgroups if s.gating}
@@ -205,7 +209,6 @@ def plot_subgroups(decision: Decision, merged: bool) -> str | None:
     points = subgroup_points(decision)
     if not points:
         return None
-    import math
 
     configs = list(decision.configs)
     cols = min(len(points), 3)
@@ -343,10 +346,6 @@ def plot_window(decision: Decision) -> str | None:
 def wrong_predictions(evidence: Evidence, limit: int = EXAMPLES) -> tuple[str | None, list[dict[str, str]]]:
     """A few wrong predictions (id, text, true and predicted label) from the reference variant's first
     counted pass (or the first counted pass)."""
-    import numpy as np
-    import pyarrow.compute as pc
-
-    from iteralab.campaign.verdict.evaluate import PredictionReader, corpus_texts, load_expected
 
     if evidence.protocol.task.kind == "embedding":
         return None, []  # vectors have no predicted label to show
@@ -420,7 +419,6 @@ def expense_rows(decision: Decision) -> list[dict[str, Any]]:
 
 def render_report(decision: Decision, decision_md: str | None = None) -> str:
     """The report page as one self-contained HTML string."""
-    from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
     configs = list(decision.configs)
     merged = len(decision.evidence) > 1

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from iteralab.kit.calcul_forfaits import load_zone, localize
+from iteralab.campaign.folder import CampaignFolder
+from iteralab.economics.window import CalendarWindow, Task, build_window, local_task
 from iteralab.evidence.reads import Evidence
 from iteralab.evidence.stats import VariantTimes, fmt_s
-from iteralab.economics.window import CalendarWindow, Task, build_window, local_task
+from iteralab.kit.calcul_forfaits import load_zone, localize
 
 
 # ------------------------------------------------------------------------------------------- windows
@@ -108,7 +109,6 @@ def projected_window(ev: Evidence, planned: WindowInfo, times: VariantTimes) -> 
 
 def observed_span(ev: Evidence) -> WindowInfo | None:
     """When this campaign's passes actually ran (journal timestamps): observed, but not a full rental window."""
-    from iteralab.campaign.folder import CampaignFolder
 
     stamps = CampaignFolder(ev.folder).journal().pass_times()
     if len(stamps) < 2 or max(stamps) <= min(stamps):

@@ -14,8 +14,15 @@ from pathlib import Path
 from string import Template
 from typing import Any, Callable
 
+from iteralab.decision.report import finalize
 from iteralab.demo import DEFAULT_DOCS, DEFAULT_PASSES
+from iteralab.demo.data import build_demo_splits, load_rotten_tomatoes, scaled_counts
 from iteralab.errors import RunError
+from iteralab.evidence.bundle import seal
+from iteralab.evidence.run import run_campaign
+from iteralab.lock.inputs import lock
+from iteralab.models.tokens import load_tokenizer, token_counter
+from iteralab.plan.prepare import write_splits
 
 DEFAULT_TUNING = 1000
 QUICK_TRY = f"not the full pre-registered protocol ({DEFAULT_DOCS} documents, {DEFAULT_PASSES} passes)"
@@ -78,10 +85,7 @@ def protocol_text(*, model_ref: str, head: Path, threshold: float, how: str, pas
 
 def build_inputs(out: Path, *, docs: int, passes: int, tuning_size: int, seed: int, emit: Emit) -> Path:
     """Data splits, the trained head, the protocol file; returns the protocol path (not yet locked)."""
-    from iteralab.demo.data import build_demo_splits, load_rotten_tomatoes, scaled_counts
     from iteralab.models.head import train_head
-    from iteralab.models.tokens import load_tokenizer, token_counter
-    from iteralab.plan.prepare import write_splits
 
     model_dir = minilm_path()
     token_length = token_counter(load_tokenizer(model_dir))
@@ -107,9 +111,6 @@ def build_inputs(out: Path, *, docs: int, passes: int, tuning_size: int, seed: i
 def run_demo(out: str | os.PathLike[str], *, docs: int = DEFAULT_DOCS, passes: int = DEFAULT_PASSES,
              tuning_size: int | None = None, seed: int = 0, emit: Emit | None = None,
              progress: Any = None) -> dict[str, Any]:
-    from iteralab.lock.inputs import lock
-    from iteralab.evidence.run import run_campaign
-
     emit = emit or (lambda message: None)
     out = Path(out)
     if docs < 10:
@@ -126,11 +127,9 @@ def run_demo(out: str | os.PathLike[str], *, docs: int = DEFAULT_DOCS, passes: i
         entry = lock(protocol)
         emit(f"protocol locked: sha256 {entry['sha256'][:16]}… at {entry['locked_at']}")
     summary = run_campaign(protocol, out / "campaign", progress=progress)
-    from iteralab.decision.report import finalize
 
     emit("statistics, decision note and report (re-read from the campaign's stored files)")
     summary.update(finalize([out / "campaign"], out / "campaign"))
-    from iteralab.evidence.bundle import seal
 
     sealed = seal(out / "campaign")
     emit(f"evidence sealed: {sealed.files} files hashed in SHA256SUMS (seal {sealed.digest[:16]}…); "

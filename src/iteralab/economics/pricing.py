@@ -15,25 +15,11 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from iteralab.kit.calcul_forfaits import (
-    CATALOG_FILENAME,
-    DEFAULT_CATALOG,
-    Catalog,
-    CatalogEntry,
-    CatalogError,
-    CostPerResult,
-    KitError,
-    PackageBudget,
-    PriceQuote,
-    PricingError,
-    cost_per_result,
-    format_amount,
-    load_catalog,
-    package_budget,
-    parse_whole,
-    quote_price,
-    render_price,
-)
-from iteralab.plan.expenses import ExpenseLine
+    CATALOG_FILENAME, DEFAULT_CATALOG, Catalog, CatalogEntry, CatalogError, CostPerResult, KitError, PackageBudget,
+    PriceQuote, PricingError, cost_per_result, format_amount, load_catalog, package_budget, parse_whole, quote_price,
+    render_price)
+from iteralab.plan.expenses import ExpenseLine, check_currency
+from iteralab.plan.protocol import load_expenses
 
 __all__ = [
     "CATALOG_FILENAME",
@@ -334,8 +320,6 @@ def render_project(quote: PriceQuote, row: VariantCost) -> list[str]:
 def project_quote(quote: PriceQuote, path: str | Path, variant: str | None = None) -> VariantCost:
     """``price --expenses FILE``: read the file (the protocol's own model), refuse another currency than the
     catalog's in one line naming the key, and price the project."""
-    from iteralab.plan.expenses import check_currency
-    from iteralab.plan.protocol import load_expenses
 
     spec = load_expenses(path)
     check_currency(spec.expenses, quote.catalog.currency, str(path))

@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from iteralab.campaign.folder import CampaignFolder
-from iteralab.errors import BundleError
 from iteralab.common.files import FILE_MODE, sha256_file, write_text_atomic
+from iteralab.errors import BundleError
+from iteralab.lock.carry import include_weights as add_weights
 
 SUMS_NAME = "SHA256SUMS"
 SEAL_NAME = "SHA256SUMS.sha256"
@@ -262,8 +263,6 @@ def pack(folder: str | os.PathLike[str], out: str | os.PathLike[str] | None = No
         raise BundleError(f"{target}: the archive cannot be written inside the folder it packs",
                           hint="choose an --out outside the campaign folder")
     if include_weights:
-        from iteralab.lock.carry import include_weights as add_weights
-
         add_weights(folder, opened.campaign)
     sealed = seal(folder)
     root = folder.resolve().name

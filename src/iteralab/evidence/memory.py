@@ -30,24 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from iteralab.campaign.folder import CampaignFolder, RawRow
+from iteralab.campaign.journal import JOURNAL_NAME, read_journal
 from iteralab.evidence.feasibility import feasibility
 from iteralab.kit.memoire import (
-    ACTIVATION_BYTES,
-    BYTES_PER_PARAM,
-    DEFAULT_MARGIN,
-    NO_RUNTIME,
-    MemoryEstimate,
-    MemoryKitError,
-    RuntimeOverhead,
-    WeightCount,
-    config_dims,
-    count_weights,
-    estimate_for_model,
-    estimate_memory,
-    measure_runtime_overhead,
-    mib,
-    runtime_imports,
-)
+    ACTIVATION_BYTES, BYTES_PER_PARAM, DEFAULT_MARGIN, NO_RUNTIME, MemoryEstimate, MemoryKitError, RuntimeOverhead,
+    WeightCount, config_dims, count_weights, estimate_for_model, estimate_memory, measure_runtime_overhead, mib,
+    runtime_imports)
 
 __all__ = [
     "ACTIVATION_BYTES", "BYTES_PER_PARAM", "M3_NOTE", "MemoryEstimate", "RuntimeOverhead", "WeightCount",
@@ -164,7 +152,6 @@ def memory_table(campaign_dir: str | Path, *, runtime_overhead: RuntimeOverhead 
     expected = folder.corpus_size
     spec = _model_spec(folder)
     model, extra_bytes, model_type, model_reason = _meta_model(spec)
-    from iteralab.campaign.journal import JOURNAL_NAME, read_journal
 
     journal = read_journal(campaign_dir / JOURNAL_NAME)  # read once: the described models and the runtime record
     described = _described_parameters(journal)

@@ -42,14 +42,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from iteralab.campaign.folder import (CAMPAIGN, CORPUS, LOCK, MANIFEST, PROTOCOL, TUNING, CampaignFolder, corpus_copy,
-                                     read_json)
-from iteralab.errors import ProtocolError, RunError
-from iteralab.common.files import write_json_atomic, write_text_atomic
-from iteralab.plan.lockfile import open_locked
-from iteralab.plan.protocol import Protocol, load_protocol
-from iteralab.plan.paths import PACKAGE_PREFIX, resolve, stand_ins
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from iteralab.campaign.folder import (
+    CAMPAIGN, CORPUS, LOCK, MANIFEST, PROTOCOL, TUNING, CampaignFolder, corpus_copy, read_json)
+from iteralab.campaign.manifest import manifest_differences
+from iteralab.campaign.runner import prepare
 from iteralab.campaign.verdict.judge import compare_predictions
+from iteralab.common.files import write_json_atomic, write_text_atomic
+from iteralab.errors import ProtocolError, RunError
+from iteralab.evidence.run import run_campaign
+from iteralab.evidence.table import build_rows
+from iteralab.evidence.verify import audit_campaign
+from iteralab.lock.carry import CARRY_DIR, carried_path, describe_missing
+from iteralab.plan.corpus import detect_format, load_corpus
+from iteralab.plan.lockfile import open_locked
+from iteralab.plan.paths import PACKAGE_PREFIX, resolve, stand_ins
+from iteralab.plan.protocol import Protocol, load_protocol
 
 COMPARISON_SCHEMA = 1
 #: Output classes of a pair of matching passes, from the closest to the farthest.
@@ -97,7 +107,6 @@ def _ups(ref: str) -> int:
 
 def _write_declared_corpus(source_csv: Path, target: Path, protocol: Protocol, id_origin: str) -> None:
     """Rebuild the corpus file the protocol declares (format, compression, column names) from the bundle copy."""
-    from iteralab.plan.corpus import detect_format
 
     spec = protocol.corpus
     with open(source_csv, encoding="utf-8", newline="") as fh:
@@ -112,9 +121,6 @@ def _write_declared_corpus(source_csv: Path, target: Path, protocol: Protocol, i
     fmt, compression = detect_format(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
         pq.write_table(pa.table({name: [r[name] for r in records] for name, _ in columns}), target)
         return
     if fmt == "csv":
@@ -200,14 +206,10 @@ def _model_input_files(campaign: dict[str, Any], key: str) -> dict[str, dict[str
 
 
 def _lacking(source: Path, wanted: dict[str, dict[str, Any]]) -> list[str]:
-    from iteralab.lock.carry import carried_path
-
     return [name for name, record in wanted.items() if carried_path(source, name, record) is None]
 
 
 def _missing_text(wanted: dict[str, dict[str, Any]], lacking: list[str]) -> str:
-    from iteralab.lock.carry import describe_missing
-
     if not wanted or not lacking:
         return ""
     shown = "; ".join(describe_missing(n, wanted[n]) for n in lacking[:3]) + (" …" if len(lacking) > 3 else "")
@@ -217,7 +219,6 @@ def _missing_text(wanted: dict[str, dict[str, Any]], lacking: list[str]) -> str:
 def _link_carried(source: Path, key: str, wanted: dict[str, dict[str, Any]], target: Path) -> None:
     """``target`` becomes what ``model.<key>`` names, made of links to the carried files: the head file itself,
     or a folder holding each recorded file of the model folder under its own name."""
-    from iteralab.lock.carry import CARRY_DIR
 
     carried = source.resolve() / CARRY_DIR
     if key == "head":
@@ -236,7 +237,6 @@ def _stage_model_input(source: Path, campaign: dict[str, Any], key: str, ref: st
     when the bundle holds all of them, else the path the earlier campaign recorded, else refuse naming each
     missing file and its hash. A ``package:`` or absolute reference resolves on this machine as written; where
     it finds nothing, the carried copy stands in for it. Returns the record of a use of the carried copy."""
-    from iteralab.lock.carry import CARRY_DIR
 
     wanted = _model_input_files(campaign, key)
     lacking = _lacking(source, wanted)
@@ -286,10 +286,6 @@ def _same_question(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 def rerun(source: str | os.PathLike[str], out: str | os.PathLike[str], *, isolation: str | None = None,
           progress: Any = None, tuning: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Repeat the earlier campaign ``source`` into the new folder ``out`` and write the comparison there."""
-    from iteralab.evidence.verify import audit_campaign
-    from iteralab.plan.corpus import load_corpus
-    from iteralab.campaign.runner import prepare
-    from iteralab.evidence.run import run_campaign
 
     source, out = Path(source), Path(out)
     CampaignFolder.open(source)
@@ -384,8 +380,6 @@ def _outcome(pair: dict[str, Any], new_accepted: bool, bound: float | None) -> s
 
 def compare_campaigns(old: str | os.PathLike[str], new: str | os.PathLike[str]) -> dict[str, Any]:
     """Compare two campaigns of the same locked protocol from their stored files (rows are recomputed)."""
-    from iteralab.campaign.manifest import manifest_differences
-    from iteralab.evidence.table import build_rows
 
     old, new = Path(old), Path(new)
     protocol = load_protocol(new / PROTOCOL)

@@ -7,6 +7,8 @@ import os
 from typing import Any
 
 from iteralab.campaign.runner import ProgressFn, run_passes
+from iteralab.campaign.stopping import StopSignals
+from iteralab.campaign.verdict.evaluate import CampaignReads
 from iteralab.evidence.table import write_raw_table
 from iteralab.plan.lockfile import LockedProtocol
 
@@ -18,8 +20,6 @@ def run_campaign(protocol: str | os.PathLike[str] | LockedProtocol, out: str | o
     ``protocol``: the locked protocol as read once (:func:`~iteralab.plan.lockfile.open_locked`), or its file,
     read once by the runner.
     A stop signal (SIGINT, SIGTERM, SIGHUP) raises :class:`~iteralab.campaign.stopping.RunInterrupted`."""
-    from iteralab.campaign.verdict.evaluate import CampaignReads
-    from iteralab.campaign.stopping import StopSignals
 
     reads = CampaignReads(out)  # the corpus and each prediction file read once, for the evaluations and the table
     with StopSignals():  # the table too: a stop while it is written is an interrupt (the next run rewrites it)

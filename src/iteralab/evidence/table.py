@@ -13,13 +13,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from iteralab.campaign.folder import (COLUMNS, COSINE_COLUMNS, INTERRUPTED, PHASES, PROTOCOL, TABLE, CampaignFolder,
-                                      format_cell as _cell, is_embedding_campaign, table_columns)
+from iteralab.campaign.folder import (
+    COLUMNS, COSINE_COLUMNS, INTERRUPTED, PHASES, PROTOCOL, TABLE, CampaignFolder, format_cell as _cell,
+    is_embedding_campaign, table_columns)
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
-from iteralab.evidence.bundle import refuse_if_sealed
 from iteralab.campaign.manifest import rocm_compatibility_line
+from iteralab.campaign.verdict.judge import judge_campaign
 from iteralab.common.files import write_text_atomic
 from iteralab.errors import IteraError
+from iteralab.evidence.bundle import refuse_if_sealed
 from iteralab.plan.protocol import load_protocol
 
 #: The note that marks a pass measured while other processes used the machine (read back by stats).
@@ -45,7 +47,6 @@ def _quantization(value: Any) -> str | None:
 def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None) -> list[dict[str, Any]]:
     """The raw table's rows; ``reader``/``context`` (``campaign.verdict.evaluate``) let a caller that already read the
     folder's prediction files and corpus share them (each file is read once)."""
-    from iteralab.campaign.verdict.judge import judge_campaign
 
     folder = CampaignFolder.open(campaign_dir)
     campaign_dir, campaign = folder.path, folder.campaign

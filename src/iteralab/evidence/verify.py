@@ -26,12 +26,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from iteralab.lock.carry import CARRY_DIR
-from iteralab.campaign.folder import (CAMPAIGN, CORPUS, JOURNAL, LOCK, MANIFEST, PREDICTIONS, PROTOCOL, TABLE,
-                                      corpus_copy)
-from iteralab.evidence.bundle import SEAL_FILES, SUMS_NAME, check_seal
-from iteralab.errors import IteraError, VerificationError
+from iteralab.campaign.folder import (
+    CAMPAIGN, CORPUS, JOURNAL, LOCK, MANIFEST, PREDICTIONS, PROTOCOL, TABLE, corpus_copy, corpus_digests)
+from iteralab.campaign.journal import JOURNAL_NAME, read_journal
+from iteralab.campaign.predictions import is_prediction_name, pass_of
+from iteralab.campaign.verdict.evaluate import EvaluationContext, PredictionReader
 from iteralab.common.files import sha256_file
+from iteralab.errors import IteraError, VerificationError
+from iteralab.evidence.bundle import SEAL_FILES, SUMS_NAME, check_seal
+from iteralab.evidence.table import COLUMNS, build_rows, render_csv
+from iteralab.lock.carry import CARRY_DIR
+from iteralab.lock.datasets import combined_fingerprint, combined_order_hash
+from iteralab.plan.protocol import load_protocol
+from iteralab.plan.schedule import schedule_slots
 
 AUDIT_SCHEMA = 1
 #: Keys of a pass's intrinsic verdict (journal ``pass_evaluated``) that must be recomputed identically.
@@ -150,7 +157,6 @@ def audit_campaign(folder: str | Path, *, require_seal: bool = True, expect_seal
     audit.stage(CORPUS, _check_corpus, audit, campaign, protocol)
     audit.stage(CAMPAIGN, _check_schedule, audit, campaign, protocol)
     audit.stage(CARRY_DIR, _check_carried, audit, campaign)
-    from iteralab.campaign.verdict.evaluate import EvaluationContext, PredictionReader
 
     # The corpus and every prediction file are read once and shared by the journal and the table checks.
     shared = audit.stage(CORPUS, lambda: (EvaluationContext.of(audit.folder), PredictionReader(protocol)))
@@ -165,8 +171,6 @@ def audit_campaign(folder: str | Path, *, require_seal: bool = True, expect_seal
 
 
 def _check_protocol(audit: _Audit, campaign: dict[str, Any]) -> Any:
-    from iteralab.plan.protocol import load_protocol
-
     path = audit.folder / PROTOCOL
     recorded = campaign["protocol"]
     label = f"protocol {recorded.get('name')!r} version {recorded.get('version')}"
@@ -201,7 +205,6 @@ def _check_protocol(audit: _Audit, campaign: dict[str, Any]) -> Any:
 
 def _check_copy(audit: _Audit, relative: str, recorded: dict[str, Any], protocol: Any) -> None:
     """One corpus copy (the corpus, or one dataset of a several-dataset campaign) against its record."""
-    from iteralab.campaign.folder import corpus_digests
 
     path = audit.folder / relative
     if not path.is_file():
@@ -222,7 +225,6 @@ def _check_copy(audit: _Audit, relative: str, recorded: dict[str, Any], protocol
 
 def _check_datasets(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> None:
     """K6: every dataset copy against its record, and the combined record against the datasets'."""
-    from iteralab.lock.datasets import combined_fingerprint, combined_order_hash
 
     records = campaign["datasets"]
     if [r.get("name") for r in records] != [d.name for d in protocol.datasets]:
@@ -268,8 +270,6 @@ def _check_carried(audit: _Audit, campaign: dict[str, Any]) -> None:
 
 
 def _check_schedule(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> None:
-    from iteralab.plan.schedule import schedule_slots
-
     design, slots = schedule_slots(protocol)
     expected = {"design": design, "slots": [s.record() for s in slots]}
     if _normal(campaign.get("schedule")) != _normal(expected):
@@ -287,9 +287,6 @@ def _inside(folder: Path, rel: Any) -> Path | None:
 
 
 def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any, context: Any, reader: Any) -> None:
-    from iteralab.campaign.journal import JOURNAL_NAME, read_journal
-    from iteralab.campaign.predictions import is_prediction_name, pass_of
-
     folder = audit.folder
     if not (folder / JOURNAL_NAME).is_file():
         if any(is_prediction_name(p.name) for p in (folder / PREDICTIONS).glob("*")):
@@ -366,8 +363,6 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any, conte
 
 
 def _check_table(audit: _Audit, context: Any, reader: Any) -> None:
-    from iteralab.evidence.table import COLUMNS, build_rows, render_csv
-
     rows = build_rows(audit.folder, reader, context)
     audit.report.passes = len(rows)
     audit.report.accepted = sum(1 for r in rows if r.get("corpus_accepted") is True)

@@ -20,6 +20,7 @@ from typing import Any
 
 from iteralab.common.files import sha256_file
 from iteralab.errors import BundleError
+from iteralab.lock.inputs import model_files
 from iteralab.lock.usercode import copy_checked, module_file
 from iteralab.plan.lockfile import ProtocolFile
 from iteralab.plan.protocol import Protocol
@@ -60,8 +61,6 @@ def carry_model_files(protocol_file: ProtocolFile, out: Path, hashes: dict[str, 
     per file its sha256, its size and whether the folder holds it. ``hashes`` are the model files' sha256 as the
     input check just computed them (``lock.inputs.check_inputs``); without them they are computed here."""
     if hashes is None:
-        from iteralab.lock.inputs import model_files
-
         hashes = model_files(protocol_file)
     model = protocol_file.protocol.model
     folder, head = protocol_file.where(model.path), protocol_file.where(model.head)

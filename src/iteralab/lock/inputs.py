@@ -20,20 +20,19 @@ from typing import Any
 
 import numpy as np
 
+from iteralab.common.files import folder_hashes, sha256_file
+from iteralab.errors import CorpusError, ProtocolError
+from iteralab.kit.calcul_forfaits import DEFAULT_CATALOG, KitError, load_catalog
 from iteralab.lock import lockrecords
 from iteralab.lock.datasets import first_overlap
+from iteralab.lock.lockrecords import RECORDS_ENCODING, LockRecords, OverlapKeys, Suspects, keys_of, shared_keys
 from iteralab.lock.usercode import module_spec, routine_fingerprint
-from iteralab.lock.lockrecords import (RECORDS_ENCODING, LockRecords, OverlapKeys, Suspects, keys_of,
-                                          shared_keys)
-from iteralab.common.files import sha256_file
-from iteralab.models.tokens import model_labels
-from iteralab.errors import CorpusError, ProtocolError
+from iteralab.models.tokens import RowStrataCheck, model_labels
 from iteralab.plan.corpus import check_rows_disjoint, load_corpus
 from iteralab.plan.expenses import check_currency
+from iteralab.plan.lockfile import LockedProtocol, ProtocolFile, as_protocol_file, lock as _record_lock, open_locked
 from iteralab.plan.protocol import Dataset, Protocol
 from iteralab.plan.scan import Batch, CorpusScan, Sink, scan_corpus
-from iteralab.plan.lockfile import LockedProtocol, ProtocolFile, as_protocol_file, open_locked
-from iteralab.plan.lockfile import lock as _record_lock
 
 INPUTS_SCHEMA = 1
 AMEND_HINT = "restore the locked input, or amend: raise 'version' in the protocol and lock again"
@@ -53,7 +52,6 @@ def corpus_records(fingerprint: dict[str, Any]) -> dict[str, list[Any]]:
 def model_files(protocol_file: ProtocolFile) -> dict[str, str]:
     """sha256 of every file the declared model reads: weights, config and tokenizer, the head, the callable's
     module file. Missing files are refused naming the protocol key."""
-    from iteralab.models.base import folder_hashes
 
     model, where = protocol_file.protocol.model, protocol_file.source
     hashes: dict[str, str] = {}
@@ -120,8 +118,6 @@ def check_model_classes(protocol_file: ProtocolFile) -> None:
 
 
 def catalog_fingerprint(protocol_file: ProtocolFile) -> dict[str, Any]:
-    from iteralab.kit.calcul_forfaits import DEFAULT_CATALOG, KitError, load_catalog
-
     declared = protocol_file.protocol.catalog.path
     source = protocol_file.where(declared) if declared else Path(DEFAULT_CATALOG)
     try:
@@ -258,7 +254,6 @@ def scan_inputs(protocol_file: ProtocolFile, *, sinks: Sequence[Sink] = (),
     ``corpus.path``; ``strata_later``: the strata check's last step (which raises) is appended there, not run;
     ``tuning_keys``: the tuning split's digests from an earlier dataset's scan (the split is then checked
     disjoint from them, not read again: neither handed to ``tuning_sinks`` nor returned)."""
-    from iteralab.models.tokens import RowStrataCheck
 
     protocol = protocol_file.protocol
     spec = protocol.corpus

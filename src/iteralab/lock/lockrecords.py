@@ -18,6 +18,8 @@ import zlib
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from iteralab.plan.corpus import text_fingerprint
 from iteralab.plan.scan import HASH_ROWS, Batch, CorpusScan
@@ -38,7 +40,6 @@ def _encoded(values: list[str | None]) -> Any:
     """Strings as an Arrow binary array of their UTF-8 bytes (a lone surrogate kept, as the lock's JSON keeps
     it; byte order is then id order), ``None`` as null. Built from buffers: ``pa.array`` on a list would import
     pandas, tens of MB for nothing."""
-    import pyarrow as pa
 
     encoded = [b"" if v is None else v.encode("utf-8", "surrogatepass") for v in values]
     offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
@@ -77,8 +78,6 @@ class LockRecords:
     def records_data(self) -> str:
         """The JSON list of ``[id, text digest, label]`` sorted by id, zlib-compressed and base64-encoded,
         written ``HASH_ROWS`` records at a time."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
 
         ids = pa.chunked_array(self.ids, pa.binary())
         hashes = np.concatenate(self.hashes) if self.hashes else np.empty(0, "S16")

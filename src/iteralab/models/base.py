@@ -29,7 +29,7 @@ import numpy as np
 from iteralab.models.lazy import torch  # imported on first use: a callable workload never loads it
 from iteralab.errors import WorkloadError
 from iteralab.kit.memoire import PRECISIONS, precision_refusal
-from iteralab.common.files import sha256_file
+from iteralab.common.files import PICKLE_SUFFIXES
 
 KINDS = ("hf_classifier", "encoder_head", "callable", "encoder")
 PADDINGS = ("longest", "max_length")
@@ -44,9 +44,6 @@ class _Dtypes(dict):
 
 
 DTYPES = _Dtypes({"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8-dynamic": "float32"})
-_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
-# Files never read by a workload: documentation, other frameworks' weights. Everything else is hashed.
-_UNUSED_SUFFIXES = (".md", ".png", ".jpg", ".jpeg", ".gif", ".h5", ".msgpack", ".onnx", ".ot") + _PICKLE_SUFFIXES
 _REVISION = re.compile(r"[0-9a-f]{40}")
 
 
@@ -136,24 +133,11 @@ def model_folder(path: str | Path | None, kind: str) -> Path:
         raise WorkloadError(f"path: model folder {folder} does not exist",
                             hint="give a local folder; hub ids are never downloaded")
     if not any(folder.glob("*.safetensors")):
-        pickles = sorted(p.name for p in folder.iterdir() if p.suffix in _PICKLE_SUFFIXES)
+        pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
         found = f" (found {', '.join(pickles)}: pickled weights are refused)" if pickles else ""
         raise WorkloadError(f"path: {folder} has no safetensors weights{found}",
                             hint="save the model with save_pretrained(..., safe_serialization=True)")
     return folder
-
-
-def folder_hashes(folder: Path, prefix: str = "") -> dict[str, str]:
-    """sha256 of the top-level files a model folder contributes (weights, config, tokenizer, code)."""
-    hashes = {}
-    for item in sorted(folder.iterdir()):
-        name = item.name
-        if not item.is_file() or name.startswith(".") or name.upper().startswith(("README", "LICENSE")):
-            continue
-        if item.suffix.lower() in _UNUSED_SUFFIXES:
-            continue
-        hashes[prefix + name] = sha256_file(item)
-    return hashes
 
 
 def hub_revision(folder: Path) -> str | None:

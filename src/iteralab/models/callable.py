@@ -12,9 +12,9 @@ import sys
 
 import numpy as np
 
-from iteralab.common.files import sha256_file
+from iteralab.common.files import folder_hashes, sha256_file
 from iteralab.errors import WorkloadError
-from iteralab.models.base import Workload, text_list, folder_hashes
+from iteralab.models.base import Workload, text_list
 from iteralab.models.device import HOST
 from iteralab.models.lazy import torch
 

@@ -20,8 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+import psutil
+
 from iteralab.errors import WorkloadError
+from iteralab.kit.memoire import reset_cpu_peak
 from iteralab.models.lazy import torch  # imported on first use: a callable workload never loads it
+from iteralab.models.rocm import RocmCheckError, observed_rocm_verdict, os_name_from_release
 
 T = TypeVar("T")
 
@@ -208,7 +212,6 @@ def _proc_status_kib(*fields: str) -> dict[str, int] | None:
 
 def _reset_cpu_peak() -> str:
     """Reset VmHWM; return the honest scope of later reads (the kit's counter: one implementation)."""
-    from iteralab.kit.memoire import reset_cpu_peak
 
     return reset_cpu_peak(lambda *fields: _proc_status_kib(*fields), _PROC_CLEAR_REFS)
 
@@ -402,7 +405,6 @@ def rocm_facts(gpus: list[dict[str, Any]]) -> dict[str, Any]:
     sorted order is looked up, and several targets are said); the OS
     release; the torch version as ``pytorch=X.Y.Z``. A card's name is never used.
     """
-    from iteralab.models.rocm import RocmCheckError, observed_rocm_verdict
 
     hip = torch.version.hip
     if not hip:
@@ -423,8 +425,6 @@ def rocm_facts(gpus: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _pretty_os(release: str) -> str:
-    from iteralab.models.rocm import os_name_from_release
-
     return os_name_from_release(release)
 
 
@@ -497,7 +497,7 @@ CONCURRENT_SHARE = 0.25
 def load_snapshot() -> dict[str, float] | None:
     """Machine-wide busy CPU seconds, steal, and this process's own CPU seconds (psutil), or None."""
     try:
-        import psutil
+        pass
     except ImportError:
         return None
     total = psutil.cpu_times()

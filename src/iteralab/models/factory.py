@@ -11,7 +11,9 @@ from pathlib import Path
 
 from iteralab.errors import WorkloadError
 from iteralab.models.base import KINDS, Settings, Workload, check_settings, model_folder
+from iteralab.models.callable import CallableWorkload
 from iteralab.models.device import resolve_device
+from iteralab.models.embedding import load_callable_embedding
 from iteralab.models.lazy import torch  # imported on first use: a callable workload never loads it
 
 
@@ -29,8 +31,6 @@ def load_workload(kind: str, *, path: str | Path | None = None, head: str | Path
         raise WorkloadError(f"kind: {kind!r} does not give what a {task} job needs",
                             hint="an embedding job's model is an 'encoder' folder or a 'callable'")
     if task == "embedding" and kind == "callable":
-        from iteralab.models.embedding import load_callable_embedding
-
         return load_callable_embedding(callable_ref, path, precision, bool(compile))
     if kind == "callable":
         if callable_ref is None:
@@ -40,7 +40,6 @@ def load_workload(kind: str, *, path: str | Path | None = None, head: str | Path
         if precision != "fp32" or compile:
             raise WorkloadError(f"precision/compile: {precision!r}/{compile} cannot be applied to a callable",
                                 hint="the callable owns its model; declare precision 'fp32' and compile false")
-        from iteralab.models.callable import CallableWorkload
 
         return CallableWorkload(callable_ref, classes, Path(path) if path is not None else None)
     settings = Settings(precision=precision, device=resolve_device(device), max_length=max_length,

@@ -11,13 +11,17 @@ from typing import Any
 
 import numpy as np
 import torch
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import f1_score
+from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
-from iteralab.common.files import sha256_file, write_bytes_atomic
+from iteralab.common.files import folder_hashes, sha256_file, write_bytes_atomic
 from iteralab.errors import WorkloadError
-from iteralab.models.base import (HEAD_FORMAT, POOLING, Settings, check_settings, model_folder, text_list,
-                                  folder_hashes)
+from iteralab.models.base import HEAD_FORMAT, POOLING, Settings, check_settings, model_folder, text_list
 from iteralab.models.device import resolve_device
 from iteralab.models.hf import HFText, load_pretrained
+from iteralab.plan.corpus import check_disjoint, load_corpus
+from iteralab.plan.prepare import record_suggestion, suggest_threshold
 
 
 # ----------------------------------------------------------------------------------------- encoder + head
@@ -124,7 +128,6 @@ def train_linear_head(embeddings: np.ndarray, labels: Sequence[str], classes: Se
     With two classes scikit-learn fits one logit; it is returned as two rows (0 and w) whose softmax equals
     the fitted sigmoid, so every head has one row per class, in the order of ``classes``.
     """
-    from sklearn.linear_model import LogisticRegression
 
     x = np.asarray(embeddings, dtype=np.float64)
     names = tuple(classes)
@@ -232,9 +235,6 @@ CV_FOLDS = 5
 def cross_validated_macro_f1(embeddings: np.ndarray, labels: Sequence[str], classes: Sequence[str], *,
                              seed: int = 0, folds: int = CV_FOLDS) -> float:
     """Macro-F1 of the same logistic regression, k-fold cross-validated (stratified, seeded) on the tuning split."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics import f1_score
-    from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
     smallest = min(list(labels).count(c) for c in set(labels))
     if smallest < 2:
@@ -252,8 +252,6 @@ def train_head(encoder: str | Path, tuning: str | Path, out: str | Path, *, fina
     cross-validated macro-F1 on that split with the threshold it suggests. A tuning file that shares ids or texts
     with ``final`` (default: ``final.csv`` beside it) is refused. Returns what was done (also written, when the
     tuning file sits in a ``prepare`` folder, into its prepare.json and draft protocol)."""
-    from iteralab.plan.corpus import check_disjoint, load_corpus
-    from iteralab.plan.prepare import record_suggestion, suggest_threshold
 
     tuning = Path(tuning)
     split = load_corpus(tuning)

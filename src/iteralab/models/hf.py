@@ -11,7 +11,8 @@ from typing import Any
 import torch
 
 from iteralab.errors import WorkloadError
-from iteralab.models.base import (DTYPES, Settings, Workload, check_settings, text_list, folder_hashes,
+from iteralab.common.files import folder_hashes
+from iteralab.models.base import (DTYPES, Settings, Workload, check_settings, text_list,
                                   hub_revision)
 
 

@@ -6,14 +6,18 @@ Used by ``prepare`` (to build the strata), by ``lock``/``run`` (to check every r
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from iteralab.common.files import sha256_file
 from iteralab.errors import CorpusError, ProtocolError, WorkloadError
 from iteralab.plan.corpus import Corpus
+from iteralab.plan.paths import PACKAGE_PREFIX, resolve
+from iteralab.plan.prepare import prepare_corpus
 from iteralab.plan.protocol import Protocol
-from iteralab.plan.paths import resolve
 from iteralab.plan.strata import assign_strata, describe_strata
 
 #: The files a Hugging Face tokenizer may read; their hashes are recorded wherever token counts are used.
@@ -24,7 +28,6 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 
 def load_tokenizer(folder: str | Path) -> Any:
     """The tokenizer of a local model folder (nothing is downloaded)."""
-    import os
 
     from iteralab.models.hf import quiet_transformers
 
@@ -58,8 +61,6 @@ def token_counter(tokenizer: Any, batch_size: int = 1024) -> Callable[[Sequence[
 
 
 def tokenizer_hashes(folder: str | Path) -> dict[str, str]:
-    from iteralab.common.files import sha256_file
-
     folder = Path(folder)
     return {name: sha256_file(folder / name) for name in TOKENIZER_FILES if (folder / name).is_file()}
 
@@ -148,7 +149,6 @@ class RowStrataCheck:
 def model_kind(folder: Path) -> str:
     """``hf_classifier`` when the folder's config names a sequence-classification architecture, else an
     encoder that needs a trained head (``encoder_head``)."""
-    import json
 
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
@@ -161,7 +161,6 @@ def model_kind(folder: Path) -> str:
 
 def model_labels(folder: Path) -> list[str] | None:
     """A classifier's labels in its output order (config.json ``id2label``), or None."""
-    import json
 
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
@@ -174,7 +173,6 @@ def model_labels(folder: Path) -> list[str] | None:
 def resolve_model(ref: str) -> tuple[Path, str]:
     """A model named on the command line: a folder (its absolute path goes into the draft) or
     ``package:NAME/sub`` (kept as written, so the protocol stays portable)."""
-    from iteralab.plan.paths import PACKAGE_PREFIX
 
     folder = resolve(Path.cwd() / "command-line", ref)
     if folder is None or not folder.is_dir():
@@ -185,7 +183,6 @@ def resolve_model(ref: str) -> tuple[Path, str]:
 
 def prepare_for_model(source: str | Path, out: str | Path, *, model: str, **options: Any) -> dict[str, Any]:
     """``iteralab prepare``: token counts by ``model``'s own tokenizer, then :func:`plan.prepare.prepare_corpus`."""
-    from iteralab.plan.prepare import prepare_corpus
 
     folder, ref = resolve_model(model)
     tokenizer = load_tokenizer(folder)

@@ -23,9 +23,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-from iteralab.errors import CorpusError
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from iteralab.common.digest import pairs_digest, string_digest
 from iteralab.common.files import write_bytes_atomic
+from iteralab.errors import CorpusError
 
 IdOrigin = Literal["data", "content"]
 
@@ -300,9 +303,6 @@ def _json_kind(value: Any) -> str:
 
 
 def _load_parquet(path: Path, where: str, wanted: Sequence[str]) -> tuple[str, list[str], list[tuple[int, dict]]]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     _check_is_file(path, where)
     try:
         table = pq.read_table(path)

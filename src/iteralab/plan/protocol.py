@@ -11,9 +11,11 @@ changed protocol. Paths written in it resolve through :mod:`iteralab.plan.paths`
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import sys
+import typing
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -24,11 +26,11 @@ from pydantic_core import PydanticCustomError
 from iteralab.errors import ProtocolError
 from iteralab.kit.calcul_forfaits import WindowError, elapsed, load_zone, localize
 from iteralab.kit.memoire import PRECISIONS  # the kit's list: one list for library and kit
+from iteralab.plan.engines import layout_problem
 from iteralab.plan.expenses import BudgetRule, ExpenseFile, ExpenseLine, expense_problems, keyed_error
 from iteralab.plan.metric import MetricSpec, Subgroup, subgroup_problems
 from iteralab.plan.task import EmbeddingSpec, TaskSpec, task_problem
-from iteralab.plan.values import Flag, Number, Text, Whole
-from iteralab.plan.values import Strict as _Strict
+from iteralab.plan.values import Flag, Number, Strict as _Strict, Text, Whole
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -171,8 +173,6 @@ class RunSpec(_Strict):
 
     @model_validator(mode="after")
     def _ray_layout(self) -> RunSpec:
-        from iteralab.plan.engines import layout_problem
-
         problem = layout_problem(self.ray_actors, self.ray_cpus_per_actor, self.ray_num_cpus)
         if problem:
             raise ValueError(problem)
@@ -475,7 +475,6 @@ MAX_PROBLEMS = 10
 
 def _known_keys(loc: tuple[Any, ...], root: type[BaseModel]) -> list[str]:
     """The keys the protocol accepts at the table that holds ``loc``'s last key."""
-    import typing
 
     model: Any = root
     for part in loc[:-1]:
@@ -492,8 +491,6 @@ def _known_keys(loc: tuple[Any, ...], root: type[BaseModel]) -> list[str]:
 
 
 def _problem(data: Any, error: Any, root: type[BaseModel]) -> str:
-    import difflib
-
     loc = tuple(error["loc"])
     key = (error.get("ctx") or {}).get("at") or _location(data, loc) or "(top level)"
     if error["type"] == "extra_forbidden":

@@ -28,6 +28,10 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
 from iteralab.common.digest import StringDigest
 from iteralab.plan.corpus import MAX_CSV_FIELD, Corpus, IdOrigin, detect_format, load_corpus, text_fingerprint
 
@@ -136,9 +140,6 @@ def _jsonl_batches(path: Path, compression: str | None, wanted: Sequence[str]) -
 
 
 def _parquet_batches(path: Path, wanted: Sequence[str]) -> Iterator[dict[str, list]]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     handle = pq.ParquetFile(path)
     names = list(handle.schema_arrow.names)
     present = [n for n in dict.fromkeys(wanted) if n in names]
@@ -252,15 +253,11 @@ class _Digests:
             self.labels.update(batch.labels)
             self.last = ids[-1] if ids else self.last
         if self.keep:
-            import pyarrow as pa
-
             for name, values in (("id", ids), ("text", batch.texts), ("label", batch.labels)):
                 self.kept[name].append(pa.array(values, pa.string()))
 
     def sorted_digests(self) -> tuple[str, str, int]:
         """(fingerprint, labels digest, distinct ids) from the kept columns, hashed in id order."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
 
         columns = {name: pa.chunked_array(chunks, pa.string()).combine_chunks()
                    for name, chunks in self.kept.items()}
@@ -336,8 +333,6 @@ def scan_of(corpus: Corpus, sinks: Sequence[Sink] = ()) -> CorpusScan:
 
 def _scan(path: Path, where: str, fmt: str, compression: str | None, wanted: list[str], options: dict[str, Any],
           allowed: set[str] | None, sinks: Sequence[Sink], keep: bool) -> CorpusScan | None:
-    import pyarrow as pa  # noqa: F401  # Parquet and kept columns; imported before any file is opened
-
     if not path.is_file():
         raise _Refused
     id_column, text_column, label_column = wanted[:3]

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from iteralab.campaign.folder import PREDICTIONS
 from iteralab.campaign.records import EMBEDDING_VECTORS
@@ -40,7 +41,6 @@ def embedding_options(model: Any) -> dict[str, Any]:
 def flush_vectors(pass_run: Any, final: bool = False) -> None:
     """The completed rows' vectors streamed to the vector file once a record batch is full (``final``: whatever
     is left), in pass order (a bucketed pass: its length order, the ids taken in that order)."""
-    import pyarrow as pa
 
     pending = pass_run.progress.completed - pass_run.flushed
     if not pending or (pending < FLUSH_ROWS and not final):

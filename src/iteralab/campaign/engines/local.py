@@ -15,13 +15,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from iteralab.campaign.engines.passes import ended_without_result, execute_pass
+from iteralab.campaign.engines.prefork import TemplateGone
+from iteralab.campaign.manifest import environment_manifest, owns_device
 from iteralab.campaign.records import PassSpec, failure
 
 
 def run_in_process(spec: PassSpec) -> dict[str, Any]:
     """One pass in the runner's own process, its environment recorded as the pass saw it."""
-    from iteralab.campaign.manifest import environment_manifest, owns_device
-    from iteralab.campaign.engines.passes import execute_pass
 
     result = execute_pass(spec)
     result["environment"] = environment_manifest(runtime=not owns_device(spec.model["kind"]), git=spec.record_git)
@@ -45,8 +46,6 @@ def run_in_worker(spec: PassSpec, templates: Any = None) -> dict[str, Any]:
         extra: dict[str, Any] = {}
         forked = templates is not None and templates.refused is None
         if forked:
-            from iteralab.campaign.engines.prefork import TemplateGone
-
             stderr_path = Path(tmp) / "stderr.txt"
             template = templates.for_kind(spec.model.get("kind"))
             try:
@@ -72,7 +71,6 @@ def run_in_worker(spec: PassSpec, templates: Any = None) -> dict[str, Any]:
                 startup.update(extra)
                 startup["worker_wall_s"] = worker_s
             return result
-        from iteralab.campaign.engines.passes import ended_without_result
 
         return failure(spec.pass_id, ended_without_result(returncode, stderr), "crash", completed=None, retries=None,
                        notes=["completed: unknown, the worker died before reporting (e.g. killed by the kernel's "

@@ -22,9 +22,11 @@ Reads the pass spec the runner builds; writes the merged prediction file ``predi
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import tempfile
@@ -34,9 +36,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-from iteralab.campaign.folder import PREDICTIONS
+from iteralab.campaign import predictions  # noqa: F401  # imported at start-up, never in the writing phase
+from iteralab.campaign.engines import passes
+from iteralab.campaign.engines.passes import ended_without_result, error_text, order_hash
+from iteralab.campaign.engines.shards import corpus_lengths, imbalance, plan_shards, shard_tokens, worker_layout
+from iteralab.campaign.folder import PREDICTIONS, read_corpus_batches
+from iteralab.campaign.manifest import determinism_settings, environment_manifest, owns_device
+from iteralab.campaign.predictions import file_name, write_predictions
 from iteralab.campaign.records import STARTUP_PHASES, WORKER_PHASES, PassSpec, failure, started
+from iteralab.common.files import write_json_atomic
+from iteralab.errors import IteraError
+from iteralab.models import device as dev
 
 #: How long the coordinator waits for a worker's next message before it declares the pass failed (seconds).
 #: Generous: a worker loading a large model on a busy machine is slow, not dead (a dead one closes its pipe).
@@ -85,9 +99,6 @@ class WorkerSync:
 def _die_with_parent() -> None:
     """Linux: this worker gets SIGKILL when the coordinator dies (a killed runner leaves no orphan)."""
     if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
         try:
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
         except OSError:  # pragma: no cover - no libc by that name: the closed pipe still ends the worker
@@ -99,8 +110,6 @@ def worker_main(argv: list[str]) -> int:
     pass."""
     _die_with_parent()
     started = time.perf_counter()
-    from iteralab.campaign.engines import passes
-    from iteralab.campaign import predictions  # noqa: F401  # start-up, not the writing phase, imports it
 
     spec_path, result_path, read_fd, write_fd = argv
     spec = PassSpec.from_json(json.loads(Path(spec_path).read_text(encoding="utf-8")), spec_path)
@@ -109,7 +118,6 @@ def worker_main(argv: list[str]) -> int:
     environment = None
     if spec.collect_environment:
         t0 = time.perf_counter()
-        from iteralab.campaign.manifest import environment_manifest, owns_device
 
         environment = environment_manifest(runtime=not owns_device(spec.model["kind"]))
         startup["environment_s"] = time.perf_counter() - t0
@@ -119,17 +127,12 @@ def worker_main(argv: list[str]) -> int:
     except Exception as exc:  # unexpected: still leave a failure record behind
         result = failure(spec.pass_id, passes.error_text(exc), "internal", completed=None, retries=None)
     if sync.pass_run is not None:  # the shard's whole pass order (the file holds the completed part only)
-        import pyarrow as pa
-        import pyarrow.parquet as pq
 
         pq.write_table(pa.table({"id": sync.pass_run.ordered_ids()}),
                        Path(spec.prediction_dir) / f"{spec.pass_id}.order.parquet")
     if environment is not None and "torch" in sys.modules and isinstance(environment.get("determinism"), dict):
-        from iteralab.campaign.manifest import determinism_settings
-
         environment["determinism"] = determinism_settings()
     result["environment"] = environment
-    from iteralab.common.files import write_json_atomic
 
     write_json_atomic(result_path, result)
     return 0
@@ -173,7 +176,6 @@ class _Worker:
         if self.stopped:
             return failure(f"w{self.k}", "stopped before the measured pass: another worker failed first", "stopped",
                            retries=None)
-        from iteralab.campaign.engines.passes import ended_without_result
 
         log = self.folder / f"w{self.k}.log"
         stderr = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
@@ -216,7 +218,7 @@ def _start_workers(spec: PassSpec, layout: Any, folder: Path) -> list[_Worker]:
 def _cpu_snapshot(pids: list[int]) -> dict[str, float] | None:
     """Machine busy CPU seconds and the CPU seconds of this pass's own processes (coordinator + workers)."""
     try:
-        import psutil
+        pass
     except ImportError:
         return None
     total = psutil.cpu_times()
@@ -235,9 +237,6 @@ def _cpu_snapshot(pids: list[int]) -> dict[str, float] | None:
 def run_data_parallel(spec: PassSpec | dict[str, Any], clock: Any = None) -> dict[str, Any]:
     """Run one data-parallel pass (``spec.variant["data_parallel"]`` workers); return its result record (the JSON
     form of a :class:`~iteralab.campaign.records.PassResult`)."""
-    from iteralab.campaign.engines.shards import worker_layout
-    from iteralab.errors import IteraError
-    from iteralab.models import device as dev
 
     clock = clock or dev.PERF_CLOCK
     spec = PassSpec.coerce(spec)
@@ -319,7 +318,6 @@ def _coordinate(spec: PassSpec, result: dict[str, Any], workers: list[_Worker], 
 def _plan_shards(spec: PassSpec, result: dict[str, Any], workers: list[_Worker]) -> tuple[Any, Exception | None]:
     """Start-up (R2), while the workers load: each document's cost and the shard plan (row bounds), recorded in
     the result's ``parallel`` part; the error when the tokenizer or the corpus copy is unusable."""
-    from iteralab.campaign.engines.shards import corpus_lengths, imbalance, plan_shards, shard_tokens
 
     notes, parallel, startup = result["notes"], result["parallel"], result["startup"]
     n = len(workers)
@@ -328,8 +326,6 @@ def _plan_shards(spec: PassSpec, result: dict[str, Any], workers: list[_Worker])
     try:
         lengths, unit = corpus_lengths(spec) if n > 1 else (None, None)
         if lengths is None:
-            from iteralab.campaign.folder import read_corpus_batches
-
             rows = sum(len(b) for b in read_corpus_batches(spec.corpus_path, ["id"]))
             bounds, tokens = np.array([0, rows]), None
         else:
@@ -373,8 +369,6 @@ def _failed_before_measuring(result: dict[str, Any], workers: list[_Worker], lay
         w.proc.wait()
     _collect(result, workers, None, layout)
     if plan_error is not None:
-        from iteralab.campaign.engines.passes import error_text
-
         result.update(error=f"shard plan: {error_text(plan_error)}", error_kind="load")
     notes.append(f"failed before the measured pass: {result['error']}; no worker ran its shard, no fallback "
                  "to fewer devices")
@@ -386,7 +380,6 @@ def _measured_shards(result: dict[str, Any], workers: list[_Worker], events: que
                      bounds: Any) -> tuple[bool, float, float]:
     """The measured pass: from the go sent to every ready worker until the last shard's predictions are on the
     host. Returns whether every shard finished ok, the pass time and the last shard's end."""
-    from iteralab.models import device as dev
 
     before = _cpu_snapshot([w.proc.pid for w in workers])
     t_go = clock.now()  # every worker is ready: the measured pass starts
@@ -436,7 +429,6 @@ def _collect(result: dict[str, Any], workers: list[_Worker], bounds: Any, layout
         phases[name] = max(values) if values and all(v is not None for v in values) else None
     shard_times = [(r.get("phases") or {}).get("pass_s") for r in records]
     parallel["device_pass_s"] = {w.label: t for w, t in zip(workers, shard_times)}
-    from iteralab.campaign.engines.shards import imbalance
 
     parallel["time_imbalance"] = imbalance(shard_times)
     completed = [d["completed"] for d in devices]
@@ -503,11 +495,6 @@ def _memory(records: list[dict[str, Any]], workers: list[_Worker]) -> dict[str, 
 
 def _merge(spec: PassSpec, result: dict[str, Any], workers: list[_Worker]) -> None:
     """Concatenate the shards' prediction files in shard order into the pass's file (atomically)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from iteralab.campaign.engines.passes import order_hash
-    from iteralab.campaign.predictions import file_name, write_predictions
 
     classes = list(spec.classes)
     ids, probs, order = [], [], []

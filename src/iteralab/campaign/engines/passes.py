@@ -21,11 +21,13 @@ import sys
 import traceback
 from pathlib import Path
 from typing import Any, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow  # noqa: F401  # imported at start-up, never inside the measured region (the pass reads with it)
 import pyarrow.csv  # noqa: F401
 import pyarrow.parquet  # noqa: F401  # and writes the prediction file with it
+import pyarrow as pa
 
 from iteralab.campaign import folder as _folder  # noqa: F401  # the pass reads the corpus with it: imported at
 from iteralab.campaign import predictions as _predictions  # noqa: F401  # start-up, never inside a timed phase
@@ -33,6 +35,18 @@ from iteralab.campaign.folder import PREDICTIONS
 from iteralab.campaign.records import PassSpec, failure, started
 from iteralab.campaign.engines.embedpass import embedding_options, finish_vectors, flush_vectors, is_embedding
 from iteralab.common.files import write_json_atomic
+from iteralab.campaign.folder import read_corpus_batches
+from iteralab.campaign.manifest import determinism_settings
+from iteralab.campaign.manifest import environment_manifest, owns_device
+from iteralab.campaign.predictions import file_name
+from iteralab.campaign.predictions import write_predictions
+from iteralab.campaign.vectors import VectorWriter
+from iteralab.common.arrow import numpy_array, string_array
+from iteralab.common.digest import string_digest
+from iteralab.kit.memoire import runtime_imports, runtime_overhead
+from iteralab.models import device as dev
+from iteralab.models import factory
+from iteralab.plan.corpus import load_corpus
 
 READ_BLOCK = 1 << 22  # bytes of corpus file per record batch (a pass holds O(block + batch) texts)
 WARMUP_BLOCK = 1 << 16  # bytes per piece read for the warm-up texts
@@ -118,14 +132,10 @@ class _Progress:
 def _text_batches(corpus_path: str, corpus_kwargs: dict[str, Any], columns: list[str],
                   block_size: int = READ_BLOCK) -> Iterator[Any]:
     """Record batches of the corpus file (Arrow), streamed; a corpus in another format is loaded and cut."""
-    import pyarrow as pa
-
-    from iteralab.campaign.folder import read_corpus_batches
 
     if corpus_path.endswith((".csv", ".parquet")):
         yield from read_corpus_batches(corpus_path, columns, block_size=block_size)
         return
-    from iteralab.plan.corpus import load_corpus
 
     corpus = load_corpus(corpus_path, **corpus_kwargs)
     yield pa.record_batch([pa.array(list(corpus.ids), pa.string()), pa.array(list(corpus.texts), pa.string())],
@@ -215,8 +225,6 @@ class MeasuredPass:
             self.limit.check()
 
     def _run_bucketed(self, workload: Any, batches: Iterator[Any], batch_size: int, resume: bool) -> None:
-        import pyarrow as pa
-
         text_chunks = []
         lengths: list[int] = []
         for record_batch in batches:
@@ -242,9 +250,6 @@ class MeasuredPass:
 
     def ordered_ids(self) -> Any:
         """Every id of the corpus, in pass order (an Arrow string array)."""
-        import pyarrow as pa
-
-        from iteralab.common.arrow import numpy_array, string_array
 
         ids = pa.concat_arrays([c.cast(pa.string()) for c in self.id_chunks]) if self.id_chunks else string_array([])
         return ids if self.order is None else ids.take(numpy_array(self.order))
@@ -264,7 +269,6 @@ class MeasuredPass:
 def order_hash(ids: Any) -> str:
     """The digest of the ids in the order the pass wrote them (C1; :mod:`iteralab.common.digest`), from the
     Arrow array: a pass over the corpus in file order has the corpus's ``order_hash``."""
-    from iteralab.common.digest import string_digest
 
     return string_digest(ids)
 
@@ -292,7 +296,6 @@ def execute_pass(spec: PassSpec | dict[str, Any], clock: Any = None, startup: di
 
     Every phase is timed by :func:`iteralab.models.device.timed` (synchronize, read, body, synchronize, read)
     with one clock, injectable as ``clock`` (an object with ``now()``, default ``time.perf_counter``)."""
-    from iteralab.models import device as dev
 
     clock = clock or dev.PERF_CLOCK
     spec = PassSpec.coerce(spec)
@@ -332,7 +335,6 @@ def _corpus_kwargs(spec: PassSpec) -> dict[str, Any]:
 
 def _seeded_device(spec: PassSpec, startup: dict[str, Any]) -> Any:
     """Seeds the generators and resolves the device; the time it takes is the start-up's ``runtime_s``."""
-    from iteralab.models import device as dev
 
     seed = int(spec.seed)
     t0 = time.perf_counter()
@@ -353,8 +355,6 @@ def _seeded_device(spec: PassSpec, startup: dict[str, Any]) -> Any:
 
 def _load(spec: PassSpec, device: Any, clock: Any, result: dict[str, Any]) -> Any:
     """The timed load phase: the workload, described and its files hashed into the result."""
-    from iteralab.models import device as dev
-    from iteralab.models import factory
 
     model, variant = spec.model, spec.variant
     with dev.timed(device, clock) as loading:
@@ -375,7 +375,6 @@ def _warm_up(spec: PassSpec, workload: Any, device: Any, clock: Any,
              result: dict[str, Any]) -> tuple[list[str], float | None]:
     """Warm-up (R5): the first `inputs` texts of the corpus, `passes` times, with the variant's batch size. Returns
     the texts and the last repetition's time: what the pass time limit projects from (run.pass_timeout)."""
-    from iteralab.models import device as dev
 
     variant, phases, notes = spec.variant, result["phases"], result["notes"]
     batch_size = int(variant["batch_size"])
@@ -417,7 +416,6 @@ def _fix_limit(spec: PassSpec, result: dict[str, Any], last_warm_s: float | None
 def _measure(spec: PassSpec, workload: Any, device: Any, clock: Any, result: dict[str, Any], limit_s: float | None,
              basis: str | None, rows: tuple[int, int] | None, sync: Any) -> tuple[MeasuredPass, BaseException | None]:
     """The measured region, then what is read right after it: peaks, concurrent load, the GPU scope."""
-    from iteralab.models import device as dev
 
     variant, phases = spec.variant, result["phases"]
     measured_error: BaseException | None = None
@@ -425,8 +423,6 @@ def _measure(spec: PassSpec, workload: Any, device: Any, clock: Any, result: dic
     batch_size = int(variant["batch_size"])
     pass_run = MeasuredPass()
     if is_embedding(spec.model):  # vectors stream to their file as the pass runs
-        from iteralab.campaign.predictions import file_name
-        from iteralab.campaign.vectors import VectorWriter
 
         pass_run.sink = VectorWriter(Path(spec.prediction_dir) / file_name(spec.pass_id))
     gpu_scope = dev.GpuEvents(device)  # CUDA events, created outside the timed region; a labelled GPU scope
@@ -476,9 +472,6 @@ def _record_outcome(result: dict[str, Any], pass_run: MeasuredPass, measured_err
 
 def _write_predictions(spec: PassSpec, pass_run: MeasuredPass, clock: Any, result: dict[str, Any]) -> None:
     """Writing (outside the measured region): the completed rows, in pass order, from the arrays, atomically."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from iteralab.campaign.predictions import file_name, write_predictions
 
     t0 = clock.now()
     ids = pass_run.ordered_ids()
@@ -511,7 +504,6 @@ def record_runtime_memory(spec: PassSpec, startup: dict[str, Any]) -> None:
         return
     if "runtime_rss_bytes" in startup:  # a forked worker: its template read it, after the same imports, before
         return  # any fork (a forked worker would read less), and handed it over in the start-up record
-    from iteralab.kit.memoire import runtime_imports, runtime_overhead
 
     t0 = time.perf_counter()
     startup["runtime_rss_bytes"] = runtime_overhead(runtime_imports()).bytes
@@ -533,8 +525,6 @@ def worker_main(argv: list[str], startup: dict[str, Any] | None = None) -> int:
                    "imports_s": started - _IMPORT_START}
     t0 = time.perf_counter()
     try:
-        from iteralab.campaign.manifest import environment_manifest, owns_device
-
         environment = environment_manifest(runtime=not owns_device(spec.model["kind"]), git=spec.record_git)
     except Exception as exc:
         environment = {"error": error_text(exc)}
@@ -547,7 +537,6 @@ def worker_main(argv: list[str], startup: dict[str, Any] | None = None) -> int:
                          notes=[traceback.format_exc(limit=3).replace("\n", " | ")])
     if isinstance(environment.get("determinism"), dict) and "torch" in sys.modules:
         # read after the pass applied the protocol's determinism options, not before (as configured, not default)
-        from iteralab.campaign.manifest import determinism_settings
 
         environment["determinism"] = determinism_settings()
     result["environment"] = environment

@@ -19,6 +19,8 @@ started with; anything else starts a new template.
 
 from __future__ import annotations
 
+import ctypes
+import importlib
 import json
 import os
 import signal
@@ -28,6 +30,10 @@ import time
 import traceback
 from pathlib import Path
 from typing import IO, Any
+
+from iteralab.campaign.engines import passes
+from iteralab.campaign.manifest import owns_device
+from iteralab.kit.memoire import runtime_imports, runtime_overhead
 
 #: What every pass worker imports before it reads its spec (the worker's own modules and their libraries).
 WORKER_MODULES = ("iteralab.campaign.engines.passes", "iteralab.campaign.predictions", "iteralab.campaign.folder",
@@ -43,18 +49,14 @@ def available() -> bool:
 def preload_for(model_kind: str | None) -> tuple[str, ...]:
     """The modules a template imports for a workload kind: torch and transformers only for a model the harness
     runs, never for a Python callable (it owns its model and device)."""
-    from iteralab.campaign.manifest import owns_device
 
     if owns_device(model_kind):
         return WORKER_MODULES
-    from iteralab.kit.memoire import runtime_imports
 
     return WORKER_MODULES + runtime_imports()
 
 
 def _die_with_parent() -> None:
-    import ctypes
-
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
     except OSError:  # pragma: no cover - no libc by that name
@@ -66,7 +68,6 @@ def _die_with_parent() -> None:
 
 def serve(preload: list[str]) -> int:
     """``python -m iteralab.campaign.engines.prefork MODULE…``: import, then fork one worker per request."""
-    import importlib
 
     t0 = time.perf_counter()
     for name in preload:
@@ -81,7 +82,6 @@ def serve(preload: list[str]) -> int:
     if "torch" in preload:
         # The runtime's own resident memory (interpreter + libraries, no model), read here once, before any fork:
         # a forked worker maps the libraries lazily and would read less than a fresh process holds.
-        from iteralab.kit.memoire import runtime_imports, runtime_overhead
 
         t1 = time.perf_counter()
         runtime = {"runtime_rss_bytes": runtime_overhead(runtime_imports()).bytes,
@@ -128,7 +128,6 @@ def _worker(request: dict[str, Any], template: int, replies: IO[str], runtime: d
         os.dup2(err, 2)
         os.close(null)
         os.close(err)
-        from iteralab.campaign.engines import passes
 
         spec_path, result_path = request["spec"], request["result"]
         sys.argv = [passes.__file__, spec_path, result_path]

@@ -30,10 +30,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
 
-from iteralab.campaign.folder import PREDICTIONS
+from iteralab.campaign.engines.passes import (
+    PassTimeout, error_text as text, first_texts, limit_basis, order_hash, pass_limit)
+from iteralab.campaign.folder import PREDICTIONS, read_corpus_batches
+from iteralab.campaign.manifest import determinism_settings, environment_manifest, owns_device
+from iteralab.campaign.predictions import file_name, write_predictions
 from iteralab.campaign.records import STARTUP_PHASES, WORKER_PHASES, PassSpec, started
 from iteralab.errors import RunError
+from iteralab.models import device as dev, factory
 from iteralab.plan.engines import layout_problem
 
 RAY_HINT = "pip install iteralab[ray]"
@@ -80,8 +88,6 @@ def read_corpus(ray_data: Any, path: str) -> Any:
     """The campaign's corpus copy as a Ray Dataset of (id, text) strings; the one place that knows its format."""
     if path.endswith(".parquet"):
         return ray_data.read_parquet(path, columns=["id", "text"])
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
 
     return ray_data.read_csv(
         path, parse_options=pacsv.ParseOptions(newlines_in_values=True),
@@ -92,7 +98,6 @@ def read_corpus(ray_data: Any, path: str) -> Any:
 def _error_text(exc: BaseException) -> str:
     """The error a user can act on: the exception raised in the workload, unwrapped from Ray's task errors
     (whose own text is a remote traceback)."""
-    from iteralab.campaign.engines.passes import error_text as text
 
     seen = 0
     while seen < 8:
@@ -167,7 +172,6 @@ class RayEngine:
 
     def run_pass(self, spec: PassSpec) -> dict[str, Any]:
         """Run one pass described by the runner's ``spec``; return its result record (as ``execute_pass``)."""
-        from iteralab.campaign.manifest import environment_manifest, owns_device
 
         result = _RayPass(self, spec).execute()
         environment = environment_manifest(runtime=not owns_device(spec.model["kind"]))
@@ -225,8 +229,6 @@ class _RayPass:
                 compute=ray_data.ActorPoolStrategy(size=run.ray_actors), num_cpus=run.ray_cpus_per_actor, **remote)
 
     def execute(self) -> dict[str, Any]:
-        import pyarrow as pa
-
         spec, run = self.spec, self.run
         ray = self.engine.ray
         result, expected_ids, warm_texts = self._before_measuring()
@@ -257,7 +259,6 @@ class _RayPass:
     def _before_measuring(self) -> tuple[dict[str, Any], Any, list[str]]:
         """The engine's note and the result record; outside the measured region: the expected ids and the warm-up
         texts, read by the driver."""
-        from iteralab.campaign.engines.passes import first_texts
 
         spec, run, notes = self.spec, self.run, self.notes
         ray = self.engine.ray
@@ -280,7 +281,6 @@ class _RayPass:
     def _outcome(self, result: dict[str, Any], ids: Any, expected_ids: Any, error: BaseException | None,
                  finished: float | None, ready: list[float]) -> None:
         """The pass's status, time or error, and the notes on what was not measured."""
-        from iteralab.campaign.engines.passes import PassTimeout
 
         phases, notes = self.phases, self.notes
         if error is None:
@@ -307,8 +307,6 @@ class _RayPass:
 
     def _write(self, result: dict[str, Any], ids: Any, probs: np.ndarray) -> None:
         """Writing (outside the measured region): the prediction file in the order received, and its order hash."""
-        from iteralab.campaign.engines.passes import order_hash
-        from iteralab.campaign.predictions import file_name, write_predictions
 
         spec = self.spec
         t0 = time.perf_counter()
@@ -348,11 +346,7 @@ class WarmupLimit:
         self.start = 0.0
 
     def check(self, meta: Any) -> None:
-        from iteralab.campaign.engines.passes import PassTimeout, limit_basis, pass_limit
-
         if self.record is None:
-            import pyarrow.compute as pc
-
             for cell in pc.drop_null(meta).to_pylist():
                 startup = json.loads(cell).get("startup")
                 if startup:
@@ -365,17 +359,12 @@ class WarmupLimit:
 
 
 def _corpus_ids(path: str) -> Any:
-    import pyarrow as pa
-
-    from iteralab.campaign.folder import read_corpus_batches
-
     chunks = [b.column(0).cast(pa.string()) for b in read_corpus_batches(path, ["id"])]
     return pa.chunked_array(chunks, pa.string()).combine_chunks() if chunks else pa.array([], pa.string())
 
 
 def _completeness(ids: Any, expected: Any) -> str | None:
     """Why the received ids are not exactly the expected set (each once), or None."""
-    import pyarrow.compute as pc
 
     distinct = pc.count_distinct(ids).as_py()
     outside = len(ids) - pc.sum(pc.is_in(ids, value_set=expected)).as_py() if len(ids) else 0
@@ -387,7 +376,6 @@ def _completeness(ids: Any, expected: Any) -> str | None:
 
 def _actor_records(meta_chunks: list[Any]) -> dict[str, dict[str, Any]]:
     """Per actor: its start-up record and its largest peak RSS, from the non-null cells of the meta column."""
-    import pyarrow.compute as pc
 
     actors: dict[str, dict[str, Any]] = {}
     for chunk in meta_chunks:
@@ -406,7 +394,6 @@ def _receive(dataset: Any, limit: float | None,
     """The measured region on the driver: every block as Ray returns it, until the last one or the first error (or
     the pass time limit). Returns the ids, probabilities and actor records received, the error, and the wall-clock
     submission and end."""
-    from iteralab.campaign.engines.passes import PassTimeout
 
     id_chunks: list[Any] = []
     prob_chunks: list[Any] = []
@@ -460,8 +447,6 @@ class RayPredictor:
     def __init__(self, spec: dict[str, Any], warm_texts: list[str]) -> None:
         created = time.time()
         t0 = time.perf_counter()
-        from iteralab.models import device as dev
-        from iteralab.models import factory
 
         model, variant = spec["model"], spec["variant"]
         seed = int(spec.get("seed", 0))
@@ -501,8 +486,6 @@ class RayPredictor:
         ready = time.time()
         runtime = None
         if threads is not None:
-            from iteralab.campaign.manifest import determinism_settings
-
             runtime = {"torch_threads": threads, "interop": torch.get_num_interop_threads(),
                        "determinism": determinism_settings()}
         priority = {"nice": os.nice(0), "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
@@ -512,8 +495,6 @@ class RayPredictor:
             **priority}
 
     def __call__(self, batch: Any) -> Any:
-        import pyarrow as pa
-
         texts = batch.column("text").to_pylist()
         probs = np.asarray(self.workload.infer(self.workload.tokenize(texts)), dtype=np.float32).reshape(-1, self.k)
         meta: dict[str, Any] = {"actor": self.key, "rss": _peak_rss()}

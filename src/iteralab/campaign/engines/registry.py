@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from iteralab.campaign.engines.parallel import run_data_parallel
 from iteralab.campaign.records import PassSpec
 from iteralab.plan.protocol import Variant
 
@@ -32,7 +33,6 @@ def engine_name(variant: Variant) -> str:
 def engines(local: Engine, ray: Engine | None = None) -> dict[str, Engine]:
     """The engines of one run, by name. ``local`` is the runner's (its isolation and worker templates fixed);
     ``ray`` is there only when the run started Ray, which it does when a slot still to run is a Ray variant."""
-    from iteralab.campaign.engines.parallel import run_data_parallel
 
     registry: dict[str, Engine] = {"local": local, "parallel": run_data_parallel}
     if ray is not None:

@@ -25,9 +25,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow.compute as pc
 
+from iteralab.campaign.folder import read_corpus_batches
 from iteralab.campaign.records import PassSpec
 from iteralab.errors import WorkloadError
+from iteralab.models.tokens import load_tokenizer, token_counter
 
 
 def plan_shards(lengths: np.ndarray, n: int) -> np.ndarray:
@@ -62,9 +65,6 @@ def imbalance(values: list[float] | np.ndarray) -> float | None:
 
 def corpus_lengths(spec: PassSpec) -> tuple[np.ndarray, str]:
     """Each document's cost (see the module docstring) in file order, and its unit ("tokens"/"characters")."""
-    import pyarrow.compute as pc
-
-    from iteralab.campaign.folder import read_corpus_batches
 
     model, variant = spec.model, spec.variant
     max_length = int(model["max_length"])
@@ -76,7 +76,6 @@ def corpus_lengths(spec: PassSpec) -> tuple[np.ndarray, str]:
     if variant.get("padding") == "max_length":
         count = sum(len(b) for b in batches)
         return np.full(count, max_length, dtype=np.int64), "tokens"
-    from iteralab.models.tokens import load_tokenizer, token_counter
 
     counter = token_counter(load_tokenizer(folder))
     chunks = [np.asarray(counter(b.column(0).to_pylist()), dtype=np.int64) for b in batches]

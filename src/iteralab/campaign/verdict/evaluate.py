@@ -26,12 +26,16 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from sklearn.metrics import accuracy_score, balanced_accuracy_score, f1_score
 
-from iteralab.campaign.verdict.compare import compare_outputs, compare_rows_with_file
-from iteralab.campaign.verdict.routine import Routine, load_routine, routine_values
-from iteralab.campaign.folder import CAMPAIGN, PREDICTIONS, PROTOCOL, corpus_copy, read_corpus_batches
-from iteralab.common.arrow import release_unused
+from iteralab.campaign.folder import CAMPAIGN, PREDICTIONS, PROTOCOL, corpus_copy, read_corpus_batches, read_json
 from iteralab.campaign.predictions import PredictionSet, code_dtype, file_name, read_predictions
+from iteralab.campaign.vectors import read_vectors
+from iteralab.campaign.verdict.compare import compare_outputs, compare_rows_with_file
+from iteralab.campaign.verdict.knn import knn_correct
+from iteralab.campaign.verdict.routine import Routine, load_routine, routine_values
+from iteralab.common.arrow import release_unused
+from iteralab.common.files import sha256_file
 from iteralab.plan.metric import TOL
 from iteralab.plan.protocol import Protocol, load_protocol
 
@@ -128,7 +132,6 @@ def metric_value(name: str, y_true: Any, y_pred: Any, classes: Sequence[Any],
                  sample_weight: Any = None) -> float | None:
     """scikit-learn's metric; the F1 averages run over ``classes`` (a prediction outside them, the no-class code of
     a missing or invalid label, counts against its true class's recall but is never a class itself)."""
-    from sklearn.metrics import accuracy_score, balanced_accuracy_score, f1_score
 
     if len(y_true) == 0 or (name in LABEL_SET_METRICS and not len(classes)):
         return None
@@ -334,7 +337,6 @@ def evaluate_vectors(vectors: Any, protocol: Protocol, expected: Expected) -> di
     """The checks of an embedding pass's vector file (``campaign.vectors.VectorSet``) on its own: ids, format,
     coverage, and its metric — kNN label accuracy, leave-one-out over the documents that have a vector and a
     label — overall and per planned subgroup (a class group: that class's kNN recall)."""
-    from iteralab.campaign.verdict.knn import knn_correct
 
     match = match_ids(vectors.ids, expected)
     verdict = id_cells(match, vectors.records, len(vectors.ids), expected, vectors.problems, vectors.n_problems)
@@ -421,8 +423,6 @@ class PredictionReader:
         while len(self._sets) >= max(self.keep, 1):  # room made before the read: the sets dropped are not held
             self._sets.popitem(last=False)            # while the new one is built
         if self.embedding is not None:  # hashed and read in pieces: a vector file is never held as bytes
-            from iteralab.campaign.vectors import read_vectors
-            from iteralab.common.files import sha256_file
 
             digest = sha256_file(path)
             preds: Any = read_vectors(path, normalize=self.embedding.normalize, dim=self.embedding.dim)
@@ -543,8 +543,6 @@ class EvaluationContext:
 
     @classmethod
     def of(cls, campaign_dir: str | Path) -> EvaluationContext:
-        from iteralab.campaign.folder import read_json
-
         protocol = campaign_protocol(campaign_dir)
         campaign = read_json(Path(campaign_dir) / CAMPAIGN) or {}
         routine = load_routine(Path(campaign_dir), protocol, campaign.get("routine"))
