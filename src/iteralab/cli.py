@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 
@@ -254,6 +255,16 @@ def exclude_cmd(
     typer.echo(f"excluded {pass_id}: {event['reason']} (rule: {event['rule']})")
 
 
+# The options ``decide`` and ``report`` share, declared once.
+Campaigns = Annotated[list[Path], typer.Argument(help="Campaign folder(s); several machines' folders are merged.")]
+RentalId = Annotated[Optional[str], typer.Option("--rental-id", help="Your rental record id, copied into the note.")]
+Project = Annotated[bool, typer.Option("--project", help="Project the window: planned tasks + measured work.")]
+CatalogFile = Annotated[Optional[Path], typer.Option(
+    "--catalog", help="Catalog CSV (default: the protocol's, else the shipped one).")]
+Lots = Annotated[str, typer.Option("--lots", metavar="LOTS", help="Number of lots rented (default 1).")]
+Partial = Annotated[bool, typer.Option("--partial", help="Decide on an incomplete campaign (the note records it).")]
+
+
 def _decision_options(rental_id: str | None, project: bool, catalog: Path | None, lots: str,
                       partial: bool = False) -> dict:
     from iteralab.economics.pricing import parse_whole
@@ -264,13 +275,13 @@ def _decision_options(rental_id: str | None, project: bool, catalog: Path | None
 
 @app.command("decide")
 def decide_cmd(
-    campaigns: list[Path] = typer.Argument(..., help="Campaign folder(s); several machines' folders are merged."),
+    campaigns: Campaigns,
     out: Path = typer.Option(None, "--out", "-o", help="Folder for decision.md and decision.json (else print)."),
-    rental_id: str = typer.Option(None, "--rental-id", help="Your rental record id, copied into the note."),
-    project: bool = typer.Option(False, "--project", help="Project the window: planned tasks + measured work."),
-    catalog: Path = typer.Option(None, "--catalog", help="Catalog CSV (default: the protocol's, else the shipped one)."),
-    lots: str = typer.Option("1", "--lots", metavar="LOTS", help="Number of lots rented (default 1)."),
-    partial: bool = typer.Option(False, "--partial", help="Decide on an incomplete campaign (the note records it)."),
+    rental_id: RentalId = None,
+    project: Project = False,
+    catalog: CatalogFile = None,
+    lots: Lots = "1",
+    partial: Partial = False,
     as_json: bool = typer.Option(False, "--json", help="Print the decision as JSON."),
 ) -> None:
     """Apply the rule: all documents, minimum quality, before the deadline, lowest committed budget."""
@@ -294,13 +305,13 @@ def decide_cmd(
 
 @app.command("report")
 def report_cmd(
-    campaigns: list[Path] = typer.Argument(..., help="Campaign folder(s); several machines' folders are merged."),
+    campaigns: Campaigns,
     out: Path = typer.Option(None, "--out", "-o", help="Output folder (default: the campaign folder, if only one)."),
-    rental_id: str = typer.Option(None, "--rental-id", help="Your rental record id, copied into the note."),
-    project: bool = typer.Option(False, "--project", help="Project the window: planned tasks + measured work."),
-    catalog: Path = typer.Option(None, "--catalog", help="Catalog CSV (default: the protocol's, else the shipped one)."),
-    lots: str = typer.Option("1", "--lots", metavar="LOTS", help="Number of lots rented (default 1)."),
-    partial: bool = typer.Option(False, "--partial", help="Decide on an incomplete campaign (the note records it)."),
+    rental_id: RentalId = None,
+    project: Project = False,
+    catalog: CatalogFile = None,
+    lots: Lots = "1",
+    partial: Partial = False,
 ) -> None:
     """Write report.html (self-contained), decision.md/.json and stats.txt/.json."""
     from iteralab.decision.report import finalize
