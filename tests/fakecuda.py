@@ -302,17 +302,19 @@ class FakeGpuWorkload:
                  batch_bytes: int = 3 << 20) -> None:
         self.fake, self.device, self.classes = fake, device, list(classes)
         self.fail_at, self.batch_bytes, self.batches = fail_at, batch_bytes, 0
-        fake.card(device)  # the model is moved to the card: a broken card fails the load
+        if str(device).startswith("cuda"):
+            fake.card(device)  # the model is moved to the card: a broken card fails the load
 
     def tokenize(self, texts: list[str]) -> dict[str, Any]:
         return {"n": len(texts)}
 
     def infer(self, encoded: dict[str, Any]) -> np.ndarray:
         self.batches += 1
-        if self.batches == self.fail_at:
+        if self.batches == self.fail_at and str(self.device).startswith("cuda"):
             self.fake.fail()
-        self.fake.run_batch()
-        self.fake.allocate(self.batch_bytes * encoded["n"], self.device)
+        if str(self.device).startswith("cuda"):
+            self.fake.run_batch()
+            self.fake.allocate(self.batch_bytes * encoded["n"], self.device)
         probs = np.zeros((encoded["n"], len(self.classes)), dtype=np.float32)
         probs[:, 1] = 1.0
         return probs
