@@ -233,7 +233,8 @@ class FakeCuda:
         physical = self.cards[self.card(device)]
         return types.SimpleNamespace(name=physical.name, total_memory=physical.total_memory, major=physical.major,
                                      minor=physical.minor, multi_processor_count=physical.multi_processor_count,
-                                     uuid=physical.uuid.removeprefix("GPU-"),
+                                     uuid=physical.uuid.removeprefix("GPU-"), pci_bus_id=self.card(device) + 1,
+                                     pci_domain_id=0,
                                      **({"gcnArchName": physical.gcn_arch} if self.hip is not None else {}))
 
     def reset_peak_memory_stats(self, device: Any = None) -> None:
@@ -280,7 +281,28 @@ class FakeCuda:
         }.items():
             patch(cuda, name, value)
         patch(torch.version, "hip", self.hip)
+        if self.hip is not None:  # amdsmi (it ships with ROCm) lists every physical card, whatever the visibility
+            import sys
+
+            (monkeypatch.setitem if monkeypatch is not None else dict.__setitem__)(sys.modules, "amdsmi",
+                                                                                  self.amdsmi())
         return self
+
+    def amdsmi(self) -> Any:
+        """A fake ``amdsmi`` module over the physical cards (PCI bus k + 1, as :meth:`properties` reports)."""
+        handles = [f"card{k}" for k in range(len(self.cards))]
+
+        def card(handle: str) -> Card:
+            return self.cards[handles.index(handle)]
+
+        return types.SimpleNamespace(
+            AmdSmiException=RuntimeError, AmdSmiMemoryType=types.SimpleNamespace(VRAM="VRAM"),
+            amdsmi_init=lambda: None, amdsmi_shut_down=lambda: None, amdsmi_get_processor_handles=lambda: handles,
+            amdsmi_get_gpu_device_bdf=lambda h: f"0000:{handles.index(h) + 1:02x}:00.0",
+            amdsmi_get_gpu_device_uuid=lambda h: card(h).uuid,
+            amdsmi_get_gpu_driver_info=lambda h: {"driver_name": "amdgpu", "driver_version": "6.8.5"},
+            amdsmi_get_gpu_memory_total=lambda h, kind: card(h).total_memory,
+            amdsmi_get_gpu_memory_usage=lambda h, kind: 0)
 
     # ------------------------------------------------------------------------------------------ workers
 
