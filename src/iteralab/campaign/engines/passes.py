@@ -303,6 +303,8 @@ def execute_pass(spec: PassSpec | dict[str, Any], clock: Any = None, startup: di
     rows = sync.ready() if sync is not None else None  # data-parallel: wait for every worker, get the shard
     limit_s, basis = _fix_limit(spec, result, last_warm_s, len(warm_texts), rows)
     pass_run, measured_error = _measure(spec, workload, device, clock, result, limit_s, basis, rows, sync)
+    if spec.variant["compile"] and hasattr(workload, "compile_record"):  # after warm-up and pass: what ran compiled
+        result["workload"]["compile"] = workload.compile_record()
     _record_outcome(result, pass_run, measured_error)
     _write_predictions(spec, pass_run, clock, result)
     if measured_error is None:
