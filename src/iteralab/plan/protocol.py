@@ -172,6 +172,7 @@ class RunSpec(_Strict):
     ray_threads_per_actor: Whole | None = Field(default=None, ge=1)
     #: A Ray execution that makes no progress for this long fails the pass (Ray's own default is 30 min).
     ray_no_progress_timeout_s: Number = Field(default=120.0, gt=0)
+    ray_gpus_per_actor: Number = Field(default=1.0, gt=0)  # per actor of a GPU variant (plan.engines); Ray assigns
 
     @field_validator("pass_timeout")
     @classmethod
@@ -195,9 +196,10 @@ class RunSpec(_Strict):
 
     @model_validator(mode="after")
     def _ray_layout(self) -> RunSpec:
-        from iteralab.plan.engines import layout_problem
+        from iteralab.plan.engines import gpu_share_problem, layout_problem
 
-        problem = layout_problem(self.ray_actors, self.ray_cpus_per_actor, self.ray_num_cpus)
+        problem = layout_problem(self.ray_actors, self.ray_cpus_per_actor, self.ray_num_cpus) or \
+            gpu_share_problem(self.ray_gpus_per_actor)
         if problem:
             raise ValueError(problem)
         return self
