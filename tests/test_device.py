@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from fakecuda import FakeCuda, cards
 from iteralab.models import device as dev
 from iteralab.errors import WorkloadError
 
@@ -18,10 +19,10 @@ CUDA0 = torch.device("cuda", 0)
 LINUX_PROC = Path("/proc/self/status").exists()
 
 
-def _fake_gpu(monkeypatch, count: int = 2) -> None:
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+def _fake_gpu(monkeypatch, count: int = 2, **card) -> FakeCuda:
+    """``count`` cards through the faithful fake (tests/fakecuda.py), every card visible."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    return FakeCuda(cards=cards(count, **card), block=4_096).install(monkeypatch)
 
 
 # ------------------------------------------------------------------------------------------ resolve_device
@@ -169,26 +170,25 @@ def test_cpu_scope_before_any_reset_says_so(monkeypatch):
 
 
 def test_cuda_counters_are_read_separately_never_summed(monkeypatch):
-    calls: list[str] = []
     monkeypatch.setattr(dev, "_reset_scopes", {})
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: calls.append("sync"))
-    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda d=None: calls.append(f"reset:{d}"))
-    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d=None: 1_000)
-    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda d=None: 4_096)
+    fake = _fake_gpu(monkeypatch, count=1)
+    calls = fake.calls
+    fake.allocate(9_000, CUDA0)  # before the reset: not in the new window
     before = dev.read_peaks(CUDA0)
-    assert "since process start" in before["scope"]
+    assert "since process start" in before["scope"] and before["cuda_max_allocated_bytes"] == 9_000
     calls.clear()
     dev.reset_peaks(CUDA0)
-    assert calls[:2] == ["sync", "reset:cuda:0"]
+    assert calls[:2] == ["synchronize cuda:0", "reset_peak_memory_stats cuda:0"]
+    fake.allocate(1_000, CUDA0)
     peaks = dev.read_peaks(CUDA0)
     assert peaks == {
         "cuda_max_allocated_bytes": 1_000,
-        "cuda_max_reserved_bytes": 4_096,
+        "cuda_max_reserved_bytes": 12_288,  # the blocks the earlier 9,000 bytes reserved stay cached
         "scope": "torch.cuda max_memory_allocated/max_memory_reserved since reset, device cuda:0",
         "reason": None,
     }
-    assert 5_096 not in peaks.values()
-    assert calls[-1] == "sync"  # pending kernels finish before the counters are read
+    assert 13_288 not in peaks.values()
+    assert calls[-3] == "synchronize cuda:0"  # pending kernels finish before the counters are read
 
 
 # ------------------------------------------------------------------------------------------ inventory
@@ -204,15 +204,8 @@ def test_inventory_on_this_cpu(monkeypatch):
     assert inv["cpu"]["model"] or inv["cpu"]["model_reason"]
 
 
-def _props(**extra):
-    base = dict(name="NVIDIA H200", total_memory=150_000_000_000, major=9, minor=0, multi_processor_count=132)
-    return types.SimpleNamespace(**{**base, **extra})
-
-
 def test_inventory_nvidia_with_nvml(monkeypatch):
     _fake_gpu(monkeypatch, count=1)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: _props())
-    monkeypatch.setattr(torch.version, "hip", None)
     fake = types.SimpleNamespace(NVMLError=RuntimeError, nvmlInit=lambda: None, nvmlShutdown=lambda: None,
                                  nvmlSystemGetDriverVersion=lambda: b"570.86.15",
                                  nvmlSystemGetCudaDriverVersion_v2=lambda: 12080)
@@ -229,8 +222,6 @@ def test_inventory_nvidia_with_nvml(monkeypatch):
 
 def test_inventory_nvml_error_on_one_field_keeps_the_other(monkeypatch):
     _fake_gpu(monkeypatch, count=1)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: _props())
-    monkeypatch.setattr(torch.version, "hip", None)
 
     class NVMLError(Exception):
         pass
@@ -250,8 +241,6 @@ def test_inventory_nvml_error_on_one_field_keeps_the_other(monkeypatch):
 
 def test_inventory_nvidia_without_nvml_says_why(monkeypatch):
     _fake_gpu(monkeypatch, count=1)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: _props())
-    monkeypatch.setattr(torch.version, "hip", None)
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
     inv = dev.device_inventory()
     assert inv["driver_version"] is None and "nvidia-ml-py" in inv["driver_version_reason"]
@@ -259,10 +248,9 @@ def test_inventory_nvidia_without_nvml_says_why(monkeypatch):
 
 
 def test_inventory_rocm_records_gcn_arch(monkeypatch):
-    _fake_gpu(monkeypatch, count=1)
-    monkeypatch.setattr(torch.cuda, "get_device_properties",
-                        lambda i: _props(name="AMD Instinct MI300X", gcnArchName="gfx942:sramecc+:xnack-"))
-    monkeypatch.setattr(torch.version, "hip", "6.2.41133")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    FakeCuda(cards=cards(1, name="AMD Instinct MI300X", gcn_arch="gfx942:sramecc+:xnack-"),
+             hip="6.2.41133").install(monkeypatch)
     inv = dev.device_inventory()
     assert inv["backend"] == "rocm" and inv["torch_hip"] == "6.2.41133"
     assert inv["gpus"][0]["gcn_arch_name"] == "gfx942:sramecc+:xnack-"

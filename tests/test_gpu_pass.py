@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from campaign_factory import write_corpus_csv
+from fakecuda import Card, FakeCuda
 from iteralab.campaign.engines.passes import execute_pass
 from iteralab.kit.memoire import precision_refusal
 from iteralab.models import factory
@@ -39,40 +40,15 @@ class Recorder:
         return self.t
 
 
-class FakeEvent:
-    made = 0
-
-    def __init__(self, rec: Recorder, enable_timing: bool = False) -> None:
-        assert enable_timing, "a timing event must be created with enable_timing=True"
-        FakeEvent.made += 1
-        self.rec, self.name = rec, ("event_start", "event_stop")[(FakeEvent.made - 1) % 2]
-        rec.calls.append(f"new {self.name}")
-
-    def record(self, stream=None) -> None:
-        assert stream == "stream:cuda:0", "events are recorded on the pass device's current stream"
-        self.rec.calls.append(f"record {self.name}")
-
-    def elapsed_time(self, other: FakeEvent) -> float:
-        self.rec.calls.append(f"elapsed_time {self.name}->{other.name}")
-        return EVENT_MS
-
-
-def fake_cuda(monkeypatch, rec: Recorder, capability=(9, 0), name="Fake H200") -> None:
-    FakeEvent.made = 0
-    cuda = torch.cuda
-    log = rec.calls.append
-    monkeypatch.setattr(cuda, "is_available", lambda: True)
-    monkeypatch.setattr(cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(cuda, "synchronize", lambda d=None: log(f"synchronize {d}"))
-    monkeypatch.setattr(cuda, "reset_peak_memory_stats", lambda d=None: log(f"reset_peak_memory_stats {d}"))
-    monkeypatch.setattr(cuda, "max_memory_allocated", lambda d=None: log("max_memory_allocated") or 1_000)
-    monkeypatch.setattr(cuda, "max_memory_reserved", lambda d=None: log("max_memory_reserved") or 4_096)
-    monkeypatch.setattr(cuda, "Event", lambda enable_timing=False: FakeEvent(rec, enable_timing))
-    monkeypatch.setattr(cuda, "current_stream", lambda d=None: f"stream:{d}")
-    monkeypatch.setattr(cuda, "get_device_capability", lambda d=None: capability)
-    monkeypatch.setattr(cuda, "get_device_name", lambda d=None: name)
-    monkeypatch.setattr(torch.version, "hip", None)
+def fake_cuda(monkeypatch, rec: Recorder, capability=(9, 0), name="Fake H200") -> FakeCuda:
+    """The faithful fake (tests/fakecuda.py), its calls logged into the recorder's list; events are named by the
+    order the pass creates them (start, then stop)."""
+    fake = FakeCuda(cards=(Card(name=name, major=capability[0], minor=capability[1]),),
+                    ms_per_batch=EVENT_MS / 3, block=4_096,
+                    event_label=lambda n: ("event_start", "event_stop")[(n - 1) % 2])
+    fake.listener = rec.calls.append
+    rec.fake = fake
+    return fake.install(monkeypatch)
 
 
 class FakeWorkload:
@@ -88,6 +64,10 @@ class FakeWorkload:
 
     def infer(self, encoded):
         n = encoded["n"]
+        fake = getattr(self.rec, "fake", None)
+        if fake is not None:  # GPU stream time (what the events measure) and 1,000 bytes of tensors per batch
+            fake.run_batch()
+            fake.allocate(1_000, "cuda:0")
         if self.measuring:
             self.batches += 1
             if self.batches == self.oom_at:
@@ -132,7 +112,7 @@ def _run(monkeypatch, tmp_path, rec: Recorder, workload: FakeWorkload):
     original = workload.tokenize
 
     def tokenize(texts):  # the measured pass starts right after the warm-up: mark it once the events exist
-        workload.measuring = FakeEvent.made == 2
+        workload.measuring = len(rec.fake.events) == 2
         return original(texts)
 
     workload.tokenize = tokenize
@@ -165,6 +145,7 @@ def test_pass_synchronizes_before_both_timestamps_and_resets_peaks_first(monkeyp
     assert calls[load - 2: load] == ["synchronize cuda:0", "clock=100"]
     assert calls[load + 1: load + 3] == ["synchronize cuda:0", "clock=100"]
     assert calls.count("reset_peak_memory_stats cuda:0") == 1
+    assert [e.stream for e in rec.fake.events] == ["stream:cuda:0", "stream:cuda:0"]  # the pass device's stream
 
 
 def test_gpu_event_time_is_a_labelled_scope_never_a_pass_time(monkeypatch, tmp_path):

@@ -122,7 +122,7 @@ def test_ray_and_local_engines_in_one_campaign_lock_run_verify_decide(tmp_path, 
 
     assert ray_facts["ray_version"] == ray.__version__ and ray_facts["gpus"] == 0
     assert ray_facts["layout"] == {"actors": 1, "cpus_per_actor": 1.0, "threads_per_actor": torch.get_num_threads(),
-                                   "no_progress_timeout_s": 60.0}
+                                   "no_progress_timeout_s": 60.0, "gpus_per_actor_of_a_gpu_variant": 1.0}
     assert main(["verify", str(out), "--unsealed"]) == 0
     assert capsys.readouterr().out.startswith("verified: 2 passes, 2 accepted")
     assert main(["decide", str(out), "--json"]) == 0

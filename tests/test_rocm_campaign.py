@@ -12,6 +12,7 @@ import torch
 
 import fake_models
 from campaign_factory import callable_campaign
+from fakecuda import Card, FakeCuda
 from iteralab.campaign.folder import CampaignFolder
 from iteralab.campaign.manifest import rocm_compatibility, rocm_compatibility_line
 from iteralab.decision.note import render_decision
@@ -25,15 +26,13 @@ SNAP = "compatibility-matrix-historical-6.0@7.2.0.csv"
 # ---------------------------------------------------------------------------------- faked ROCm runtime
 
 
-def fake_rocm(monkeypatch, tmp_path, os_release: str, arch: str = "gfx942:sramecc+:xnack-") -> None:
+def fake_rocm(monkeypatch, tmp_path, os_release: str, arch: str = "gfx942:sramecc+:xnack-") -> FakeCuda:
     """torch sees one MI300X through a ROCm 6.2 build; the passes themselves run on the declared CPU."""
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    props = types.SimpleNamespace(name="AMD Instinct MI300X", total_memory=205_822_885_888, major=9, minor=4,
-                                  multi_processor_count=304, gcnArchName=arch)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
-    monkeypatch.setattr(torch.version, "hip", "6.2.41133-dd7f95766")
+    for name in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    card = Card(name="AMD Instinct MI300X", total_memory=205_822_885_888, major=9, minor=4,
+                multi_processor_count=304, gcn_arch=arch)
+    fake = FakeCuda(cards=(card,), hip="6.2.41133-dd7f95766", block=4_096).install(monkeypatch)
     monkeypatch.delattr(torch.version, "rocm", raising=False)
     monkeypatch.setattr(torch, "__version__", "2.3.1+rocm6.2")
     release = tmp_path / "os-release"
@@ -45,6 +44,7 @@ def fake_rocm(monkeypatch, tmp_path, os_release: str, arch: str = "gfx942:sramec
         amdsmi_get_gpu_driver_info=lambda h: {"driver_name": "amdgpu", "driver_version": "6.8.5"},
         amdsmi_get_gpu_memory_total=lambda h, kind: 205_822_885_888)
     monkeypatch.setitem(sys.modules, "amdsmi", amd)
+    return fake
 
 
 UBUNTU_2204 = 'NAME="Ubuntu"\nVERSION_ID="22.04"\nPRETTY_NAME="Ubuntu 22.04.4 LTS"\n'
@@ -106,11 +106,11 @@ def test_cpu_campaign_says_not_applicable_and_adds_no_note(tmp_path, monkeypatch
 
 
 def test_rocm_pass_memory_adds_amdsmi_vram_beside_the_two_torch_counters(monkeypatch, tmp_path):
-    fake_rocm(monkeypatch, tmp_path, UBUNTU_2204)
+    fake = fake_rocm(monkeypatch, tmp_path, UBUNTU_2204)
     sys.modules["amdsmi"].amdsmi_get_gpu_memory_usage = lambda h, kind: 3_221_225_472
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: None)
-    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d=None: 1_000)
-    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda d=None: 4_096)
+    torch.cuda.set_device(0)
+    dev.reset_peaks(torch.device("cuda", 0))
+    fake.allocate(1_000, "cuda:0")
     peaks = dev.read_peaks(torch.device("cuda", 0))
     assert (peaks["cuda_max_allocated_bytes"], peaks["cuda_max_reserved_bytes"]) == (1_000, 4_096)
     assert peaks["amdsmi_vram_used_bytes"] == [3_221_225_472]

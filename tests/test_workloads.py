@@ -137,16 +137,46 @@ def test_fp16_on_cpu_and_int8_on_gpu_are_refused(tiny_classifier_dir):
 def test_compile_is_recorded_and_used(tiny_classifier_dir, monkeypatch):
     compiled = []
 
-    def fake_compile(module):
-        compiled.append(module)
+    def fake_compile(module, **options):
+        compiled.append((module, options))
         return module
 
     monkeypatch.setattr(torch, "compile", fake_compile)
     w = load_workload("hf_classifier", path=tiny_classifier_dir, compile=True)
-    assert len(compiled) == 1 and w.describe()["compile"] == {"enabled": True, "backend": "inductor"}
+    assert len(compiled) == 1 and compiled[0][1] == {"backend": "inductor", "mode": None}
+    record = w.describe()["compile"]
+    assert {k: record[k] for k in ("enabled", "backend", "mode")} == {"enabled": True, "backend": "inductor",
+                                                                       "mode": None}
     assert any("recompile" in note for note in w.describe()["notes"])
     w.warmup(TEXTS[:1])
     _check_probs(w.predict(TEXTS), len(TEXTS))
+    # an identity "compile" ran no compiled graph, and the record says so instead of claiming a backend ran
+    assert w.describe()["compile"]["graphs_captured"] == 0 and w.describe()["compile"]["compiled_graph_ran"] is False
+
+
+def test_a_compiled_pass_records_the_backend_given_and_that_a_compiled_graph_ran(tiny_classifier_dir, monkeypatch,
+                                                                                 tmp_path):
+    """A real torch.compile on the CPU (TorchDynamo with the "eager" backend: the graph capture is real, no C++
+    compiler is needed): the pass records the backend and mode it was given and the graphs that ran."""
+    from campaign_factory import write_corpus_csv
+    from iteralab.campaign.engines.passes import execute_pass
+    from iteralab.models import hf
+
+    monkeypatch.setattr(hf, "COMPILE_BACKEND", "eager")
+    monkeypatch.setattr(hf, "COMPILE_MODE", "reduce-overhead")
+    corpus = write_corpus_csv(tmp_path)
+    (tmp_path / "predictions").mkdir()
+    result = execute_pass({
+        "pass_id": "p1", "classes": ["plot", "fresh", "rotten"], "corpus_path": str(corpus),
+        "prediction_dir": str(tmp_path / "predictions"), "warmup": {"inputs": 4, "passes": 1}, "device": "cpu",
+        "variant": {"name": "c", "batch_size": 4, "precision": "fp32", "bucketing": False, "padding": "max_length",
+                    "resume": False, "compile": True, "device": "cpu"},
+        "model": {"kind": "hf_classifier", "path": str(tiny_classifier_dir), "head": None, "callable": None,
+                  "max_length": 16, "truncation": True, "trust_remote_code": False}})
+    assert result["status"] == "ok", result["error"]
+    record = result["workload"]["compile"]
+    assert (record["enabled"], record["backend"], record["mode"]) == (True, "eager", "reduce-overhead")
+    assert record["graphs_captured"] >= 1 and record["compiled_graph_ran"] is True
 
 
 # ------------------------------------------------------------------------------------------ encoder + head

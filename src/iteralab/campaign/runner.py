@@ -314,12 +314,13 @@ def _run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os
                                  progress or (lambda kind, info: None))
     mode = isolation or run.protocol.run.isolation
     templates = _templates(mode, out)  # process isolation: each pass forked from a worker template (prefork)
+    in_process = local.FreshAfterDeviceError()  # in-process isolation, until a pass breaks the device
 
     def local_pass(spec: PassSpec) -> dict[str, Any]:
         # the code version (git) is read by the pass whose environment becomes the campaign's manifest;
         # later passes are compared without it (_manifest_fields), so they do not run git again
         spec = spec.with_changes(record_git=run.reference_manifest is None)
-        return local.run_in_worker(spec, templates) if mode == "process" else local.run_in_process(spec)
+        return local.run_in_worker(spec, templates) if mode == "process" else in_process(spec)
 
     run.engines = engines(local_pass, run.engine.run_pass if run.engine is not None else None)
     run.emit("start", {"total": len(slots), "todo": len(todo), "done": len(slots) - len(todo)})

@@ -9,6 +9,7 @@ change after the lock is refused with one line saying which input changed and ho
 from __future__ import annotations
 
 import base64
+import importlib.util
 import json
 import os
 import zlib
@@ -29,6 +30,7 @@ from iteralab.lock.lockrecords import RECORDS_ENCODING, LockRecords, OverlapKeys
 from iteralab.lock.usercode import module_spec, routine_fingerprint
 from iteralab.models.tokens import RowStrataCheck, model_labels
 from iteralab.plan.corpus import check_rows_disjoint, load_corpus
+from iteralab.plan.engines import ray_gpu_problem
 from iteralab.plan.expenses import check_currency
 from iteralab.plan.lockfile import LockedProtocol, ProtocolFile, as_protocol_file, lock as _record_lock, open_locked
 from iteralab.plan.protocol import Dataset, Protocol
@@ -160,17 +162,59 @@ def _with_routine(inputs: dict[str, Any], protocol_file: ProtocolFile, *, load: 
 
 
 def lock(protocol: str | os.PathLike[str] | ProtocolFile, *, now: datetime | None = None,
-         allow_large: bool = False) -> dict[str, Any]:
+         allow_large: bool = False, cluster_resources: Callable[[Any], dict[str, float]] | None = None
+         ) -> dict[str, Any]:
     """Check every input, then record the protocol hash and the inputs' fingerprints (P2). Locking the same
     content again returns the existing entry, unless an input changed since: that is refused. The protocol file
-    is read once (given as read, or read here)."""
+    is read once (given as read, or read here). ``cluster_resources``: how the Ray cluster of a GPU variant on Ray
+    is asked for its resources (default :func:`ray_cluster_resources`)."""
     protocol_file = as_protocol_file(protocol)
     inputs = fingerprint_inputs(protocol_file)
     check_model_classes(protocol_file)
+    check_ray_gpus(protocol_file, cluster_resources or ray_cluster_resources)
     entry = _record_lock(protocol_file, now=now, allow_large=allow_large, inputs=inputs)
     _require_fingerprints(protocol_file.path, entry)
     compare_inputs(protocol_file.path, entry, inputs)
     return entry
+
+
+def ray_cluster_resources(run: Any) -> dict[str, float]:
+    """The resources of the Ray cluster a protocol names, as Ray reports them: a given ``run.ray_address`` is asked
+    (connected, read, disconnected); the local Ray the runner would start has ``ray_num_cpus`` (or this machine's)
+    CPUs and the GPUs this machine's torch sees (what Ray detects here). Without Ray installed, a given cluster
+    cannot be asked: {} (``run`` then refuses the Ray variant in one line)."""
+    if run.ray_address is None:
+        import torch
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        return {"CPU": float(run.ray_num_cpus or os.cpu_count() or 1), "GPU": float(gpus)}
+    if importlib.util.find_spec("ray") is None:
+        return {}
+    import ray
+
+    ray.init(address=run.ray_address, include_dashboard=False, log_to_driver=False, logging_level="warning")
+    try:
+        return {k: float(v) for k, v in ray.cluster_resources().items()}
+    finally:
+        ray.shutdown()
+
+
+def check_ray_gpus(protocol_file: ProtocolFile, cluster_resources: Callable[[Any], dict[str, float]]) -> None:
+    """A variant on a GPU with engine "ray" needs a Ray cluster with GPUs: refused at lock, naming what was found."""
+
+    protocol = protocol_file.protocol
+    variants = [(v.name, v.device or protocol.run.device) for v in protocol.variants if v.engine == "ray"]
+    if not any(str(device).strip().lower().startswith("cuda") for _, device in variants):
+        return
+    resources = cluster_resources(protocol.run)
+    if not resources:
+        return
+    where = protocol.run.ray_address or "local, started by the runner"
+    problem = ray_gpu_problem(variants, resources, where)
+    if problem:
+        raise ProtocolError(f"{protocol_file.path}: {problem}",
+                            hint="run on a Ray cluster with GPUs, or give the Ray variant device 'cpu' in a new "
+                                 "protocol version")
 
 
 def check_inputs(locked: str | os.PathLike[str] | LockedProtocol, *, rerun: bool = False,

@@ -75,6 +75,25 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def device_error(device: torch.device) -> str | None:
+    """After an error in a pass: None when ``device`` still completes its work, else the error it raises. A
+    device-side failure (an assert in a kernel, an illegal address) is sticky: every later CUDA call of the process
+    raises it, so nothing more is read from the device and the next pass needs a fresh process."""
+    if device.type != "cuda":
+        return None
+    try:
+        torch.cuda.synchronize(device)
+    except Exception as exc:  # noqa: BLE001 - any error here means the device is unusable in this process
+        return f"{type(exc).__name__}: {exc}".replace("\n", " ").strip()[:300]
+    return None
+
+
+def peaks_not_read(device: torch.device, why: str) -> dict[str, Any]:
+    """The peak record of a device that could not be read (:func:`read_peaks`' keys, every value None)."""
+    keys = ("cuda_max_allocated_bytes", "cuda_max_reserved_bytes") if device.type == "cuda" else ("cpu_peak_rss_bytes",)
+    return {**dict.fromkeys(keys), "scope": None, "reason": f"not measured: {why}"}
+
+
 # --------------------------------------------------------------------------------------------- timing
 
 
@@ -168,12 +187,13 @@ class GpuEvents:
             self._events[1].record(torch.cuda.current_stream(self.device))
             self._stopped = True
 
-    def result(self) -> dict[str, Any]:
-        """``{"label", "seconds", "reason"}``; call after the closing synchronization of the timed region."""
+    def result(self, completed: bool = True) -> dict[str, Any]:
+        """``{"label", "seconds", "reason"}``; call after the closing synchronization of the timed region.
+        ``completed`` False (the pass failed, maybe at its closing synchronization): the events are not read."""
         if self._events is None:
             return {"label": GPU_SCOPE_LABEL, "seconds": None, "reason": f"not measured: no CUDA events on "
                                                                          f"{self.device.type}"}
-        if not self._stopped:
+        if not self._stopped or not completed:
             return {"label": GPU_SCOPE_LABEL, "seconds": None,
                     "reason": "not measured: the measured pass did not complete"}
         start, stop = self._events

@@ -16,6 +16,18 @@ from iteralab.models.base import (DTYPES, Settings, Workload, check_settings, te
                                   hub_revision)
 
 
+#: What ``compile = true`` hands to ``torch.compile`` (recorded as given, with whether a compiled graph ran).
+COMPILE_BACKEND = "inductor"
+COMPILE_MODE: str | None = None
+
+
+def dynamo_graphs() -> int:
+    """Graphs TorchDynamo has captured in this process so far (``torch._dynamo.utils.counters``)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
 def _quantize_dynamic(module: torch.nn.Module) -> tuple[torch.nn.Module, dict[str, Any]]:
     """Dynamic int8 of every nn.Linear; the warnings PyTorch emits (deprecations) are recorded, not hidden."""
     with warnings.catch_warnings(record=True) as caught:
@@ -98,8 +110,11 @@ class HFText(Workload):
         self.model = model.to(settings.device).eval()
         self.attn_implementation = getattr(config, "_attn_implementation", None)
         self._forward: Callable[..., Any] = self.model
+        self.compile_options: dict[str, Any] | None = None
         if settings.compile:
-            self._forward = torch.compile(self.model)
+            self.compile_options = {"backend": COMPILE_BACKEND, "mode": COMPILE_MODE}
+            self._graphs_before = dynamo_graphs()
+            self._forward = torch.compile(self.model, **self.compile_options)
             if settings.padding == "longest":
                 self.notes.append("compile with padding='longest': new batch shapes may recompile inside a "
                                   "measured pass; padding='max_length' keeps one shape")
@@ -144,7 +159,7 @@ class HFText(Workload):
             "precision": s.precision,
             "param_dtypes": sorted({str(p.dtype).replace("torch.", "") for p in self.model.parameters()}),
             "quantization": self.quantization,
-            "compile": {"enabled": True, "backend": "inductor"} if s.compile else {"enabled": False},
+            "compile": self.compile_record(),
             "attn_implementation": self.attn_implementation,
             "padding": s.padding,
             "max_length": s.max_length,
@@ -158,6 +173,17 @@ class HFText(Workload):
             "callable": None,
             "notes": list(self.notes),
         }
+
+
+    def compile_record(self) -> dict[str, Any]:
+        """What ``torch.compile`` was given (backend, mode) and the graphs TorchDynamo captured since this workload
+        compiled its forward: ``compiled_graph_ran`` is False until a call ran through a compiled graph (before the
+        first call, or when every frame fell back to eager)."""
+        if self.compile_options is None:
+            return {"enabled": False}
+        graphs = dynamo_graphs() - self._graphs_before
+        return {"enabled": True, **self.compile_options, "graphs_captured": graphs, "compiled_graph_ran": graphs > 0,
+                "counter": "torch._dynamo.utils.counters['stats']['unique_graphs'], since the workload loaded"}
 
 
 class HFClassifierWorkload(HFText):

@@ -26,7 +26,7 @@ from pydantic_core import PydanticCustomError
 from iteralab.errors import ProtocolError
 from iteralab.kit.calcul_forfaits import WindowError, elapsed, load_zone, localize
 from iteralab.kit.memoire import PRECISIONS  # the kit's list: one list for library and kit
-from iteralab.plan.engines import layout_problem
+from iteralab.plan.engines import gpu_share_problem, layout_problem
 from iteralab.plan.expenses import BudgetRule, ExpenseFile, ExpenseLine, expense_problems, keyed_error
 from iteralab.plan.metric import MetricSpec, Subgroup, subgroup_problems
 from iteralab.plan.task import EmbeddingSpec, TaskSpec, task_problem
@@ -150,6 +150,7 @@ class RunSpec(_Strict):
     ray_threads_per_actor: Whole | None = Field(default=None, ge=1)
     #: A Ray execution that makes no progress for this long fails the pass (Ray's own default is 30 min).
     ray_no_progress_timeout_s: Number = Field(default=120.0, gt=0)
+    ray_gpus_per_actor: Number = Field(default=1.0, gt=0)  # per actor of a GPU variant (plan.engines); Ray assigns
 
     @field_validator("pass_timeout")
     @classmethod
@@ -173,7 +174,8 @@ class RunSpec(_Strict):
 
     @model_validator(mode="after")
     def _ray_layout(self) -> RunSpec:
-        problem = layout_problem(self.ray_actors, self.ray_cpus_per_actor, self.ray_num_cpus)
+        problem = layout_problem(self.ray_actors, self.ray_cpus_per_actor, self.ray_num_cpus) or \
+            gpu_share_problem(self.ray_gpus_per_actor)
         if problem:
             raise ValueError(problem)
         return self

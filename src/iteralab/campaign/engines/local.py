@@ -22,11 +22,38 @@ from iteralab.campaign.records import PassSpec, failure
 
 
 def run_in_process(spec: PassSpec) -> dict[str, Any]:
-    """One pass in the runner's own process, its environment recorded as the pass saw it."""
+    """One pass in the runner's own process, its environment recorded as the pass saw it. A pass that left its
+    device unusable (``device_error``: a sticky CUDA error) has no environment read: every device call of this
+    process would raise; the runner gives the next passes fresh processes (:class:`FreshAfterDeviceError`)."""
 
     result = execute_pass(spec)
+    if result.get("device_error"):
+        result["environment"] = None
+        result["notes"].append("environment: not read, the device is unusable in this process after the error")
+        return result
     result["environment"] = environment_manifest(runtime=not owns_device(spec.model["kind"]), git=spec.record_git)
     return result
+
+
+class FreshAfterDeviceError:
+    """In-process isolation that survives a broken device: passes run in the runner's process until one leaves its
+    device unusable (a sticky CUDA error poisons the whole process), then each later pass runs in a fresh
+    interpreter (never forked from this process, whose CUDA state is broken), and says so. A device that stays
+    broken then fails those passes as rows, one by one; the campaign goes on."""
+
+    def __init__(self) -> None:
+        self.broken_by: str | None = None
+
+    def __call__(self, spec: PassSpec) -> dict[str, Any]:
+        if self.broken_by is None:
+            result = run_in_process(spec)
+            if result.get("device_error"):
+                self.broken_by = spec.pass_id
+            return result
+        result = run_in_worker(spec, None)
+        result.setdefault("notes", []).append(f"isolation: a fresh process, not the runner's: the device became "
+                                              f"unusable in the runner's process in {self.broken_by}")
+        return result
 
 
 def run_in_worker(spec: PassSpec, templates: Any = None) -> dict[str, Any]:

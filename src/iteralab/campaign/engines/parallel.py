@@ -51,6 +51,8 @@ from iteralab.campaign.records import STARTUP_PHASES, WORKER_PHASES, PassSpec, f
 from iteralab.common.files import write_json_atomic
 from iteralab.errors import IteraError
 from iteralab.models import device as dev
+from iteralab.models.cards import card_identity
+from iteralab.models.device import device_inventory
 
 #: How long the coordinator waits for a worker's next message before it declares the pass failed (seconds).
 #: Generous: a worker loading a large model on a busy machine is slow, not dead (a dead one closes its pipe).
@@ -122,10 +124,13 @@ def worker_main(argv: list[str]) -> int:
         environment = environment_manifest(runtime=not owns_device(spec.model["kind"]))
         startup["environment_s"] = time.perf_counter() - t0
         passes.record_runtime_memory(spec, startup)  # recorded once, by the worker that collects the environment
+    card = _own_card(spec)  # read before the pass: a device-side error would leave the card unreadable
     try:
         result = passes.execute_pass(spec, startup=startup, sync=sync)
     except Exception as exc:  # unexpected: still leave a failure record behind
         result = failure(spec.pass_id, passes.error_text(exc), "internal", completed=None, retries=None)
+    if card is not None:
+        result["card"] = card
     if sync.pass_run is not None:  # the shard's whole pass order (the file holds the completed part only)
 
         pq.write_table(pa.table({"id": sync.pass_run.ordered_ids()}),
@@ -136,6 +141,18 @@ def worker_main(argv: list[str]) -> int:
 
     write_json_atomic(result_path, result)
     return 0
+
+
+def _own_card(spec: PassSpec) -> dict[str, Any] | None:
+    """A GPU worker's one visible card (name, UUID, visibility variables), or None on CPU; an unreadable card is
+    said, and the pass then fails on its own."""
+    if not str(spec.variant.get("device") or "").startswith("cuda"):
+        return None
+
+    try:
+        return card_identity(0)
+    except Exception as exc:  # noqa: BLE001 - the pass itself reports the device's error
+        return {"index": 0, "uuid": None, "uuid_reason": f"not read: {error_text(exc)}"}
 
 
 # ----------------------------------------------------------------------------------------- coordinator
@@ -202,7 +219,9 @@ def _start_workers(spec: PassSpec, layout: Any, folder: Path) -> list[_Worker]:
         spec_path.write_text(json.dumps(wspec.to_json()), encoding="utf-8")
         to_worker_r, to_worker_w = os.pipe()
         from_worker_r, from_worker_w = os.pipe()
-        env = {**os.environ, **layout.envs[k]}
+        env = {**os.environ, **{key: v for key, v in layout.envs[k].items() if v is not None}}
+        for key in [key for key, v in layout.envs[k].items() if v is None]:
+            env.pop(key, None)
         with open(folder / f"w{k}.log", "w", encoding="utf-8") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "iteralab.campaign.engines.parallel", str(spec_path),
@@ -418,7 +437,9 @@ def _collect(result: dict[str, Any], workers: list[_Worker], bounds: Any, layout
     devices = []
     for w, r in zip(workers, records):
         shard_rows = int(bounds[w.k + 1] - bounds[w.k]) if bounds is not None else None
-        devices.append({"device": w.label, "status": r.get("status"), "completed": r.get("completed"),
+        devices.append({"device": w.label, **({"physical_id": layout.physical[w.k], "card": r.get("card")}
+                                              if layout.kind == "gpu" else {}),
+                        "status": r.get("status"), "completed": r.get("completed"),
                         "expected": r.get("expected") if r.get("expected") is not None else shard_rows,
                         "phases": r.get("phases") or {}, "memory": r.get("memory"), "error": r.get("error"),
                         "error_kind": r.get("error_kind"), "startup": r.get("startup"),
@@ -443,7 +464,7 @@ def _collect(result: dict[str, Any], workers: list[_Worker], bounds: Any, layout
     for key in ("runtime_rss_bytes", "runtime_imports_s"):  # recorded once, by the first worker
         if (first.get("startup") or {}).get(key) is not None:
             result["startup"][key] = first["startup"][key]
-    result["environment"] = first.get("environment")
+    result["environment"] = _runner_view(first.get("environment"), layout)
     failures = sorted(((w, r) for w, r in zip(workers, records) if r.get("status") != "ok"),
                       key=lambda wr: wr[1].get("error_kind") == "stopped")  # the cause first
     # run.pass_timeout: each worker projected its own limit over its shard (per device above); the row names the
@@ -472,6 +493,21 @@ def _collect(result: dict[str, Any], workers: list[_Worker], bounds: Any, layout
                      "not re-run on fewer devices")
         if result["completed"] is None:
             notes.append("completed: unknown, a worker died before reporting its count")
+
+
+def _runner_view(environment: dict[str, Any] | None, layout: Any) -> dict[str, Any] | None:
+    """The first worker's environment with the device inventory as the runner sees it: a GPU worker sees its one
+    card only, and the campaign's manifest (and a resume's check) compare what the machine offers, the same for a
+    data-parallel pass as for a single-device one. Each worker's own card is in ``parallel.devices``."""
+    if not environment or layout.kind != "gpu" or "device_inventory" not in environment:
+        return environment
+
+    inventory = device_inventory()
+    worker = environment["device_inventory"] or {}
+    for key in ("cpu",):  # the worker's own threads stay as the worker ran them
+        if key in worker:
+            inventory[key] = worker[key]
+    return {**environment, "device_inventory": inventory}
 
 
 def _memory(records: list[dict[str, Any]], workers: list[_Worker]) -> dict[str, Any] | None:

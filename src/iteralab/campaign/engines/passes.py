@@ -301,19 +301,22 @@ def execute_pass(spec: PassSpec | dict[str, Any], clock: Any = None, startup: di
     spec = PassSpec.coerce(spec)
     startup = startup if startup is not None else {}
     result = started(spec.pass_id, startup=startup)
+    device = None
     try:
         device = _seeded_device(spec, startup)
         workload = _load(spec, device, clock, result)
     except Exception as exc:  # a load failure is a failed pass row, with its error
-        return _failed(result, exc, "load", "failed while loading")
+        return _failed(result, exc, "load", "failed while loading", device)
     try:
         warm_texts, last_warm_s = _warm_up(spec, workload, device, clock, result)
     except Exception as exc:
-        return _failed(result, exc, "warmup", "failed during warm-up")
+        return _failed(result, exc, "warmup", "failed during warm-up", device)
 
     rows = sync.ready() if sync is not None else None  # data-parallel: wait for every worker, get the shard
     limit_s, basis = _fix_limit(spec, result, last_warm_s, len(warm_texts), rows)
     pass_run, measured_error = _measure(spec, workload, device, clock, result, limit_s, basis, rows, sync)
+    if spec.variant["compile"] and hasattr(workload, "compile_record"):  # after warm-up and pass: what ran compiled
+        result["workload"]["compile"] = workload.compile_record()
     _record_outcome(result, pass_run, measured_error)
     _write_predictions(spec, pass_run, clock, result)
     if measured_error is None:
@@ -321,11 +324,16 @@ def execute_pass(spec: PassSpec | dict[str, Any], clock: Any = None, startup: di
     return result
 
 
-def _failed(result: dict[str, Any], exc: BaseException, kind: str, when: str) -> dict[str, Any]:
-    """A pass that failed before its measured region: the error, its kind (an out-of-memory error is ``oom``)."""
+def _failed(result: dict[str, Any], exc: BaseException, kind: str, when: str, device: Any) -> dict[str, Any]:
+    """A pass that failed before its measured region: the error, its kind (an out-of-memory error is ``oom``), and
+    whether it left the device unusable (``device_error``: the next pass needs a fresh process)."""
+
     result["error"] = error_text(exc)
     result["error_kind"] = "oom" if _is_oom(exc) else kind
     result["notes"].append(f"{when}: {result['error']}")
+    broken = dev.device_error(device) if device is not None else None
+    if broken is not None:
+        result["device_error"] = broken
     return result
 
 
@@ -438,16 +446,19 @@ def _measure(spec: PassSpec, workload: Any, device: Any, clock: Any, result: dic
         phases["pass_s"] = measured.seconds
     except Exception as exc:
         measured_error = exc
-        try:
-            dev.synchronize(device)
-        except Exception:  # the device may be unusable after the error; the row keeps the first error
-            pass
+    broken = dev.device_error(device) if measured_error is not None else None
     if sync is not None:  # data-parallel: this shard's predictions are on the host
         sync.finished(pass_run, measured_error)
-    result["memory"] = dev.read_peaks(device)
+    if broken is None:
+        result["memory"] = dev.read_peaks(device)
+    else:  # a sticky device error: every further call would raise it; the row keeps the first error
+        result["memory"] = dev.peaks_not_read(device, f"the device is unusable after the error ({broken})")
+        result["device_error"] = broken
+        result["notes"].append(f"device unusable after the error ({broken}): peaks and GPU scope not read; the "
+                               "next pass runs in a fresh process")
     result["concurrent_load"] = dev.concurrent_load(machine_before, dev.load_snapshot(), phases["pass_s"])
     if device.type == "cuda":  # kept apart from `phases`: a GPU-side scope is never a pass time (R3)
-        result["gpu_scope"] = gpu_scope.result()
+        result["gpu_scope"] = gpu_scope.result(completed=measured_error is None)
     return pass_run, measured_error
 
 

@@ -42,7 +42,9 @@ from iteralab.campaign.predictions import file_name, write_predictions
 from iteralab.campaign.records import STARTUP_PHASES, WORKER_PHASES, PassSpec, started
 from iteralab.errors import RunError
 from iteralab.models import device as dev, factory
-from iteralab.plan.engines import layout_problem
+from iteralab.models.cards import card_identity, is_rocm, physical_ids
+from iteralab.models.device import resolve_device
+from iteralab.plan.engines import layout_problem, ray_gpu_problem, ray_wants_gpu
 
 RAY_HINT = "pip install iteralab[ray]"
 #: Blocks per actor after the repartition, so every actor gets data and the last block is short.
@@ -115,6 +117,9 @@ class RayEngine:
         self.run = protocol.run
         self.ray: Any = None
         self.started: dict[str, Any] = {}
+        #: the Ray variants, each with its device name (a GPU variant needs a cluster with GPUs)
+        self.variants = [(v.name, v.device or protocol.run.device) for v in protocol.variants if v.engine == "ray"]
+        self.gpus = 0.0
 
     @classmethod
     def for_slots(cls, protocol: Any, variants: list[str]) -> RayEngine | None:
@@ -128,6 +133,7 @@ class RayEngine:
     def layout(self) -> dict[str, Any]:
         run = self.run
         return {"actors": run.ray_actors, "cpus_per_actor": run.ray_cpus_per_actor,
+                "gpus_per_actor_of_a_gpu_variant": run.ray_gpus_per_actor,
                 "threads_per_actor": run.ray_threads_per_actor, "no_progress_timeout_s": run.ray_no_progress_timeout_s}
 
     def start(self) -> None:
@@ -158,7 +164,9 @@ class RayEngine:
                         "address": where or "local (started by the runner)", "nodes": len(nodes),
                         "cpus": resources.get("CPU", 0.0), "gpus": resources.get("GPU", 0.0),
                         "layout": self.layout()}
-        problem = layout_problem(run.ray_actors, run.ray_cpus_per_actor, resources.get("CPU", 0.0))
+        self.gpus = float(resources.get("GPU", 0.0) or 0.0)
+        problem = layout_problem(run.ray_actors, run.ray_cpus_per_actor, resources.get("CPU", 0.0)) or \
+            ray_gpu_problem(self.variants, resources, where or "local")
         if problem:
             self.stop()
             raise RunError(f"run.ray_address {where or 'local'}: {problem}",
@@ -210,6 +218,8 @@ class _RayPass:
         actor_spec = {k: as_json[k] for k in ("variant", "model", "classes", "seed", "deterministic", "device",
                                               "warmup")}
         actor_spec["threads"] = run.ray_threads_per_actor
+        # A GPU variant's actors ask Ray for their cards: Ray reserves them and shows each actor the card it assigned
+        actor_spec["gpu"] = gpu = ray_wants_gpu(spec.variant.get("device") or spec.device, self.engine.gpus)
         # The actor runs like a local pass worker: at the runner's priority (Ray starts its workers at nice 15 so
         # they yield to Ray's own services, and a nice-15 pass loses its cores to every runnable nice-0 thread,
         # the driver's included), and with the OpenMP/MKL runtimes started for the torch threads it will use
@@ -218,6 +228,8 @@ class _RayPass:
         if run.ray_threads_per_actor:
             env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(run.ray_threads_per_actor)
         remote: dict[str, Any] = {"max_restarts": 0, "runtime_env": {"env_vars": env}}
+        if gpu:
+            remote["num_gpus"] = run.ray_gpus_per_actor
         with warnings.catch_warnings():
             # Ray 2.60 has no named parameter for it yet: without max_restarts=0 a lost actor is replaced and its
             # tasks silently retried (R8: a lost actor fails the pass). Ray warns this form goes in Ray 2.64.
@@ -323,7 +335,8 @@ class _RayPass:
         self.startup["ray_actors"] = [{"start_s": r["created_at"] - submitted, "runtime_s": r["runtime_s"],
                                        "load_s": r["load_s"], "warmup_s": r["warmup_s"], "compile_s": r["compile_s"],
                                        "threads": r["threads"], "nice": r.get("nice"),
-                                       "omp_num_threads": r.get("omp_num_threads")} for r in records]
+                                       "omp_num_threads": r.get("omp_num_threads"),
+                                       **({"card": r["card"]} if r.get("card") else {})} for r in records]
         if not records:
             return
         self.startup["ray_actor_start_s"] = min(r["created_at"] for r in records) - submitted
@@ -439,6 +452,28 @@ def _peak_rss() -> int | None:
     return None
 
 
+def _ray_gpu_ids() -> list[str]:
+    """The GPUs Ray assigned to this actor (physical ids, as Ray's accelerator manager names them)."""
+    import ray
+
+    return [str(i) for i in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])]
+
+
+def ray_assigned_device(assigned: list[str] | None = None) -> Any:
+    """The torch device of the card Ray assigned to this actor (``assigned``: Ray's ids, default asked from Ray): its
+    position among the cards this process sees. Ray normally shows an actor only its own cards (index 0); with Ray
+    told not to set the visibility variables, the assigned physical id is found in the full list."""
+    import torch
+
+    assigned = _ray_gpu_ids() if assigned is None else assigned
+    if not assigned:
+        raise RuntimeError("Ray assigned this actor no GPU, but its variant runs on one (run.ray_gpus_per_actor)")
+    visible = physical_ids(torch.cuda.device_count() if torch.cuda.is_available() else 0, is_rocm())
+    if assigned[0] not in visible:
+        raise RuntimeError(f"Ray assigned GPU {assigned[0]}, but this actor's torch sees {visible or 'no GPU'}")
+    return resolve_device(f"cuda:{visible.index(assigned[0])}")
+
+
 class RayPredictor:
     """The map_batches UDF: one per actor. Loads the workload and warms up in the constructor (timed here, the
     pass's start-up phases), then turns each (id, text) batch into (id, probs) with the same workload code as
@@ -463,7 +498,8 @@ class RayPredictor:
             torch.manual_seed(seed)
             if spec.get("deterministic"):
                 torch.use_deterministic_algorithms(True, warn_only=True)
-            device = dev.resolve_device(variant.get("device") or spec.get("device", "auto"))
+            device = ray_assigned_device() if spec.get("gpu") else \
+                dev.resolve_device(variant.get("device") or spec.get("device", "auto"))
         runtime_s = time.perf_counter() - t0
         with dev.timed(device, dev.PERF_CLOCK) as loading:
             self.workload = factory.load_workload(
@@ -489,6 +525,9 @@ class RayPredictor:
             runtime = {"torch_threads": threads, "interop": torch.get_num_interop_threads(),
                        "determinism": determinism_settings()}
         priority = {"nice": os.nice(0), "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
+        if spec.get("gpu"):  # the card Ray assigned, as Ray names it and as the card identifies itself
+
+            priority["card"] = {"ray_gpu_ids": _ray_gpu_ids(), **card_identity(device.index or 0)}
         self.startup: dict[str, Any] | None = {
             "created_at": created, "runtime_s": runtime_s, **times, "threads": threads, "ready_at": ready,
             "workload": self.workload.describe(), "file_hashes": self.workload.file_hashes(), "runtime": runtime,

@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 from iteralab.campaign.folder import read_corpus_batches
 from iteralab.campaign.records import PassSpec
 from iteralab.errors import WorkloadError
+from iteralab.models.cards import is_rocm, one_card_env, physical_ids
 from iteralab.models.tokens import load_tokenizer, token_counter
 
 
@@ -94,9 +95,12 @@ class Layout:
 
     kind: str
     labels: tuple[str, ...]
-    envs: tuple[dict[str, str], ...]
+    #: each worker's environment over the runner's (None: the variable is removed)
+    envs: tuple[dict[str, str | None], ...]
     device: str  # the device name each worker resolves ("cuda": its one visible card; "cpu")
     threads: int | None = None
+    #: on GPUs, the physical card of each worker (as the visibility variables name it)
+    physical: tuple[str, ...] = ()
 
     @property
     def n(self) -> int:
@@ -118,13 +122,6 @@ def visible_gpu_count() -> int:
     return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
 
 
-def _visible_ids(count: int) -> list[str]:
-    declared = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if declared is not None and declared.strip():
-        return [d.strip() for d in declared.split(",") if d.strip()][:count]
-    return [str(i) for i in range(count)]
-
-
 def cpu_cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -132,10 +129,11 @@ def cpu_cores() -> int:
         return os.cpu_count() or 1
 
 
-def worker_layout(device_name: str, n: int, gpu_count: Any = None) -> Layout:
+def worker_layout(device_name: str, n: int, gpu_count: Any = None, rocm: bool | None = None) -> Layout:
     """The devices of ``n`` workers for a variant's device name ("cpu", "auto", "cuda"). On GPUs each worker
-    sees exactly one card (``CUDA_VISIBLE_DEVICES``, set before its interpreter starts); fewer cards than
-    workers is refused, never run on fewer devices. On CPU the cores are split between the processes."""
+    sees exactly one physical card (the visibility variable its runtime reads first, set before its interpreter
+    starts: :mod:`iteralab.models.cards`); fewer cards than workers is refused, never run on fewer devices. On CPU
+    the cores are split between the processes. ``rocm``: whether torch is a ROCm build (default: asked)."""
     text = str(device_name).strip().lower()
     count = 0
     if text != "cpu":
@@ -148,9 +146,11 @@ def worker_layout(device_name: str, n: int, gpu_count: Any = None) -> Layout:
             raise WorkloadError(f"data_parallel = {n} needs {n} GPUs; this machine shows {count}",
                                 hint="rent a machine (or more lots) with enough cards; a pass never runs on "
                                      "fewer devices than declared")
-        ids = _visible_ids(count)
-        envs = tuple({"CUDA_VISIBLE_DEVICES": ids[k], "TOKENIZERS_PARALLELISM": "false"} for k in range(n))
-        return Layout("gpu", tuple(f"cuda:{k}" for k in range(n)), envs, "cuda")
+
+        rocm = is_rocm() if rocm is None else rocm
+        ids = physical_ids(count, rocm)[:n]
+        envs = tuple({**one_card_env(ids[k], rocm), "TOKENIZERS_PARALLELISM": "false"} for k in range(n))
+        return Layout("gpu", tuple(f"cuda:{k}" for k in range(n)), envs, "cuda", physical=tuple(ids))
     threads = max(1, cpu_cores() // n)
     env = {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
            "TOKENIZERS_PARALLELISM": "false"}
