@@ -207,7 +207,8 @@ def test_verify_and_rerun_call_the_carried_copy(tmp_path, own_routines, monkeypa
     copy = campaign / record["file"]
     copy.write_text(copy.read_text() + "\n# edited\n", encoding="utf-8")
     rows = build_rows(campaign)
-    assert all(r["notes"].startswith("not accepted: metric routine own_routines:macro_f1: the carried copy "
-                                     "inputs/routine/own_routines.py is missing or differs from its recorded sha256")
-               for r in rows)
+    # (a row's notes may begin with a note of concurrent load on a busy machine: the verdict is its own part)
+    assert all(any(part.startswith("not accepted: metric routine own_routines:macro_f1: the carried copy "
+                                   "inputs/routine/own_routines.py is missing or differs from its recorded sha256")
+                   for part in r["notes"].split(" | ")) for r in rows)
     assert not audit_campaign(campaign).ok
