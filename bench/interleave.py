@@ -29,13 +29,18 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def cpu_line() -> str:
+    """The CPU's model, core count and the SIMD flags that change ML speed (bf16 runs 2x faster or 6x slower)."""
+    model, flags = "", ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} x {os.cpu_count()}"
+            if line.startswith("model name") and not model:
+                model = line.split(":", 1)[1].strip()
+            if line.startswith("flags") and not flags:
+                flags = line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return f"{platform.processor() or platform.machine()} x {os.cpu_count()}"
+    simd = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags.split()]
+    return f"{model or platform.processor() or platform.machine()}, {os.cpu_count()} cores, flags incl. {' '.join(simd) or 'none of avx2/avx512'}"
 
 
 def flatten(data: object, prefix: str = "") -> dict[str, float]:
