@@ -70,7 +70,13 @@ def test_demo_quick_try_end_to_end(demo_run):
     # the quick try ends with an answer: a configuration on the CPU observed, the rental unpriced with its reason
     decision = json.loads((campaign / "decision.json").read_text())
     [machine] = decision["configuration_per_machine"]
-    assert machine["chosen"] is not None and machine["hardware"].startswith("CPU only")
+    assert machine["hardware"].startswith("CPU only")
+    if machine["chosen"] is None:
+        # The demo plans a 2 M-document job from the observed throughput: a machine slow enough (or loaded enough)
+        # misses the deadline with every configuration. That is a speed outcome, not a defect, and no test may
+        # depend on this CPU's speed: the answer must then say it, configuration by configuration.
+        _answers_a_machine_too_slow_for_the_deadline(decision)
+        return
     assert decision["rental"]["chosen"] is None and decision["rental"]["answer"].startswith("not priced: ran on CPU")
     assert not decision["decision"].startswith("no choice possible")
     assert decision["production_job"] and all(j["label"] == "planned from observed throughput"
@@ -82,6 +88,17 @@ def test_demo_quick_try_end_to_end(demo_run):
 
 
 FP32_VARIANTS = {"b1-fp32", "b8-fp32", "b8-fp32-sorted"}
+
+
+def _answers_a_machine_too_slow_for_the_deadline(decision: dict) -> None:
+    """No configuration chosen: every one that met the quality bar (the fp32 ones always do) is excluded by the
+    deadline alone, and the decision and the rental say there is no choice."""
+    assert decision["decision"].startswith("no choice possible") and decision["rental"]["chosen"] is None
+    qualifying = {c["variant"]: c for c in decision["configurations"] if c["quality"]["meets_quality"]}
+    assert FP32_VARIANTS <= set(qualifying)
+    for variant, config in qualifying.items():
+        assert config["window"]["meets_deadline"] is False, variant
+        assert [e for e in config["exclusions"] if not e.startswith("misses the deadline")] == [], variant
 
 
 def _verdicts_hold(rows: list[dict], protocol: dict) -> None:
