@@ -167,7 +167,11 @@ def _write_protocol(root: Path, campaign: str, variants: list[str], size: dict[s
     """A protocol as a user writes one: no ``isolation`` key, so the passes run in the default (process)."""
     model = "model-eager" if campaign == "eager" else "model-sdpa"
     device = "cuda" if campaign == "fake" or not machine.self_test else "cpu"
-    ray = 'ray_actors = 1\nray_cpus_per_actor = 1\nray_gpus_per_actor = 1\nray_no_progress_timeout_s = 120\n'
+    import torch
+
+    # the actor runs as many torch threads as a local pass worker (torch's default here), so their manifests agree
+    ray = ("ray_actors = 1\nray_cpus_per_actor = 1\nray_gpus_per_actor = 1\nray_no_progress_timeout_s = 120\n"
+           f"ray_threads_per_actor = {torch.get_num_threads()}\n")
     if machine.self_test:
         ray += "ray_num_cpus = 2\n"
     path = root / f"protocol-{campaign}.toml"
@@ -314,6 +318,10 @@ def _num(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _passes(count: int, kind: str = "") -> str:
+    return f"{count} {kind}pass{'' if count == 1 else 'es'}"
+
+
 def _mib(value: int | None) -> str:
     return "-" if value is None else f"{value / 2**20:.1f} MiB"
 
@@ -398,7 +406,7 @@ def _precision(camps: dict[str, Campaign], machine: Machine, precision: str) -> 
                 f"refused on CPU by the precision policy ({refusal[0] if refusal else None}); a GPU run measures it")
     problems, rows = _variant_problems(camps, "main", precision)
     bound = "" if precision == "fp32" else f", within {BOUND} of fp32"
-    return problems, f"{len(rows)} passes ok, ids match, timers and memory consistent{bound}"
+    return problems, f"{_passes(len(rows))} ok, ids match, timers and memory consistent{bound}"
 
 
 def _attention(camps: dict[str, Campaign], name: str) -> tuple[list[str], str]:
@@ -410,7 +418,7 @@ def _attention(camps: dict[str, Campaign], name: str) -> tuple[list[str], str]:
         asked = ((camps[campaign].finished.get(row.pass_id) or {}).get("workload") or {}).get("attn_implementation")
         if asked != name:
             problems.append(f"{campaign} {row.pass_id}: attention implementation recorded {asked!r}, asked {name!r}")
-    said = f"{len(rows)} passes recorded attn_implementation {name!r}"
+    said = f"{_passes(len(rows))} recorded attn_implementation {name!r}"
     if name == "sdpa" or problems:
         return problems, said
     reference, _ = _variant_problems(camps, "main", "fp32")
@@ -439,8 +447,8 @@ def _compile(camps: dict[str, Campaign]) -> tuple[list[str], str]:
                             f"mode {COMPILE_MODE!r}; a compiled graph must have run)")
         if row.status == "ok" and row.compile_s is None:
             problems.append(f"main {row.pass_id}: no compile_s recorded")
-    return problems, (f"{len(rows)} passes: backend {record.get('backend')!r}, mode {record.get('mode')!r}, "
-                      f"{record.get('graphs_captured')} graphs captured and run")
+    return problems, (f"{_passes(len(rows))}: backend {record.get('backend')!r}, mode {record.get('mode')!r}, "
+                      f"compiled graphs run: {record.get('graphs_captured')}")
 
 
 def _manifest(camps: dict[str, Campaign], machine: Machine) -> tuple[list[str], str]:
@@ -478,7 +486,7 @@ def _data_parallel(camps: dict[str, Campaign], machine: Machine) -> tuple[list[s
         if any(d.get("completed") != d.get("expected") for d in devices):
             problems.append(f"{name} {row.pass_id}: shards incomplete "
                             f"{[(d.get('completed'), d.get('expected')) for d in devices]}")
-    return problems, f"{len(rows)} passes over cards {[physical for _, physical in cards]} ({[u for u, _ in cards]})"
+    return problems, f"{_passes(len(rows))} over cards {[physical for _, physical in cards]} ({[u for u, _ in cards]})"
 
 
 def _ray(camps: dict[str, Campaign], machine: Machine) -> tuple[list[str], str]:
@@ -494,13 +502,15 @@ def _ray(camps: dict[str, Campaign], machine: Machine) -> tuple[list[str], str]:
         card = (actors[0].get("card") or {}) if actors else {}
         if row.status == "ok" and not (card.get("ray_gpu_ids") and card.get("uuid")):
             problems.append(f"{name} {row.pass_id}: the actor recorded no card Ray assigned ({card or 'none'})")
-    return problems, (f"{len(rows)} passes, one actor on the GPU Ray assigned ({card.get('ray_gpu_ids')}, "
+    return problems, (f"{_passes(len(rows))}, one actor on the GPU Ray assigned ({card.get('ray_gpu_ids')}, "
                       f"{card.get('uuid')}), cluster GPUs {gpus}")
 
 
 def _process(camps: dict[str, Campaign]) -> tuple[list[str], str]:
     problems, count, forked = [], 0, 0
     for camp in camps.values():
+        if camp.error:
+            problems.append(camp.error)
         for row in camp.rows:
             if row.engine == "ray" or (row.data_parallel or 1) > 1:
                 continue  # Ray's actors and the data-parallel workers are processes of their own by construction
@@ -511,7 +521,8 @@ def _process(camps: dict[str, Campaign]) -> tuple[list[str], str]:
                 problems.append(f"{camp.name} {row.pass_id}: not run in a worker process ({startup})")
     if not count:
         problems.append("no local pass ran")
-    return problems, f"{count} local passes, each in a worker process of its own ({forked} forked from a template)"
+    return problems, (f"{_passes(count, 'local ')}, each in a worker process of its own ({forked} forked from a "
+                      "template)")
 
 
 def _evaluate(check: str, camps: dict[str, Campaign], machine: Machine) -> tuple[list[str], str]:
@@ -572,6 +583,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"device_check: refused: --only {args.only!r}: unknown check {unknown[0] if unknown else '(none)'!r}; "
               f"known: {', '.join(CHECKS)}", file=sys.stderr)
         return 2
+    if args.keep is not None and args.keep.exists() and any(args.keep.iterdir()):
+        print(f"device_check: refused: --keep {args.keep}: the folder is not empty; give a new folder",
+              file=sys.stderr)
+        return 2
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS, before CUDA starts
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
@@ -592,6 +607,10 @@ def main(argv: list[str] | None = None) -> int:
     root = args.keep or Path(tempfile.mkdtemp(prefix="iteralab-device-check-"))
     root.mkdir(parents=True, exist_ok=True)
     plan = machine.campaigns(only)
+    print(f"device_check ({'CPU self-test, the GPU parts on 2 fake cards' if machine.self_test else 'GPU'}): "
+          f"torch {torch.__version__} (CUDA {torch.version.cuda}, HIP {torch.version.hip}), "
+          f"{machine.gpus if not machine.self_test else 0} GPUs visible, ray {'installed' if machine.ray else 'absent'}"
+          f"; campaigns {', '.join(f'{k} {v}' for k, v in plan.items()) or 'none'} in {root}")
     if plan:
         _write_corpus(root, size)
         for attention in ("sdpa", "eager") if "eager" in plan else ("sdpa",):

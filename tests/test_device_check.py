@@ -54,6 +54,14 @@ def test_an_unknown_check_is_refused_in_one_line(capsys):
                             f"{', '.join(module.CHECKS)}\n")
 
 
+def test_a_kept_folder_that_is_not_empty_is_refused_in_one_line(tmp_path, capsys):
+    (tmp_path / "campaign-main").mkdir()
+    assert _script().main(["--cpu-self-test", "--keep", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == f"device_check: refused: --keep {tmp_path}: the folder is not empty; give a new folder\n"
+
+
 def test_cpu_self_test_prints_one_line_per_check_and_exits_0(tmp_path):
     """The command CI and a user run, as a process of its own: every check holds, each on one line."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH"))
@@ -70,12 +78,12 @@ def test_cpu_self_test_prints_one_line_per_check_and_exits_0(tmp_path):
     assert re.fullmatch(r"5 local passes, each in a worker process of its own \(\d forked from a template\)",
                         checks["process"][1]), checks["process"][1]
     assert checks["fp16"][1].startswith("refused on CPU by the precision policy")
-    assert checks["eager"][1].startswith("1 passes recorded attn_implementation 'eager'; agrees with SDPA")
-    assert checks["compile"][1].startswith("1 passes: backend 'inductor', mode None, ")
+    assert checks["eager"][1].startswith("1 pass recorded attn_implementation 'eager'; agrees with SDPA")
+    assert checks["compile"][1].startswith("1 pass: backend 'inductor', mode None, ")
     uuids = [c.uuid for c in fakecuda.cards(2)]
-    assert checks["data-parallel"][1] == f"1 passes over cards ['0', '1'] ({uuids})"
+    assert checks["data-parallel"][1] == f"1 pass over cards ['0', '1'] ({uuids})"
     if ray_installed():
-        assert checks["ray"][1] == f"1 passes, one actor on the GPU Ray assigned (['0'], {uuids[0]}), cluster GPUs 1.0"
+        assert checks["ray"][1] == f"1 pass, one actor on the GPU Ray assigned (['0'], {uuids[0]}), cluster GPUs 1.0"
     else:
         assert checks["ray"][1] == "ray is not installed (pip install iteralab[ray]): no Ray pass"
     skipped = "generation" if ray_installed() else "ray, generation"
