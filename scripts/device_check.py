@@ -481,7 +481,8 @@ def _data_parallel(camps: dict[str, Campaign], machine: Machine) -> tuple[list[s
         parallel = (camps[name].finished.get(row.pass_id) or {}).get("parallel") or {}
         devices = parallel.get("devices") or []
         cards = [((d.get("card") or {}).get("uuid"), d.get("physical_id")) for d in devices]
-        if len(devices) != 2 or len(set(cards)) != 2 or not all(uuid for uuid, _ in cards):
+        uuids, physical = {uuid for uuid, _ in cards}, {p for _, p in cards}
+        if len(devices) != 2 or len(uuids) != 2 or len(physical) != 2 or None in uuids:
             problems.append(f"{name} {row.pass_id}: workers' cards {cards}, want 2 distinct cards with UUIDs")
         if any(d.get("completed") != d.get("expected") for d in devices):
             problems.append(f"{name} {row.pass_id}: shards incomplete "

@@ -108,6 +108,21 @@ def test_a_failing_check_makes_the_exit_code_non_zero(monkeypatch, capsys, tmp_p
     assert not (tmp_path / "campaign-fake").exists()  # --only ran the passes bf16 reads, nothing else
 
 
+def test_workers_on_one_card_fail_the_data_parallel_check(monkeypatch, capsys, tmp_path):
+    """The GPU part of the check can fail too: two fake cards that are one card (the same UUID), as when both
+    workers land on the same physical card, fail data-parallel and the exit code is 1."""
+    module = _script()
+    monkeypatch.setattr(fakecuda, "cards", lambda n: (fakecuda.Card(),) * n)
+    assert module.main(["--cpu-self-test", "--only", "data-parallel", "--keep", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    status, text = _checks(out)["data-parallel"]
+    assert status == "FAIL"
+    same = fakecuda.Card().uuid
+    assert text == (f"fake r01-p02-dp2-a1: workers' cards [('{same}', '0'), ('{same}', '1')], want 2 distinct cards "
+                    "with UUIDs")
+    assert not (tmp_path / "campaign-main").exists()
+
+
 def test_on_a_gpu_machine_the_plan_follows_the_cards_and_ray(capsys):
     """What a GPU run would run and report, decided before any pass: data-parallel needs 2 cards, the Ray pass
     needs ray; a check that does not apply says why, and does not fail the run."""
