@@ -49,8 +49,7 @@ CLASSES = ("plot", "fresh", "rotten")
 CHECKS = ("process", "fp32", "bf16", "fp16", "sdpa", "eager", "compile", "manifest", "data-parallel", "ray",
           "generation")
 TESTS = Path(__file__).resolve().parents[1] / "tests"
-#: The variants each check reads, by campaign; the data-parallel and Ray variants run on the fake cards in the
-#: self-test ("fake"), in the main campaign on a GPU. fp32 is every campaign's reference.
+#: The variants the campaigns may hold, beside the protocol's batch size (fp32 is every campaign's reference).
 VARIANTS = {
     "fp32": {"name": "fp32"},
     "bf16": {"name": "bf16", "precision": "bf16"},
@@ -59,6 +58,8 @@ VARIANTS = {
     "dp2": {"name": "dp2", "data_parallel": 2, "padding": "max_length"},
     "ray": {"name": "ray", "engine": "ray"},
 }
+#: The variants each check reads, by campaign ("gpu": the fake campaign's 2 fake cards in the self-test, the main
+#: campaign on a GPU); "process" reads whatever ran, "generation" runs nothing yet.
 NEEDS = {"process": {}, "fp32": {"main": ["fp32"]}, "bf16": {"main": ["bf16"]}, "fp16": {"main": ["fp16"]},
          "sdpa": {"main": ["fp32"]}, "eager": {"main": ["fp32"], "eager": ["fp32"]},
          "compile": {"main": ["compiled"]}, "manifest": {"main": ["fp32"]}, "data-parallel": {"gpu": ["dp2"]},
@@ -102,8 +103,6 @@ class Machine:
             return f"{'one card' if self.gpus == 1 else 'no card'} visible, data-parallel needs 2"
         if check == "ray" and not self.ray:
             return "ray is not installed (pip install iteralab[ray]): no Ray pass"
-        if check == "fp16" and self.self_test:
-            return None  # the self-test checks the CPU refusal instead
         if check == "generation":
             from iteralab.plan.task import TASK_KINDS
 
@@ -561,7 +560,8 @@ def _report(checks: tuple[str, ...], camps: dict[str, Campaign], machine: Machin
     applicable = len(checks) - len(skipped)
     mode = "CPU self-test" if machine.self_test else "GPU"
     result = (f"{len(failed)} of {applicable} applicable checks FAILED: {', '.join(failed)}" if failed
-              else f"all {applicable} applicable checks passed")
+              else "no check applies here" if not applicable
+              else "the 1 applicable check passed" if applicable == 1 else f"all {applicable} applicable checks passed")
     print(f"\ndevice_check ({mode}): {result}" + (f"; not applicable: {', '.join(skipped)}" if skipped else ""))
     return 1 if failed else 0
 

@@ -137,5 +137,5 @@ def test_on_a_gpu_machine_the_plan_follows_the_cards_and_ray(capsys):
         "data-parallel": ("n/a", "one card visible, data-parallel needs 2"),
         "ray": ("n/a", "ray is not installed (pip install iteralab[ray]): no Ray pass"),
         "generation": ("n/a", "generation jobs are not in this version")}
-    assert out.rstrip().splitlines()[-1] == ("device_check (GPU): all 0 applicable checks passed; not applicable: "
+    assert out.rstrip().splitlines()[-1] == ("device_check (GPU): no check applies here; not applicable: "
                                              "data-parallel, ray, generation")
