@@ -543,7 +543,8 @@ def _evaluate(check: str, camps: dict[str, Campaign], machine: Machine) -> tuple
     return ["generation jobs exist (plan.task.TASK_KINDS) but this check runs none: add the case"], ""
 
 
-def _report(checks: tuple[str, ...], camps: dict[str, Campaign], machine: Machine) -> int:
+def _report(checks: tuple[str, ...], camps: dict[str, Campaign], machine: Machine, started: float | None = None
+            ) -> int:
     failed, skipped = [], []
     print("\nchecks:")
     for check in checks:
@@ -559,6 +560,8 @@ def _report(checks: tuple[str, ...], camps: dict[str, Campaign], machine: Machin
               + ("; ".join(problems) if problems else said))
     applicable = len(checks) - len(skipped)
     mode = "CPU self-test" if machine.self_test else "GPU"
+    if started is not None:  # the budget on one H200-class card is 5 minutes: the first real runs say if it holds
+        print(f"\nwall time: {time.perf_counter() - started:.0f} s, models and campaigns included")
     result = (f"{len(failed)} of {applicable} applicable checks FAILED: {', '.join(failed)}" if failed
               else "no check applies here" if not applicable
               else "the 1 applicable check passed" if applicable == 1 else f"all {applicable} applicable checks passed")
@@ -602,6 +605,7 @@ def main(argv: list[str] | None = None) -> int:
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+    started = time.perf_counter()
     machine = Machine(self_test=args.cpu_self_test, gpus=2 if args.cpu_self_test else torch.cuda.device_count(),
                       ray=ray_installed())
     size = _sizes(not machine.self_test)
@@ -624,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
                 _install_fake(root, patches)
             camps[name] = _run(root, name, variants, size, machine)
             _print_campaign(camps[name])
-        return _report(only, camps, machine)
+        return _report(only, camps, machine, started)
     finally:
         patches.restore()
 

@@ -90,6 +90,7 @@ def test_cpu_self_test_prints_one_line_per_check_and_exits_0(tmp_path):
     applicable = len(checks) - len(skipped.split(", "))
     assert proc.stdout.rstrip().splitlines()[-1] == (f"device_check (CPU self-test): all {applicable} applicable "
                                                      f"checks passed; not applicable: {skipped}")
+    assert re.search(r"^wall time: \d+ s, models and campaigns included$", proc.stdout, flags=re.MULTILINE)
     for name in ("main", "eager", "fake"):
         assert (tmp_path / f"campaign-{name}" / "raw_table.csv").is_file()
 
