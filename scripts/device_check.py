@@ -23,8 +23,9 @@ beside the CUDA-event GPU scope and the memory peaks, then one line per check:
 compile and manifest, and the GPU parts (event scope, device peaks, 2 cards for data-parallel, a Ray actor given a
 GPU) against the fake CUDA of ``tests/fakecuda.py``. It proves the check's code, not the card.
 
-Exit 0 when every applicable check holds, 1 when one fails, 2 when the machine cannot run it (no GPU visible
-without --cpu-self-test, or an unknown check name).
+Exit 0 when every applicable check holds, 1 when one fails, 2 when it cannot run (no GPU visible without
+--cpu-self-test, an unknown check name in --only, a --keep folder that is not empty). A check that does not apply
+here says why on its line ([n/a]) and fails nothing.
 """
 
 from __future__ import annotations
@@ -77,11 +78,13 @@ def _sizes(gpu: bool) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class Machine:
-    """What the check runs on: a GPU (``gpus`` cards), or the CPU self-test (the fake's 2 cards)."""
+    """What the check runs on: a GPU (``gpus`` cards), or the CPU self-test (the fake's 2 cards); ``refused``: the
+    precisions the product's own policy refuses on this card, with its reason (bf16 below compute capability 8.0)."""
 
     self_test: bool
     gpus: int
     ray: bool
+    refused: dict[str, str] = field(default_factory=dict)
 
     def campaigns(self, only: tuple[str, ...]) -> dict[str, list[str]]:
         """Campaign name -> its variants, for the checks in ``only`` (fp32 first: the reference)."""
@@ -103,6 +106,8 @@ class Machine:
             return f"{'one card' if self.gpus == 1 else 'no card'} visible, data-parallel needs 2"
         if check == "ray" and not self.ray:
             return "ray is not installed (pip install iteralab[ray]): no Ray pass"
+        if check in self.refused:
+            return f"the product refuses {check} on this card: {self.refused[check]}"
         if check == "generation":
             from iteralab.plan.task import TASK_KINDS
 
@@ -164,10 +169,10 @@ def _variant_toml(name: str, batch: int) -> str:
 
 def _write_protocol(root: Path, campaign: str, variants: list[str], size: dict[str, int], machine: Machine) -> Path:
     """A protocol as a user writes one: no ``isolation`` key, so the passes run in the default (process)."""
-    model = "model-eager" if campaign == "eager" else "model-sdpa"
-    device = "cuda" if campaign == "fake" or not machine.self_test else "cpu"
     import torch
 
+    model = "model-eager" if campaign == "eager" else "model-sdpa"
+    device = "cuda" if campaign == "fake" or not machine.self_test else "cpu"
     # the actor runs as many torch threads as a local pass worker (torch's default here), so their manifests agree
     ray = ("ray_actors = 1\nray_cpus_per_actor = 1\nray_gpus_per_actor = 1\nray_no_progress_timeout_s = 120\n"
            f"ray_threads_per_actor = {torch.get_num_threads()}\n")
@@ -303,9 +308,12 @@ def _run(root: Path, name: str, variants: list[str], size: dict[str, int], machi
     t0 = time.perf_counter()
     try:
         lock(protocol)
-        run_campaign(protocol, camp.folder)
+        # a variant this machine cannot run is a failed row its check names, not the end of the other checks
+        run_campaign(protocol, camp.folder, keep_unrunnable=True)
     except Exception as exc:  # noqa: BLE001 - a campaign that cannot run fails its checks, named, and the rest go on
-        camp.error = f"campaign {name} did not run: {type(exc).__name__}: {getattr(exc, 'message', None) or exc}"
+        hint = f" ({exc.hint})" if getattr(exc, "hint", None) else ""
+        camp.error = (f"campaign {name} did not run: {type(exc).__name__}: {getattr(exc, 'message', None) or exc}"
+                      f"{hint}")
         traceback.print_exc()
         return camp
     finally:
@@ -514,7 +522,10 @@ def _process(camps: dict[str, Campaign]) -> tuple[list[str], str]:
         for row in camp.rows:
             if row.engine == "ray" or (row.data_parallel or 1) > 1:
                 continue  # Ray's actors and the data-parallel workers are processes of their own by construction
-            startup = (camp.finished.get(row.pass_id) or {}).get("startup") or {}
+            record = camp.finished.get(row.pass_id) or {}
+            if record.get("error_kind") in ("unrunnable", "not_run"):
+                continue  # never started (its own check names why)
+            startup = record.get("startup") or {}
             count += 1
             forked += startup.get("forked") is True
             if startup.get("worker_wall_s") is None:
@@ -569,6 +580,14 @@ def _report(checks: tuple[str, ...], camps: dict[str, Campaign], machine: Machin
     return 1 if failed else 0
 
 
+def _refused_here() -> dict[str, str]:
+    """The half precisions the product's precision policy refuses on this machine's first card."""
+    from iteralab.kit.memoire import precision_refusal
+
+    refused = {p: precision_refusal(p, "cuda:0") for p in ("bf16", "fp16")}
+    return {p: why[0] for p, why in refused.items() if why}
+
+
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="What users run, on the rental's first GPU: one line per check.")
     parser.add_argument("--cpu-self-test", action="store_true",
@@ -607,7 +626,7 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.disable_progress_bar()
     started = time.perf_counter()
     machine = Machine(self_test=args.cpu_self_test, gpus=2 if args.cpu_self_test else torch.cuda.device_count(),
-                      ray=ray_installed())
+                      ray=ray_installed(), refused={} if args.cpu_self_test else _refused_here())
     size = _sizes(not machine.self_test)
     root = args.keep or Path(tempfile.mkdtemp(prefix="iteralab-device-check-"))
     root.mkdir(parents=True, exist_ok=True)

@@ -140,3 +140,20 @@ def test_on_a_gpu_machine_the_plan_follows_the_cards_and_ray(capsys):
         "generation": ("n/a", "generation jobs are not in this version")}
     assert out.rstrip().splitlines()[-1] == ("device_check (GPU): no check applies here; not applicable: "
                                              "data-parallel, ray, generation")
+
+
+def test_a_precision_the_card_cannot_run_does_not_apply_and_says_why(monkeypatch, capsys):
+    """On a card below compute capability 8.0 the product refuses bf16: the check's bf16 line says so, its
+    passes are not planned, and fp16 still runs."""
+    for name in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    fakecuda.FakeCuda(cards=fakecuda.cards(1, name="Tesla T4", major=7, minor=5)).install(monkeypatch)
+    module = _script()
+    refused = module._refused_here()
+    assert list(refused) == ["bf16"] and "compute capability 7.5" in refused["bf16"]
+    machine = module.Machine(self_test=False, gpus=1, ray=True, refused=refused)
+    assert machine.campaigns(("bf16", "fp16")) == {"main": ["fp32", "fp16"]}
+    assert module._report(("bf16",), {}, machine) == 0
+    assert _checks(capsys.readouterr().out) == {
+        "bf16": ("n/a", f"the product refuses bf16 on this card: {refused['bf16']}")}
+
