@@ -157,3 +157,27 @@ def test_a_precision_the_card_cannot_run_does_not_apply_and_says_why(monkeypatch
     assert _checks(capsys.readouterr().out) == {
         "bf16": ("n/a", f"the product refuses bf16 on this card: {refused['bf16']}")}
 
+
+def test_the_gpu_run_plans_and_checks_fp16_and_data_parallel_on_fake_cards(monkeypatch, capsys, tmp_path):
+    """The plain command (not the self-test) on a machine of 2 fake cards: its GPU protocols lock and run through
+    the runner, fp16 is measured rather than refused, and the GPU invariants hold on the fake's timers and peaks.
+    The workers run the fake's workload (tests/fakecuda.py), which knows no attention or compile: those checks
+    are left to the self-test's real model."""
+    for name in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    fake = fakecuda.FakeCuda(cards=fakecuda.cards(2), ms_per_batch=0.001).install(monkeypatch)
+    for key, value in fake.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("PYTHONPATH", fakecuda.worker_path(tmp_path / "site"))
+    module = _script()
+    monkeypatch.setattr(module, "_sizes", lambda gpu: dict(module.SELF_TEST_SIZES))
+    assert module.main(["--only", "fp16,data-parallel,manifest", "--keep", str(tmp_path / "check")]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("device_check (GPU): ")
+    assert "campaigns main ['fp32', 'fp16', 'dp2']" in out.splitlines()[0]
+    checks = _checks(out)
+    assert checks["fp16"] == ("ok", "1 pass ok, ids match, timers and memory consistent, within 0.05 of fp32")
+    assert checks["manifest"] == ("ok", "backend and GPU count as the runtime says (main cuda x2), no pass differs")
+    assert checks["data-parallel"][0] == "ok"
+    assert out.rstrip().splitlines()[-1] == "device_check (GPU): all 3 applicable checks passed"
+
