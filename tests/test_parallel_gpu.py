@@ -5,6 +5,8 @@ resume is not refused), and a sticky device error on a worker is a failed row wi
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from fakecuda import DEVICE_ASSERT, FakeCuda, cards
@@ -71,10 +73,20 @@ def test_a_gpu_data_parallel_pass_records_each_card_and_the_runners_view(machine
     # the manifest's device inventory is the runner's: the two cards it sees, as a single-device pass records them
     inventory = result["environment"]["device_inventory"]
     assert inventory["gpu_count"] == 2
-    here = environment_manifest(git=False)
+    here = json.loads(json.dumps(environment_manifest(git=False)))  # as a single-device pass's manifest is stored
     assert [k for k, _, _ in manifest_differences(result["environment"], here) if k.startswith("device_inventory")
             and not k.startswith("device_inventory.cpu")] == []
     check_resume_environment(tmp_path, {"environment": result["environment"]})  # a resume is not refused
+
+
+def test_the_runners_view_holds_the_values_a_stored_manifest_reads_back(machine, tmp_path):
+    """The campaign compares each pass with its manifest as stored (JSON): the runner's device inventory a
+    data-parallel pass records must read back as the same facts (torch's version a plain string, not the runtime's
+    TorchVersion object, which the manifest comparison takes for another fact)."""
+    machine(CUDA_VISIBLE_DEVICES="0,1")
+    environment = run_data_parallel(_spec(tmp_path, data_parallel=2, padding="max_length"))["environment"]
+    stored = json.loads(json.dumps(environment))
+    assert manifest_differences(stored, environment) == []
 
 
 def test_a_sticky_error_on_the_workers_is_a_failed_row_with_the_inputs_completed(machine, tmp_path):

@@ -502,7 +502,8 @@ def _runner_view(environment: dict[str, Any] | None, layout: Any) -> dict[str, A
     if not environment or layout.kind != "gpu" or "device_inventory" not in environment:
         return environment
 
-    inventory = device_inventory()
+    # as a worker's record reaches the runner (through JSON): plain values, e.g. torch's version as a string
+    inventory = json.loads(json.dumps(device_inventory()))
     worker = environment["device_inventory"] or {}
     for key in ("cpu",):  # the worker's own threads stay as the worker ran them
         if key in worker:
