@@ -1,12 +1,24 @@
 """The arithmetic of an embedding job's checks, on NumPy arrays, in blocks: leave-one-out kNN label accuracy by
-cosine (never an n × n matrix: :data:`BLOCK_BYTES` of similarities at a time) and per-row cosines and largest
-absolute differences of two aligned sets of vectors. Reads and writes nothing."""
+cosine (never an n × n matrix: :data:`BLOCK_BYTES` of similarities at a time), retrieval recall@k of queries among
+the documents, and per-row cosines and largest absolute differences of two aligned sets of vectors. Reads and
+writes nothing.
+
+recall@k, for a cut-off ``k``::
+
+    recall@k = mean over the queries q of  |relevant(q) ∩ top_k(q)| / min(k, |relevant(q)|)
+
+where ``top_k(q)`` are the ``k`` documents whose vectors have the highest cosine with the query's vector (exact
+search over every document that has a finite vector; a tie at the cut-off goes to the document that comes first in
+the corpus) and ``relevant(q)`` the query's relevant documents. Dividing by ``min(k, |relevant|)`` makes 1.0
+reachable for a query with more relevant documents than ``k``; a relevant document without a vector is never
+retrieved.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["BLOCK_BYTES", "cosine_rows", "knn_correct", "row_norms"]
+__all__ = ["BLOCK_BYTES", "cosine_rows", "knn_correct", "recall_at_k", "row_norms"]
 
 #: Bytes of float32 similarities computed at a time (block rows × documents × 4).
 BLOCK_BYTES = 1 << 26
@@ -52,3 +64,41 @@ def cosine_rows(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         cos = dots / (row_norms(a) * row_norms(b))
         diff = np.abs(np.subtract(a, b, dtype=np.float64)).max(axis=1, initial=0.0) if a.size else np.zeros(len(a))
     return cos, diff
+
+
+def _unit(vectors: np.ndarray) -> np.ndarray:
+    norms = row_norms(vectors)
+    norms[norms == 0] = 1.0
+    return (vectors / norms[:, None]).astype(np.float32)
+
+
+def recall_at_k(documents: np.ndarray, queries: np.ndarray, relevant: list[np.ndarray], k: int) -> float | None:
+    """recall@k (module docstring) of ``queries`` ``[m, d]`` among ``documents`` ``[n, d]`` (corpus order; a row
+    that is not finite is never retrieved); ``relevant[q]``: the corpus rows relevant to query ``q``. None without
+    a query."""
+    m, n = len(queries), len(documents)
+    if not m:
+        return None
+    usable = np.isfinite(documents).all(axis=1)
+    docs = np.zeros_like(documents, dtype=np.float32)
+    docs[usable] = _unit(documents[usable])
+    unit_queries = _unit(np.nan_to_num(queries.astype(np.float32)))
+    cut = min(k, int(usable.sum()))
+    total = 0.0
+    rows = max(1, BLOCK_BYTES // (4 * max(n, 1)))
+    for start in range(0, m, rows):
+        stop = min(start + rows, m)
+        sims = unit_queries[start:stop] @ docs.T  # [block, n]
+        sims[:, ~usable] = -np.inf
+        taken = np.zeros(sims.shape, dtype=bool)
+        if cut:
+            kth = np.partition(sims, n - cut, axis=1)[:, n - cut][:, None]  # the k-th highest similarity
+            above = sims > kth
+            ties = sims == kth
+            room = cut - above.sum(axis=1, keepdims=True)  # the ties admitted, first in corpus order
+            taken = above | (ties & (np.cumsum(ties, axis=1) <= room))
+        for q in range(start, stop):
+            wanted = relevant[q]
+            hits = int(taken[q - start, wanted].sum()) if len(wanted) else 0
+            total += hits / min(k, len(wanted)) if len(wanted) else 0.0
+    return total / m
