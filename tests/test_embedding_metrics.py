@@ -261,3 +261,31 @@ def test_lock_refuses_a_missing_queries_file_and_run_refuses_an_edited_one(tmp_p
         check_inputs(protocol)
     assert "queries file: queries.csv changed" in str(err.value) and f"{len(QUERIES)} → {len(QUERIES) - 1}" in \
         str(err.value)
+
+
+def test_a_recall_campaign_decides_reports_seals_and_reruns_from_its_carried_queries(tmp_path):
+    from iteralab.decision.report import finalize
+    from iteralab.decision.rule import decide
+    from iteralab.evidence.bundle import seal
+    from iteralab.evidence.rerun import rerun
+    from iteralab.evidence.verify import audit_campaign
+
+    write_unlabelled_corpus(tmp_path)
+    write_queries(tmp_path / "queries.csv")
+    out = _lock_and_run(tmp_path, recall_protocol())
+    machine = decide([out]).machines[0]
+    assert machine.chosen is not None and machine.chosen.variant == "b2"
+    finalize([out])
+    assert "recall_at_k" in (out / "decision.md").read_text(encoding="utf-8")
+    seal(out)
+    assert not audit_campaign(out).differences
+    (tmp_path / "queries.csv").unlink()  # the rerun reads the earlier folder's copy, not the user's file
+    again = tmp_path / "again"
+    comparison = rerun(out, again)
+    assert (again / "inputs" / "queries.csv").read_bytes() == (out / "inputs" / "queries.csv").read_bytes()
+    assert json.loads((again / "campaign.json").read_text(encoding="utf-8"))["queries"] == \
+        json.loads((out / "campaign.json").read_text(encoding="utf-8"))["queries"]
+    comparison = comparison["comparison"]
+    assert comparison["same_verdicts"], comparison["variants"]
+    assert comparison["variants"]["b2"]["new_accepted"] == comparison["variants"]["b2"]["old_accepted"] == 1
+    assert comparison["variants"]["b2"]["outputs"] == "identical"
