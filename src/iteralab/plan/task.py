@@ -17,8 +17,9 @@ An embedding job (a corpus turned into one vector per document) is judged by:
   ``campaign.verdict.embedding``); ``metric.tolerance`` bounds how far that metric may move the wrong way from
   the reference pass's, as for a classifier.
 
-An embedding job's corpus may have no labels: ``corpus.classes = []`` (no label column is read). Then neither
-``knn_accuracy`` nor a subgroup by label can be computed, and a routine is handed ``references = None``.
+An embedding job's corpus may have no labels: ``corpus.classes = []`` (the label column is optional, and empty
+where the file has one). Then neither ``knn_accuracy`` nor a subgroup by label can be computed, and a routine is
+handed ``references = None``.
 
 The model is an ``encoder`` folder (Hugging Face ``AutoModel`` + tokenizer, pooled by ``embedding.pooling``,
 L2-normalised when ``embedding.normalize``, cut at ``model.max_length``) or a ``callable`` returning ``[n, d]``.
