@@ -289,3 +289,15 @@ def test_a_recall_campaign_decides_reports_seals_and_reruns_from_its_carried_que
     assert comparison["same_verdicts"], comparison["variants"]
     assert comparison["variants"]["b2"]["new_accepted"] == comparison["variants"]["b2"]["old_accepted"] == 1
     assert comparison["variants"]["b2"]["outputs"] == "identical"
+
+
+def test_a_routine_returning_no_finite_number_fails_that_verdict_in_one_line(tmp_path):
+    rows = corpus_rows()
+    ids, texts = [r[0] for r in rows], [r[1] for r in rows]
+    expected = Expected.of(ids, {i: lab for i, _, lab in rows}, {}, ["fresh", "rotten"])
+    vectors = _vector_set(tmp_path, ids, word_embedder(texts))
+    protocol = parse_protocol(embedding_protocol(EMBEDDER, variants=BATCH_VARIANTS, reference="b2",
+                                                 metric='routine = "r:nan"'))
+    verdict = evaluate_vectors(vectors, protocol, expected, Routine("r:nan", lambda **_: float("nan")))
+    assert verdict["metric"] is None and verdict["threshold_ok"] is False
+    assert verdict["routine_error"] == "metric routine r:nan returned nan, not a finite number"

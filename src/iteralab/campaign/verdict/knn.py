@@ -66,39 +66,47 @@ def cosine_rows(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return cos, diff
 
 
-def _unit(vectors: np.ndarray) -> np.ndarray:
-    norms = row_norms(vectors)
-    norms[norms == 0] = 1.0
-    return (vectors / norms[:, None]).astype(np.float32)
+#: Rows whose norms are computed at a time (float64 temporaries of a block, never of the whole set).
+NORM_ROWS = 1 << 13
+
+
+def _inverse_norms(vectors: np.ndarray) -> np.ndarray:
+    """1 / the L2 norm of each row as float32, computed in blocks of rows (1 where a row is not finite or null)."""
+    out = np.ones(len(vectors), dtype=np.float32)
+    for start in range(0, len(vectors), NORM_ROWS):
+        norms = row_norms(vectors[start:start + NORM_ROWS])
+        usable = np.isfinite(norms) & (norms > 0)
+        out[start:start + NORM_ROWS][usable] = 1.0 / norms[usable]
+    return out
 
 
 def recall_at_k(documents: np.ndarray, queries: np.ndarray, relevant: list[np.ndarray], k: int) -> float | None:
     """recall@k (module docstring) of ``queries`` ``[m, d]`` among ``documents`` ``[n, d]`` (corpus order; a row
     that is not finite is never retrieved); ``relevant[q]``: the corpus rows relevant to query ``q``. None without
-    a query."""
+    a query. The documents are never copied: each block of similarities is divided by their norms."""
     m, n = len(queries), len(documents)
     if not m:
         return None
     usable = np.isfinite(documents).all(axis=1)
-    docs = np.zeros_like(documents, dtype=np.float32)
-    docs[usable] = _unit(documents[usable])
-    unit_queries = _unit(np.nan_to_num(queries.astype(np.float32)))
+    scale = _inverse_norms(documents)
+    queries = np.nan_to_num(queries.astype(np.float32))
+    queries = queries * _inverse_norms(queries)[:, None]
     cut = min(k, int(usable.sum()))
     total = 0.0
     rows = max(1, BLOCK_BYTES // (4 * max(n, 1)))
     for start in range(0, m, rows):
         stop = min(start + rows, m)
-        sims = unit_queries[start:stop] @ docs.T  # [block, n]
+        sims = queries[start:stop] @ documents.T  # [block, n]; a column of NaN where a document is not finite
+        sims *= scale[None, :]
         sims[:, ~usable] = -np.inf
-        taken = np.zeros(sims.shape, dtype=bool)
-        if cut:
-            kth = np.partition(sims, n - cut, axis=1)[:, n - cut][:, None]  # the k-th highest similarity
-            above = sims > kth
-            ties = sims == kth
-            room = cut - above.sum(axis=1, keepdims=True)  # the ties admitted, first in corpus order
-            taken = above | (ties & (np.cumsum(ties, axis=1) <= room))
         for q in range(start, stop):
             wanted = relevant[q]
-            hits = int(taken[q - start, wanted].sum()) if len(wanted) else 0
-            total += hits / min(k, len(wanted)) if len(wanted) else 0.0
+            if not len(wanted) or not cut:
+                continue
+            row = sims[q - start]
+            kth = np.partition(row, n - cut)[n - cut]  # the k-th highest similarity
+            taken = row > kth
+            ties = np.flatnonzero(row == kth)[:cut - int(taken.sum())]  # admitted first in corpus order
+            taken[ties] = True
+            total += int(taken[wanted].sum()) / min(k, len(wanted))
     return total / m
