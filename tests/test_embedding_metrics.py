@@ -71,11 +71,13 @@ def test_a_routine_on_vectors_agrees_with_knn_accuracy_overall_and_is_called_per
     strata = {i: ("long" if len(t) > 12 else "short") for i, t in zip(ids, texts)}
     expected = Expected.of(ids, dict(zip(ids, labels)), strata, ["fresh", "rotten"])
     vectors = _vector_set(tmp_path, ids, word_embedder(texts))
-    subgroups = '[[subgroups]]\nname = "length"\nby = "stratum"\ntolerance = 0.5\n'
+    subgroups = ('[[subgroups]]\nname = "length"\nby = "stratum"\ntolerance = 0.5\n'
+                 '[[subgroups]]\nname = "class"\nby = "label"\ntolerance = 0.5\n')
     knn = parse_protocol(embedding_protocol(EMBEDDER, variants=BATCH_VARIANTS, reference="b2", subgroups=subgroups)
                          .replace('stratum_column = ""', 'stratum_column = "stratum"'))
     mine = parse_protocol(embedding_protocol(EMBEDDER, variants=BATCH_VARIANTS, reference="b2", subgroups=subgroups,
-                                             metric='routine = "embedding_routines:knn_accuracy"', threshold=0.5)
+                                             metric='routine = "embedding_routines:knn_accuracy"\nk = 3',
+                                             threshold=0.5)
                           .replace('stratum_column = ""', 'stratum_column = "stratum"'))
     routine = Routine("embedding_routines:knn_accuracy",
                       load_function(ROUTINES, "embedding_routines:knn_accuracy"))
@@ -89,6 +91,9 @@ def test_a_routine_on_vectors_agrees_with_knn_accuracy_overall_and_is_called_per
         member = [n for n, i in enumerate(ids) if strata[i] == group]
         alone = embedding_routines.knn_accuracy_of(vectors.vectors[member], np.asarray(labels)[member]).mean()
         assert by_routine["subgroups"][f"length:{group}"] == pytest.approx(alone, abs=1e-9)
+    # a class group keeps its class's kNN recall (the built-in's), whatever the routine
+    for group in ("class:fresh", "class:rotten"):
+        assert by_routine["subgroups"][group] == built_in["subgroups"][group] is not None
 
 
 def test_a_lower_is_better_routine_turns_the_threshold_into_a_maximum(tmp_path):
@@ -301,3 +306,36 @@ def test_a_routine_returning_no_finite_number_fails_that_verdict_in_one_line(tmp
     verdict = evaluate_vectors(vectors, protocol, expected, Routine("r:nan", lambda **_: float("nan")))
     assert verdict["metric"] is None and verdict["threshold_ok"] is False
     assert verdict["routine_error"] == "metric routine r:nan returned nan, not a finite number"
+
+
+def test_the_lock_command_says_a_bad_queries_file_in_one_line_without_a_traceback(tmp_path, capsys):
+    from iteralab.cli import main
+
+    write_unlabelled_corpus(tmp_path)
+    write_queries(tmp_path / "queries.csv", QUERIES[:1] + [("q9", "unknown", "d01;x99")])
+    protocol = tmp_path / "protocol.toml"
+    protocol.write_text(recall_protocol(), encoding="utf-8")
+    assert main(["lock", str(protocol)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (f"Error: metric.queries: {tmp_path / 'queries.csv'} line 3, field relevant_ids: query 'q9' "
+                      "names id 'x99', not an id of the corpus corpus.csv")
+    assert err[1].startswith("Hint: ") and not any("Traceback" in e for e in err)
+
+
+def test_verify_and_rerun_call_the_carried_routine_on_vectors(tmp_path):
+    from iteralab.campaign.folder import read_raw_rows
+    from iteralab.evidence.rerun import rerun
+    from iteralab.evidence.verify import audit_campaign
+    from test_embedding import write_corpus
+
+    write_corpus(tmp_path)
+    out = _lock_and_run(tmp_path, embedding_protocol(
+        EMBEDDER, variants=BATCH_VARIANTS, reference="b2", min_cosine=0.5, threshold=20.0,  # spread is at most 20
+        metric='routine = "embedding_routines:spread"\nhigher_is_better = false'))
+    rows = {r.variant: r for r in read_raw_rows(out / "raw_table.csv")}
+    exact = [t for _, t, _ in corpus_rows()]
+    value = embedding_routines.spread(ids=None, outputs=word_embedder(exact), references=None)
+    assert rows["b2"].metric == pytest.approx(value, abs=1e-6) and rows["b2"].corpus_accepted
+    assert not audit_campaign(out, require_seal=False).differences
+    comparison = rerun(out, tmp_path / "again")["comparison"]
+    assert comparison["same_verdicts"] and comparison["variants"]["b2"]["outputs"] == "identical"
