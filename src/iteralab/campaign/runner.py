@@ -175,7 +175,8 @@ def prepare(locked: str | os.PathLike[str] | LockedProtocol, out: str | os.PathL
     # small model files copied, weights by hash (D3), from the hashes the input check just computed
     carried = carry_model_files(locked, out, model_hashes)
     routine = carry_routine((lock_entry.get("inputs") or {}).get("routine"), out, earlier)
-    queries = carry_queries((lock_entry.get("inputs") or {}).get("queries"), locked.where(protocol.metric.queries), out)
+    queries = carry_queries((lock_entry.get("inputs") or {}).get("queries"), locked.where(protocol.metric.queries),
+                            out)
     design, slots = schedule_slots(protocol)
     model = protocol.model
     campaign = {

@@ -155,9 +155,9 @@ def fingerprint_inputs(protocol: str | os.PathLike[str] | ProtocolFile) -> dict[
 
 
 def _with_routine(inputs: dict[str, Any], protocol_file: ProtocolFile, *, load: bool = False) -> dict[str, Any]:
-    """``inputs`` with the metric routine's record (``lock.usercode``) and the queries file's (``lock.usercode``:
-    its relevant ids checked against the corpus's) when the protocol declares them: a protocol without either
-    keeps the inputs record it always had."""
+    """``inputs`` with the records (``lock.usercode``) of the metric routine and of recall_at_k's queries file
+    (its relevant ids checked against the corpus's ids) when the protocol declares them: a protocol without
+    either keeps the inputs record it always had."""
     routine = routine_fingerprint(protocol_file, load=load)
     inputs = inputs if routine is None else {**inputs, "routine": routine}
     corpus = inputs.get("corpus")

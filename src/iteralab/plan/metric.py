@@ -36,8 +36,8 @@ from pydantic import AfterValidator, Field, ValidationInfo, field_validator, mod
 from iteralab.errors import CorpusError
 from iteralab.plan.values import Flag, Number, Strict, Text, Whole
 
-__all__ = ["EMBEDDING_METRICS", "METRICS", "QUERY_COLUMNS", "ROUTINE_FORM", "TOL", "MetricName", "MetricSpec", "Queries",
-           "Subgroup", "known_metric", "load_queries", "subgroup_problems", "unknown_relevant"]
+__all__ = ["EMBEDDING_METRICS", "METRICS", "QUERY_COLUMNS", "ROUTINE_FORM", "TOL", "MetricName", "MetricSpec",
+           "Queries", "Subgroup", "known_metric", "load_queries", "subgroup_problems", "unknown_relevant"]
 
 #: A classifier's built-in metrics.
 METRICS = ("accuracy", "macro_f1", "weighted_f1", "balanced_accuracy")

@@ -182,7 +182,7 @@ def draft_embedding_protocol(*, name: str, model_ref: str, classes: Sequence[str
         note = ""
     else:
         metric = ('name = "recall_at_k"\nk = 10                 # the cut-off: the top 10 documents by cosine\n'
-                  'queries = "queries.csv"  # CHOOSE: write it, columns query_id, text, relevant_ids (ids joined by ";")')
+                  'queries = "queries.csv"  # CHOOSE: write it: query_id, text, relevant_ids (ids joined by ";")')
         class_subgroup = ""
         note = "   # no labels: judged by recall_at_k (or your own metric.routine)"
     return Template(EMBEDDING_DRAFT_TEMPLATE.read_text(encoding="utf-8")).substitute(
