@@ -85,7 +85,7 @@ def embed_queries(spec: Any, workload: Any, clock: Any, result: dict[str, Any]) 
     order, the variant's batch size) and streamed to the pass's query vector file; its name and sha256 go into
     the result (``queries_file``, ``queries_sha256``). A failure is recorded (``queries_error`` and a note): the
     pass's verdict then has no recall to compute and fails, the measured pass stays as measured."""
-    if not getattr(spec, "queries_path", None):
+    if not spec.queries_path:
         return
     t0 = clock.now()
     sink = VectorWriter(Path(spec.prediction_dir) / queries_file_name(spec.pass_id))
