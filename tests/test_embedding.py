@@ -114,11 +114,22 @@ def test_an_embedding_protocol_reads_its_keys():
     assert (protocol.metric.name, protocol.metric.k) == ("knn_accuracy", 3)
 
 
+BY_LABEL = '[[subgroups]]\nname = "c"\nby = "label"\n'
+
+
 @pytest.mark.parametrize("edit, expected", [
     (lambda t: t.replace("k = 3\n", ""), "metric 'knn_accuracy' needs metric.k"),
     (lambda t: t.replace('name = "knn_accuracy"', 'name = "recall_at_k"'), "metric 'recall_at_k' needs metric.queries"),
-    (lambda t: t.replace('name = "knn_accuracy"', 'name = "recall_at_k"\nqueries = "q.csv"'),
-     "metric 'recall_at_k' is declared but not computed by this version"),
+    (lambda t: t.replace('name = "knn_accuracy"', 'name = "knn_accuracy"\nqueries = "q.csv"'),
+     "metric.queries is read by recall_at_k only"),
+    (lambda t: t.replace('classes = ["fresh", "rotten"]', "classes = []"),
+     "metric 'knn_accuracy' needs the corpus's labels"),
+    (lambda t: t.replace('classes = ["fresh", "rotten"]', 'classes = ["fresh"]'), "at least 2 items (or none"),
+    (lambda t: t.replace('classes = ["fresh", "rotten"]', "classes = []").replace(
+        'name = "knn_accuracy"', 'name = "recall_at_k"\nqueries = "q.csv"') + BY_LABEL,
+     "subgroup(s) c by label need the corpus's labels"),
+    (lambda t: t.replace('name = "knn_accuracy"\nk = 3', 'routine = "m:f"') + BY_LABEL + "tolerance = 0.1\n",
+     "is judged by its class's kNN recall: declare metric.k"),
     (lambda t: t.replace('name = "knn_accuracy"', 'name = "macro_f1"'), "an embedding job's metric is one of knn_accuracy"),
     (lambda t: t.replace("min_cosine = 0.99\n", "min_cosine = 0.99\ncosine_quantile = 0.01\n"),
      "cosine_quantile and embedding.min_cosine_at_quantile go together"),

@@ -263,3 +263,50 @@ def test_prepare_never_writes_over_an_edited_or_locked_protocol(tmp_path, tok, c
     rc, _, err = _prepare(capsys, source, tok, out, "--sample", "short=10,long=10")
     assert rc == 2 and err[0] == f"Error: {draft}: a locked protocol is in this folder; prepare never writes over it"
     assert draft.read_text() == edited
+
+
+def test_prepare_an_embedding_job_on_a_corpus_without_labels(tmp_path, tok, capsys):
+    """--task embedding: no label column needed; the draft is an embedding job judged by recall_at_k, and once its
+    choices are made (and the queries written) it locks."""
+    import tomllib
+
+    from iteralab.lock.inputs import lock
+
+    rows = [(i, t) for i, t, _ in _rows()]
+    source = _write_csv(tmp_path / "docs.csv", rows, header=("id", "text"))
+    out = tmp_path / "prep"
+    rc, stdout, err = _prepare(capsys, source, tok, out, "--sample", "short=20,long=20", "--task", "embedding")
+    assert rc == 0, err
+    draft = (out / "protocol.toml").read_text(encoding="utf-8")
+    data = tomllib.loads(draft)
+    assert data["task"]["kind"] == "embedding" and data["corpus"]["classes"] == []
+    assert data["model"]["kind"] == "encoder" and data["metric"]["name"] == "recall_at_k"
+    assert data["embedding"]["min_cosine"] == "CHOOSE" and [s["by"] for s in data["subgroups"]] == ["stratum"]
+    assert "(no label) 20" in stdout and "with no labels, write the queries file" in stdout
+    final = load_corpus(out / "final.csv", require_labels=False)
+    assert len(final) == 40 and set(final.labels) == {None}
+    assert json.loads((out / "prepare.json").read_text(encoding="utf-8"))["task"] == "embedding"
+    # the choices made, the queries written: the draft locks
+    chosen = final.ids[:3]
+    _write_csv(out / "queries.csv", [("q1", "good story", ";".join(chosen))], header=("query_id", "text",
+                                                                                         "relevant_ids"))
+    made = draft.replace('min_cosine = "CHOOSE"', "min_cosine = 0.99").replace(
+        'threshold = "CHOOSE"', "threshold = 0.5").replace('tolerance = "CHOOSE"', "tolerance = 0.05")
+    made = made.replace('question = "CHOOSE: ', 'question = "').replace(  # a callable, counted by the same tokenizer
+        'kind = "encoder"\n', 'kind = "callable"\ncallable = "fake_embedders:word_embedder"\n', 1)
+    (out / "protocol.toml").write_text(made, encoding="utf-8")
+    entry = lock(out / "protocol.toml")
+    assert entry["inputs"]["queries"]["queries"] == 1
+
+
+def test_prepare_an_embedding_job_keeps_complete_labels(tmp_path, tok, capsys):
+    import tomllib
+
+    source = _write_csv(tmp_path / "docs.csv", _rows())
+    out = tmp_path / "prep"
+    rc, _, err = _prepare(capsys, source, tok, out, "--sample", "short=20,long=20", "--task", "embedding")
+    assert rc == 0, err
+    data = tomllib.loads((out / "protocol.toml").read_text(encoding="utf-8"))
+    assert data["corpus"]["classes"] == ["fresh", "plot", "rotten"] and data["metric"]["name"] == "knn_accuracy"
+    assert [s["by"] for s in data["subgroups"]] == ["stratum", "label"]
+    assert set(load_corpus(out / "final.csv").labels) == {"fresh", "plot", "rotten"}

@@ -63,7 +63,8 @@ def lock_cmd(
 
 @app.command("prepare")
 def prepare_cmd(
-    source: Path = typer.Argument(..., help="Your corpus: CSV, JSONL or Parquet with text and label columns."),
+    source: Path = typer.Argument(..., help="Your corpus: CSV, JSONL or Parquet with text and label columns (the "
+                                            "label column is optional with --task embedding)."),
     model: str = typer.Option(..., "--model", help="Model folder (or package:NAME/sub) whose tokenizer counts tokens."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for final.csv, tuning.csv, prepare.json, protocol.toml."),
     id_column: str = typer.Option(None, "--id-column",
@@ -78,6 +79,9 @@ def prepare_cmd(
                                help="Size of the disjoint tuning split (default: what remains, capped at the sample size)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the draw (same source + seed: identical files)."),
     max_length: int = typer.Option(None, "--max-length", min=2, help="Max length the model will use (recorded)."),
+    task: str = typer.Option("classification", "--task",
+                             help="Kind of job the draft protocol is for: classification, or embedding (a corpus "
+                                  "with or without labels)."),
 ) -> None:
     """Build the stratified final corpus and a disjoint tuning split with the model's tokenizer (C2, P4)."""
     from iteralab.models.tokens import prepare_for_model
@@ -87,13 +91,17 @@ def prepare_cmd(
     record = prepare_for_model(source, out, model=model, id_column=id_column or "id",
                                require_id=id_column is not None, text_column=text_column,
                                label_column=label_column, strata=bounds, sample=parse_sample(sample, bounds),
-                               tuning=tuning, seed=seed, max_length=max_length)
+                               tuning=tuning, seed=seed, max_length=max_length, task=task)
     for name, mix in record["counts"]["final"].items():
         typer.echo(f"final {name}: {sum(mix.values())} texts ({', '.join(f'{c} {n}' for c, n in mix.items())})")
     typer.echo(f"tuning: {record['tuning_size']} texts, disjoint from final by id and text")
     if record["left_out"]:
         typer.echo(f"left out: {len(record['left_out'])} repeated texts (see prepare.json)")
     typer.echo(f"written: {out / 'final.csv'}, {out / 'tuning.csv'}, {out / 'prepare.json'}, {out / 'protocol.toml'}")
+    if record.get("task") == "embedding":
+        typer.echo(f"next: make each CHOOSE in {out / 'protocol.toml'} (with no labels, write the queries file it "
+                   f"names), then iteralab lock {out / 'protocol.toml'}")
+        return
     typer.echo(f"next: iteralab threshold {out / 'protocol.toml'} (the model on the tuning split, a suggested "
                f"threshold), make each CHOOSE in it, then iteralab lock {out / 'protocol.toml'}")
 

@@ -15,10 +15,12 @@ Layout::
     inputs/catalog.csv                                      the package catalog the decision prices from
     inputs/routine/<module>.py                              the metric routine's module file, when the protocol
                                                             declares one (``lock.usercode.ROUTINE_DIR``)
+    inputs/queries.csv                                      recall_at_k's queries file (``lock.usercode``)
     campaign.json                                           fingerprints, schedule, variants (written once)
     manifest.json                                           environment + model + corpus (C3)
     journal.jsonl                                           append-only, fsync'd events (the source of truth)
     predictions/<pass_id>.parquet                           one verified output set per pass (Parquet)
+    predictions/<pass_id>.queries.parquet                   recall_at_k: the pass's query vectors
     raw_table.csv                                           regenerated from the journal and the files
     SHA256SUMS                                              the seal (``iteralab bundle seal``)
 """
@@ -393,10 +395,15 @@ def corpus_digests(path: str | Path, classes: list[str] | tuple[str, ...]) -> Co
                                                                                       ("text", "ascending")])
     fingerprint = pairs_digest(ids.take(sorted_rows), texts.take(sorted_rows))
     labels = table.column("label") if "label" in table.column_names else pa.chunked_array([], pa.string())
-    outside = len(labels) - pc.sum(pc.is_in(labels, value_set=pa.array(list(classes), pa.string()))).as_py() \
-        if len(labels) else 0
+    outside = len(labels) - pc.sum(pc.is_in(labels, value_set=_label_set(classes))).as_py() if len(labels) else 0
     return CorpusDigests(len(ids), fingerprint, order.hexdigest(), len(ids) - pc.count_distinct(ids).as_py(),
                          int(outside or 0))
+
+
+def _label_set(classes: list[str] | tuple[str, ...]) -> pa.Array:
+    """The labels a corpus copy may hold: the classes, or only empty cells for a corpus without labels (an
+    embedding job's ``corpus.classes = []``)."""
+    return pa.array(list(classes) or [""], pa.string())
 
 
 #: Bytes of the corpus copy parsed at a time by the streamed digests (a piece's parsing temporaries are a few
@@ -410,7 +417,7 @@ def _ascending_digests(path: str | Path, classes: list[str] | tuple[str, ...]) -
     caller then sorts the whole file)."""
 
     order, fingerprint = StringDigest(), StringDigest()
-    value_set = pa.array(list(classes), pa.string())
+    value_set = _label_set(classes)
     size = outside = 0
     last: str | None = None
     for batch in read_corpus_batches(path, ["id", "text", "label"], block_size=DIGEST_BLOCK):

@@ -73,6 +73,8 @@ class PassSpec:
     collect_environment: bool = False
     #: wall-clock time at which the runner started the worker (its process start is measured from it)
     spawned_at: float | None = None
+    #: recall_at_k: the campaign's copy of the queries file, embedded after the measured pass (``engines.embedpass``)
+    queries_path: str | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], what: str = "pass spec") -> PassSpec:

@@ -54,7 +54,7 @@ from iteralab.errors import ProtocolError, RunError
 from iteralab.kit.calcul_forfaits import DEFAULT_CATALOG, KitError, load_catalog
 from iteralab.lock.carry import carry_model_files
 from iteralab.lock.inputs import check_inputs, scan_inputs
-from iteralab.lock.usercode import carry_routine
+from iteralab.lock.usercode import carry_queries, carry_routine
 from iteralab.plan.lockfile import LockedProtocol, open_locked
 from iteralab.plan.protocol import Protocol, check_series
 from iteralab.plan.schedule import Slot, schedule_slots
@@ -175,6 +175,8 @@ def prepare(locked: str | os.PathLike[str] | LockedProtocol, out: str | os.PathL
     # small model files copied, weights by hash (D3), from the hashes the input check just computed
     carried = carry_model_files(locked, out, model_hashes)
     routine = carry_routine((lock_entry.get("inputs") or {}).get("routine"), out, earlier)
+    queries = carry_queries((lock_entry.get("inputs") or {}).get("queries"), locked.where(protocol.metric.queries),
+                            out)
     design, slots = schedule_slots(protocol)
     model = protocol.model
     campaign = {
@@ -197,6 +199,8 @@ def prepare(locked: str | os.PathLike[str] | LockedProtocol, out: str | os.PathL
         campaign["datasets"] = datasets
     if routine is not None:
         campaign["routine"] = routine
+    if queries is not None:
+        campaign["queries"] = queries
     write_json_atomic(existing, campaign)
     return campaign
 
@@ -223,6 +227,7 @@ def _pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Sl
         seed=slot.seed,
         deterministic=protocol.reproduction.deterministic,
         scratch_dir=str(out / SCRATCH),
+        queries_path=str(out / campaign["queries"]["file"]) if campaign.get("queries") else None,
     )
 
 

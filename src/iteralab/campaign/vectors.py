@@ -35,6 +35,13 @@ READ_ROWS = 1 << 13
 #: A normalised vector's norm may differ from 1 by this much (float32 arithmetic of the pooling).
 NORM_TOLERANCE = 1e-3
 SHOWN_PROBLEMS = 5
+#: A ``recall_at_k`` pass's query vectors, in the same format, are in ``<pass_id>.queries.parquet`` beside its file.
+QUERIES_SUFFIX = ".queries.parquet"
+
+
+def queries_file_name(pass_id: str) -> str:
+    """The file name of a pass's query vectors (``predictions/<pass_id>.queries.parquet``)."""
+    return f"{pass_id}{QUERIES_SUFFIX}"
 
 
 def schema(dim: int) -> pa.Schema:

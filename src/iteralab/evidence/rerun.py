@@ -56,6 +56,7 @@ from iteralab.evidence.run import run_campaign
 from iteralab.evidence.table import build_rows
 from iteralab.evidence.verify import audit_campaign
 from iteralab.lock.carry import CARRY_DIR, carried_path, describe_missing
+from iteralab.lock.usercode import QUERIES
 from iteralab.plan.corpus import detect_format, load_corpus
 from iteralab.plan.lockfile import open_locked
 from iteralab.plan.paths import PACKAGE_PREFIX, resolve, stand_ins
@@ -152,8 +153,8 @@ def stage_inputs(source: Path, campaign: dict[str, Any], protocol: Protocol, sta
                  tuning: Path | None = None) -> Staged:
     """Write the protocol copy, its lock and the inputs it references under ``staging``."""
     spec, model = protocol.corpus, protocol.model
-    refs = [r for r in (spec.path, spec.tuning_path, model.path, model.head, *(d.path for d in protocol.datasets))
-            if _is_relative(r)]
+    refs = [r for r in (spec.path, spec.tuning_path, model.path, model.head, protocol.metric.queries,
+                        *(d.path for d in protocol.datasets)) if _is_relative(r)]
     depth = max((_ups(r) for r in refs), default=0)
     if staging.exists():
         shutil.rmtree(staging)
@@ -172,6 +173,8 @@ def stage_inputs(source: Path, campaign: dict[str, Any], protocol: Protocol, sta
             _write_declared_corpus(source / corpus_copy(dataset.name),
                                    _place(resolve(staged, dataset.path), staged, f"datasets {dataset.name!r} path"),
                                    protocol, records.get(dataset.name, {}).get("id_origin", "data"))
+    if _is_relative(protocol.metric.queries):  # recall_at_k: the locked queries, from the earlier folder's copy
+        shutil.copyfile(source / QUERIES, _place(resolve(staged, protocol.metric.queries), staged, "metric.queries"))
     copied = source / TUNING
     if spec.tuning_path and tuning is None and copied.is_file() and _is_relative(spec.tuning_path):
         _write_declared_corpus(copied, _place(resolve(staged, spec.tuning_path), staged, "corpus.tuning_path"),
@@ -275,7 +278,7 @@ def _same_question(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     checks = [("protocol sha256", old["protocol"]["sha256"], new["protocol"]["sha256"])]
     for key in ("fingerprint", "order_hash", "size", "file_sha256"):
         checks.append((f"corpus {key}", old["corpus"].get(key), new["corpus"].get(key)))
-    for key in ("schedule", "variants", "series", "datasets", "routine"):
+    for key in ("schedule", "variants", "series", "datasets", "routine", "queries"):
         checks.append((key, old.get(key), new.get(key)))
     return [name for name, a, b in checks if json.dumps(a, sort_keys=True) != json.dumps(b, sort_keys=True)]
 
@@ -303,7 +306,8 @@ def rerun(source: str | os.PathLike[str], out: str | os.PathLike[str], *, isolat
     copies = [(corpus_copy(d["name"]), d["fingerprint"]) for d in campaign.get("datasets") or []] \
         or [(CORPUS, campaign["corpus"]["fingerprint"])]
     for relative, fingerprint in copies:
-        corpus = load_corpus(source / relative, classes=list(protocol.corpus.classes))
+        corpus = load_corpus(source / relative, classes=list(protocol.corpus.classes),
+                             require_labels=bool(protocol.corpus.classes))
         if corpus.fingerprint() != fingerprint:
             raise RunError(f"{source}/{relative}: fingerprint differs from campaign.json")
     if out.exists() and any(out.iterdir()):

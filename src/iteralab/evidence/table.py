@@ -92,6 +92,7 @@ def _finished_passes(state: Any) -> list[dict[str, Any]]:
             f = state.result(pid)
             finished.append({"pass_id": pid, "variant": state.started[pid]["variant"], "status": f.status,
                              "prediction_file": f.output.file, "prediction_sha256": f.output.sha256,
+                             "queries_sha256": f.extra.get("queries_sha256"),
                              "dataset": state.started[pid].get("dataset"), "seed": state.started[pid].get("seed")})
     return finished
 

@@ -44,7 +44,7 @@ AUDIT_SCHEMA = 1
 #: Keys of a pass's intrinsic verdict (journal ``pass_evaluated``) that must be recomputed identically.
 INTRINSIC_KEYS = ("expected_ids", "observed_ids", "unique_ids", "duplicates", "missing", "extra", "ids_match",
                   "format_ok", "n_format_problems", "coverage", "coverage_ok", "metric_name", "metric",
-                  "threshold_ok", "subgroups", "subgroup_classes", "routine_error")
+                  "threshold_ok", "subgroups", "subgroup_classes", "routine_error", "queries_error")
 
 
 @dataclass
@@ -327,6 +327,7 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any, conte
             audit.diff(f"{JOURNAL_NAME}: pass {pid} names a prediction file outside predictions/: {rel!r}")
             continue
         referenced.add(rel)
+        _check_queries_file(audit, folder, fin, pid, referenced)
         entry = reader.read(path, expected.ids)
         if entry is None:
             audit.diff(f"{rel}: missing (the journal records it for pass {pid})")
@@ -340,7 +341,7 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any, conte
             audit.note(f"{JOURNAL_NAME}: pass {pid} has no recorded evaluation yet (interrupted); its verdict "
                        "is recomputed from its stored file")
             continue
-        recomputed = _normal(reader.verdict(path, protocol, expected, context.routine))
+        recomputed = _normal(reader.verdict(path, protocol, expected, context.routine, context.queries))
         recorded = _normal(intrinsic)
         for key in INTRINSIC_KEYS:
             if key in recorded and recorded.get(key) != recomputed.get(key):
@@ -360,6 +361,22 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any, conte
                 audit.note(f"{rel}: written by {how} pass {stem}, not counted")
             else:
                 audit.diff(f"{rel}: not written by any pass in the journal")
+
+
+def _check_queries_file(audit: _Audit, folder: Path, fin: Any, pid: str, referenced: set[str]) -> None:
+    """recall_at_k: the pass's query vector file has the sha256 the journal recorded for it."""
+    rel = fin.extra.get("queries_file")
+    if not rel:
+        return
+    path = _inside(folder, rel)
+    if path is None or not rel.startswith(f"{PREDICTIONS}/"):
+        audit.diff(f"{JOURNAL_NAME}: pass {pid} names a query vector file outside predictions/: {rel!r}")
+        return
+    referenced.add(rel)
+    if not path.is_file():
+        audit.diff(f"{rel}: missing (the journal records it for pass {pid})")
+    elif sha256_file(path) != fin.extra.get("queries_sha256"):
+        audit.diff(f"{rel}: edited — sha256 differs from the journal's record for pass {pid}")
 
 
 def _check_table(audit: _Audit, context: Any, reader: Any) -> None:

@@ -27,7 +27,7 @@ from iteralab.kit.calcul_forfaits import DEFAULT_CATALOG, KitError, load_catalog
 from iteralab.lock import lockrecords
 from iteralab.lock.datasets import first_overlap
 from iteralab.lock.lockrecords import RECORDS_ENCODING, LockRecords, OverlapKeys, Suspects, keys_of, shared_keys
-from iteralab.lock.usercode import module_spec, routine_fingerprint
+from iteralab.lock.usercode import module_spec, queries_change, queries_fingerprint, routine_fingerprint
 from iteralab.models.tokens import RowStrataCheck, model_labels
 from iteralab.plan.corpus import check_rows_disjoint, load_corpus
 from iteralab.plan.engines import ray_gpu_problem
@@ -155,10 +155,15 @@ def fingerprint_inputs(protocol: str | os.PathLike[str] | ProtocolFile) -> dict[
 
 
 def _with_routine(inputs: dict[str, Any], protocol_file: ProtocolFile, *, load: bool = False) -> dict[str, Any]:
-    """``inputs`` with the metric routine's record (``lock.usercode``) when the protocol declares one: a protocol
-    without a routine keeps the inputs record it always had."""
+    """``inputs`` with the records (``lock.usercode``) of the metric routine and of recall_at_k's queries file
+    (its relevant ids checked against the corpus's ids) when the protocol declares them: a protocol without
+    either keeps the inputs record it always had."""
     routine = routine_fingerprint(protocol_file, load=load)
-    return inputs if routine is None else {**inputs, "routine": routine}
+    inputs = inputs if routine is None else {**inputs, "routine": routine}
+    corpus = inputs.get("corpus")
+    queries = queries_fingerprint(protocol_file, corpus_records(corpus) if protocol_file.protocol.metric.queries
+                                  and isinstance(corpus, dict) else None)
+    return inputs if queries is None else {**inputs, "queries": queries}
 
 
 def lock(protocol: str | os.PathLike[str] | ProtocolFile, *, now: datetime | None = None,
@@ -261,6 +266,9 @@ def check_inputs(locked: str | os.PathLike[str] | LockedProtocol, *, rerun: bool
         now = {**now, "model": fingerprints.get("model"), "catalog": fingerprints.get("catalog")}
         if fingerprints.get("routine") is not None:
             now["routine"] = fingerprints["routine"]
+        queries = queries_fingerprint(locked, None)  # the earlier folder's copy, staged where the protocol says
+        if queries is not None:
+            now["queries"] = queries
     else:
         now = _with_routine(now, locked)
     compare_inputs(path, entry, now)
@@ -283,7 +291,8 @@ def _columns(protocol: Protocol) -> tuple[dict[str, Any], list[str]]:
     derived from the texts); only the default one may be absent."""
     spec = protocol.corpus
     columns = dict(id_column=spec.id_column, text_column=spec.text_column, label_column=spec.label_column,
-                   classes=list(spec.classes), require_id=names_id_column(protocol))
+                   classes=list(spec.classes), require_labels=bool(spec.classes),
+                   require_id=names_id_column(protocol))
     needs_strata = any(sg.by == "stratum" for sg in protocol.subgroups)
     return columns, [spec.stratum_column] if spec.stratum_column and needs_strata else []
 
@@ -533,6 +542,9 @@ def describe_change(locked: dict[str, Any], now: dict[str, Any]) -> str | None:
         return (f"metric routine: {routine_before.get('ref')} in {routine_before.get('file')} (sha256 "
                 f"{str(routine_before.get('sha256'))[:12]}…) is now {routine_after.get('ref')} in "
                 f"{routine_after.get('file')} (sha256 {str(routine_after.get('sha256'))[:12]}…)")
+    change = queries_change(locked.get("queries"), now.get("queries"))
+    if change:
+        return change
     cat_before, cat_after = locked.get("catalog") or {}, now.get("catalog") or {}
     if cat_before.get("sha256") != cat_after.get("sha256"):
         return (f"catalog: {cat_after.get('file')} changed (sha256 {str(cat_before.get('sha256'))[:12]}… → "

@@ -1,5 +1,7 @@
 """The user's Python modules a protocol names (a callable model's, the metric routine's): found without being run,
-fingerprinted by ``lock``, carried into the campaign folder, and the routine imported from its carried copy.
+fingerprinted by ``lock``, carried into the campaign folder, and the routine imported from its carried copy. The
+user's queries file of ``recall_at_k`` (``plan.metric.load_queries``) is fingerprinted and carried here too (its
+sha256 and number of queries; every relevant id checked against the corpus), as :data:`QUERIES`.
 
 Only the module file travels (as for a callable model): what it imports must be importable where it runs. The
 routine's copy lives at :data:`ROUTINE_DIR` in the folder; ``campaign.json`` records it (``routine``: its
@@ -12,16 +14,17 @@ import hashlib
 import importlib.util
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from pathlib import Path
 from typing import Any
 
 from iteralab.common.files import sha256_file
-from iteralab.errors import BundleError, ProtocolError, RoutineError
+from iteralab.errors import BundleError, CorpusError, ProtocolError, RoutineError
 from iteralab.plan.lockfile import ProtocolFile
+from iteralab.plan.metric import load_queries, unknown_relevant
 
-__all__ = ["ROUTINE_DIR", "carry_routine", "copy_checked", "load_function", "module_file", "module_spec",
-           "one_line", "routine_fingerprint"]
+__all__ = ["QUERIES", "ROUTINE_DIR", "carry_queries", "carry_routine", "copy_checked", "load_function", "module_file",
+           "module_spec", "one_line", "queries_change", "queries_fingerprint", "routine_fingerprint"]
 
 #: Where a campaign folder keeps the metric routine's module file.
 ROUTINE_DIR = "inputs/routine"
@@ -122,3 +125,48 @@ def carry_routine(locked: dict[str, str] | None, out: Path, earlier: Path | None
         assert source is not None, locked  # the input check found it with this hash just before
     copy_checked(source, out / target, locked["sha256"])
     return {"ref": locked["ref"], "file": target, "sha256": locked["sha256"]}
+
+
+#: Where a campaign folder keeps its copy of the queries file.
+QUERIES = "inputs/queries.csv"
+
+
+def queries_fingerprint(protocol_file: ProtocolFile, corpus_ids: Container[str] | None) -> dict[str, Any] | None:
+    """The lock's record of the queries file (file name, sha256, number of queries); None when the protocol
+    declares none. The file is read and checked (one line naming file, line and field); ``corpus_ids``: the
+    corpus's ids, which every relevant id must be one of (None: not checked)."""
+    declared = protocol_file.protocol.metric.queries
+    if not declared:
+        return None
+    path = protocol_file.where(declared)
+    if path is None or not Path(path).is_file():
+        raise ProtocolError(f"{protocol_file.source}: metric.queries: file {path} does not exist",
+                            hint="give the queries file (query_id, text, relevant_ids) next to the protocol")
+    try:
+        queries = load_queries(path)
+        if corpus_ids is not None:
+            unknown_relevant(queries, corpus_ids, str(protocol_file.protocol.corpus.path))
+    except CorpusError as exc:
+        raise CorpusError(f"metric.queries: {exc.message}", hint=exc.hint) from None
+    return {"file": Path(path).name, "sha256": sha256_file(path), "queries": len(queries)}
+
+
+def queries_change(before: dict[str, Any] | None, after: dict[str, Any] | None) -> str | None:
+    """The change of the queries file between two fingerprints, in words (None when the same)."""
+    if (before or None) == (after or None):
+        return None
+    if not before or not after:
+        return f"queries file: {'declared, none at the lock' if after else 'removed'}"
+    return (f"queries file: {after.get('file')} changed (sha256 {str(before.get('sha256'))[:12]}… → "
+            f"{str(after.get('sha256'))[:12]}…, {before.get('queries')} → {after.get('queries')} queries)")
+
+
+def carry_queries(locked: dict[str, Any] | None, source: Path | None, out: Path) -> dict[str, Any] | None:
+    """Copy the locked queries file (``source``: where the protocol's ``metric.queries`` points) to ``out``'s
+    :data:`QUERIES`, checked against the lock's sha256; campaign.json's ``queries`` record (None without one)."""
+    if locked is None:
+        return None
+    if source is None or not source.is_file():
+        raise BundleError(f"metric.queries: {source} is missing", hint="restore the locked queries file")
+    copy_checked(source, out / QUERIES, locked["sha256"])
+    return {"file": QUERIES, "sha256": locked["sha256"], "queries": locked["queries"]}

@@ -187,7 +187,7 @@ def prepare_for_model(source: str | Path, out: str | Path, *, model: str, **opti
     folder, ref = resolve_model(model)
     tokenizer = load_tokenizer(folder)
     info = {"model": ref, "class": type(tokenizer).__name__, "files": tokenizer_hashes(folder)}
-    kind = model_kind(folder)
+    kind = "encoder" if options.get("task") == "embedding" else model_kind(folder)
     order = model_labels(folder) if kind == "hf_classifier" else None
     return prepare_corpus(source, out, token_length=token_counter(tokenizer), tokenizer=info, model_ref=ref,
                           model_kind=kind, class_order=order, **options)

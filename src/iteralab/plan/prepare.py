@@ -5,6 +5,11 @@ function: the tokenizer itself lives behind ``models/``); writes ``final.csv``, 
 stratum), ``prepare.json`` (what was done, to reproduce it) and a draft ``protocol.toml`` whose remaining
 choices are marked ``"CHOOSE"`` (strings where numbers belong, so the draft cannot be locked before they are
 made). The same seed on the same source gives byte-identical files. The demo draws its split with this code.
+
+``task = "embedding"`` prepares an embedding job's corpus: the label column is optional. When every text has a
+label and there are at least two classes, the draft keeps them (``knn_accuracy``, a subgroup per class);
+otherwise the files carry no labels, the draft declares ``classes = []`` and judges the job by ``recall_at_k``
+over a queries file the user writes (``plan.metric.load_queries``).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from string import Template
 from typing import Any
@@ -33,6 +38,10 @@ COUNTED = "special tokens included, no truncation (as a pass tokenizes)"
 Bounds = Mapping[str, tuple[int, int | None]]
 #: The draft protocol with ``$name`` placeholders (``string.Template``), filled by ``draft_protocol``.
 DRAFT_TEMPLATE = Path(__file__).with_name("draft.toml.tmpl")
+#: An embedding job's draft (``prepare --task embedding``), filled by ``draft_embedding_protocol``.
+EMBEDDING_DRAFT_TEMPLATE = Path(__file__).with_name("draft_embedding.toml.tmpl")
+#: The kinds of job ``prepare`` drafts a protocol for.
+PREPARE_TASKS = ("classification", "embedding")
 
 
 def parse_strata(text: str) -> dict[str, tuple[int, int | None]]:
@@ -141,7 +150,8 @@ def _mix(corpus: Corpus, strata_of: Mapping[str, str]) -> dict[str, dict[str, in
     out: dict[str, dict[str, int]] = {}
     for r in corpus.records:
         cell = out.setdefault(strata_of[r.id], {})
-        cell[str(r.label)] = cell.get(str(r.label), 0) + 1
+        label = "(no label)" if r.label is None else str(r.label)
+        cell[label] = cell.get(label, 0) + 1
     return {s: dict(sorted(c.items())) for s, c in sorted(out.items())}
 
 
@@ -159,6 +169,31 @@ def draft_protocol(*, name: str, model_ref: str, model_kind: str, classes: Seque
         name=_toml(name), columns_note=columns_note, classes=", ".join(_toml(c) for c in classes),
         strata=strata_toml, model_kind=_toml(model_kind), model_ref=_toml(model_ref), head=head,
         max_length=max_length or 256)
+
+
+def draft_embedding_protocol(*, name: str, model_ref: str, classes: Sequence[str], strata: Bounds,
+                             max_length: int | None, columns_note: str) -> str:
+    """An embedding job's draft: the corpus and strata filled, the labels' metric (``knn_accuracy``) when the corpus
+    has classes, else ``recall_at_k`` over a queries file to write; every other choice marked ``"CHOOSE"``."""
+    strata_toml = ", ".join(f"{n} = [{lo}]" if hi is None else f"{n} = [{lo}, {hi}]" for n, (lo, hi) in strata.items())
+    if classes:
+        metric = 'name = "knn_accuracy"\nk = 10                 # neighbours of the leave-one-out label vote'
+        class_subgroup = '\n[[subgroups]]\nname = "class"\nby = "label"\ngating = true\n'
+        note = ""
+    else:
+        metric = ('name = "recall_at_k"\nk = 10                 # the cut-off: the top 10 documents by cosine\n'
+                  'queries = "queries.csv"  # CHOOSE: write it: query_id, text, relevant_ids (ids joined by ";")')
+        class_subgroup = ""
+        note = "   # no labels: judged by recall_at_k (or your own metric.routine)"
+    return Template(EMBEDDING_DRAFT_TEMPLATE.read_text(encoding="utf-8")).substitute(
+        name=_toml(name), columns_note=columns_note, classes=", ".join(_toml(c) for c in classes), classes_note=note,
+        strata=strata_toml, model_ref=_toml(model_ref), max_length=max_length or 256, metric=metric,
+        class_subgroup=class_subgroup)
+
+
+def _without_labels(corpus: Corpus) -> Corpus:
+    """The corpus with no record's label (an embedding job's corpus whose labels are absent or incomplete)."""
+    return Corpus(tuple(replace(r, label=None) for r in corpus.records), corpus.source, corpus.id_origin, corpus.notes)
 
 
 def _refuse_edited_draft(folder: Path) -> None:
@@ -184,23 +219,30 @@ def prepare_corpus(source: str | os.PathLike[str], out: str | os.PathLike[str], 
                    model_ref: str, model_kind: str, id_column: str = "id", text_column: str = "text",
                    label_column: str = "label", strata: Bounds | None = None, sample: Mapping[str, int] | None = None,
                    tuning: int | None = None, seed: int = 0, max_length: int | None = None,
-                   class_order: Sequence[str] | None = None, require_id: bool = False) -> dict[str, Any]:
+                   class_order: Sequence[str] | None = None, require_id: bool = False,
+                   task: str = "classification") -> dict[str, Any]:
     """Write final.csv, tuning.csv, prepare.json and a draft protocol.toml into ``out``; return prepare.json.
     ``require_id``: the id column was named on purpose, so a file without it is refused (never ids derived from
-    the texts because of a misspelt header). A folder holding a locked or edited protocol.toml is refused."""
+    the texts because of a misspelt header). A folder holding a locked or edited protocol.toml is refused.
+    ``task``: ``"embedding"`` drafts an embedding job, on a corpus with or without labels (module docstring)."""
+    if task not in PREPARE_TASKS:
+        raise CorpusError(f"--task: {task!r} is not one of {', '.join(PREPARE_TASKS)}")
+    embedding = task == "embedding"
     source = Path(source)
     folder = Path(out)
     _refuse_edited_draft(folder)
     strata = dict(strata or parse_strata(DEFAULT_STRATA))
     sample = dict(sample or parse_sample(DEFAULT_SAMPLE, strata))
     loaded = load_corpus(source, id_column=id_column, text_column=text_column, label_column=label_column,
-                         duplicate_texts="skip", require_id=require_id)
+                         duplicate_texts="skip", require_id=require_id, require_labels=not embedding)
     corpus, left_out = drop_repeated_texts(loaded)
     left_out = [{"reason": note} for note in loaded.notes] + left_out
-    classes = sorted({str(label) for label in corpus.labels})
+    classes = sorted({str(label) for label in corpus.labels if label is not None})
+    if embedding and (len(classes) < 2 or None in corpus.labels):  # labels are used only when every text has one
+        corpus, classes = _without_labels(corpus), []
     if class_order is not None and set(class_order) == set(classes):
         classes = list(class_order)  # the classifier's own output order, so the draft matches the model
-    if len(classes) < 2:
+    if len(classes) < 2 and not embedding:
         raise CorpusError(f"{source}: label column {label_column!r} holds a single class ({classes[0]!r}); a "
                           "comparison of classifiers needs at least two", hint="check --label-column")
     lengths = token_length(list(corpus.texts))
@@ -208,10 +250,13 @@ def prepare_corpus(source: str | os.PathLike[str], out: str | os.PathLike[str], 
     write_splits(splits, folder)
     columns_note = (f"from {source.name}: id = {id_column!r}" if corpus.id_origin == "data" else
                     f"from {source.name}: no {id_column!r} column, ids derived from the texts (t- + sha256)")
-    columns_note += f", text = {text_column!r}, label = {label_column!r}"
-    draft = draft_protocol(name=f"{source.stem}-{Path(model_ref).name or 'model'}", model_ref=model_ref,
-                           model_kind=model_kind, classes=classes, strata=strata, max_length=max_length,
-                           columns_note=columns_note)
+    columns_note += f", text = {text_column!r}, label = {label_column!r}" if classes else \
+        f", text = {text_column!r}, no labels"
+    name = f"{source.stem}-{Path(model_ref).name or 'model'}"
+    draft = draft_embedding_protocol(name=name, model_ref=model_ref, classes=classes, strata=strata,
+                                     max_length=max_length, columns_note=columns_note) if embedding else \
+        draft_protocol(name=name, model_ref=model_ref, model_kind=model_kind, classes=classes, strata=strata,
+                       max_length=max_length, columns_note=columns_note)
     write_bytes_atomic(folder / "protocol.toml", draft.encode("utf-8"))
     record = {
         "schema_version": PREPARE_SCHEMA,
@@ -221,7 +266,7 @@ def prepare_corpus(source: str | os.PathLike[str], out: str | os.PathLike[str], 
         "tokenizer": {**tokenizer, "counted": COUNTED},
         "strata": {n: [lo, hi] for n, (lo, hi) in strata.items()},
         "sample": sample, "tuning_size": len(splits.tuning), "seed": seed, "max_length": max_length,
-        "classes": classes,
+        "classes": classes, **({"task": task} if embedding else {}),
         "counts": {"source": _mix(corpus, dict(zip(corpus.ids, assign_strata(lengths, strata, names=corpus.ids)))),
                    "final": _mix(splits.final, splits.strata), "tuning": _mix(splits.tuning, splits.strata)},
         "left_out": left_out,

@@ -57,9 +57,18 @@ class CorpusSpec(_Strict):
     text_column: Text = "text"
     label_column: Text = "label"
     stratum_column: Text | None = "stratum"
-    classes: tuple[Text, ...] = Field(min_length=2)
+    #: At least two classes; none (``[]``) only for an embedding job's corpus without labels (``plan/task``).
+    classes: tuple[Text, ...]
     #: Token-length strata by the model's own tokenizer: name -> [min, max] inclusive, or [min] open-ended.
     strata: dict[str, tuple[Whole, ...]] = Field(default_factory=dict)
+
+    @field_validator("classes")
+    @classmethod
+    def _two_or_none(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if len(value) == 1:
+            raise ValueError("List should have at least 2 items (or none: [] for an embedding job's corpus without "
+                             "labels)")
+        return value
 
     @field_validator("strata")
     @classmethod

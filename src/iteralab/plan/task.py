@@ -10,11 +10,16 @@ An embedding job (a corpus turned into one vector per document) is judged by:
   reference pass's vector must be at least ``embedding.min_cosine`` for every document, overall and inside each
   gating subgroup; optionally the ``cosine_quantile`` lower quantile of those cosines must be at least
   ``min_cosine_at_quantile``;
-- the **threshold**, the job's own metric (``metric.name``): ``knn_accuracy`` (leave-one-out label accuracy of
-  the ``metric.k`` nearest documents by cosine; needs the corpus's labels) or ``recall_at_k`` (over
-  ``metric.queries``, a file of query id, query text and relevant document ids — its keys are read, but this
-  version refuses it until the passes embed and store the queries);
-  ``metric.tolerance`` bounds how far that metric may fall below the reference pass's, as for a classifier.
+- the **threshold**, the job's own metric: ``knn_accuracy`` (leave-one-out label accuracy of the ``metric.k``
+  nearest documents by cosine; needs the corpus's labels), ``recall_at_k`` (over ``metric.queries``, a file of
+  query id, query text and relevant document ids, which each pass embeds with its own variant:
+  ``campaign.verdict.retrieval``) or the user's ``metric.routine`` (called on the pass's vectors:
+  ``campaign.verdict.embedding``); ``metric.tolerance`` bounds how far that metric may move the wrong way from
+  the reference pass's, as for a classifier.
+
+An embedding job's corpus may have no labels: ``corpus.classes = []`` (the label column is optional, and empty
+where the file has one). Then neither ``knn_accuracy`` nor a subgroup by label can be computed, and a routine is
+handed ``references = None``.
 
 The model is an ``encoder`` folder (Hugging Face ``AutoModel`` + tokenizer, pooled by ``embedding.pooling``,
 L2-normalised when ``embedding.normalize``, cut at ``model.max_length``) or a ``callable`` returning ``[n, d]``.
@@ -66,6 +71,8 @@ def task_problem(protocol: Any) -> str | None:
     if kind == "classification":
         if protocol.embedding is not None:
             return "[embedding] is for task.kind = 'embedding'; this protocol's task is classification"
+        if len(protocol.corpus.classes) < 2:
+            return "corpus.classes: a classification job needs at least two classes"
         if metric.name in EMBEDDING_METRICS:
             return f"metric {metric.name!r} is an embedding metric; declare [task] kind = 'embedding'"
         if model.kind == "encoder":
@@ -75,22 +82,39 @@ def task_problem(protocol: Any) -> str | None:
         return None
     if protocol.embedding is None:
         return "task.kind = 'embedding' needs an [embedding] table (at least min_cosine)"
-    if metric.routine is not None:
-        return ("metric.routine is computed for classification jobs by this version; an embedding job's metric is "
-                f"one of {', '.join(EMBEDDING_METRICS)}")
-    if metric.name not in EMBEDDING_METRICS:
-        return f"an embedding job's metric is one of {', '.join(EMBEDDING_METRICS)}, not {metric.name!r}"
+    if metric.routine is None and metric.name not in EMBEDDING_METRICS:
+        return (f"an embedding job's metric is one of {', '.join(EMBEDDING_METRICS)} or a metric.routine, not "
+                f"{metric.name!r}")
     if model.kind not in EMBEDDING_MODELS:
         return f"an embedding job's model.kind is 'encoder' (a model folder) or 'callable', not {model.kind!r}"
-    if metric.k is None:
+    return _embedding_metric_problem(protocol) or _engine_problem(protocol)
+
+
+def _embedding_metric_problem(protocol: Any) -> str | None:
+    metric, labelled = protocol.metric, bool(protocol.corpus.classes)
+    by_label = [sg.name for sg in protocol.subgroups if sg.by == "label"]
+    if by_label and not labelled:
+        return (f"subgroup(s) {', '.join(by_label)} by label need the corpus's labels: declare corpus.classes "
+                "(corpus.classes = [] declares a corpus without labels)")
+    if metric.name is not None and metric.k is None:
         return f"metric {metric.name!r} needs metric.k (neighbours for knn_accuracy, cut-off for recall_at_k)"
+    if metric.name == "knn_accuracy" and not labelled:
+        return ("metric 'knn_accuracy' needs the corpus's labels: declare corpus.classes, or judge a corpus without "
+                "labels by recall_at_k or a metric.routine")
+    if metric.routine is not None and metric.k is None and any(sg.gating for sg in protocol.subgroups
+                                                                if sg.by == "label"):
+        return ("a gating subgroup by label of an embedding job is judged by its class's kNN recall: declare "
+                "metric.k (the neighbours) beside metric.routine")
     if metric.name == "recall_at_k" and not metric.queries:
         return "metric 'recall_at_k' needs metric.queries (a file: query_id, text, relevant_ids)"
-    if metric.name == "recall_at_k":
-        return ("metric 'recall_at_k' is declared but not computed by this version (its queries file is not yet "
-                "embedded and stored by the passes): use knn_accuracy")
-    if metric.name == "knn_accuracy" and metric.queries:
+    if metric.name == "recall_at_k" and protocol.datasets:
+        return "metric 'recall_at_k' reads the relevant ids of one corpus: declare [corpus] path, not [[datasets]]"
+    if metric.name != "recall_at_k" and metric.queries:
         return "metric.queries is read by recall_at_k only"
+    return None
+
+
+def _engine_problem(protocol: Any) -> str | None:
     unsupported = [v.name for v in protocol.variants if v.engine != "local" or v.data_parallel > 1]
     if unsupported:
         return (f"variant(s) {', '.join(unsupported)}: an embedding job runs on the local engine with one worker "

@@ -1,11 +1,19 @@
 """What an embedding pass adds to a measured pass (``engines.passes``): the model's embedding options, and its
 vectors streamed to the vector file (``campaign.vectors``) one record batch at a time while the pass runs, so
 that a pass never holds a corpus of vectors. The same for every embedding variant, so the writes inside the
-measured region are the same work for each (their seconds are said in a note of the pass)."""
+measured region are the same work for each (their seconds are said in a note of the pass).
+
+A ``recall_at_k`` campaign's pass then embeds the queries file with the same loaded model, in file order and in
+batches of the variant's size, into its sibling file ``predictions/<pass_id>.queries.parquet`` (the same vector
+format, streamed batch by batch), **after** the measured region and the corpus's file: ``pass_s`` stays the
+corpus job alone, the cost being priced (queries are the evaluation's, not the batch job's; a search system
+embeds them online, one at a time). Their seconds are recorded in a note of the pass.
+"""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,7 +21,9 @@ import pyarrow as pa
 
 from iteralab.campaign.folder import PREDICTIONS
 from iteralab.campaign.records import EMBEDDING_VECTORS
-from iteralab.campaign.vectors import FLUSH_ROWS
+from iteralab.campaign.vectors import FLUSH_ROWS, VectorWriter, queries_file_name
+from iteralab.lock.usercode import one_line
+from iteralab.plan.metric import load_queries
 
 
 def embedding_record(protocol: Any) -> dict[str, Any]:
@@ -68,3 +78,30 @@ def finish_vectors(pass_run: Any, result: dict[str, Any]) -> None:
     result["vector_dim"] = sink.dim
     result["notes"].append(f"pass_s includes streaming the vectors to the prediction file in record batches "
                            f"({pass_run.stream_s:.3f} s of it), as every embedding variant's pass does")
+
+
+def embed_queries(spec: Any, workload: Any, clock: Any, result: dict[str, Any]) -> None:
+    """recall_at_k, after a completed measured pass: the campaign's queries embedded by the pass's model (file
+    order, the variant's batch size) and streamed to the pass's query vector file; its name and sha256 go into
+    the result (``queries_file``, ``queries_sha256``). A failure is recorded (``queries_error`` and a note): the
+    pass's verdict then has no recall to compute and fails, the measured pass stays as measured."""
+    if not spec.queries_path:
+        return
+    t0 = clock.now()
+    sink = VectorWriter(Path(spec.prediction_dir) / queries_file_name(spec.pass_id))
+    try:
+        queries = load_queries(spec.queries_path)
+        ids = pa.array(list(queries.ids), pa.string())
+        size = max(1, int(spec.variant["batch_size"]))
+        for start in range(0, len(queries), size):
+            vectors = workload.infer(workload.tokenize(list(queries.texts[start:start + size])))
+            sink.write(ids.slice(start, size), np.asarray(vectors, dtype=np.float32))
+        result["queries_sha256"] = sink.close()
+    except Exception as exc:  # the pass's own model or data: said in the row, judged as a missing recall
+        result["queries_error"] = one_line(exc)
+        sink.temporary.unlink(missing_ok=True)
+        result["notes"].append(f"queries not embedded: {result['queries_error']}")
+        return
+    result["queries_file"] = f"{PREDICTIONS}/{sink.path.name}"
+    result["notes"].append(f"queries: {sink.rows} embedded after the measured pass, outside pass_s, with the "
+                           f"variant's model and batch size ({clock.now() - t0:.3f} s)")

@@ -33,7 +33,8 @@ from iteralab.campaign import folder as _folder  # noqa: F401  # the pass reads 
 from iteralab.campaign import predictions as _predictions  # noqa: F401  # start-up, never inside a timed phase
 from iteralab.campaign.folder import PREDICTIONS
 from iteralab.campaign.records import PassSpec, failure, started
-from iteralab.campaign.engines.embedpass import embedding_options, finish_vectors, flush_vectors, is_embedding
+from iteralab.campaign.engines.embedpass import (embed_queries, embedding_options, finish_vectors, flush_vectors,
+                                                is_embedding)
 from iteralab.common.files import write_json_atomic
 from iteralab.campaign.folder import read_corpus_batches
 from iteralab.campaign.manifest import determinism_settings
@@ -320,6 +321,7 @@ def execute_pass(spec: PassSpec | dict[str, Any], clock: Any = None, startup: di
     _record_outcome(result, pass_run, measured_error)
     _write_predictions(spec, pass_run, clock, result)
     if measured_error is None:
+        embed_queries(spec, workload, clock, result)  # recall_at_k: after the measured region and the file
         result["status"] = "ok"
     return result
 

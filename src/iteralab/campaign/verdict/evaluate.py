@@ -32,7 +32,8 @@ from iteralab.campaign.folder import CAMPAIGN, PREDICTIONS, PROTOCOL, corpus_cop
 from iteralab.campaign.predictions import PredictionSet, code_dtype, file_name, read_predictions
 from iteralab.campaign.vectors import read_vectors
 from iteralab.campaign.verdict.compare import compare_outputs, compare_rows_with_file
-from iteralab.campaign.verdict.knn import knn_correct
+from iteralab.campaign.verdict.embedding import (CampaignQueries, load_campaign_queries, query_vectors_path,
+                                                 vector_metric)
 from iteralab.campaign.verdict.routine import Routine, load_routine, routine_values
 from iteralab.common.arrow import release_unused
 from iteralab.common.files import sha256_file
@@ -333,36 +334,19 @@ def aligned_vectors(vectors: Any, match: IdMatch, n: int) -> np.ndarray:
     return out
 
 
-def evaluate_vectors(vectors: Any, protocol: Protocol, expected: Expected) -> dict[str, Any]:
+def evaluate_vectors(vectors: Any, protocol: Protocol, expected: Expected, routine: Routine | None = None,
+                     queries: CampaignQueries | None = None, path: Path | None = None) -> dict[str, Any]:
     """The checks of an embedding pass's vector file (``campaign.vectors.VectorSet``) on its own: ids, format,
-    coverage, and its metric — kNN label accuracy, leave-one-out over the documents that have a vector and a
-    label — overall and per planned subgroup (a class group: that class's kNN recall)."""
+    coverage, and its metric overall and per planned subgroup (``verdict.embedding.vector_metric``: kNN label
+    accuracy, recall@k of the campaign's ``queries`` from the query vectors the pass wrote beside ``path``, or the
+    campaign's ``routine``)."""
 
     match = match_ids(vectors.ids, expected)
     verdict = id_cells(match, vectors.records, len(vectors.ids), expected, vectors.problems, vectors.n_problems)
     verdict["coverage_ok"] = verdict["coverage"] + TOL >= protocol.checks.coverage
-    verdict["metric_name"] = protocol.metric.name
     verdict["vector_dim"] = vectors.dim
     aligned = aligned_vectors(vectors, match, len(expected)) if vectors.vectors.size else None
-    usable = match.covered & (expected.labels >= 0)
-    if aligned is not None:
-        usable &= np.isfinite(aligned).all(axis=1)
-    correct = np.zeros(len(expected), dtype=bool)
-    if protocol.metric.name == "knn_accuracy" and usable.any():
-        correct[usable] = knn_correct(aligned[usable], expected.labels[usable].astype(np.int64),
-                                      int(protocol.metric.k or 1))
-    verdict["metric"] = float(correct[usable].mean()) if usable.any() else None
-    verdict["threshold_ok"] = verdict["metric"] is not None and verdict["metric"] + TOL >= protocol.metric.threshold
-    out: dict[str, float | None] = {}
-    for sg in protocol.subgroups:
-        names = expected.stratum_names if sg.by == "stratum" else expected.classes
-        codes = expected.strata if sg.by == "stratum" else expected.labels
-        for i, name in enumerate(names):
-            member = codes == i
-            if member.any():
-                rows = member & usable
-                out[f"{sg.name}:{name}"] = float(correct[rows].mean()) if rows.any() else None
-    verdict["subgroups"] = out
+    verdict.update(vector_metric(protocol, expected, match.covered, aligned, routine, queries, path))
     verdict["subgroup_classes"] = {}
     verdict["examples"] = id_examples(match, expected)
     return verdict
@@ -447,20 +431,22 @@ class PredictionReader:
         entry = self.read(path, like)
         return entry[0] if entry else None
 
-    def verdict(self, path: Path, protocol: Protocol, expected: Expected,
-                routine: Routine | None = None) -> dict[str, Any] | None:
+    def verdict(self, path: Path, protocol: Protocol, expected: Expected, routine: Routine | None = None,
+                queries: CampaignQueries | None = None) -> dict[str, Any] | None:
         """:func:`evaluate_set` of the file (computed once per file version; each caller gets its own copy);
-        ``routine``: the campaign's metric routine, when its protocol declares one."""
+        ``routine``: the campaign's metric routine; ``queries``: its queries (recall_at_k: the verdict also reads
+        the pass's query vector file, whose version is part of the key)."""
         digest = self.sha256(path, expected.ids)
         if digest is None:
             return None
-        key = (path.resolve(), digest)
+        key = (path.resolve(), digest, self._stamp(query_vectors_path(path)) if queries is not None else None)
         if key not in self._verdicts:
             entry = self.read(path, expected.ids)
             if entry is None:
                 return None
-            self._verdicts[key] = (evaluate_vectors(entry[1], protocol, expected) if self.embedding is not None
-                                   else evaluate_set(entry[1], protocol, expected, routine))
+            self._verdicts[key] = (evaluate_vectors(entry[1], protocol, expected, routine, queries, path)
+                                   if self.embedding is not None else evaluate_set(entry[1], protocol, expected,
+                                                                                   routine))
         return copy.deepcopy(self._verdicts[key])
 
 
@@ -540,17 +526,21 @@ class EvaluationContext:
     datasets: dict[str, Expected] = field(default_factory=dict)
     #: the protocol's metric routine, imported from the folder's carried copy (None: a built-in metric)
     routine: Routine | None = None
+    #: recall_at_k: the queries of the folder's copy (None: another metric)
+    queries: CampaignQueries | None = None
 
     @classmethod
     def of(cls, campaign_dir: str | Path) -> EvaluationContext:
         protocol = campaign_protocol(campaign_dir)
         campaign = read_json(Path(campaign_dir) / CAMPAIGN) or {}
         routine = load_routine(Path(campaign_dir), protocol, campaign.get("routine"))
+        queries = load_campaign_queries(Path(campaign_dir), campaign.get("queries")) \
+            if protocol.metric.name == "recall_at_k" else None
         names = [d["name"] for d in campaign.get("datasets") or []]
         if names:
             return cls(protocol, None, {n: load_expected(campaign_dir, protocol.corpus.classes, n) for n in names},
-                       routine)
-        return cls(protocol, load_expected(campaign_dir, protocol.corpus.classes), routine=routine)
+                       routine, queries)
+        return cls(protocol, load_expected(campaign_dir, protocol.corpus.classes), routine=routine, queries=queries)
 
     def of_dataset(self, dataset: str | None) -> EvaluationContext:
         """The context of one dataset's passes (itself for a one-corpus campaign)."""
@@ -558,7 +548,7 @@ class EvaluationContext:
             return self
         if dataset not in self.datasets:
             raise KeyError(f"dataset {dataset!r} is not a dataset of this campaign ({', '.join(self.datasets)})")
-        return EvaluationContext(self.protocol, self.datasets[dataset], routine=self.routine)
+        return EvaluationContext(self.protocol, self.datasets[dataset], routine=self.routine, queries=self.queries)
 
 
 def evaluate_pass(campaign_dir: str | Path, pass_id: str, reads: CampaignReads | None = None,
@@ -569,7 +559,7 @@ def evaluate_pass(campaign_dir: str | Path, pass_id: str, reads: CampaignReads |
     reads = reads or CampaignReads(campaign_dir)
     path = prediction_path(campaign_dir, pass_id)
     context = reads.context.of_dataset(dataset)
-    verdict = reads.reader.verdict(path, context.protocol, context.expected, context.routine)
+    verdict = reads.reader.verdict(path, context.protocol, context.expected, context.routine, context.queries)
     if verdict is None:
         return missing_verdict(path.name, context.protocol, context.expected)
     if finished is not None:

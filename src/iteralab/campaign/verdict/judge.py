@@ -151,17 +151,24 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
             reasons.append(f"pass {p.get('status', 'failed')}")
         if v.get("routine_error"):
             reasons.append(v["routine_error"])
+        if v.get("queries_error"):
+            reasons.append(v["queries_error"])
         side = "below" if protocol.metric.higher_is_better else "above"
         for key, label in (("ids_match", "ids do not match"), ("format_ok", "format"), ("hash_ok", "hash"),
                            ("coverage_ok", "coverage"), ("threshold_ok", f"{side} threshold")):
             if not v.get(key):
                 reasons.append(label)
         reasons += _against_reference(v, ref.verdict, protocol)
-        failed_subgroups = _subgroup_reasons(v, ref.verdict, protocol, gating)
+        # under recall_at_k a subgroup has no metric of its own: its documents' cosines judge it (below)
+        by_cosine = embedding and protocol.metric.name == "recall_at_k"
+        failed_subgroups = _subgroup_reasons(v, ref.verdict, protocol, {} if by_cosine else gating)
         reasons += failed_subgroups
         if embedding:  # the tolerance on vectors: each document's cosine with the reference's vector
             same = ref.vectors(p)
             cosine = cosine_cells(v, same, protocol, context.expected)
+            if by_cosine and same is not None:
+                cosine += [f"gating subgroup {name!r} has no groups to evaluate (empty column?)" for name in gating
+                           if not any(key.split(":", 1)[0] == name for key in v["subgroup_cosine"])]
             reasons += cosine
             v["tolerance_ok"] = bool(v["tolerance_ok"] and not cosine)
             failed_subgroups += [r for r in cosine if r.startswith("subgroup ")]
@@ -186,9 +193,10 @@ def _own_verdicts(campaign_dir: Path, passes: list[dict[str, Any]], reader: Pred
         path = paths[p["pass_id"]] = (campaign_dir / p["prediction_file"] if p.get("prediction_file")
                                       else prediction_path(campaign_dir, p["pass_id"]))
         digest = reader.sha256(path, expected.ids)
-        v = reader.verdict(path, protocol, expected, context.routine) if digest \
+        v = reader.verdict(path, protocol, expected, context.routine, context.queries) if digest \
             else missing_verdict(path.name, protocol, expected)
-        v["hash_ok"] = digest is not None and p.get("prediction_sha256") == digest
+        v["hash_ok"] = digest is not None and p.get("prediction_sha256") == digest and (
+            "queries_sha256" not in v or v["queries_sha256"] == p.get("queries_sha256"))  # recall_at_k's query file
         if digest is not None and not v["hash_ok"]:
             v.setdefault("problems", []).append(HASH_PROBLEM)
         v["complete"] = p.get("status") == "ok" and v["ids_match"] and v["format_ok"] and v["hash_ok"]

@@ -4,14 +4,14 @@ A routine is called with keyword arguments, on whole arrays in corpus order (nev
 
     def my_metric(*, ids: list[str], outputs: ClassificationOutputs, references: numpy.ndarray | None) -> float
 
-``ids`` are the documents' ids; ``outputs`` is the pass's typed output for its kind of job (for a classification
-pass, :class:`ClassificationOutputs`; each further kind of job adds its own frozen class here, e.g. embedding
-vectors as one ``[n, d]`` float32 array); ``references`` the reference labels (a str array) or None where the
-corpus has none. It is called once for the whole corpus (the documents the pass covered) and once per group of
-each gating stratum subgroup; class subgroups keep the recall of their class. It is imported from the campaign
-folder's carried copy (:mod:`iteralab.lock.usercode`), so ``run``, ``verify`` and ``rerun`` call the locked file.
-Whatever it raises, or a value that is no finite number, is one :class:`~iteralab.errors.RoutineError` line: the
-pass's verdict fails with it, never the campaign.
+``ids`` are the documents' ids; ``outputs`` is the pass's output for its kind of job (for a classification pass,
+:class:`ClassificationOutputs`; for an embedding pass its vectors, one ``[n, d]`` float32 array:
+``verdict.embedding``); ``references`` the reference labels (a str array) or None where the corpus has none. It is
+called once for the whole corpus (the documents the pass covered) and once per group of each gating stratum
+subgroup; class subgroups keep the recall of their class (an embedding job's: its kNN recall). It is imported from
+the campaign folder's carried copy (:mod:`iteralab.lock.usercode`), so ``run``, ``verify`` and ``rerun`` call the
+locked file. Whatever it raises, or a value that is no finite number, is one :class:`~iteralab.errors.RoutineError`
+line: the pass's verdict fails with it, never the campaign.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ class Routine:
     fn: Callable[..., Any] | None
     error: str | None = None
 
-    def __call__(self, ids: list[str], outputs: ClassificationOutputs, references: np.ndarray | None) -> float:
+    def __call__(self, ids: list[str], outputs: ClassificationOutputs | np.ndarray,
+                 references: np.ndarray | None) -> float:
         """The routine's value (a finite float), or a :class:`RoutineError` of one line."""
         if self.fn is None:
             raise RoutineError(self.error or f"metric routine {self.ref} is not loaded")

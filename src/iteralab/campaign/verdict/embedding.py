@@ -1,0 +1,198 @@
+"""The job's own metric of an embedding pass, from its vectors in corpus order: the values ``evaluate_vectors``
+(``verdict.evaluate``) puts into the pass's intrinsic verdict beside the id, format and coverage cells. The
+comparison with the reference pass's vectors (the cosine tolerance) is ``verdict.cosine``'s, joined by
+``verdict.judge``.
+
+The metric is one of:
+
+- ``knn_accuracy``: leave-one-out kNN label accuracy over the documents that have a finite vector and a label
+  (``verdict.knn``); a stratum group: the same inside the group; a class group: that class's kNN recall;
+- ``recall_at_k``: the campaign's queries (its folder's copy of ``metric.queries``), embedded by the pass itself
+  into ``predictions/<pass_id>.queries.parquet``, searched among the pass's document vectors (the definition:
+  ``verdict.knn``). The value is the whole query set's only: a query is no document of a subgroup, so gating
+  subgroups judge a pass under recall_at_k by their documents' cosines with the reference vectors alone;
+- the user's routine (``metric.routine``), called with keyword arguments on whole arrays in corpus order::
+
+      def my_metric(*, ids: list[str], outputs: numpy.ndarray, references: numpy.ndarray | None) -> float
+
+  ``outputs`` the documents' vectors, float32 ``[n, d]`` (those the pass covered); ``references`` their labels
+  (a str array, "" where a document has none) or None for a corpus without labels (``corpus.classes = []``).
+  Called once for the whole corpus and once per group of each gating stratum subgroup; a class subgroup keeps its
+  class's kNN recall (``metric.k`` neighbours), as under knn_accuracy. What it raises, or a value that is no finite
+  number, is the verdict's ``routine_error`` (one line): that pass fails, never the campaign.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from iteralab.campaign.predictions import pass_of
+from iteralab.campaign.vectors import queries_file_name, read_vectors
+from iteralab.campaign.verdict.knn import knn_correct, recall_at_k
+from iteralab.campaign.verdict.routine import Routine, RoutineValues
+from iteralab.common.files import sha256_file
+from iteralab.errors import CorpusError, RoutineError
+from iteralab.plan.metric import Queries, load_queries
+from iteralab.plan.protocol import Protocol
+
+__all__ = ["CampaignQueries", "PassRecall", "load_campaign_queries", "pass_recall", "query_vectors_path",
+           "relevant_rows", "vector_metric", "vector_routine_values"]
+
+
+@dataclass(frozen=True)
+class CampaignQueries:
+    """A campaign's queries, read from its folder's copy; ``error``: why they cannot be (every recall then fails
+    with that line)."""
+
+    queries: Queries | None
+    error: str | None = None
+
+
+def load_campaign_queries(folder: Path, record: Mapping[str, Any] | None) -> CampaignQueries:
+    """The queries of the folder's copy (``record``: campaign.json's ``queries``), checked against its sha256."""
+    if not record:
+        return CampaignQueries(None, "campaign.json records no queries file (metric recall_at_k)")
+    path = folder / str(record.get("file"))
+    if not path.is_file() or sha256_file(path) != record.get("sha256"):
+        return CampaignQueries(None, f"queries file {record.get('file')} is missing or differs from its recorded "
+                                     "sha256")
+    try:
+        return CampaignQueries(load_queries(path))
+    except CorpusError as exc:
+        return CampaignQueries(None, exc.message)
+
+
+def relevant_rows(queries: Queries, ids: pa.Array) -> list[np.ndarray]:
+    """Each query's relevant ids as rows of the corpus ``ids`` (an id that is not one of them is left out)."""
+    flat = [d for docs in queries.relevant for d in docs]
+    where = pc.fill_null(pc.index_in(pa.array(flat, pa.string()), value_set=ids), -1).to_numpy(zero_copy_only=False)
+    out, at = [], 0
+    for docs in queries.relevant:
+        rows = where[at:at + len(docs)]
+        out.append(rows[rows >= 0].astype(np.int64))
+        at += len(docs)
+    return out
+
+
+@dataclass(frozen=True)
+class PassRecall:
+    """A pass's recall@k, or the one line that says why it has none; the sha256 of its query vector file."""
+
+    value: float | None
+    error: str | None
+    sha256: str | None
+
+
+def query_vectors_path(path: Path) -> Path:
+    """Where the pass whose vector file is ``path`` wrote its query vectors."""
+    return path.with_name(queries_file_name(pass_of(path.name)))
+
+
+def pass_recall(path: Path, campaign: CampaignQueries | None, documents: np.ndarray | None, ids: pa.Array,
+                k: int, normalize: bool, dim: int | None) -> PassRecall:
+    """The recall@k of a pass whose query vectors are at ``path``, its documents' vectors ``documents`` in corpus
+    order (``ids``)."""
+    if campaign is None or campaign.queries is None:
+        return PassRecall(None, f"recall_at_k: {campaign.error if campaign else 'no queries'}", None)
+    if not path.is_file():
+        return PassRecall(None, f"recall_at_k: query vector file {path.name} is missing", None)
+    digest = sha256_file(path)
+    found = read_vectors(path, normalize=normalize, dim=dim)
+    queries = campaign.queries
+    if found.n_problems:
+        return PassRecall(None, f"recall_at_k: {path.name}: {found.problems[0]}", digest)
+    if found.ids.to_pylist() != list(queries.ids):
+        return PassRecall(None, f"recall_at_k: {path.name} does not hold the {len(queries)} query ids of the "
+                                "queries file in its order", digest)
+    if documents is None or documents.shape[1] != found.vectors.shape[1]:
+        return PassRecall(None, f"recall_at_k: {path.name}: query vectors of {found.dim} values, document vectors "
+                                f"of {None if documents is None else documents.shape[1]}", digest)
+    return PassRecall(recall_at_k(documents, found.vectors, relevant_rows(queries, ids), k), None, digest)
+
+
+def vector_routine_values(routine: Routine, protocol: Protocol, expected: Any, covered: np.ndarray,
+                          aligned: np.ndarray | None) -> RoutineValues:
+    """The routine on the covered documents' vectors, then on those of each group of each gating stratum
+    subgroup (``expected``: the corpus's ``verdict.evaluate.Expected``; arrays per expected document, corpus order;
+    ``aligned``: the vectors in that order)."""
+    names = np.asarray([*expected.classes, ""])  # code -1 reads the last name: no label
+    labelled = bool(expected.classes)
+    errors: list[str] = []
+
+    def value(rows: np.ndarray) -> float | None:
+        rows = rows & covered
+        if aligned is None or not rows.any():
+            return None
+        try:
+            return routine(expected.ids.filter(pa.array(rows)).to_pylist(),
+                           np.ascontiguousarray(aligned[rows], dtype=np.float32),
+                           names[expected.labels[rows]] if labelled else None)
+        except RoutineError as exc:
+            errors.append(exc.message)
+            return None
+
+    metric = value(np.ones(len(expected), dtype=bool))
+    groups: dict[str, float | None] = {}
+    for sg in protocol.subgroups:
+        if sg.by == "stratum" and sg.gating:
+            for i, name in enumerate(expected.stratum_names):
+                groups[f"{sg.name}:{name}"] = value(expected.strata == i)
+    return RoutineValues(metric, groups, errors[0] if errors else None)
+
+
+def _knn_groups(protocol: Protocol, expected: Any, correct: np.ndarray, usable: np.ndarray,
+                by: tuple[str, ...]) -> dict[str, float | None]:
+    """kNN accuracy inside each group of the planned subgroups ``by`` (a class group: the class's kNN recall)."""
+    out: dict[str, float | None] = {}
+    for sg in protocol.subgroups:
+        if sg.by not in by:
+            continue
+        names = expected.stratum_names if sg.by == "stratum" else expected.classes
+        codes = expected.strata if sg.by == "stratum" else expected.labels
+        for i, name in enumerate(names):
+            member = codes == i
+            if member.any():
+                rows = member & usable
+                out[f"{sg.name}:{name}"] = float(correct[rows].mean()) if rows.any() else None
+    return out
+
+
+def vector_metric(protocol: Protocol, expected: Any, covered: np.ndarray, aligned: np.ndarray | None,
+                  routine: Routine | None = None, queries: CampaignQueries | None = None,
+                  path: Path | None = None) -> dict[str, Any]:
+    """The verdict's metric cells of an embedding pass (module docstring): ``metric_name``, ``metric``,
+    ``threshold_ok``, ``subgroups``, and ``routine_error`` (a routine) or ``queries_error`` and ``queries_sha256``
+    (recall_at_k, from the query vectors the pass whose vector file is ``path`` wrote). ``covered``: the expected
+    documents the pass has a vector for, ``aligned`` their vectors in corpus order."""
+    metric = protocol.metric
+    cells: dict[str, Any] = {"metric_name": metric.label}
+    usable = covered & (expected.labels >= 0)
+    if aligned is not None:
+        usable &= np.isfinite(aligned).all(axis=1)
+    correct = np.zeros(len(expected), dtype=bool)
+    wants_knn = metric.name == "knn_accuracy" or (metric.routine is not None and metric.k is not None)
+    if wants_knn and usable.any():
+        correct[usable] = knn_correct(aligned[usable], expected.labels[usable].astype(np.int64), int(metric.k or 1))
+    if metric.name == "knn_accuracy":
+        cells["metric"] = float(correct[usable].mean()) if usable.any() else None
+        cells["subgroups"] = _knn_groups(protocol, expected, correct, usable, ("stratum", "label"))
+    elif metric.name == "recall_at_k":
+        assert protocol.embedding is not None
+        found = pass_recall(query_vectors_path(path), queries, aligned, expected.ids, int(metric.k or 1),
+                            protocol.embedding.normalize, protocol.embedding.dim) if path is not None \
+            else PassRecall(None, "recall_at_k: no query vector file", None)
+        cells.update(metric=found.value, queries_error=found.error, queries_sha256=found.sha256, subgroups={})
+    else:
+        values = vector_routine_values(routine or Routine(str(metric.routine), None), protocol, expected, covered,
+                                       aligned)
+        groups = _knn_groups(protocol, expected, correct, usable, ("label",)) if metric.k is not None else {}
+        cells.update(metric=values.metric, subgroups={**groups, **values.groups}, routine_error=values.error)
+    cells["threshold_ok"] = cells["metric"] is not None and metric.meets(cells["metric"], metric.threshold)
+    return cells
