@@ -2,8 +2,9 @@
 the same document, bounded by ``embedding.min_cosine`` (and the optional lower-quantile bound) overall and in each
 gating subgroup, and the largest absolute difference of the vectors (``reproduction``).
 
-The pass's vectors are held once, in corpus order (the kNN check needs them whole anyway); the reference file is
-streamed against them in record batches, in whatever order it was written. ``judge`` joins the result with the
+The pass's vectors stay in their scratch store (``campaign.vectors.RowStore``); the reference file is streamed
+against them in record batches, in whatever order it was written, and each batch gathers the pass's rows of the
+same documents: memory is a few batches, whatever the corpus size. ``judge`` joins the result with the
 rest of the verdict.
 """
 
@@ -17,7 +18,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from iteralab.campaign.vectors import vector_batches
-from iteralab.campaign.verdict.evaluate import TOL, Expected, PredictionReader, aligned_vectors, match_ids
+from iteralab.campaign.verdict.evaluate import TOL, Expected, PredictionReader, file_rows, match_ids
 from iteralab.campaign.verdict.knn import cosine_rows
 from iteralab.plan.protocol import Protocol
 
@@ -38,16 +39,21 @@ def compare_vectors(path: Path, reference: Path, reader: PredictionReader, expec
     if entry is None or not entry[1].vectors.size:
         return None
     vectors = entry[1]
-    aligned = aligned_vectors(vectors, match_ids(vectors.ids, expected), len(expected))
+    match = match_ids(vectors.ids, expected)
+    rows = file_rows(match, len(expected))
     cosines = np.full(len(expected), np.nan)
     worst, unknown = 0.0, False
     for ids, block in vector_batches(reference):
         where = pc.fill_null(pc.index_in(ids, value_set=expected.ids), -1).to_numpy(zero_copy_only=False)
         known = where >= 0
-        if block.shape[1] != aligned.shape[1]:
+        if block.shape[1] != vectors.dim:
             return CosineComparison(cosines, None)
-        cos, diff = cosine_rows(aligned[where[known]], block[known])
-        cosines[where[known]] = cos
+        at = where[known]
+        mine = np.full((len(at), block.shape[1]), np.nan, dtype=np.float32)  # NaN: the pass has no vector there
+        held = match.covered[at]
+        mine[held] = vectors.vectors[rows[at[held]]]
+        cos, diff = cosine_rows(mine, block[known])
+        cosines[at] = cos
         unknown = unknown or bool(np.isnan(diff).any())
         worst = max(worst, float(np.nanmax(diff, initial=0.0)))
     return CosineComparison(cosines, None if unknown else worst)

@@ -324,13 +324,9 @@ def id_examples(match: IdMatch, expected: Expected) -> dict[str, list[str]]:
             "extra": _first_sorted(match.extra_unique) if len(match.extra_unique) else []}
 
 
-def aligned_vectors(vectors: Any, match: IdMatch, n: int) -> np.ndarray:
-    """A vector set's rows in corpus order (a row of NaN where a document has no vector)."""
-    if match.last is None:
-        return vectors.vectors
-    out = np.full((n, vectors.vectors.shape[1]), np.nan, dtype=np.float32)
-    out[match.covered] = vectors.vectors[match.last[match.covered]]
-    return out
+def file_rows(match: IdMatch, n: int) -> np.ndarray:
+    """The row of a file that holds each corpus document (the last one when repeated; -1: none)."""
+    return np.arange(n, dtype=np.int64) if match.last is None else match.last
 
 
 def evaluate_vectors(vectors: Any, protocol: Protocol, expected: Expected) -> dict[str, Any]:
@@ -343,14 +339,13 @@ def evaluate_vectors(vectors: Any, protocol: Protocol, expected: Expected) -> di
     verdict["coverage_ok"] = verdict["coverage"] + TOL >= protocol.checks.coverage
     verdict["metric_name"] = protocol.metric.name
     verdict["vector_dim"] = vectors.dim
-    aligned = aligned_vectors(vectors, match, len(expected)) if vectors.vectors.size else None
+    rows = file_rows(match, len(expected))
     usable = match.covered & (expected.labels >= 0)
-    if aligned is not None:
-        usable &= np.isfinite(aligned).all(axis=1)
+    usable &= vectors.finite[np.maximum(rows, 0)] if vectors.vectors.size else False
     correct = np.zeros(len(expected), dtype=bool)
-    if protocol.metric.name == "knn_accuracy" and usable.any():
-        correct[usable] = knn_correct(aligned[usable], expected.labels[usable].astype(np.int64),
-                                      int(protocol.metric.k or 1))
+    if protocol.metric.name == "knn_accuracy" and usable.any():  # blockwise, from the set's store (verdict.knn)
+        correct[usable] = knn_correct(vectors.vectors, expected.labels[usable].astype(np.int64),
+                                      int(protocol.metric.k or 1), rows=rows[usable])
     verdict["metric"] = float(correct[usable].mean()) if usable.any() else None
     verdict["threshold_ok"] = verdict["metric"] is not None and verdict["metric"] + TOL >= protocol.metric.threshold
     out: dict[str, float | None] = {}
