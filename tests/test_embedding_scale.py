@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import tracemalloc
 
 import numpy as np
@@ -72,3 +74,93 @@ def test_reading_a_vector_file_never_holds_its_vectors(tmp_path, monkeypatch):
     tracemalloc.stop()
     assert read.n_problems == 0 and read.vectors.shape == (rows, dim) and read.finite.all()
     assert peak < rows * dim * 4 / 4  # a few batches of NumPy arrays, not the 10 MB of vectors
+
+
+# ------------------------------------------------------------------------- data-parallel and Ray passes
+
+DP_VARIANTS = """
+[[variants]]
+name = "b4"
+batch_size = 4
+
+[[variants]]
+name = "b4-dp2"
+batch_size = 4
+data_parallel = 2
+
+[[series]]
+name = "workers"
+factor = "data_parallel"
+variants = ["b4", "b4-dp2"]
+"""
+RAY_VARIANTS = """ray_num_cpus = 2
+ray_actors = 2
+ray_cpus_per_actor = 0.5
+ray_no_progress_timeout_s = 60
+
+[[variants]]
+name = "b4"
+batch_size = 4
+
+[[variants]]
+name = "b4-ray"
+batch_size = 4
+engine = "ray"
+
+[[series]]
+name = "engine"
+factor = "engine"
+variants = ["b4", "b4-ray"]
+"""
+
+
+@pytest.fixture
+def worker_path(monkeypatch):
+    """Pass workers and Ray actors are fresh interpreters: they import this checkout and tests/fake_embedders.py."""
+    from pathlib import Path
+
+    import iteralab
+
+    tests, src = Path(__file__).resolve().parent, Path(iteralab.__file__).resolve().parents[1]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tests), str(src)]))
+
+
+def _campaign_files(tmp_path, variants: str, other: str):
+    """Run a campaign of the deterministic word embedder with the one-device variant ``b4`` and ``other``; return
+    the corpus ids, the stored vector files of both, and their raw-table rows."""
+    from iteralab.campaign.folder import read_raw_rows
+    from test_embedding import _campaign, corpus_rows
+
+    out = _campaign(tmp_path, 'kind = "callable"\ncallable = "fake_embedders:word_embedder"', variants, "b4",
+                    min_cosine=0.999999)
+    rows = {r.variant: r for r in read_raw_rows(out / "raw_table.csv")}
+    files = {name: vec.read_vectors(out / rows[name].prediction_file, normalize=True) for name in ("b4", other)}
+    return [i for i, _, _ in corpus_rows()], files, rows, out
+
+
+def _same_file_as_one_device(ids, files, rows, other):
+    single, parallel = files["b4"], files[other]
+    assert single.ids.to_pylist() == ids and parallel.ids.to_pylist() == ids  # corpus order, every id once
+    assert parallel.dim == single.dim and parallel.n_problems == 0
+    assert np.allclose(np.asarray(parallel.vectors), np.asarray(single.vectors), atol=1e-6, rtol=0)
+    row = rows[other]
+    assert row.status == "ok" and row.ids_match and row.format_ok and row.corpus_accepted, row.notes
+    assert row.min_cosine == pytest.approx(1.0, abs=1e-6)
+
+
+def test_a_data_parallel_embedding_pass_writes_the_one_device_file(tmp_path, worker_path):
+    from iteralab.campaign.journal import read_journal
+
+    ids, files, rows, out = _campaign_files(tmp_path, DP_VARIANTS, "b4-dp2")
+    _same_file_as_one_device(ids, files, rows, "b4-dp2")
+    finished = read_journal(out / "journal.jsonl").finished[rows["b4-dp2"].pass_id]
+    shards = finished["parallel"]["shards"]
+    assert len(shards) == 2 and all(s["rows"][1] > s["rows"][0] for s in shards)  # both workers wrote vectors
+    assert finished["output_kind"] == "embedding_vectors"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed (pip install iteralab[ray])")
+def test_a_ray_embedding_pass_writes_the_one_device_file_in_corpus_order(tmp_path, worker_path):
+    ids, files, rows, _ = _campaign_files(tmp_path, RAY_VARIANTS, "b4-ray")
+    _same_file_as_one_device(ids, files, rows, "b4-ray")
+    assert "row order corpus order" in rows["b4-ray"].notes

@@ -91,8 +91,4 @@ def task_problem(protocol: Any) -> str | None:
                 "embedded and stored by the passes): use knn_accuracy")
     if metric.name == "knn_accuracy" and metric.queries:
         return "metric.queries is read by recall_at_k only"
-    unsupported = [v.name for v in protocol.variants if v.engine != "local" or v.data_parallel > 1]
-    if unsupported:
-        return (f"variant(s) {', '.join(unsupported)}: an embedding job runs on the local engine with one worker "
-                "per pass so far (engine 'ray' and data_parallel > 1 write class probabilities only)")
     return None

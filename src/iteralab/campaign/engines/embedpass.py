@@ -6,14 +6,16 @@ measured region are the same work for each (their seconds are said in a note of 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from iteralab.campaign.folder import PREDICTIONS
 from iteralab.campaign.records import EMBEDDING_VECTORS
-from iteralab.campaign.vectors import FLUSH_ROWS
+from iteralab.campaign.vectors import FLUSH_ROWS, VectorWriter, vector_batches
 
 
 def embedding_record(protocol: Any) -> dict[str, Any]:
@@ -68,3 +70,21 @@ def finish_vectors(pass_run: Any, result: dict[str, Any]) -> None:
     result["vector_dim"] = sink.dim
     result["notes"].append(f"pass_s includes streaming the vectors to the prediction file in record batches "
                            f"({pass_run.stream_s:.3f} s of it), as every embedding variant's pass does")
+
+
+def merge_vector_files(parts: list[Path], target: Path, result: dict[str, Any]) -> None:
+    """A data-parallel pass's file (``campaign.engines.parallel``): the shards' vector files, in shard order,
+    streamed record batch by record batch into the pass's one vector file (a missing shard file adds nothing);
+    the file, its hash and dimension go into ``result``."""
+    sink = VectorWriter(target)
+    dim = None
+    for part in parts:
+        if not part.is_file():
+            continue
+        dim = pq.ParquetFile(part).schema_arrow.field("vector").type.list_size
+        for ids, vectors in vector_batches(part):
+            sink.write(ids, vectors)
+    result["output_kind"] = EMBEDDING_VECTORS
+    result["prediction_sha256"] = sink.close(dim)
+    result["prediction_file"] = f"{PREDICTIONS}/{target.name}"
+    result["vector_dim"] = sink.dim or dim
