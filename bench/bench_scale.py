@@ -190,7 +190,7 @@ def run_child(argv: list[str], cwd: Path) -> tuple[float, int, subprocess.Comple
 
 
 def campaign(folder: Path, docs: int, task: str = "classification", dim: int = 384, passes: int = 2,
-             knn: bool = True) -> dict:
+             knn: bool = True, split_knn: bool = True) -> dict:
     if task == "embedding":
         protocol = scale_embedding.write_inputs(folder, docs, dim, passes, labels=knn)
     else:
@@ -224,7 +224,8 @@ def campaign(folder: Path, docs: int, task: str = "classification", dim: int = 3
     verify = json.loads(proc.stdout.strip().splitlines()[-1])
     split = None
     if task == "embedding":
-        _, _, proc = run_child([sys.executable, "-c", scale_embedding.SPLIT, str(out)], folder)
+        _, _, proc = run_child([sys.executable, "-c", scale_embedding.SPLIT, str(out), "knn" if split_knn else ""],
+                               folder)
         split = json.loads(proc.stdout.strip().splitlines()[-1])
 
     def total(key: str) -> float:
@@ -281,9 +282,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--passes", type=int, default=2, help="passes per variant of --task embedding, 2 variants (default 2; classification runs 2)")
     parser.add_argument("--no-knn", action="store_true", help="--task embedding: a corpus without labels, so "
                         "neither the run nor verify computes kNN (the split still times it once)")
+    parser.add_argument("--no-split-knn", action="store_true", help="--task embedding: the split does not time "
+                        "kNN either (at 1,000,000 documents one exact kNN takes hours on a small CPU)")
     args = parser.parse_args(argv)
     os.environ["ITERALAB_BENCH_DIM"] = str(args.dim)
-    job = {"task": args.task, "dim": args.dim, "passes": args.passes, "knn": not args.no_knn}
+    job = {"task": args.task, "dim": args.dim, "passes": args.passes, "knn": not args.no_knn,
+           "split_knn": not args.no_split_knn}
     with tempfile.TemporaryDirectory(prefix="iteralab-scale-") as tmp_name:
         root = args.keep or Path(tmp_name)
         base = campaign(root / f"base-{args.baseline_docs}", args.baseline_docs, **job)

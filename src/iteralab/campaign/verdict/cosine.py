@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from iteralab.campaign.vectors import vector_batches
 from iteralab.campaign.verdict.evaluate import TOL, Expected, PredictionReader, file_rows, match_ids
@@ -43,8 +44,10 @@ def compare_vectors(path: Path, reference: Path, reader: PredictionReader, expec
     rows = file_rows(match, len(expected))
     cosines = np.full(len(expected), np.nan)
     worst, unknown = 0.0, False
+    positions, start = _corpus_positions(reference, expected), 0
     for ids, block in vector_batches(reference):
-        where = pc.fill_null(pc.index_in(ids, value_set=expected.ids), -1).to_numpy(zero_copy_only=False)
+        where = positions[start:start + len(ids)]
+        start += len(ids)
         known = where >= 0
         if block.shape[1] != vectors.dim:
             return CosineComparison(cosines, None)
@@ -57,6 +60,15 @@ def compare_vectors(path: Path, reference: Path, reader: PredictionReader, expec
         unknown = unknown or bool(np.isnan(diff).any())
         worst = max(worst, float(np.nanmax(diff, initial=0.0)))
     return CosineComparison(cosines, None if unknown else worst)
+
+
+def _corpus_positions(path: Path, expected: Expected) -> np.ndarray:
+    """The corpus position of each row of a vector file (-1: not a corpus id), from its id column read once: one
+    hash lookup of the whole column (none when the file is in corpus order), never one per record batch."""
+    ids = pq.read_table(path, columns=["id"], pre_buffer=False).column("id").combine_chunks()
+    if len(ids) == len(expected) and ids.equals(expected.ids):
+        return np.arange(len(ids), dtype=np.int64)
+    return pc.fill_null(pc.index_in(ids, value_set=expected.ids), -1).to_numpy(zero_copy_only=False)
 
 
 def compare_vector_files(a: Path, b: Path, reader: PredictionReader) -> dict[str, Any]:
