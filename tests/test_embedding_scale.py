@@ -164,3 +164,37 @@ def test_a_ray_embedding_pass_writes_the_one_device_file_in_corpus_order(tmp_pat
     ids, files, rows, _ = _campaign_files(tmp_path, RAY_VARIANTS, "b4-ray")
     _same_file_as_one_device(ids, files, rows, "b4-ray")
     assert "row order corpus order" in rows["b4-ray"].notes
+
+
+def test_cosines_stream_the_reference_against_a_pass_in_another_order(tmp_path, monkeypatch):
+    """The pass's file in a shuffled order, one document missing and one id outside the corpus; the reference in
+    corpus order, read in batches smaller than the corpus: each document's cosine is its own pair's."""
+    from iteralab.campaign.verdict.cosine import compare_vectors
+    from iteralab.campaign.verdict.evaluate import Expected, PredictionReader
+    from iteralab.plan.protocol import parse_protocol
+    from test_embedding import embedding_protocol
+
+    rng = np.random.default_rng(11)
+    n, dim = 50, 8
+    ids = [f"d{i:02d}" for i in range(n)]
+    ref = rng.standard_normal((n, dim)).astype(np.float32)
+    mine = ref + 0.3 * rng.standard_normal((n, dim)).astype(np.float32)
+    writer = vec.VectorWriter(tmp_path / "ref.parquet")
+    writer.write(pa.array(ids), ref)
+    writer.close()
+    order = [int(i) for i in rng.permutation(n) if i != 7]
+    writer = vec.VectorWriter(tmp_path / "pass.parquet")
+    writer.write(pa.array([ids[i] for i in order] + ["stranger"]), np.concatenate([mine[order], mine[:1]]))
+    writer.close()
+    monkeypatch.setattr(vec, "READ_ROWS", 16)
+    protocol = parse_protocol(embedding_protocol('kind = "callable"\ncallable = "m:f"', reference="b1",
+                                                 variants='[[variants]]\nname = "b1"\nbatch_size = 1\n',
+                                                 extra_embedding="", min_cosine=0.5).replace(
+        "normalize = true", "normalize = false"))
+    expected = Expected(pa.array(ids), np.zeros(n, np.int8), ("fresh", "rotten"), np.full(n, -1, np.int8))
+    same = compare_vectors(tmp_path / "pass.parquet", tmp_path / "ref.parquet", PredictionReader(protocol), expected)
+    truth = np.einsum("ij,ij->i", mine, ref) / (np.linalg.norm(mine, axis=1) * np.linalg.norm(ref, axis=1))
+    assert np.isnan(same.cosines[7]) and same.max_abs_diff is None  # the missing document: nothing to compare
+    keep = np.arange(n) != 7
+    assert np.allclose(same.cosines[keep], truth[keep], atol=1e-6)
+    assert truth[keep].min() < 0.99  # not a comparison of equal vectors
