@@ -2,9 +2,10 @@
 the same document, bounded by ``embedding.min_cosine`` (and the optional lower-quantile bound) overall and in each
 gating subgroup, and the largest absolute difference of the vectors (``reproduction``).
 
-The pass's vectors stay in their scratch store (``campaign.vectors.RowStore``); the reference file is streamed
-against them in record batches, in whatever order it was written, and each batch gathers the pass's rows of the
-same documents: memory is a few batches, whatever the corpus size. ``judge`` joins the result with the
+Both files are read and checked once by the campaign's reader, their vectors kept in scratch stores
+(``campaign.vectors.RowStore``); the reference's rows are read back a block at a time, in whatever order its file
+holds them, and each block gathers the pass's rows of the same documents: memory is a few blocks, whatever the
+corpus size, and no file is decoded twice for one comparison. ``judge`` joins the result with the
 rest of the verdict.
 """
 
@@ -15,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from iteralab.campaign.vectors import vector_batches
+from iteralab.campaign import vectors as vector_files
 from iteralab.campaign.verdict.evaluate import TOL, Expected, PredictionReader, file_rows, match_ids
 from iteralab.campaign.verdict.knn import cosine_rows
 from iteralab.plan.protocol import Protocol
@@ -35,37 +36,39 @@ class CosineComparison:
 
 def compare_vectors(path: Path, reference: Path, reader: PredictionReader, expected: Expected
                     ) -> CosineComparison | None:
-    """The pass's file against the reference file; None without a readable set."""
+    """The pass's file against the reference file; None without a readable set. Both are read through ``reader``
+    (each read and checked once, its vectors then read back from its scratch store a block at a time)."""
     entry = reader.read(path, expected.ids)
     if entry is None or not entry[1].vectors.size:
         return None
     vectors = entry[1]
-    match = match_ids(vectors.ids, expected)
-    rows = file_rows(match, len(expected))
+    rows = file_rows(match_ids(vectors.ids, expected), len(expected))
+    covered = rows >= 0
     cosines = np.full(len(expected), np.nan)
+    ref_entry = reader.read(reference, expected.ids)
+    if ref_entry is None or ref_entry[1].dim != vectors.dim:
+        return CosineComparison(cosines, None)
+    ref = ref_entry[1]
+    positions = _corpus_positions(ref.ids, expected)
     worst, unknown = 0.0, False
-    positions, start = _corpus_positions(reference, expected), 0
-    for ids, block in vector_batches(reference):
-        where = positions[start:start + len(ids)]
-        start += len(ids)
+    for start in range(0, len(ref.ids), vector_files.READ_ROWS):
+        where = positions[start:start + vector_files.READ_ROWS]
         known = where >= 0
-        if block.shape[1] != vectors.dim:
-            return CosineComparison(cosines, None)
+        block = ref.vectors[start:start + len(where)][known]
         at = where[known]
         mine = np.full((len(at), block.shape[1]), np.nan, dtype=np.float32)  # NaN: the pass has no vector there
-        held = match.covered[at]
+        held = covered[at]
         mine[held] = vectors.vectors[rows[at[held]]]
-        cos, diff = cosine_rows(mine, block[known])
+        cos, diff = cosine_rows(mine, block)
         cosines[at] = cos
         unknown = unknown or bool(np.isnan(diff).any())
         worst = max(worst, float(np.nanmax(diff, initial=0.0)))
     return CosineComparison(cosines, None if unknown else worst)
 
 
-def _corpus_positions(path: Path, expected: Expected) -> np.ndarray:
-    """The corpus position of each row of a vector file (-1: not a corpus id), from its id column read once: one
-    hash lookup of the whole column (none when the file is in corpus order), never one per record batch."""
-    ids = pq.read_table(path, columns=["id"], pre_buffer=False).column("id").combine_chunks()
+def _corpus_positions(ids: pa.Array, expected: Expected) -> np.ndarray:
+    """The corpus position of each row of a vector set (-1: not a corpus id): one hash lookup of the whole id
+    column (none when the set is in corpus order), never one per block."""
     if len(ids) == len(expected) and ids.equals(expected.ids):
         return np.arange(len(ids), dtype=np.int64)
     return pc.fill_null(pc.index_in(ids, value_set=expected.ids), -1).to_numpy(zero_copy_only=False)

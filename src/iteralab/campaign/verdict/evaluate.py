@@ -383,7 +383,8 @@ class PredictionReader:
         self.sum_tol = protocol.checks.probability_sum_tolerance
         #: an embedding job's files hold vectors (``campaign.vectors``), checked by its ``[embedding]`` rules
         self.embedding = protocol.embedding if protocol.task.kind == "embedding" else None
-        self.keep = min(keep, 1) if self.embedding is not None else keep  # a vector set: n × d floats, one held
+        # a vector set holds its ids and per-row flags in memory, its vectors in a scratch file (campaign.vectors)
+        self.keep = keep
         self._hashes: dict[Path, tuple[tuple[int, int], str]] = {}
         self._sets: OrderedDict[Path, tuple[tuple[int, int], PredictionSet]] = OrderedDict()
         self._verdicts: dict[tuple[Path, str], dict[str, Any]] = {}
