@@ -198,3 +198,13 @@ def test_cosines_stream_the_reference_against_a_pass_in_another_order(tmp_path, 
     keep = np.arange(n) != 7
     assert np.allclose(same.cosines[keep], truth[keep], atol=1e-6)
     assert truth[keep].min() < 0.99  # not a comparison of equal vectors
+
+
+def test_votes_counted_in_blocks_of_rows_give_the_same_answer(monkeypatch):
+    rng = np.random.default_rng(5)
+    vectors = rng.standard_normal((90, 4)).astype(np.float32)
+    labels = rng.integers(0, 3, 90)
+    whole = knn.knn_correct(vectors, labels, 5)
+    monkeypatch.setattr(knn, "VOTE_ROWS", 7)
+    assert knn.knn_correct(vectors, labels, 5).tolist() == whole.tolist()
+    assert 0 < whole.sum() < 90

@@ -8,7 +8,7 @@ is multiplied once (the similarity is symmetric: block ``I × J`` serves the row
 ``J``), and each row keeps its ``k`` best neighbours so far. A block's similarities are compared with each row's
 current ``k``-th best, so only the few that can enter a row's top ``k`` are sorted (a top-``k`` by selection on
 every block would cost as much as the multiplication). Memory: two blocks of vectors, one block of similarities,
-and ``k`` neighbours per row. Ties are broken the same way everywhere: the neighbour with the lower row index wins.
+and ``k`` neighbours per row (12 bytes each). Ties are broken the same way everywhere: the neighbour with the lower row index wins.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ __all__ = ["BLOCK_BYTES", "cosine_rows", "knn_correct", "knn_neighbours", "row_n
 
 #: Bytes of float32 similarities computed at a time (a square block: block rows² × 4).
 BLOCK_BYTES = 1 << 24
+#: Documents whose neighbours' votes are counted at a time.
+VOTE_ROWS = 1 << 15
 
 
 def row_norms(vectors: np.ndarray) -> np.ndarray:
@@ -112,11 +114,14 @@ def knn_correct(vectors: Any, labels: np.ndarray, k: int, rows: np.ndarray | Non
         return out
     n_classes = int(labels.max()) + 1
     top_sim, top_idx = knn_neighbours(vectors, k, rows)
-    votes = np.zeros((n, n_classes), dtype=np.float64)
-    block_rows = np.repeat(np.arange(n), k)
-    weights = 1.0 + (top_sim.astype(np.float64).reshape(-1) + 1.0) / (2.0 * k + 3.0)
-    np.add.at(votes, (block_rows, labels[top_idx].reshape(-1)), weights)
-    out[:] = votes.argmax(axis=1) == labels
+    step = max(1, VOTE_ROWS)
+    for start in range(0, n, step):  # the votes in blocks of rows: a few MB whatever n
+        stop = min(start + step, n)
+        votes = np.zeros((stop - start, n_classes), dtype=np.float64)
+        block_rows = np.repeat(np.arange(stop - start), k)
+        weights = 1.0 + (top_sim[start:stop].astype(np.float64).reshape(-1) + 1.0) / (2.0 * k + 3.0)
+        np.add.at(votes, (block_rows, labels[top_idx[start:stop]].reshape(-1)), weights)
+        out[start:stop] = votes.argmax(axis=1) == labels[start:stop]
     return out
 
 
