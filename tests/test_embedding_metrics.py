@@ -155,8 +155,8 @@ def _independent_recall(folder: Path, pass_file: str, k: int) -> float:
     doc_ids = docs.ids.to_pylist()
     relevant = {q: r.split(";") for q, _, r in QUERIES}
     scores = []
-    for qid, vector in zip(queries.ids.to_pylist(), queries.vectors.astype(np.float64)):
-        sims = docs.vectors.astype(np.float64) @ vector
+    for qid, vector in zip(queries.ids.to_pylist(), queries.vectors[:].astype(np.float64)):
+        sims = docs.vectors[:].astype(np.float64) @ vector
         top = {doc_ids[j] for j in np.argsort(-sims, kind="stable")[:k]}
         scores.append(len(top & set(relevant[qid])) / min(k, len(relevant[qid])))
     return float(np.mean(scores))

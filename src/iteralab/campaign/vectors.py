@@ -9,13 +9,16 @@ The pass writes it while it runs, one record batch of :data:`FLUSH_ROWS` rows at
 corpus of vectors: 200,000 × 384 float32 is 307 MB), to a hidden temporary name that is renamed once the file is
 complete (its sha256 is computed from the file, after the measured region). :func:`read_vectors` reads it in
 record batches and checks each row: an id, a vector of the declared (or observed) size, finite values, and a unit
-norm within :data:`NORM_TOLERANCE` when the protocol declares ``normalize = true``.
+norm within :data:`NORM_TOLERANCE` when the protocol declares ``normalize = true``; the rows it reads go to a
+scratch file (:class:`RowStore`) that the checks read back a block at a time, so a check never holds a corpus of
+vectors either.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -30,8 +33,11 @@ from iteralab.common.files import sha256_file
 FORMAT_VERSION = "1"
 #: Rows per record batch written (and per row group): about 12.6 MB of vectors at d = 384.
 FLUSH_ROWS = 1 << 13
+#: Rows per Parquet row group written: a reader decodes a row group at once (its values, and the list levels of
+#: every value), so a small group keeps a reader's memory small (3 MB of vectors at d = 384).
+GROUP_ROWS = 1 << 11
 #: Rows per record batch read.
-READ_ROWS = 1 << 13
+READ_ROWS = 1 << 11
 #: A normalised vector's norm may differ from 1 by this much (float32 arithmetic of the pooling).
 NORM_TOLERANCE = 1e-3
 SHOWN_PROBLEMS = 5
@@ -76,7 +82,8 @@ class VectorWriter:
             self._writer = pq.ParquetWriter(self.temporary, schema(self.dim), compression={"id": "zstd",
                                             "vector": "none"}, write_statistics=False, use_dictionary=False)
         ids = ids if ids.type == pa.string() else ids.cast(pa.string())
-        self._writer.write_batch(pa.record_batch([ids, vector_column(vectors)], schema=self._writer.schema))
+        self._writer.write_batch(pa.record_batch([ids, vector_column(vectors)], schema=self._writer.schema),
+                                 row_group_size=GROUP_ROWS)
         self.rows += len(ids)
 
     def close(self, dim: int | None = None) -> str:
@@ -93,17 +100,88 @@ class VectorWriter:
         return sha256_file(self.path)
 
 
+class RowStore:
+    """A vector file's rows ``[rows, d]`` float32 kept in an unnamed scratch file (deleted when closed), read back
+    a block at a time: a check of a 200,000-document pass holds a few blocks, never the 307 MB of its vectors.
+    Indexed like an array: ``store[a:b]`` (one read), ``store[rows]`` (an index array: the rows gathered through a
+    map of the file that is let go at once, so the pages read never stay counted in this process's memory),
+    ``np.asarray(store)`` (every row: small sets and tests)."""
+
+    dtype = np.dtype(np.float32)
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.rows = 0
+        self._file = tempfile.TemporaryFile(prefix="iteralab-vectors-")
+
+    def append(self, block: np.ndarray) -> None:
+        data = np.ascontiguousarray(block, dtype=np.float32)
+        self._file.seek(0, os.SEEK_END)
+        self._file.write(memoryview(data).cast("B"))
+        self.rows += len(data)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.rows, self.dim)
+
+    @property
+    def size(self) -> int:
+        return self.rows * self.dim
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * 4
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        if isinstance(key, (int, np.integer)):
+            return self[int(key) % max(self.rows, 1):int(key) % max(self.rows, 1) + 1][0]
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self.rows)
+            if step != 1:
+                return self[np.arange(start, stop, step)]
+            out = np.empty((max(stop - start, 0), self.dim), dtype=np.float32)
+            if out.size:
+                self._file.flush()
+                os.preadv(self._file.fileno(), [memoryview(out).cast("B")], start * self.dim * 4)
+            return out
+        index = np.asarray(key)
+        if index.dtype == bool:
+            index = np.flatnonzero(index)
+        if not len(index) or not self.rows:
+            return np.empty((len(index), self.dim), dtype=np.float32)
+        first = int(index[0])
+        if int(index[-1]) - first + 1 == len(index) and (len(index) == 1 or bool((np.diff(index) == 1).all())):
+            return self[first:first + len(index)]  # consecutive rows (a file in corpus order): one read
+        self._file.flush()
+        mapped = np.memmap(self._file, dtype=np.float32, mode="r", shape=(self.rows, self.dim))
+        rows = np.array(mapped[index])
+        del mapped  # unmapped now: the pages it read leave this process's resident memory
+        return rows
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        whole = self[0:self.rows]
+        return whole if dtype is None else whole.astype(dtype)
+
+    def close(self) -> None:
+        self._file.close()
+
+
 @dataclass(frozen=True)
 class VectorSet:
-    """A vector file as arrays: ``ids`` of every record that has one (file order), their ``vectors`` (``[rows,
-    d]``, a row of NaN where a record has none), ``records`` read, the file's ``dim`` and its format problems."""
+    """A vector file as the checks read it: ``ids`` of every record that has one (file order), their ``vectors``
+    (a :class:`RowStore` ``[rows, d]``, file order, kept on disk), whether each of those rows is ``finite``,
+    ``records`` read, the file's ``dim`` and its format problems."""
 
     ids: pa.Array
-    vectors: np.ndarray
+    vectors: Any
     records: int
     dim: int | None
     problems: tuple[str, ...]
     n_problems: int
+    finite: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
     @property
     def nbytes(self) -> int:
@@ -115,10 +193,11 @@ def _empty(records: int, problem: str) -> VectorSet:
 
 
 def read_vectors(path: Path, *, normalize: bool, dim: int | None = None) -> VectorSet:
-    """Read and check a vector file in record batches of :data:`READ_ROWS` rows (``dim``: the declared size)."""
+    """Read and check a vector file in record batches of :data:`READ_ROWS` rows (``dim``: the declared size); the
+    rows with an id go to a :class:`RowStore`, one batch at a time."""
 
     try:
-        handle = pq.ParquetFile(path)
+        handle = pq.ParquetFile(path, pre_buffer=False)  # pre-buffering would keep every row group read
         names, n = handle.schema_arrow.names, handle.metadata.num_rows
         if names != ["id", "vector"]:
             return _empty(n, f"columns must be exactly id, vector (found {', '.join(names)})")
@@ -131,26 +210,31 @@ def read_vectors(path: Path, *, normalize: bool, dim: int | None = None) -> Vect
         if (dim is not None and d != dim) or (n and d < 1):
             return _empty(n, f"vectors have {d} values, the protocol declares {dim}" if dim is not None else
                           "vectors have no values")
-        matrix = np.empty((n, d), dtype=np.float32)
-        has_id = np.empty(n, dtype=bool)
+        store = RowStore(d)
+        finite: list[np.ndarray] = []
         parts: list[pa.Array] = []
         problems: list[str] = []
         total, start = 0, 0
         for batch in handle.iter_batches(batch_size=READ_ROWS, use_threads=False):
             ids, vectors = batch.columns
             stop = start + len(batch)
-            found = _check_batch(ids, vectors, d, normalize, matrix[start:stop], has_id[start:stop])
+            matrix = np.empty((len(batch), d), dtype=np.float32)
+            has_id = np.empty(len(batch), dtype=bool)
+            found = _check_batch(ids, vectors, d, normalize, matrix, has_id)
             for kind, bad in found:
                 total += int(bad.sum())
                 problems += [f"row {start + int(i) + 1}: {kind}" for i in np.flatnonzero(bad)[:SHOWN_PROBLEMS]]
-            parts.append(ids if has_id[start:stop].all() else ids.filter(pa.array(has_id[start:stop])))
+            every = bool(has_id.all())
+            parts.append(ids if every else ids.filter(pa.array(has_id)))
+            kept = matrix if every else matrix[has_id]
+            store.append(kept)
+            finite.append(np.isfinite(kept).all(axis=1))
             start = stop
     except (pa.ArrowException, OSError, ValueError) as exc:
         return _empty(0, f"not a readable Parquet file ({str(exc).splitlines()[0][:120]})")
     ids_all = pa.concat_arrays(parts) if parts else pa.array([], pa.string())
-    if not has_id.all():
-        matrix = matrix[has_id]
-    return VectorSet(ids_all, matrix, n, d, tuple(sorted(problems, key=_row_number)[:SHOWN_PROBLEMS]), total)
+    return VectorSet(ids_all, store, n, d, tuple(sorted(problems, key=_row_number)[:SHOWN_PROBLEMS]), total,
+                     np.concatenate(finite) if finite else np.zeros(0, dtype=bool))
 
 
 def _row_number(problem: str) -> int:
@@ -189,7 +273,7 @@ def _check_batch(ids: pa.Array, vectors: pa.Array, d: int, normalize: bool, matr
 def vector_batches(path: Path, rows: int = READ_ROWS) -> Iterator[tuple[pa.Array, np.ndarray]]:
     """(ids, vectors ``[rows, d]`` float32) of a vector file already checked, in file order, streamed."""
 
-    handle = pq.ParquetFile(path)
+    handle = pq.ParquetFile(path, pre_buffer=False)
     d = handle.schema_arrow.field("vector").type.list_size
     for batch in handle.iter_batches(batch_size=rows, use_threads=False):
         ids, vectors = batch.columns

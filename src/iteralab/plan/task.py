@@ -115,8 +115,11 @@ def _embedding_metric_problem(protocol: Any) -> str | None:
 
 
 def _engine_problem(protocol: Any) -> str | None:
+    if protocol.metric.name != "recall_at_k":
+        return None
     unsupported = [v.name for v in protocol.variants if v.engine != "local" or v.data_parallel > 1]
     if unsupported:
-        return (f"variant(s) {', '.join(unsupported)}: an embedding job runs on the local engine with one worker "
-                "per pass so far (engine 'ray' and data_parallel > 1 write class probabilities only)")
+        return (f"variant(s) {', '.join(unsupported)}: recall_at_k embeds its queries after a local single-worker "
+                "pass in this version; run these variants with knn_accuracy or a metric.routine, or on the local "
+                "engine with data_parallel = 1")
     return None

@@ -18,10 +18,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from iteralab.campaign.folder import PREDICTIONS
 from iteralab.campaign.records import EMBEDDING_VECTORS
-from iteralab.campaign.vectors import FLUSH_ROWS, VectorWriter, queries_file_name
+from iteralab.campaign.vectors import FLUSH_ROWS, VectorWriter, queries_file_name, vector_batches
 from iteralab.lock.usercode import one_line
 from iteralab.plan.metric import load_queries
 
@@ -105,3 +106,21 @@ def embed_queries(spec: Any, workload: Any, clock: Any, result: dict[str, Any]) 
     result["queries_file"] = f"{PREDICTIONS}/{sink.path.name}"
     result["notes"].append(f"queries: {sink.rows} embedded after the measured pass, outside pass_s, with the "
                            f"variant's model and batch size ({clock.now() - t0:.3f} s)")
+
+
+def merge_vector_files(parts: list[Path], target: Path, result: dict[str, Any]) -> None:
+    """A data-parallel pass's file (``campaign.engines.parallel``): the shards' vector files, in shard order,
+    streamed record batch by record batch into the pass's one vector file (a missing shard file adds nothing);
+    the file, its hash and dimension go into ``result``."""
+    sink = VectorWriter(target)
+    dim = None
+    for part in parts:
+        if not part.is_file():
+            continue
+        dim = pq.ParquetFile(part).schema_arrow.field("vector").type.list_size
+        for ids, vectors in vector_batches(part):
+            sink.write(ids, vectors)
+    result["output_kind"] = EMBEDDING_VECTORS
+    result["prediction_sha256"] = sink.close(dim)
+    result["prediction_file"] = f"{PREDICTIONS}/{target.name}"
+    result["vector_dim"] = sink.dim or dim

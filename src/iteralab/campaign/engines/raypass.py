@@ -11,7 +11,9 @@ leaves no CPU for the read tasks, and shuts Ray down at the end; both times are 
     in the order they arrive → completeness from the ids → the prediction file, written atomically.
 
 Ray does not promise row order, so nothing relies on it: the file holds the rows in the order the driver
-received them and the order hash records that order. Ray's unit of failure is the block: any error ends the
+received them and the order hash records that order. An embedding job's pass asks Ray to keep the corpus order
+(``preserve_order``), so its vector file is the one a single-device pass writes, and the driver streams the vectors
+to the file block by block as they arrive (as a local embedding pass does; never a corpus of vectors held). Ray's unit of failure is the block: any error ends the
 pass as a failed row with the inputs received (R8); ``max_errored_blocks`` is forced to 0, and a run that
 ends without an error but without every expected id exactly once is a failed row too, never a success.
 Ray is imported only when a pass runs on it.
@@ -34,12 +36,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from iteralab.campaign.engines.embedpass import embedding_options, is_embedding
 from iteralab.campaign.engines.passes import (
     PassTimeout, error_text as text, first_texts, limit_basis, order_hash, pass_limit)
 from iteralab.campaign.folder import PREDICTIONS, read_corpus_batches
 from iteralab.campaign.manifest import determinism_settings, environment_manifest, owns_device
 from iteralab.campaign.predictions import file_name, write_predictions
-from iteralab.campaign.records import STARTUP_PHASES, WORKER_PHASES, PassSpec, started
+from iteralab.campaign.records import EMBEDDING_VECTORS, STARTUP_PHASES, WORKER_PHASES, PassSpec, started
+from iteralab.campaign.vectors import VectorWriter, vector_column
 from iteralab.errors import RunError
 from iteralab.models import device as dev, factory
 from iteralab.models.cards import card_identity, is_rocm, physical_ids
@@ -210,6 +214,9 @@ class _RayPass:
         ctx.raise_original_map_exception = True
         ctx.enable_progress_bars = False
         ctx.print_on_execution_start = False
+        # an embedding job's vectors in corpus order (the same file as a single-device pass); a classifier's rows
+        # stay in the order received
+        ctx.execution_options.preserve_order = is_embedding(self.spec.model)
 
     def _dataset(self, ray_data: Any, expected: int, warm_texts: list[str]) -> Any:
         run, spec = self.run, self.spec
@@ -249,7 +256,8 @@ class _RayPass:
         limit = spec.pass_timeout_s
         relative = WarmupLimit(spec, len(warm_texts), len(expected_ids)) \
             if spec.pass_timeout_factor is not None else None
-        id_chunks, prob_chunks, meta_chunks, error, submitted, finished = _receive(dataset, limit, relative)
+        sink = VectorWriter(Path(spec.prediction_dir) / file_name(spec.pass_id)) if is_embedding(spec.model) else None
+        id_chunks, prob_chunks, meta_chunks, error, submitted, finished = _receive(dataset, limit, relative, sink)
         actors = _actor_records(meta_chunks)
         self._startup_phases(actors, submitted)
         if relative is not None and relative.record is not None:
@@ -257,7 +265,7 @@ class _RayPass:
         ids = pa.chunked_array(id_chunks, pa.string()).combine_chunks() if id_chunks else pa.array([], pa.string())
         k = len(spec.classes)
         probs = (np.concatenate([c.combine_chunks().flatten().to_numpy(zero_copy_only=False) for c in prob_chunks])
-                 .reshape(-1, k) if prob_chunks else np.zeros((0, k), np.float32))
+                 .reshape(-1, k) if prob_chunks and sink is None else np.zeros((0, k), np.float32))
         result["completed"] = len(ids)
         ready = [a["startup"]["ready_at"] for a in actors.values() if a.get("startup")]
         if error is None and len(actors) > run.ray_actors:
@@ -265,7 +273,7 @@ class _RayPass:
                                  "was lost and replaced, its tasks retried")
         self._outcome(result, ids, expected_ids, error, finished, ready)
         _actor_cells(result, actors)
-        self._write(result, ids, probs)
+        self._write(result, ids, probs, sink)
         return result
 
     def _before_measuring(self) -> tuple[dict[str, Any], Any, list[str]]:
@@ -276,8 +284,9 @@ class _RayPass:
         ray = self.engine.ray
         layout = (f"{run.ray_actors} actor{'s' if run.ray_actors != 1 else ''} × {run.ray_cpus_per_actor:g} CPU, "
                   f"torch threads {run.ray_threads_per_actor or 'by Ray (floor of the CPUs)'}")
+        order = "corpus order (Ray's preserve_order)" if is_embedding(spec.model) else "as received by the driver"
         notes.append(f"engine: ray {ray.__version__} ({self.engine.started.get('address')}), {layout}; row order "
-                     "as received by the driver")
+                     f"{order}")
         result = {**started(spec.pass_id, startup=self.startup, engine="ray"), "phases": self.phases, "notes": notes}
         expected_ids = _corpus_ids(spec.corpus_path)
         result["expected"] = len(expected_ids)
@@ -317,13 +326,18 @@ class _RayPass:
         notes.append("concurrent load: not measured for a Ray pass (its work runs in Ray's processes, which the "
                      "machine-wide reading cannot tell from other load)")
 
-    def _write(self, result: dict[str, Any], ids: Any, probs: np.ndarray) -> None:
-        """Writing (outside the measured region): the prediction file in the order received, and its order hash."""
+    def _write(self, result: dict[str, Any], ids: Any, probs: np.ndarray, sink: Any = None) -> None:
+        """Writing (outside the measured region): the prediction file in the order received (an embedding job's:
+        its vector file, streamed during the pass, closed), and its order hash."""
 
         spec = self.spec
         t0 = time.perf_counter()
         target = Path(spec.prediction_dir) / file_name(spec.pass_id)
-        result["prediction_sha256"] = write_predictions(target, ids, list(spec.classes), probs)
+        if sink is not None:
+            result["prediction_sha256"] = sink.close()
+            result["output_kind"], result["vector_dim"] = EMBEDDING_VECTORS, sink.dim
+        else:
+            result["prediction_sha256"] = write_predictions(target, ids, list(spec.classes), probs)
         result["prediction_file"] = f"{PREDICTIONS}/{target.name}"
         self.phases["writing_s"] = time.perf_counter() - t0
         result["order_hash"] = order_hash(ids) if len(ids) else None
@@ -401,12 +415,11 @@ def _actor_records(meta_chunks: list[Any]) -> dict[str, dict[str, Any]]:
                 entry["rss"] = max(entry.get("rss") or 0, meta["rss"])
     return actors
 
-def _receive(dataset: Any, limit: float | None,
-             relative: WarmupLimit | None) -> tuple[list[Any], list[Any], list[Any], BaseException | None, float,
-                                                    float | None]:
+def _receive(dataset: Any, limit: float | None, relative: WarmupLimit | None,
+             sink: Any = None) -> tuple[list[Any], list[Any], list[Any], BaseException | None, float, float | None]:
     """The measured region on the driver: every block as Ray returns it, until the last one or the first error (or
     the pass time limit). Returns the ids, probabilities and actor records received, the error, and the wall-clock
-    submission and end."""
+    submission and end. An embedding pass (``sink``: its vector file) writes each block's vectors as it arrives."""
 
     id_chunks: list[Any] = []
     prob_chunks: list[Any] = []
@@ -416,7 +429,13 @@ def _receive(dataset: Any, limit: float | None,
     try:
         for block in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
             id_chunks.append(block.column("id"))
-            prob_chunks.append(block.column("probs"))
+            if sink is not None:
+                vectors = block.column("vector").combine_chunks()
+                d = vectors.type.list_size
+                flat = vectors.values.slice(vectors.offset * d, len(vectors) * d).to_numpy(zero_copy_only=False)
+                sink.write(block.column("id").combine_chunks(), flat.reshape(len(vectors), d))
+            else:
+                prob_chunks.append(block.column("probs"))
             meta_chunks.append(block.column(META))
             if relative is not None:
                 relative.check(block.column(META))
@@ -506,7 +525,8 @@ class RayPredictor:
                 model["kind"], path=model.get("path"), head=model.get("head"), callable_ref=model.get("callable"),
                 classes=spec["classes"], precision=variant["precision"], device=str(device),
                 max_length=model["max_length"], truncation=model["truncation"], padding=variant["padding"],
-                compile=variant["compile"], trust_remote_code=model["trust_remote_code"])
+                compile=variant["compile"], trust_remote_code=model["trust_remote_code"], **embedding_options(model))
+        self.embedding = is_embedding(model)
         times: dict[str, float | None] = {"load_s": loading.seconds, "compile_s": None, "warmup_s": None,
                                           "last_warmup_s": None}
         batch_size = int(variant["batch_size"])
@@ -535,12 +555,14 @@ class RayPredictor:
 
     def __call__(self, batch: Any) -> Any:
         texts = batch.column("text").to_pylist()
-        probs = np.asarray(self.workload.infer(self.workload.tokenize(texts)), dtype=np.float32).reshape(-1, self.k)
+        out = np.asarray(self.workload.infer(self.workload.tokenize(texts)), dtype=np.float32)
+        probs = out if self.embedding else out.reshape(-1, self.k)
         meta: dict[str, Any] = {"actor": self.key, "rss": _peak_rss()}
         if self.startup is not None and texts:
             meta["startup"], self.startup = self.startup, None
         cells = pa.array([json.dumps(meta)] + [None] * (len(texts) - 1), pa.string()) if texts else \
             pa.array([], pa.string())
-        return pa.table({"id": batch.column("id").cast(pa.string()),
-                         "probs": pa.FixedSizeListArray.from_arrays(pa.array(probs.reshape(-1)), self.k),
+        column = vector_column(probs) if self.embedding else \
+            pa.FixedSizeListArray.from_arrays(pa.array(probs.reshape(-1)), self.k)
+        return pa.table({"id": batch.column("id").cast(pa.string()), "vector" if self.embedding else "probs": column,
                          META: cells})

@@ -2,8 +2,10 @@
 the same document, bounded by ``embedding.min_cosine`` (and the optional lower-quantile bound) overall and in each
 gating subgroup, and the largest absolute difference of the vectors (``reproduction``).
 
-The pass's vectors are held once, in corpus order (the kNN check needs them whole anyway); the reference file is
-streamed against them in record batches, in whatever order it was written. ``judge`` joins the result with the
+Both files are read and checked once by the campaign's reader, their vectors kept in scratch stores
+(``campaign.vectors.RowStore``); the reference's rows are read back a block at a time, in whatever order its file
+holds them, and each block gathers the pass's rows of the same documents: memory is a few blocks, whatever the
+corpus size, and no file is decoded twice for one comparison. ``judge`` joins the result with the
 rest of the verdict.
 """
 
@@ -14,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
-from iteralab.campaign.vectors import vector_batches
-from iteralab.campaign.verdict.evaluate import TOL, Expected, PredictionReader, aligned_vectors, match_ids
+from iteralab.campaign import vectors as vector_files
+from iteralab.campaign.verdict.evaluate import TOL, Expected, PredictionReader, file_rows, match_ids
 from iteralab.campaign.verdict.knn import cosine_rows
 from iteralab.plan.protocol import Protocol
 
@@ -33,24 +36,42 @@ class CosineComparison:
 
 def compare_vectors(path: Path, reference: Path, reader: PredictionReader, expected: Expected
                     ) -> CosineComparison | None:
-    """The pass's file against the reference file; None without a readable set."""
+    """The pass's file against the reference file; None without a readable set. Both are read through ``reader``
+    (each read and checked once, its vectors then read back from its scratch store a block at a time)."""
     entry = reader.read(path, expected.ids)
     if entry is None or not entry[1].vectors.size:
         return None
     vectors = entry[1]
-    aligned = aligned_vectors(vectors, match_ids(vectors.ids, expected), len(expected))
+    rows = file_rows(match_ids(vectors.ids, expected), len(expected))
+    covered = rows >= 0
     cosines = np.full(len(expected), np.nan)
+    ref_entry = reader.read(reference, expected.ids)
+    if ref_entry is None or ref_entry[1].dim != vectors.dim:
+        return CosineComparison(cosines, None)
+    ref = ref_entry[1]
+    positions = _corpus_positions(ref.ids, expected)
     worst, unknown = 0.0, False
-    for ids, block in vector_batches(reference):
-        where = pc.fill_null(pc.index_in(ids, value_set=expected.ids), -1).to_numpy(zero_copy_only=False)
+    for start in range(0, len(ref.ids), vector_files.READ_ROWS):
+        where = positions[start:start + vector_files.READ_ROWS]
         known = where >= 0
-        if block.shape[1] != aligned.shape[1]:
-            return CosineComparison(cosines, None)
-        cos, diff = cosine_rows(aligned[where[known]], block[known])
-        cosines[where[known]] = cos
+        block = ref.vectors[start:start + len(where)][known]
+        at = where[known]
+        mine = np.full((len(at), block.shape[1]), np.nan, dtype=np.float32)  # NaN: the pass has no vector there
+        held = covered[at]
+        mine[held] = vectors.vectors[rows[at[held]]]
+        cos, diff = cosine_rows(mine, block)
+        cosines[at] = cos
         unknown = unknown or bool(np.isnan(diff).any())
         worst = max(worst, float(np.nanmax(diff, initial=0.0)))
     return CosineComparison(cosines, None if unknown else worst)
+
+
+def _corpus_positions(ids: pa.Array, expected: Expected) -> np.ndarray:
+    """The corpus position of each row of a vector set (-1: not a corpus id): one hash lookup of the whole id
+    column (none when the set is in corpus order), never one per block."""
+    if len(ids) == len(expected) and ids.equals(expected.ids):
+        return np.arange(len(ids), dtype=np.int64)
+    return pc.fill_null(pc.index_in(ids, value_set=expected.ids), -1).to_numpy(zero_copy_only=False)
 
 
 def compare_vector_files(a: Path, b: Path, reader: PredictionReader) -> dict[str, Any]:

@@ -114,7 +114,7 @@ def pass_recall(path: Path, campaign: CampaignQueries | None, documents: np.ndar
     if documents is None or documents.shape[1] != found.vectors.shape[1]:
         return PassRecall(None, f"recall_at_k: {path.name}: query vectors of {found.dim} values, document vectors "
                                 f"of {None if documents is None else documents.shape[1]}", digest)
-    return PassRecall(recall_at_k(documents, found.vectors, relevant_rows(queries, ids), k), None, digest)
+    return PassRecall(recall_at_k(documents, found.vectors[:], relevant_rows(queries, ids), k), None, digest)
 
 
 def vector_routine_values(routine: Routine, protocol: Protocol, expected: Any, covered: np.ndarray,
@@ -164,32 +164,53 @@ def _knn_groups(protocol: Protocol, expected: Any, correct: np.ndarray, usable: 
     return out
 
 
-def vector_metric(protocol: Protocol, expected: Any, covered: np.ndarray, aligned: np.ndarray | None,
+@dataclass(frozen=True)
+class StoredRows:
+    """An embedding pass's vectors as ``verdict.evaluate`` holds them: the file's rows (``store``: an array or a
+    ``campaign.vectors.RowStore`` kept on disk, file order), the file row of each expected document (``rows``,
+    corpus order; -1: none) and whether that document has a finite vector (``finite``)."""
+
+    store: Any
+    rows: np.ndarray
+    finite: np.ndarray
+
+    def aligned(self) -> np.ndarray:
+        """The vectors in corpus order, a row of NaN where a document has none (built only for the metrics that
+        need every vector at once: recall@k and the user's routine)."""
+        dim = self.store.shape[1] if len(self.store) else 0
+        out = np.full((len(self.rows), dim), np.nan, dtype=np.float32)
+        has = self.rows >= 0
+        if has.any():
+            out[has] = self.store[self.rows[has]]
+        return out
+
+
+def vector_metric(protocol: Protocol, expected: Any, covered: np.ndarray, vectors: StoredRows,
                   routine: Routine | None = None, queries: CampaignQueries | None = None,
                   path: Path | None = None) -> dict[str, Any]:
     """The verdict's metric cells of an embedding pass (module docstring): ``metric_name``, ``metric``,
     ``threshold_ok``, ``subgroups``, and ``routine_error`` (a routine) or ``queries_error`` and ``queries_sha256``
     (recall_at_k, from the query vectors the pass whose vector file is ``path`` wrote). ``covered``: the expected
-    documents the pass has a vector for, ``aligned`` their vectors in corpus order."""
+    documents the pass has a vector for; kNN reads the vectors block by block from their store."""
     metric = protocol.metric
     cells: dict[str, Any] = {"metric_name": metric.label}
-    usable = covered & (expected.labels >= 0)
-    if aligned is not None:
-        usable &= np.isfinite(aligned).all(axis=1)
+    usable = covered & (expected.labels >= 0) & vectors.finite
     correct = np.zeros(len(expected), dtype=bool)
     wants_knn = metric.name == "knn_accuracy" or (metric.routine is not None and metric.k is not None)
     if wants_knn and usable.any():
-        correct[usable] = knn_correct(aligned[usable], expected.labels[usable].astype(np.int64), int(metric.k or 1))
+        correct[usable] = knn_correct(vectors.store, expected.labels[usable].astype(np.int64), int(metric.k or 1),
+                                      rows=vectors.rows[usable])
     if metric.name == "knn_accuracy":
         cells["metric"] = float(correct[usable].mean()) if usable.any() else None
         cells["subgroups"] = _knn_groups(protocol, expected, correct, usable, ("stratum", "label"))
     elif metric.name == "recall_at_k":
         assert protocol.embedding is not None
-        found = pass_recall(query_vectors_path(path), queries, aligned, expected.ids, int(metric.k or 1),
+        found = pass_recall(query_vectors_path(path), queries, vectors.aligned(), expected.ids, int(metric.k or 1),
                             protocol.embedding.normalize, protocol.embedding.dim) if path is not None \
             else PassRecall(None, "recall_at_k: no query vector file", None)
         cells.update(metric=found.value, queries_error=found.error, queries_sha256=found.sha256, subgroups={})
     else:
+        aligned = vectors.aligned() if len(vectors.store) else None
         values = vector_routine_values(routine or Routine(str(metric.routine), None), protocol, expected, covered,
                                        aligned)
         groups = _knn_groups(protocol, expected, correct, usable, ("label",)) if metric.k is not None else {}

@@ -32,7 +32,7 @@ from iteralab.campaign.folder import CAMPAIGN, PREDICTIONS, PROTOCOL, corpus_cop
 from iteralab.campaign.predictions import PredictionSet, code_dtype, file_name, read_predictions
 from iteralab.campaign.vectors import read_vectors
 from iteralab.campaign.verdict.compare import compare_outputs, compare_rows_with_file
-from iteralab.campaign.verdict.embedding import (CampaignQueries, load_campaign_queries, query_vectors_path,
+from iteralab.campaign.verdict.embedding import (CampaignQueries, StoredRows, load_campaign_queries, query_vectors_path,
                                                  vector_metric)
 from iteralab.campaign.verdict.routine import Routine, load_routine, routine_values
 from iteralab.common.arrow import release_unused
@@ -325,13 +325,9 @@ def id_examples(match: IdMatch, expected: Expected) -> dict[str, list[str]]:
             "extra": _first_sorted(match.extra_unique) if len(match.extra_unique) else []}
 
 
-def aligned_vectors(vectors: Any, match: IdMatch, n: int) -> np.ndarray:
-    """A vector set's rows in corpus order (a row of NaN where a document has no vector)."""
-    if match.last is None:
-        return vectors.vectors
-    out = np.full((n, vectors.vectors.shape[1]), np.nan, dtype=np.float32)
-    out[match.covered] = vectors.vectors[match.last[match.covered]]
-    return out
+def file_rows(match: IdMatch, n: int) -> np.ndarray:
+    """The row of a file that holds each corpus document (the last one when repeated; -1: none)."""
+    return np.arange(n, dtype=np.int64) if match.last is None else match.last
 
 
 def evaluate_vectors(vectors: Any, protocol: Protocol, expected: Expected, routine: Routine | None = None,
@@ -345,8 +341,11 @@ def evaluate_vectors(vectors: Any, protocol: Protocol, expected: Expected, routi
     verdict = id_cells(match, vectors.records, len(vectors.ids), expected, vectors.problems, vectors.n_problems)
     verdict["coverage_ok"] = verdict["coverage"] + TOL >= protocol.checks.coverage
     verdict["vector_dim"] = vectors.dim
-    aligned = aligned_vectors(vectors, match, len(expected)) if vectors.vectors.size else None
-    verdict.update(vector_metric(protocol, expected, match.covered, aligned, routine, queries, path))
+    rows = file_rows(match, len(expected))
+    finite = vectors.finite[np.maximum(rows, 0)] & (rows >= 0) if vectors.vectors.size \
+        else np.zeros(len(expected), dtype=bool)
+    verdict.update(vector_metric(protocol, expected, match.covered, StoredRows(vectors.vectors, rows, finite),
+                                 routine, queries, path))
     verdict["subgroup_classes"] = {}
     verdict["examples"] = id_examples(match, expected)
     return verdict
@@ -372,7 +371,8 @@ class PredictionReader:
         self.sum_tol = protocol.checks.probability_sum_tolerance
         #: an embedding job's files hold vectors (``campaign.vectors``), checked by its ``[embedding]`` rules
         self.embedding = protocol.embedding if protocol.task.kind == "embedding" else None
-        self.keep = min(keep, 1) if self.embedding is not None else keep  # a vector set: n × d floats, one held
+        # a vector set holds its ids and per-row flags in memory, its vectors in a scratch file (campaign.vectors)
+        self.keep = keep
         self._hashes: dict[Path, tuple[tuple[int, int], str]] = {}
         self._sets: OrderedDict[Path, tuple[tuple[int, int], PredictionSet]] = OrderedDict()
         self._verdicts: dict[tuple[Path, str], dict[str, Any]] = {}
