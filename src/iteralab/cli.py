@@ -149,16 +149,19 @@ def demo_cmd(
     out: Path = typer.Option(Path("demo-out"), "--out", "-o", help="Output folder."),
     docs: int = typer.Option(DEMO_DOCS, "--docs", help=f"Documents in the comparison corpus ({DEMO_DOCS} = full protocol)."),
     passes: int = typer.Option(DEMO_PASSES, "--passes", help=f"Measured passes per variant ({DEMO_PASSES} = full protocol)."),
+    task: str = typer.Option("classification", "--task", metavar="KIND",
+                             help="classification (MiniLM + linear head, the default) or embedding (MiniLM's vectors)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
-    """Run the worked example on real data: MiniLM + linear head over 1,000 Rotten Tomatoes texts."""
+    """Run the worked example on real data: MiniLM + linear head over 1,000 Rotten Tomatoes texts (--task embedding:
+    MiniLM's vectors of the same texts)."""
     from iteralab.demo.run import run_demo
 
     display = None if as_json else CampaignProgress()
     if display and (docs != DEMO_DOCS or passes != DEMO_PASSES):
         display.message(f"quick try: {docs} documents, {passes} passes — NOT the full protocol ({DEMO_DOCS} "
                         f"documents, {DEMO_PASSES} passes)")
-    summary = run_demo(out, docs=docs, passes=passes, emit=display.message if display else None, progress=display)
+    summary = run_demo(out, task=task, docs=docs, passes=passes, emit=display.message if display else None, progress=display)
     _print_summary(summary, as_json)
 
 

