@@ -16,10 +16,14 @@ objects) in a second read and hashed in id order at the end.
 
 from __future__ import annotations
 
+import bz2
 import csv
+import gzip
 import io
 import json
+import lzma
 import os
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -27,6 +31,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -34,7 +39,7 @@ import pyarrow.parquet as pq
 from iteralab.common.digest import StringDigest
 from iteralab.errors import CorpusError
 from iteralab.plan.corpusfile import MAX_CSV_FIELD, IdOrigin, detect_format, text_fingerprint
-from iteralab.plan.rows import Batch, CarefulRead, ReadOptions, text_of
+from iteralab.plan.rows import Batch, CarefulRead, ReadOptions
 
 #: Rows per record batch: bounds what a read holds as Python values at once.
 BATCH_ROWS = 1 << 14
@@ -68,13 +73,20 @@ class _Refused(Exception):
 
 #: What a batch read may meet in a file it leaves to the careful read: a refused batch, undecodable bytes,
 #: malformed CSV or JSON, a missing, damaged or compressed-and-damaged file (the careful read names the fault).
-_DOUBTS = (_Refused, CorpusError, ValueError, RecursionError, csv.Error, OSError, EOFError, pa.ArrowException, TypeError)
+_DOUBTS = (_Refused, CorpusError, ValueError, RecursionError, csv.Error, OSError, EOFError, lzma.LZMAError,
+           zlib.error, pa.ArrowException, TypeError)
 
 
 # ---------------------------------------------------------------------------------------------- reading
 
 
 Cells = dict[str, list]
+
+
+def _text_stream(path: Path, compression: str | None, newline: str) -> io.TextIOWrapper:
+    """The file as text for the batch read (the careful read has its own, that names every fault)."""
+    opener = {"gzip": gzip.open, "bz2": bz2.open, "xz": lzma.open}.get(compression or "", open)
+    return io.TextIOWrapper(opener(path, "rb"), encoding="utf-8-sig", errors="strict", newline=newline)
 
 
 def _numbered(reader: Any, count: int, end: int) -> tuple[list[list[str]], list[int], int]:
@@ -96,7 +108,7 @@ def _csv_batches(path: Path, where: str, compression: str | None, wanted: Sequen
     old_limit = csv.field_size_limit()
     csv.field_size_limit(MAX_CSV_FIELD)
     try:
-        with text_of(path, where, compression, "") as fh:
+        with _text_stream(path, compression, "") as fh:
             reader = csv.reader(fh, strict=True)
             header = next((row for row in reader if row), None)
             if header is None or any(header.count(name) > 1 for name in wanted):
@@ -124,7 +136,7 @@ def _csv_batches(path: Path, where: str, compression: str | None, wanted: Sequen
 def _jsonl_batches(path: Path, where: str, compression: str | None, wanted: Sequence[str],
                    numbered: bool) -> Iterator[tuple[Cells, list[int] | None]]:
     present: frozenset[str] | None = None  # the wanted keys of the first record: every record must agree
-    with text_of(path, where, compression, "\n") as fh:
+    with _text_stream(path, compression, "\n") as fh:
         rows: list[dict] = []
         lines: list[int] | None = [] if numbered else None
         for number, raw in enumerate(fh, start=1):
@@ -283,22 +295,25 @@ class _Digests:
 
 
 class _Unique:
-    """Are the ids of the batches read so far distinct? Ascending ids are; otherwise they are kept (Arrow) and
-    counted at the end."""
+    """Are the ids of the batches read so far distinct? Ascending ids are; otherwise their Python hashes (8 bytes
+    each, kept from the first batch) are counted at the end. Equal hashes of different ids (a collision) only send
+    the file to the careful read, which finds it valid."""
 
     def __init__(self) -> None:
-        self.ascending, self.last, self.kept, self.size = True, None, [], 0
+        self.ascending, self.last, self.size = True, None, 0
+        self.hashes: list[np.ndarray] = []
 
     def update(self, ids: list[str]) -> None:
         self.size += len(ids)
-        self.kept.append(pa.array(ids, pa.string()))
+        self.hashes.append(np.fromiter(map(hash, ids), np.int64, len(ids)))
         if self.ascending and ids:
+            # strictly ascending: sorted already (Timsort checks that in one C pass) and no id repeated
             self.ascending = (self.last is None or self.last < ids[0]) and sorted(ids) == ids and \
                 len(set(ids)) == len(ids)
             self.last = ids[-1]
 
     def distinct(self) -> bool:
-        return self.ascending or pc.count_distinct(pa.chunked_array(self.kept, pa.string())).as_py() == self.size
+        return self.ascending or len(np.unique(np.concatenate(self.hashes))) == self.size
 
 
 class CorpusReader:
