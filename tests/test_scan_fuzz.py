@@ -21,7 +21,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from corpus_strategies import CLASSES, RANDOM_FILES, mutated_valid_files, record_files
+from corpus_strategies import CLASSES, RANDOM_FILES, compressed_files, mutated_valid_files, record_files
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from oracles import scan_of, whole_read_corpus
@@ -140,6 +140,12 @@ def test_streamed_read_of_odd_records_agrees_with_load_corpus(file, options):
 
 
 @FUZZ
-@given(st.one_of(record_files(), mutated_valid_files(), RANDOM_FILES), st.sampled_from(OPTIONS))
+@given(compressed_files(), st.sampled_from(OPTIONS))
+def test_streamed_read_of_compressed_files_agrees_with_the_whole_read(file, options):
+    _agree(*file, options)
+
+
+@FUZZ
+@given(st.one_of(record_files(), mutated_valid_files(), RANDOM_FILES, compressed_files()), st.sampled_from(OPTIONS))
 def test_careful_read_alone_agrees_with_the_whole_read(file, options):
     _agree(*file, options, careful_only=True)
