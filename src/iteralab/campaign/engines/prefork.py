@@ -88,9 +88,9 @@ def serve(preload: list[str]) -> int:
         runtime = {"runtime_rss_bytes": runtime_overhead(runtime_imports()).bytes,
                    "runtime_imports_s": time.perf_counter() - t1}
     ready["template_threads"] = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else None
-    # What the imports built is never collected: a worker's first full collection would otherwise walk (and copy,
-    # page by page) the whole inherited heap inside whichever timed phase it falls in.
-    gc.collect()
+    # What the imports built is never collected (frozen as it is, without a collection first: that would cost the
+    # full walk here): a worker's first full collection would otherwise walk (and copy, page by page) the whole
+    # inherited heap inside whichever timed phase it falls in.
     gc.freeze()
     requests = sys.stdin.buffer
     replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
