@@ -4,21 +4,26 @@ streamed reader that ``lock`` and ``run`` use (test_scan_fuzz.py), so that both 
 - :data:`RANDOM_FILES`: any bytes under a corpus suffix (CSV, JSONL, Parquet, compressed);
 - :func:`mutated_valid_files`: a valid CSV or JSONL corpus with a few bytes inserted, deleted or replaced;
 - :func:`record_files`: valid-looking corpora of odd records (any Unicode id and text, blank or unknown labels,
-  a stratum column, no id column) written as CSV, JSONL or Parquet.
+  a stratum column, no id column) written as CSV, JSONL or Parquet;
+- :func:`compressed_files`: CSV or JSONL corpora (valid or mutated) compressed with gzip, bz2 or xz, then
+  perhaps cut short, given trailing bytes or a second stream.
 """
 
 from __future__ import annotations
 
+import bz2
 import csv
+import gzip
 import io
 import json
+import lzma
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from hypothesis import strategies as st
 
 CLASSES = ("plot", "fresh", "rotten")
-SUFFIXES = [".csv", ".jsonl", ".parquet", ".csv.gz", ".jsonl.xz"]
+SUFFIXES = [".csv", ".jsonl", ".parquet", ".csv.gz", ".jsonl.xz", ".csv.bz2"]
 RANDOM_FILES = st.tuples(st.binary(max_size=300), st.sampled_from(SUFFIXES))
 
 VALID_CSV = "id,text,label\nd1,a good story,fresh\nd2,\"dull, long\",rotten\nd3,the plot,plot\n".encode()
@@ -84,3 +89,21 @@ def record_files(draw: st.DrawFn) -> tuple[bytes, str]:
     sink = io.BytesIO()
     pq.write_table(table, sink, row_group_size=draw(st.integers(1, 4)))
     return sink.getvalue(), ".parquet"
+
+
+@st.composite
+def compressed_files(draw: st.DrawFn) -> tuple[bytes, str]:
+    """(bytes, suffix): a CSV or JSONL corpus compressed, then now and then damaged at the stream level."""
+    raw, suffix = draw(st.one_of(record_files().filter(lambda f: f[1] != ".parquet"), mutated_valid_files()))
+    layer, compress = draw(st.sampled_from([(".gz", gzip.compress), (".bz2", bz2.compress), (".xz", lzma.compress)]))
+    data = compress(raw)
+    how = draw(st.sampled_from(["whole", "whole", "cut", "trailing", "twice", "empty"]))
+    if how == "cut":
+        data = data[:draw(st.integers(0, max(len(data) - 1, 0)))]
+    elif how == "trailing":
+        data += draw(st.sampled_from([b"\0\0\0\0", b"garbage", b"\x1f\x8b", b"BZh9"]))
+    elif how == "twice":
+        data += compress(draw(st.sampled_from([raw, b"\n", b"more"])))
+    elif how == "empty":
+        data = b""
+    return data, suffix + layer

@@ -1,5 +1,6 @@
 """The corpus read in record batches (plan/scan.py, campaign/corpuscopy.py, the lock check at prepare): the same
-digests and the same one-line refusals as load_corpus, whatever the batch boundaries."""
+digests and the same one-line refusals as the whole read it replaced (``oracles.whole_read_corpus``), whatever the
+batch boundaries; a good file is read in batches alone, never record by record."""
 
 import csv
 import gzip
@@ -14,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from campaign_factory import callable_campaign
-from oracles import corpus_fingerprint, labels_digest
+from oracles import corpus_fingerprint, labels_digest, whole_read_corpus
 
 from iteralab.lock import inputs
 from iteralab.campaign.corpuscopy import CorpusCopy
@@ -37,8 +38,9 @@ def small_batches(monkeypatch):
 
 
 def _without_fallback(monkeypatch):
-    """A good file must be read by the batch reader alone, never by load_corpus."""
-    monkeypatch.setattr(scan, "load_corpus", lambda *a, **k: pytest.fail("the batch reader fell back to load_corpus"))
+    """A good file must be read by the batch reader alone, never record by record by the careful read."""
+    monkeypatch.setattr(scan, "CarefulRead", lambda *a, **k: pytest.fail("the batch reader fell back to the careful "
+                                                                          "read"))
 
 
 def _rows(n=40, seed=0, shuffle=False):
@@ -59,7 +61,7 @@ def _csv(path, rows, header=("id", "text", "label")):
 
 
 def _expected(path, **kwargs):
-    corpus = load_corpus(path, **kwargs)
+    corpus = whole_read_corpus(path, **kwargs)
     labels = {r.id: [None, r.label] for r in corpus.records}
     return (len(corpus), corpus.fingerprint(), corpus.order_hash(), corpus.id_origin,
             labels_digest(dict(sorted(labels.items()))))
@@ -102,20 +104,23 @@ def test_batches_give_load_corpus_digests_other_formats(tmp_path, small_batches)
     (30, lambda r: (r[0], r[1], "meh"), "line 30, field label: label 'meh' is not one of the classes"),
     (30, lambda r: (r[0], r[1], ""), "line 30, field label: missing label"),
 ])
-def test_bad_row_in_a_later_batch_gives_load_corpus_error(tmp_path, small_batches, line, edit, message):
+def test_bad_row_in_a_later_batch_gives_the_whole_read_error(tmp_path, small_batches, line, edit, message):
     rows = _rows()  # texts on one line, so that row k is on line k + 2
     rows = [(i, t.replace("\n", " "), lab) for i, t, lab in rows]
     rows[line - 2] = edit(rows[line - 2])
     path = _csv(tmp_path / "c.csv", rows)
     with pytest.raises(CorpusError) as reference:
-        load_corpus(path, classes=CLASSES)
+        whole_read_corpus(path, classes=CLASSES)
     with pytest.raises(CorpusError) as streamed:
         scan_corpus(path, classes=CLASSES)
-    assert streamed.value.message == reference.value.message
+    with pytest.raises(CorpusError) as collected:
+        load_corpus(path, classes=CLASSES)
+    assert streamed.value.message == reference.value.message == collected.value.message
     assert f"{path} {message}" in streamed.value.message
 
 
-def test_repeated_id_in_shuffled_corpus_and_bad_bytes_later_are_refused_like_load_corpus(tmp_path, small_batches):
+def test_repeated_id_in_shuffled_corpus_and_bad_bytes_later_are_refused_like_the_whole_read(tmp_path,
+                                                                                           small_batches):
     rows = [(i, t.replace("\n", " "), lab) for i, t, lab in _rows(shuffle=True)]
     rows[33] = (rows[2][0], "another text", rows[33][2])
     dup = _csv(tmp_path / "dup.csv", rows)
@@ -124,7 +129,7 @@ def test_repeated_id_in_shuffled_corpus_and_bad_bytes_later_are_refused_like_loa
     messages = {}
     for path in (dup, bad):
         with pytest.raises(CorpusError) as reference:
-            load_corpus(path, classes=CLASSES)
+            whole_read_corpus(path, classes=CLASSES)
         with pytest.raises(CorpusError) as streamed:
             scan_corpus(path, classes=CLASSES)
         assert streamed.value.message == reference.value.message
@@ -133,7 +138,7 @@ def test_repeated_id_in_shuffled_corpus_and_bad_bytes_later_are_refused_like_loa
     assert messages["bad.csv"].startswith(f"{bad} line 32, field text: invalid UTF-8")
 
 
-def test_jsonl_whose_records_differ_in_keys_is_read_whole_with_the_same_digests(tmp_path, small_batches):
+def test_jsonl_whose_records_differ_in_keys_is_read_record_by_record_with_the_same_digests(tmp_path, small_batches):
     lines = [{"id": f"j{i}", "text": f"t{i}"} | ({"label": "pos"} if i % 4 else {}) for i in range(20)]
     path = tmp_path / "c.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
@@ -151,7 +156,7 @@ def test_corpus_copy_has_write_corpus_bytes(tmp_path, small_batches):
     copy = CorpusCopy(tmp_path / "copy.csv", extra={"stratum": "stratum"})
     scan_corpus(path, require_labels=False, extra_columns=["stratum"], sinks=[copy])
     digest = copy.commit()
-    corpus = load_corpus(path, require_labels=False, extra_columns=["stratum"])
+    corpus = whole_read_corpus(path, require_labels=False, extra_columns=["stratum"])
     write_corpus(corpus, tmp_path / "reference.csv", extra={"stratum": corpus.columns["stratum"]})
     assert (tmp_path / "copy.csv").read_bytes() == (tmp_path / "reference.csv").read_bytes()
     import hashlib
@@ -183,7 +188,7 @@ def test_lock_records_are_compressed_and_a_changed_label_is_said_in_words(tmp_pa
 
 def test_fingerprint_of_a_loaded_corpus_matches_its_scan(tmp_path):
     path = _csv(tmp_path / "c.csv", _rows(shuffle=True))
-    fingerprint = corpus_fingerprint(load_corpus(path, classes=CLASSES))
+    fingerprint = corpus_fingerprint(whole_read_corpus(path, classes=CLASSES))
     scanned = scan_corpus(path, classes=CLASSES)
     assert fingerprint["fingerprint"] == scanned.fingerprint and fingerprint["labels_sha256"] == scanned.labels_sha256
 
@@ -264,3 +269,17 @@ def test_pass_order_hash_is_the_digest_of_the_ids(ids):
     assert order_hash(string_array(ids).slice(0)) == expected
     corpus = Corpus(tuple(Record(i, "t", None, n) for n, i in enumerate(ids)), "c.csv", "data")
     assert corpus.order_hash() == expected
+
+
+def test_a_pass_reads_a_jsonl_corpus_through_the_reader_even_when_it_starts_again(tmp_path, small_batches):
+    """A pass over a corpus that is neither CSV nor Parquet takes its ids and texts from the corpus reader; records
+    whose keys differ make the reader start again record by record, and the pass still sees each record once."""
+    from iteralab.campaign.engines.passes import _text_batches
+
+    lines = [{"id": f"j{i:02d}", "text": f"t{i}"} | ({"label": "pos"} if i % 4 else {}) for i in range(20)]
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    batches = list(_text_batches(str(path), dict(require_labels=False), ["id", "text"]))
+    table = pa.Table.from_batches(batches)
+    assert table.column("id").to_pylist() == [x["id"] for x in lines]
+    assert table.column("text").to_pylist() == [x["text"] for x in lines]

@@ -23,7 +23,7 @@ from iteralab.campaign.engines.passes import error_text
 from iteralab.campaign.verdict.evaluate import Expected, metric_of_codes, subgroup_metrics
 from iteralab.errors import CorpusError, IteraError, ProtocolError, WorkloadError
 from iteralab.models import factory
-from iteralab.plan.corpus import check_disjoint, load_corpus
+from iteralab.plan.corpus import check_disjoint_from_file, load_corpus
 from iteralab.plan.metric import EMBEDDING_METRICS, MetricName, Subgroup
 from iteralab.plan.paths import resolve
 from iteralab.plan.prepare import suggest_threshold
@@ -172,7 +172,7 @@ def _tuning_split(path: Path, view: TuningView, tuning_file: Path) -> Any:
     for final in [spec.path] if spec.path else [d.path for d in view.datasets]:
         final_file = resolve(path, final)
         if final_file is not None and final_file.is_file():
-            check_disjoint(split, load_corpus(final_file, require_labels=False, **columns))
+            check_disjoint_from_file(split, final_file, **columns)
     return split
 
 

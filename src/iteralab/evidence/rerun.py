@@ -57,10 +57,11 @@ from iteralab.evidence.table import build_rows
 from iteralab.evidence.verify import audit_campaign
 from iteralab.lock.carry import CARRY_DIR, carried_path, describe_missing
 from iteralab.lock.usercode import QUERIES
-from iteralab.plan.corpus import detect_format, load_corpus
+from iteralab.plan.corpus import detect_format
 from iteralab.plan.lockfile import open_locked
 from iteralab.plan.paths import PACKAGE_PREFIX, resolve, stand_ins
 from iteralab.plan.protocol import Protocol, load_protocol
+from iteralab.plan.scan import scan_corpus
 
 COMPARISON_SCHEMA = 1
 #: Output classes of a pair of matching passes, from the closest to the farthest.
@@ -306,9 +307,8 @@ def rerun(source: str | os.PathLike[str], out: str | os.PathLike[str], *, isolat
     copies = [(corpus_copy(d["name"]), d["fingerprint"]) for d in campaign.get("datasets") or []] \
         or [(CORPUS, campaign["corpus"]["fingerprint"])]
     for relative, fingerprint in copies:
-        corpus = load_corpus(source / relative, classes=list(protocol.corpus.classes),
-                             require_labels=bool(protocol.corpus.classes))
-        if corpus.fingerprint() != fingerprint:
+        if scan_corpus(source / relative, classes=list(protocol.corpus.classes),
+                       require_labels=bool(protocol.corpus.classes)).fingerprint != fingerprint:
             raise RunError(f"{source}/{relative}: fingerprint differs from campaign.json")
     if out.exists() and any(out.iterdir()):
         existing = out / CAMPAIGN

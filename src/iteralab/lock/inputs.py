@@ -29,12 +29,12 @@ from iteralab.lock.datasets import first_overlap
 from iteralab.lock.lockrecords import RECORDS_ENCODING, LockRecords, OverlapKeys, Suspects, keys_of, shared_keys
 from iteralab.lock.usercode import module_spec, queries_change, queries_fingerprint, routine_fingerprint
 from iteralab.models.tokens import RowStrataCheck, model_labels
-from iteralab.plan.corpus import check_rows_disjoint, load_corpus
+from iteralab.plan.corpus import Pairs, check_disjoint
 from iteralab.plan.engines import ray_gpu_problem
 from iteralab.plan.expenses import check_currency
 from iteralab.plan.lockfile import LockedProtocol, ProtocolFile, as_protocol_file, lock as _record_lock, open_locked
 from iteralab.plan.protocol import Dataset, Protocol
-from iteralab.plan.scan import Batch, CorpusScan, Sink, scan_corpus
+from iteralab.plan.scan import Batch, CorpusReader, CorpusScan, Sink, read_options, scan_corpus
 
 INPUTS_SCHEMA = 1
 AMEND_HINT = "restore the locked input, or amend: raise 'version' in the protocol and lock again"
@@ -329,7 +329,7 @@ def scan_inputs(protocol_file: ProtocolFile, *, sinks: Sequence[Sink] = (),
         _name_overlap(protocol_file, source, overlap)
 
     def finish() -> None:
-        strata.finish(lambda: load_corpus(source, **columns, extra_columns=extra))
+        strata.finish(lambda: CorpusReader(source, read_options(**columns, extra_columns=extra), lines=True))
 
     if strata_later is None:
         finish()
@@ -452,7 +452,7 @@ class _Overlap:
 def _name_overlap(protocol_file: ProtocolFile, final_source: Path, overlap: _Overlap) -> None:
     """P4 once a streamed read found a digest that the tuning split and the final corpus share: the final corpus's
     digests, then the documents of both whose id or text digest is shared (only those are kept), checked exactly
-    (:func:`check_rows_disjoint` names the overlap, or finds that the digests merely collided)."""
+    (:func:`check_disjoint` names the overlap, or finds that the digests merely collided)."""
     columns, extra = _columns(protocol_file.protocol)
     final_keys = OverlapKeys()
     scan_corpus(final_source, **columns, extra_columns=extra, sinks=[final_keys])
@@ -462,7 +462,7 @@ def _name_overlap(protocol_file: ProtocolFile, final_source: Path, overlap: _Ove
     tuning_rows, final_rows = Suspects(ids, texts), Suspects(ids, texts)
     scan_corpus(tuning_source, **columns, sinks=[tuning_rows])
     scan_corpus(final_source, **columns, extra_columns=extra, sinks=[final_rows])
-    check_rows_disjoint(os.fspath(tuning_source), tuning_rows.rows, os.fspath(final_source), final_rows.rows)
+    check_disjoint(Pairs(os.fspath(tuning_source), tuning_rows.rows), Pairs(os.fspath(final_source), final_rows.rows))
 
 
 def _scanned_fingerprint(locked: dict[str, Any] | None, scan: CorpusScan,

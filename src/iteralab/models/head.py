@@ -20,7 +20,7 @@ from iteralab.errors import WorkloadError
 from iteralab.models.base import HEAD_FORMAT, POOLING, Settings, check_settings, model_folder, text_list
 from iteralab.models.device import resolve_device
 from iteralab.models.hf import HFText, load_pretrained
-from iteralab.plan.corpus import check_disjoint, load_corpus
+from iteralab.plan.corpus import check_disjoint_from_file, load_corpus
 from iteralab.plan.prepare import record_suggestion, suggest_threshold
 
 
@@ -257,7 +257,7 @@ def train_head(encoder: str | Path, tuning: str | Path, out: str | Path, *, fina
     split = load_corpus(tuning)
     final_path = Path(final) if final is not None else tuning.with_name("final.csv")
     if final is not None or final_path.is_file():
-        check_disjoint(split, load_corpus(final_path, require_labels=False))
+        check_disjoint_from_file(split, final_path)
     names = tuple(classes) if classes else tuple(sorted({str(label) for label in split.labels}))
     labels = [str(label) for label in split.labels]
     embeddings = embed_texts(encoder, list(split.texts), batch_size=32, max_length=max_length)

@@ -14,10 +14,10 @@ from typing import Any
 
 from iteralab.common.files import sha256_file
 from iteralab.errors import CorpusError, ProtocolError, WorkloadError
-from iteralab.plan.corpus import Corpus
 from iteralab.plan.paths import PACKAGE_PREFIX, resolve
 from iteralab.plan.prepare import prepare_corpus
 from iteralab.plan.protocol import Protocol
+from iteralab.plan.scan import CorpusReader
 from iteralab.plan.strata import assign_strata, describe_strata
 
 #: The files a Hugging Face tokenizer may read; their hashes are recorded wherever token counts are used.
@@ -70,10 +70,11 @@ def protocol_strata(protocol: Protocol) -> dict[str, tuple[int, int | None]]:
     return {name: (b[0], b[1] if len(b) == 2 else None) for name, b in protocol.corpus.strata.items()}
 
 
-def check_row_strata(protocol: Protocol, where: str, folder: Path | None, corpus: Corpus) -> None:
+def check_row_strata(protocol: Protocol, where: str, folder: Path | None, reader: CorpusReader) -> None:
     """When a subgroup by stratum is planned: every row's stratum is a declared one and agrees with its token
     count by the model's tokenizer (in ``folder``, the protocol's resolved ``model.path``) under the declared
-    bounds. Refused with one line naming file (``where``: the protocol file), line and id."""
+    bounds. Refused with one line naming file (``where``: the protocol file), line and id. ``reader`` (asked for
+    lines) is read through twice, batch by batch: the cells first, then the token counts."""
     if not any(sg.by == "stratum" for sg in protocol.subgroups):
         return
     strata = protocol_strata(protocol)
@@ -83,34 +84,43 @@ def check_row_strata(protocol: Protocol, where: str, folder: Path | None, corpus
                             hint="iteralab prepare writes them for you")
     column = protocol.corpus.stratum_column or "stratum"
     declared = describe_strata(strata)
-    cells = corpus.columns.get(column, ())
-    for record, cell in zip(corpus.records, cells):
-        at = f"{corpus.source} line {record.line}, id {record.id!r}"
-        if cell is None or not cell.strip():
-            raise CorpusError(f"{at}: empty {column} cell (declared: {declared})",
-                              hint="every row needs its length stratum; iteralab prepare writes them")
-        if cell not in strata:
-            raise CorpusError(f"{at}: {column} {cell!r} is not declared in corpus.strata ({declared})",
-                              hint="declare it, or fix the cell")
+    for batch in filter(None, reader.batches()):
+        for rid, line, cell in zip(batch.ids, batch.lines or (), batch.extra.get(column, ())):
+            at = f"{reader.where} line {line}, id {rid!r}"
+            if cell is None or not cell.strip():
+                raise CorpusError(f"{at}: empty {column} cell (declared: {declared})",
+                                  hint="every row needs its length stratum; iteralab prepare writes them")
+            if cell not in strata:
+                raise CorpusError(f"{at}: {column} {cell!r} is not declared in corpus.strata ({declared})",
+                                  hint="declare it, or fix the cell")
     if folder is None:
         raise ProtocolError(f"{where}: model.path: length strata are counted with the model's tokenizer; this "
                             "callable names none", hint="set model.path to the folder of the tokenizer it uses")
-    counts = token_counter(load_tokenizer(folder))(list(corpus.texts))
-    expected = assign_strata(counts, strata, names=list(corpus.ids))
-    for record, cell, n, should in zip(corpus.records, cells, counts, expected):
-        if cell != should:
-            lo, hi = strata[cell]
-            bounds = f"{lo}+" if hi is None else f"{lo}-{hi}"
-            raise CorpusError(
-                f"{corpus.source} line {record.line}, id {record.id!r}: stratum {cell!r} ({bounds} tokens) but "
-                f"the model's tokenizer counts {n} tokens ({should!r})",
-                hint="recompute the strata with: iteralab prepare")
+    count = token_counter(load_tokenizer(folder))
+    first: CorpusError | None = None  # a count in no stratum anywhere is refused before a disagreeing cell
+    for batch in reader.batches():
+        if batch is None:
+            first = None
+            continue
+        counts = count(batch.texts)
+        expected = assign_strata(counts, strata, names=batch.ids)
+        cells = batch.extra.get(column, ())
+        for rid, line, cell, n, should in zip(batch.ids, batch.lines or (), cells, counts, expected):
+            if first is None and cell != should:
+                lo, hi = strata[cell]  # type: ignore[index]
+                bounds = f"{lo}+" if hi is None else f"{lo}-{hi}"
+                first = CorpusError(
+                    f"{reader.where} line {line}, id {rid!r}: stratum {cell!r} ({bounds} tokens) but "
+                    f"the model's tokenizer counts {n} tokens ({should!r})",
+                    hint="recompute the strata with: iteralab prepare")
+    if first is not None:
+        raise first
 
 
 class RowStrataCheck:
     """:func:`check_row_strata`, batch by batch, as a sink of :func:`iteralab.plan.scan.scan_corpus`: each
     batch's strata cells and token counts are checked and only a flag is kept. :meth:`finish` raises the
-    precise one-line error by running :func:`check_row_strata` on the corpus (read whole only then)."""
+    precise one-line error by running :func:`check_row_strata` over the corpus read again (in batches)."""
 
     def __init__(self, protocol: Protocol, where: str, folder: Path | None) -> None:
         self.protocol, self.where = protocol, where
@@ -140,10 +150,11 @@ class RowStrataCheck:
             return
         self.bad = expected != cells
 
-    def finish(self, load: Callable[[], Corpus]) -> None:
-        """Raise as :func:`check_row_strata` would when a batch disagreed or the declaration is incomplete."""
+    def finish(self, reader: Callable[[], CorpusReader]) -> None:
+        """Raise as :func:`check_row_strata` would when a batch disagreed or the declaration is incomplete
+        (``reader``: a reader of the corpus that tracks lines)."""
         if self.active and (self.bad or self.count is None):
-            check_row_strata(self.protocol, self.where, self.folder, load())
+            check_row_strata(self.protocol, self.where, self.folder, reader())
 
 
 def model_kind(folder: Path) -> str:

@@ -1,15 +1,17 @@
-"""A corpus read in record batches (C1): the same checks, ids and digests as :func:`plan.corpus.load_corpus`,
-without a Python object per document held at once.
+"""A corpus read in record batches (C1): the one corpus reader. It checks what :mod:`iteralab.plan.rows` checks,
+gives the ids and digests of :class:`iteralab.plan.corpus.Corpus`, and holds no Python object per document at once.
 
-``scan_corpus`` reads a CSV, JSONL or Parquet corpus batch by batch, validates each batch, computes the size,
-the fingerprint, the order hash and the digest of the reference labels (in id order) incrementally, and
-hands every validated batch to the caller's sinks (e.g. the writer of a campaign's corpus copy). When the ids
+:class:`CorpusReader` reads a CSV, JSONL or Parquet corpus batch by batch and yields every validated batch. A batch
+that fails a check, or a shape the batch read does not take (JSONL records whose keys differ), sends the reader to
+:class:`iteralab.plan.rows.CarefulRead`, which reads the file again record by record (streamed too) and raises the
+one-line error that names the first bad line (or row) and field, or yields the records it accepts: the reader then
+yields ``None`` first, "start again from the first record".
+
+``scan_corpus`` hands the batches to the caller's sinks (e.g. the writer of a campaign's corpus copy) and computes
+the size, the fingerprint, the order hash and the digest of the reference labels (in id order). When the ids
 arrive in ascending order (the usual case for a corpus with ids) the digests are streamed in the same read and
-nothing per document is kept; otherwise the ids, texts, text hashes and labels are kept as Arrow arrays (bytes,
-not Python objects) and hashed in id order at the end.
-
-Refusals are those of ``load_corpus``, word for word: a batch that fails any check stops the scan and the file
-is read again by ``load_corpus``, whose one-line error names the first bad line (or row) and field.
+nothing per document is kept; otherwise the ids, texts and labels are kept as Arrow arrays (bytes, not Python
+objects) in a second read and hashed in id order at the end.
 """
 
 from __future__ import annotations
@@ -21,35 +23,28 @@ import io
 import json
 import lzma
 import os
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from iteralab.common.digest import StringDigest
-from iteralab.plan.corpus import MAX_CSV_FIELD, Corpus, IdOrigin, detect_format, load_corpus, text_fingerprint
+from iteralab.errors import CorpusError
+from iteralab.plan.corpusfile import MAX_CSV_FIELD, IdOrigin, detect_format, text_fingerprint
+from iteralab.plan.rows import Batch, CarefulRead, ReadOptions
 
-#: Rows per record batch: bounds what a scan holds as Python values at once.
+#: Rows per record batch: bounds what a read holds as Python values at once.
 BATCH_ROWS = 1 << 14
 #: Sorted rows hashed per step when the ids were not in ascending order.
 HASH_ROWS = 1 << 15
-
-
-@dataclass(frozen=True)
-class Batch:
-    """Validated rows of one record batch, in file order (ids as strings, ``None`` for an absent label)."""
-
-    ids: list[str]
-    texts: list[str]
-    labels: list[str | None]
-    extra: dict[str, list[str | None]]
-
 
 #: Receives each validated batch in file order; ``None`` means "start again from the first record".
 Sink = Callable[[Batch | None], None]
@@ -73,27 +68,43 @@ class CorpusScan:
 
 
 class _Refused(Exception):
-    """A batch failed a check: the precise error comes from ``load_corpus``."""
+    """A batch failed a check, or has a shape the batch read does not take: the careful read decides."""
 
 
-class _SinkFailed(Exception):
-    """A sink raised (e.g. the disk is full): its error is the caller's, never a reason to read the file again."""
-
-    def __init__(self, error: Exception) -> None:
-        super().__init__(str(error))
-        self.error = error
+#: What a batch read may meet in a file it leaves to the careful read: a refused batch, undecodable bytes,
+#: malformed CSV or JSON, a missing, damaged or compressed-and-damaged file (the careful read names the fault).
+_DOUBTS = (_Refused, CorpusError, ValueError, RecursionError, csv.Error, OSError, EOFError, lzma.LZMAError,
+           zlib.error, pa.ArrowException, TypeError)
 
 
 # ---------------------------------------------------------------------------------------------- reading
 
 
+Cells = dict[str, list]
+
+
 def _text_stream(path: Path, compression: str | None, newline: str) -> io.TextIOWrapper:
+    """The file as text for the batch read (the careful read has its own, that names every fault)."""
     opener = {"gzip": gzip.open, "bz2": bz2.open, "xz": lzma.open}.get(compression or "", open)
-    raw = opener(path, "rb")
-    return io.TextIOWrapper(raw, encoding="utf-8-sig", errors="strict", newline=newline)
+    return io.TextIOWrapper(opener(path, "rb"), encoding="utf-8-sig", errors="strict", newline=newline)
 
 
-def _csv_batches(path: Path, compression: str | None, wanted: Sequence[str]) -> Iterator[dict[str, list]]:
+def _numbered(reader: Any, count: int, end: int) -> tuple[list[list[str]], list[int], int]:
+    """Up to ``count`` non-blank CSV rows with the line each starts on (``end``: the last line read so far)."""
+    rows: list[list[str]] = []
+    lines: list[int] = []
+    for row in reader:
+        start, end = end + 1, reader.line_num
+        if row:
+            rows.append(row)
+            lines.append(start)
+            if len(rows) == count:
+                break
+    return rows, lines, end
+
+
+def _csv_batches(path: Path, where: str, compression: str | None, wanted: Sequence[str],
+                 numbered: bool) -> Iterator[tuple[Cells, list[int] | None]]:
     old_limit = csv.field_size_limit()
     csv.field_size_limit(MAX_CSV_FIELD)
     try:
@@ -103,24 +114,32 @@ def _csv_batches(path: Path, compression: str | None, wanted: Sequence[str]) -> 
             if header is None or any(header.count(name) > 1 for name in wanted):
                 raise _Refused
             index = {name: header.index(name) for name in wanted if name in header}
-            width = len(header)
-            while rows := list(islice(reader, BATCH_ROWS)):
-                if not all(rows):  # blank lines are skipped, as load_corpus skips them
-                    rows = [r for r in rows if r]
-                    if not rows:
-                        continue
+            width, end, lines = len(header), reader.line_num, None
+            while True:
+                if numbered:
+                    rows, lines, end = _numbered(reader, BATCH_ROWS, end)
+                else:
+                    rows = list(islice(reader, BATCH_ROWS))
+                    if not all(rows):  # blank lines are skipped, as the careful read skips them
+                        rows = [r for r in rows if r]
+                        if not rows:
+                            continue
+                if not rows:
+                    return
                 if set(map(len, rows)) != {width}:
                     raise _Refused
-                yield {name: list(map(itemgetter(i), rows)) for name, i in index.items()}
+                yield {name: list(map(itemgetter(i), rows)) for name, i in index.items()}, lines
     finally:
         csv.field_size_limit(old_limit)
 
 
-def _jsonl_batches(path: Path, compression: str | None, wanted: Sequence[str]) -> Iterator[dict[str, list]]:
+def _jsonl_batches(path: Path, where: str, compression: str | None, wanted: Sequence[str],
+                   numbered: bool) -> Iterator[tuple[Cells, list[int] | None]]:
     present: frozenset[str] | None = None  # the wanted keys of the first record: every record must agree
     with _text_stream(path, compression, "\n") as fh:
         rows: list[dict] = []
-        for raw in fh:
+        lines: list[int] | None = [] if numbered else None
+        for number, raw in enumerate(fh, start=1):
             if not raw.strip():
                 continue
             obj = json.loads(raw)
@@ -130,16 +149,18 @@ def _jsonl_batches(path: Path, compression: str | None, wanted: Sequence[str]) -
             if present is None:
                 present = keys
             elif keys != present:
-                raise _Refused  # a key missing from some records: load_corpus says which line and field
+                raise _Refused  # a key missing from some records: the careful read says which line and field
             rows.append(obj)
+            if lines is not None:
+                lines.append(number)
             if len(rows) == BATCH_ROWS:
-                yield {name: [r[name] for r in rows] for name in present}
-                rows = []
+                yield {name: [r[name] for r in rows] for name in present}, lines
+                rows, lines = [], [] if numbered else None
         if rows and present is not None:
-            yield {name: [r[name] for r in rows] for name in present}
+            yield {name: [r[name] for r in rows] for name in present}, lines
 
 
-def _parquet_batches(path: Path, wanted: Sequence[str]) -> Iterator[dict[str, list]]:
+def _parquet_batches(path: Path, wanted: Sequence[str]) -> Iterator[tuple[Cells, list[int] | None]]:
     handle = pq.ParquetFile(path)
     names = list(handle.schema_arrow.names)
     present = [n for n in dict.fromkeys(wanted) if n in names]
@@ -149,15 +170,18 @@ def _parquet_batches(path: Path, wanted: Sequence[str]) -> Iterator[dict[str, li
         if names.count(name) > 1 or not (pa.types.is_string(kind) or pa.types.is_large_string(kind)
                                          or pa.types.is_integer(kind)):
             raise _Refused
+    row = 0
     for batch in handle.iter_batches(batch_size=BATCH_ROWS, columns=present):
-        yield {name: batch.column(name).to_pylist() for name in present}
+        yield {name: batch.column(name).to_pylist() for name in present}, list(range(row + 1, row + batch.num_rows + 1))
+        row += batch.num_rows
 
 
-def _raw_batches(path: Path, fmt: str, compression: str | None, wanted: Sequence[str]) -> Iterator[dict[str, list]]:
+def _raw_batches(path: Path, where: str, fmt: str, compression: str | None, wanted: Sequence[str],
+                 numbered: bool) -> Iterator[tuple[Cells, list[int] | None]]:
     if fmt == "csv":
-        return _csv_batches(path, compression, wanted)
+        return _csv_batches(path, where, compression, wanted, numbered)
     if fmt == "jsonl":
-        return _jsonl_batches(path, compression, wanted)
+        return _jsonl_batches(path, where, compression, wanted, numbered)
     return _parquet_batches(path, wanted)
 
 
@@ -165,7 +189,7 @@ def _raw_batches(path: Path, fmt: str, compression: str | None, wanted: Sequence
 
 
 def _strings(values: list, numbers_ok: bool, blank_is_none: bool = False) -> list[str | None]:
-    """Cells as ``load_corpus`` reads them: strings kept, integers (not booleans) as text when allowed."""
+    """Cells as the careful read takes them: strings kept, integers (not booleans) as text when allowed."""
     out: list[str | None] = []
     for v in values:
         if type(v) is str:
@@ -187,7 +211,7 @@ def _check_unicode(values: list[str | None]) -> None:
 
 def _validate(cells: dict[str, list], id_column: str, text_column: str, label_column: str, has_id: bool,
               has_label: bool, require_labels: bool, allowed: set[str] | None, extra_columns: Sequence[str],
-              typed: bool) -> Batch:
+              typed: bool, lines: list[int] | None) -> Batch:
     """``typed``: the cells may hold other values than strings (JSONL, Parquet), and JSONL lone surrogates."""
     check_unicode = _check_unicode if typed else (lambda values: None)
     if text_column not in cells or (has_id and id_column not in cells):
@@ -220,7 +244,7 @@ def _validate(cells: dict[str, list], id_column: str, text_column: str, label_co
             raise _Refused
         extra[name] = _strings(cells[name], numbers_ok=True) if typed else cells[name]
         check_unicode(extra[name])
-    return Batch(ids, texts, labels, extra)  # type: ignore[arg-type]
+    return Batch(ids, texts, labels, extra, lines)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------------------------ digests
@@ -256,8 +280,8 @@ class _Digests:
             for name, values in (("id", ids), ("text", batch.texts), ("label", batch.labels)):
                 self.kept[name].append(pa.array(values, pa.string()))
 
-    def sorted_digests(self) -> tuple[str, str, int]:
-        """(fingerprint, labels digest, distinct ids) from the kept columns, hashed in id order."""
+    def sorted_digests(self) -> tuple[str, str]:
+        """(fingerprint, labels digest) from the kept columns, hashed in id order."""
 
         columns = {name: pa.chunked_array(chunks, pa.string()).combine_chunks()
                    for name, chunks in self.kept.items()}
@@ -267,7 +291,88 @@ class _Digests:
             rows = order.slice(start, HASH_ROWS)
             fingerprint.update_pairs(columns["id"].take(rows), columns["text"].take(rows))
             labels.update(columns["label"].take(rows))
-        return fingerprint.hexdigest(), labels.hexdigest(), pc.count_distinct(columns["id"]).as_py()
+        return fingerprint.hexdigest(), labels.hexdigest()
+
+
+class _Unique:
+    """Are the ids of the batches read so far distinct? Ascending ids are; otherwise their Python hashes (8 bytes
+    each, kept from the first batch) are counted at the end. Equal hashes of different ids (a collision) only send
+    the file to the careful read, which finds it valid."""
+
+    def __init__(self) -> None:
+        self.ascending, self.last, self.size = True, None, 0
+        self.hashes: list[np.ndarray] = []
+
+    def update(self, ids: list[str]) -> None:
+        self.size += len(ids)
+        self.hashes.append(np.fromiter(map(hash, ids), np.int64, len(ids)))
+        if self.ascending and ids:
+            # strictly ascending: sorted already (Timsort checks that in one C pass) and no id repeated
+            self.ascending = (self.last is None or self.last < ids[0]) and sorted(ids) == ids and \
+                len(set(ids)) == len(ids)
+            self.last = ids[-1]
+
+    def distinct(self) -> bool:
+        return self.ascending or len(np.unique(np.concatenate(self.hashes))) == self.size
+
+
+class CorpusReader:
+    """The corpus reader: :meth:`batches` yields the validated records of a CSV, JSONL or Parquet corpus in record
+    batches (``None`` first when it starts again: see the module's note), or raises the one-line
+    :class:`CorpusError` that names the first bad line (or row) and field. ``lines``: each batch says where its
+    records start. ``id_origin`` and ``notes`` (repeated texts skipped) are known once the batches are read."""
+
+    def __init__(self, path: str | os.PathLike[str], options: ReadOptions = ReadOptions(), *,
+                 format: str | None = None, lines: bool = False) -> None:
+        self.path, self.where = Path(path), os.fspath(path)
+        self.fmt, self.compression = detect_format(path, format)
+        self.options, self.lines = options, lines
+        self.id_origin: IdOrigin = "data"
+        self.notes: list[str] = []
+
+    def batches(self) -> Iterator[Batch | None]:
+        started = False
+        try:
+            for batch in self._batched():
+                started = True
+                yield batch
+            return
+        except _DOUBTS:
+            pass
+        if started:
+            yield None
+        careful = CarefulRead(self.path, self.where, self.fmt, self.compression, self.options, BATCH_ROWS)
+        yield from careful.batches()
+        self.id_origin = "data" if careful.id_origin == "data" else "content"
+        self.notes = careful.notes
+
+    def _batched(self) -> Iterator[Batch]:
+        o = self.options
+        if not self.path.is_file():
+            raise _Refused
+        allowed = set(o.classes) if o.classes is not None else None
+        unique = _Unique()
+        has_id = has_label = None
+        for cells, lines in _raw_batches(self.path, self.where, self.fmt, self.compression, o.wanted, self.lines):
+            if has_id is None:
+                has_id, has_label = o.id_column in cells, o.label_column in cells
+                if (o.require_labels and not has_label) or (o.require_id and not has_id):
+                    raise _Refused
+            batch = _validate(cells, o.id_column, o.text_column, o.label_column, has_id, bool(has_label),
+                              o.require_labels, allowed, o.extra_columns, typed=self.fmt != "csv", lines=lines)
+            unique.update(batch.ids)
+            yield batch
+        if unique.size == 0 or not unique.distinct():
+            raise _Refused  # an empty file, or a repeated id (or, without an id column, a repeated text)
+        self.id_origin = "data" if has_id else "content"
+
+
+def read_options(*, id_column: str = "id", text_column: str = "text", label_column: str = "label",
+                 classes: Sequence[str] | None = None, require_labels: bool = True, extra_columns: Sequence[str] = (),
+                 require_id: bool = False, duplicate_texts: Literal["refuse", "skip"] = "refuse") -> ReadOptions:
+    """:class:`ReadOptions` from the keywords the readers take (sequences become tuples)."""
+    return ReadOptions(id_column, text_column, label_column, tuple(classes) if classes is not None else None,
+                       require_labels, tuple(extra_columns), require_id, duplicate_texts)
 
 
 def scan_corpus(
@@ -285,89 +390,40 @@ def scan_corpus(
 ) -> CorpusScan:
     """Read, check and fingerprint a corpus in record batches, handing each validated batch to ``sinks``.
 
-    Accepts exactly what ``load_corpus`` (with ``duplicate_texts="refuse"``) accepts, with the same digests;
-    anything else raises ``load_corpus``'s :class:`CorpusError`. Sinks may have seen earlier batches of a
+    Raises the reader's :class:`CorpusError` for a file it refuses. Sinks may have seen earlier batches of a
     refused file: a caller writing from them discards what it wrote when this raises, or on ``None``."""
-    where = os.fspath(path)
-    fmt, compression = detect_format(path, format)
-    wanted = [id_column, text_column, label_column, *extra_columns]
-    options = dict(id_column=id_column, text_column=text_column, label_column=label_column, classes=classes,
-                   format=format, require_labels=require_labels, extra_columns=extra_columns, require_id=require_id)
-    allowed = set(classes) if classes is not None else None
-    try:
-        result = _scan(Path(path), where, fmt, compression, wanted, options, allowed, sinks, keep=False)
-        if result is None:  # the ids do not ascend: read again, keeping the columns to hash them in id order
-            result = _scan(Path(path), where, fmt, compression, wanted, options, allowed, (), keep=True)
-        return result
-    except _SinkFailed as failed:
-        raise failed.error from None
-    except Exception:  # noqa: BLE001  # any doubt about the file: the reference loader decides, below
-        pass
-    # A refused batch, or a shape the batch reader does not take (e.g. JSONL records whose keys differ): the
-    # reference loader raises its one-line error, or reads the file whole and the scan is made from it.
-    corpus = load_corpus(path, **options)
-    return scan_of(corpus, sinks)
+    options = read_options(id_column=id_column, text_column=text_column, label_column=label_column, classes=classes,
+                           require_labels=require_labels, extra_columns=extra_columns, require_id=require_id)
+    result = _scan(CorpusReader(path, options, format=format), sinks, keep=False)
+    if result is None:  # the ids do not ascend: read again, keeping the columns to hash them in id order
+        result = _scan(CorpusReader(path, options, format=format), (), keep=True)
+    return result
 
 
-def scan_of(corpus: Corpus, sinks: Sequence[Sink] = ()) -> CorpusScan:
-    """The scan of a corpus already loaded: sinks are told to start again (``None``), then get its batches."""
-    for sink in sinks:
-        sink(None)
-    for start in range(0, len(corpus), BATCH_ROWS):
-        part = corpus.records[start:start + BATCH_ROWS]
-        batch = Batch([r.id for r in part], [r.text for r in part], [r.label for r in part],
-                      {name: list(values[start:start + BATCH_ROWS]) for name, values in corpus.columns.items()})
-        for sink in sinks:
-            sink(batch)
-    counts: dict[str, dict[str | None, int]] = {}
-    for name, values in corpus.columns.items():
-        tally: dict[str | None, int] = {}
-        for v in values:
-            tally[v] = tally.get(v, 0) + 1
-        counts[name] = dict(sorted(tally.items(), key=lambda kv: (kv[0] is None, kv[0] or "")))
-    labels = StringDigest()
-    labels.update([r.label for r in sorted(corpus.records, key=lambda r: r.id)])
-    return CorpusScan(corpus.source, corpus.id_origin, len(corpus), corpus.fingerprint(), corpus.order_hash(),
-                      labels.hexdigest(), counts)
+def _counted(tally: dict[str | None, int]) -> dict[str | None, int]:
+    return dict(sorted(tally.items(), key=lambda kv: (kv[0] is None, kv[0] or "")))
 
 
-def _scan(path: Path, where: str, fmt: str, compression: str | None, wanted: list[str], options: dict[str, Any],
-          allowed: set[str] | None, sinks: Sequence[Sink], keep: bool) -> CorpusScan | None:
-    if not path.is_file():
-        raise _Refused
-    id_column, text_column, label_column = wanted[:3]
-    extra_columns = wanted[3:]
+def _scan(reader: CorpusReader, sinks: Sequence[Sink], keep: bool) -> CorpusScan | None:
+    extra_columns = reader.options.extra_columns
     digests = _Digests(keep)
     counts: dict[str, dict[str | None, int]] = {name: {} for name in extra_columns}
-    has_id = has_label = None
-    for cells in _raw_batches(path, fmt, compression, wanted):
-        if has_id is None:
-            has_id, has_label = id_column in cells, label_column in cells
-            if (options["require_labels"] and not has_label) or (options["require_id"] and not has_id):
-                raise _Refused
-        batch = _validate(cells, id_column, text_column, label_column, has_id, bool(has_label),
-                          options["require_labels"], allowed, extra_columns, typed=fmt != "csv")
-        for name, values in batch.extra.items():
-            tally = counts[name]
-            for v in values:
-                tally[v] = tally.get(v, 0) + 1
-        digests.update(batch)
+    for batch in reader.batches():
+        if batch is None:  # the careful read starts again from the first record
+            digests, counts = _Digests(keep), {name: {} for name in extra_columns}
+        else:
+            for name, values in batch.extra.items():
+                tally = counts[name]
+                for v in values:
+                    tally[v] = tally.get(v, 0) + 1
+            digests.update(batch)
         for sink in sinks:
-            try:
-                sink(batch)
-            except Exception as exc:
-                raise _SinkFailed(exc) from exc
-    if digests.size == 0:
-        raise _Refused
+            sink(batch)
     if not digests.ascending and not keep:
         return None
     if keep:
-        fingerprint, labels, distinct = digests.sorted_digests()
-        if distinct != digests.size:
-            raise _Refused  # a repeated id (or, without an id column, a repeated text)
+        fingerprint, labels = digests.sorted_digests()
     else:
         fingerprint, labels = digests.fingerprint.hexdigest(), digests.labels.hexdigest()
-    ordered = {name: dict(sorted(tally.items(), key=lambda kv: (kv[0] is None, kv[0] or "")))
-               for name, tally in counts.items()}
-    return CorpusScan(where, "data" if has_id else "content", digests.size, fingerprint,
-                      digests.order.hexdigest(), labels, ordered)
+    return CorpusScan(reader.where, reader.id_origin, digests.size, fingerprint, digests.order.hexdigest(), labels,
+                      {name: _counted(tally) for name, tally in counts.items()})

@@ -47,7 +47,7 @@ from iteralab.common.digest import string_digest
 from iteralab.kit.memoire import runtime_imports, runtime_overhead
 from iteralab.models import device as dev
 from iteralab.models import factory
-from iteralab.plan.corpus import load_corpus
+from iteralab.plan.scan import CorpusReader, read_options
 
 READ_BLOCK = 1 << 22  # bytes of corpus file per record batch (a pass holds O(block + batch) texts)
 WARMUP_BLOCK = 1 << 16  # bytes per piece read for the warm-up texts
@@ -132,15 +132,23 @@ class _Progress:
 
 def _text_batches(corpus_path: str, corpus_kwargs: dict[str, Any], columns: list[str],
                   block_size: int = READ_BLOCK) -> Iterator[Any]:
-    """Record batches of the corpus file (Arrow), streamed; a corpus in another format is loaded and cut."""
+    """Record batches of the corpus file (Arrow), streamed; a corpus in another format is read by the corpus
+    reader and its ids and texts collected (as Arrow arrays: the reader may start again, a pass cannot)."""
 
     if corpus_path.endswith((".csv", ".parquet")):
         yield from read_corpus_batches(corpus_path, columns, block_size=block_size)
         return
 
-    corpus = load_corpus(corpus_path, **corpus_kwargs)
-    yield pa.record_batch([pa.array(list(corpus.ids), pa.string()), pa.array(list(corpus.texts), pa.string())],
-                          names=["id", "text"])
+    ids: list[Any] = []
+    texts: list[Any] = []
+    for batch in CorpusReader(corpus_path, read_options(**corpus_kwargs)).batches():
+        if batch is None:
+            ids, texts = [], []
+        else:
+            ids.append(pa.array(batch.ids, pa.string()))
+            texts.append(pa.array(batch.texts, pa.string()))
+    yield pa.record_batch([pa.chunked_array(ids, pa.string()).combine_chunks(),
+                           pa.chunked_array(texts, pa.string()).combine_chunks()], names=["id", "text"])
 
 
 def _row_range(batches: Iterator[Any], start: int, stop: int) -> Iterator[Any]:

@@ -20,6 +20,7 @@ started with; anything else starts a new template.
 from __future__ import annotations
 
 import ctypes
+import gc
 import importlib
 import json
 import os
@@ -87,6 +88,10 @@ def serve(preload: list[str]) -> int:
         runtime = {"runtime_rss_bytes": runtime_overhead(runtime_imports()).bytes,
                    "runtime_imports_s": time.perf_counter() - t1}
     ready["template_threads"] = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else None
+    # What the imports built is never collected (frozen as it is, without a collection first: that would cost the
+    # full walk here): a worker's first full collection would otherwise walk (and copy, page by page) the whole
+    # inherited heap inside whichever timed phase it falls in.
+    gc.freeze()
     requests = sys.stdin.buffer
     replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)  # whatever a library prints goes to stderr, never into the replies
