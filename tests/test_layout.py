@@ -490,11 +490,12 @@ def test_a_stale_lazy_declaration_is_refused():
     assert used == set(LAZY_IMPORTS), f"not imported lazily anywhere: {sorted(set(LAZY_IMPORTS) - used)}"
 
 
-def test_the_readme_layout_names_every_package_and_stage_module():
-    """The folder list is documented where the README points: its Layout block names every package, and every
-    module of the pipeline's stages (the shell, the base parts and the kit are described by their folder)."""
-    readme = (PKG.parents[1] / "README.md").read_text(encoding="utf-8")
-    block = readme.split("## Layout", 1)[1].split("```")[1]
+def test_the_documented_layout_names_every_package_and_stage_module():
+    """The folder list is documented where the README points (docs/internals.md): its Layout block names every
+    package, and every module of the pipeline's stages (the shell, the base parts and the kit are described by their
+    folder)."""
+    page = (PKG.parents[1] / "docs" / "internals.md").read_text(encoding="utf-8")
+    block = page.split("## Layout", 1)[1].split("```")[1]
     words = set(block.replace(",", " ").split())
     missing = []
     for init in _modules():
@@ -505,4 +506,4 @@ def test_the_readme_layout_names_every_package_and_stage_module():
         if init.parent.relative_to(PKG).parts[0] in STAGES:
             missing += [_rel(m) for m in sorted(init.parent.glob("*.py"))
                         if m.name != "__init__.py" and m.stem not in words]
-    assert not missing, f"name these in the README's Layout section: {missing}"
+    assert not missing, f"name these in the Layout section of docs/internals.md: {missing}"

@@ -54,13 +54,13 @@ Applies = Annotated[Any, BeforeValidator(_applies)]
 class ExpenseLine(Strict):
     """One ``[[expenses]]`` line: what was paid for, how much, in which currency, why, and for which variants."""
 
-    name: Text = Field(min_length=1)
-    amount: Number = Field(ge=0)
-    currency: Text
-    justification: Text
-    #: "all", or the variant names this line applies to (then ``differs_because`` says why only those).
-    applies_to: Applies
-    differs_because: Text | None = None
+    name: Text = Field(min_length=1, description="What was paid for.")
+    amount: Number = Field(ge=0, description="Amount, 0 or more, to the cent.")
+    currency: Text = Field(description="Currency code; one project budget holds one currency, the catalog's.")
+    justification: Text = Field(description="Why the expense is needed (required).")
+    applies_to: Applies = Field(description="\"all\", or the list of variant names this line applies to.")
+    differs_because: Text | None = Field(default=None, description=(
+        "Why only the listed variants pay it (required when applies_to lists names)."))
 
     @field_validator("currency")
     @classmethod
@@ -100,7 +100,9 @@ class ExpenseLine(Strict):
 class BudgetRule(Strict):
     """``[budget]``: whether the expenses enter the ranking and the cost per verified corpus (default: no)."""
 
-    include_expenses: Flag = False
+    include_expenses: Flag = Field(default=False, description=(
+        "true: the ranking and the cost per verified corpus use the project total; false: the package fee alone, "
+        "expenses listed apart."))
 
 
 def keyed_error(key: str, problem: str) -> PydanticCustomError:

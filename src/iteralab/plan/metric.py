@@ -68,20 +68,22 @@ def _unit_interval(value: float) -> float:
 
 
 class MetricSpec(Strict):
-    #: A built-in metric, or None when ``routine`` names the user's own.
-    name: MetricName | None = None
-    #: The user's evaluation routine, ``package.module:function`` (fingerprinted by ``lock``, carried in the folder).
-    routine: Text | None = None
-    #: A routine's direction; a built-in is always higher-is-better.
-    higher_is_better: Flag = True
-    #: In the metric's own units: [0, 1] for a built-in, any finite number for a routine.
-    threshold: Number
-    tolerance: Number = Field(ge=0)
-    reference_variant: Text
-    #: Embedding metrics: the neighbours of knn_accuracy, the cut-off of recall_at_k.
-    k: Whole | None = Field(default=None, ge=1)
-    #: recall_at_k: the queries file (columns query_id, text, relevant_ids — ids separated by ";").
-    queries: Text | None = None
+    name: MetricName | None = Field(default=None, description=(
+        "A built-in metric: accuracy, macro_f1, weighted_f1, balanced_accuracy; knn_accuracy or recall_at_k for an embedding job. "
+        "Absent when routine names your own."))
+    routine: Text | None = Field(default=None, description=(
+        "Your evaluation routine, package.module:function (fingerprinted by lock, carried in the folder)."))
+    higher_is_better: Flag = Field(default=True, description=(
+        "A routine's direction; a built-in is always higher-is-better."))
+    threshold: Number = Field(description=(
+        "The minimum quality (a maximum when lower is better), in the metric's units: [0, 1] for a built-in."))
+    tolerance: Number = Field(ge=0, description=(
+        "How far a variant may fall below (or rise above) the reference variant's value."))
+    reference_variant: Text = Field(description="The variant every other is compared with (quality and reproduction).")
+    k: Whole | None = Field(default=None, ge=1, description=(
+        "Embedding metrics: the neighbours of knn_accuracy, the cut-off of recall_at_k."))
+    queries: Text | None = Field(default=None, description=(
+        "recall_at_k: the queries file (columns query_id, text, relevant_ids separated by ';')."))
 
     @field_validator("routine")
     @classmethod
@@ -130,13 +132,15 @@ class MetricSpec(Strict):
 
 
 class Subgroup(Strict):
-    name: Text
-    by: Literal["stratum", "label"]
-    gating: Flag = True
-    #: Minimum metric inside each group (optional; a maximum for a lower-is-better routine's stratum groups); the
-    #: tolerance against the reference always applies. A class group's values are recalls, in [0, 1].
-    threshold: Number | None = None
-    tolerance: Number | None = Field(default=None, ge=0)
+    name: Text = Field(description="Name of the subgroup.")
+    by: Literal["stratum", "label"] = Field(description=(
+        "stratum: one group per length stratum; label: one group per class (judged by its recall)."))
+    gating: Flag = Field(default=True, description=(
+        "A gating subgroup can reject a variant; otherwise it is reported only."))
+    threshold: Number | None = Field(default=None, description=(
+        "Optional minimum inside each group (a maximum for a lower-is-better routine's stratum groups)."))
+    tolerance: Number | None = Field(default=None, ge=0, description=(
+        "How far each group may move from the reference's (a class group: a recall difference)."))
 
 
 def subgroup_problems(metric: MetricSpec, subgroups: tuple[Subgroup, ...]) -> list[tuple[str, str]]:

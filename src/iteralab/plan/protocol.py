@@ -13,22 +13,18 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
 import sys
 import typing
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
-from pydantic_core import PydanticCustomError
 
 from iteralab.errors import ProtocolError
-from iteralab.kit.calcul_forfaits import WindowError, elapsed, load_zone, localize
-from iteralab.kit.memoire import PRECISIONS  # the kit's list: one list for library and kit
-from iteralab.plan.engines import gpu_share_problem, layout_problem
 from iteralab.plan.expenses import BudgetRule, ExpenseFile, ExpenseLine, expense_problems, keyed_error
 from iteralab.plan.metric import MetricSpec, Subgroup, subgroup_problems
+from iteralab.plan.tables import (Calendar, CatalogSpec, Checks, CorpusSpec, Dataset, JobSpec, ModelSpec, Reproduction,
+                                  RunSpec, Series, Variant, Warmup)
 from iteralab.plan.task import EmbeddingSpec, TaskSpec, task_problem
 from iteralab.plan.values import Flag, Number, Strict as _Strict, Text, Whole
 
@@ -39,9 +35,6 @@ else:  # pragma: no cover
 
 SCHEMA_VERSION = 1
 LOCK_SUFFIX = ".lock.json"
-#: The variant fields a series may vary (R1). Everything else is fixed by the protocol for all variants.
-FACTORS = ("batch_size", "precision", "bucketing", "padding", "resume", "compile", "device", "data_parallel",
-           "engine")
 
 INTERACTIVE_REFUSAL = (
     "scenario 'interactive' is not supported: an interactive service needs request arrivals, concurrency "
@@ -49,307 +42,55 @@ INTERACTIVE_REFUSAL = (
 )
 
 
-class CorpusSpec(_Strict):
-    #: The comparison corpus; absent when the protocol declares ``[[datasets]]`` (K6).
-    path: Text | None = None
-    tuning_path: Text | None = None
-    id_column: Text = "id"
-    text_column: Text = "text"
-    label_column: Text = "label"
-    stratum_column: Text | None = "stratum"
-    #: At least two classes; none (``[]``) only for an embedding job's corpus without labels (``plan/task``).
-    classes: tuple[Text, ...]
-    #: Token-length strata by the model's own tokenizer: name -> [min, max] inclusive, or [min] open-ended.
-    strata: dict[str, tuple[Whole, ...]] = Field(default_factory=dict)
-
-    @field_validator("classes")
-    @classmethod
-    def _two_or_none(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        if len(value) == 1:
-            raise ValueError("List should have at least 2 items (or none: [] for an embedding job's corpus without "
-                             "labels)")
-        return value
-
-    @field_validator("strata")
-    @classmethod
-    def _bounds(cls, value: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
-        for name, bounds in value.items():
-            if len(bounds) not in (1, 2) or bounds[0] < 0 or (len(bounds) == 2 and bounds[1] < bounds[0]):
-                raise ValueError(f"stratum {name!r} must be [min, max] with 0 <= min <= max, or [min]")
-        return value
-
-
-class Dataset(_Strict):
-    """One dataset of the real job (K6): read with the ``[corpus]`` columns, classes and strata."""
-
-    name: Text = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    path: Text
-
-
-class ModelSpec(_Strict):
-    kind: Literal["hf_classifier", "encoder_head", "callable", "encoder"]
-    path: Text | None = None
-    head: Text | None = None
-    callable: Text | None = None
-    max_length: Whole = Field(default=256, gt=0)
-    truncation: Flag = True
-    trust_remote_code: Flag = False
-
-    @model_validator(mode="after")
-    def _complete(self) -> ModelSpec:
-        if self.kind in ("hf_classifier", "encoder_head", "encoder") and not self.path:
-            raise ValueError(f"model.path is required for kind {self.kind!r}")
-        if self.kind == "encoder_head" and not self.head:
-            raise ValueError("model.head (a safetensors file) is required for kind 'encoder_head'")
-        if self.kind == "callable" and not self.callable:
-            raise ValueError("model.callable ('package.module:function') is required for kind 'callable'")
-        return self
-
-
-class Checks(_Strict):
-    #: Fraction of the expected ids that must carry a prediction (1.0 = all documents).
-    coverage: Number = Field(default=1.0, gt=0, le=1)
-    #: Probabilities of each record must sum to 1 within this tolerance.
-    probability_sum_tolerance: Number = Field(default=1e-3, gt=0, lt=1)
-
-
-class Reproduction(_Strict):
-    target: Literal["identical", "bounded", "acceptable"] = "acceptable"
-    #: For 'bounded': the largest absolute probability difference allowed against the reference pass.
-    bound: Number | None = Field(default=None, gt=0)
-    seeds: tuple[Whole, ...] = (0,)
-    deterministic: Flag = True
-
-    @model_validator(mode="after")
-    def _bound(self) -> Reproduction:
-        if self.target == "bounded" and self.bound is None:
-            raise ValueError("reproduction.bound is required when target = 'bounded'")
-        return self
-
-
-class Warmup(_Strict):
-    #: Warm-up runs over the first ``inputs`` texts of the pass order, ``passes`` times, with the variant's
-    #: batch size, before every measured pass (same rule for every variant). Compilation happens here.
-    inputs: Whole = Field(default=16, ge=0)
-    passes: Whole = Field(default=1, ge=0)
-    recompilation: Text = "a recompilation during the measured pass is recorded in notes, never hidden"
-
-
-class RunSpec(_Strict):
-    passes: Whole = Field(default=5, ge=1)
-    isolation: Literal["process", "inprocess"] = "process"
-    device: Text = "auto"
-    #: A limit fixed in advance for one measured pass (seconds): a pass that exceeds it is stopped and kept as
-    #: a failed row with the inputs it completed (R8). Checked between batches.
-    pass_timeout_s: Number | None = Field(default=None, gt=0)
-    #: The same limit stated relative to each pass's own warm-up, e.g. ``"5x warmup"``: the factor × the warm-up's
-    #: per-document time (its last repetition ÷ its inputs) × the documents of the pass, computed per pass after
-    #: its warm-up and before its measured region. A protocol gives this or ``pass_timeout_s``, not both.
-    pass_timeout: Text | None = None
-    exclusion_rule: Text = (
-        "a pass is excluded only for a documented external incident; the same rule applies to every variant"
-    )
-    #: Ray engine (X4): an existing cluster's address, or None for a local Ray started with ``ray_num_cpus`` CPUs
-    #: (default: this machine's). The actor layout must leave a CPU for Ray Data's read tasks.
-    ray_address: Text | None = None
-    ray_num_cpus: Whole | None = Field(default=None, ge=1)
-    ray_actors: Whole = Field(default=1, ge=1)
-    ray_cpus_per_actor: Number = Field(default=1.0, gt=0)
-    #: Torch threads in each actor; None keeps Ray's rule (floor of the actor's CPUs, at least 1).
-    ray_threads_per_actor: Whole | None = Field(default=None, ge=1)
-    #: A Ray execution that makes no progress for this long fails the pass (Ray's own default is 30 min).
-    ray_no_progress_timeout_s: Number = Field(default=120.0, gt=0)
-    ray_gpus_per_actor: Number = Field(default=1.0, gt=0)  # per actor of a GPU variant (plan.engines); Ray assigns
-
-    @field_validator("pass_timeout")
-    @classmethod
-    def _relative_limit(cls, value: str | None) -> str | None:
-        if value is not None and relative_factor(value) is None:
-            raise ValueError(f"{value!r} is not a limit relative to the warm-up; write it as \"5x warmup\" (a "
-                             "factor > 0, 'x', 'warmup'), or give seconds in run.pass_timeout_s")
-        return value
-
-    @property
-    def pass_timeout_factor(self) -> float | None:
-        """The factor of ``pass_timeout`` ("5x warmup" → 5.0); None when the limit is absolute or absent."""
-        return relative_factor(self.pass_timeout) if self.pass_timeout is not None else None
-
-    @model_validator(mode="after")
-    def _one_limit(self) -> RunSpec:
-        if self.pass_timeout_s is not None and self.pass_timeout is not None:
-            raise ValueError(f"run.pass_timeout_s = {self.pass_timeout_s:g} and run.pass_timeout = "
-                             f"{self.pass_timeout!r} both limit a pass: give one or the other")
-        return self
-
-    @model_validator(mode="after")
-    def _ray_layout(self) -> RunSpec:
-        problem = layout_problem(self.ray_actors, self.ray_cpus_per_actor, self.ray_num_cpus) or \
-            gpu_share_problem(self.ray_gpus_per_actor)
-        if problem:
-            raise ValueError(problem)
-        return self
-
-
-_RELATIVE_LIMIT = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*[x×]\s*warm-?up\s*", re.IGNORECASE)
-
-
-def relative_factor(text: str) -> float | None:
-    """``"5x warmup"`` → 5.0 (also ``"2.5 x warm-up"``, ``"5×warmup"``); None when the text is no such limit."""
-    match = _RELATIVE_LIMIT.fullmatch(text)
-    factor = float(match.group(1)) if match else 0.0
-    return factor if factor > 0 else None
-
-
-class Variant(_Strict):
-    name: Text = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    batch_size: Whole = Field(gt=0)
-    precision: Text = "fp32"
-    bucketing: Flag = False
-    padding: Literal["longest", "max_length"] = "longest"
-    #: R8: a declared resume variant retries a failing batch in halves; its attempts count in the balance.
-    resume: Flag = False
-    compile: Flag = False
-    device: Text | None = None
-    #: Where the pass runs (X4): this machine's runner, or Ray Data actors laid out by ``run.ray_*``.
-    engine: Literal["local", "ray"] = "local"
-    #: X3: one worker process per device, each with a full model copy, the corpus sharded by token count. On
-    #: GPUs: N cards of the machine; on device "cpu": N CPU worker processes sharing the cores (never "cards").
-    data_parallel: Whole = Field(default=1, ge=1, le=256)
-
-    @model_validator(mode="after")
-    def _parallel_device(self) -> Variant:
-        pinned = (self.device or "").strip().lower()
-        if self.data_parallel > 1 and pinned.startswith("cuda:"):
-            raise ValueError(f"device {self.device!r} names one card but data_parallel = {self.data_parallel} uses "
-                             f"{self.data_parallel}: give device 'cuda', 'auto' or 'cpu' (the workers take the "
-                             "first visible devices)")
-        if self.data_parallel > 1 and self.engine == "ray":
-            raise ValueError(f"engine 'ray' with data_parallel = {self.data_parallel}: the Ray engine lays out its "
-                             "actors with run.ray_*; data_parallel is the local engine's factor")
-        return self
-
-    @field_validator("precision")
-    @classmethod
-    def _precision(cls, value: str) -> str:
-        if value not in PRECISIONS:
-            raise ValueError(f"unknown precision {value!r}; known: {', '.join(PRECISIONS)}")
-        return value
-
-
-class Series(_Strict):
-    name: Text
-    factor: Text
-    variants: tuple[Text, ...] = Field(min_length=2)
-
-    @field_validator("factor")
-    @classmethod
-    def _factor(cls, value: str) -> str:
-        if value not in FACTORS:
-            raise ValueError(f"unknown factor {value!r}; a series varies one of: {', '.join(FACTORS)}")
-        return value
-
-
-class CalendarTask(_Strict):
-    name: Text
-    start: Text
-    end: Text
-
-
-class Calendar(_Strict):
-    """The rental's calendar (W1, W2): read when parsed with the same rules ``decide`` applies (the zone exists, each
-    task's times exist in it and its end is after its start, the deadline is not before the planned tasks end), so
-    that ``lock`` refuses what ``decide`` would refuse after the whole campaign."""
-
-    timezone: Text = "UTC"
-    deadline: Text | None = None
-    tasks: tuple[CalendarTask, ...] = ()
-
-    @field_validator("timezone")
-    @classmethod
-    def _zone(cls, value: str) -> str:
-        try:
-            load_zone(value)
-        except WindowError as exc:
-            raise PydanticCustomError("calendar", "{problem}", {"problem": exc.message, "hint": exc.hint}) from None
-        return value
-
-    @model_validator(mode="after")
-    def _dates(self) -> Calendar:
-        zone = load_zone(self.timezone)
-        ends: list[tuple[datetime, str]] = []
-        for i, task in enumerate(self.tasks):
-            at = f"calendar.tasks[{i}] ({task.name})"
-            start = _local(task.start, zone, f"{at}.start", "start")
-            end = _local(task.end, zone, f"{at}.end", "end")
-            try:
-                elapsed(start, end)
-            except WindowError as exc:
-                raise _calendar_error(f"{at}.end", exc.message, exc.hint) from None
-            ends.append((end.astimezone(timezone.utc), task.name))
-        if self.deadline is not None:
-            deadline = _local(self.deadline, zone, "calendar.deadline", "deadline")
-            last, name = max(ends, key=lambda e: e[0]) if ends else (None, "")
-            if last is not None and deadline.astimezone(timezone.utc) < last:
-                local_end = last.astimezone(zone).replace(tzinfo=None).isoformat(timespec="minutes")
-                raise _calendar_error(
-                    "calendar.deadline", f"deadline {self.deadline} is before the planned tasks end (task {name!r} "
-                    f"ends {local_end}): every configuration would miss it",
-                    "move the deadline after the last task, or fix the task dates")
-        return self
-
-
-def _calendar_error(key: str, problem: str, hint: str | None) -> PydanticCustomError:
-    return PydanticCustomError("calendar", "{problem}", {"at": key, "problem": problem, "hint": hint})
-
-
-def _local(value: str, zone: Any, key: str, what: str) -> datetime:
-    """A calendar time read as ``decide`` reads it (the kit's rules), or a refusal naming its key."""
-    try:
-        return localize(value, zone, what)[0]
-    except WindowError as exc:
-        raise _calendar_error(key, exc.message, exc.hint) from None
-
-
-class CatalogSpec(_Strict):
-    path: Text | None = None
-
-
-class JobSpec(_Strict):
-    """The production job the comparison stands for (W4): planned from observed throughput, never counted
-    as accepted results (K6)."""
-
-    documents: Whole = Field(gt=0)
-
-
 class Protocol(_Strict):
-    schema_version: Whole = SCHEMA_VERSION
-    name: Text
-    version: Whole = Field(default=1, ge=1)
-    question: Text
-    scenario: Text = "offline"
-    #: P4: set true if thresholds were tuned after seeing the final corpus (the decision then says so).
-    thresholds_tuned_on_final: Flag = False
-    #: The kind of job (classification by default) and, for an embedding job, its vectors' rules (plan.task).
-    task: TaskSpec = TaskSpec()
-    embedding: EmbeddingSpec | None = None
-    corpus: CorpusSpec
-    #: Several datasets of one job (K6): each variant processes each one, one pass file per dataset.
-    datasets: tuple[Dataset, ...] = ()
-    model: ModelSpec
-    checks: Checks = Checks()
-    metric: MetricSpec
-    subgroups: tuple[Subgroup, ...] = ()
-    reproduction: Reproduction = Reproduction()
-    warmup: Warmup = Warmup()
-    job: JobSpec | None = None
-    run: RunSpec = RunSpec()
-    variants: tuple[Variant, ...] = Field(min_length=1)
-    series: tuple[Series, ...] = ()
-    calendar: Calendar = Calendar()
-    catalog: CatalogSpec = CatalogSpec()
-    #: K5: other project expenses, each justified, apart from the package fee unless budget.include_expenses.
-    expenses: tuple[ExpenseLine, ...] = ()
-    budget: BudgetRule = BudgetRule()
+    schema_version: Whole = Field(default=SCHEMA_VERSION, description=(
+        "Version of the protocol file format; only 1 is read."))
+    name: Text = Field(description="Name of the protocol, recorded in every raw-table row and note.")
+    version: Whole = Field(default=1, ge=1, description=(
+        "Protocol version: an amended protocol (new inputs, new choices) is a new version, locked again."))
+    question: Text = Field(description=(
+        "The decision question this campaign answers, in words (a draft's CHOOSE mark is refused)."))
+    scenario: Text = Field(default="offline", description=(
+        "Only \"offline\" (a batch job over a corpus); \"interactive\" is refused: it needs request arrivals, "
+        "concurrency and an acceptable latency defined first."))
+    thresholds_tuned_on_final: Flag = Field(default=False, description=(
+        "P4: true if thresholds were tuned after seeing the final corpus (the decision then says so)."))
+    task: TaskSpec = Field(default=TaskSpec(), description="The kind of job: classification (default) or embedding.")
+    embedding: EmbeddingSpec | None = Field(default=None, description=(
+        "For an embedding job: how vectors are made and how far a variant's may move from the reference's."))
+    corpus: CorpusSpec = Field(description=(
+        "The comparison corpus (or, with [[datasets]], the columns, classes and strata of every dataset)."))
+    datasets: tuple[Dataset, ...] = Field(default=(), description=(
+        "K6: several datasets of one job; each variant processes each one, one pass file per dataset."))
+    model: ModelSpec = Field(description=(
+        "The model under test: a classifier folder, an encoder with a trained head, an encoder, or a callable."))
+    checks: Checks = Field(default=Checks(), description=(
+        "The intrinsic checks of every prediction file (coverage, probability sums)."))
+    metric: MetricSpec = Field(description=(
+        "The quality metric, its threshold and its tolerance against the reference variant."))
+    subgroups: tuple[Subgroup, ...] = Field(default=(), description=(
+        "Planned subgroups (length strata, classes), gating or not, judged in every pass."))
+    reproduction: Reproduction = Field(default=Reproduction(), description=(
+        "The reproduction target a variant must hold against the reference pass."))
+    warmup: Warmup = Field(default=Warmup(), description=(
+        "The warm-up before every measured pass (same rule for every variant)."))
+    job: JobSpec | None = Field(default=None, description=(
+        "W4: the production job the comparison stands for, planned from observed throughput."))
+    run: RunSpec = Field(default=RunSpec(), description=(
+        "How the passes run: how many, in which isolation, on which device, with which limits."))
+    variants: tuple[Variant, ...] = Field(min_length=1, description=(
+        "The configurations compared; each one's passes are rotated with the others'."))
+    series: tuple[Series, ...] = Field(default=(), description=(
+        "R1: groups of variants that differ in exactly one factor; comparisons are made inside a series."))
+    calendar: Calendar = Field(default=Calendar(), description=(
+        "W1, W2: the rental's calendar (zone, tasks, deadline) that sets the window a package must cover."))
+    catalog: CatalogSpec = Field(default=CatalogSpec(), description=(
+        "The package catalog the decision prices from (default: the shipped snapshot)."))
+    expenses: tuple[ExpenseLine, ...] = Field(default=(), description=(
+        "K5: other project expenses, each justified, listed apart from the package fee unless "
+        "budget.include_expenses."))
+    budget: BudgetRule = Field(default=BudgetRule(), description=(
+        "Whether the expenses enter the ranking and the cost per verified corpus."))
 
     @field_validator("question")
     @classmethod

@@ -41,21 +41,25 @@ EMBEDDING_MODELS = ("encoder", "callable")
 
 
 class TaskSpec(Strict):
-    kind: Literal["classification", "embedding"] = "classification"
+    kind: Literal["classification", "embedding"] = Field(default="classification", description=(
+        "classification (one label per document) or embedding (one vector per document)."))
 
 
 class EmbeddingSpec(Strict):
     """How an encoder's vectors are made, and how far a variant's vectors may move from the reference's."""
 
-    pooling: Literal["mean", "cls"] = "mean"
-    normalize: Flag = True
-    #: The size of each vector, when declared (checked in every prediction file); None: the first file's.
-    dim: Whole | None = Field(default=None, ge=1)
-    #: Every document's cosine with the reference pass's vector must be at least this.
-    min_cosine: Number = Field(ge=-1, le=1)
-    #: Optional lower-quantile bound: the ``cosine_quantile`` quantile of the cosines ≥ ``min_cosine_at_quantile``.
-    cosine_quantile: Number | None = Field(default=None, gt=0, lt=1)
-    min_cosine_at_quantile: Number | None = Field(default=None, ge=-1, le=1)
+    pooling: Literal["mean", "cls"] = Field(default="mean", description=(
+        "mean over real tokens, or the cls token: an encoder folder's pooling."))
+    normalize: Flag = Field(default=True, description=(
+        "L2-normalised vectors (every file checked: unit norm within 1e-3)."))
+    dim: Whole | None = Field(default=None, ge=1, description=(
+        "The size of each vector, when declared (checked in every prediction file); absent: the first file's."))
+    min_cosine: Number = Field(ge=-1, le=1, description=(
+        "Every document's cosine with the reference pass's vector must be at least this."))
+    cosine_quantile: Number | None = Field(default=None, gt=0, lt=1, description=(
+        "Optional lower quantile of the cosines bounded by min_cosine_at_quantile."))
+    min_cosine_at_quantile: Number | None = Field(default=None, ge=-1, le=1, description=(
+        "The bound on that quantile of the cosines."))
 
     @model_validator(mode="after")
     def _quantile(self) -> EmbeddingSpec:
