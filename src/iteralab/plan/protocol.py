@@ -26,7 +26,7 @@ from iteralab.plan.metric import MetricSpec, Subgroup, subgroup_problems
 from iteralab.plan.tables import (Calendar, CatalogSpec, Checks, CorpusSpec, Dataset, JobSpec, ModelSpec, Reproduction,
                                   RunSpec, Series, Variant, Warmup)
 from iteralab.plan.task import EmbeddingSpec, TaskSpec, task_problem
-from iteralab.plan.values import Flag, Number, Strict as _Strict, Text, Whole
+from iteralab.plan.values import Flag, Strict as _Strict, Text, Whole
 
 if sys.version_info >= (3, 11):
     import tomllib
