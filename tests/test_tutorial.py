@@ -17,8 +17,6 @@ from pathlib import Path
 import pytest
 
 from iteralab.demo import data as demo_data
-from iteralab.demo import run as demo_run
-from iteralab.plan.prepare import write_splits
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "tutorial.md"
@@ -41,12 +39,8 @@ def walk_script(text: str) -> tuple[str, int]:
 
 
 def write_quick_demo_data(folder: Path) -> None:
-    """The data folder `iteralab demo --docs 60 --passes 2` writes, built by the demo's own functions."""
-    tokens = demo_run.token_counter(demo_run.load_tokenizer(demo_run.minilm_path()))
-    counts = demo_data.scaled_counts(demo_run.COUNTS, QUICK_DOCS)
-    splits = demo_data.build_demo_splits(demo_data.load_rotten_tomatoes(), tokens, strata=demo_run.STRATA,
-                                         counts=counts, tuning_size=QUICK_TUNING, seed=SEED)
-    write_splits(splits, folder / "data")
+    """The data folder `iteralab demo --docs 60 --passes 2` writes, built by the demo's own function."""
+    demo_data.write_demo_data(folder, docs=QUICK_DOCS, tuning_size=QUICK_TUNING, seed=SEED, emit=lambda _: None)
 
 
 def shell_env(tmp_path: Path) -> dict[str, str]:
