@@ -140,8 +140,10 @@ print(json.dumps({"split_s": t, "passes": len(finished), "knn_rows": knn_rows,
 
 
 #: Prepended to the run's and verify's code under ``--no-knn``: the verdict's kNN becomes a stub (benchmark only).
-NO_KNN = ("import sys\nimport numpy as np\nimport iteralab.campaign.verdict.evaluate as _evaluate\n"
-          "_evaluate.knn_correct = lambda vectors, labels, k, rows=None: np.zeros(len(labels), dtype=bool)\n")
+#: The stub replaces the name where the verdict calls it (``campaign.verdict.embedding``).
+NO_KNN = ("import sys\nimport numpy as np\nimport iteralab.campaign.verdict.embedding as _embedding\n"
+          "assert callable(_embedding.knn_correct), 'the kNN stub must replace a name the verdict calls'\n"
+          "_embedding.knn_correct = lambda vectors, labels, k, rows=None: np.zeros(len(labels), dtype=bool)\n")
 
 
 def write_inputs(folder: Path, docs: int, dim: int, passes: int) -> Path:
