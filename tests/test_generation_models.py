@@ -4,6 +4,7 @@ generators, bf16 and the manifest's facts — on the tiny models of tests/tiny_g
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -85,9 +86,23 @@ def test_a_stop_string_cuts_the_text(tiny_chain_lm):
     batch = model.generate(["sat on one", "red"])
     assert batch.texts[0] == "two " and batch.finish[0] == "stop" and int(batch.tokens[0]) == 2
     assert (batch.texts[1], batch.finish[1], int(batch.tokens[1])) == ("la la la la la la la la", "length", 8)
-    spanning = _load("hf_causal_lm", tiny_chain_lm, max_new_tokens=8, stop=("two three", "blue"))
+    spanning = _load("hf_causal_lm", tiny_chain_lm, max_new_tokens=8, stop=["two three", "blue"])
+    assert spanning.generation.stop == ("two three", "blue")
     batch = spanning.generate(["one"])  # the stop string spans two tokens: counted up to the one completing it
     assert (batch.texts, batch.tokens.tolist(), batch.finish) == ([""], [2], ["stop"])
+
+
+def test_without_a_pad_token_eos_pads_and_finish_reasons_still_hold(tiny_chain_lm, tmp_path):
+    folder = tmp_path / "no-pad"
+    shutil.copytree(tiny_chain_lm, folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    del config["pad_token"]
+    (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    model = _load("hf_causal_lm", folder, max_new_tokens=6)
+    assert model.describe()["generation"]["pad_token_id"] == 1 and any("eos" in n for n in model.describe()["notes"])
+    batch = model.generate(["one", "the cat sat on the red mat"])  # the first row is padded with eos ids
+    assert (batch.texts, batch.tokens.tolist(), batch.finish) == (["two three", "la la la la la la"], [3, 6],
+                                                                  ["eos", "length"])
 
 
 # ----------------------------------------------------------------------------------------- prompts
@@ -245,6 +260,8 @@ def test_refusals_name_the_field(tiny_causal_lm, tiny_seq2seq):
     with pytest.raises(WorkloadError, match="^padding: 'max_length': a generation job pads"):
         load_workload("hf_causal_lm", path=tiny_causal_lm, task="generation", padding="max_length",
                       generation=GenerationSettings(max_new_tokens=2))
+    with pytest.raises(WorkloadError, match="^stop: "):
+        _load("hf_causal_lm", tiny_causal_lm, max_new_tokens=2, stop=("",))
     with pytest.raises(WorkloadError, match="^precision/compile"):
         load_workload("callable", callable_ref="fake_generators:echo_words", task="generation", precision="bf16",
                       generation=GenerationSettings(max_new_tokens=2))

@@ -49,6 +49,10 @@ class GenerationSettings:
     allow_truncation: bool = False
     prompt_max_length: int = 512
 
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, list):  # as a protocol file's array reads
+            object.__setattr__(self, "stop", tuple(self.stop))
+
     def record(self) -> dict[str, Any]:
         """JSON-ready, for ``describe()``."""
         return {"max_new_tokens": self.max_new_tokens, "stop": list(self.stop), "chat_template": self.chat_template,
