@@ -107,3 +107,32 @@ def test_the_prompt_template_is_what_lock_counts(tmp_path, tiny_causal_lm):
         lock(protocol)
     protocol.write_text(generation_toml(causal(tiny_causal_lm), max_length=21), encoding="utf-8")
     lock(protocol)
+
+
+def run_job(folder: Path, model: str, **kwargs) -> Path:
+    from iteralab.evidence.run import run_campaign
+    from iteralab.lock.inputs import lock
+
+    protocol = write_job(folder, model, **kwargs)
+    lock(protocol)
+    out = folder / "camp"
+    run_campaign(protocol, out)
+    return out
+
+
+def rows_of(out: Path) -> dict[str, object]:
+    from iteralab.campaign.folder import read_raw_rows
+
+    return {r.pass_id: r for r in read_raw_rows(out / "raw_table.csv")}
+
+
+def test_a_callable_generation_job_runs_and_is_judged(tmp_path):
+    from iteralab.campaign.texts import read_texts
+
+    out = run_job(tmp_path, 'kind = "callable"\ncallable = "fake_generators:with_counts"', max_new_tokens=8)
+    rows = rows_of(out)
+    assert len(rows) == 4 and all(r.status == "ok" for r in rows.values())
+    assert all(r.ids_match and r.format_ok and r.corpus_accepted for r in rows.values()), \
+        [r.notes for r in rows.values()]
+    texts = read_texts(next((out / "predictions").glob("*.parquet")), max_new_tokens=8, allow_empty=False)
+    assert texts.records == 16 and texts.problem_count == 0

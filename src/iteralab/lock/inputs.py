@@ -294,7 +294,10 @@ def _columns(protocol: Protocol) -> tuple[dict[str, Any], list[str]]:
                    classes=list(spec.classes), require_labels=bool(spec.classes),
                    require_id=names_id_column(protocol))
     needs_strata = any(sg.by == "stratum" for sg in protocol.subgroups)
-    return columns, [spec.stratum_column] if spec.stratum_column and needs_strata else []
+    extra = [spec.stratum_column] if spec.stratum_column and needs_strata else []
+    if protocol.task.kind == "generation" and spec.reference_column:  # a generation job's reference answers
+        extra.append(spec.reference_column)
+    return columns, extra
 
 
 def scan_inputs(protocol_file: ProtocolFile, *, sinks: Sequence[Sink] = (),
