@@ -136,3 +136,37 @@ def test_a_callable_generation_job_runs_and_is_judged(tmp_path):
         [r.notes for r in rows.values()]
     texts = read_texts(next((out / "predictions").glob("*.parquet")), max_new_tokens=8, allow_empty=False)
     assert texts.records == 16 and texts.problem_count == 0
+
+
+def test_two_fp32_passes_of_the_causal_lm_give_identical_texts(tmp_path, tiny_causal_lm):
+    from iteralab.campaign.texts import read_texts
+
+    out = run_job(tmp_path, causal(tiny_causal_lm), reproduction="identical")
+    rows = rows_of(out)
+    assert all(r.status == "ok" and r.ids_match and r.format_ok for r in rows.values()), \
+        [r.notes for r in rows.values()]
+    files = sorted((out / "predictions").glob("*.parquet"))
+    sets = [read_texts(f, max_new_tokens=4, allow_empty=True) for f in files]
+    by_id = [dict(zip(s.ids.to_pylist(), s.texts.to_pylist())) for s in sets]
+    assert all(b == by_id[0] for b in by_id[1:])  # batch 1 and batch 4, both fp32: the same greedy texts
+    assert all(r.identical_share == 1.0 and r.reproduction_ok for r in rows.values())
+    assert all(r.tokens_per_s and r.tokens_per_s > 0 and r.mean_tokens is not None for r in rows.values())
+    header = (out / "raw_table.csv").read_text(encoding="utf-8").splitlines()[0].split(",")
+    assert header[header.index("docs_per_s") + 1] == "tokens_per_s"
+
+
+def test_a_too_small_max_new_tokens_is_flagged_by_the_length_share(tmp_path, tiny_chain_lm):
+    # the rigged model answers "one" with "two three <eos>" and anything else with "la la ..." to the limit
+    out = run_job(tmp_path, causal(tiny_chain_lm), max_new_tokens=3, generation="max_length_share = 0.5\nallow_empty = true")
+    rows = rows_of(out)
+    row = next(iter(rows.values()))
+    assert row.status == "ok" and row.format_ok
+    assert row.length_share is not None and row.length_share > 0.5
+    assert row.corpus_accepted is False and "length share" in row.notes
+
+
+def test_a_raising_callable_is_a_failed_row(tmp_path):
+    out = run_job(tmp_path, 'kind = "callable"\ncallable = "fake_generators:raising"')
+    rows = rows_of(out)
+    assert all(r.status != "ok" and r.corpus_accepted is False for r in rows.values())
+    assert all("the generator's server is down" in (r.error or "") for r in rows.values())
