@@ -170,3 +170,78 @@ def test_a_raising_callable_is_a_failed_row(tmp_path):
     rows = rows_of(out)
     assert all(r.status != "ok" and r.corpus_accepted is False for r in rows.values())
     assert all("the generator's server is down" in (r.error or "") for r in rows.values())
+
+
+def end_to_end(tmp_path: Path, model: str, **kwargs) -> tuple[Path, dict]:
+    """lock → run → stats → decide (note, report) → seal and pack → verify → rerun, on one generation job."""
+    from iteralab.decision.report import finalize
+    from iteralab.evidence.bundle import pack, seal
+    from iteralab.evidence.rerun import rerun
+    from iteralab.evidence.verify import audit_campaign
+
+    out = run_job(tmp_path, model, **kwargs)
+    written = finalize([out])
+    assert (out / "stats.txt").is_file() and (out / "decision.md").is_file() and (out / "report.html").is_file()
+    seal(out)
+    archive, _ = pack(out, tmp_path / "bundle.tar.gz")
+    assert Path(archive).is_file()
+    report = audit_campaign(out)
+    assert not report.differences, report.differences
+    comparison = rerun(out, tmp_path / "again")
+    return out, {"written": written, "report": report, "rerun": comparison}
+
+
+def assert_answered(out: Path, result: dict, metric: str = "token_f1", lengths: bool = True) -> None:
+    import json
+
+    assert result["report"].accepted >= 1
+    decision = json.loads((out / "decision.json").read_text(encoding="utf-8"))
+    assert f"metric {metric} >=" in (out / "decision.md").read_text(encoding="utf-8")
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert ("output length per configuration" in html) is lengths  # only where the tokens were measured
+    assert decision["configuration_per_machine"] and decision["decision"]  # an answer: a configuration chosen
+    variants = result["rerun"]["comparison"]["variants"]
+    assert set(variants) == {"b1", "b4"}
+    assert all(v["pairs"] and all(p["common_ids"] == 16 for p in v["pairs"]) for v in variants.values())
+
+
+def test_a_causal_lm_generation_job_end_to_end(tmp_path, tiny_causal_lm):
+    out, result = end_to_end(tmp_path, causal(tiny_causal_lm))
+    assert_answered(out, result)
+    # greedy fp32 on the same machine: the rerun's texts are the earlier ones
+    assert all(p["identical"] for v in result["rerun"]["comparison"]["variants"].values()
+               for p in v["pairs"])
+
+
+def test_a_seq2seq_generation_job_end_to_end(tmp_path, tiny_seq2seq):
+    out, result = end_to_end(tmp_path, f'kind = "hf_seq2seq"\npath = "{tiny_seq2seq.as_posix()}"')
+    assert_answered(out, result)
+
+
+def test_a_callable_generation_job_end_to_end(tmp_path):
+    out, result = end_to_end(tmp_path, 'kind = "callable"\ncallable = "fake_generators:last_words"',
+                             metric='name = "rouge_l"')
+    assert_answered(out, result, "rouge_l", lengths=False)
+    rows = rows_of(out)
+    # texts only, no tokenizer: tokens are not measured, and said so
+    assert all(r.tokens_per_s is None and r.length_share is None for r in rows.values())
+    assert all("not measured" in r.notes for r in rows.values())
+
+
+def test_verify_fails_on_a_hand_edited_text(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from iteralab.campaign.texts import read_texts
+    from iteralab.evidence.verify import audit_campaign
+
+    out = run_job(tmp_path, 'kind = "callable"\ncallable = "fake_generators:with_counts"', max_new_tokens=8)
+    assert not audit_campaign(out, require_seal=False).differences
+    path = sorted((out / "predictions").glob("*.parquet"))[0]
+    table = pq.read_table(path)
+    texts = table.column("text").to_pylist()
+    texts[0] = texts[0] + " edited"
+    pq.write_table(table.set_column(1, "text", pa.array(texts, pa.string())), path)
+    assert read_texts(path, max_new_tokens=8, allow_empty=False).problem_count == 0  # still a well-formed file
+    differences = audit_campaign(out, require_seal=False).differences
+    assert any(path.name in d and "sha256" in d for d in differences), differences

@@ -141,6 +141,13 @@ class MetricSpec(Strict):
             return self.relative_tolerance * abs(reference)
         return float(self.tolerance or 0.0)
 
+    @property
+    def tolerance_text(self) -> str:
+        """The tolerance in the words of a note: ``0.05``, or ``1% of the reference's value`` when relative."""
+        if self.relative_tolerance is not None:
+            return f"{self.relative_tolerance:.4g} × the reference's value"
+        return f"{float(self.tolerance or 0.0):g}"
+
     def within(self, value: float, reference: float, tolerance: float, higher_is_better: bool | None = None) -> bool:
         """Whether ``value`` is no worse than ``reference`` by more than ``tolerance`` (in the metric's direction)."""
         up = self.higher_is_better if higher_is_better is None else higher_is_better

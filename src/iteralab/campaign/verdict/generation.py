@@ -129,6 +129,14 @@ class TextComparison:
 
     identical_share: float | None
     compared: int
+    #: both files hold the same ids (each once)
+    same_ids: bool = False
+
+    def record(self) -> dict[str, Any]:
+        """The form of ``verdict.compare.compare_outputs`` that rerun reads (texts: no probabilities)."""
+        return {"common_ids": self.compared, "same_ids": self.same_ids, "identical_share": self.identical_share,
+                "identical": self.same_ids and self.identical_share == 1.0,
+                "label_agreement": self.identical_share, "max_abs_prob_diff": None}
 
 
 def compare_text_files(a: Path, b: Path, protocol: Protocol) -> TextComparison:
@@ -144,7 +152,9 @@ def compare_text_files(a: Path, b: Path, protocol: Protocol) -> TextComparison:
     mine = left.texts.filter(pa.array(both))
     theirs = right.texts.take(pa.array(where[both]))
     same = pc.sum(pc.cast(pc.equal(mine, theirs), pa.int64())).as_py() or 0
-    return TextComparison(same / int(both.sum()), int(both.sum()))
+    unique = len(pc.unique(left.ids)) == len(left.ids) and len(pc.unique(right.ids)) == len(right.ids)
+    same_ids = unique and len(left.ids) == len(right.ids) == int(both.sum())
+    return TextComparison(same / int(both.sum()), int(both.sum()), same_ids)
 
 
 def text_comparison(v: dict[str, Any], ref_v: dict[str, Any] | None, same: TextComparison | None,

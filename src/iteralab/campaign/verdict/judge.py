@@ -112,6 +112,8 @@ def compare_predictions(a: Path, b: Path, protocol: Protocol) -> dict[str, Any]:
     reader = PredictionReader(protocol)
     if reader.embedding is not None:
         return compare_vector_files(a, b, reader)
+    if reader.generation is not None:
+        return compare_text_files(a, b, protocol).record()
     return compare_outputs(reader.read(a)[1], reader.read(b)[1])
 
 
