@@ -245,3 +245,21 @@ def test_verify_fails_on_a_hand_edited_text(tmp_path):
     assert read_texts(path, max_new_tokens=8, allow_empty=False).problem_count == 0  # still a well-formed file
     differences = audit_campaign(out, require_seal=False).differences
     assert any(path.name in d and "sha256" in d for d in differences), differences
+
+
+def test_the_memory_estimate_adds_the_kv_cache(tmp_path, tiny_causal_lm):
+    from transformers import AutoConfig
+
+    from iteralab.evidence.memory import memory_table
+
+    out = run_job(tmp_path, causal(tiny_causal_lm))
+    config = AutoConfig.from_pretrained(str(tiny_causal_lm))
+    rows = {r["variant"]: r for r in memory_table(out, runtime_overhead=0)}
+    for name, batch in (("b1", 1), ("b4", 4)):
+        terms = rows[name]["estimate_terms"]
+        head_dim = config.hidden_size // config.num_attention_heads
+        expected = 2 * config.num_hidden_layers * config.num_attention_heads * head_dim * (40 + 4) * batch * 4
+        assert terms["kv_cache_bytes"] == expected
+        assert terms["total_bytes"] == rows[name]["estimate_bytes"]
+        assert any("KV cache" in a for a in rows[name]["estimate_assumptions"])
+        assert rows[name]["observed_bytes"] is not None  # shown against the observed peak
