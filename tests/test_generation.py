@@ -157,7 +157,8 @@ def test_two_fp32_passes_of_the_causal_lm_give_identical_texts(tmp_path, tiny_ca
 
 def test_a_too_small_max_new_tokens_is_flagged_by_the_length_share(tmp_path, tiny_chain_lm):
     # the rigged model answers "one" with "two three <eos>" and anything else with "la la ..." to the limit
-    out = run_job(tmp_path, causal(tiny_chain_lm), max_new_tokens=3, generation="max_length_share = 0.5\nallow_empty = true")
+    out = run_job(tmp_path, causal(tiny_chain_lm), max_new_tokens=3,
+                  generation="max_length_share = 0.5\nallow_empty = true")
     rows = rows_of(out)
     row = next(iter(rows.values()))
     assert row.status == "ok" and row.format_ok
@@ -173,7 +174,7 @@ def test_a_raising_callable_is_a_failed_row(tmp_path):
 
 
 def end_to_end(tmp_path: Path, model: str, **kwargs) -> tuple[Path, dict]:
-    """lock → run → stats → decide (note, report) → seal and pack → verify → rerun, on one generation job."""
+    """lock → run → stats → decide (note, report) → seal, pack → verify → rerun, on one generation job."""
     from iteralab.decision.report import finalize
     from iteralab.evidence.bundle import pack, seal
     from iteralab.evidence.rerun import rerun
@@ -263,3 +264,64 @@ def test_the_memory_estimate_adds_the_kv_cache(tmp_path, tiny_causal_lm):
         assert terms["total_bytes"] == rows[name]["estimate_bytes"]
         assert any("KV cache" in a for a in rows[name]["estimate_assumptions"])
         assert rows[name]["observed_bytes"] is not None  # shown against the observed peak
+
+
+def test_a_routine_is_handed_the_texts_and_the_references(tmp_path):
+    out = run_job(tmp_path, 'kind = "callable"\ncallable = "fake_generators:last_words"',
+                  metric='routine = "generation_routines:last_word_match"')
+    rows = rows_of(out)
+    assert all(r.status == "ok" and r.metric_name == "generation_routines:last_word_match" for r in rows.values())
+    # last_words ends every text with the prompt's last three words: the reference (the last word) is in each
+    # text only when the routine is handed each text beside its own reference
+    assert all(r.metric == 1.0 and r.corpus_accepted for r in rows.values()), [r.notes for r in rows.values()]
+
+
+def test_a_routine_sees_a_wrong_answer(tmp_path):
+    out = run_job(tmp_path, 'kind = "callable"\ncallable = "fake_generators:with_counts"', max_new_tokens=8,
+                  metric='routine = "generation_routines:last_word_match"')
+    rows = rows_of(out)
+    assert all(r.status == "ok" and r.metric == 0.0 for r in rows.values())  # upper-cased: no reference matches
+
+
+def counted(folder: Path, texts: list[str]) -> list[int]:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    return [len(ids) for ids in tokenizer(texts)["input_ids"]]
+
+
+def test_strata_count_the_rendered_prompt_and_judge_quality_per_stratum(tmp_path, tiny_causal_lm):
+    from iteralab.lock.inputs import lock
+
+    template = "answer this : {text}"
+    write_corpus(tmp_path)
+    texts = [WORDS[i % len(WORDS)] for i in range(16)]
+    bare = counted(tiny_causal_lm, texts)
+    rendered = counted(tiny_causal_lm, [template.format(text=t) for t in texts])
+    cut = sorted(rendered)[len(rendered) // 2]
+    strata = f'strata = {{ short = [0, {cut - 1}], long = [{cut}] }}'
+    subgroups = '[[subgroups]]\nname = "len"\nby = "stratum"\ngating = false\n'
+
+    def with_strata(counts: list[int]) -> None:
+        lines = (tmp_path / "corpus.csv").read_text(encoding="utf-8").splitlines()
+        out = [lines[0] + ",stratum"] + [f"{line},{'short' if n < cut else 'long'}"
+                                         for line, n in zip(lines[1:], counts)]
+        (tmp_path / "corpus.csv").write_text("\n".join(out) + "\n", encoding="utf-8")
+
+    text = generation_toml(causal(tiny_causal_lm), generation=f'prompt = "{template}"').replace(
+        'reference_column = "answer"', f'reference_column = "answer"\n{strata}').replace(
+        'reference_variant = "b1"', f'reference_variant = "b1"\n\n{subgroups}')
+    protocol = tmp_path / "protocol.toml"
+    protocol.write_text(text, encoding="utf-8")
+    with_strata(bare)  # strata of the bare texts: every prompt is longer than its text
+    assert bare != rendered
+    with pytest.raises(CorpusError, match="the model's tokenizer counts"):
+        lock(protocol)
+    write_corpus(tmp_path)
+    with_strata(rendered)
+    lock(protocol)
+    from iteralab.evidence.run import run_campaign
+
+    run_campaign(protocol, tmp_path / "camp")
+    rows = rows_of(tmp_path / "camp")
+    assert all(set(r.subgroup_metrics) == {"len:short", "len:long"} for r in rows.values())

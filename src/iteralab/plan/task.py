@@ -30,8 +30,9 @@ Its corpus has references, not labels (``corpus.classes = []``, ``corpus.referen
 :data:`~iteralab.plan.metric.GENERATION_METRICS` or a routine, with exactly one of ``metric.tolerance`` (absolute)
 and ``metric.relative_tolerance`` (a share of the reference variant's score, as MLPerf states it).
 
-An embedding job's model is an ``encoder`` folder (Hugging Face ``AutoModel`` + tokenizer, pooled by ``embedding.pooling``,
-L2-normalised when ``embedding.normalize``, cut at ``model.max_length``) or a ``callable`` returning ``[n, d]``.
+An embedding job's model is an ``encoder`` folder (Hugging Face ``AutoModel`` + tokenizer, pooled by
+``embedding.pooling``, L2-normalised when ``embedding.normalize``, cut at ``model.max_length``) or a ``callable``
+returning ``[n, d]``.
 """
 
 from __future__ import annotations

@@ -271,8 +271,8 @@ def _against_reference(v: dict[str, Any], ref_v: dict[str, Any] | None, protocol
         v["metric_delta"], v["tolerance_ok"] = None, False
         return [f"reference pass has no {protocol.metric.label} value"]
     v["metric_delta"] = None if v["metric"] is None else v["metric"] - ref_v["metric"]
-    v["tolerance_ok"] = v["metric"] is not None and protocol.metric.within(v["metric"], ref_v["metric"],
-                                                                           protocol.metric.allowed_drop(ref_v["metric"]))
+    allowed = protocol.metric.allowed_drop(ref_v["metric"])  # absolute, or relative to the reference's value
+    v["tolerance_ok"] = v["metric"] is not None and protocol.metric.within(v["metric"], ref_v["metric"], allowed)
     return [] if v["tolerance_ok"] else ["outside tolerance"]
 
 
