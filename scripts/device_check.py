@@ -17,7 +17,10 @@ beside the CUDA-event GPU scope and the memory peaks, then one line per check:
     manifest       the device inventory read from the runtime, and no pass differs from the campaign's manifest
     data-parallel  a pass over 2 cards, each worker on its own card (UUID); n/a with fewer than 2 cards
     ray            a Ray pass with one GPU actor on the card Ray assigned; n/a when ray is not installed
-    generation     n/a while the product has no generation jobs
+    generation     the tiny causal LM of tests/tiny_generators.py (random weights, a tokenizer built locally) as a
+                   generation job in fp32, bf16 and fp16 (fp16 refused on CPU): every pass ok, its texts complete,
+                   generated tokens per second measured; with vllm importable, the same job through a callable
+                   calling vLLM's LLM.generate with greedy SamplingParams
 
 ``--cpu-self-test`` runs the same checks on the CPU: the real model on the CPU for process, precisions, attention,
 compile and manifest, and the GPU parts (event scope, device peaks, 2 cards for data-parallel, a Ray actor given a
@@ -60,7 +63,7 @@ VARIANTS = {
     "ray": {"name": "ray", "engine": "ray"},
 }
 #: The variants each check reads, by campaign ("gpu": the fake campaign's 2 fake cards in the self-test, the main
-#: campaign on a GPU); "process" reads whatever ran, "generation" runs nothing yet.
+#: campaign on a GPU); "process" reads whatever ran, "generation" runs a generation job of its own (_run_generation).
 NEEDS = {"process": {}, "fp32": {"main": ["fp32"]}, "bf16": {"main": ["bf16"]}, "fp16": {"main": ["fp16"]},
          "sdpa": {"main": ["fp32"]}, "eager": {"main": ["fp32"], "eager": ["fp32"]},
          "compile": {"main": ["compiled"]}, "manifest": {"main": ["fp32"]}, "data-parallel": {"gpu": ["dp2"]},
@@ -554,7 +557,137 @@ def _evaluate(check: str, camps: dict[str, Campaign], machine: Machine) -> tuple
         return _data_parallel(camps, machine)
     if check == "ray":
         return _ray(camps, machine)
-    return ["generation jobs exist (plan.task.TASK_KINDS) but this check runs none: add the case"], ""
+    return _generation(camps)
+
+
+GENERATION_PROTOCOL = """schema_version = 1
+name = "device-check-{name}"
+question = "Does a generation job run, generate and measure its tokens on this card?"
+
+[task]
+kind = "generation"
+
+[generation]
+max_new_tokens = 8
+allow_empty = true
+
+[corpus]
+path = "generation.csv"
+classes = []
+reference_column = "answer"
+
+[model]
+{model}
+max_length = 64
+
+[metric]
+name = "token_f1"
+threshold = 0.0
+tolerance = 1.0
+reference_variant = "fp32"
+
+[warmup]
+inputs = 4
+passes = 1
+
+[run]
+passes = 1
+device = "{device}"
+{variants}"""
+
+#: A callable that generates through vLLM (written next to the campaign, imported by the pass worker).
+VLLM_CALLABLE = """import os
+from vllm import LLM, SamplingParams
+
+_LLM = None
+
+
+def generate(prompts):
+    global _LLM
+    if _LLM is None:
+        _LLM = LLM(model=os.environ["DEVICE_CHECK_VLLM_MODEL"], dtype="float32", enforce_eager=True)
+    outputs = _LLM.generate(prompts, SamplingParams(temperature=0.0, max_tokens=8))
+    return [o.outputs[0].text for o in outputs]
+"""
+
+
+def _run_generation(root: Path, machine: Machine) -> list[Campaign]:
+    """The generation check's campaigns: the tiny causal LM in each precision this machine runs, and through vLLM
+    when it is importable."""
+    import csv
+    import importlib.util
+
+    sys.path.insert(0, str(TESTS))
+    try:
+        from tiny_generators import tiny_causal_lm_dir
+    finally:
+        sys.path.remove(str(TESTS))
+    folder = tiny_causal_lm_dir(root / "generation-model")
+    with open(root / "generation.csv", "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["id", "text", "answer"])
+        for i in range(32):
+            writer.writerow([f"g{i:03d}", " ".join(WORDS[(i + j) % len(WORDS)] for j in range(3 + i % 9)),
+                             WORDS[i % len(WORDS)]])
+    device = "cpu" if machine.self_test else "cuda"
+    precisions = [p for p in ("fp32", "bf16", "fp16") if p not in machine.refused
+                  and not (machine.self_test and p == "fp16")]
+    variants = "".join(f'\n[[variants]]\nname = "{p}"\nbatch_size = 8\nprecision = "{p}"\n' for p in precisions)
+    runs = [("generation", f'kind = "hf_causal_lm"\npath = "{folder.as_posix()}"', variants)]
+    if importlib.util.find_spec("vllm") is not None and not machine.self_test:
+        (root / "device_check_vllm.py").write_text(VLLM_CALLABLE, encoding="utf-8")
+        os.environ["DEVICE_CHECK_VLLM_MODEL"] = str(folder)
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+        sys.path.insert(0, str(root))  # lock fingerprints the callable's module from here
+        runs.append(("generation-vllm", f'kind = "callable"\ncallable = "device_check_vllm:generate"\n'
+                     f'path = "{folder.as_posix()}"', '\n[[variants]]\nname = "fp32"\nbatch_size = 8\n'))
+    camps = []
+    for name, model, declared in runs:
+        protocol = root / f"protocol-{name}.toml"
+        protocol.write_text(GENERATION_PROTOCOL.format(name=name, model=model, device=device, variants=declared),
+                            encoding="utf-8")
+        camps.append(_run_protocol(protocol, Campaign(name, root / f"campaign-{name}", gpu=not machine.self_test)))
+    return camps
+
+
+def _run_protocol(protocol: Path, camp: Campaign) -> Campaign:
+    from iteralab.evidence.run import run_campaign
+    from iteralab.lock.inputs import lock
+
+    t0 = time.perf_counter()
+    try:
+        lock(protocol)
+        run_campaign(protocol, camp.folder, keep_unrunnable=True)
+    except Exception as exc:  # noqa: BLE001 - a campaign that cannot run fails its check, named
+        camp.error = f"campaign {camp.name} did not run: {type(exc).__name__}: {getattr(exc, 'message', None) or exc}"
+        traceback.print_exc()
+        return camp
+    finally:
+        camp.seconds = time.perf_counter() - t0
+    return camp.read()
+
+
+def _generation(camps: dict[str, Campaign]) -> tuple[list[str], str]:
+    """Every generation pass ok with its texts complete and its tokens per second measured; fp32's texts are the
+    reference's (identical share 1); the other precisions' identical shares are reported, not judged."""
+    mine = [c for name, c in camps.items() if name.startswith("generation")]
+    problems = [c.error for c in mine if c.error]
+    said = []
+    for camp in mine:
+        for row in camp.rows:
+            where = f"{camp.name} {row.variant}"
+            if row.status != "ok" or not row.ids_match or not row.format_ok:
+                problems.append(f"{where}: status {row.status}, ids {row.ids_match}, format {row.format_ok} "
+                                f"({row.error or (row.notes or '')[:160]})")
+            elif camp.name == "generation" and not row.tokens_per_s:
+                problems.append(f"{where}: generated tokens per second not measured")
+            else:
+                said.append(f"{where} {_num(row.tokens_per_s, '.0f')} tok/s, identical to fp32 "
+                            f"{_num(row.identical_share, '.0%')}")
+    if not mine or not any(c.rows for c in mine):
+        problems.append("no generation campaign ran")
+    vllm = any(c.name == "generation-vllm" for c in mine)
+    return problems, "; ".join(said) + ("" if vllm else "; vLLM callable not run (vllm not importable here)")
 
 
 def _report(checks: tuple[str, ...], camps: dict[str, Campaign], machine: Machine, started: float | None = None
@@ -643,6 +776,10 @@ def main(argv: list[str] | None = None) -> int:
         for attention in ("sdpa", "eager") if "eager" in plan else ("sdpa",):
             _build_model(root / f"model-{attention}", size, attention)
     camps: dict[str, Campaign] = {}
+    if "generation" in only and machine.applies("generation") is None:  # before any fake card is installed
+        for camp in _run_generation(root, machine):
+            camps[camp.name] = camp
+            _print_campaign(camp)
     patches = _Patches()
     try:
         for name, variants in plan.items():

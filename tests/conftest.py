@@ -13,6 +13,10 @@ Session-scoped fixtures (each a folder under pytest's temporary directory; treat
   so any ASCII text tokenizes without a flood of ``[UNK]``).
 
 The weights are random (seeded): outputs are deterministic but meaningless as classifications.
+
+Generation models (tests/tiny_generators.py, built once per session): ``tiny_causal_lm`` (a random GPT-2-shaped
+causal LM with a chat template), ``tiny_chain_lm`` (the same shape rigged so that greedy decoding follows
+``tiny_generators.CHAIN``) and ``tiny_seq2seq`` (a random T5-shaped encoder-decoder), each a ``Path``.
 """
 
 from __future__ import annotations
@@ -113,3 +117,31 @@ def tiny_head_path(tiny_encoder_dir, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("heads") / "head.safetensors"
     save_head(path, weight, bias, TINY_CLASSES, normalize=True, extra_metadata={"trained_on": "conftest texts"})
     return path
+
+
+# ------------------------------------------------------------------------------------------ generation models
+# ``tiny_causal_lm`` / ``tiny_chain_lm`` / ``tiny_seq2seq`` → ``Path``: the folders of tests/tiny_generators.py
+# (a random GPT-2-shaped causal LM, the same shape rigged to follow ``CHAIN``, a random T5-shaped seq2seq), built
+# once per session. Load with ``load_workload("hf_causal_lm" | "hf_seq2seq", path=..., task="generation",
+# generation=GenerationSettings(max_new_tokens=...))``.
+
+
+@pytest.fixture(scope="session")
+def tiny_causal_lm(tmp_path_factory) -> Path:
+    from tiny_generators import tiny_causal_lm_dir
+
+    return tiny_causal_lm_dir(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="session")
+def tiny_chain_lm(tmp_path_factory) -> Path:
+    from tiny_generators import tiny_chain_lm_dir
+
+    return tiny_chain_lm_dir(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="session")
+def tiny_seq2seq(tmp_path_factory) -> Path:
+    from tiny_generators import tiny_seq2seq_dir
+
+    return tiny_seq2seq_dir(tmp_path_factory.mktemp("models"))

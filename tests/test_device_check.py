@@ -73,9 +73,11 @@ def test_cpu_self_test_prints_one_line_per_check_and_exits_0(tmp_path):
     assert list(checks) == list(_script().CHECKS)
     ray_status = "ok" if ray_installed() else "n/a"
     assert {name: status for name, (status, _) in checks.items()} == {
-        **dict.fromkeys(_script().CHECKS, "ok"), "ray": ray_status, "generation": "n/a"}
-    assert checks["generation"][1] == "generation jobs are not in this version"
-    assert re.fullmatch(r"5 local passes, each in a worker process of its own \(\d forked from a template\)",
+        **dict.fromkeys(_script().CHECKS, "ok"), "ray": ray_status}
+    assert re.fullmatch(r"generation fp32 \d+ tok/s, identical to fp32 100%; generation bf16 \d+ tok/s, identical to "
+                        r"fp32 \d+%; vLLM callable not run \(vllm not importable here\)", checks["generation"][1]), \
+        checks["generation"][1]
+    assert re.fullmatch(r"7 local passes, each in a worker process of its own \(\d forked from a template\)",
                         checks["process"][1]), checks["process"][1]
     assert checks["fp16"][1].startswith("refused on CPU by the precision policy")
     assert checks["eager"][1].startswith("1 pass recorded attn_implementation 'eager'; agrees with SDPA")
@@ -86,12 +88,12 @@ def test_cpu_self_test_prints_one_line_per_check_and_exits_0(tmp_path):
         assert checks["ray"][1] == f"1 pass, one actor on the GPU Ray assigned (['0'], {uuids[0]}), cluster GPUs 1.0"
     else:
         assert checks["ray"][1] == "ray is not installed (pip install iteralab[ray]): no Ray pass"
-    skipped = "generation" if ray_installed() else "ray, generation"
-    applicable = len(checks) - len(skipped.split(", "))
+    applicable = len(checks) - (0 if ray_installed() else 1)
     assert proc.stdout.rstrip().splitlines()[-1] == (f"device_check (CPU self-test): all {applicable} applicable "
-                                                     f"checks passed; not applicable: {skipped}")
+                                                     "checks passed" + ("" if ray_installed() else
+                                                                        "; not applicable: ray"))
     assert re.search(r"^wall time: \d+ s, models and campaigns included$", proc.stdout, flags=re.MULTILINE)
-    for name in ("main", "eager", "fake"):
+    for name in ("main", "eager", "fake", "generation"):
         assert (tmp_path / f"campaign-{name}" / "raw_table.csv").is_file()
 
 
@@ -132,14 +134,16 @@ def test_on_a_gpu_machine_the_plan_follows_the_cards_and_ray(capsys):
     assert one_card.campaigns(module.CHECKS) == {"main": ["fp32", "bf16", "fp16", "compiled"], "eager": ["fp32"]}
     two_cards = module.Machine(self_test=False, gpus=2, ray=True)
     assert two_cards.campaigns(module.CHECKS)["main"] == ["fp32", "bf16", "fp16", "compiled", "dp2", "ray"]
-    assert module._report(("data-parallel", "ray", "generation"), {}, one_card) == 0
+    assert module._report(("data-parallel", "ray"), {}, one_card) == 0
     out = capsys.readouterr().out
     assert _checks(out) == {
         "data-parallel": ("n/a", "one card visible, data-parallel needs 2"),
-        "ray": ("n/a", "ray is not installed (pip install iteralab[ray]): no Ray pass"),
-        "generation": ("n/a", "generation jobs are not in this version")}
+        "ray": ("n/a", "ray is not installed (pip install iteralab[ray]): no Ray pass")}
     assert out.rstrip().splitlines()[-1] == ("device_check (GPU): no check applies here; not applicable: "
-                                             "data-parallel, ray, generation")
+                                             "data-parallel, ray")
+    # generation runs a job of its own: without it, its check fails rather than passing on nothing
+    assert module._report(("generation",), {}, one_card) == 1
+    assert _checks(capsys.readouterr().out)["generation"][0] == "FAIL"
 
 
 def test_a_precision_the_card_cannot_run_does_not_apply_and_says_why(monkeypatch, capsys):

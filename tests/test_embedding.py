@@ -134,7 +134,7 @@ BY_LABEL = '[[subgroups]]\nname = "c"\nby = "label"\n'
     (lambda t: t.replace("min_cosine = 0.99\n", "min_cosine = 0.99\ncosine_quantile = 0.01\n"),
      "cosine_quantile and embedding.min_cosine_at_quantile go together"),
     (lambda t: t.replace('pooling = "mean"', 'pooling = "max"'), "key 'embedding.pooling'"),
-    (lambda t: t.replace('kind = "embedding"', 'kind = "generation"'), "key 'task.kind'"),
+    (lambda t: t.replace('kind = "embedding"', 'kind = "translation"'), "key 'task.kind'"),
 ])
 def test_embedding_protocol_mistakes_are_one_line(edit, expected):
     text = edit(embedding_protocol('kind = "callable"\ncallable = "fake_embedders:word_embedder"',

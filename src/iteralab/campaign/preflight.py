@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from iteralab.campaign.engines.embedpass import embedding_options, embedding_record
+from iteralab.campaign.engines.genpass import generation_options, generation_record
 from iteralab.campaign.engines.shards import worker_layout
 from iteralab.errors import WorkloadError
 from iteralab.kit.memoire import precision_refusal
@@ -64,7 +65,8 @@ def preflight(protocol_file: ProtocolFile) -> Preflight:
                   callable_ref=model.callable,
                   classes=list(protocol.corpus.classes), precision="fp32", device="cpu",
                   max_length=model.max_length, truncation=model.truncation,
-                  trust_remote_code=model.trust_remote_code, **embedding_options(embedding_record(protocol)))
+                  trust_remote_code=model.trust_remote_code, **embedding_options(embedding_record(protocol)),
+                          **generation_options({**generation_record(protocol), "max_length": model.max_length}))
     unrunnable = {}
     for variant in protocol.variants:
         problem = _variant_problem(protocol, variant)

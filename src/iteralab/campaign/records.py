@@ -31,11 +31,13 @@ PHASES = ("load_s", "compile_s", "warmup_s", "pass_s", "evaluation_s", "writing_
 assert sorted(PHASES) == sorted(WORKER_PHASES + RUNNER_PHASES), "a phase is timed by the worker or the runner"
 
 #: The output kinds a pass can have: class labels and probabilities (one row per document: id, label, one
-#: probability per class), or one embedding vector per document (id, vector). A kind is recorded in the journal
-#: only when it is not class probabilities (the journals written before hold that kind only).
+#: probability per class), one embedding vector per document (id, vector), or one generated text per document
+#: (id, text, generated tokens, finish reason). A kind is recorded in the journal only when it is not class
+#: probabilities (the journals written before hold that kind only).
 CLASS_PROBABILITIES = "class_probabilities"
 EMBEDDING_VECTORS = "embedding_vectors"
-OUTPUT_KINDS = (CLASS_PROBABILITIES, EMBEDDING_VECTORS)
+GENERATED_TEXTS = "generated_texts"
+OUTPUT_KINDS = (CLASS_PROBABILITIES, EMBEDDING_VECTORS, GENERATED_TEXTS)
 
 
 def _error(what: str, problem: str) -> RunError:

@@ -35,6 +35,7 @@ import sklearn.metrics  # noqa: F401
 from iteralab.campaign.corpuscopy import CorpusCopy, tuning_record, write_dataset_copies
 from iteralab.campaign.engines import local
 from iteralab.campaign.engines.embedpass import embedding_record
+from iteralab.campaign.engines.genpass import generation_record
 from iteralab.campaign.engines.prefork import Templates, available
 from iteralab.campaign.engines.raypass import RayEngine, require_ray
 from iteralab.campaign.engines.registry import Engine, engine_name, engines
@@ -97,7 +98,10 @@ def _scan_and_copy(locked: LockedProtocol, out: Path, *,
     protocol = locked.protocol
     spec = protocol.corpus
     by_stratum = any(sg.by == "stratum" for sg in protocol.subgroups) and bool(spec.stratum_column)
-    copy = CorpusCopy(out / CORPUS, extra={"stratum": spec.stratum_column if by_stratum else ""})
+    extra = {"stratum": spec.stratum_column if by_stratum else ""}
+    if protocol.task.kind == "generation" and spec.reference_column:  # the references the verdict reads
+        extra["reference"] = spec.reference_column
+    copy = CorpusCopy(out / CORPUS, extra=extra)
     tuning_copy = CorpusCopy(out / TUNING) if spec.tuning_path else None
     try:
         scans = scan_inputs(locked, sinks=[copy], tuning_sinks=[tuning_copy] if tuning_copy is not None else [])
@@ -188,7 +192,7 @@ def prepare(locked: str | os.PathLike[str] | LockedProtocol, out: str | os.PathL
                   "head": _as_text(locked.where(model.head)),
                   "callable": model.callable, "max_length": model.max_length, "truncation": model.truncation,
                   "trust_remote_code": model.trust_remote_code, "files": carried["files"],
-                  **embedding_record(protocol)},
+                  **embedding_record(protocol), **generation_record(protocol)},
         "tuning": tuning,
         "catalog": catalog,
         "schedule": {"design": design, "slots": [s.record() for s in slots]},

@@ -166,7 +166,8 @@ def _covered_load_lines(d: Decision, c4: dict[str, str | None]) -> list[str]:
             "fingerprint, however many passes delivered it)",
             f"- protocol `{proto['name']}` version {proto['version']}, sha256 `{proto['sha256']}`, locked at "
             f"{proto.get('locked_at')}",
-            f"- metric {p.metric.label} {p.metric.relation} {p.metric.threshold:g}, within {p.metric.tolerance:g} of "
+            f"- metric {p.metric.label} {p.metric.relation} {p.metric.threshold:g}, "
+            f"within {p.metric.tolerance_text} of "
             f"{p.metric.reference_variant}; gating subgroups: "
             f"{', '.join(s.name for s in p.subgroups if s.gating) or 'none'}; reproduction target "
             f"{p.reproduction.target}",

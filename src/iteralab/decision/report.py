@@ -135,8 +135,9 @@ def plot_quality(configs: list[Config], decision: Decision, merged: bool) -> str
     if refs:
         ref = refs[0]
         sign = -1 if metric.higher_is_better else 1  # a lower-is-better routine may rise by the tolerance
-        ax.axhspan(ref + sign * metric.tolerance, ref, color="#2ca02c", alpha=0.12,
-                   label=f"tolerance band (reference {'-' if sign < 0 else '+'} {metric.tolerance:g})")
+        drop = metric.allowed_drop(ref)
+        ax.axhspan(ref + sign * drop, ref, color="#2ca02c", alpha=0.12,
+                   label=f"tolerance band (reference {'-' if sign < 0 else '+'} {drop:g})")
         ax.axhline(ref, color="#2ca02c", linewidth=1, linestyle=":", label=f"reference {metric.reference_variant}")
     ax.axhline(metric.threshold, color="#c00000", linewidth=1.2, linestyle="--",
                label=f"threshold {metric.threshold:g}")
@@ -176,6 +177,24 @@ def plot_cosine(configs: list[Config], decision: Decision, merged: bool) -> str 
     ax.set_ylabel("minimum cosine with the reference vectors")
     ax.set_title("Vectors per configuration: each pass's lowest document cosine against min_cosine", fontsize=10)
     ax.legend(fontsize=8, loc="best")
+    return _png(plt, fig)
+
+
+def plot_output_lengths(configs: list[Config], decision: Decision, merged: bool) -> str | None:
+    """A generation job: each counted pass's mean generated tokens per configuration, with the share of outputs
+    ended on ``length`` (None for another job, or when no pass measured its tokens)."""
+    if decision.evidence[0].protocol.task.kind != "generation" or not any(c.quality.mean_tokens for c in configs):
+        return None
+    plt, fig, ax = _figure()
+    for i, c in enumerate(configs):
+        values = list(c.quality.mean_tokens)
+        ax.scatter([i] * len(values), values, color="#1f77b4", s=30, zorder=3)
+        if c.quality.length_shares:
+            ax.annotate(f"length {max(c.quality.length_shares):.0%}", (i, max(values)), xytext=(0, 6),
+                        textcoords="offset points", ha="center", fontsize=8)
+    ax.set_xticks(range(len(configs)), [_short(c, merged) for c in configs], fontsize=8)
+    ax.set_ylabel("mean generated tokens per document")
+    ax.set_title("Output length per configuration (share ended on max_new_tokens above each)", fontsize=10)
     return _png(plt, fig)
 
 
@@ -347,8 +366,8 @@ def wrong_predictions(evidence: Evidence, limit: int = EXAMPLES) -> tuple[str | 
     """A few wrong predictions (id, text, true and predicted label) from the reference variant's first
     counted pass (or the first counted pass)."""
 
-    if evidence.protocol.task.kind == "embedding":
-        return None, []  # vectors have no predicted label to show
+    if evidence.protocol.task.kind in ("embedding", "generation"):
+        return None, []  # vectors and texts have no predicted label to show
     counted = [r for r in evidence.rows if r.ok and r.pass_id not in evidence.exclusions and r.prediction_file]
     ref = evidence.protocol.metric.reference_variant
     chosen = next((r for r in counted if r.variant == ref), counted[0] if counted else None)
@@ -452,6 +471,7 @@ def render_report(decision: Decision, decision_md: str | None = None) -> str:
         decision_md=decision_md or render_decision(decision),
         plot_times=plot_times(configs, merged), plot_quality=plot_quality(configs, decision, merged),
         plot_subgroups=plot_subgroups(decision, merged), plot_cosine=plot_cosine(configs, decision, merged),
+        plot_lengths=plot_output_lengths(configs, decision, merged),
         plot_memory=plot_memory(memory), memory=memory, memory_notes=memory_notes,
         plot_cost=plot_cost(configs, merged, decision.chosen), cpu_only=cpu, exclusions=exclusions,
         plot_window=plot_window(decision), fmt_s=fmt_s, concurrent_note=CONCURRENT_NOTE,

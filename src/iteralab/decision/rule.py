@@ -127,6 +127,16 @@ def _failures(ev: Evidence, times: VariantTimes) -> tuple[str, ...]:
     return feasibility(rows, ev.corpus_size, ev.exclusions).failures()
 
 
+def generation_exclusions(q: VariantQuality, metric: MetricSpec) -> list[str]:
+    """A generation job's passes not accepted for their outputs' lengths (the raw table's notes say which bound)."""
+    if not (q.mean_tokens or q.length_shares) or q.accepted == q.completed:
+        return []
+    tokens = f"mean generated tokens {min(q.mean_tokens):.2f}–{max(q.mean_tokens):.2f}" if q.mean_tokens else ""
+    shares = f"; share ended on length up to {max(q.length_shares):.3f}" if q.length_shares else ""
+    return [f"{q.completed - q.accepted} of {q.completed} passes not accepted ({tokens}{shares}; the raw "
+            "table's notes name the bound)"]
+
+
 def _quality_exclusions(q: VariantQuality, metric: MetricSpec, reference: str = "") -> list[str]:
     out = []
     if q.completed == 0:
@@ -144,6 +154,7 @@ def _quality_exclusions(q: VariantQuality, metric: MetricSpec, reference: str = 
         if q.min_cosines:  # an embedding job: the vectors' own tolerance
             delta += f" (min cosine with the reference vectors {min(q.min_cosines):.4f})"
         out.append(f"outside the tolerance{delta}: {Q2_MARK}")
+    out += generation_exclusions(q, metric)
     if q.subgroups_ok is False:
         failing = q.failing_subgroups(reference)
         out += [f"gating subgroup {line}" for line in failing] or \

@@ -19,6 +19,10 @@ What is compared with what:
   the same record, so they show the same estimate. Only a folder without that record (in-process isolation)
   is measured again, by a fresh process that imports what a pass worker imports, and labelled as such.
 
+A generation job's estimate adds the KV cache beside the weights (:func:`kv_cache_bytes`):
+``2 × layers × key/value heads × head_dim × (prompt + max_new_tokens) × batch × bytes``, with the prompt at
+``model.max_length`` (the longest prompt lock lets through) and the bytes of the variant's activations.
+
 A number that cannot be computed is ``None`` with a reason, never 0.
 """
 
@@ -91,7 +95,10 @@ def _meta_model(spec: dict[str, Any]) -> tuple[Any, int, str | None, str | None]
     trust = bool(spec.get("trust_remote_code"))
     try:
         config = AutoConfig.from_pretrained(str(folder), local_files_only=True, trust_remote_code=trust)
-        auto = AutoModelForSequenceClassification if kind == "hf_classifier" else AutoModel
+        from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+        auto = {"hf_classifier": AutoModelForSequenceClassification, "hf_causal_lm": AutoModelForCausalLM,
+                "hf_seq2seq": AutoModelForSeq2SeqLM}.get(str(kind), AutoModel)
         with torch.device("meta"):
             model = auto.from_config(config, trust_remote_code=trust)
     except (OSError, ValueError, KeyError, ImportError) as exc:
@@ -137,6 +144,45 @@ def _median(values: list[int]) -> int | None:
     return int(round(statistics.median(values))) if values else None
 
 
+def kv_cache_bytes(config: Any, precision: str, batch_size: int, tokens: int) -> tuple[int, str] | None:
+    """The KV cache of a batch of ``tokens`` positions (prompt + max_new_tokens) and its formula in words; None
+    when the config does not say its layers and heads."""
+    layers = getattr(config, "num_hidden_layers", None)
+    heads = getattr(config, "num_attention_heads", None)
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    hidden = getattr(config, "hidden_size", None)
+    head_dim = getattr(config, "head_dim", None) or getattr(config, "d_kv", None) or (
+        hidden // heads if hidden and heads else None)
+    if not (layers and kv_heads and head_dim):
+        return None
+    size = ACTIVATION_BYTES.get(precision, 4)
+    total = 2 * int(layers) * int(kv_heads) * int(head_dim) * int(tokens) * int(batch_size) * size
+    return total, (f"KV cache 2 × {layers} layers × {kv_heads} heads × {head_dim} head_dim × {tokens} positions "
+                   f"(prompt + max_new_tokens) × batch {batch_size} × {size} B")
+
+
+def _with_kv_cache(row: dict[str, Any], model: Any, protocol: Any, variant: Any) -> None:
+    """A generation job: the KV cache term added to the estimate beside the weights (and to its total)."""
+    if protocol.task.kind != "generation" or protocol.generation is None or model is None \
+            or not row.get("estimate_terms"):
+        return
+    tokens = protocol.model.max_length + protocol.generation.max_new_tokens
+    kv = kv_cache_bytes(model.config, variant.precision, variant.batch_size, tokens)
+    if kv is None:
+        row["notes"].append("KV cache: not estimated (the config names no layers and heads)")
+        return
+    terms = row["estimate_terms"]
+    terms["kv_cache_bytes"] = kv[0]
+    terms["total_bytes"] = terms["total_bytes"] + kv[0]
+    row["estimate_assumptions"].append(kv[1])
+    if row["estimate_bytes"] is not None:
+        row["estimate_bytes"] += kv[0]
+        observed = row["observed_bytes"]
+        row["difference_bytes"] = observed - row["estimate_bytes"] if observed is not None else None
+        row["difference_pct"] = (round(100.0 * row["difference_bytes"] / row["estimate_bytes"], 1)
+                                 if row["difference_bytes"] is not None and row["estimate_bytes"] else None)
+
+
 def memory_table(campaign_dir: str | Path, *, runtime_overhead: RuntimeOverhead | int | None = None,
                  margin: float = DEFAULT_MARGIN) -> list[dict[str, Any]]:
     """One row per protocol variant: observed peak, estimate, difference, counter scope, feasibility (M1–M3).
@@ -170,6 +216,7 @@ def memory_table(campaign_dir: str | Path, *, runtime_overhead: RuntimeOverhead 
         overhead = RuntimeOverhead(0, NO_RUNTIME) if cuda else runtime_overhead
         row = _variant_row(variant, protocol.model.max_length, rows, devices, cuda, model, extra_bytes,
                            model_reason, overhead, margin, spec, described.get(variant.name, set()), expected)
+        _with_kv_cache(row, model, protocol, variant)
         if not cuda and protocol.run.isolation != "process":
             row["notes"].append(f"isolation {protocol.run.isolation!r}: the passes ran in the campaign's own process, "
                                 "whose peak also holds whatever it had loaded before; the runtime overhead of a "

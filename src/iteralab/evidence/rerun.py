@@ -119,6 +119,8 @@ def _write_declared_corpus(source_csv: Path, target: Path, protocol: Protocol, i
     columns += [(spec.text_column, "text"), (spec.label_column, "label")]
     if spec.stratum_column and any(r.get("stratum") for r in rows):
         columns.append((spec.stratum_column, "stratum"))
+    if protocol.task.kind == "generation" and spec.reference_column:  # the reference answers the copy kept
+        columns.append((spec.reference_column, "reference"))
     records = [{name: r.get(key) or "" for name, key in columns} for r in rows]
     fmt, compression = detect_format(target)
     target.parent.mkdir(parents=True, exist_ok=True)

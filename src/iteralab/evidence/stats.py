@@ -222,6 +222,11 @@ class VariantQuality:
     subgroup_classes: dict[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
     #: an embedding job: each counted pass's minimum cosine with the reference pass's vectors
     min_cosines: tuple[float, ...] = ()
+    #: a generation job: each counted pass's mean generated tokens, share ended on ``length`` and share of texts
+    #: identical to the reference pass's (the measured ones)
+    mean_tokens: tuple[float, ...] = ()
+    length_shares: tuple[float, ...] = ()
+    identical_shares: tuple[float, ...] = ()
 
     def failing_subgroups(self, reference_variant: str) -> list[str]:
         """One line per failing gating group: 'length:long macro_f1 0.7000 in 3 of 3 passes: below 0.7500
@@ -266,6 +271,9 @@ class VariantQuality:
             "subgroup_failures": [c.to_dict() for c in self.subgroup_failures],
             "subgroup_classes": {k: [list(c) for c in v] for k, v in self.subgroup_classes.items()},
             **({"min_cosines": list(self.min_cosines)} if self.min_cosines else {}),  # an embedding job only
+            **({"mean_tokens": list(self.mean_tokens), "length_shares": list(self.length_shares),
+                "identical_shares": list(self.identical_shares)} if self.mean_tokens or self.identical_shares
+               else {}),  # a generation job only
         }
 
 
@@ -343,7 +351,10 @@ def _quality(variant: str, rows: list[RawRow], excluded: dict[str, str], protoco
         reproduction_ok=_all([r.reproduction_ok for r in done]),
         label_agreement=min(agreements) if agreements else None, max_abs_prob_diff=max(diffs) if diffs else None,
         subgroup_failures=_failures(protocol, done, reference), subgroup_classes=_classes_averaged(protocol, done),
-        min_cosines=tuple(r.min_cosine for r in done if r.min_cosine is not None))
+        min_cosines=tuple(r.min_cosine for r in done if r.min_cosine is not None),
+        mean_tokens=tuple(r.mean_tokens for r in done if r.mean_tokens is not None),
+        length_shares=tuple(r.length_share for r in done if r.length_share is not None),
+        identical_shares=tuple(r.identical_share for r in done if r.identical_share is not None))
 
 
 # -------------------------------------------------------------------------------------------- summary
@@ -390,6 +401,7 @@ class CampaignStats:
             "variants": [v.to_dict() for v in self.variants],
             "comparisons": [c.to_dict() for c in self.comparisons],
             "quality": {"metric": p.metric.label, "threshold": p.metric.threshold, "tolerance": p.metric.tolerance,
+                        "relative_tolerance": p.metric.relative_tolerance,
                         "reference_variant": p.metric.reference_variant,
                         "gating_subgroups": [s.name for s in p.subgroups if s.gating],
                         "reproduction": p.reproduction.model_dump(mode="json"),
@@ -465,7 +477,7 @@ def render_quality(stats: CampaignStats) -> list[str]:
     torch_det = determinism.get("torch_deterministic_algorithms")
     gating = [s.name for s in p.subgroups if s.gating]
     lines = [
-        f"Quality: {p.metric.label} {p.metric.relation} {p.metric.threshold:g}, within {p.metric.tolerance:g} of "
+        f"Quality: {p.metric.label} {p.metric.relation} {p.metric.threshold:g}, within {p.metric.tolerance_text} of "
         f"reference {p.metric.reference_variant}; gating subgroups: {', '.join(gating) or 'none'}",
         f"reproduction target declared: {target}; seeds {', '.join(str(s) for s in rep.seeds)}; deterministic "
         f"options requested: {'yes' if rep.deterministic else 'no'}"

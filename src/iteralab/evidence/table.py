@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from iteralab.campaign.folder import (
-    COLUMNS, COSINE_COLUMNS, INTERRUPTED, PHASES, PROTOCOL, TABLE, CampaignFolder, format_cell as _cell,
-    is_embedding_campaign, table_columns)
+    COLUMNS, COSINE_COLUMNS, GENERATION_COLUMNS, GENERATION_RATE_COLUMNS, INTERRUPTED, PHASES, PROTOCOL, TABLE,
+    CampaignFolder, format_cell as _cell, is_embedding_campaign, is_generation_campaign, table_columns)
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
 from iteralab.campaign.manifest import rocm_compatibility_line
 from iteralab.campaign.verdict.judge import judge_campaign
@@ -119,6 +119,8 @@ def _row_head(campaign: dict[str, Any], variants: dict[str, Any], datasets: dict
         row["dataset"] = start.get("dataset")
     if is_embedding_campaign(campaign):  # the cosine columns exist (empty until a verdict fills them)
         row.update(dict.fromkeys(COSINE_COLUMNS))
+    if is_generation_campaign(campaign):  # the generation columns likewise
+        row.update(dict.fromkeys(GENERATION_RATE_COLUMNS + GENERATION_COLUMNS))
     return row
 
 
@@ -190,6 +192,8 @@ def _verdict_cells(row: dict[str, Any], v: dict[str, Any], n_classes: int, notes
         if v.get("subgroup_cosine"):
             notes.append("subgroup cosine: " + json.dumps(v["subgroup_cosine"], sort_keys=True))
     row["subgroup_metrics"] = v.get("subgroups")
+    if "mean_tokens" in row:
+        _generation_cells(row, v, notes)
     if v.get("reasons"):
         notes.append("not accepted: " + ", ".join(v["reasons"]))
     for problem in (v.get("format_problems") or [])[:2] + (v.get("problems") or [])[:2]:
@@ -199,6 +203,20 @@ def _verdict_cells(row: dict[str, Any], v: dict[str, Any], n_classes: int, notes
     if fewer:
         notes.append(f"{SUBGROUP_CLASSES_NOTE} (a class absent from the subgroup is left out of its "
                      f"{v.get('metric_name')}): {json.dumps(fewer, sort_keys=True, ensure_ascii=False)}")
+
+
+def _generation_cells(row: dict[str, Any], v: dict[str, Any], notes: list[str]) -> None:
+    """A generation pass's length and identity cells; tokens per second from its measured pass and its file's
+    generated tokens (empty, and said so, when the tokens were not measured)."""
+    row.update({key: v.get(key) for key in GENERATION_COLUMNS})
+    mean, rows = v.get("mean_tokens"), v.get("generated_rows")
+    if mean is not None and rows and row.get("pass_s"):
+        row["tokens_per_s"] = mean * rows / row["pass_s"]
+    elif mean is None and v.get("generated_rows"):
+        notes.append("tokens_per_s, mean_tokens, length_share: not measured (the generator returned no token "
+                     "counts and names no tokenizer)")
+    if v.get("mean_tokens_ref") is not None and v.get("tokens_ok") is False:
+        notes.append(f"mean generated tokens {mean:.2f} against the reference's {v['mean_tokens_ref']:.2f}")
 
 
 def subgroup_classes_of(notes: str | None) -> dict[str, list[str]]:
@@ -235,7 +253,8 @@ def _shard_cells(row: dict[str, Any], parallel: dict[str, Any] | None) -> None:
 def render_csv(rows: list[dict[str, Any]]) -> str:
     """The raw table's text; a several-dataset campaign's rows carry ``dataset`` and get that column (K6)."""
     columns = table_columns({"datasets": any("dataset" in row for row in rows),
-                             "embedding": any("min_cosine" in row for row in rows)})
+                             "embedding": any("min_cosine" in row for row in rows),
+                             "generation": any("mean_tokens" in row for row in rows)})
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(columns)

@@ -341,7 +341,8 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any, conte
             audit.note(f"{JOURNAL_NAME}: pass {pid} has no recorded evaluation yet (interrupted); its verdict "
                        "is recomputed from its stored file")
             continue
-        recomputed = _normal(reader.verdict(path, protocol, expected, context.routine, context.queries))
+        recomputed = _normal(reader.verdict(path, protocol, expected, context.routine, context.queries,
+                                            context.references))
         recorded = _normal(intrinsic)
         for key in INTRINSIC_KEYS:
             if key in recorded and recorded.get(key) != recomputed.get(key):

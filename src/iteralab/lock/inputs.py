@@ -28,7 +28,7 @@ from iteralab.lock import lockrecords
 from iteralab.lock.datasets import first_overlap
 from iteralab.lock.lockrecords import RECORDS_ENCODING, LockRecords, OverlapKeys, Suspects, keys_of, shared_keys
 from iteralab.lock.usercode import module_spec, queries_change, queries_fingerprint, routine_fingerprint
-from iteralab.models.tokens import RowStrataCheck, model_labels
+from iteralab.models.tokens import PromptLengthCheck, RowStrataCheck, model_labels
 from iteralab.plan.corpus import Pairs, check_disjoint
 from iteralab.plan.engines import ray_gpu_problem
 from iteralab.plan.expenses import check_currency
@@ -294,7 +294,10 @@ def _columns(protocol: Protocol) -> tuple[dict[str, Any], list[str]]:
                    classes=list(spec.classes), require_labels=bool(spec.classes),
                    require_id=names_id_column(protocol))
     needs_strata = any(sg.by == "stratum" for sg in protocol.subgroups)
-    return columns, [spec.stratum_column] if spec.stratum_column and needs_strata else []
+    extra = [spec.stratum_column] if spec.stratum_column and needs_strata else []
+    if protocol.task.kind == "generation" and spec.reference_column:  # a generation job's reference answers
+        extra.append(spec.reference_column)
+    return columns, extra
 
 
 def scan_inputs(protocol_file: ProtocolFile, *, sinks: Sequence[Sink] = (),
@@ -324,7 +327,8 @@ def scan_inputs(protocol_file: ProtocolFile, *, sinks: Sequence[Sink] = (),
             raise
     overlap = _Overlap(tuning_keys)
     strata = RowStrataCheck(protocol, protocol_file.source, protocol_file.where(protocol.model.path))
-    corpus_scan = scan_corpus(source, **columns, extra_columns=extra, sinks=[*sinks, overlap, strata])
+    prompts = PromptLengthCheck(protocol, protocol_file.where(protocol.model.path), str(source))
+    corpus_scan = scan_corpus(source, **columns, extra_columns=extra, sinks=[*sinks, overlap, strata, prompts])
     if overlap.found:  # a shared digest: the exact check names the overlap (or clears a digest collision)
         _name_overlap(protocol_file, source, overlap)
 

@@ -1,4 +1,5 @@
-"""The model under test (X5): a Hugging Face classifier, an encoder + trained linear head, or a Python callable.
+"""The model under test (X5): a Hugging Face classifier, an encoder + trained linear head, or a Python callable
+(and, for generation jobs, a causal LM or an encoder-decoder: :mod:`iteralab.models.generation`).
 
 Every workload offers the same small interface (:class:`Workload`): ``tokenize`` → ``infer`` gives float32
 probabilities ``[n, n_classes]`` on the host, ``describe`` and ``file_hashes`` feed the manifest (C3).
@@ -31,7 +32,7 @@ from iteralab.errors import WorkloadError
 from iteralab.kit.memoire import PRECISIONS, precision_refusal
 from iteralab.common.files import PICKLE_SUFFIXES
 
-KINDS = ("hf_classifier", "encoder_head", "callable", "encoder")
+KINDS = ("hf_classifier", "encoder_head", "callable", "encoder", "hf_causal_lm", "hf_seq2seq")
 PADDINGS = ("longest", "max_length")
 HEAD_FORMAT = "iteralab-linear-head"
 POOLING = "mean over real tokens (attention-mask weighted, padding excluded), float32"

@@ -1,7 +1,7 @@
 """The factory of the model under test: builds the declared kind of :class:`~iteralab.models.base.Workload`.
 
-It sits apart from ``base`` because it imports the subclasses (``hf``, ``head``, ``callable``) that import
-``base``; each subclass is imported when its kind is asked for, so a callable workload never loads torch.
+It sits apart from ``base`` because it imports the subclasses (``hf``, ``head``, ``callable``, ``generation``) that
+import ``base``; each subclass is imported when its kind is asked for, so a callable workload never loads torch.
 """
 
 from __future__ import annotations
@@ -14,24 +14,45 @@ from iteralab.models.base import KINDS, Settings, Workload, check_settings, mode
 from iteralab.models.callable import CallableWorkload
 from iteralab.models.device import resolve_device
 from iteralab.models.embedding import load_callable_embedding
+from iteralab.models.generation import GenerationSettings, check_generation, load_callable_generator
 from iteralab.models.lazy import torch  # imported on first use: a callable workload never loads it
+
+#: The model kinds that give what each task needs.
+TASK_MODEL_KINDS = {
+    "classification": ("hf_classifier", "encoder_head", "callable"),
+    "embedding": ("encoder", "callable"),
+    "generation": ("hf_causal_lm", "hf_seq2seq", "callable"),
+}
 
 
 def load_workload(kind: str, *, path: str | Path | None = None, head: str | Path | None = None,
                   callable_ref: str | None = None, classes: Sequence[str] | None = None, precision: str = "fp32",
                   device: str | torch.device = "cpu", max_length: int = 256, truncation: bool = True,
                   padding: str = "longest", compile: bool = False, trust_remote_code: bool = False,
-                  task: str = "classification", pooling: str = "mean", normalize: bool = True) -> Workload:
+                  task: str = "classification", pooling: str = "mean", normalize: bool = True,
+                  generation: GenerationSettings | None = None) -> Workload:
     """Build the declared workload. Every refusal is a :class:`WorkloadError` naming the field. ``task``
     "embedding": an ``encoder`` folder pooled by ``pooling`` (normalised when ``normalize``) or a callable
-    returning vectors (:mod:`iteralab.models.embedding`)."""
+    returning vectors (:mod:`iteralab.models.embedding`); "generation": an ``hf_causal_lm`` or ``hf_seq2seq``
+    folder or a callable generator, run as ``generation`` declares (its ``prompt_max_length`` and
+    ``allow_truncation`` replace ``max_length`` and ``truncation``; :mod:`iteralab.models.generation`)."""
     if kind not in KINDS:
         raise WorkloadError(f"kind: {kind!r} is not one of {', '.join(KINDS)}")
-    if (kind == "encoder") != (task == "embedding") and kind != "callable":
+    if task not in TASK_MODEL_KINDS:
+        raise WorkloadError(f"task: {task!r} is not one of {', '.join(TASK_MODEL_KINDS)}")
+    if kind not in TASK_MODEL_KINDS[task]:
         raise WorkloadError(f"kind: {kind!r} does not give what a {task} job needs",
-                            hint="an embedding job's model is an 'encoder' folder or a 'callable'")
+                            hint=f"a {task} job's model kind is one of {', '.join(TASK_MODEL_KINDS[task])}")
     if task == "embedding" and kind == "callable":
         return load_callable_embedding(callable_ref, path, precision, bool(compile))
+    if task == "generation":
+        check_generation(generation)
+        if kind == "callable":
+            return load_callable_generator(callable_ref, path, precision, bool(compile), generation)
+        if padding != "longest":
+            raise WorkloadError(f"padding: {padding!r}: a generation job pads each batch to its longest prompt",
+                                hint="declare padding = 'longest'")
+        max_length, truncation = generation.prompt_max_length, generation.allow_truncation
     if kind == "callable":
         if callable_ref is None:
             raise WorkloadError("callable: required for kind 'callable' ('package.module:function')")
@@ -51,6 +72,11 @@ def load_workload(kind: str, *, path: str | Path | None = None, head: str | Path
         from iteralab.models.encoder import EncoderWorkload
 
         return EncoderWorkload(folder, settings, pooling, normalize)
+    if task == "generation":
+        from iteralab.models.generation_hf import HFCausalLMWorkload, HFSeq2SeqWorkload
+
+        generator = HFCausalLMWorkload if kind == "hf_causal_lm" else HFSeq2SeqWorkload
+        return generator(folder, settings, generation)
     if kind == "hf_classifier":
         from iteralab.models.hf import HFClassifierWorkload
 

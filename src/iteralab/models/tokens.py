@@ -14,6 +14,7 @@ from typing import Any
 
 from iteralab.common.files import sha256_file
 from iteralab.errors import CorpusError, ProtocolError, WorkloadError
+from iteralab.models.generation import count_prompt_tokens
 from iteralab.plan.paths import PACKAGE_PREFIX, resolve
 from iteralab.plan.prepare import prepare_corpus
 from iteralab.plan.protocol import Protocol
@@ -60,6 +61,19 @@ def token_counter(tokenizer: Any, batch_size: int = 1024) -> Callable[[Sequence[
     return count
 
 
+def protocol_counter(protocol: Protocol, tokenizer: Any) -> Callable[[Sequence[str]], list[int]]:
+    """The token counts a protocol's strata and limits are about: a document's text, or for a generation job the
+    document's rendered prompt (its template, and the chat template when declared) as the model reads it."""
+    generation = protocol.generation if protocol.task.kind == "generation" else None
+    if generation is None:
+        return token_counter(tokenizer)
+
+    def count(texts: Sequence[str]) -> list[int]:
+        return count_prompt_tokens(tokenizer, [generation.render(t) for t in texts], generation.chat_template)
+
+    return count
+
+
 def tokenizer_hashes(folder: str | Path) -> dict[str, str]:
     folder = Path(folder)
     return {name: sha256_file(folder / name) for name in TOKENIZER_FILES if (folder / name).is_file()}
@@ -96,7 +110,7 @@ def check_row_strata(protocol: Protocol, where: str, folder: Path | None, reader
     if folder is None:
         raise ProtocolError(f"{where}: model.path: length strata are counted with the model's tokenizer; this "
                             "callable names none", hint="set model.path to the folder of the tokenizer it uses")
-    count = token_counter(load_tokenizer(folder))
+    count = protocol_counter(protocol, load_tokenizer(folder))
     first: CorpusError | None = None  # a count in no stratum anywhere is refused before a disagreeing cell
     for batch in reader.batches():
         if batch is None:
@@ -130,7 +144,7 @@ class RowStrataCheck:
         self.folder = folder
         self.count: Callable[[Sequence[str]], list[int]] | None = None
         if self.active and self.strata and self.folder is not None:
-            self.count = token_counter(load_tokenizer(self.folder))
+            self.count = protocol_counter(protocol, load_tokenizer(self.folder))
         self.bad = False
 
     def __call__(self, batch: Any) -> None:
@@ -155,6 +169,36 @@ class RowStrataCheck:
         (``reader``: a reader of the corpus that tracks lines)."""
         if self.active and (self.bad or self.count is None):
             check_row_strata(self.protocol, self.where, self.folder, reader())
+
+
+class PromptLengthCheck:
+    """A generation job's prompts against ``model.max_length``, as a sink of :func:`iteralab.plan.scan.scan_corpus`:
+    every document's rendered prompt counted by the model's tokenizer, the first one over the limit refused in one
+    line naming the file, line and id (before any pass: a prompt is never cut silently). Inactive when the
+    protocol allows truncation or when no tokenizer is named (a callable without ``model.path`` owns its limit)."""
+
+    def __init__(self, protocol: Protocol, folder: Path | None, where: str) -> None:
+        self.where = where
+        generation = protocol.generation
+        self.active = (protocol.task.kind == "generation" and generation is not None
+                       and not generation.allow_truncation and folder is not None)
+        self.limit = protocol.model.max_length
+        self.count = protocol_counter(protocol, load_tokenizer(folder)) if self.active and folder else None
+        self.longest = 0
+
+    def __call__(self, batch: Any) -> None:
+        if batch is None or self.count is None:
+            return
+        counts = self.count(batch.texts)
+        self.longest = max([self.longest, *counts])
+        for i, n in enumerate(counts):
+            if n > self.limit:
+                line = batch.lines[i] if batch.lines else None
+                at = f"{self.where} line {line}, " if line is not None else f"{self.where}: "
+                raise CorpusError(f"{at}id {batch.ids[i]!r}: the rendered prompt has {n} tokens, over model.max_length "
+                                  f"= {self.limit}", hint="raise model.max_length (within the model's positions), "
+                                  "shorten the document or the prompt template, or declare "
+                                  "generation.allow_truncation = true (a truncated prompt is another job)")
 
 
 def model_kind(folder: Path) -> str:

@@ -36,13 +36,16 @@ from pydantic import AfterValidator, Field, ValidationInfo, field_validator, mod
 from iteralab.errors import CorpusError
 from iteralab.plan.values import Flag, Number, Strict, Text, Whole
 
-__all__ = ["EMBEDDING_METRICS", "METRICS", "QUERY_COLUMNS", "ROUTINE_FORM", "TOL", "MetricName", "MetricSpec",
+__all__ = ["EMBEDDING_METRICS", "GENERATION_METRICS", "METRICS", "QUERY_COLUMNS", "ROUTINE_FORM", "TOL", "MetricName", "MetricSpec",
            "Queries", "Subgroup", "known_metric", "load_queries", "subgroup_problems", "unknown_relevant"]
 
 #: A classifier's built-in metrics.
 METRICS = ("accuracy", "macro_f1", "weighted_f1", "balanced_accuracy")
 #: An embedding job's built-in metrics (its threshold), computed from the pass's vectors (``plan/task.py``).
 EMBEDDING_METRICS = ("knn_accuracy", "recall_at_k")
+#: A generation job's built-in metrics, on a 0..1 scale against ``corpus.reference_column`` (computed by
+#: ``campaign.verdict.textmetrics``, whose list must equal this one: a test says so).
+GENERATION_METRICS = ("exact_match", "token_f1", "rouge_l", "chrf")
 #: Slack of every comparison with a threshold or a bound (floating-point sums, never a real margin).
 TOL = 1e-12
 #: ``package.module:function``: the form of a routine reference (as a callable model's).
@@ -50,8 +53,9 @@ ROUTINE_FORM = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 def known_metric(value: str) -> str:
-    if value not in METRICS + EMBEDDING_METRICS:
-        raise ValueError(f"unknown metric {value!r}; known: {', '.join(METRICS + EMBEDDING_METRICS)}")
+    known = METRICS + EMBEDDING_METRICS + GENERATION_METRICS
+    if value not in known:
+        raise ValueError(f"unknown metric {value!r}; known: {', '.join(known)}")
     return value
 
 
@@ -69,7 +73,8 @@ def _unit_interval(value: float) -> float:
 
 class MetricSpec(Strict):
     name: MetricName | None = Field(default=None, description=(
-        "A built-in metric: accuracy, macro_f1, weighted_f1, balanced_accuracy; knn_accuracy or recall_at_k for an embedding job. "
+        "A built-in metric: accuracy, macro_f1, weighted_f1, balanced_accuracy; knn_accuracy or recall_at_k for an "
+        "embedding job; exact_match, token_f1, rouge_l or chrf for a generation job. "
         "Absent when routine names your own."))
     routine: Text | None = Field(default=None, description=(
         "Your evaluation routine, package.module:function (fingerprinted by lock, carried in the folder)."))
@@ -77,8 +82,12 @@ class MetricSpec(Strict):
         "A routine's direction; a built-in is always higher-is-better."))
     threshold: Number = Field(description=(
         "The minimum quality (a maximum when lower is better), in the metric's units: [0, 1] for a built-in."))
-    tolerance: Number = Field(ge=0, description=(
-        "How far a variant may fall below (or rise above) the reference variant's value."))
+    tolerance: Number | None = Field(default=None, ge=0, description=(
+        "How far a variant may fall below (or rise above) the reference variant's value (required, but for a "
+        "generation job that gives relative_tolerance instead)."))
+    relative_tolerance: Number | None = Field(default=None, ge=0, lt=1, description=(
+        "A generation job's tolerance as a share of the reference variant's value: 0.01 means at least 99 % of "
+        "the reference's score (give this or tolerance, not both)."))
     reference_variant: Text = Field(description="The variant every other is compared with (quality and reproduction).")
     k: Whole | None = Field(default=None, ge=1, description=(
         "Embedding metrics: the neighbours of knn_accuracy, the cut-off of recall_at_k."))
@@ -94,8 +103,8 @@ class MetricSpec(Strict):
 
     @field_validator("threshold", "tolerance")
     @classmethod
-    def _builtin_units(cls, value: float, info: ValidationInfo) -> float:
-        return value if info.data.get("routine") else _unit_interval(value)
+    def _builtin_units(cls, value: float | None, info: ValidationInfo) -> float | None:
+        return value if value is None or info.data.get("routine") else _unit_interval(value)
 
     @model_validator(mode="after")
     def _one_metric(self) -> MetricSpec:
@@ -124,6 +133,20 @@ class MetricSpec(Strict):
         """Whether ``value`` meets ``threshold`` (a minimum, or a maximum for a lower-is-better routine)."""
         up = self.higher_is_better if higher_is_better is None else higher_is_better
         return value + TOL >= threshold if up else value - TOL <= threshold
+
+    def allowed_drop(self, reference: float) -> float:
+        """The tolerance against a reference value, absolute (``tolerance``) or relative to it
+        (``relative_tolerance``: a share of the reference's magnitude)."""
+        if self.relative_tolerance is not None:
+            return self.relative_tolerance * abs(reference)
+        return float(self.tolerance or 0.0)
+
+    @property
+    def tolerance_text(self) -> str:
+        """The tolerance in the words of a note: ``0.05``, or ``1% of the reference's value`` when relative."""
+        if self.relative_tolerance is not None:
+            return f"{self.relative_tolerance:.4g} × the reference's value"
+        return f"{float(self.tolerance or 0.0):g}"
 
     def within(self, value: float, reference: float, tolerance: float, higher_is_better: bool | None = None) -> bool:
         """Whether ``value`` is no worse than ``reference`` by more than ``tolerance`` (in the metric's direction)."""

@@ -25,7 +25,7 @@ from iteralab.plan.expenses import BudgetRule, ExpenseFile, ExpenseLine, expense
 from iteralab.plan.metric import MetricSpec, Subgroup, subgroup_problems
 from iteralab.plan.tables import (Calendar, CatalogSpec, Checks, CorpusSpec, Dataset, JobSpec, ModelSpec, Reproduction,
                                   RunSpec, Series, Variant, Warmup)
-from iteralab.plan.task import EmbeddingSpec, TaskSpec, task_problem
+from iteralab.plan.task import EmbeddingSpec, GenerationSpec, TaskSpec, task_problem
 from iteralab.plan.values import Flag, Strict as _Strict, Text, Whole
 
 if sys.version_info >= (3, 11):
@@ -55,9 +55,12 @@ class Protocol(_Strict):
         "concurrency and an acceptable latency defined first."))
     thresholds_tuned_on_final: Flag = Field(default=False, description=(
         "P4: true if thresholds were tuned after seeing the final corpus (the decision then says so)."))
-    task: TaskSpec = Field(default=TaskSpec(), description="The kind of job: classification (default) or embedding.")
+    task: TaskSpec = Field(default=TaskSpec(), description=(
+        "The kind of job: classification (default), embedding or generation."))
     embedding: EmbeddingSpec | None = Field(default=None, description=(
         "For an embedding job: how vectors are made and how far a variant's may move from the reference's."))
+    generation: GenerationSpec | None = Field(default=None, description=(
+        "For a generation job: the prompt, greedy decoding's limits and the bounds on the outputs' lengths."))
     corpus: CorpusSpec = Field(description=(
         "The comparison corpus (or, with [[datasets]], the columns, classes and strata of every dataset)."))
     datasets: tuple[Dataset, ...] = Field(default=(), description=(

@@ -36,6 +36,9 @@ class CorpusSpec(_Strict):
         "Id column; without it ids are derived from the texts (lock says so)."))
     text_column: Text = Field(default="text", description="Text column.")
     label_column: Text = Field(default="label", description="Reference label column.")
+    reference_column: Text | None = Field(default=None, description=(
+        "A generation job: the column holding each document's reference answer (its built-in metric's "
+        "reference)."))
     stratum_column: Text | None = Field(default="stratum", description=(
         "Column holding each row's length stratum (checked against its token count)."))
     classes: tuple[Text, ...] = Field(description=(
@@ -70,9 +73,10 @@ class Dataset(_Strict):
 
 
 class ModelSpec(_Strict):
-    kind: Literal["hf_classifier", "encoder_head", "callable", "encoder"] = Field(description=(
-        "hf_classifier: a sequence-classification folder; encoder_head: an encoder + a linear head in safetensors; "
-        "encoder: an embedding job's encoder; callable: your Python function."))
+    kind: Literal["hf_classifier", "encoder_head", "callable", "encoder", "hf_causal_lm", "hf_seq2seq"] = Field(
+        description=("hf_classifier: a sequence-classification folder; encoder_head: an encoder + a linear head in "
+                     "safetensors; encoder: an embedding job's encoder; hf_causal_lm, hf_seq2seq: a generation "
+                     "job's causal LM or encoder-decoder folder; callable: your Python function."))
     path: Text | None = Field(default=None, description=(
         "The model folder, or package:NAME/sub for a folder inside an installed package (required but for a callable, "
         "where it may name a tokenizer folder used to count tokens)."))
@@ -88,7 +92,7 @@ class ModelSpec(_Strict):
 
     @model_validator(mode="after")
     def _complete(self) -> ModelSpec:
-        if self.kind in ("hf_classifier", "encoder_head", "encoder") and not self.path:
+        if self.kind in ("hf_classifier", "encoder_head", "encoder", "hf_causal_lm", "hf_seq2seq") and not self.path:
             raise ValueError(f"model.path is required for kind {self.kind!r}")
         if self.kind == "encoder_head" and not self.head:
             raise ValueError("model.head (a safetensors file) is required for kind 'encoder_head'")

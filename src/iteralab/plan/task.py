@@ -1,8 +1,9 @@
 """The kind of job a protocol judges (``[task]``), its metric (``[metric]``) and an embedding job's own rules
 (``[embedding]``), validated when the protocol is read.
 
-``[task] kind`` is ``"classification"`` (the default: a protocol without ``[task]`` reads as before) or
-``"embedding"``; a later kind (generation) adds its name to :data:`TASK_KINDS`, its metrics and its table here.
+``[task] kind`` is ``"classification"`` (the default: a protocol without ``[task]`` reads as before),
+``"embedding"`` or ``"generation"``; a later kind adds its name to :data:`TASK_KINDS`, its metrics and its table
+here.
 
 An embedding job (a corpus turned into one vector per document) is judged by:
 
@@ -21,28 +22,89 @@ An embedding job's corpus may have no labels: ``corpus.classes = []`` (the label
 where the file has one). Then neither ``knn_accuracy`` nor a subgroup by label can be computed, and a routine is
 handed ``references = None``.
 
-The model is an ``encoder`` folder (Hugging Face ``AutoModel`` + tokenizer, pooled by ``embedding.pooling``,
-L2-normalised when ``embedding.normalize``, cut at ``model.max_length``) or a ``callable`` returning ``[n, d]``.
+A generation job (a prompt per document in, a generated text out) declares ``[generation]``
+(:class:`GenerationSpec`): the prompt template, ``max_new_tokens``, greedy decoding only (sampling is refused: an
+offline comparison of configurations needs one output per prompt), optional stop strings, and the bounds on the
+outputs (empty texts, the share ended on ``length``, the mean generated tokens against the reference variant's).
+Its corpus has references, not labels (``corpus.classes = []``, ``corpus.reference_column``); its metric is one of
+:data:`~iteralab.plan.metric.GENERATION_METRICS` or a routine, with exactly one of ``metric.tolerance`` (absolute)
+and ``metric.relative_tolerance`` (a share of the reference variant's score, as MLPerf states it).
+
+An embedding job's model is an ``encoder`` folder (Hugging Face ``AutoModel`` + tokenizer, pooled by
+``embedding.pooling``, L2-normalised when ``embedding.normalize``, cut at ``model.max_length``) or a ``callable``
+returning ``[n, d]``.
 """
 
 from __future__ import annotations
 
+import string
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from iteralab.plan.metric import EMBEDDING_METRICS
-from iteralab.plan.values import Flag, Number, Strict, Whole
+from iteralab.plan.metric import EMBEDDING_METRICS, GENERATION_METRICS
+from iteralab.plan.values import Flag, Number, Strict, Text, Whole
 
-#: Job kinds. Generation (texts out) is the next kind; it adds its name here.
-TASK_KINDS = ("classification", "embedding")
+#: Job kinds.
+TASK_KINDS = ("classification", "embedding", "generation")
 #: The model kinds an embedding job accepts: an encoder folder, or a callable returning vectors.
 EMBEDDING_MODELS = ("encoder", "callable")
+#: The model kinds a generation job accepts: a causal LM or encoder-decoder folder, or a callable generator.
+GENERATION_MODELS = ("hf_causal_lm", "hf_seq2seq", "callable")
+#: The corpus columns a prompt template may name in this version.
+PROMPT_FIELDS = ("text",)
 
 
 class TaskSpec(Strict):
-    kind: Literal["classification", "embedding"] = Field(default="classification", description=(
-        "classification (one label per document) or embedding (one vector per document)."))
+    kind: Literal["classification", "embedding", "generation"] = Field(default="classification", description=(
+        "classification (one label per document), embedding (one vector per document) or generation (one text "
+        "per document)."))
+
+
+class GenerationSpec(Strict):
+    """How every prompt is built and decoded, and the bounds on what comes out; fixed before any timing."""
+
+    prompt: Text = Field(default="{text}", description=(
+        "The prompt template: {text} is the document's text (write {{ and }} for literal braces)."))
+    max_new_tokens: Whole = Field(ge=1, description="The most tokens generated per document.")
+    decoding: Text = Field(default="greedy", description=(
+        "greedy only: sampling is refused (an offline comparison needs one output per prompt)."))
+    stop: tuple[Text, ...] = Field(default=(), description=(
+        "Stop strings: a text ends before the first of them (its finish reason is 'stop')."))
+    allow_truncation: Flag = Field(default=False, description=(
+        "Let a prompt longer than model.max_length be cut (refused by default: a truncated prompt is another job)."))
+    allow_empty: Flag = Field(default=False, description="Accept an empty generated text.")
+    max_length_share: Number | None = Field(default=None, ge=0, le=1, description=(
+        "Optional bound on the share of outputs that ended on 'length' (max_new_tokens reached)."))
+    tokens_tolerance: Number = Field(default=0.10, ge=0, lt=1, description=(
+        "How far the mean generated tokens per document may move from the reference variant's, relatively."))
+    chat_template: Flag = Field(default=False, description="Render each prompt with the tokenizer's chat template.")
+
+    @field_validator("decoding")
+    @classmethod
+    def _greedy(cls, value: str) -> str:
+        if value != "greedy":
+            raise ValueError(f"decoding {value!r} is refused: an offline comparison of configurations needs one "
+                             "output per prompt; declare decoding = 'greedy'")
+        return value
+
+    @field_validator("prompt")
+    @classmethod
+    def _template(cls, value: str) -> str:
+        try:
+            names = [name for _, name, _, _ in string.Formatter().parse(value) if name is not None]
+        except ValueError as exc:
+            raise ValueError(f"not a prompt template ({exc}); write {{{{ and }}}} for literal braces") from None
+        unknown = [n for n in names if n not in PROMPT_FIELDS]
+        if unknown:
+            raise ValueError(f"the prompt names {{{unknown[0]}}}: a prompt may name {{text}} only in this version")
+        if "text" not in names:
+            raise ValueError("the prompt never names {text}: every document's text must enter its prompt")
+        return value
+
+    def render(self, text: str) -> str:
+        """One document's prompt."""
+        return self.prompt.format(text=text)
 
 
 class EmbeddingSpec(Strict):
@@ -72,6 +134,13 @@ class EmbeddingSpec(Strict):
 def task_problem(protocol: Any) -> str | None:
     """What makes the protocol's task, model, metric and ``[embedding]`` table disagree; None when they agree."""
     kind, metric, model = protocol.task.kind, protocol.metric, protocol.model
+    if kind != "generation" and protocol.generation is not None:
+        return f"[generation] is for task.kind = 'generation'; this protocol's task is {kind}"
+    if kind != "generation" and (metric.tolerance is None or metric.relative_tolerance is not None):
+        return ("metric.tolerance is required (an absolute tolerance); metric.relative_tolerance is for a "
+                "generation job")
+    if kind == "generation":
+        return generation_problem(protocol)
     if kind == "classification":
         if protocol.embedding is not None:
             return "[embedding] is for task.kind = 'embedding'; this protocol's task is classification"
@@ -92,6 +161,38 @@ def task_problem(protocol: Any) -> str | None:
     if model.kind not in EMBEDDING_MODELS:
         return f"an embedding job's model.kind is 'encoder' (a model folder) or 'callable', not {model.kind!r}"
     return _embedding_metric_problem(protocol) or _engine_problem(protocol)
+
+
+def generation_problem(protocol: Any) -> str | None:
+    """What makes a generation protocol's tables disagree; None when they agree."""
+    metric, model = protocol.metric, protocol.model
+    if protocol.generation is None:
+        return "task.kind = 'generation' needs a [generation] table (at least max_new_tokens)"
+    if protocol.embedding is not None:
+        return "[embedding] is for task.kind = 'embedding'; this protocol's task is generation"
+    if model.kind not in GENERATION_MODELS:
+        return (f"a generation job's model.kind is 'hf_causal_lm', 'hf_seq2seq' (a model folder) or 'callable', "
+                f"not {model.kind!r}")
+    if metric.routine is None and metric.name not in GENERATION_METRICS:
+        return (f"a generation job's metric is one of {', '.join(GENERATION_METRICS)} or a metric.routine, not "
+                f"{metric.name!r}")
+    if (metric.tolerance is None) == (metric.relative_tolerance is None):
+        return ("a generation job gives exactly one of metric.tolerance (absolute) and metric.relative_tolerance "
+                "(0.01: at least 99 % of the reference's score)")
+    if protocol.corpus.classes:
+        return "corpus.classes: a generation job's corpus has references, not labels: declare corpus.classes = []"
+    if metric.name is not None and not protocol.corpus.reference_column:
+        return f"metric {metric.name!r} compares each output with a reference answer: declare corpus.reference_column"
+    by_label = [sg.name for sg in protocol.subgroups if sg.by == "label"]
+    if by_label:
+        return f"subgroup(s) {', '.join(by_label)} by label: a generation job has no labels (use by = 'stratum')"
+    if metric.k is not None or metric.queries is not None:
+        return "metric.k and metric.queries belong to an embedding job's metric"
+    unsupported = [v.name for v in protocol.variants if v.engine != "local" or v.data_parallel > 1]
+    if unsupported:
+        return (f"variant(s) {', '.join(unsupported)}: a generation pass runs on the local engine with "
+                "data_parallel = 1 in this version; declare engine = 'local' and data_parallel = 1")
+    return None
 
 
 def _embedding_metric_problem(protocol: Any) -> str | None:

@@ -35,12 +35,15 @@ from iteralab.campaign.folder import PREDICTIONS
 from iteralab.campaign.records import PassSpec, failure, started
 from iteralab.campaign.engines.embedpass import (embed_queries, embedding_options, finish_vectors, flush_vectors,
                                                 is_embedding)
+from iteralab.campaign.engines.genpass import (PromptWorkload, finish_texts, flush_texts, generation_options,
+                                              is_generation)
 from iteralab.common.files import write_json_atomic
 from iteralab.campaign.folder import read_corpus_batches
 from iteralab.campaign.manifest import determinism_settings
 from iteralab.campaign.manifest import environment_manifest, owns_device
 from iteralab.campaign.predictions import file_name
 from iteralab.campaign.predictions import write_predictions
+from iteralab.campaign.texts import TextWriter
 from iteralab.campaign.vectors import VectorWriter
 from iteralab.common.arrow import numpy_array, string_array
 from iteralab.common.digest import string_digest
@@ -199,6 +202,9 @@ class MeasuredPass:
         #: an embedding pass: the vector file the rows stream to (``campaign.vectors.VectorWriter``), the rows
         #: written so far and the seconds the writes took inside the measured region
         self.sink: Any = None
+        #: how the rows reach the sink, and how the file is finished (vectors by default; texts for generation)
+        self.flush: Any = flush_vectors
+        self.finish: Any = finish_vectors
         self.flushed = 0
         self.stream_s = 0.0
 
@@ -229,7 +235,7 @@ class MeasuredPass:
 
     def _check_limit(self) -> None:
         if self.sink is not None:
-            flush_vectors(self)
+            self.flush(self)
         if self.limit is not None:
             self.limit.check()
 
@@ -381,8 +387,10 @@ def _load(spec: PassSpec, device: Any, clock: Any, result: dict[str, Any]) -> An
             classes=list(spec.classes), precision=variant["precision"], device=str(device),
             max_length=model["max_length"], truncation=model["truncation"], padding=variant["padding"],
             compile=variant["compile"], trust_remote_code=model["trust_remote_code"],
-            **embedding_options(model),
+            **embedding_options(model), **generation_options(model),
         )
+        if is_generation(model):  # prompts rendered from the template, generated greedily
+            workload = PromptWorkload(workload, model["generation"]["prompt"])
     result["phases"]["load_s"] = loading.seconds
     result["workload"] = workload.describe()
     result["file_hashes"] = workload.file_hashes()
@@ -443,6 +451,9 @@ def _measure(spec: PassSpec, workload: Any, device: Any, clock: Any, result: dic
     if is_embedding(spec.model):  # vectors stream to their file as the pass runs
 
         pass_run.sink = VectorWriter(Path(spec.prediction_dir) / file_name(spec.pass_id))
+    elif is_generation(spec.model):  # texts stream to their file as the pass runs
+        pass_run.sink = TextWriter(Path(spec.prediction_dir) / file_name(spec.pass_id))
+        pass_run.flush, pass_run.finish = flush_texts, finish_texts
     gpu_scope = dev.GpuEvents(device)  # CUDA events, created outside the timed region; a labelled GPU scope
     machine_before = dev.load_snapshot()  # what else uses the machine: read outside the timed region
     dev.reset_peaks(device)
@@ -499,7 +510,7 @@ def _write_predictions(spec: PassSpec, pass_run: MeasuredPass, clock: Any, resul
     result["expected"] = len(ids)
     target = Path(spec.prediction_dir) / file_name(spec.pass_id)
     if pass_run.sink is not None:
-        finish_vectors(pass_run, result)
+        pass_run.finish(pass_run, result)
         result["order_hash"] = order_hash(ids) if len(ids) else None
         result["phases"]["writing_s"] = clock.now() - t0
         return

@@ -32,6 +32,8 @@ from iteralab.campaign.folder import CAMPAIGN, PREDICTIONS, PROTOCOL, corpus_cop
 from iteralab.campaign.predictions import PredictionSet, code_dtype, file_name, read_predictions
 from iteralab.campaign.vectors import read_vectors
 from iteralab.campaign.verdict.compare import compare_outputs, compare_rows_with_file
+from iteralab.campaign.verdict.generation import evaluate_texts, load_references
+from iteralab.campaign.texts import read_texts
 from iteralab.campaign.verdict.embedding import (CampaignQueries, StoredRows, load_campaign_queries, query_vectors_path,
                                                  vector_metric)
 from iteralab.campaign.verdict.routine import Routine, load_routine, routine_values
@@ -351,6 +353,20 @@ def evaluate_vectors(vectors: Any, protocol: Protocol, expected: Expected, routi
     return verdict
 
 
+def evaluate_generation(texts: Any, protocol: Protocol, expected: Expected, references: pa.Array | None,
+                        routine: Routine | None = None) -> dict[str, Any]:
+    """The checks of a generation pass's text file (``campaign.texts.TextSet``) on its own: ids, format,
+    coverage, its metric overall and per planned subgroup, its lengths (``verdict.generation.evaluate_texts``)."""
+    match = match_ids(texts.ids, expected)
+    verdict = id_cells(match, texts.records, len(texts.ids), expected, texts.problems, texts.problem_count)
+    verdict["coverage_ok"] = verdict["coverage"] + TOL >= protocol.checks.coverage
+    verdict.update(evaluate_texts(texts, protocol, expected, match, file_rows(match, len(expected)), references,
+                                  routine))
+    verdict["subgroup_classes"] = {}
+    verdict["examples"] = id_examples(match, expected)
+    return verdict
+
+
 def evaluate_file(pred_path: Path, protocol: Protocol, expected: Expected,
                   reader: PredictionReader | None = None, routine: Routine | None = None) -> dict[str, Any]:
     """:func:`evaluate_set` of a stored prediction file (a missing file fails every check)."""
@@ -371,6 +387,8 @@ class PredictionReader:
         self.sum_tol = protocol.checks.probability_sum_tolerance
         #: an embedding job's files hold vectors (``campaign.vectors``), checked by its ``[embedding]`` rules
         self.embedding = protocol.embedding if protocol.task.kind == "embedding" else None
+        #: a generation job's files hold texts (``campaign.texts``), checked by its ``[generation]`` rules
+        self.generation = protocol.generation if protocol.task.kind == "generation" else None
         # a vector set holds its ids and per-row flags in memory, its vectors in a scratch file (campaign.vectors)
         self.keep = keep
         self._hashes: dict[Path, tuple[tuple[int, int], str]] = {}
@@ -410,6 +428,10 @@ class PredictionReader:
 
             digest = sha256_file(path)
             preds: Any = read_vectors(path, normalize=self.embedding.normalize, dim=self.embedding.dim)
+        elif self.generation is not None:  # a text file, read in record batches
+            digest = sha256_file(path)
+            preds = read_texts(path, max_new_tokens=self.generation.max_new_tokens,
+                               allow_empty=self.generation.allow_empty)
         else:
             data = path.read_bytes()
             digest = hashlib.sha256(data).hexdigest()
@@ -432,7 +454,7 @@ class PredictionReader:
         return entry[0] if entry else None
 
     def verdict(self, path: Path, protocol: Protocol, expected: Expected, routine: Routine | None = None,
-                queries: CampaignQueries | None = None) -> dict[str, Any] | None:
+                queries: CampaignQueries | None = None, references: pa.Array | None = None) -> dict[str, Any] | None:
         """:func:`evaluate_set` of the file (computed once per file version; each caller gets its own copy);
         ``routine``: the campaign's metric routine; ``queries``: its queries (recall_at_k: the verdict also reads
         the pass's query vector file, whose version is part of the key)."""
@@ -444,9 +466,12 @@ class PredictionReader:
             entry = self.read(path, expected.ids)
             if entry is None:
                 return None
-            self._verdicts[key] = (evaluate_vectors(entry[1], protocol, expected, routine, queries, path)
-                                   if self.embedding is not None else evaluate_set(entry[1], protocol, expected,
-                                                                                   routine))
+            if self.generation is not None:
+                self._verdicts[key] = evaluate_generation(entry[1], protocol, expected, references, routine)
+            elif self.embedding is not None:
+                self._verdicts[key] = evaluate_vectors(entry[1], protocol, expected, routine, queries, path)
+            else:
+                self._verdicts[key] = evaluate_set(entry[1], protocol, expected, routine)
         return copy.deepcopy(self._verdicts[key])
 
 
@@ -482,7 +507,7 @@ class CampaignReads:
         and compare it with the reference once there is one (memoised in ``reader.comparisons``, which the raw
         table uses instead of reading both files again)."""
         context = self.context.of_dataset(dataset)
-        if self.reader.embedding is not None:  # the verdict of the campaign compares vectors (verdict.vectors)
+        if self.reader.embedding is not None or self.reader.generation is not None:  # judge compares them
             self.reader.drop(path)
             return
         entry = self.reader.read(path, context.expected.ids)
@@ -528,6 +553,8 @@ class EvaluationContext:
     routine: Routine | None = None
     #: recall_at_k: the queries of the folder's copy (None: another metric)
     queries: CampaignQueries | None = None
+    #: a generation job: the reference answers of the corpus copy, in corpus order (None: none)
+    references: pa.Array | None = None
 
     @classmethod
     def of(cls, campaign_dir: str | Path) -> EvaluationContext:
@@ -540,7 +567,9 @@ class EvaluationContext:
         if names:
             return cls(protocol, None, {n: load_expected(campaign_dir, protocol.corpus.classes, n) for n in names},
                        routine, queries)
-        return cls(protocol, load_expected(campaign_dir, protocol.corpus.classes), routine=routine, queries=queries)
+        references = load_references(Path(campaign_dir)) if protocol.task.kind == "generation" else None
+        return cls(protocol, load_expected(campaign_dir, protocol.corpus.classes), routine=routine, queries=queries,
+                   references=references)
 
     def of_dataset(self, dataset: str | None) -> EvaluationContext:
         """The context of one dataset's passes (itself for a one-corpus campaign)."""
@@ -559,7 +588,8 @@ def evaluate_pass(campaign_dir: str | Path, pass_id: str, reads: CampaignReads |
     reads = reads or CampaignReads(campaign_dir)
     path = prediction_path(campaign_dir, pass_id)
     context = reads.context.of_dataset(dataset)
-    verdict = reads.reader.verdict(path, context.protocol, context.expected, context.routine, context.queries)
+    verdict = reads.reader.verdict(path, context.protocol, context.expected, context.routine, context.queries,
+                                   context.references)
     if verdict is None:
         return missing_verdict(path.name, context.protocol, context.expected)
     if finished is not None:

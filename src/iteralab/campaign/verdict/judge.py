@@ -16,6 +16,7 @@ from typing import Any
 from iteralab.campaign.verdict.compare import compare_outputs
 from iteralab.campaign.verdict.cosine import (CosineComparison, compare_vector_files, compare_vectors, cosine_cells,
                                               vector_reproduction)
+from iteralab.campaign.verdict.generation import TextComparison, compare_text_files, text_comparison
 from iteralab.campaign.verdict.evaluate import (TOL, EvaluationContext, PredictionReader, missing_verdict,
                                                 prediction_path)
 from iteralab.campaign.predictions import PredictionSet
@@ -100,7 +101,8 @@ def subgroup_check(protocol: Protocol, key: str, value: float | None, reference:
         return None
     by_metric = sg.by == "stratum"  # a class group is judged by its class's recall, whatever the metric
     return SubgroupCheck(key, protocol.metric.label if by_metric else "recall", value, reference,
-                         sg.threshold, sg.tolerance if sg.tolerance is not None else protocol.metric.tolerance,
+                         sg.threshold, sg.tolerance if sg.tolerance is not None
+                         else protocol.metric.allowed_drop(reference if reference is not None else 0.0),
                          has_reference, pass_id, protocol.metric.higher_is_better if by_metric else True)
 
 
@@ -110,6 +112,8 @@ def compare_predictions(a: Path, b: Path, protocol: Protocol) -> dict[str, Any]:
     reader = PredictionReader(protocol)
     if reader.embedding is not None:
         return compare_vector_files(a, b, reader)
+    if reader.generation is not None:
+        return compare_text_files(a, b, protocol).record()
     return compare_outputs(reader.read(a)[1], reader.read(b)[1])
 
 
@@ -143,6 +147,7 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
     ref = _Reference(passes, verdicts, paths, reader, context)
     gating = {sg.name: sg for sg in protocol.subgroups if sg.gating}
     embedding = protocol.task.kind == "embedding"
+    generation = protocol.task.kind == "generation"
     for p in passes:
         v = verdicts[p["pass_id"]]
         v["reference_pass"] = ref.pass_id
@@ -153,6 +158,8 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
             reasons.append(v["routine_error"])
         if v.get("queries_error"):
             reasons.append(v["queries_error"])
+        if v.get("reference_error"):
+            reasons.append(v["reference_error"])
         side = "below" if protocol.metric.higher_is_better else "above"
         for key, label in (("ids_match", "ids do not match"), ("format_ok", "format"), ("hash_ok", "hash"),
                            ("coverage_ok", "coverage"), ("threshold_ok", f"{side} threshold")):
@@ -173,6 +180,8 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
             v["tolerance_ok"] = bool(v["tolerance_ok"] and not cosine)
             failed_subgroups += [r for r in cosine if r.startswith("subgroup ")]
             vector_reproduction(v, protocol, same)
+        elif generation:  # lengths against their bounds, the texts against the reference pass's
+            reasons += text_comparison(v, ref.verdict, ref.texts(p), protocol)
         else:
             _reproduction(v, protocol, ref.same(p))
         v["subgroups_ok"] = not failed_subgroups
@@ -193,7 +202,7 @@ def _own_verdicts(campaign_dir: Path, passes: list[dict[str, Any]], reader: Pred
         path = paths[p["pass_id"]] = (campaign_dir / p["prediction_file"] if p.get("prediction_file")
                                       else prediction_path(campaign_dir, p["pass_id"]))
         digest = reader.sha256(path, expected.ids)
-        v = reader.verdict(path, protocol, expected, context.routine, context.queries) if digest \
+        v = reader.verdict(path, protocol, expected, context.routine, context.queries, context.references) if digest \
             else missing_verdict(path.name, protocol, expected)
         v["hash_ok"] = digest is not None and p.get("prediction_sha256") == digest and (
             "queries_sha256" not in v or v["queries_sha256"] == p.get("queries_sha256"))  # recall_at_k's query file
@@ -216,6 +225,7 @@ class _Reference:
         self.verdict = verdicts.get(self.pass_id) if self.pass_id else None
         self.paths, self.reader, self.ids = paths, reader, context.expected.ids
         self.expected = context.expected
+        self.protocol = context.protocol
         self.key = ((paths[self.pass_id].resolve(), reader.sha256(paths[self.pass_id], self.ids))
                     if self.pass_id else None)
         self.predictions: PredictionSet | None = None
@@ -227,6 +237,12 @@ class _Reference:
         same = compare_vectors(self.paths[p["pass_id"]], self.paths[self.pass_id], self.reader, self.expected)
         self.reader.drop(self.paths[p["pass_id"]])
         return same
+
+    def texts(self, p: dict[str, Any]) -> TextComparison | None:
+        """A generation pass's texts against the reference pass's; None without either file."""
+        if self.key is None or not p.get("prediction_file"):
+            return None
+        return compare_text_files(self.paths[p["pass_id"]], self.paths[self.pass_id], self.protocol)
 
     def same(self, p: dict[str, Any]) -> Mapping[str, Any] | None:
         """:func:`compare_outputs` of the pass's outputs with the reference pass's; None without a reference
@@ -255,8 +271,8 @@ def _against_reference(v: dict[str, Any], ref_v: dict[str, Any] | None, protocol
         v["metric_delta"], v["tolerance_ok"] = None, False
         return [f"reference pass has no {protocol.metric.label} value"]
     v["metric_delta"] = None if v["metric"] is None else v["metric"] - ref_v["metric"]
-    v["tolerance_ok"] = v["metric"] is not None and protocol.metric.within(v["metric"], ref_v["metric"],
-                                                                           protocol.metric.tolerance)
+    allowed = protocol.metric.allowed_drop(ref_v["metric"])  # absolute, or relative to the reference's value
+    v["tolerance_ok"] = v["metric"] is not None and protocol.metric.within(v["metric"], ref_v["metric"], allowed)
     return [] if v["tolerance_ok"] else ["outside tolerance"]
 
 

@@ -1,0 +1,186 @@
+"""The verdict of a generation pass, from its stored text file (``campaign.texts``) and the corpus copy's
+reference answers (``corpus.reference_column``, copied as the ``reference`` column).
+
+On its own (``evaluate_texts``, beside the id, format and coverage cells): the metric over the covered documents
+(one of ``verdict.textmetrics``' or the user's routine, higher is better), and inside each group of each planned
+stratum subgroup; the mean generated tokens, and the share of outputs that ended on ``length`` with its bound
+(``generation.max_length_share``: a pass above it fails).
+
+Against the reference variant's first complete pass (``text_comparison``, joined by ``verdict.judge``): the mean
+generated tokens within ``generation.tokens_tolerance`` of the reference's (relative; a variant never buys speed
+by answering shorter), and the share of documents whose text is identical to the reference pass's (reported;
+gating only under ``reproduction.target = "identical"``). The metric's tolerance (absolute or relative) is
+``judge``'s, as for every job.
+
+A routine is called with keyword arguments on whole arrays in corpus order::
+
+    def my_metric(*, ids: list[str], outputs: numpy.ndarray, references: numpy.ndarray | None) -> float
+
+``outputs`` the generated texts (a str array), ``references`` the reference answers (a str array, "" where a
+document has none) or None without ``corpus.reference_column``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from iteralab.campaign.folder import corpus_copy, read_corpus_batches
+from iteralab.campaign.texts import read_texts
+from iteralab.campaign.verdict.routine import Routine
+from iteralab.campaign.verdict.textmetrics import corpus_score
+from iteralab.errors import RoutineError
+from iteralab.plan.metric import TOL
+from iteralab.plan.protocol import Protocol
+
+__all__ = ["TextComparison", "compare_text_files", "evaluate_texts", "load_references", "text_comparison"]
+
+
+def load_references(campaign_dir: Path, dataset: str | None = None) -> pa.Array | None:
+    """The corpus copy's reference answers in corpus order (None when the copy has no ``reference`` column)."""
+    parts = []
+    for batch in read_corpus_batches(Path(campaign_dir) / corpus_copy(dataset), ["id", "reference"]):
+        if "reference" not in batch.schema.names:
+            return None
+        parts.append(pc.fill_null(batch.column(batch.schema.get_field_index("reference")), ""))
+    return pa.concat_arrays(parts) if parts else pa.array([], pa.string())
+
+
+def _aligned(texts: Any, rows: np.ndarray) -> pa.Array:
+    """The texts of the expected documents in corpus order ("" where a document has none)."""
+    has = rows >= 0
+    if not len(texts.texts):
+        return pa.array([""] * len(rows), pa.string())
+    taken = texts.texts.take(pa.array(np.where(has, rows, 0)))
+    return pc.if_else(pa.array(has), taken, "")
+
+
+def _score(protocol: Protocol, routine: Routine | None, ids: pa.Array, outputs: pa.Array,
+           references: pa.Array | None, rows: np.ndarray, errors: list[str]) -> float | None:
+    if not rows.any():
+        return None
+    mask = pa.array(rows)
+    mine = outputs.filter(mask)
+    refs = references.filter(mask) if references is not None else None
+    metric = protocol.metric
+    if metric.routine is None:
+        if refs is None:
+            errors.append(f"metric {metric.label}: the corpus copy has no reference answers")
+            return None
+        return float(corpus_score(str(metric.name), mine, refs))
+    try:
+        return (routine or Routine(metric.routine, None))(
+            ids.filter(mask).to_pylist(), np.asarray(mine.to_pylist(), dtype=str),
+            np.asarray(refs.to_pylist(), dtype=str) if refs is not None else None)
+    except RoutineError as exc:
+        errors.append(exc.message)
+        return None
+
+
+def evaluate_texts(texts: Any, protocol: Protocol, expected: Any, match: Any, rows: np.ndarray,
+                   references: pa.Array | None, routine: Routine | None = None) -> dict[str, Any]:
+    """The metric, length and token cells of a generation pass's verdict (``texts``: its ``TextSet``; ``match``
+    and ``rows``: its ids matched to the corpus by ``verdict.evaluate``)."""
+    spec = protocol.generation
+    assert spec is not None
+    covered = match.covered
+    outputs = _aligned(texts, rows)
+    errors: list[str] = []
+    cells: dict[str, Any] = {"metric_name": protocol.metric.label}
+    cells["metric"] = _score(protocol, routine, expected.ids, outputs, references, covered, errors)
+    groups: dict[str, float | None] = {}
+    for sg in protocol.subgroups:
+        if sg.by == "stratum":
+            for i, name in enumerate(expected.stratum_names):
+                groups[f"{sg.name}:{name}"] = _score(protocol, routine, expected.ids, outputs, references,
+                                                     covered & (expected.strata == i), errors)
+    cells["subgroups"] = groups
+    cells["routine_error"] = errors[0] if errors and protocol.metric.routine is not None else None
+    if errors and protocol.metric.routine is None:
+        cells["reference_error"] = errors[0]
+    cells["threshold_ok"] = cells["metric"] is not None and protocol.metric.meets(cells["metric"],
+                                                                                   protocol.metric.threshold)
+    cells["generated_rows"] = len(texts.ids)
+    cells["mean_tokens"] = texts.mean_tokens if len(texts.ids) else None
+    cells["length_share"] = texts.length_share if len(texts.ids) and texts.tokens_measured else None
+    bound = spec.max_length_share
+    cells["length_ok"] = bound is None or (cells["length_share"] is not None
+                                           and cells["length_share"] <= bound + TOL)
+    cells["output_lengths"] = _length_histogram(texts)
+    return cells
+
+
+def _length_histogram(texts: Any) -> dict[str, int]:
+    """How many outputs had each generated token count (the report's output-length chart)."""
+    if not len(texts.ids) or not texts.tokens_measured:
+        return {}
+    values, counts = np.unique(texts.tokens, return_counts=True)
+    return {str(int(v)): int(c) for v, c in zip(values, counts)}
+
+
+@dataclass(frozen=True)
+class TextComparison:
+    """A pass's texts against the reference pass's, over the documents both have: the share identical."""
+
+    identical_share: float | None
+    compared: int
+    #: both files hold the same ids (each once)
+    same_ids: bool = False
+
+    def record(self) -> dict[str, Any]:
+        """The form of ``verdict.compare.compare_outputs`` that rerun reads (texts: no probabilities)."""
+        return {"common_ids": self.compared, "same_ids": self.same_ids, "identical_share": self.identical_share,
+                "identical": self.same_ids and self.identical_share == 1.0,
+                "label_agreement": self.identical_share, "max_abs_prob_diff": None}
+
+
+def compare_text_files(a: Path, b: Path, protocol: Protocol) -> TextComparison:
+    """The share of ids whose texts are identical in two text files (the ids both hold)."""
+    spec = protocol.generation
+    assert spec is not None
+    left = read_texts(a, max_new_tokens=spec.max_new_tokens, allow_empty=spec.allow_empty)
+    right = read_texts(b, max_new_tokens=spec.max_new_tokens, allow_empty=spec.allow_empty)
+    where = pc.fill_null(pc.index_in(left.ids, value_set=right.ids), -1).to_numpy(zero_copy_only=False)
+    both = where >= 0
+    if not both.any():
+        return TextComparison(None, 0)
+    mine = left.texts.filter(pa.array(both))
+    theirs = right.texts.take(pa.array(where[both]))
+    same = pc.sum(pc.cast(pc.equal(mine, theirs), pa.int64())).as_py() or 0
+    unique = len(pc.unique(left.ids)) == len(left.ids) and len(pc.unique(right.ids)) == len(right.ids)
+    same_ids = unique and len(left.ids) == len(right.ids) == int(both.sum())
+    return TextComparison(same / int(both.sum()), int(both.sum()), same_ids)
+
+
+def text_comparison(v: dict[str, Any], ref_v: dict[str, Any] | None, same: TextComparison | None,
+                    protocol: Protocol) -> list[str]:
+    """The generation cells of a pass judged against the reference pass (``v``: its verdict, updated) and the
+    reasons it fails: the length share above its bound, mean tokens outside the tolerance, and under
+    ``reproduction.target = "identical"`` any text differing from the reference pass's."""
+    spec = protocol.generation
+    assert spec is not None
+    reasons = []
+    if not v.get("length_ok", True):
+        reasons.append(f"length share {v.get('length_share')} above generation.max_length_share "
+                       f"{spec.max_length_share:g}")
+    mine, theirs = v.get("mean_tokens"), (ref_v or {}).get("mean_tokens")
+    v["mean_tokens_ref"] = theirs
+    if mine is None or theirs is None:
+        v["tokens_ok"] = None  # not measured: shown as such, never guessed
+    else:
+        v["tokens_ok"] = abs(mine - theirs) <= spec.tokens_tolerance * theirs + TOL
+        if not v["tokens_ok"]:
+            reasons.append(f"mean generated tokens {mine:.2f} outside ±{spec.tokens_tolerance:g} of the "
+                           f"reference's {theirs:.2f}")
+    v["identical_share"] = same.identical_share if same is not None else None
+    if protocol.reproduction.target == "identical":
+        v["reproduction_ok"] = v["identical_share"] is not None and v["identical_share"] >= 1.0 - TOL
+    else:
+        v["reproduction_ok"] = True
+    v["label_agreement"], v["max_abs_prob_diff"] = None, None
+    return reasons

@@ -1,0 +1,298 @@
+"""Generation models (``[task] kind = "generation"``): a prompt in, a generated text out, with the number of tokens
+generated and why the generation ended.
+
+The interface every generator offers (the Hugging Face ones live in :mod:`iteralab.models.generation_hf`):
+
+- ``generate(prompts) -> GeneratedBatch``: greedy decoding (``do_sample=False``, ``num_beams=1``); a prompt
+  longer than ``prompt_max_length`` tokens is refused, never truncated silently (unless ``allow_truncation``);
+- ``warmup(prompts)``: one call outside any measured pass;
+- ``prompt_token_counts(prompts)``: tokens of each prompt as the model sees it (chat template applied when
+  asked, special tokens included); :func:`check_prompts` gives the rows over the limit, so a lock can refuse
+  them before any pass;
+- ``describe()``, ``file_hashes()``: the manifest's facts, as every workload's; ``tokenizer_folder``: the folder
+  whose tokenizer counts tokens (None: no tokenizer, counts are "not measured").
+
+Finish reasons: ``"eos"`` when the model emitted its end-of-sequence token, ``"stop"`` when a stop string
+ended the text (the text is cut before it), ``"length"`` when ``max_new_tokens`` tokens were generated without
+either. Tokens counted: the generated tokens up to and including the eos token, or up to the token that completed
+the stop string; padding is never counted.
+
+This module does not import torch: a callable generator's worker never loads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from iteralab.errors import WorkloadError
+from iteralab.models.base import text_list
+from iteralab.models.callable import CallableWorkload
+
+FINISH_REASONS = ("stop", "eos", "length")
+GREEDY = "greedy (do_sample=False, num_beams=1)"
+#: Prompts counted per tokenizer call.
+_COUNT_CHUNK = 1024
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """How every prompt is generated; fixed by the protocol before any timing."""
+
+    max_new_tokens: int
+    stop: tuple[str, ...] = ()
+    chat_template: bool = False
+    allow_truncation: bool = False
+    prompt_max_length: int = 512
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, list):  # as a protocol file's array reads
+            object.__setattr__(self, "stop", tuple(self.stop))
+
+    def record(self) -> dict[str, Any]:
+        """JSON-ready, for ``describe()``."""
+        return {"max_new_tokens": self.max_new_tokens, "stop": list(self.stop), "chat_template": self.chat_template,
+                "allow_truncation": self.allow_truncation, "prompt_max_length": self.prompt_max_length,
+                "decoding": GREEDY}
+
+
+@dataclass(frozen=True)
+class GeneratedBatch:
+    """One batch's outputs, in prompt order. ``tokens`` is None when they could not be counted."""
+
+    texts: list[str]
+    tokens: np.ndarray | None
+    finish: list[str]
+
+
+def _positive_int(value: Any, name: str, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise WorkloadError(f"{name}: {value!r} must be an integer ≥ {low}")
+
+
+def check_generation(settings: GenerationSettings) -> None:
+    """Refuse settings no generator can honour, naming the field."""
+    if not isinstance(settings, GenerationSettings):
+        raise WorkloadError("generation: settings are required for a generation job",
+                            hint="pass generation=GenerationSettings(max_new_tokens=...)")
+    _positive_int(settings.max_new_tokens, "max_new_tokens", 1)
+    _positive_int(settings.prompt_max_length, "prompt_max_length", 2)
+    if not isinstance(settings.stop, tuple) or not all(isinstance(s, str) and s for s in settings.stop):
+        raise WorkloadError(f"stop: {settings.stop!r} must be a tuple of non-empty strings")
+
+
+def empty_batch() -> GeneratedBatch:
+    return GeneratedBatch([], np.zeros(0, dtype=np.int32), [])
+
+
+# ----------------------------------------------------------------------------------------- finish reasons
+
+
+def stop_index(text: str, stops: Sequence[str]) -> int | None:
+    """Where the earliest stop string starts in ``text``; None when none occurs."""
+    found = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return min(found) if found else None
+
+
+def finish_row(decode: Any, ids: Sequence[int], eos_ids: frozenset[int], stops: Sequence[str]
+               ) -> tuple[str, int, str]:
+    """(text, tokens, finish) of one row of generated token ids (the prompt and decoder start removed).
+
+    ``decode(ids) -> str`` drops special tokens. A stop string found in the text before the first eos wins:
+    the text is cut before it and the tokens are counted up to the one that completed it. Otherwise the first
+    eos gives ``"eos"`` (counted with it), and a row without either ran to ``max_new_tokens``: ``"length"``."""
+    ids = list(ids)
+    end = next((i for i, t in enumerate(ids) if t in eos_ids), None)
+    body = ids if end is None else ids[:end]
+    if stops and stop_index(decode(body), stops) is not None:
+        for k in range(1, len(body) + 1):
+            text = decode(body[:k])
+            cut = stop_index(text, stops)
+            if cut is not None:
+                return text[:cut], k, "stop"
+    if end is not None:
+        return decode(body), end + 1, "eos"
+    return decode(body), len(body), "length"
+
+
+# ----------------------------------------------------------------------------------------- prompts
+
+
+def render_prompts(tokenizer: Any, prompts: list[str], chat_template: bool) -> list[str]:
+    """The prompts as the model reads them: each as one user message through the tokenizer's chat template
+    (with the generation prompt) when ``chat_template``, else unchanged."""
+    if not chat_template:
+        return prompts
+    return [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
+                                          add_generation_prompt=True) for p in prompts]
+
+
+def count_prompt_tokens(tokenizer: Any, prompts: Sequence[str], chat_template: bool) -> list[int]:
+    """Tokens of each rendered prompt, special tokens included (a chat template writes its own, so the
+    tokenizer adds none then), without truncation."""
+    items = text_list(prompts)
+    counts: list[int] = []
+    for start in range(0, len(items), _COUNT_CHUNK):
+        rendered = render_prompts(tokenizer, items[start:start + _COUNT_CHUNK], chat_template)
+        ids = tokenizer(rendered, add_special_tokens=not chat_template, truncation=False, padding=False,
+                        return_attention_mask=False)["input_ids"]
+        counts.extend(len(row) for row in ids)
+    return counts
+
+
+def require_chat_template(tokenizer: Any, where: Path | str | None) -> None:
+    if not getattr(tokenizer, "chat_template", None):
+        raise WorkloadError(f"chat_template: the tokenizer in {where} has no chat template",
+                            hint="set chat_template = false, or use a folder whose tokenizer has one")
+
+
+def check_prompts(workload: Any, prompts: Sequence[str]) -> list[int]:
+    """Row indexes (into ``prompts``) of the prompts over ``prompt_max_length`` tokens, counted as the model sees
+    them. A generator without a tokenizer (a callable without ``path``) cannot count and returns ``[]``: it owns
+    its prompt limit. Whether rows over the limit are refused (``allow_truncation`` false) is the caller's call."""
+    if getattr(workload, "tokenizer", None) is None:
+        return []
+    limit = workload.generation.prompt_max_length
+    return [i for i, n in enumerate(workload.prompt_token_counts(prompts)) if n > limit]
+
+
+# ----------------------------------------------------------------------------------------- callable
+
+
+class CallableGenerator(CallableWorkload):
+    """A Python function ``list[str] -> list[str]``, or ``-> (texts, tokens, finish)`` (``tokens``: one count per
+    text or None; ``finish``: one of ``stop``/``eos``/``length`` per text or None) — how vLLM, SGLang or a served
+    endpoint is brought. The function owns its model, decoding and limits; it must stop at the protocol's
+    ``max_new_tokens``.
+
+    When it returns no token counts, the tokenizer of ``model.path`` counts the tokens of each returned text
+    (special tokens not added); without that folder the counts are None, "not measured". A re-tokenised count is
+    the tokenizer's count of the text, which may differ slightly from the tokens the model generated; a count
+    above ``max_new_tokens`` is refused (the callable did not stop at the limit).
+
+    When it returns no finish reasons, a text holding a stop string is cut before it and finishes ``"stop"``;
+    otherwise the finish is ``"length"`` when the counted tokens equal ``max_new_tokens``, else ``"stop"``: a text
+    that ended on the model's eos cannot be told apart from one that ended on a stop string, so both are recorded
+    as ``"stop"`` (and without counts every such row is ``"stop"``). Returned finish reasons are kept as given,
+    with their texts."""
+
+    kind = "callable"
+
+    def __init__(self, ref: str, generation: GenerationSettings, tokenizer_folder: Path | None = None) -> None:
+        check_generation(generation)
+        super().__init__(ref, ("text",), tokenizer_folder)
+        self.classes = ()
+        self.generation = generation
+        if generation.chat_template and self.tokenizer is not None:
+            require_chat_template(self.tokenizer, tokenizer_folder)
+
+    def _call(self, texts: list[str]) -> np.ndarray:
+        raise WorkloadError("callable: a generation callable gives texts, not probabilities",
+                            hint="call generate(prompts)")
+
+    def generate(self, prompts: Sequence[str]) -> GeneratedBatch:
+        items = text_list(prompts)
+        if not items:
+            return empty_batch()
+        return self.check_generated(self.fn(items), len(items))
+
+    def warmup(self, prompts: Sequence[str]) -> None:
+        self.generate(prompts)
+
+    def prompt_token_counts(self, prompts: Sequence[str]) -> list[int]:
+        if self.tokenizer is None:
+            raise WorkloadError("path: a callable generator has no tokenizer for token counts",
+                                hint="give path = the folder of the tokenizer the callable uses")
+        return count_prompt_tokens(self.tokenizer, prompts, self.generation.chat_template)
+
+    def check_generated(self, out: Any, n: int) -> GeneratedBatch:
+        """Validate what the callable returned for ``n`` prompts (one-line errors naming the callable)."""
+        texts_out, tokens_out, finish_out = out, None, None
+        if isinstance(out, tuple) and len(out) == 3 and not isinstance(out[0], str):
+            texts_out, tokens_out, finish_out = out
+        texts = self._texts(texts_out, n)
+        tokens = self._tokens(tokens_out, n) if tokens_out is not None else self._count(texts)
+        if finish_out is not None:
+            return GeneratedBatch(texts, tokens, self._finish(finish_out, n))
+        finish = []
+        for i, text in enumerate(texts):
+            cut = stop_index(text, self.generation.stop) if self.generation.stop else None
+            if cut is not None:
+                texts[i] = text[:cut]
+            at_limit = cut is None and tokens is not None and int(tokens[i]) == self.generation.max_new_tokens
+            finish.append("length" if at_limit else "stop")
+        return GeneratedBatch(texts, tokens, finish)
+
+    def _texts(self, out: Any, n: int) -> list[str]:
+        if isinstance(out, np.ndarray) and out.ndim == 1:
+            out = out.tolist()
+        if out is None or isinstance(out, (str, bytes, dict)) or not isinstance(out, Sequence):
+            raise WorkloadError(f"callable: {self.ref} returned {type(out).__name__}, expected {n} texts or "
+                                "(texts, tokens, finish)")
+        if len(out) != n:
+            raise WorkloadError(f"callable: {self.ref} returned {len(out)} texts for {n} prompts")
+        bad = next((i for i, t in enumerate(out) if not isinstance(t, str)), None)
+        if bad is not None:
+            raise WorkloadError(f"callable: {self.ref} returned {type(out[bad]).__name__} at row {bad}, "
+                                "expected a string")
+        return list(out)
+
+    def _tokens(self, out: Any, n: int) -> np.ndarray:
+        try:
+            arr = np.asarray(out)
+        except (TypeError, ValueError):
+            arr = np.asarray([], dtype=object)
+        if arr.shape != (n,) or arr.dtype.kind not in "iu":
+            raise WorkloadError(f"callable: {self.ref} returned token counts {type(out).__name__} of shape "
+                                f"{list(arr.shape)}, expected {n} integers")
+        return self._in_range(arr.astype(np.int64), "returned")
+
+    def _count(self, texts: list[str]) -> np.ndarray | None:
+        if self.tokenizer is None:
+            return None
+        ids = self.tokenizer(texts, add_special_tokens=False, truncation=False, padding=False,
+                             return_attention_mask=False)["input_ids"]
+        return self._in_range(np.array([len(row) for row in ids], dtype=np.int64), "counted")
+
+    def _in_range(self, counts: np.ndarray, how: str) -> np.ndarray:
+        limit = self.generation.max_new_tokens
+        bad = np.flatnonzero((counts < 0) | (counts > limit))
+        if bad.size:
+            raise WorkloadError(f"callable: {self.ref} row {int(bad[0])}: {how} {int(counts[bad[0]])} generated "
+                                f"tokens, outside 0…max_new_tokens {limit}",
+                                hint="the callable must stop at the protocol's max_new_tokens")
+        return counts.astype(np.int32)
+
+    def _finish(self, out: Any, n: int) -> list[str]:
+        items = list(out) if isinstance(out, Sequence) and not isinstance(out, str) else None
+        if items is None or len(items) != n:
+            raise WorkloadError(f"callable: {self.ref} returned finish reasons {type(out).__name__}, "
+                                f"expected {n} of {', '.join(FINISH_REASONS)}")
+        bad = next((i for i, f in enumerate(items) if f not in FINISH_REASONS), None)
+        if bad is not None:
+            raise WorkloadError(f"callable: {self.ref} returned finish reason {items[bad]!r} at row {bad}, "
+                                f"expected one of {', '.join(FINISH_REASONS)}")
+        return [str(f) for f in items]
+
+    def describe(self) -> dict[str, Any]:
+        info = super().describe()
+        info["classes"] = []
+        info["generation"] = {**self.generation.record(), "decoding": "the callable's own",
+                              "tokens": "counted by the tokenizer of path" if self.tokenizer is not None
+                              else "not measured unless the callable returns them"}
+        return info
+
+
+def load_callable_generator(callable_ref: str | None, path: str | Path | None, precision: str, compile: bool,
+                            generation: GenerationSettings) -> CallableGenerator:
+    """A callable generator; the harness applies no precision or compilation to it."""
+    if callable_ref is None:
+        raise WorkloadError("callable: required for kind 'callable' ('package.module:function')")
+    if precision != "fp32" or compile:
+        raise WorkloadError(f"precision/compile: {precision!r}/{compile} cannot be applied to a callable",
+                            hint="the callable owns its model; declare precision 'fp32' and compile false")
+    return CallableGenerator(callable_ref, generation, Path(path) if path is not None else None)

@@ -1,0 +1,103 @@
+"""The generation job's protocol: [task] kind = "generation", [generation], [corpus] reference_column and a
+relative tolerance, each mistake refused in one line naming the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from iteralab.campaign.verdict import textmetrics
+from iteralab.errors import ProtocolError
+from iteralab.plan.metric import GENERATION_METRICS
+from iteralab.plan.protocol import parse_protocol
+
+GENERATION_PROTOCOL = """schema_version = 1
+name = "gen"
+question = "Which batch size answers the same for the least money?"
+
+[task]
+kind = "generation"
+
+[generation]
+max_new_tokens = 6
+
+[corpus]
+path = "corpus.csv"
+classes = []
+reference_column = "answer"
+
+[model]
+kind = "hf_causal_lm"
+path = "model"
+max_length = 64
+
+[metric]
+name = "token_f1"
+threshold = 0.0
+relative_tolerance = 0.01
+reference_variant = "b1"
+
+[[variants]]
+name = "b1"
+batch_size = 1
+
+[[variants]]
+name = "b4"
+batch_size = 4
+"""
+
+
+def generation_protocol(*edits: tuple[str, str]) -> str:
+    text = GENERATION_PROTOCOL
+    for old, new in edits:
+        assert old in text
+        text = text.replace(old, new, 1)
+    return text
+
+
+def test_a_generation_protocol_reads_its_keys():
+    p = parse_protocol(generation_protocol(
+        ('max_new_tokens = 6', 'max_new_tokens = 6\nstop = ["\\n"]\nmax_length_share = 0.2\n'
+                               'prompt = "Q: {text}\\nA:"')))
+    assert p.task.kind == "generation"
+    assert p.generation.max_new_tokens == 6 and p.generation.stop == ("\n",)
+    assert p.generation.tokens_tolerance == pytest.approx(0.10) and not p.generation.allow_empty
+    assert p.generation.render("why?") == "Q: why?\nA:"
+    assert p.corpus.reference_column == "answer" and p.corpus.classes == ()
+    assert p.metric.tolerance is None and p.metric.allowed_drop(0.8) == pytest.approx(0.008)
+
+
+def test_the_two_lists_of_generation_metrics_agree():
+    assert GENERATION_METRICS == textmetrics.GENERATION_METRICS
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (('max_new_tokens = 6', 'max_new_tokens = 6\ndecoding = "sampling"'), "decoding 'sampling' is refused"),
+    (('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "{question}"'), "may name {text} only"),
+    (('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "no text"'), "never names {text}"),
+    (('max_new_tokens = 6', 'max_new_tokens = 0'), "generation.max_new_tokens"),
+    (('max_new_tokens = 6', 'max_new_tokens = 6\nmax_length_share = 2'), "generation.max_length_share"),
+    (('relative_tolerance = 0.01', 'relative_tolerance = 0.01\ntolerance = 0.02'), "exactly one of"),
+    (('relative_tolerance = 0.01', ''), "exactly one of"),
+    (('name = "token_f1"', 'name = "macro_f1"'), "a generation job's metric is one of"),
+    (('reference_column = "answer"', ''), "declare corpus.reference_column"),
+    (('classes = []', 'classes = ["a", "b"]'), "declare corpus.classes = []"),
+    (('kind = "hf_causal_lm"', 'kind = "encoder"'), "a generation job's model.kind"),
+    (('[generation]\nmax_new_tokens = 6', ''), "needs a [generation] table"),
+    (('batch_size = 4', 'batch_size = 4\ndata_parallel = 2'), "data_parallel = 1 in this version"),
+])
+def test_generation_protocol_mistakes_are_one_line(edit, expected):
+    with pytest.raises(ProtocolError) as info:
+        parse_protocol(generation_protocol(edit), "protocol.toml")
+    message = str(info.value)
+    assert expected in message and "\n" not in message
+
+
+def test_other_kinds_refuse_the_generation_keys():
+    classification = generation_protocol(('[task]\nkind = "generation"', ''))
+    with pytest.raises(ProtocolError, match=r"\[generation\] is for task.kind = 'generation'"):
+        parse_protocol(classification)
+    no_table = generation_protocol(('[task]\nkind = "generation"', ''), ('[generation]\nmax_new_tokens = 6', ''),
+                                   ('classes = []', 'classes = ["a", "b"]'), ('name = "token_f1"', 'name = "accuracy"'),
+                                   ('kind = "hf_causal_lm"', 'kind = "hf_classifier"'))
+    with pytest.raises(ProtocolError, match="relative_tolerance is for a generation job"):
+        parse_protocol(no_table)
