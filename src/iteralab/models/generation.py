@@ -32,11 +32,10 @@ import numpy as np
 from iteralab.errors import WorkloadError
 from iteralab.models.base import text_list
 from iteralab.models.callable import CallableWorkload
+from iteralab.models.prompts import count_prompt_tokens, render_prompts
 
 FINISH_REASONS = ("stop", "eos", "length")
 GREEDY = "greedy (do_sample=False, num_beams=1)"
-#: Prompts counted per tokenizer call.
-_COUNT_CHUNK = 1024
 
 
 @dataclass(frozen=True)
@@ -117,31 +116,6 @@ def finish_row(decode: Any, ids: Sequence[int], eos_ids: frozenset[int], stops: 
     if end is not None:
         return decode(body), end + 1, "eos"
     return decode(body), len(body), "length"
-
-
-# ----------------------------------------------------------------------------------------- prompts
-
-
-def render_prompts(tokenizer: Any, prompts: list[str], chat_template: bool) -> list[str]:
-    """The prompts as the model reads them: each as one user message through the tokenizer's chat template
-    (with the generation prompt) when ``chat_template``, else unchanged."""
-    if not chat_template:
-        return prompts
-    return [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
-                                          add_generation_prompt=True) for p in prompts]
-
-
-def count_prompt_tokens(tokenizer: Any, prompts: Sequence[str], chat_template: bool) -> list[int]:
-    """Tokens of each rendered prompt, special tokens included (a chat template writes its own, so the
-    tokenizer adds none then), without truncation."""
-    items = text_list(prompts)
-    counts: list[int] = []
-    for start in range(0, len(items), _COUNT_CHUNK):
-        rendered = render_prompts(tokenizer, items[start:start + _COUNT_CHUNK], chat_template)
-        ids = tokenizer(rendered, add_special_tokens=not chat_template, truncation=False, padding=False,
-                        return_attention_mask=False)["input_ids"]
-        counts.extend(len(row) for row in ids)
-    return counts
 
 
 def require_chat_template(tokenizer: Any, where: Path | str | None) -> None:

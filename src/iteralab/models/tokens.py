@@ -14,7 +14,7 @@ from typing import Any
 
 from iteralab.common.files import sha256_file
 from iteralab.errors import CorpusError, ProtocolError, WorkloadError
-from iteralab.models.generation import count_prompt_tokens
+from iteralab.models.prompts import count_prompt_tokens
 from iteralab.plan.paths import PACKAGE_PREFIX, resolve
 from iteralab.plan.prepare import prepare_corpus
 from iteralab.plan.protocol import Protocol
