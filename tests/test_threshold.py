@@ -154,7 +154,7 @@ def test_refusals_are_one_line(tmp_path, capsys):
     rc, _, err = _run(capsys, protocol)
     assert rc == 2 and err.splitlines()[0] == (
         f"Error: {protocol}: key 'metric.name': unknown metric 'auc'; known: accuracy, macro_f1, weighted_f1, "
-        "balanced_accuracy, knn_accuracy, recall_at_k")
+        "balanced_accuracy, knn_accuracy, recall_at_k, exact_match, token_f1, rouge_l, chrf")
     protocol = _draft(tmp_path, 'kind = "callable"\ncallable = "fake_models:keyword_classifier"')
     (tmp_path / "tuning.csv").write_bytes((tmp_path / "final.csv").read_bytes())  # P4: never the final corpus
     rc, _, err = _run(capsys, protocol)
