@@ -53,17 +53,34 @@ def compare_vectors(path: Path, reference: Path, reader: PredictionReader, expec
     worst, unknown = 0.0, False
     for start in range(0, len(ref.ids), vector_files.READ_ROWS):
         where = positions[start:start + vector_files.READ_ROWS]
-        known = where >= 0
-        block = ref.vectors[start:start + len(where)][known]
-        at = where[known]
-        mine = np.full((len(at), block.shape[1]), np.nan, dtype=np.float32)  # NaN: the pass has no vector there
-        held = covered[at]
-        mine[held] = vectors.vectors[rows[at[held]]]
+        block, at, mine = _aligned_block(vectors.vectors, ref.vectors, start, where, rows, covered)
         cos, diff = cosine_rows(mine, block)
         cosines[at] = cos
         unknown = unknown or bool(np.isnan(diff).any())
         worst = max(worst, float(np.nanmax(diff, initial=0.0)))
     return CosineComparison(cosines, None if unknown else worst)
+
+
+def _aligned_block(store: Any, ref_store: Any, start: int, where: np.ndarray, rows: np.ndarray, covered: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The reference's rows ``start:start + len(where)`` that are corpus documents, their corpus positions, and the
+    pass's vectors of the same documents (NaN where the pass has none). Both sets in corpus order (the usual
+    case): two reads, no gather and no copy."""
+    if len(where) and where[0] >= 0 and where[-1] - where[0] + 1 == len(where) and \
+            bool((np.diff(where) == 1).all()):
+        first = int(where[0])
+        mine_rows = rows[first:first + len(where)]
+        if bool(covered[first:first + len(where)].all()) and mine_rows[-1] - mine_rows[0] + 1 == len(mine_rows) \
+                and bool((np.diff(mine_rows) == 1).all()):
+            at = np.arange(first, first + len(where))
+            return ref_store[start:start + len(where)], at, store[int(mine_rows[0]):int(mine_rows[0]) + len(where)]
+    known = where >= 0
+    block = ref_store[start:start + len(where)][known]
+    at = where[known]
+    mine = np.full((len(at), block.shape[1]), np.nan, dtype=np.float32)
+    held = covered[at]
+    mine[held] = store[rows[at[held]]]
+    return block, at, mine
 
 
 def _corpus_positions(ids: pa.Array, expected: Expected) -> np.ndarray:
