@@ -248,6 +248,32 @@ def test_verify_fails_on_a_hand_edited_text(tmp_path):
     assert any(path.name in d and "sha256" in d for d in differences), differences
 
 
+def test_verify_recomputes_the_metric_from_the_stored_texts(tmp_path):
+    """A forger who rewrites a pass's texts and fixes the file's hash in the journal: only the recomputed metric
+    (and the raw table row it no longer matches) can show it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from iteralab.campaign.journal import read_journal
+    from iteralab.common.files import sha256_file
+    from iteralab.evidence.verify import audit_campaign
+
+    out = run_job(tmp_path, 'kind = "callable"\ncallable = "fake_generators:with_counts"', max_new_tokens=8)
+    journal = out / "journal.jsonl"
+    finished = read_journal(journal).finished
+    pid, record = next(iter(finished.items()))
+    path = out / record["prediction_file"]
+    table = pq.read_table(path)
+    wrong = pa.array(["zzz"] * table.num_rows, pa.string())  # no reference answer shares a token with it
+    pq.write_table(table.set_column(table.schema.get_field_index("text"), "text", wrong), path)
+    lines = journal.read_text().splitlines(keepends=True)  # every pass wrote the same texts: fix this pass's only
+    journal.write_text("".join(line.replace(record["prediction_sha256"], sha256_file(path))
+                               if f'"{pid}"' in line else line for line in lines))
+    differences = audit_campaign(out, require_seal=False).differences
+    assert not any("edited" in d for d in differences), differences  # every file matches the journal's hash
+    assert any(f"pass {pid}'s verdict field 'metric' recomputed" in d for d in differences), differences
+
+
 def test_the_memory_estimate_adds_the_kv_cache(tmp_path, tiny_causal_lm):
     from transformers import AutoConfig
 
