@@ -351,3 +351,16 @@ def test_strata_count_the_rendered_prompt_and_judge_quality_per_stratum(tmp_path
     run_campaign(protocol, tmp_path / "camp")
     rows = rows_of(tmp_path / "camp")
     assert all(set(r.subgroup_metrics) == {"len:short", "len:long"} for r in rows.values())
+
+
+def test_a_reference_column_missing_from_the_corpus_is_one_line_at_lock(tmp_path, capsys):
+    from iteralab.cli import main
+
+    protocol = write_job(tmp_path, 'kind = "callable"\ncallable = "fake_generators:with_counts"', max_new_tokens=8)
+    protocol.write_text(protocol.read_text().replace('reference_column = "answer"', 'reference_column = "answers"'))
+    assert main(["lock", str(protocol)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"Error: {tmp_path / 'corpus.csv'} line 1: no column 'answers' (columns found: 'id', 'text', " \
+                     "'answer')"
+    assert err[1].startswith("Hint: ") and len(err) == 2
+    assert not list(tmp_path.glob("*.lock.json"))
