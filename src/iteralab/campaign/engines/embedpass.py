@@ -49,6 +49,16 @@ def embedding_options(model: Any) -> dict[str, Any]:
             "normalize": model["embedding"]["normalize"]}
 
 
+def pending_ids(pass_run: Any, pending: int) -> pa.Array:
+    """The ids of the ``pending`` rows a pass writes next, in the order its outputs come (the corpus order, or the
+    bucketed order ``pass_run.order``): one slice or one take of the pass's id chunks, shared by every kind of
+    streamed output."""
+    chunks = pa.chunked_array([c.cast(pa.string()) for c in pass_run.id_chunks], pa.string())
+    if pass_run.order is None:
+        return chunks.slice(pass_run.flushed, pending).combine_chunks()
+    return chunks.take(pa.array(pass_run.order[pass_run.flushed:pass_run.flushed + pending])).combine_chunks()
+
+
 def flush_vectors(pass_run: Any, final: bool = False) -> None:
     """The completed rows' vectors streamed to the vector file once a record batch is full (``final``: whatever
     is left), in pass order (a bucketed pass: its length order, the ids taken in that order)."""
@@ -59,11 +69,7 @@ def flush_vectors(pass_run: Any, final: bool = False) -> None:
     t0 = time.perf_counter()
     vectors = np.concatenate([np.asarray(o, dtype=np.float32) for o in pass_run.outputs])
     pass_run.outputs.clear()
-    chunks = pa.chunked_array([c.cast(pa.string()) for c in pass_run.id_chunks], pa.string())
-    if pass_run.order is None:
-        ids = chunks.slice(pass_run.flushed, pending).combine_chunks()
-    else:
-        ids = chunks.take(pa.array(pass_run.order[pass_run.flushed:pass_run.flushed + pending])).combine_chunks()
+    ids = pending_ids(pass_run, pending)
     pass_run.sink.write(ids, vectors)
     pass_run.flushed += pending
     pass_run.stream_s += time.perf_counter() - t0

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from iteralab.campaign.engines.embedpass import pending_ids
 from iteralab.campaign.folder import PREDICTIONS
 from iteralab.campaign.records import GENERATED_TEXTS
 from iteralab.models.generation import GeneratedBatch, GenerationSettings
@@ -93,11 +94,7 @@ def flush_texts(pass_run: Any, final: bool = False) -> None:
     finish = [f for b in batches for f in b.finish]
     tokens = None if any(b.tokens is None for b in batches) else np.concatenate(
         [np.asarray(b.tokens, dtype=np.int32) for b in batches]) if batches else None
-    chunks = pa.chunked_array([c.cast(pa.string()) for c in pass_run.id_chunks], pa.string())
-    if pass_run.order is None:
-        ids = chunks.slice(pass_run.flushed, pending).combine_chunks()
-    else:
-        ids = chunks.take(pa.array(pass_run.order[pass_run.flushed:pass_run.flushed + pending])).combine_chunks()
+    ids = pending_ids(pass_run, pending)
     pass_run.sink.write(ids, texts, tokens, finish)
     pass_run.flushed += pending
     pass_run.stream_s += time.perf_counter() - t0
