@@ -32,7 +32,7 @@ import numpy as np
 from iteralab.errors import WorkloadError
 from iteralab.models.base import text_list
 from iteralab.models.callable import CallableWorkload
-from iteralab.models.prompts import count_prompt_tokens, render_prompts
+from iteralab.models.prompts import count_prompt_tokens
 
 FINISH_REASONS = ("stop", "eos", "length")
 GREEDY = "greedy (do_sample=False, num_beams=1)"

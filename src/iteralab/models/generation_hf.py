@@ -19,10 +19,10 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 from iteralab.errors import WorkloadError
 from iteralab.models.base import Settings, check_settings, text_list
-from iteralab.models.generation import (GeneratedBatch, GenerationSettings, check_generation, count_prompt_tokens,
-                                        empty_batch, finish_row, render_prompts, require_chat_template,
-                                        stop_index)
+from iteralab.models.generation import (GeneratedBatch, GenerationSettings, check_generation, empty_batch,
+                                        finish_row, require_chat_template, stop_index)
 from iteralab.models.hf import HFText, load_pretrained
+from iteralab.models.prompts import count_prompt_tokens, render_prompts
 
 
 class StopOnStrings(StoppingCriteria):

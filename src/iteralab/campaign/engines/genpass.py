@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from iteralab.campaign.engines.embedpass import pending_ids
 from iteralab.campaign.folder import PREDICTIONS
