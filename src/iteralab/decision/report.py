@@ -185,7 +185,13 @@ def plot_output_lengths(configs: list[Config], decision: Decision, merged: bool)
     ended on ``length`` (None for another job, or when no pass measured its tokens)."""
     if decision.evidence[0].protocol.task.kind != "generation" or not any(c.quality.mean_tokens for c in configs):
         return None
+    protocol = decision.evidence[0].protocol
     plt, fig, ax = _figure()
+    refs = [v for c in configs if c.variant == protocol.metric.reference_variant for v in c.quality.mean_tokens]
+    if refs and protocol.generation is not None:
+        ref, tol = float(np.median(refs)), protocol.generation.tokens_tolerance
+        ax.axhspan(ref * (1 - tol), ref * (1 + tol), color="#2ca02c", alpha=0.12,
+                   label=f"reference {protocol.metric.reference_variant} (median of its passes) ± {tol:.0%}")
     for i, c in enumerate(configs):
         values = list(c.quality.mean_tokens)
         ax.scatter([i] * len(values), values, color="#1f77b4", s=30, zorder=3)
@@ -194,7 +200,11 @@ def plot_output_lengths(configs: list[Config], decision: Decision, merged: bool)
                         textcoords="offset points", ha="center", fontsize=8)
     ax.set_xticks(range(len(configs)), [_short(c, merged) for c in configs], fontsize=8)
     ax.set_ylabel("mean generated tokens per document")
+    ax.set_ylim(bottom=0, top=max(protocol.generation.max_new_tokens if protocol.generation else 0,
+                                  *(v for c in configs for v in c.quality.mean_tokens)) * 1.1)
     ax.set_title("Output length per configuration (share ended on max_new_tokens above each)", fontsize=10)
+    if refs:
+        ax.legend(fontsize=8, loc="best")
     return _png(plt, fig)
 
 
