@@ -41,6 +41,17 @@ def _import_callable(ref: str) -> tuple[Callable[[list[str]], Any], str | None]:
     return target, source
 
 
+def check_callable_settings(callable_ref: str | None, precision: str, compile: bool) -> str:
+    """The callable's reference, refused in one line when absent or when the protocol asks the harness for a precision
+    or a compilation it cannot apply (the callable owns its model): one rule for every kind of job."""
+    if callable_ref is None:
+        raise WorkloadError("callable: required for kind 'callable' ('package.module:function')")
+    if precision != "fp32" or compile:
+        raise WorkloadError(f"precision/compile: {precision!r}/{compile} cannot be applied to a callable",
+                            hint="the callable owns its model; declare precision 'fp32' and compile false")
+    return callable_ref
+
+
 class CallableWorkload(Workload):
     """A Python function ``list[str] -> probabilities [n, C] | list of labels`` (labels become one-hot).
 

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 
 from iteralab.errors import WorkloadError
-from iteralab.models.callable import CallableWorkload
+from iteralab.models.callable import CallableWorkload, check_callable_settings
 
 class CallableEmbedding(CallableWorkload):
     """A Python function ``list[str] -> [n, d]`` floats (an array, a tensor or nested lists). The function owns
@@ -57,9 +57,5 @@ class CallableEmbedding(CallableWorkload):
 def load_callable_embedding(callable_ref: str | None, path: str | Path | None, precision: str,
                             compile: bool) -> CallableEmbedding:
     """A callable embedding model; the harness applies no precision or compilation to it."""
-    if callable_ref is None:
-        raise WorkloadError("callable: required for kind 'callable' ('package.module:function')")
-    if precision != "fp32" or compile:
-        raise WorkloadError(f"precision/compile: {precision!r}/{compile} cannot be applied to a callable",
-                            hint="the callable owns its model; declare precision 'fp32' and compile false")
+    callable_ref = check_callable_settings(callable_ref, precision, compile)
     return CallableEmbedding(callable_ref, Path(path) if path is not None else None)

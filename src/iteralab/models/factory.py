@@ -11,7 +11,7 @@ from pathlib import Path
 
 from iteralab.errors import WorkloadError
 from iteralab.models.base import KINDS, Settings, Workload, check_settings, model_folder
-from iteralab.models.callable import CallableWorkload
+from iteralab.models.callable import CallableWorkload, check_callable_settings
 from iteralab.models.device import resolve_device
 from iteralab.models.embedding import load_callable_embedding
 from iteralab.models.generation import GenerationSettings, check_generation, load_callable_generator
@@ -54,13 +54,9 @@ def load_workload(kind: str, *, path: str | Path | None = None, head: str | Path
                                 hint="declare padding = 'longest'")
         max_length, truncation = generation.prompt_max_length, generation.allow_truncation
     if kind == "callable":
-        if callable_ref is None:
-            raise WorkloadError("callable: required for kind 'callable' ('package.module:function')")
+        callable_ref = check_callable_settings(callable_ref, precision, bool(compile))
         if classes is None:
             raise WorkloadError("classes: required for a callable workload (the order of its probability columns)")
-        if precision != "fp32" or compile:
-            raise WorkloadError(f"precision/compile: {precision!r}/{compile} cannot be applied to a callable",
-                                hint="the callable owns its model; declare precision 'fp32' and compile false")
 
         return CallableWorkload(callable_ref, classes, Path(path) if path is not None else None)
     settings = Settings(precision=precision, device=resolve_device(device), max_length=max_length,

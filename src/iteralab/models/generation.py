@@ -31,7 +31,7 @@ import numpy as np
 
 from iteralab.errors import WorkloadError
 from iteralab.models.base import text_list
-from iteralab.models.callable import CallableWorkload
+from iteralab.models.callable import CallableWorkload, check_callable_settings
 from iteralab.models.prompts import count_prompt_tokens
 
 FINISH_REASONS = ("stop", "eos", "length")
@@ -264,9 +264,5 @@ class CallableGenerator(CallableWorkload):
 def load_callable_generator(callable_ref: str | None, path: str | Path | None, precision: str, compile: bool,
                             generation: GenerationSettings) -> CallableGenerator:
     """A callable generator; the harness applies no precision or compilation to it."""
-    if callable_ref is None:
-        raise WorkloadError("callable: required for kind 'callable' ('package.module:function')")
-    if precision != "fp32" or compile:
-        raise WorkloadError(f"precision/compile: {precision!r}/{compile} cannot be applied to a callable",
-                            hint="the callable owns its model; declare precision 'fp32' and compile false")
+    callable_ref = check_callable_settings(callable_ref, precision, compile)
     return CallableGenerator(callable_ref, generation, Path(path) if path is not None else None)
