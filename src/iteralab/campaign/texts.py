@@ -19,7 +19,6 @@ becomes a Python list of strings.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from iteralab.campaign.records import GENERATED_TEXTS
-from iteralab.common.files import sha256_file
+from iteralab.common.files import publish_file
 
 FORMAT_VERSION = "1"
 #: Why a generation ended; a row's ``finish`` is read as an index into this tuple.
@@ -112,10 +111,7 @@ class TextWriter:
             pq.write_table(schema().empty_table(), self.temporary)
         else:
             self._writer.close()
-        with open(self.temporary, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(self.temporary, self.path)
-        return sha256_file(self.path)
+        return publish_file(self.temporary, self.path)
 
 
 @dataclass(frozen=True)

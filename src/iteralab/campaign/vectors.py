@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from iteralab.campaign.records import EMBEDDING_VECTORS
-from iteralab.common.files import sha256_file
+from iteralab.common.files import publish_file
 
 FORMAT_VERSION = "1"
 #: Rows per record batch written (and per row group): about 12.6 MB of vectors at d = 384.
@@ -94,10 +94,7 @@ class VectorWriter:
             pq.write_table(schema(dim or 0).empty_table(), self.temporary)
         else:
             self._writer.close()
-        with open(self.temporary, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(self.temporary, self.path)
-        return sha256_file(self.path)
+        return publish_file(self.temporary, self.path)
 
 
 class RowStore:

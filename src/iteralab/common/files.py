@@ -82,6 +82,15 @@ def replace_durably(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -
     _fsync_folder(Path(path).parent)
 
 
+def publish_file(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> str:
+    """A file written whole under ``tmp`` (a writer's partial name) fsynced and renamed onto ``path`` durably; its
+    sha256: the end of every streamed prediction file."""
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    replace_durably(tmp, path)
+    return sha256_file(path)
+
+
 def _fsync_folder(folder: Path) -> None:
     try:
         dfd = os.open(folder, os.O_RDONLY)
