@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from iteralab.campaign.folder import DATASET_COLUMNS, COLUMNS
+from iteralab.campaign.folder import COLUMNS
 from iteralab.lock.inputs import lock
 from iteralab.cli import main
 from iteralab.decision.note import decision_json, render_decision
@@ -186,7 +186,7 @@ def test_two_datasets_one_failing_the_gate_for_one_configuration(tmp_path):
     assert (out / "inputs" / "datasets" / "2026-11.csv").is_file() and not (out / "inputs" / "corpus.csv").exists()
     with open(out / "raw_table.csv", encoding="utf-8", newline="") as fh:
         table = list(csv.DictReader(fh))
-    assert tuple(table[0]) == DATASET_COLUMNS and len(table) == 8
+    assert tuple(table[0]) == COLUMNS and len(table) == 8
     sizes = {d["name"]: (d["size"], d["fingerprint"]) for d in campaign["datasets"]}
     for row in table:  # each row is checked against its own dataset
         assert (int(row["expected_ids"]), row["corpus_fingerprint"]) == sizes[row["dataset"]]

@@ -45,20 +45,22 @@ def test_typed_rows_have_real_values(tmp_path):
         assert r.engine == "local" and r.cell("engine") == "local"
 
 
-def test_a_table_written_before_the_engine_column_reads_with_engine_empty(tmp_path):
+def test_a_table_of_another_layout_is_refused_in_one_line(tmp_path):
+    """0.1.0 has had no release: a table without the ``engine`` or ``dataset`` column of this version is not read
+    (and not guessed at), it is regenerated from the journal."""
     out = tmp_path / "out"
     run_campaign(callable_campaign(tmp_path, passes=1), out)
     table = out / "raw_table.csv"
     with open(table, encoding="utf-8", newline="") as fh:
         written = list(csv.reader(fh))
-    at = COLUMNS.index("engine")
-    old = [cells[:at] + cells[at + 1:] for cells in written]
-    with open(table, "w", encoding="utf-8", newline="") as fh:
-        csv.writer(fh).writerows(old)
-    rows = read_raw_rows(table)
-    assert [r.engine for r in rows] == [None, None]
-    assert [r.ok for r in rows] == [True, True]
-    assert [r.pass_id for r in rows] == [cells[0] for cells in old[1:]]
+    assert [r.dataset for r in read_raw_rows(table)] == [None, None]  # one corpus: the dataset cell is empty
+    for column in ("engine", "dataset"):
+        at = COLUMNS.index(column)
+        with open(table, "w", encoding="utf-8", newline="") as fh:
+            csv.writer(fh).writerows(cells[:at] + cells[at + 1:] for cells in written)
+        with pytest.raises(IteraError) as err:
+            read_raw_rows(table)
+        assert "not a raw table of this version" in str(err.value) and "iteralab table" in err.value.hint
 
 
 def test_damaged_table_cell_is_one_line_error(tmp_path):

@@ -8,7 +8,7 @@ from the bytes, :func:`check_documented_cells` asserts the cells this docstring 
 table and on the golden file; the update refuses to write a table that fails them, so a blind regeneration
 cannot freeze a regression.
 
-Campaign: protocol "golden-protocol" version 2, metric macro_f1 (threshold 0.5, tolerance 0.05, reference
+Campaign: one corpus (every row's ``dataset`` cell empty), protocol "golden-protocol" version 2, metric macro_f1 (threshold 0.5, tolerance 0.05, reference
 variant b4), gating subgroup ``length`` by stratum, non-gating subgroup ``class`` by label, reproduction
 target "bounded" (0.05), 4 rounds of the two variants of the series "precision": b4 (fp32) and b4-int8
 (int8-dynamic), Williams order. The golden table's nine rows, in journal order:
@@ -366,6 +366,7 @@ def check_documented_cells(table: bytes, folder: Path | None = None) -> None:
         assert (row["protocol_name"], row["protocol_version"], row["seed"], row["series"]) == \
             ("golden-protocol", "2", "0", "precision"), pid
         assert row["variant"] == ("b4-int8" if "int8" in pid else "b4"), pid
+        assert row["dataset"] == "", pid  # one corpus: the dataset column is there, its cell empty
         assert (row["round"], row["position"], row["attempt"]) == (pid[1:3].lstrip("0"), pid[5:7].lstrip("0"),
                                                                      pid[-1]), pid
         assert row["precision"] == ("int8-dynamic" if "int8" in pid else "fp32"), pid

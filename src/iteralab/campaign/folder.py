@@ -68,7 +68,7 @@ def corpus_copy(dataset: str | None = None) -> str:
 #: (it was attempted), and no stage counts it (:meth:`CampaignFolder.counted_rows`).
 INTERRUPTED = "interrupted"
 COLUMNS = (
-    "pass_id", "variant", "series", "round", "position", "attempt", "seed", "status",
+    "pass_id", "variant", "dataset", "series", "round", "position", "attempt", "seed", "status",
     "batch_size", "precision", "quantization", "bucketing", "padding", "resume", "compile", "device", "data_parallel",
     "engine", "protocol_name", "protocol_version", "protocol_sha256", "corpus_fingerprint", "order_hash",
     *PHASES, "docs_per_s",
@@ -81,12 +81,6 @@ COLUMNS = (
     "shard_pass_s", "shard_time_imbalance", "shard_token_imbalance", "shard_memory",
     "manifest_diff", "prediction_file", "prediction_sha256", "error", "notes",
 )
-#: The raw table of a several-dataset campaign (K6): the same columns with ``dataset`` after ``variant``. A
-#: one-corpus campaign keeps :data:`COLUMNS` exactly (its table is unchanged).
-DATASET_COLUMNS = (*COLUMNS[:2], "dataset", *COLUMNS[2:])
-#: Tables written before the ``engine`` column existed read with ``engine`` empty (the variant's record in
-#: ``campaign.json`` still says which engine ran).
-_WITHOUT_ENGINE = tuple(tuple(c for c in columns if c != "engine") for columns in (COLUMNS, DATASET_COLUMNS))
 
 
 #: An embedding campaign's cosine columns (after ``max_abs_prob_diff``); a classification table has none.
@@ -124,9 +118,9 @@ def is_embedding_campaign(campaign: dict[str, Any]) -> bool:
 
 
 def table_columns(campaign: dict[str, Any]) -> tuple[str, ...]:
-    """The raw-table columns of a campaign: with ``dataset`` when it declares several datasets, with the cosine
-    columns for an embedding job."""
-    columns = DATASET_COLUMNS if campaign.get("datasets") else COLUMNS
+    """The raw-table columns of a campaign: :data:`COLUMNS` (``dataset`` is empty in a one-corpus campaign), with
+    the cosine columns for an embedding job and the generation columns for a generation job."""
+    columns = COLUMNS
     if is_generation_campaign(campaign):
         return with_generation(columns)
     return with_cosines(columns) if is_embedding_campaign(campaign) else columns
@@ -166,6 +160,8 @@ class RawRow:
 
     pass_id: str
     variant: str
+    #: The dataset of the pass (K6); empty (None) in a one-corpus campaign.
+    dataset: str | None
     series: str | None
     round: int | None
     position: int | None
@@ -235,8 +231,6 @@ class RawRow:
     prediction_sha256: str | None
     error: str | None
     notes: str | None
-    #: The dataset of the pass (K6); None in a one-corpus campaign, whose table has no such column.
-    dataset: str | None = None
     #: An embedding job's cosines with the reference pass (minimum, median, the declared lower quantile).
     min_cosine: float | None = None
     median_cosine: float | None = None
@@ -275,7 +269,7 @@ for _f in fields(RawRow):
     _type = str(_f.type)
     _KINDS[_f.name] = ("bool" if _type.startswith("bool") else "int" if _type.startswith("int")
                        else "float" if _type.startswith("float") else "json" if _type.startswith("dict") else "str")
-assert tuple(_KINDS) == (*COLUMNS, "dataset", *COSINE_COLUMNS, *GENERATION_RATE_COLUMNS, *GENERATION_COLUMNS), \
+assert tuple(_KINDS) == (*COLUMNS, *COSINE_COLUMNS, *GENERATION_RATE_COLUMNS, *GENERATION_COLUMNS), \
     "RawRow fields must follow the raw table's columns"
 
 
@@ -305,9 +299,7 @@ def read_raw_rows(path: str | Path) -> tuple[RawRow, ...]:
     with open(path, encoding="utf-8", newline="") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
-        if header is None or tuple(header) not in (COLUMNS, DATASET_COLUMNS, *_WITHOUT_ENGINE,
-                                                   with_cosines(COLUMNS), with_cosines(DATASET_COLUMNS),
-                                                   with_generation(COLUMNS), with_generation(DATASET_COLUMNS)):
+        if header is None or tuple(header) not in (COLUMNS, with_cosines(COLUMNS), with_generation(COLUMNS)):
             raise IteraError(f"{path}: not a raw table of this version (unexpected header)",
                              hint="regenerate it from the journal: iteralab table FOLDER")
         columns = tuple(header)
@@ -318,7 +310,7 @@ def read_raw_rows(path: str | Path) -> tuple[RawRow, ...]:
                                  hint="regenerate it from the journal: iteralab table FOLDER")
             typed = {name: _typed(_KINDS[name], cell, f"{path}, line {line}, column {name}")
                      for name, cell in zip(columns, cells)}
-            rows.append(RawRow(**{"engine": None, **typed}))
+            rows.append(RawRow(**typed))
     return tuple(rows)
 
 

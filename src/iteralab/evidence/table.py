@@ -103,7 +103,8 @@ def _row_head(campaign: dict[str, Any], variants: dict[str, Any], datasets: dict
     variant = variants.get(start["variant"], {})
     corpus = datasets.get(start.get("dataset")) or campaign["corpus"]  # K6: the pass's own dataset
     row: dict[str, Any] = {
-        "pass_id": pid, "variant": start["variant"], "series": ";".join(series_of.get(start["variant"], [])),
+        "pass_id": pid, "variant": start["variant"], "dataset": start.get("dataset"),
+        "series": ";".join(series_of.get(start["variant"], [])),
         "round": start["round"], "position": start["position"], "attempt": start.get("attempt"),
         "seed": start.get("seed"), "batch_size": variant.get("batch_size"),
         "precision": variant.get("precision"), "bucketing": variant.get("bucketing"),
@@ -115,8 +116,6 @@ def _row_head(campaign: dict[str, Any], variants: dict[str, Any], datasets: dict
         "corpus_fingerprint": corpus["fingerprint"],
         "expected_ids": corpus["size"],
     }
-    if datasets:
-        row["dataset"] = start.get("dataset")
     if is_embedding_campaign(campaign):  # the cosine columns exist (empty until a verdict fills them)
         row.update(dict.fromkeys(COSINE_COLUMNS))
     if is_generation_campaign(campaign):  # the generation columns likewise

@@ -387,9 +387,9 @@ def _check_table(audit: _Audit, context: Any, reader: Any) -> None:
     audit.report.verdicts = [{"pass_id": r["pass_id"], "variant": r["variant"], "status": r.get("status"),
                               "corpus_accepted": bool(r.get("corpus_accepted")),
                               "prediction_file": r.get("prediction_file"),
-                              **({"dataset": r["dataset"]} if "dataset" in r else {})} for r in rows]
+                              **({"dataset": r["dataset"]} if r["dataset"] is not None else {})} for r in rows]
     for r in rows:
-        if "dataset" in r:  # K6: the per-dataset verdicts, recomputed
+        if r["dataset"] is not None:  # K6: the per-dataset verdicts, recomputed
             counts = audit.report.datasets.setdefault(str(r["dataset"]), {"passes": 0, "accepted": 0})
             counts["passes"] += 1
             counts["accepted"] += r.get("corpus_accepted") is True
