@@ -261,15 +261,42 @@ def test_verify_and_rerun_carry_the_per_dataset_verdicts(tmp_path):
     assert any(d.startswith("inputs/datasets/2026-10.csv: sha256 differs") for d in report.differences)
 
 
-def test_one_corpus_campaign_keeps_its_table_columns(tmp_path):
+def test_one_corpus_campaign_has_the_same_columns_with_empty_dataset_cells(tmp_path):
     from campaign_factory import callable_campaign
 
     protocol = callable_campaign(tmp_path)
     run_campaign(protocol, tmp_path / "out")
-    header = (tmp_path / "out" / "raw_table.csv").read_text(encoding="utf-8").splitlines()[0]
-    assert tuple(header.split(",")) == COLUMNS
+    with open(tmp_path / "out" / "raw_table.csv", encoding="utf-8", newline="") as fh:
+        table = list(csv.DictReader(fh))
+    assert tuple(table[0]) == COLUMNS and table and all(row["dataset"] == "" for row in table)
     campaign = json.loads((tmp_path / "out" / "campaign.json").read_text(encoding="utf-8"))
     assert "datasets" not in campaign and all("dataset" not in s for s in campaign["schedule"]["slots"])
+    assert campaign["corpus"]["file"] == "inputs/corpus.csv" and not (tmp_path / "out" / "inputs" / "datasets").exists()
+
+
+def test_a_generation_job_over_two_datasets_is_judged_against_each_datasets_references(tmp_path):
+    """The copy of each dataset carries its reference answers, as the one corpus's copy does: every pass of a
+    right generator is accepted on its own dataset."""
+    from test_generation import WORDS, generation_toml
+
+    for name in ("a", "b"):
+        with open(tmp_path / f"{name}.csv", "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(["id", "text", "answer"])
+            w.writerows([f"{name}{i}", f"{WORDS[i]} {name}{i}", f"{name}{i}"] for i in range(6))
+    toml = generation_toml('kind = "callable"\ncallable = "fake_generators:last_words"')
+    toml = toml.replace('[corpus]\npath = "corpus.csv"\n', datasets_toml(["a", "b"]) + "[corpus]\n")
+    (tmp_path / "protocol.toml").write_text(toml, encoding="utf-8")
+    lock(tmp_path / "protocol.toml")
+    run_campaign(tmp_path / "protocol.toml", tmp_path / "out")
+    for name in ("a", "b"):
+        with open(tmp_path / "out" / "inputs" / "datasets" / f"{name}.csv", encoding="utf-8", newline="") as fh:
+            assert [row["reference"] for row in csv.DictReader(fh)] == [f"{name}{i}" for i in range(6)]
+    with open(tmp_path / "out" / "raw_table.csv", encoding="utf-8", newline="") as fh:
+        table = list(csv.DictReader(fh))
+    assert sorted({row["dataset"] for row in table}) == ["a", "b"] and len(table) == 8
+    assert all(row["corpus_accepted"] == "true" and float(row["metric"]) > 0 for row in table), \
+        [row["notes"] for row in table]
 
 
 # ------------------------------------------------------------------------------------------------ golden

@@ -158,29 +158,6 @@ def test_a_model_path_relative_to_the_protocol_is_linked_then_required(tmp_path,
     assert not (tmp_path / "third").exists()
 
 
-def test_rerun_of_a_campaign_locked_before_input_fingerprints(tmp_path, monkeypatch):
-    """Bundles made before the lock recorded input fingerprints still rerun: the earlier campaign's own corpus
-    fingerprint (campaign.json) is what the rerun checks."""
-    monkeypatch.delenv(SHIFT_VARIABLE, raising=False)
-    protocol = callable_campaign(tmp_path, fn="fake_models_rerun:shifted_classifier", passes=1, threshold=0.5,
-                                 reproduction=BOUNDED)
-    lock_file = protocol.with_name("protocol.toml.lock.json")
-    record = json.loads(lock_file.read_text())
-    for entry in record["locks"]:
-        entry.pop("inputs")
-    lock_file.write_text(json.dumps(record))
-    with pytest.raises(Exception, match="records no input fingerprints"):
-        run_campaign(protocol, tmp_path / "campaign")
-    from iteralab.campaign import runner
-
-    monkeypatch.setattr(runner, "check_inputs", lambda *a, **k: None)  # as a run made before this check
-    run_campaign(protocol, tmp_path / "campaign")
-    monkeypatch.undo()
-    monkeypatch.delenv(SHIFT_VARIABLE, raising=False)
-    result = rerun(tmp_path / "campaign", tmp_path / "again")
-    assert result["comparison"]["same_verdicts"] is True
-
-
 def test_a_rerun_started_outside_the_source_tree_reports_no_stack_change(tmp_path, monkeypatch):
     """The code version in a manifest is the iteralab package's source tree, whatever folder a run starts in:
     an earlier campaign run from inside the tree and its rerun from a folder outside any git tree agree."""

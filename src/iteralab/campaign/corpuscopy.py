@@ -1,5 +1,5 @@
 """The campaign's copy of its corpus (``inputs/corpus.csv``, ``inputs/tuning.csv``, or one
-``inputs/datasets/<name>.csv`` per dataset: :func:`write_dataset_copies`), written while the user's file is read
+``inputs/datasets/<name>.csv`` per dataset: :func:`write_corpus_copies`), written while the user's file is read
 in record batches (:func:`iteralab.plan.scan.scan_corpus` calls it as a sink).
 
 The bytes are those :func:`iteralab.plan.corpus.write_corpus` writes (UTF-8 CSV, every cell quoted, ``\\n`` line
@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from iteralab.lock.datasets import combined_fingerprint, combined_order_hash
-from iteralab.lock.inputs import check_inputs, scan_datasets
-from iteralab.campaign.folder import DATASETS, TUNING, corpus_copy
+from iteralab.lock.inputs import check_inputs, scan_sources
+from iteralab.campaign.folder import TUNING, corpus_copy
 from iteralab.common import files
 from iteralab.common.files import FILE_MODE
 from iteralab.errors import RunError
@@ -128,28 +128,34 @@ def tuning_record(copy: CorpusCopy | None, scan: Any) -> dict[str, Any] | None:
             "fingerprint": scan.fingerprint, "file_sha256": copy.commit()}
 
 
-def write_dataset_copies(locked: LockedProtocol, out: Path, *, rerun: bool = False
-                         ) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any] | None, dict[str, str] | None]:
-    """Copy every dataset into ``inputs/datasets/`` (and the tuning split into ``inputs/tuning.csv``), each
-    written while it is read in record batches (:func:`scan_datasets`), and check that read against the lock
-    (``check_inputs`` with these scans): each dataset is read once. A refused input leaves no copy.
+def write_corpus_copies(locked: LockedProtocol, out: Path, *, rerun: bool = False
+                        ) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any] | None, dict[str, str] | None]:
+    """Copy every corpus source (:meth:`Protocol.sources`: the one corpus into ``inputs/corpus.csv``, or each
+    dataset into ``inputs/datasets/``) and the tuning split into ``inputs/tuning.csv``, each written while it is
+    read in record batches (:func:`scan_sources`), and check that read against the lock (``check_inputs`` with
+    these scans): each file is read once. A refused input leaves no copy. The copies carry the columns a verdict
+    reads besides id, text and label: the stratum (when a subgroup is by stratum) and a generation job's
+    reference answers.
 
-    Returns the campaign's ``datasets`` records (name, fingerprint, order hash, size, file, sha256, strata),
-    its ``corpus`` record (the combined fingerprint and order hash, the total size, no file), the tuning
-    record and the model files' sha256 as checked."""
+    Returns the campaign's ``datasets`` records (name, fingerprint, order hash, size, file, sha256, strata; none
+    for a one-corpus protocol), its ``corpus`` record (the one corpus's, or the datasets' combined fingerprint and
+    order hash, total size and no file), the tuning record and the model files' sha256 as checked."""
     protocol = locked.protocol
     spec = protocol.corpus
-    (out / DATASETS).mkdir(parents=True, exist_ok=True)
     by_stratum = any(sg.by == "stratum" for sg in protocol.subgroups) and bool(spec.stratum_column)
-    copies: dict[str, CorpusCopy] = {}
+    extra = {"stratum": spec.stratum_column if by_stratum else ""}
+    if protocol.task.kind == "generation" and spec.reference_column:  # the references the verdict reads
+        extra["reference"] = spec.reference_column
+    copies: dict[str | None, CorpusCopy] = {}
     tuning_copy = None
     try:
-        for dataset in protocol.datasets:
-            copies[dataset.name] = CorpusCopy(out / corpus_copy(dataset.name),
-                                              extra={"stratum": spec.stratum_column if by_stratum else ""})
-        tuning_copy = CorpusCopy(out / "inputs" / "tuning.csv") if spec.tuning_path else None
-        scanned = scan_datasets(locked, sinks_for=lambda name: [copies[name]],
-                                tuning_sinks=[tuning_copy] if tuning_copy is not None else [])
+        for source in protocol.sources():
+            target = out / corpus_copy(source.name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            copies[source.name] = CorpusCopy(target, extra=extra)
+        tuning_copy = CorpusCopy(out / TUNING) if spec.tuning_path else None
+        scanned = scan_sources(locked, sinks_for=lambda name: [copies[name]],
+                               tuning_sinks=[tuning_copy] if tuning_copy is not None else [])
         model_hashes = check_inputs(locked, rerun=rerun, scans=scanned)
     except BaseException:
         for copy in [*copies.values(), *([tuning_copy] if tuning_copy is not None else [])]:
@@ -164,11 +170,13 @@ def write_dataset_copies(locked: LockedProtocol, out: Path, *, rerun: bool = Fal
         records.append({"name": name, "fingerprint": scan.fingerprint, "order_hash": scan.order_hash,
                         "size": scan.size, "id_origin": scan.id_origin, "file": corpus_copy(name),
                         "file_sha256": copies[name].commit(), "strata": dict(sorted(counts.items()))})
+    tuning_info = tuning_record(tuning_copy, scanned.tuning)
+    if [r["name"] for r in records] == [None]:  # one corpus: its record is the corpus record
+        return [], {k: v for k, v in records[0].items() if k != "name"}, tuning_info, model_hashes
     origins = {r["id_origin"] for r in records}
     corpus_record = {"fingerprint": combined_fingerprint([r["fingerprint"] for r in records]),
                      "order_hash": combined_order_hash([r["order_hash"] for r in records]),
                      "size": sum(r["size"] for r in records), "id_origin": origins.pop() if len(origins) == 1
                      else "mixed", "file": None, "file_sha256": None, "strata": {},
                      "datasets": [r["name"] for r in records]}
-    tuning_info = tuning_record(tuning_copy, scanned.tuning)
     return records, corpus_record, tuning_info, model_hashes

@@ -32,7 +32,7 @@ from typing import Any, Callable
 # with the runner, before the first worker, so that every pass's worker starts with the same environment.
 import sklearn.metrics  # noqa: F401
 
-from iteralab.campaign.corpuscopy import CorpusCopy, tuning_record, write_dataset_copies
+from iteralab.campaign.corpuscopy import write_corpus_copies
 from iteralab.campaign.engines import local
 from iteralab.campaign.engines.embedpass import embedding_record
 from iteralab.campaign.engines.genpass import generation_record
@@ -40,7 +40,7 @@ from iteralab.campaign.engines.prefork import Templates, available
 from iteralab.campaign.engines.raypass import RayEngine, require_ray
 from iteralab.campaign.engines.registry import Engine, engine_name, engines
 from iteralab.campaign.folder import (
-    CAMPAIGN, CATALOG, CORPUS, INPUTS, LOCK, MANIFEST, PREDICTIONS, PROTOCOL, TABLE, TUNING, corpus_copy)
+    CAMPAIGN, CATALOG, INPUTS, LOCK, MANIFEST, PREDICTIONS, PROTOCOL, TABLE, corpus_copy)
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
 from iteralab.campaign.manifest import (
     campaign_manifest, check_resume_environment, diff_manifests, env_summary, load_observed)
@@ -54,7 +54,8 @@ from iteralab.common.files import sha256_file, write_bytes_atomic, write_json_at
 from iteralab.errors import ProtocolError, RunError
 from iteralab.kit.calcul_forfaits import DEFAULT_CATALOG, KitError, load_catalog
 from iteralab.lock.carry import carry_model_files
-from iteralab.lock.inputs import check_inputs, scan_inputs
+from iteralab.lock.datasets import source_records
+from iteralab.lock.inputs import check_inputs
 from iteralab.lock.usercode import carry_queries, carry_routine
 from iteralab.plan.lockfile import LockedProtocol, open_locked
 from iteralab.plan.protocol import Protocol, check_series
@@ -87,40 +88,6 @@ def _ensure_folder(out: Path) -> None:
     except OSError as exc:
         raise RunError(f"{out}: output folder is not writable ({exc.strerror})",
                        hint="choose a folder you can write to") from None
-
-
-def _scan_and_copy(locked: LockedProtocol, out: Path, *,
-                   rerun: bool) -> tuple[Any, dict[str, Any], dict[str, Any] | None, dict[str, str] | None]:
-    """Read the corpus (and tuning split) once, in record batches: check them against the lock while writing
-    the folder's copies (P2, C1). Returns the corpus scan, the copy's record, the tuning record and the model
-    files' sha256 as checked."""
-
-    protocol = locked.protocol
-    spec = protocol.corpus
-    by_stratum = any(sg.by == "stratum" for sg in protocol.subgroups) and bool(spec.stratum_column)
-    extra = {"stratum": spec.stratum_column if by_stratum else ""}
-    if protocol.task.kind == "generation" and spec.reference_column:  # the references the verdict reads
-        extra["reference"] = spec.reference_column
-    copy = CorpusCopy(out / CORPUS, extra=extra)
-    tuning_copy = CorpusCopy(out / TUNING) if spec.tuning_path else None
-    try:
-        scans = scan_inputs(locked, sinks=[copy], tuning_sinks=[tuning_copy] if tuning_copy is not None else [])
-        model_hashes = check_inputs(locked, rerun=rerun, scans=scans)
-    except BaseException:
-        copy.abort()
-        if tuning_copy is not None:
-            tuning_copy.abort()
-        raise
-    tuning_info = tuning_record(tuning_copy, scans.tuning)
-    corpus = scans.corpus
-    strata: dict[str, int] = {}
-    if by_stratum:
-        for value, n in (corpus.extra_counts.get(spec.stratum_column) or {}).items():
-            strata[value or ""] = strata.get(value or "", 0) + n
-    record = {"fingerprint": corpus.fingerprint, "order_hash": corpus.order_hash, "size": corpus.size,
-              "id_origin": corpus.id_origin, "file": CORPUS, "file_sha256": copy.commit(),
-              "strata": dict(sorted(strata.items()))}
-    return corpus, record, tuning_info, model_hashes
 
 
 def _copy_catalog(locked: LockedProtocol, target: Path) -> dict[str, Any]:
@@ -161,14 +128,9 @@ def prepare(locked: str | os.PathLike[str] | LockedProtocol, out: str | os.PathL
             )
         return campaign
     created = not out.exists()
-    datasets: list[dict[str, Any]] = []
     _ensure_folder(out)
     try:  # the inputs are checked while they are copied: a refused input leaves no folder it created
-        if protocol.datasets:  # K6: one corpus copy per dataset; the corpus record combines them
-
-            datasets, corpus_record, tuning, model_hashes = write_dataset_copies(locked, out, rerun=rerun)
-        else:
-            _, corpus_record, tuning, model_hashes = _scan_and_copy(locked, out, rerun=rerun)
+        datasets, corpus_record, tuning, model_hashes = write_corpus_copies(locked, out, rerun=rerun)
     except BaseException:
         if created:
             shutil.rmtree(out, ignore_errors=True)
@@ -236,10 +198,8 @@ def _pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Sl
 
 
 def _documents(campaign: dict[str, Any], dataset: str | None) -> int | None:
-    """How many documents a pass of this slot processes (the corpus copy's, or its dataset's, size)."""
-    if dataset is None:
-        return campaign["corpus"].get("size")
-    return next((d.get("size") for d in campaign.get("datasets") or [] if d.get("name") == dataset), None)
+    """How many documents a pass of this slot processes (its corpus source's size: the corpus, or its dataset)."""
+    return dict(source_records(campaign)).get(dataset, {}).get("size")
 
 
 def _manifest_fields(result: PassResult) -> dict[str, Any]:

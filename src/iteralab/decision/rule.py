@@ -31,7 +31,7 @@ from iteralab.evidence.reads import Evidence, load_evidence
 from iteralab.evidence.stats import (MISSING_SUBGROUP, Q2_MARK, CampaignStats, VariantQuality, VariantTimes,
                                      campaign_stats, compare, fmt_s)
 from iteralab.decision.job import JobPlan, plan_job
-from iteralab.evidence.datasets import DatasetVerdict, dataset_verdicts, feasibility_by_dataset
+from iteralab.evidence.datasets import DatasetVerdict, dataset_verdicts, feasibility_by_source
 from iteralab.evidence.feasibility import feasibility
 from iteralab.decision.costing import CPU_ONLY, Pricing, pricing_catalog, match_gpu, price_config
 from iteralab.decision.windows import WindowInfo, job_window, observed_span, planned_window, projected_window
@@ -121,10 +121,9 @@ class Config:
 
 def _failures(ev: Evidence, times: VariantTimes) -> tuple[str, ...]:
     rows = [r for r in ev.rows if r.variant == times.variant]
-    if ev.campaign.get("datasets"):  # K6: each pass against its own dataset's size
-        return feasibility_by_dataset(ev.campaign, rows, ev.exclusions) if rows else \
-            feasibility(rows, ev.corpus_size, ev.exclusions).failures()
-    return feasibility(rows, ev.corpus_size, ev.exclusions).failures()
+    if not rows:
+        return feasibility(rows, ev.corpus_size, ev.exclusions).failures()
+    return feasibility_by_source(ev.campaign, rows, ev.exclusions)  # K6: each pass against its own dataset's size
 
 
 def generation_exclusions(q: VariantQuality, metric: MetricSpec) -> list[str]:

@@ -21,6 +21,7 @@ from typing import Any
 
 from iteralab.campaign.folder import PHASES, RawRow
 from iteralab.evidence.feasibility import feasibility
+from iteralab.lock.datasets import source_records
 
 #: How the statistics combine the datasets' pass times (shown in the stats text and the decision note).
 JOB_TIME_RULE = ("several datasets (K6): a pass time here is one round's job time, the sum of the pass times of "
@@ -109,14 +110,15 @@ def dataset_verdicts(campaign: dict[str, Any], rows: list[RawRow], excluded: Con
     return tuple(out)
 
 
-def feasibility_by_dataset(campaign: dict[str, Any], rows: list[RawRow], excluded: Container[str]
-                           ) -> tuple[str, ...]:
-    """M1 per dataset: every counted pass processed its whole dataset (the failures, in the note's words)."""
+def feasibility_by_source(campaign: dict[str, Any], rows: list[RawRow], excluded: Container[str]
+                          ) -> tuple[str, ...]:
+    """M1 per corpus source: every counted pass processed its whole corpus, or (K6) its whole dataset, whose name
+    then begins each failure (the failures, in the note's words)."""
     failures: list[str] = []
-    for record in campaign.get("datasets") or []:
-        mine = [r for r in rows if r.dataset == record["name"]]
+    for name, record in source_records(campaign):
+        mine = [r for r in rows if r.dataset == name]
         for failure in feasibility(mine, int(record["size"]), excluded).failures():
-            failures.append(f"dataset {record['name']!r}: {failure}")
+            failures.append(failure if name is None else f"dataset {name!r}: {failure}")
     return tuple(failures)
 
 
@@ -167,5 +169,5 @@ def job_rounds(campaign: dict[str, Any], rows: list[RawRow], exclusions: dict[st
     return tuple(out)
 
 
-__all__ = ["DatasetVerdict", "JOB_TIME_RULE", "PassTime", "dataset_verdicts", "feasibility_by_dataset",
+__all__ = ["DatasetVerdict", "JOB_TIME_RULE", "PassTime", "dataset_verdicts", "feasibility_by_source",
            "job_rounds"]

@@ -46,7 +46,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from iteralab.campaign.folder import (
-    CAMPAIGN, CORPUS, LOCK, MANIFEST, PROTOCOL, TUNING, CampaignFolder, corpus_copy, read_json)
+    CAMPAIGN, LOCK, MANIFEST, PROTOCOL, TUNING, CampaignFolder, corpus_copy, read_json)
 from iteralab.campaign.manifest import manifest_differences
 from iteralab.campaign.runner import prepare
 from iteralab.campaign.verdict.judge import compare_predictions
@@ -56,6 +56,7 @@ from iteralab.evidence.run import run_campaign
 from iteralab.evidence.table import build_rows
 from iteralab.evidence.verify import audit_campaign
 from iteralab.lock.carry import CARRY_DIR, carried_path, describe_missing
+from iteralab.lock.datasets import source_records
 from iteralab.lock.usercode import QUERIES
 from iteralab.plan.corpus import detect_format
 from iteralab.plan.lockfile import open_locked
@@ -156,8 +157,8 @@ def stage_inputs(source: Path, campaign: dict[str, Any], protocol: Protocol, sta
                  tuning: Path | None = None) -> Staged:
     """Write the protocol copy, its lock and the inputs it references under ``staging``."""
     spec, model = protocol.corpus, protocol.model
-    refs = [r for r in (spec.path, spec.tuning_path, model.path, model.head, protocol.metric.queries,
-                        *(d.path for d in protocol.datasets)) if _is_relative(r)]
+    refs = [r for r in (spec.tuning_path, model.path, model.head, protocol.metric.queries,
+                        *(s.path for s in protocol.sources())) if _is_relative(r)]
     depth = max((_ups(r) for r in refs), default=0)
     if staging.exists():
         shutil.rmtree(staging)
@@ -166,16 +167,12 @@ def stage_inputs(source: Path, campaign: dict[str, Any], protocol: Protocol, sta
     staged = proto_dir / Path(PROTOCOL).name
     shutil.copyfile(source / PROTOCOL, staged)
     shutil.copyfile(source / LOCK, proto_dir / Path(LOCK).name)
-    if _is_relative(spec.path):
-        target = _place(resolve(staged, spec.path), staged, "corpus.path")
-        _write_declared_corpus(source / CORPUS, target, protocol,
-                               campaign["corpus"].get("id_origin", "data"))
-    records = {r["name"]: r for r in campaign.get("datasets") or []}
-    for dataset in protocol.datasets:  # K6: each dataset rebuilt from its own copy
-        if _is_relative(dataset.path):
-            _write_declared_corpus(source / corpus_copy(dataset.name),
-                                   _place(resolve(staged, dataset.path), staged, f"datasets {dataset.name!r} path"),
-                                   protocol, records.get(dataset.name, {}).get("id_origin", "data"))
+    records = dict(source_records(campaign))
+    for corpus in protocol.sources():  # each corpus (K6: each dataset) rebuilt from its own copy
+        if _is_relative(corpus.path):
+            key = "corpus.path" if corpus.name is None else f"datasets {corpus.name!r} path"
+            _write_declared_corpus(source / corpus_copy(corpus.name), _place(resolve(staged, corpus.path), staged, key),
+                                   protocol, records.get(corpus.name, {}).get("id_origin", "data"))
     if _is_relative(protocol.metric.queries):  # recall_at_k: the locked queries, from the earlier folder's copy
         shutil.copyfile(source / QUERIES, _place(resolve(staged, protocol.metric.queries), staged, "metric.queries"))
     copied = source / TUNING
@@ -306,11 +303,10 @@ def rerun(source: str | os.PathLike[str], out: str | os.PathLike[str], *, isolat
                        hint=f"run: iteralab verify {source}")
     campaign = read_json(source / CAMPAIGN)
     protocol = load_protocol(source / PROTOCOL)
-    copies = [(corpus_copy(d["name"]), d["fingerprint"]) for d in campaign.get("datasets") or []] \
-        or [(CORPUS, campaign["corpus"]["fingerprint"])]
-    for relative, fingerprint in copies:
+    for name, record in source_records(campaign):
+        relative = corpus_copy(name)
         if scan_corpus(source / relative, classes=list(protocol.corpus.classes),
-                       require_labels=bool(protocol.corpus.classes)).fingerprint != fingerprint:
+                       require_labels=bool(protocol.corpus.classes)).fingerprint != record["fingerprint"]:
             raise RunError(f"{source}/{relative}: fingerprint differs from campaign.json")
     if out.exists() and any(out.iterdir()):
         existing = out / CAMPAIGN

@@ -36,7 +36,7 @@ from iteralab.errors import IteraError, VerificationError
 from iteralab.evidence.bundle import SEAL_FILES, SUMS_NAME, check_seal
 from iteralab.evidence.table import COLUMNS, build_rows, render_csv
 from iteralab.lock.carry import CARRY_DIR
-from iteralab.lock.datasets import combined_fingerprint, combined_order_hash
+from iteralab.lock.datasets import combined_fingerprint, combined_order_hash, source_records
 from iteralab.plan.protocol import load_protocol
 from iteralab.plan.schedule import schedule_slots
 
@@ -223,27 +223,20 @@ def _check_copy(audit: _Audit, relative: str, recorded: dict[str, Any], protocol
                        f"{str(recorded.get(key))[:16]}")
 
 
-def _check_datasets(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> None:
-    """K6: every dataset copy against its record, and the combined record against the datasets'."""
-
-    records = campaign["datasets"]
-    if [r.get("name") for r in records] != [d.name for d in protocol.datasets]:
-        audit.diff("campaign.json: the datasets differ from the locked protocol's")
-    for record in records:
-        _check_copy(audit, corpus_copy(str(record.get("name"))), record, protocol)
-    recorded = campaign["corpus"]
-    if recorded.get("fingerprint") != combined_fingerprint([r.get("fingerprint") for r in records]) or \
-            recorded.get("order_hash") != combined_order_hash([r.get("order_hash") for r in records]) or \
-            recorded.get("size") != sum(int(r.get("size") or 0) for r in records):
-        audit.diff("campaign.json: the combined corpus record does not match its datasets")
-
-
 def _check_corpus(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> None:
+    """Every corpus copy against its record (the one corpus, or each dataset), and, K6, the combined record
+    against the datasets'."""
     recorded = campaign["corpus"]
-    if campaign.get("datasets"):
-        _check_datasets(audit, campaign, protocol)
-    else:
-        _check_copy(audit, CORPUS, recorded, protocol)
+    sources = source_records(campaign)
+    if [name for name, _ in sources] != [s.name for s in protocol.sources()]:
+        audit.diff("campaign.json: the datasets differ from the locked protocol's")
+    for name, record in sources:
+        _check_copy(audit, corpus_copy(name), record, protocol)
+    records = [record for name, record in sources if name is not None]
+    if records and (recorded.get("fingerprint") != combined_fingerprint([r.get("fingerprint") for r in records]) or
+                    recorded.get("order_hash") != combined_order_hash([r.get("order_hash") for r in records]) or
+                    recorded.get("size") != sum(int(r.get("size") or 0) for r in records)):
+        audit.diff("campaign.json: the combined corpus record does not match its datasets")
     manifest_path = audit.folder / MANIFEST
     if manifest_path.is_file():
         manifest = audit.load_json(MANIFEST)

@@ -1,9 +1,9 @@
 """Several datasets in one campaign (K6): where each copy lives, the disjointness rule, the combined fingerprint.
 
-Reads nothing and writes nothing itself: ``lock.inputs.scan_datasets`` reads the protocol's ``[[datasets]]``
+Reads nothing and writes nothing itself: ``lock.inputs.scan_sources`` reads the protocol's ``[[datasets]]``
 in record batches (with the ``[corpus]`` columns, classes and strata) and checks them disjoint by comparing
 64-bit digests of ids and normalised texts, naming an overlap with :func:`first_overlap`;
-``campaign.corpuscopy.write_dataset_copies`` writes ``inputs/datasets/<name>.csv`` (one corpus copy per
+``campaign.corpuscopy.write_corpus_copies`` writes ``inputs/datasets/<name>.csv`` (one corpus copy per
 dataset, with its own fingerprint) and the campaign's ``datasets`` record.
 
 Design: **one pass per dataset**. The schedule's slots are (variant, round, dataset): every variant processes
@@ -64,10 +64,12 @@ def combined_order_hash(order_hashes: list[str]) -> str:
     return string_digest(list(order_hashes))
 
 
-def dataset_records(campaign: dict[str, Any]) -> list[dict[str, Any]]:
-    """The ``datasets`` of a campaign record (empty for a one-corpus campaign)."""
-    return list(campaign.get("datasets") or [])
+def source_records(campaign: dict[str, Any]) -> list[tuple[str | None, dict[str, Any]]]:
+    """Each corpus source of a campaign record with its record, in order: every dataset by name (K6), or the one
+    corpus (named None, its ``corpus`` record). Its copy is ``campaign.folder.corpus_copy(name)``."""
+    datasets = campaign.get("datasets") or []
+    return [(d["name"], d) for d in datasets] if datasets else [(None, campaign["corpus"])]
 
 
-__all__ = ["combined_fingerprint", "combined_order_hash", "dataset_records",
+__all__ = ["combined_fingerprint", "combined_order_hash", "source_records",
            "first_overlap"]

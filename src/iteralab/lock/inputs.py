@@ -26,14 +26,15 @@ from iteralab.errors import CorpusError, ProtocolError
 from iteralab.kit.calcul_forfaits import DEFAULT_CATALOG, KitError, load_catalog
 from iteralab.lock import lockrecords
 from iteralab.lock.datasets import first_overlap
-from iteralab.lock.lockrecords import RECORDS_ENCODING, LockRecords, OverlapKeys, Suspects, keys_of, shared_keys
+from iteralab.lock.lockrecords import (RECORDS_ENCODING, LockRecords, OverlapKeys, Suspects, corpus_fields,
+                                       corpus_fingerprints, keys_of, shared_keys)
 from iteralab.lock.usercode import module_spec, queries_change, queries_fingerprint, routine_fingerprint
 from iteralab.models.tokens import PromptLengthCheck, RowStrataCheck, model_labels
 from iteralab.plan.corpus import Pairs, check_disjoint
 from iteralab.plan.engines import ray_gpu_problem
 from iteralab.plan.expenses import check_currency
 from iteralab.plan.lockfile import LockedProtocol, ProtocolFile, as_protocol_file, lock as _record_lock, open_locked
-from iteralab.plan.protocol import Dataset, Protocol
+from iteralab.plan.protocol import CorpusSource, Protocol
 from iteralab.plan.scan import Batch, CorpusReader, CorpusScan, Sink, read_options, scan_corpus
 
 INPUTS_SCHEMA = 1
@@ -134,24 +135,17 @@ def catalog_fingerprint(protocol_file: ProtocolFile) -> dict[str, Any]:
 def fingerprint_inputs(protocol: str | os.PathLike[str] | ProtocolFile) -> dict[str, Any]:
     """Check every input the protocol names and return their fingerprints (raises on the first problem).
 
-    Each corpus is read in record batches (:func:`scan_inputs`, :func:`scan_datasets`):
+    Each corpus is read in record batches (:func:`scan_sources`):
     what is kept per document is its id, text digest and label (:class:`LockRecords`), never its text."""
     protocol_file = as_protocol_file(protocol)
     tuning_records = LockRecords()
-    if protocol_file.protocol.datasets:
-        records = {dataset.name: LockRecords() for dataset in protocol_file.protocol.datasets}
-        scanned = scan_datasets(protocol_file, sinks_for=lambda name: [records[name]], tuning_sinks=[tuning_records])
-        return _with_routine({"schema_version": INPUTS_SCHEMA, "corpus": None,
-                              "datasets": {name: records[name].fingerprint(scan) for name, scan in scanned.named},
-                              "tuning": tuning_records.fingerprint(scanned.tuning) if scanned.tuning is not None
-                              else None, "model": model_files(protocol_file),
-                              "catalog": catalog_fingerprint(protocol_file)}, protocol_file, load=True)
-    final_records = LockRecords()
-    scans = scan_inputs(protocol_file, sinks=[final_records], tuning_sinks=[tuning_records])
-    return _with_routine({"schema_version": INPUTS_SCHEMA, "corpus": final_records.fingerprint(scans.corpus),
-                          "tuning": tuning_records.fingerprint(scans.tuning) if scans.tuning is not None else None,
-                          "model": model_files(protocol_file), "catalog": catalog_fingerprint(protocol_file)},
-                         protocol_file, load=True)
+    records = {source.name: LockRecords() for source in protocol_file.protocol.sources()}
+    scanned = scan_sources(protocol_file, sinks_for=lambda name: [records[name]], tuning_sinks=[tuning_records])
+    return _with_routine({"schema_version": INPUTS_SCHEMA,
+                          **corpus_fields({name: records[name].fingerprint(scan) for name, scan in scanned.named}),
+                          "tuning": tuning_records.fingerprint(scanned.tuning) if scanned.tuning is not None
+                          else None, "model": model_files(protocol_file),
+                          "catalog": catalog_fingerprint(protocol_file)}, protocol_file, load=True)
 
 
 def _with_routine(inputs: dict[str, Any], protocol_file: ProtocolFile, *, load: bool = False) -> dict[str, Any]:
@@ -228,39 +222,24 @@ def check_inputs(locked: str | os.PathLike[str] | LockedProtocol, *, rerun: bool
 
     A ``rerun`` repeats the question on this machine's model and catalog (that is its purpose, D3): only the
     corpus and the tuning split must be the locked ones. The corpus is read in record batches
-    (:func:`scan_inputs`, or the caller's ``scans`` of it: ``InputScans``, or ``DatasetScans`` for a
-    several-dataset protocol); a per-id comparison is made only when its digests
+    (:func:`scan_sources`, or the caller's ``scans`` of them); a per-id comparison is made only when its digests
     differ from the lock's, to say what changed. Returns the sha256 of the model files as they are now (what
-    the run will read; None for a lock without fingerprints), so the caller never hashes them again."""
+    the run will read), so the caller never hashes them again."""
     locked = open_locked(locked)
     path, entry, protocol = locked.path, locked.entry, locked.protocol
-    if rerun and "inputs" not in entry:
-        return None  # a campaign locked before inputs were fingerprinted: the rerun checks its corpus fingerprint
     _require_fingerprints(path, entry)
     fingerprints = entry["inputs"]
-    if protocol.datasets:  # K6: each dataset in record batches, checked disjoint by digests
-        scanned = scans if scans is not None else scan_datasets(locked)
-        locked_sets = fingerprints.get("datasets") or {}
-        by_name = {dataset.name: dataset.path for dataset in protocol.datasets}
-        now = {"schema_version": INPUTS_SCHEMA, "corpus": None,
-               "datasets": {name: _scanned_fingerprint(
-                   locked_sets.get(name), scan,
-                   lambda declared=by_name[name]: _fingerprint_file(locked, declared))
-                   for name, scan in scanned.named},
-               "tuning": None if scanned.tuning is None else _scanned_fingerprint(
-                   fingerprints.get("tuning"), scanned.tuning,
-                   lambda: _fingerprint_file(locked, protocol.corpus.tuning_path, tuning=True)),
-               "model": model_files(locked), "catalog": catalog_fingerprint(locked)}
-    else:
-        scans = scans or scan_inputs(locked)
-        spec = protocol.corpus
-        now = {"schema_version": INPUTS_SCHEMA,
-               "corpus": _scanned_fingerprint(fingerprints.get("corpus"), scans.corpus,
-                                              lambda: _fingerprint_file(locked, spec.path)),
-               "tuning": None if scans.tuning is None else _scanned_fingerprint(
-                   fingerprints.get("tuning"), scans.tuning,
-                   lambda: _fingerprint_file(locked, spec.tuning_path, tuning=True)),
-               "model": model_files(locked), "catalog": catalog_fingerprint(locked)}
+    scanned = scans if scans is not None else scan_sources(locked)  # each source in record batches (K6: disjoint)
+    locked_sources = corpus_fingerprints(fingerprints)
+    paths = {source.name: source.path for source in protocol.sources()}
+    now = {"schema_version": INPUTS_SCHEMA,
+           **corpus_fields({name: _scanned_fingerprint(locked_sources.get(name), scan,
+                                                       lambda declared=paths[name]: _fingerprint_file(locked, declared))
+                            for name, scan in scanned.named}),
+           "tuning": None if scanned.tuning is None else _scanned_fingerprint(
+               fingerprints.get("tuning"), scanned.tuning,
+               lambda: _fingerprint_file(locked, protocol.corpus.tuning_path, tuning=True)),
+           "model": model_files(locked), "catalog": catalog_fingerprint(locked)}
     model_now = now["model"]
     if rerun:  # the routine too is the locked one: the rerun takes the earlier folder's carried copy
         now = {**now, "model": fingerprints.get("model"), "catalog": fingerprints.get("catalog")}
@@ -277,7 +256,7 @@ def check_inputs(locked: str | os.PathLike[str] | LockedProtocol, *, rerun: bool
 
 @dataclass
 class InputScans:
-    """The final corpus and the tuning split, read in record batches and checked (P4, C2)."""
+    """One corpus source and the tuning split, read in record batches and checked (P4, C2)."""
 
     corpus: CorpusScan
     tuning: CorpusScan | None
@@ -300,21 +279,20 @@ def _columns(protocol: Protocol) -> tuple[dict[str, Any], list[str]]:
     return columns, extra
 
 
-def scan_inputs(protocol_file: ProtocolFile, *, sinks: Sequence[Sink] = (),
-                tuning_sinks: Sequence[Sink] = (), dataset: Dataset | None = None,
-                strata_later: list[Callable[[], None]] | None = None,
+def scan_source(protocol_file: ProtocolFile, corpus: CorpusSource, *, sinks: Sequence[Sink] = (),
+                tuning_sinks: Sequence[Sink] = (), strata_later: list[Callable[[], None]] | None = None,
                 tuning_keys: OverlapKeys | None = None) -> InputScans:
-    """The corpus (or ``dataset``) and the tuning split read with the protocol's columns and classes, checked
-    disjoint (P4) and their strata checked against the model's tokenizer (C2), without holding the corpus: each
-    validated batch goes to ``sinks`` (``tuning_sinks`` for the tuning split). ``dataset``: that dataset of a several-dataset protocol (K6) in place of
-    ``corpus.path``; ``strata_later``: the strata check's last step (which raises) is appended there, not run;
-    ``tuning_keys``: the tuning split's digests from an earlier dataset's scan (the split is then checked
-    disjoint from them, not read again: neither handed to ``tuning_sinks`` nor returned)."""
+    """One corpus source (the ``[corpus]`` path or a dataset, K6) and the tuning split read with the protocol's
+    columns and classes, checked disjoint (P4) and their strata checked against the model's tokenizer (C2),
+    without holding the corpus: each validated batch goes to ``sinks`` (``tuning_sinks`` for the tuning split).
+    ``strata_later``: the strata check's last step (which raises) is appended there, not run; ``tuning_keys``:
+    the tuning split's digests from an earlier source's scan (the split is then checked disjoint from them, not
+    read again: neither handed to ``tuning_sinks`` nor returned)."""
 
     protocol = protocol_file.protocol
     spec = protocol.corpus
     columns, extra = _columns(protocol)
-    source = protocol_file.where(dataset.path if dataset else spec.path)
+    source = protocol_file.where(corpus.path)
     tuning_scan = None
     if spec.tuning_path and tuning_keys is None:
         # read first, keeping 64-bit digests of its ids and texts for the overlap check (P4)
@@ -343,38 +321,39 @@ def scan_inputs(protocol_file: ProtocolFile, *, sinks: Sequence[Sink] = (),
 
 
 @dataclass(frozen=True)
-class DatasetScans:
-    """Every declared dataset's scan (name, scan) in declaration order, and the tuning split's."""
+class SourceScans:
+    """Every corpus source's scan (name, scan) in declaration order (one, named None, for a one-corpus
+    protocol), and the tuning split's."""
 
-    named: list[tuple[str, CorpusScan]]
+    named: list[tuple[str | None, CorpusScan]]
     tuning: CorpusScan | None
 
 
-def scan_datasets(protocol_file: ProtocolFile, *,
-                  sinks_for: Callable[[str], Sequence[Sink]] | None = None,
-                  tuning_sinks: Sequence[Sink] = ()) -> DatasetScans:
-    """Read every declared dataset and the tuning split in record batches, with the checks of a one-corpus
-    protocol (P4, C2), each refused when it overlaps another dataset or the tuning split (ids or
-    whitespace-normalised texts, K6). ``sinks_for(name)``: the sinks of that dataset's validated batches."""
-    named: list[tuple[str, CorpusScan]] = []
+def scan_sources(protocol_file: ProtocolFile, *,
+                 sinks_for: Callable[[str | None], Sequence[Sink]] | None = None,
+                 tuning_sinks: Sequence[Sink] = ()) -> SourceScans:
+    """Read every corpus source (:meth:`Protocol.sources`) and the tuning split in record batches (P4, C2), each
+    source refused when it overlaps another or the tuning split (ids or whitespace-normalised texts, K6).
+    ``sinks_for(name)``: the sinks of that source's validated batches."""
+    sources = protocol_file.protocol.sources()
+    named: list[tuple[str | None, CorpusScan]] = []
     keys: list[OverlapKeys] = []
     strata_later: list[Callable[[], None]] = []
     tuning: CorpusScan | None = None
     tuning_keys: OverlapKeys | None = None
-    for n, dataset in enumerate(protocol_file.protocol.datasets):
-        mine = OverlapKeys()
-        # the tuning split: read with the first dataset, its digests then checked disjoint with every dataset
-        scans = scan_inputs(protocol_file, sinks=[mine, *(sinks_for(dataset.name) if sinks_for else ())],
-                            tuning_sinks=tuning_sinks, dataset=dataset, strata_later=strata_later,
-                            tuning_keys=tuning_keys)
+    for n, source in enumerate(sources):
+        mine = [OverlapKeys()] if len(sources) > 1 else []  # one source has no other to overlap
+        # the tuning split: read with the first source, its digests then checked disjoint with every source
+        scans = scan_source(protocol_file, source, sinks=[*mine, *(sinks_for(source.name) if sinks_for else ())],
+                            tuning_sinks=tuning_sinks, strata_later=strata_later, tuning_keys=tuning_keys)
         if n == 0:
             tuning, tuning_keys = scans.tuning, scans.tuning_keys
-        named.append((dataset.name, scans.corpus))
-        keys.append(mine)
+        named.append((source.name, scans.corpus))
+        keys += mine
     _check_keys_disjoint(protocol_file, keys)
     for finish in strata_later:
         finish()
-    return DatasetScans(named, tuning)
+    return SourceScans(named, tuning)
 
 
 def _check_keys_disjoint(protocol_file: ProtocolFile, keys: list[OverlapKeys]) -> None:
@@ -416,8 +395,8 @@ def lock_warnings(protocol_file: ProtocolFile, entry: dict[str, Any]) -> list[st
         lines.append(f"{path}: " + NO_TASKS_WARNING.format(deadline=deadline))
     inputs = entry.get("inputs") or {}
     spec = protocol.corpus
-    files = [(spec.path, inputs.get("corpus")), (spec.tuning_path, inputs.get("tuning"))]
-    files += [(d.path, (inputs.get("datasets") or {}).get(d.name)) for d in protocol.datasets]
+    fingerprints = corpus_fingerprints(inputs)
+    files = [(s.path, fingerprints.get(s.name)) for s in protocol.sources()] + [(spec.tuning_path, inputs.get("tuning"))]
     for declared, record in files:
         if declared and isinstance(record, dict) and record.get("id_origin") == "content":
             lines.append(f"{path}: corpus.id_column: {declared} has no {spec.id_column!r} column and the protocol "
@@ -525,10 +504,11 @@ def _corpus_change(name: str, locked: dict[str, Any] | None, now: dict[str, Any]
 
 def describe_change(locked: dict[str, Any], now: dict[str, Any]) -> str | None:
     """The first difference between two input fingerprints, in words (None when they agree)."""
-    change = _corpus_change("corpus", locked.get("corpus"), now.get("corpus"))
-    before_sets, after_sets = locked.get("datasets") or {}, now.get("datasets") or {}
-    for name in [*before_sets, *(n for n in after_sets if n not in before_sets)]:  # K6: each dataset
-        change = change or _corpus_change(f"dataset {name!r}", before_sets.get(name), after_sets.get(name))
+    before_sets, after_sets = corpus_fingerprints(locked), corpus_fingerprints(now)
+    change = None
+    for name in [*before_sets, *(n for n in after_sets if n not in before_sets)]:  # each source (K6: dataset)
+        change = change or _corpus_change("corpus" if name is None else f"dataset {name!r}", before_sets.get(name),
+                                          after_sets.get(name))
     change = change or _corpus_change("tuning split", locked.get("tuning"), now.get("tuning"))
     if change:
         return change
@@ -562,6 +542,6 @@ def compare_inputs(path: Path, entry: dict[str, Any], inputs: dict[str, Any]) ->
         raise ProtocolError(f"{path}: {change} since the lock at {entry['locked_at']}", hint=AMEND_HINT)
 
 
-__all__ = ["DatasetScans", "InputScans", "check_inputs", "check_model_classes", "describe_change",
+__all__ = ["InputScans", "SourceScans", "check_inputs", "check_model_classes", "describe_change",
            "fingerprint_inputs", "lock", "lock_warnings", "model_files", "names_id_column",
-           "scan_datasets", "scan_inputs"]
+           "scan_source", "scan_sources"]

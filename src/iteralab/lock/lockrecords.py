@@ -171,4 +171,20 @@ class Suspects:
         self.rows.extend((batch.ids[i], batch.texts[i]) for i in np.flatnonzero(hit))
 
 
-__all__ = ["LockRecords", "OverlapKeys", "Suspects", "id_key", "keys_of", "shared_keys", "text_key"]
+def corpus_fields(by_source: dict[str | None, Any]) -> dict[str, Any]:
+    """The lock's inputs record of the corpus files, given each source's fingerprint by source name: ``corpus``
+    for a one-corpus protocol (its one source is named None), or ``corpus`` null and ``datasets`` by name (K6).
+    :func:`corpus_fingerprints` reads it back."""
+    if list(by_source) == [None]:
+        return {"corpus": by_source[None]}
+    return {"corpus": None, "datasets": dict(by_source)}
+
+
+def corpus_fingerprints(inputs: dict[str, Any]) -> dict[str | None, Any]:
+    """Each corpus source's fingerprint in a lock's inputs record, by source name (None: the one corpus)."""
+    datasets = inputs.get("datasets")
+    return dict(datasets) if datasets else {None: inputs.get("corpus")}
+
+
+__all__ = ["LockRecords", "OverlapKeys", "Suspects", "corpus_fields", "corpus_fingerprints", "id_key", "keys_of",
+           "shared_keys", "text_key"]

@@ -8,6 +8,7 @@ the protocol reference page of the documentation is generated from these descrip
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -70,6 +71,15 @@ class Dataset(_Strict):
     name: Text = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description=(
         "Name of the dataset (letters, digits, '_', '.', '-'), shown in the raw table's dataset column."))
     path: Text = Field(description="The dataset's file, read with the [corpus] columns.")
+
+
+@dataclass(frozen=True)
+class CorpusSource:
+    """One corpus file the passes read: a declared dataset (K6), or the one ``[corpus] path`` — a one-corpus
+    protocol is a campaign of one dataset, whose name is None (no ``dataset`` cell, no ``-d`` in pass ids)."""
+
+    name: str | None
+    path: str
 
 
 class ModelSpec(_Strict):

@@ -543,17 +543,18 @@ def prediction_path(campaign_dir: Path, pass_id: str) -> Path:
 class EvaluationContext:
     """What every per-pass evaluation of one campaign shares (read once per run, not once per pass).
 
-    A several-dataset campaign (K6) has no single corpus: ``expected`` is None and ``datasets`` holds each
-    dataset's expected ids, so a pass is always checked against its own dataset (:meth:`of_dataset`)."""
+    Each corpus source has its own: a one-corpus campaign is one source (this context); a several-dataset campaign
+    (K6) has no single corpus, so ``expected`` is None and ``datasets`` holds each dataset's context (its expected
+    ids and, for a generation job, its references): a pass is always checked against its own (:meth:`of_dataset`)."""
 
     protocol: Protocol
     expected: Expected | None
-    datasets: dict[str, Expected] = field(default_factory=dict)
+    datasets: dict[str, EvaluationContext] = field(default_factory=dict)
     #: the protocol's metric routine, imported from the folder's carried copy (None: a built-in metric)
     routine: Routine | None = None
     #: recall_at_k: the queries of the folder's copy (None: another metric)
     queries: CampaignQueries | None = None
-    #: a generation job: the reference answers of the corpus copy, in corpus order (None: none)
+    #: a generation job: the reference answers of the source's copy, in its order (None: none)
     references: pa.Array | None = None
 
     @classmethod
@@ -563,21 +564,22 @@ class EvaluationContext:
         routine = load_routine(Path(campaign_dir), protocol, campaign.get("routine"))
         queries = load_campaign_queries(Path(campaign_dir), campaign.get("queries")) \
             if protocol.metric.name == "recall_at_k" else None
-        names = [d["name"] for d in campaign.get("datasets") or []]
-        if names:
-            return cls(protocol, None, {n: load_expected(campaign_dir, protocol.corpus.classes, n) for n in names},
-                       routine, queries)
-        references = load_references(Path(campaign_dir)) if protocol.task.kind == "generation" else None
-        return cls(protocol, load_expected(campaign_dir, protocol.corpus.classes), routine=routine, queries=queries,
-                   references=references)
+        generation = protocol.task.kind == "generation"
+        sources = {name: cls(protocol, load_expected(campaign_dir, protocol.corpus.classes, name), routine=routine,
+                             queries=queries,
+                             references=load_references(Path(campaign_dir), name) if generation else None)
+                   for name in [d["name"] for d in campaign.get("datasets") or []] or [None]}
+        if list(sources) == [None]:
+            return sources[None]
+        return cls(protocol, None, {str(n): c for n, c in sources.items()}, routine, queries)
 
     def of_dataset(self, dataset: str | None) -> EvaluationContext:
-        """The context of one dataset's passes (itself for a one-corpus campaign)."""
+        """The context of one source's passes (itself for a one-corpus campaign)."""
         if dataset is None and self.expected is not None:
             return self
         if dataset not in self.datasets:
             raise KeyError(f"dataset {dataset!r} is not a dataset of this campaign ({', '.join(self.datasets)})")
-        return EvaluationContext(self.protocol, self.datasets[dataset], routine=self.routine, queries=self.queries)
+        return self.datasets[dataset]
 
 
 def evaluate_pass(campaign_dir: str | Path, pass_id: str, reads: CampaignReads | None = None,
