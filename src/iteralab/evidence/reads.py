@@ -64,9 +64,10 @@ class Evidence:
         return str(self.campaign["corpus"]["fingerprint"])
 
     def scheduled(self, variant: str) -> int:
-        """Scheduled passes of a variant; with several datasets, scheduled job rounds (each covers them all)."""
+        """Scheduled job rounds of a variant: its passes, one per (round, seed), each covering every corpus source
+        (K6: with several datasets, one pass per dataset in each)."""
         slots = [s for s in self.campaign.get("schedule", {}).get("slots", []) if s["variant"] == variant]
-        return len({(s["round"], s["seed"]) for s in slots}) if self.campaign.get("datasets") else len(slots)
+        return len({(s["round"], s.get("seed")) for s in slots})
 
     @property
     def scheduled_total(self) -> int:

@@ -22,6 +22,7 @@ from iteralab.campaign.verdict.judge import judge_campaign
 from iteralab.common.files import write_text_atomic
 from iteralab.errors import IteraError
 from iteralab.evidence.bundle import refuse_if_sealed
+from iteralab.lock.datasets import source_records
 from iteralab.plan.protocol import load_protocol
 
 #: The note that marks a pass measured while other processes used the machine (read back by stats).
@@ -52,7 +53,7 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
     campaign_dir, campaign = folder.path, folder.campaign
     state = read_journal(campaign_dir / JOURNAL_NAME)
     variants = {v["name"]: v for v in campaign["variants"]}
-    datasets = {d["name"]: d for d in campaign.get("datasets") or []}
+    sources = dict(source_records(campaign))
     series_of: dict[str, list[str]] = {}
     for s in campaign["series"]:
         for name in s["variants"]:
@@ -63,7 +64,7 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
     c4_line = rocm_compatibility_line(folder.manifest)  # None unless the campaign ran on a ROCm runtime
     rows = []
     for pid in state.order:
-        row = _row_head(campaign, variants, datasets, series_of, pid, state.started[pid])
+        row = _row_head(campaign, variants, sources, series_of, pid, state.started[pid])
         if state.finished.get(pid) is None:
             rows.append(_unfinished_row(row, state.interrupted.get(pid)))
             continue
@@ -97,11 +98,11 @@ def _finished_passes(state: Any) -> list[dict[str, Any]]:
     return finished
 
 
-def _row_head(campaign: dict[str, Any], variants: dict[str, Any], datasets: dict[str, Any],
+def _row_head(campaign: dict[str, Any], variants: dict[str, Any], sources: dict[str | None, Any],
               series_of: dict[str, list[str]], pid: str, start: dict[str, Any]) -> dict[str, Any]:
     """The cells every row has, finished or not: the pass, its variant, the protocol and the pass's corpus."""
     variant = variants.get(start["variant"], {})
-    corpus = datasets.get(start.get("dataset")) or campaign["corpus"]  # K6: the pass's own dataset
+    corpus = sources.get(start.get("dataset")) or campaign["corpus"]  # the pass's own corpus (K6: its dataset)
     row: dict[str, Any] = {
         "pass_id": pid, "variant": start["variant"], "dataset": start.get("dataset"),
         "series": ";".join(series_of.get(start["variant"], [])),
@@ -250,9 +251,8 @@ def _shard_cells(row: dict[str, Any], parallel: dict[str, Any] | None) -> None:
 
 
 def render_csv(rows: list[dict[str, Any]]) -> str:
-    """The raw table's text; a several-dataset campaign's rows carry ``dataset`` and get that column (K6)."""
-    columns = table_columns({"datasets": any("dataset" in row for row in rows),
-                             "embedding": any("min_cosine" in row for row in rows),
+    """The raw table's text (every row has a ``dataset`` cell, empty for a one-corpus campaign)."""
+    columns = table_columns({"embedding": any("min_cosine" in row for row in rows),
                              "generation": any("mean_tokens" in row for row in rows)})
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")

@@ -71,7 +71,7 @@ class LockedProtocol(ProtocolFile):
 
 def declared_references(protocol: Protocol) -> list[str]:
     """Every path the protocol declares: corpus, tuning split, datasets, model folder, head, catalog."""
-    refs = [protocol.corpus.path, protocol.corpus.tuning_path, *(d.path for d in protocol.datasets),
+    refs = [*(source.path for source in protocol.sources()), protocol.corpus.tuning_path,
             protocol.model.path, protocol.model.head, protocol.catalog.path]
     return list(dict.fromkeys(r for r in refs if r))
 

@@ -67,7 +67,7 @@ def schedule_slots(protocol: Protocol) -> tuple[str, list[Slot]]:
     design, rounds = plan_rounds([v.name for v in protocol.variants], protocol.run.passes)
     slots: list[Slot] = []
     seeds = list(protocol.reproduction.seeds)
-    names: list[str | None] = [d.name for d in protocol.datasets] or [None]
+    names = [source.name for source in protocol.sources()]  # [None]: one corpus
     for r, order in enumerate(rounds, start=1):
         shift = (r - 1) % len(names)
         datasets = names[shift:] + names[:shift]
