@@ -66,13 +66,31 @@ def test_a_generation_protocol_reads_its_keys():
     assert p.metric.tolerance is None and p.metric.allowed_drop(0.8) == pytest.approx(0.008)
 
 
+def test_a_prompt_may_name_other_corpus_columns():
+    p = parse_protocol(generation_protocol(
+        ('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "Summarise: {text}\\nTitle: {title} ({title}, {year})"')))
+    assert p.generation.columns == ["title", "year"]
+    assert p.generation.render("a day", title="Rain", year=None) == "Summarise: a day\nTitle: Rain (Rain, )"
+    assert p.generation.render_all(["x", "y"], {"title": ["T1", "T2"], "year": ["1", ""]}) == [
+        "Summarise: x\nTitle: T1 (T1, 1)", "Summarise: y\nTitle: T2 (T2, )"]
+
+
+def test_a_data_parallel_generation_variant_is_read():
+    p = parse_protocol(generation_protocol(('batch_size = 4', 'batch_size = 4\ndata_parallel = 2')))
+    assert [(v.name, v.data_parallel) for v in p.variants] == [("b1", 1), ("b4", 2)]
+
+
 def test_the_two_lists_of_generation_metrics_agree():
     assert GENERATION_METRICS == textmetrics.GENERATION_METRICS
 
 
 @pytest.mark.parametrize("edit, expected", [
     (('max_new_tokens = 6', 'max_new_tokens = 6\ndecoding = "sampling"'), "decoding 'sampling' is refused"),
-    (('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "{question}"'), "may name {text} only"),
+    (('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "{question}"'), "never names {text}"),
+    (('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "{text} {0}"'), "never a position"),
+    (('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "{text.upper}"'), "never a position, an attribute"),
+    (('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "{text} {answer}"'), "the reference answers' column"),
+    (('batch_size = 4', 'batch_size = 4\nengine = "ray"'), "runs on the local engine in this version"),
     (('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "no text"'), "never names {text}"),
     (('max_new_tokens = 6', 'max_new_tokens = 0'), "generation.max_new_tokens"),
     (('max_new_tokens = 6', 'max_new_tokens = 6\nmax_length_share = 2'), "generation.max_length_share"),
@@ -83,7 +101,6 @@ def test_the_two_lists_of_generation_metrics_agree():
     (('classes = []', 'classes = ["a", "b"]'), "declare corpus.classes = []"),
     (('kind = "hf_causal_lm"', 'kind = "encoder"'), "a generation job's model.kind"),
     (('[generation]\nmax_new_tokens = 6', ''), "needs a [generation] table"),
-    (('batch_size = 4', 'batch_size = 4\ndata_parallel = 2'), "data_parallel = 1 in this version"),
 ])
 def test_generation_protocol_mistakes_are_one_line(edit, expected):
     with pytest.raises(ProtocolError) as info:

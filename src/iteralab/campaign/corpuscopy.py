@@ -27,6 +27,7 @@ from iteralab.common import files
 from iteralab.common.files import FILE_MODE
 from iteralab.errors import RunError
 from iteralab.plan.lockfile import LockedProtocol
+from iteralab.plan.task import copy_column, prompt_columns
 
 
 class CorpusCopy:
@@ -146,7 +147,8 @@ def write_dataset_copies(locked: LockedProtocol, out: Path, *, rerun: bool = Fal
     try:
         for dataset in protocol.datasets:
             copies[dataset.name] = CorpusCopy(out / corpus_copy(dataset.name),
-                                              extra={"stratum": spec.stratum_column if by_stratum else ""})
+                                              extra={"stratum": spec.stratum_column if by_stratum else "",
+                                                     **{copy_column(n): n for n in prompt_columns(protocol)}})
         tuning_copy = CorpusCopy(out / "inputs" / "tuning.csv") if spec.tuning_path else None
         scanned = scan_datasets(locked, sinks_for=lambda name: [copies[name]],
                                 tuning_sinks=[tuning_copy] if tuning_copy is not None else [])

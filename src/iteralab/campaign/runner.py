@@ -59,6 +59,7 @@ from iteralab.lock.usercode import carry_queries, carry_routine
 from iteralab.plan.lockfile import LockedProtocol, open_locked
 from iteralab.plan.protocol import Protocol, check_series
 from iteralab.plan.schedule import Slot, schedule_slots
+from iteralab.plan.task import copy_column, prompt_columns
 
 CAMPAIGN_SCHEMA = 1
 ProgressFn = Callable[[str, dict[str, Any]], None]
@@ -101,6 +102,7 @@ def _scan_and_copy(locked: LockedProtocol, out: Path, *,
     extra = {"stratum": spec.stratum_column if by_stratum else ""}
     if protocol.task.kind == "generation" and spec.reference_column:  # the references the verdict reads
         extra["reference"] = spec.reference_column
+    extra.update({copy_column(name): name for name in prompt_columns(protocol)})  # the cells a prompt names
     copy = CorpusCopy(out / CORPUS, extra=extra)
     tuning_copy = CorpusCopy(out / TUNING) if spec.tuning_path else None
     try:

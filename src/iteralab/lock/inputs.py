@@ -34,6 +34,7 @@ from iteralab.plan.engines import ray_gpu_problem
 from iteralab.plan.expenses import check_currency
 from iteralab.plan.lockfile import LockedProtocol, ProtocolFile, as_protocol_file, lock as _record_lock, open_locked
 from iteralab.plan.protocol import Dataset, Protocol
+from iteralab.plan.task import prompt_column_error, prompt_columns
 from iteralab.plan.scan import Batch, CorpusReader, CorpusScan, Sink, read_options, scan_corpus
 
 INPUTS_SCHEMA = 1
@@ -297,6 +298,7 @@ def _columns(protocol: Protocol) -> tuple[dict[str, Any], list[str]]:
     extra = [spec.stratum_column] if spec.stratum_column and needs_strata else []
     if protocol.task.kind == "generation" and spec.reference_column:  # a generation job's reference answers
         extra.append(spec.reference_column)
+    extra += [name for name in prompt_columns(protocol) if name not in extra]  # the cells a prompt names
     return columns, extra
 
 
@@ -323,12 +325,18 @@ def scan_inputs(protocol_file: ProtocolFile, *, sinks: Sequence[Sink] = (),
             tuning_scan = scan_corpus(protocol_file.where(spec.tuning_path), **columns,
                                       sinks=[tuning_keys, *tuning_sinks])
         except CorpusError:
-            scan_corpus(source, **columns, extra_columns=extra)  # its error first
+            try:
+                scan_corpus(source, **columns, extra_columns=extra)  # its error first
+            except CorpusError as exc:
+                raise prompt_column_error(protocol, exc) from None
             raise
     overlap = _Overlap(tuning_keys)
     strata = RowStrataCheck(protocol, protocol_file.source, protocol_file.where(protocol.model.path))
     prompts = PromptLengthCheck(protocol, protocol_file.where(protocol.model.path), str(source))
-    corpus_scan = scan_corpus(source, **columns, extra_columns=extra, sinks=[*sinks, overlap, strata, prompts])
+    try:
+        corpus_scan = scan_corpus(source, **columns, extra_columns=extra, sinks=[*sinks, overlap, strata, prompts])
+    except CorpusError as exc:
+        raise prompt_column_error(protocol, exc) from None
     if overlap.found:  # a shared digest: the exact check names the overlap (or clears a digest collision)
         _name_overlap(protocol_file, source, overlap)
 
