@@ -75,9 +75,11 @@ def test_a_prompt_may_name_other_corpus_columns():
         "Summarise: x\nTitle: T1 (T1, 1)", "Summarise: y\nTitle: T2 (T2, )"]
 
 
-def test_a_data_parallel_generation_variant_is_read():
-    p = parse_protocol(generation_protocol(('batch_size = 4', 'batch_size = 4\ndata_parallel = 2')))
-    assert [(v.name, v.data_parallel) for v in p.variants] == [("b1", 1), ("b4", 2)]
+def test_data_parallel_and_ray_generation_variants_are_read():
+    p = parse_protocol(generation_protocol(('batch_size = 4', 'batch_size = 4\ndata_parallel = 2\n\n'
+                                            '[[variants]]\nname = "b4-ray"\nbatch_size = 4\nengine = "ray"')))
+    assert [(v.name, v.data_parallel, v.engine) for v in p.variants] == [
+        ("b1", 1, "local"), ("b4", 2, "local"), ("b4-ray", 1, "ray")]
 
 
 def test_the_two_lists_of_generation_metrics_agree():
@@ -90,7 +92,6 @@ def test_the_two_lists_of_generation_metrics_agree():
     (('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "{text} {0}"'), "never a position"),
     (('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "{text.upper}"'), "never a position, an attribute"),
     (('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "{text} {answer}"'), "the reference answers' column"),
-    (('batch_size = 4', 'batch_size = 4\nengine = "ray"'), "runs on the local engine in this version"),
     (('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "no text"'), "never names {text}"),
     (('max_new_tokens = 6', 'max_new_tokens = 0'), "generation.max_new_tokens"),
     (('max_new_tokens = 6', 'max_new_tokens = 6\nmax_length_share = 2'), "generation.max_length_share"),

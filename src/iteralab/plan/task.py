@@ -247,10 +247,6 @@ def generation_problem(protocol: Any) -> str | None:
         return f"subgroup(s) {', '.join(by_label)} by label: a generation job has no labels (use by = 'stratum')"
     if metric.k is not None or metric.queries is not None:
         return "metric.k and metric.queries belong to an embedding job's metric"
-    on_ray = [v.name for v in protocol.variants if v.engine != "local"]
-    if on_ray:
-        return (f"variant(s) {', '.join(on_ray)}: a generation pass runs on the local engine in this version; "
-                "declare engine = 'local' (data_parallel may be above 1)")
     reference = protocol.corpus.reference_column
     if reference and reference in protocol.generation.columns:
         return (f"generation.prompt names {{{reference}}}, the reference answers' column (corpus.reference_column): "

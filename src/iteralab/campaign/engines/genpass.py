@@ -2,7 +2,8 @@
 document's prompt rendered from the protocol's template as the corpus copy is read (its text, and the cells of
 the other columns the template names, kept in the copy as ``prompt.<name>``), and the generated texts streamed to
 the text file (``campaign.texts``) while the pass runs, so that a pass never holds a corpus of texts. A
-data-parallel pass (``engines.parallel``) streams its shards' text files into the pass's one file in shard order.
+data-parallel pass (``engines.parallel``) streams its shards' text files into the pass's one file in shard order;
+a Ray pass (``engines.raypass``) renders in its actors and streams the blocks to the file in corpus order.
 
 The measured region runs from the first prompt read to the last decoded text on the host: rendering the prompts,
 generating and decoding are inside it, as is streaming the texts to their file (the same work for every
@@ -66,9 +67,12 @@ class PromptRenderer:
         self.columns = ["id", "text", *(copy_column(name) for name in self.names)]
 
     def __call__(self, batch: Any) -> pa.RecordBatch:
+        """A record batch (or a table: a Ray batch) of the columns read, as (id, text = the rendered prompt)."""
         cells = {name: batch.column(copy_column(name)).to_pylist() for name in self.names}
         prompts = render_prompts(self.template, batch.column("text").to_pylist(), cells)
-        return pa.record_batch([batch.column("id"), pa.array(prompts, pa.string())], names=["id", "text"])
+        ids = batch.column("id")
+        ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
+        return pa.record_batch([ids, pa.array(prompts, pa.string())], names=["id", "text"])
 
 
 def prompt_renderer(model: Any) -> PromptRenderer | None:
@@ -106,6 +110,14 @@ class PromptWorkload:
 
     def __getattr__(self, name: str) -> Any:  # compile_record and the like: the generator's own
         return getattr(self.generator, name)
+
+
+def generated_columns(batch: GeneratedBatch) -> dict[str, pa.Array]:
+    """A batch's outputs as the text file's columns text, tokens (null: not measured) and finish (a Ray block)."""
+    n = len(batch.texts)
+    tokens = pa.nulls(n, pa.int32()) if batch.tokens is None else \
+        pa.array(np.asarray(batch.tokens, dtype=np.int32))
+    return {"text": pa.array(batch.texts, pa.string()), "tokens": tokens, "finish": pa.array(batch.finish, pa.string())}
 
 
 def stream_texts(pass_run: Any, spec: Any) -> None:
