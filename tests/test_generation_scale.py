@@ -8,6 +8,7 @@ import csv
 import importlib.util
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,7 @@ from test_generation import causal, generation_toml, rows_of
 
 TITLES = ("rain", "one", "a day", "one", "the cat", "blue")
 TEMPLATE = 'prompt = "Q: {text} T: {title}"'
+WITH_COUNTS = 'kind = "callable"\ncallable = "fake_generators:with_counts"'
 
 
 def titled_corpus(folder: Path, n: int = 12, *, title: bool = True) -> list[tuple[str, str, str]]:
@@ -112,6 +114,16 @@ def test_the_corpus_copy_keeps_the_prompt_columns_apart(tmp_path):
     assert stored.texts.to_pylist() == [f"Q: {text} T: {name}" for _, text, name in rows]
 
 
+def test_a_rerun_stages_the_prompt_columns_and_renders_the_same_prompts(tmp_path):
+    from iteralab.evidence.rerun import rerun
+
+    titled_corpus(tmp_path, n=6)
+    out = run_titled(tmp_path, 'kind = "callable"\ncallable = "fake_generators:echo_words"')
+    comparison = rerun(out, tmp_path / "again")["comparison"]["variants"]
+    assert set(comparison) == {"b1", "b4"}
+    assert all(p["common_ids"] == 6 and p["identical"] for v in comparison.values() for p in v["pairs"])
+
+
 # ------------------------------------------------------------------------- data-parallel and Ray passes
 
 DP_VARIANTS = """
@@ -149,23 +161,26 @@ def worker_path(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tests), str(src)]))
 
 
-def _same_file_as_one_device(tmp_path: Path, variants: str, other: str):
-    """Run the callable that returns texts, counts and finish reasons with ``b4`` and ``other``; check ``other``'s
-    file is ``b4``'s, in corpus order, with every prompt rendered from its title; return the rows and folder."""
+def _same_file_as_one_device(tmp_path: Path, variants: str, other: str, model: str = WITH_COUNTS,
+                             expected: Any = None, **kwargs):
+    """Run ``model`` with ``b4`` and ``other``; check ``other``'s file is ``b4``'s, in corpus order, with the texts
+    ``expected(text, title)`` gives for each row (default: the callable's upper-cased rendered prompt); return the
+    raw rows by variant and the folder."""
     from iteralab.campaign.texts import read_texts
 
     rows = titled_corpus(tmp_path)
-    out = run_titled(tmp_path, 'kind = "callable"\ncallable = "fake_generators:with_counts"', variants=variants,
-                     reference="b4", max_new_tokens=16)
+    kwargs.setdefault("max_new_tokens", 16)
+    out = run_titled(tmp_path, model, variants=variants, reference="b4", **kwargs)
     by_variant = {r.variant: r for r in rows_of(out).values()}
-    files = {name: read_texts(out / by_variant[name].prediction_file, max_new_tokens=16, allow_empty=False)
-             for name in ("b4", other)}
+    files = {name: read_texts(out / by_variant[name].prediction_file, max_new_tokens=kwargs["max_new_tokens"],
+                              allow_empty=True) for name in ("b4", other)}
     single, spread = files["b4"], files[other]
     ids = [rid for rid, _, _ in rows]
+    expected = expected or (lambda text, title: f"Q: {text} T: {title}".upper())
     assert single.ids.to_pylist() == ids and spread.ids.to_pylist() == ids  # corpus order, every id once
-    assert spread.texts.to_pylist() == single.texts.to_pylist() == [f"Q: {t} T: {n}".upper() for _, t, n in rows]
+    assert spread.texts.to_pylist() == single.texts.to_pylist() == [expected(t, n) for _, t, n in rows]
     assert spread.tokens.tolist() == single.tokens.tolist() and spread.finish.tolist() == single.finish.tolist()
-    assert spread.problem_count == 0
+    assert spread.problem_count == 0 and spread.tokens_measured
     row = by_variant[other]
     assert row.status == "ok" and row.ids_match and row.format_ok and row.corpus_accepted, row.notes
     assert row.identical_share == 1.0
@@ -180,6 +195,13 @@ def test_a_data_parallel_generation_pass_writes_the_one_device_file(tmp_path, wo
     shards = finished["parallel"]["shards"]
     assert len(shards) == 2 and all(s["rows"][1] > s["rows"][0] for s in shards)  # both workers generated
     assert finished["output_kind"] == "generated_texts"
+
+
+def test_a_data_parallel_pass_of_a_greedy_model_writes_the_one_device_file(tmp_path, tiny_chain_lm, worker_path):
+    # the rigged model (whatever the numerics): a title "one" is answered "two three", any other "la la la"
+    _same_file_as_one_device(tmp_path, DP_VARIANTS, "b4-dp2", causal(tiny_chain_lm), max_new_tokens=3,
+                             expected=lambda text, title: "two three" if title == "one" else "la la la",
+                             generation=TEMPLATE + "\nallow_empty = true")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed (pip install iteralab[ray])")
