@@ -100,6 +100,44 @@ def test_the_pass_renders_the_columns_a_prompt_names(tmp_path, tiny_chain_lm):
     assert texts.finish.tolist() == [1 if name == "one" else 2 for _, _, name in rows]  # eos, length
 
 
+@pytest.mark.parametrize("bucketing", [False, True])
+def test_the_measured_pass_renders_each_batch_as_it_reads(tmp_path, bucketing):
+    """The prompts are rendered by the measured pass's own run (the region the pass time covers), from the copy's
+    prompt columns; the workload is handed the rendered prompts only."""
+    from iteralab.campaign.engines.genpass import PromptRenderer
+    from iteralab.campaign.engines.passes import MeasuredPass
+    from iteralab.models.generation import GeneratedBatch
+
+    copy = tmp_path / "corpus.csv"
+    # the shortest text gets the longest title: bucketing by the text alone would put it first
+    cells = [("d0", "a long text here", "t0"), ("d1", "short", "a very long title indeed"), ("d2", "mid text", "")]
+    with copy.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh, quoting=csv.QUOTE_ALL)
+        writer.writerow(["id", "text", "label", "prompt.title"])
+        writer.writerows([(rid, text, "", title) for rid, text, title in cells])
+    seen: list[str] = []
+
+    class Recorder:
+        def tokenize(self, prompts):
+            return list(prompts)
+
+        def token_lengths(self, prompts):
+            return [len(p) for p in prompts]
+
+        def infer(self, prompts):
+            seen.extend(prompts)
+            return GeneratedBatch(list(prompts), None, ["stop"] * len(prompts))
+
+    pass_run = MeasuredPass()
+    pass_run.prompts = PromptRenderer("{text} / {title}")
+    pass_run.run(Recorder(), str(copy), {}, 2, bucketing, False, 0)
+    rendered = {rid: f"{text} / {title}" for rid, text, title in cells}
+    assert sorted(seen) == sorted(rendered.values()) and pass_run.progress.completed == 3
+    order = [rendered[i] for i in pass_run.ordered_ids().to_pylist()]
+    assert seen == order  # handed over in pass order (bucketed: by the rendered prompt's length)
+    assert (seen == sorted(seen, key=len)) is bucketing
+
+
 def test_the_corpus_copy_keeps_the_prompt_columns_apart(tmp_path):
     from iteralab.campaign.folder import read_corpus_batches
 
