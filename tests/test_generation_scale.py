@@ -138,6 +138,31 @@ def test_the_measured_pass_renders_each_batch_as_it_reads(tmp_path, bucketing):
     assert (seen == sorted(seen, key=len)) is bucketing
 
 
+def test_the_shard_plan_weighs_each_rendered_prompt(tmp_path, tiny_causal_lm):
+    from iteralab.campaign.engines.shards import corpus_lengths
+    from iteralab.campaign.records import PassSpec
+
+    copy = tmp_path / "corpus.csv"
+    cells = [("d0", "the cat sat on the mat", "one"), ("d1", "red", "the dog and the cat sat on the mat")]
+    with copy.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh, quoting=csv.QUOTE_ALL)
+        writer.writerow(["id", "text", "label", "prompt.title"])
+        writer.writerows([(rid, text, "", title) for rid, text, title in cells])
+    generation = {"task": "generation", "prompt": "{text} : {title}", "chat_template": False}
+
+    def lengths(**model):
+        spec = PassSpec("p", variant={"padding": "longest"}, model={"max_length": 64, "generation": generation,
+                                                                      **model},
+                        classes=(), corpus_path=str(copy), prediction_dir=str(tmp_path), warmup={})
+        found, unit = corpus_lengths(spec)
+        return found.tolist(), unit
+
+    # the second text is the shorter, its prompt the longer: the plan weighs what the model reads (<bos>, one
+    # token a word and one for ":")
+    assert lengths(kind="callable") == ([len(f"{t} : {n}") for _, t, n in cells], "characters")
+    assert lengths(kind="hf_causal_lm", path=str(tiny_causal_lm)) == ([1 + 6 + 1 + 1, 1 + 1 + 1 + 9], "tokens")
+
+
 def test_the_corpus_copy_keeps_the_prompt_columns_apart(tmp_path):
     from iteralab.campaign.folder import read_corpus_batches
 
