@@ -252,12 +252,21 @@ def _same_file_as_one_device(tmp_path: Path, variants: str, other: str, model: s
 
 def test_a_data_parallel_generation_pass_writes_the_one_device_file(tmp_path, worker_path):
     from iteralab.campaign.journal import read_journal
+    from iteralab.campaign.texts import read_texts
 
-    rows, out = _same_file_as_one_device(tmp_path, DP_VARIANTS, "b4-dp2")
+    bucketed = '\n[[variants]]\nname = "b4-dp2-bucketed"\nbatch_size = 4\ndata_parallel = 2\nbucketing = true\n'
+    rows, out = _same_file_as_one_device(tmp_path, DP_VARIANTS + bucketed, "b4-dp2")
     finished = read_journal(out / "journal.jsonl").finished[rows["b4-dp2"].pass_id]
     shards = finished["parallel"]["shards"]
     assert len(shards) == 2 and all(s["rows"][1] > s["rows"][0] for s in shards)  # both workers generated
     assert finished["output_kind"] == "generated_texts"
+    # bucketed shards: each in its own length order, the same text for every id
+    row = rows["b4-dp2-bucketed"]
+    assert row.status == "ok" and row.ids_match and row.format_ok and row.identical_share == 1.0, row.notes
+    files = [read_texts(out / rows[name].prediction_file, max_new_tokens=16, allow_empty=False)
+             for name in ("b4", "b4-dp2-bucketed")]
+    single, spread = (dict(zip(f.ids.to_pylist(), f.texts.to_pylist())) for f in files)
+    assert spread == single and list(spread) != list(single)  # same texts, another order
 
 
 def test_a_data_parallel_pass_of_a_greedy_model_writes_the_one_device_file(tmp_path, tiny_chain_lm, worker_path):
