@@ -73,6 +73,11 @@ def test_a_prompt_may_name_other_corpus_columns():
     assert p.generation.render("a day", title="Rain", year=None) == "Summarise: a day\nTitle: Rain (Rain, )"
     assert p.generation.render_all(["x", "y"], {"title": ["T1", "T2"], "year": ["1", ""]}) == [
         "Summarise: x\nTitle: T1 (T1, 1)", "Summarise: y\nTitle: T2 (T2, )"]
+    # a header with a hyphen or a space is named as it is written
+    p = parse_protocol(generation_protocol(
+        ('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "{text}|{title-en}|{a b}"')))
+    assert p.generation.columns == ["title-en", "a b"]
+    assert p.generation.render("x", **{"title-en": "T", "a b": "B"}) == "x|T|B"
 
 
 def test_data_parallel_and_ray_generation_variants_are_read():
@@ -90,6 +95,8 @@ def test_the_two_lists_of_generation_metrics_agree():
     (('max_new_tokens = 6', 'max_new_tokens = 6\ndecoding = "sampling"'), "decoding 'sampling' is refused"),
     (('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "{question}"'), "never names {text}"),
     (('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "{text} {0}"'), "never a position"),
+    (('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "{text} {}"'), "never a position"),
+    (('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "{text} {title[0]}"'), "an attribute or an index"),
     (('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "{text.upper}"'), "never a position, an attribute"),
     (('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "{text} {answer}"'), "the reference answers' column"),
     (('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "no text"'), "never names {text}"),

@@ -69,6 +69,18 @@ def test_lock_refuses_a_prompt_column_the_corpus_lacks_in_one_line(tmp_path):
     assert not list(tmp_path.glob("*.lock.json"))
 
 
+def test_the_cli_says_a_missing_prompt_column_in_one_line_and_a_hint(tmp_path, capsys):
+    from iteralab.cli import main
+
+    titled_corpus(tmp_path, title=False)
+    protocol = titled_job(tmp_path, 'kind = "callable"\ncallable = "fake_generators:last_words"')
+    assert main(["lock", str(protocol)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (f"Error: {tmp_path / 'corpus.csv'} line 1: no column 'title', which generation.prompt names "
+                      "as {title} (columns found: 'id', 'text', 'answer')")
+    assert err[1].startswith("Hint: add the column 'title' to the corpus file") and len(err) == 2
+
+
 def test_lock_counts_the_prompt_rendered_with_its_columns(tmp_path, tiny_causal_lm):
     from iteralab.lock.inputs import lock
 

@@ -125,7 +125,7 @@ class GenerationSpec(Strict):
             names = template_fields(value)
         except ValueError as exc:
             raise ValueError(f"not a prompt template ({exc}); write {{{{ and }}}} for literal braces") from None
-        odd = [n for n in names if not n.isidentifier()]
+        odd = [n for n in names if not n.strip() or n.isdigit() or "." in n or "[" in n]
         if odd:
             raise ValueError(f"the prompt names {{{odd[0]}}}: a field names a corpus column ({{text}}, {{title}}), "
                              "never a position, an attribute or an index")

@@ -15,8 +15,9 @@ the contiguous cut is already within a fraction of a percent (``bench/bench_para
 A document's cost is what the workload will run: its token count by the model's own tokenizer (special tokens
 included), capped at ``max_length`` when the model truncates, and ``max_length`` for every document under
 ``padding = "max_length"``; for a generation job, its rendered prompt's (the template, the columns it names and
-the chat template when declared), as the model reads it. A Python callable without a tokenizer folder has no token count: its documents are
-weighed by their length in characters, and the unit is recorded.
+the chat template when declared), as the model reads it. A Python callable without a tokenizer folder has no
+token count: its documents (a generation job's prompts) are weighed by their length in characters, and the unit
+is recorded.
 """
 
 from __future__ import annotations
