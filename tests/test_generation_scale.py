@@ -112,6 +112,24 @@ def test_the_pass_renders_the_columns_a_prompt_names(tmp_path, tiny_chain_lm):
     assert texts.finish.tolist() == [1 if name == "one" else 2 for _, _, name in rows]  # eos, length
 
 
+def test_a_scan_tallies_only_the_columns_it_is_asked_to(tmp_path):
+    """A reference answer or a prompt's cells hold a value per document: lock reads them without a tally."""
+    from iteralab.lock.inputs import tallied
+    from iteralab.plan.protocol import parse_protocol
+    from iteralab.plan.scan import scan_corpus
+
+    rows = titled_corpus(tmp_path)
+    path = tmp_path / "corpus.csv"
+    everything = scan_corpus(path, classes=[], require_labels=False, extra_columns=["title", "answer"])
+    titles = [title for _, _, title in rows]
+    assert everything.extra_counts["title"] == {title: titles.count(title) for title in sorted(set(titles))}
+    protocol = parse_protocol(titled_job(tmp_path, 'kind = "callable"\ncallable = "m:f"').read_text())
+    assert tallied(protocol) == []  # no strata: nothing tallied
+    none = scan_corpus(path, classes=[], require_labels=False, extra_columns=["title", "answer"],
+                       counted_columns=tallied(protocol))
+    assert none.extra_counts == {} and none.fingerprint == everything.fingerprint
+
+
 @pytest.mark.parametrize("bucketing", [False, True])
 def test_the_measured_pass_renders_each_batch_as_it_reads(tmp_path, bucketing):
     """The prompts are rendered by the measured pass's own run (the region the pass time covers), from the copy's
