@@ -310,3 +310,12 @@ def test_a_data_parallel_pass_of_a_greedy_model_writes_the_one_device_file(tmp_p
 def test_a_ray_generation_pass_writes_the_one_device_file_in_corpus_order(tmp_path, worker_path):
     rows, _ = _same_file_as_one_device(tmp_path, RAY_VARIANTS, "b4-ray")
     assert "row order corpus order" in rows["b4-ray"].notes
+
+
+def test_a_data_parallel_pass_of_a_raising_generator_is_a_failed_row(tmp_path, worker_path):
+    titled_corpus(tmp_path)
+    out = run_titled(tmp_path, 'kind = "callable"\ncallable = "fake_generators:raising"', variants=DP_VARIANTS,
+                     reference="b4")
+    row = next(r for r in rows_of(out).values() if r.variant == "b4-dp2")
+    assert row.status != "ok" and row.corpus_accepted is False
+    assert "the generator's server is down" in (row.error or "")
