@@ -66,13 +66,39 @@ def test_a_generation_protocol_reads_its_keys():
     assert p.metric.tolerance is None and p.metric.allowed_drop(0.8) == pytest.approx(0.008)
 
 
+def test_a_prompt_may_name_other_corpus_columns():
+    p = parse_protocol(generation_protocol(
+        ('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "Summarise: {text}\\nTitle: {title} ({title}, {year})"')))
+    assert p.generation.columns == ["title", "year"]
+    assert p.generation.render("a day", title="Rain", year=None) == "Summarise: a day\nTitle: Rain (Rain, )"
+    assert p.generation.render_all(["x", "y"], {"title": ["T1", "T2"], "year": ["1", ""]}) == [
+        "Summarise: x\nTitle: T1 (T1, 1)", "Summarise: y\nTitle: T2 (T2, )"]
+    # a header with a hyphen or a space is named as it is written
+    p = parse_protocol(generation_protocol(
+        ('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "{text}|{title-en}|{a b}"')))
+    assert p.generation.columns == ["title-en", "a b"]
+    assert p.generation.render("x", **{"title-en": "T", "a b": "B"}) == "x|T|B"
+
+
+def test_data_parallel_and_ray_generation_variants_are_read():
+    p = parse_protocol(generation_protocol(('batch_size = 4', 'batch_size = 4\ndata_parallel = 2\n\n'
+                                            '[[variants]]\nname = "b4-ray"\nbatch_size = 4\nengine = "ray"')))
+    assert [(v.name, v.data_parallel, v.engine) for v in p.variants] == [
+        ("b1", 1, "local"), ("b4", 2, "local"), ("b4-ray", 1, "ray")]
+
+
 def test_the_two_lists_of_generation_metrics_agree():
     assert GENERATION_METRICS == textmetrics.GENERATION_METRICS
 
 
 @pytest.mark.parametrize("edit, expected", [
     (('max_new_tokens = 6', 'max_new_tokens = 6\ndecoding = "sampling"'), "decoding 'sampling' is refused"),
-    (('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "{question}"'), "may name {text} only"),
+    (('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "{question}"'), "never names {text}"),
+    (('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "{text} {0}"'), "never a position"),
+    (('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "{text} {}"'), "never a position"),
+    (('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "{text} {title[0]}"'), "an attribute or an index"),
+    (('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "{text.upper}"'), "never a position, an attribute"),
+    (('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "{text} {answer}"'), "the reference answers' column"),
     (('max_new_tokens = 6', 'max_new_tokens = 6\nprompt = "no text"'), "never names {text}"),
     (('max_new_tokens = 6', 'max_new_tokens = 0'), "generation.max_new_tokens"),
     (('max_new_tokens = 6', 'max_new_tokens = 6\nmax_length_share = 2'), "generation.max_length_share"),
@@ -83,7 +109,6 @@ def test_the_two_lists_of_generation_metrics_agree():
     (('classes = []', 'classes = ["a", "b"]'), "declare corpus.classes = []"),
     (('kind = "hf_causal_lm"', 'kind = "encoder"'), "a generation job's model.kind"),
     (('[generation]\nmax_new_tokens = 6', ''), "needs a [generation] table"),
-    (('batch_size = 4', 'batch_size = 4\ndata_parallel = 2'), "data_parallel = 1 in this version"),
 ])
 def test_generation_protocol_mistakes_are_one_line(edit, expected):
     with pytest.raises(ProtocolError) as info:

@@ -27,6 +27,7 @@ from iteralab.common import files
 from iteralab.common.files import FILE_MODE
 from iteralab.errors import RunError
 from iteralab.plan.lockfile import LockedProtocol
+from iteralab.plan.task import copy_column, prompt_columns
 
 
 class CorpusCopy:
@@ -134,8 +135,8 @@ def write_corpus_copies(locked: LockedProtocol, out: Path, *, rerun: bool = Fals
     dataset into ``inputs/datasets/``) and the tuning split into ``inputs/tuning.csv``, each written while it is
     read in record batches (:func:`scan_sources`), and check that read against the lock (``check_inputs`` with
     these scans): each file is read once. A refused input leaves no copy. The copies carry the columns a verdict
-    reads besides id, text and label: the stratum (when a subgroup is by stratum) and a generation job's
-    reference answers.
+    reads besides id, text and label: the stratum (when a subgroup is by stratum), a generation job's
+    reference answers and the cells its prompt names (``prompt.<name>``).
 
     Returns the campaign's ``datasets`` records (name, fingerprint, order hash, size, file, sha256, strata; none
     for a one-corpus protocol), its ``corpus`` record (the one corpus's, or the datasets' combined fingerprint and
@@ -146,6 +147,7 @@ def write_corpus_copies(locked: LockedProtocol, out: Path, *, rerun: bool = Fals
     extra = {"stratum": spec.stratum_column if by_stratum else ""}
     if protocol.task.kind == "generation" and spec.reference_column:  # the references the verdict reads
         extra["reference"] = spec.reference_column
+    extra.update({copy_column(name): name for name in prompt_columns(protocol)})  # the cells a prompt names
     copies: dict[str | None, CorpusCopy] = {}
     tuning_copy = None
     try:

@@ -9,6 +9,8 @@ Layout::
 
     inputs/protocol.toml, inputs/protocol.toml.lock.json   the locked protocol, as run
     inputs/corpus.csv                                       the comparison corpus (id, text, label, stratum)
+                                                            (+ a generation job's reference, and prompt.<name>
+                                                            for each column its prompt names)
     inputs/tuning.csv                                       the tuning split, when the protocol declares one
     inputs/datasets/<name>.csv                              one copy per dataset, in place of inputs/corpus.csv,
                                                             when the protocol declares [[datasets]] (K6)

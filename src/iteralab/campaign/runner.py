@@ -4,6 +4,8 @@ Layout of a campaign folder::
 
     inputs/protocol.toml, inputs/protocol.toml.lock.json   the locked protocol, as run
     inputs/corpus.csv                                       the comparison corpus (id, text, label, stratum)
+                                                            (+ a generation job's reference, and prompt.<name>
+                                                            for each column its prompt names)
     inputs/datasets/<name>.csv                              or one copy per dataset (K6, lock.datasets)
     campaign.json                                           fingerprints, schedule, variants (written once)
     manifest.json                                           environment + model + corpus (C3)

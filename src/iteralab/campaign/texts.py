@@ -62,6 +62,8 @@ class TextWriter:
     """Streams ``(ids, texts, tokens, finish)`` batches into a text file; :meth:`close` renames it into place and
     returns its sha256. The file exists under its own name only once it is complete."""
 
+    output_kind = GENERATED_TEXTS
+
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.temporary = self.path.with_name(f".{self.path.name}.partial")
@@ -93,6 +95,10 @@ class TextWriter:
         if self._pending_rows >= FLUSH_ROWS:
             self._flush()
 
+    def write_block(self, block: Any) -> None:
+        """Append a record batch or table of the file's columns (a shard's file read back, a Ray block)."""
+        self.write(*(block.column(name) for name in COLUMNS))
+
     def _flush(self) -> None:
         if not self._pending:
             return
@@ -112,6 +118,12 @@ class TextWriter:
         else:
             self._writer.close()
         return publish_file(self.temporary, self.path)
+
+
+def text_batches(path: Path, rows: int = READ_ROWS) -> Any:
+    """The record batches of a text file, in file order, as written (unchecked: a shard's file the pass itself
+    wrote, merged into the pass's file)."""
+    return pq.ParquetFile(path, pre_buffer=False).iter_batches(batch_size=rows, use_threads=False)
 
 
 @dataclass(frozen=True)

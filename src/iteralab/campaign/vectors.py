@@ -66,6 +66,8 @@ class VectorWriter:
     """Streams ``(ids, vectors)`` record batches into a vector file; :meth:`close` renames it into place and
     returns its sha256. The file exists under its own name only once it is complete."""
 
+    output_kind = EMBEDDING_VECTORS
+
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.temporary = self.path.with_name(f".{self.path.name}.partial")
@@ -85,6 +87,13 @@ class VectorWriter:
         self._writer.write_batch(pa.record_batch([ids, vector_column(vectors)], schema=self._writer.schema),
                                  row_group_size=GROUP_ROWS)
         self.rows += len(ids)
+
+    def write_block(self, block: Any) -> None:
+        """Append a table of (id, vector) columns (a Ray block)."""
+        vectors = block.column("vector").combine_chunks()
+        d = vectors.type.list_size
+        flat = vectors.values.slice(vectors.offset * d, len(vectors) * d).to_numpy(zero_copy_only=False)
+        self.write(block.column("id").combine_chunks(), flat.reshape(len(vectors), d))
 
     def close(self, dim: int | None = None) -> str:
         """Finish the file (an empty one when nothing was written: ``dim``, or 0), fsync, rename; its sha256."""

@@ -63,6 +63,7 @@ from iteralab.plan.lockfile import open_locked
 from iteralab.plan.paths import PACKAGE_PREFIX, resolve, stand_ins
 from iteralab.plan.protocol import Protocol, load_protocol
 from iteralab.plan.scan import scan_corpus
+from iteralab.plan.task import copy_column, prompt_columns
 
 COMPARISON_SCHEMA = 1
 #: Output classes of a pair of matching passes, from the closest to the farthest.
@@ -122,6 +123,7 @@ def _write_declared_corpus(source_csv: Path, target: Path, protocol: Protocol, i
         columns.append((spec.stratum_column, "stratum"))
     if protocol.task.kind == "generation" and spec.reference_column:  # the reference answers the copy kept
         columns.append((spec.reference_column, "reference"))
+    columns += [(name, copy_column(name)) for name in prompt_columns(protocol)]  # the cells a prompt names
     records = [{name: r.get(key) or "" for name, key in columns} for r in rows]
     fmt, compression = detect_format(target)
     target.parent.mkdir(parents=True, exist_ok=True)

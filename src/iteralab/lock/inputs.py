@@ -35,6 +35,7 @@ from iteralab.plan.engines import ray_gpu_problem
 from iteralab.plan.expenses import check_currency
 from iteralab.plan.lockfile import LockedProtocol, ProtocolFile, as_protocol_file, lock as _record_lock, open_locked
 from iteralab.plan.protocol import CorpusSource, Protocol
+from iteralab.plan.task import prompt_column_error, prompt_columns
 from iteralab.plan.scan import Batch, CorpusReader, CorpusScan, Sink, read_options, scan_corpus
 
 INPUTS_SCHEMA = 1
@@ -276,7 +277,15 @@ def _columns(protocol: Protocol) -> tuple[dict[str, Any], list[str]]:
     extra = [spec.stratum_column] if spec.stratum_column and needs_strata else []
     if protocol.task.kind == "generation" and spec.reference_column:  # a generation job's reference answers
         extra.append(spec.reference_column)
+    extra += [name for name in prompt_columns(protocol) if name not in extra]  # the cells a prompt names
     return columns, extra
+
+
+def tallied(protocol: Protocol) -> list[str]:
+    """The extra column whose values a scan counts: the strata's (a reference answer, a prompt's cells: one value
+    per document, never tallied)."""
+    by_stratum = any(sg.by == "stratum" for sg in protocol.subgroups)
+    return [protocol.corpus.stratum_column] if protocol.corpus.stratum_column and by_stratum else []
 
 
 def scan_source(protocol_file: ProtocolFile, corpus: CorpusSource, *, sinks: Sequence[Sink] = (),
@@ -301,12 +310,19 @@ def scan_source(protocol_file: ProtocolFile, corpus: CorpusSource, *, sinks: Seq
             tuning_scan = scan_corpus(protocol_file.where(spec.tuning_path), **columns,
                                       sinks=[tuning_keys, *tuning_sinks])
         except CorpusError:
-            scan_corpus(source, **columns, extra_columns=extra)  # its error first
+            try:  # the final corpus's error first
+                scan_corpus(source, **columns, extra_columns=extra, counted_columns=tallied(protocol))
+            except CorpusError as exc:
+                raise prompt_column_error(protocol, exc) from None
             raise
     overlap = _Overlap(tuning_keys)
     strata = RowStrataCheck(protocol, protocol_file.source, protocol_file.where(protocol.model.path))
     prompts = PromptLengthCheck(protocol, protocol_file.where(protocol.model.path), str(source))
-    corpus_scan = scan_corpus(source, **columns, extra_columns=extra, sinks=[*sinks, overlap, strata, prompts])
+    try:
+        corpus_scan = scan_corpus(source, **columns, extra_columns=extra, counted_columns=tallied(protocol),
+                                  sinks=[*sinks, overlap, strata, prompts])
+    except CorpusError as exc:
+        raise prompt_column_error(protocol, exc) from None
     if overlap.found:  # a shared digest: the exact check names the overlap (or clears a digest collision)
         _name_overlap(protocol_file, source, overlap)
 
@@ -368,7 +384,8 @@ def _check_keys_disjoint(protocol_file: ProtocolFile, keys: list[OverlapKeys]) -
     suspects: list[tuple[str, list[tuple[str, str]]]] = []
     for dataset in protocol_file.protocol.datasets:
         found = Suspects(shared_ids, shared_texts)
-        scan_corpus(protocol_file.where(dataset.path), **columns, extra_columns=extra, sinks=[found])
+        scan_corpus(protocol_file.where(dataset.path), **columns, extra_columns=extra,
+                    counted_columns=tallied(protocol_file.protocol), sinks=[found])
         suspects.append((dataset.name, found.rows))
     first_overlap(suspects)
 
@@ -410,7 +427,7 @@ def _fingerprint_file(protocol_file: ProtocolFile, declared: str | None, *, tuni
     columns, extra = _columns(protocol_file.protocol)
     records = LockRecords()
     scan = scan_corpus(protocol_file.where(declared), **columns, extra_columns=[] if tuning else extra,
-                       sinks=[records])
+                       counted_columns=tallied(protocol_file.protocol), sinks=[records])
     return records.fingerprint(scan)
 
 
@@ -438,13 +455,13 @@ def _name_overlap(protocol_file: ProtocolFile, final_source: Path, overlap: _Ove
     (:func:`check_disjoint` names the overlap, or finds that the digests merely collided)."""
     columns, extra = _columns(protocol_file.protocol)
     final_keys = OverlapKeys()
-    scan_corpus(final_source, **columns, extra_columns=extra, sinks=[final_keys])
+    scan_corpus(final_source, **columns, extra_columns=extra, counted_columns=[], sinks=[final_keys])
     ids = shared_keys([overlap.ids, final_keys.ids()])
     texts = shared_keys([overlap.texts, final_keys.texts()])
     tuning_source = protocol_file.where(protocol_file.protocol.corpus.tuning_path)
     tuning_rows, final_rows = Suspects(ids, texts), Suspects(ids, texts)
     scan_corpus(tuning_source, **columns, sinks=[tuning_rows])
-    scan_corpus(final_source, **columns, extra_columns=extra, sinks=[final_rows])
+    scan_corpus(final_source, **columns, extra_columns=extra, counted_columns=[], sinks=[final_rows])
     check_disjoint(Pairs(os.fspath(tuning_source), tuning_rows.rows), Pairs(os.fspath(final_source), final_rows.rows))
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,15 +61,22 @@ def token_counter(tokenizer: Any, batch_size: int = 1024) -> Callable[[Sequence[
     return count
 
 
-def protocol_counter(protocol: Protocol, tokenizer: Any) -> Callable[[Sequence[str]], list[int]]:
+def protocol_counter(protocol: Protocol, tokenizer: Any) -> Callable[..., list[int]]:
     """The token counts a protocol's strata and limits are about: a document's text, or for a generation job the
-    document's rendered prompt (its template, and the chat template when declared) as the model reads it."""
+    document's rendered prompt (its template filled from the text and the columns it names, and the chat
+    template when declared) as the model reads it. The counter takes a batch's texts and, for a template that
+    names other columns, the batch's cells by column name (a reader batch's ``extra``)."""
     generation = protocol.generation if protocol.task.kind == "generation" else None
     if generation is None:
-        return token_counter(tokenizer)
+        plain = token_counter(tokenizer)
 
-    def count(texts: Sequence[str]) -> list[int]:
-        return count_prompt_tokens(tokenizer, [generation.render(t) for t in texts], generation.chat_template)
+        def count_texts(texts: Sequence[str], columns: Mapping[str, Sequence[str | None]] | None = None) -> list[int]:
+            return plain(texts)
+
+        return count_texts
+
+    def count(texts: Sequence[str], columns: Mapping[str, Sequence[str | None]] | None = None) -> list[int]:
+        return count_prompt_tokens(tokenizer, generation.render_all(texts, columns), generation.chat_template)
 
     return count
 
@@ -116,7 +123,7 @@ def check_row_strata(protocol: Protocol, where: str, folder: Path | None, reader
         if batch is None:
             first = None
             continue
-        counts = count(batch.texts)
+        counts = count(batch.texts, batch.extra)
         expected = assign_strata(counts, strata, names=batch.ids)
         cells = batch.extra.get(column, ())
         for rid, line, cell, n, should in zip(batch.ids, batch.lines or (), cells, counts, expected):
@@ -142,7 +149,7 @@ class RowStrataCheck:
         self.strata = protocol_strata(protocol)
         self.column = protocol.corpus.stratum_column or "stratum"
         self.folder = folder
-        self.count: Callable[[Sequence[str]], list[int]] | None = None
+        self.count: Callable[..., list[int]] | None = None
         if self.active and self.strata and self.folder is not None:
             self.count = protocol_counter(protocol, load_tokenizer(self.folder))
         self.bad = False
@@ -158,7 +165,7 @@ class RowStrataCheck:
             self.bad = True
             return
         try:
-            expected = assign_strata(self.count(batch.texts), self.strata, names=batch.ids)
+            expected = assign_strata(self.count(batch.texts, batch.extra), self.strata, names=batch.ids)
         except CorpusError:
             self.bad = True
             return
@@ -189,7 +196,7 @@ class PromptLengthCheck:
     def __call__(self, batch: Any) -> None:
         if batch is None or self.count is None:
             return
-        counts = self.count(batch.texts)
+        counts = self.count(batch.texts, batch.extra)
         self.longest = max([self.longest, *counts])
         for i, n in enumerate(counts):
             if n > self.limit:

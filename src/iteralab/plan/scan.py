@@ -63,7 +63,7 @@ class CorpusScan:
     fingerprint: str
     order_hash: str
     labels_sha256: str
-    #: How many records carry each value of each extra column (``None`` for an empty cell), values sorted.
+    #: How many records carry each value of each extra column counted (``None`` for an empty cell), values sorted.
     extra_counts: dict[str, dict[str | None, int]] = field(default_factory=dict)
 
 
@@ -387,16 +387,21 @@ def scan_corpus(
     extra_columns: Sequence[str] = (),
     sinks: Sequence[Sink] = (),
     require_id: bool = False,
+    counted_columns: Sequence[str] | None = None,
 ) -> CorpusScan:
     """Read, check and fingerprint a corpus in record batches, handing each validated batch to ``sinks``.
+    ``counted_columns``: the extra columns whose values are counted (``extra_counts``; None: every extra column);
+    a column of a value per document (a reference answer, a prompt's title) is read without a tally of its values.
 
     Raises the reader's :class:`CorpusError` for a file it refuses. Sinks may have seen earlier batches of a
     refused file: a caller writing from them discards what it wrote when this raises, or on ``None``."""
     options = read_options(id_column=id_column, text_column=text_column, label_column=label_column, classes=classes,
                            require_labels=require_labels, extra_columns=extra_columns, require_id=require_id)
-    result = _scan(CorpusReader(path, options, format=format), sinks, keep=False)
+    counted = list(extra_columns if counted_columns is None else
+                   [name for name in extra_columns if name in counted_columns])
+    result = _scan(CorpusReader(path, options, format=format), sinks, keep=False, counted=counted)
     if result is None:  # the ids do not ascend: read again, keeping the columns to hash them in id order
-        result = _scan(CorpusReader(path, options, format=format), (), keep=True)
+        result = _scan(CorpusReader(path, options, format=format), (), keep=True, counted=counted)
     return result
 
 
@@ -404,16 +409,16 @@ def _counted(tally: dict[str | None, int]) -> dict[str | None, int]:
     return dict(sorted(tally.items(), key=lambda kv: (kv[0] is None, kv[0] or "")))
 
 
-def _scan(reader: CorpusReader, sinks: Sequence[Sink], keep: bool) -> CorpusScan | None:
-    extra_columns = reader.options.extra_columns
+def _scan(reader: CorpusReader, sinks: Sequence[Sink], keep: bool, counted: list[str]) -> CorpusScan | None:
+    extra_columns = counted
     digests = _Digests(keep)
     counts: dict[str, dict[str | None, int]] = {name: {} for name in extra_columns}
     for batch in reader.batches():
         if batch is None:  # the careful read starts again from the first record
             digests, counts = _Digests(keep), {name: {} for name in extra_columns}
         else:
-            for name, values in batch.extra.items():
-                tally = counts[name]
+            for name in extra_columns:
+                values, tally = batch.extra[name], counts[name]
                 for v in values:
                     tally[v] = tally.get(v, 0) + 1
             digests.update(batch)

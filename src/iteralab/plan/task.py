@@ -38,10 +38,12 @@ returning ``[n, d]``.
 from __future__ import annotations
 
 import string
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from iteralab.errors import CorpusError
 from iteralab.plan.metric import EMBEDDING_METRICS, GENERATION_METRICS
 from iteralab.plan.values import Flag, Number, Strict, Text, Whole
 
@@ -51,8 +53,35 @@ TASK_KINDS = ("classification", "embedding", "generation")
 EMBEDDING_MODELS = ("encoder", "callable")
 #: The model kinds a generation job accepts: a causal LM or encoder-decoder folder, or a callable generator.
 GENERATION_MODELS = ("hf_causal_lm", "hf_seq2seq", "callable")
-#: The corpus columns a prompt template may name in this version.
-PROMPT_FIELDS = ("text",)
+#: The name a prompt template gives the document's text (``corpus.text_column``); every other name is a column
+#: of the corpus file by that name.
+TEXT_FIELD = "text"
+#: A prompt column's name in the campaign's corpus copy (``inputs/corpus.csv``), apart from the copy's own columns.
+PROMPT_COLUMN = "prompt.{}"
+
+
+def template_fields(template: str) -> list[str]:
+    """The names a prompt template's fields give, in order of first appearance, each once (a malformed template
+    raises ``ValueError``)."""
+    names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+    return list(dict.fromkeys(names))
+
+
+def render_prompts(template: str, texts: Sequence[str],
+                   columns: Mapping[str, Sequence[str | None]] | None = None) -> list[str]:
+    """The prompts of a batch of documents: ``template`` filled with each text and, for every other name it gives,
+    the document's cell of that column (``columns``: the batch's cells by column name; an absent or empty cell
+    renders empty)."""
+    names = [name for name in template_fields(template) if name != TEXT_FIELD]
+    if not names:
+        return [template.format(text=t) for t in texts]
+    cells = [(columns or {}).get(name) or [None] * len(texts) for name in names]
+    return [template.format(text=t, **{n: c or "" for n, c in zip(names, row)}) for t, *row in zip(texts, *cells)]
+
+
+def copy_column(name: str) -> str:
+    """The corpus copy's column holding the cells of the corpus column ``name`` that a prompt names."""
+    return PROMPT_COLUMN.format(name)
 
 
 class TaskSpec(Strict):
@@ -65,7 +94,8 @@ class GenerationSpec(Strict):
     """How every prompt is built and decoded, and the bounds on what comes out; fixed before any timing."""
 
     prompt: Text = Field(default="{text}", description=(
-        "The prompt template: {text} is the document's text (write {{ and }} for literal braces)."))
+        "The prompt template: {text} is the document's text, {name} the cell of the corpus column 'name' (write "
+        "{{ and }} for literal braces)."))
     max_new_tokens: Whole = Field(ge=1, description="The most tokens generated per document.")
     decoding: Text = Field(default="greedy", description=(
         "greedy only: sampling is refused (an offline comparison needs one output per prompt)."))
@@ -92,19 +122,29 @@ class GenerationSpec(Strict):
     @classmethod
     def _template(cls, value: str) -> str:
         try:
-            names = [name for _, name, _, _ in string.Formatter().parse(value) if name is not None]
+            names = template_fields(value)
         except ValueError as exc:
             raise ValueError(f"not a prompt template ({exc}); write {{{{ and }}}} for literal braces") from None
-        unknown = [n for n in names if n not in PROMPT_FIELDS]
-        if unknown:
-            raise ValueError(f"the prompt names {{{unknown[0]}}}: a prompt may name {{text}} only in this version")
-        if "text" not in names:
+        odd = [n for n in names if not n.strip() or n.isdigit() or "." in n or "[" in n]
+        if odd:
+            raise ValueError(f"the prompt names {{{odd[0]}}}: a field names a corpus column ({{text}}, {{title}}), "
+                             "never a position, an attribute or an index")
+        if TEXT_FIELD not in names:
             raise ValueError("the prompt never names {text}: every document's text must enter its prompt")
         return value
 
-    def render(self, text: str) -> str:
-        """One document's prompt."""
-        return self.prompt.format(text=text)
+    @property
+    def columns(self) -> list[str]:
+        """The corpus columns the prompt names besides the text, in order of first appearance."""
+        return [name for name in template_fields(self.prompt) if name != TEXT_FIELD]
+
+    def render(self, text: str, **cells: str | None) -> str:
+        """One document's prompt: its text and its cells of :attr:`columns` (an absent cell renders empty)."""
+        return render_prompts(self.prompt, [text], {name: [value] for name, value in cells.items()})[0]
+
+    def render_all(self, texts: Sequence[str], columns: Mapping[str, Sequence[str | None]] | None = None) -> list[str]:
+        """The prompts of a batch of documents (:func:`render_prompts`)."""
+        return render_prompts(self.prompt, texts, columns)
 
 
 class EmbeddingSpec(Strict):
@@ -129,6 +169,25 @@ class EmbeddingSpec(Strict):
             raise ValueError("embedding.cosine_quantile and embedding.min_cosine_at_quantile go together: give both "
                              "(e.g. 0.01 and 0.995) or neither")
         return self
+
+
+def prompt_columns(protocol: Any) -> list[str]:
+    """The corpus columns a generation job's prompt template names besides the text (none for another job)."""
+    generation = protocol.generation if protocol.task.kind == "generation" else None
+    return generation.columns if generation is not None else []
+
+
+def prompt_column_error(protocol: Any, exc: CorpusError) -> CorpusError:
+    """The reader's refusal of a file without a column the prompt template names, said as the prompt's (any
+    other refusal unchanged)."""
+    for name in prompt_columns(protocol):
+        marker = f": no column {name!r} ("
+        if marker in exc.message:
+            at, rest = exc.message.split(marker, 1)
+            return CorpusError(f"{at}: no column {name!r}, which generation.prompt names as {{{name}}} ({rest}",
+                               hint=f"add the column {name!r} to the corpus file, or take {{{name}}} out of "
+                                    "generation.prompt (and raise the protocol's version)")
+    return exc
 
 
 def task_problem(protocol: Any) -> str | None:
@@ -188,10 +247,10 @@ def generation_problem(protocol: Any) -> str | None:
         return f"subgroup(s) {', '.join(by_label)} by label: a generation job has no labels (use by = 'stratum')"
     if metric.k is not None or metric.queries is not None:
         return "metric.k and metric.queries belong to an embedding job's metric"
-    unsupported = [v.name for v in protocol.variants if v.engine != "local" or v.data_parallel > 1]
-    if unsupported:
-        return (f"variant(s) {', '.join(unsupported)}: a generation pass runs on the local engine with "
-                "data_parallel = 1 in this version; declare engine = 'local' and data_parallel = 1")
+    reference = protocol.corpus.reference_column
+    if reference and reference in protocol.generation.columns:
+        return (f"generation.prompt names {{{reference}}}, the reference answers' column (corpus.reference_column): "
+                "a prompt holding its answer measures nothing; name another column")
     return None
 
 

@@ -1,6 +1,9 @@
 """What a generation pass adds to a measured pass (``engines.passes``): the model's generation settings, each
-document's prompt rendered from the protocol's template, and the generated texts streamed to the text file
-(``campaign.texts``) while the pass runs, so that a pass never holds a corpus of texts.
+document's prompt rendered from the protocol's template as the corpus copy is read (its text, and the cells of
+the other columns the template names, kept in the copy as ``prompt.<name>``), and the generated texts streamed to
+the text file (``campaign.texts``) while the pass runs, so that a pass never holds a corpus of texts. A
+data-parallel pass (``engines.parallel``) streams its shards' text files into the pass's one file in shard order;
+a Ray pass (``engines.raypass``) renders in its actors and streams the blocks to the file in corpus order.
 
 The measured region runs from the first prompt read to the last decoded text on the host: rendering the prompts,
 generating and decoding are inside it, as is streaming the texts to their file (the same work for every
@@ -12,14 +15,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from iteralab.campaign.engines.embedpass import pending_ids
 from iteralab.campaign.folder import PREDICTIONS
+from iteralab.campaign.predictions import file_name
 from iteralab.campaign.records import GENERATED_TEXTS
+from iteralab.campaign.texts import TextWriter, text_batches
 from iteralab.models.generation import GeneratedBatch, GenerationSettings
+from iteralab.plan.task import TEXT_FIELD, copy_column, render_prompts, template_fields
 
 
 def generation_record(protocol: Any) -> dict[str, Any]:
@@ -48,27 +56,51 @@ def generation_options(model: Any) -> dict[str, Any]:
         allow_truncation=bool(spec["allow_truncation"]), prompt_max_length=int(model["max_length"]))}
 
 
+class PromptRenderer:
+    """A generation pass's prompts, rendered as the corpus copy is read: :attr:`columns` are what the pass reads
+    (id, text and the copy's cells of each column the template names), and each record batch read becomes the
+    record batch (id, text = the document's rendered prompt)."""
+
+    def __init__(self, template: str) -> None:
+        self.template = template
+        self.names = [name for name in template_fields(template) if name != TEXT_FIELD]
+        self.columns = ["id", "text", *(copy_column(name) for name in self.names)]
+
+    def __call__(self, batch: Any) -> pa.RecordBatch:
+        """A record batch (or a table: a Ray batch) of the columns read, as (id, text = the rendered prompt)."""
+        cells = {name: batch.column(copy_column(name)).to_pylist() for name in self.names}
+        prompts = render_prompts(self.template, batch.column("text").to_pylist(), cells)
+        ids = batch.column("id")
+        ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
+        return pa.record_batch([ids, pa.array(prompts, pa.string())], names=["id", "text"])
+
+
+def prompt_renderer(model: Any) -> PromptRenderer | None:
+    """The renderer of a generation job's prompts (None for another job: its texts are read as they are)."""
+    return PromptRenderer(model["generation"]["prompt"]) if is_generation(model) else None
+
+
 class PromptWorkload:
-    """A generator seen through the pass's workload interface: ``tokenize`` renders the documents' prompts,
-    ``infer`` generates (greedy) and returns the batch's :class:`GeneratedBatch`, ``token_lengths`` counts the
-    rendered prompts (bucketing); ``describe`` and ``file_hashes`` are the generator's."""
+    """A generator seen through the pass's workload interface. The pass hands it prompts already rendered
+    (:class:`PromptRenderer`): ``tokenize`` passes them on, ``infer`` generates (greedy) and returns the batch's
+    :class:`GeneratedBatch`, ``token_lengths`` counts them (bucketing); ``describe`` and ``file_hashes`` are the
+    generator's."""
 
     def __init__(self, generator: Any, template: str) -> None:
         self.generator = generator
         self.template = template
         self.kind = generator.kind
 
-    def tokenize(self, texts: Sequence[str]) -> list[str]:
-        return [self.template.format(text=t) for t in texts]
+    def tokenize(self, prompts: Sequence[str]) -> list[str]:
+        return list(prompts)
 
     def infer(self, prompts: list[str]) -> GeneratedBatch:
         return self.generator.generate(prompts)
 
-    def token_lengths(self, texts: Sequence[str]) -> list[int]:
-        prompts = self.tokenize(texts)
+    def token_lengths(self, prompts: Sequence[str]) -> list[int]:
         if getattr(self.generator, "tokenizer", None) is None:  # a callable without a tokenizer: characters
             return [len(p) for p in prompts]
-        return list(self.generator.prompt_token_counts(prompts))
+        return list(self.generator.prompt_token_counts(list(prompts)))
 
     def describe(self) -> dict[str, Any]:
         return {**self.generator.describe(), "prompt": self.template}
@@ -78,6 +110,21 @@ class PromptWorkload:
 
     def __getattr__(self, name: str) -> Any:  # compile_record and the like: the generator's own
         return getattr(self.generator, name)
+
+
+def generated_columns(batch: GeneratedBatch) -> dict[str, pa.Array]:
+    """A batch's outputs as the text file's columns text, tokens (null: not measured) and finish (a Ray block)."""
+    n = len(batch.texts)
+    tokens = pa.nulls(n, pa.int32()) if batch.tokens is None else \
+        pa.array(np.asarray(batch.tokens, dtype=np.int32))
+    return {"text": pa.array(batch.texts, pa.string()), "tokens": tokens, "finish": pa.array(batch.finish, pa.string())}
+
+
+def stream_texts(pass_run: Any, spec: Any) -> None:
+    """A generation pass reads its prompts rendered and streams its texts to the pass's text file."""
+    pass_run.sink = TextWriter(Path(spec.prediction_dir) / file_name(spec.pass_id))
+    pass_run.flush, pass_run.finish = flush_texts, finish_texts
+    pass_run.prompts = prompt_renderer(spec.model)
 
 
 def flush_texts(pass_run: Any, final: bool = False) -> None:
@@ -108,3 +155,17 @@ def finish_texts(pass_run: Any, result: dict[str, Any]) -> None:
     result["prediction_file"] = f"{PREDICTIONS}/{sink.path.name}"
     result["notes"].append(f"pass_s includes rendering the prompts and streaming the texts to the prediction file "
                            f"({pass_run.stream_s:.3f} s of writing), as every generation variant's pass does")
+
+
+def merge_text_files(parts: list[Path], target: Path, result: dict[str, Any]) -> None:
+    """A data-parallel pass's file (``campaign.engines.parallel``): the shards' text files, in shard order,
+    streamed record batch by record batch into the pass's one text file (a missing shard file adds nothing); the
+    file and its hash go into ``result``."""
+    sink = TextWriter(target)
+    for part in parts:
+        if part.is_file():
+            for batch in text_batches(part):
+                sink.write_block(batch)
+    result["output_kind"] = GENERATED_TEXTS
+    result["prediction_sha256"] = sink.close()
+    result["prediction_file"] = f"{PREDICTIONS}/{target.name}"

@@ -2,8 +2,9 @@
 corpus sharded by token count (:mod:`iteralab.campaign.engines.shards`), the shards' predictions merged into one file.
 
 Reads the pass spec the runner builds; writes the merged prediction file ``predictions/<pass_id>.parquet``
-(same format as a single-device pass: class probabilities, or an embedding job's vectors, which each worker
-streams to its shard's vector file and the coordinator streams into the pass's file in shard order) and returns
+(same format as a single-device pass: class probabilities, or an embedding job's vectors or a generation job's
+texts, which each worker streams to its shard's file and the coordinator streams into the pass's file in shard
+order) and returns
 one result record for the journal.
 
 - Workers are fresh interpreters (``python -m iteralab.campaign.engines.parallel``), started with their environment
@@ -45,6 +46,7 @@ import pyarrow.parquet as pq
 from iteralab.campaign import predictions  # noqa: F401  # imported at start-up, never in the writing phase
 from iteralab.campaign.engines import passes
 from iteralab.campaign.engines.embedpass import is_embedding, merge_vector_files
+from iteralab.campaign.engines.genpass import is_generation, merge_text_files
 from iteralab.campaign.engines.passes import ended_without_result, error_text, order_hash
 from iteralab.campaign.engines.shards import corpus_lengths, imbalance, plan_shards, shard_tokens, worker_layout
 from iteralab.campaign.folder import PREDICTIONS, read_corpus_batches
@@ -539,10 +541,10 @@ def _merge(spec: PassSpec, result: dict[str, Any], workers: list[_Worker]) -> No
     classes = list(spec.classes)
     target = Path(spec.prediction_dir) / file_name(spec.pass_id)
     ids, probs, order = [], [], []
-    embedding = is_embedding(spec.model)
+    embedding, generation = is_embedding(spec.model), is_generation(spec.model)
     for w in workers:
         path = w.folder / file_name(f"w{w.k}")
-        if path.is_file() and not embedding:
+        if path.is_file() and not embedding and not generation:
             table = pq.read_table(path)
             ids.append(table.column("id").combine_chunks())
             values = table.column("probs").combine_chunks().values.to_numpy(zero_copy_only=False)
@@ -551,6 +553,8 @@ def _merge(spec: PassSpec, result: dict[str, Any], workers: list[_Worker]) -> No
         order.append(pq.read_table(order_path).column("id").combine_chunks() if order_path.is_file() else None)
     if embedding:  # vector files are streamed into one, never held (campaign.engines.embedpass)
         merge_vector_files([w.folder / file_name(f"w{w.k}") for w in workers], target, result)
+    elif generation:  # text files likewise (campaign.engines.genpass)
+        merge_text_files([w.folder / file_name(f"w{w.k}") for w in workers], target, result)
     else:
         merged_ids = pa.concat_arrays(ids) if ids else pa.array([], pa.string())
         merged_probs = np.concatenate(probs) if probs else np.zeros((0, len(classes)), np.float32)

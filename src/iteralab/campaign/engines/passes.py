@@ -35,15 +35,14 @@ from iteralab.campaign.folder import PREDICTIONS
 from iteralab.campaign.records import PassSpec, failure, started
 from iteralab.campaign.engines.embedpass import (embed_queries, embedding_options, finish_vectors, flush_vectors,
                                                 is_embedding)
-from iteralab.campaign.engines.genpass import (PromptWorkload, finish_texts, flush_texts, generation_options,
-                                              is_generation)
+from iteralab.campaign.engines.genpass import (PromptWorkload, generation_options, is_generation,
+                                              prompt_renderer, stream_texts)
 from iteralab.common.files import write_json_atomic
 from iteralab.campaign.folder import read_corpus_batches
 from iteralab.campaign.manifest import determinism_settings
 from iteralab.campaign.manifest import environment_manifest, owns_device
 from iteralab.campaign.predictions import file_name
 from iteralab.campaign.predictions import write_predictions
-from iteralab.campaign.texts import TextWriter
 from iteralab.campaign.vectors import VectorWriter
 from iteralab.common.arrow import numpy_array, string_array
 from iteralab.common.digest import string_digest
@@ -207,6 +206,8 @@ class MeasuredPass:
         self.finish: Any = finish_vectors
         self.flushed = 0
         self.stream_s = 0.0
+        #: a generation pass: what renders each record batch's prompts as it is read (``genpass.PromptRenderer``)
+        self.prompts: Any = None
 
     def run(self, workload: Any, corpus_path: str, corpus_kwargs: dict[str, Any], batch_size: int,
             bucketing: bool, resume: bool, n_classes: int, limit: _Limit | None = None,
@@ -214,9 +215,11 @@ class MeasuredPass:
         self.n_classes = n_classes
         self.limit = limit
         self.progress = _Progress()
-        self._batches = batches = _text_batches(corpus_path, corpus_kwargs, ["id", "text"])
+        self._batches = batches = _text_batches(corpus_path, corpus_kwargs, self.columns)
         if rows is not None:  # a data-parallel shard: rows [start, stop) of the file, in file order
             self._batches = batches = _row_range(batches, *rows)
+        if self.prompts is not None:  # (id, prompt) record batches, each rendered as it is read
+            batches = map(self.prompts, batches)
         if bucketing:
             self._run_bucketed(workload, batches, batch_size, resume)
             return
@@ -260,6 +263,11 @@ class MeasuredPass:
             self.id_chunks.append(record_batch.column(0))
 
     @property
+    def columns(self) -> list[str]:
+        """The corpus copy's columns the pass reads."""
+        return ["id", "text"] if self.prompts is None else self.prompts.columns
+
+    @property
     def expected(self) -> int:
         return sum(len(c) for c in self.id_chunks)
 
@@ -288,12 +296,15 @@ def order_hash(ids: Any) -> str:
     return string_digest(ids)
 
 
-def first_texts(corpus_path: str, corpus_kwargs: dict[str, Any], n: int) -> list[str]:
+def first_texts(corpus_path: str, corpus_kwargs: dict[str, Any], n: int, prompts: Any = None) -> list[str]:
     """The first ``n`` texts (warm-up), read in small pieces: parsing a pass's whole first block for a few
-    hundred texts would cost a tenth of a second per pass."""
+    hundred texts would cost a tenth of a second per pass. ``prompts``: a generation job's renderer (its
+    rendered prompts, as the pass reads them)."""
     texts: list[str] = []
-    for record_batch in _text_batches(corpus_path, corpus_kwargs, ["id", "text"], block_size=WARMUP_BLOCK):
-        texts.extend(record_batch.column(1).slice(0, n - len(texts)).to_pylist())
+    columns = ["id", "text"] if prompts is None else prompts.columns
+    for record_batch in _text_batches(corpus_path, corpus_kwargs, columns, block_size=WARMUP_BLOCK):
+        record_batch = record_batch.slice(0, n - len(texts))
+        texts.extend((record_batch if prompts is None else prompts(record_batch)).column(1).to_pylist())
         if len(texts) >= n:
             break
     return texts
@@ -408,7 +419,8 @@ def _warm_up(spec: PassSpec, workload: Any, device: Any, clock: Any,
     warm_texts: list[str] = []
     last_warm_s = None
     if warm["inputs"] > 0 and warm["passes"] > 0:
-        warm_texts = first_texts(spec.corpus_path, _corpus_kwargs(spec), int(warm["inputs"]))
+        warm_texts = first_texts(spec.corpus_path, _corpus_kwargs(spec), int(warm["inputs"]),
+                                 prompt_renderer(spec.model))
         for i in range(warm["passes"]):
             with dev.timed(device, clock) as warming:
                 for start in range(0, len(warm_texts), batch_size):
@@ -451,9 +463,8 @@ def _measure(spec: PassSpec, workload: Any, device: Any, clock: Any, result: dic
     if is_embedding(spec.model):  # vectors stream to their file as the pass runs
 
         pass_run.sink = VectorWriter(Path(spec.prediction_dir) / file_name(spec.pass_id))
-    elif is_generation(spec.model):  # texts stream to their file as the pass runs
-        pass_run.sink = TextWriter(Path(spec.prediction_dir) / file_name(spec.pass_id))
-        pass_run.flush, pass_run.finish = flush_texts, finish_texts
+    elif is_generation(spec.model):  # prompts rendered as they are read, texts streamed to their file
+        stream_texts(pass_run, spec)
     gpu_scope = dev.GpuEvents(device)  # CUDA events, created outside the timed region; a labelled GPU scope
     machine_before = dev.load_snapshot()  # what else uses the machine: read outside the timed region
     dev.reset_peaks(device)

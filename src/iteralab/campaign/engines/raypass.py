@@ -11,11 +11,13 @@ leaves no CPU for the read tasks, and shuts Ray down at the end; both times are 
     in the order they arrive → completeness from the ids → the prediction file, written atomically.
 
 Ray does not promise row order, so nothing relies on it: the file holds the rows in the order the driver
-received them and the order hash records that order. An embedding job's pass asks Ray to keep the corpus order
-(``preserve_order``), so its vector file is the one a single-device pass writes, and the driver streams the vectors
-to the file block by block as they arrive (as a local embedding pass does; never a corpus of vectors held). Ray's unit of failure is the block: any error ends the
-pass as a failed row with the inputs received (R8); ``max_errored_blocks`` is forced to 0, and a run that
-ends without an error but without every expected id exactly once is a failed row too, never a success.
+received them and the order hash records that order. An embedding or generation job's pass asks Ray to keep the
+corpus order (``preserve_order``), so its vector or text file is the one a single-device pass writes, and the
+driver streams the vectors or texts to the file block by block as they arrive (as a local pass does; never a
+corpus of outputs held). A generation job's actors read the columns its prompt names besides and render each
+batch's prompts (``engines.genpass``). Ray's unit of failure is the block: any error ends the pass as a failed
+row with the inputs received (R8); ``max_errored_blocks`` is forced to 0, and a run that ends without an error
+but without every expected id exactly once is a failed row too, never a success.
 Ray is imported only when a pass runs on it.
 """
 
@@ -37,12 +39,15 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from iteralab.campaign.engines.embedpass import embedding_options, is_embedding
+from iteralab.campaign.engines.genpass import (PromptWorkload, generation_options, generated_columns, is_generation,
+                                              prompt_renderer)
 from iteralab.campaign.engines.passes import (
     PassTimeout, error_text as text, first_texts, limit_basis, order_hash, pass_limit)
 from iteralab.campaign.folder import PREDICTIONS, read_corpus_batches
 from iteralab.campaign.manifest import determinism_settings, environment_manifest, owns_device
 from iteralab.campaign.predictions import file_name, write_predictions
 from iteralab.campaign.records import EMBEDDING_VECTORS, STARTUP_PHASES, WORKER_PHASES, PassSpec, started
+from iteralab.campaign.texts import TextWriter
 from iteralab.campaign.vectors import VectorWriter, vector_column
 from iteralab.errors import RunError
 from iteralab.models import device as dev, factory
@@ -90,15 +95,17 @@ def _import_ray() -> Any:
     return ray
 
 
-def read_corpus(ray_data: Any, path: str) -> Any:
-    """The campaign's corpus copy as a Ray Dataset of (id, text) strings; the one place that knows its format."""
+def read_corpus(ray_data: Any, path: str, columns: list[str] | None = None) -> Any:
+    """The campaign's corpus copy as a Ray Dataset of (id, text) strings, or of ``columns`` (a generation job's
+    prompt columns besides); the one place that knows its format."""
+    columns = columns or ["id", "text"]
     if path.endswith(".parquet"):
-        return ray_data.read_parquet(path, columns=["id", "text"])
+        return ray_data.read_parquet(path, columns=columns)
 
     return ray_data.read_csv(
         path, parse_options=pacsv.ParseOptions(newlines_in_values=True),
-        convert_options=pacsv.ConvertOptions(column_types={"id": pa.string(), "text": pa.string()},
-                                             include_columns=["id", "text"]))
+        convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(columns, pa.string()),
+                                             include_columns=columns))
 
 
 def _error_text(exc: BaseException) -> str:
@@ -214,9 +221,9 @@ class _RayPass:
         ctx.raise_original_map_exception = True
         ctx.enable_progress_bars = False
         ctx.print_on_execution_start = False
-        # an embedding job's vectors in corpus order (the same file as a single-device pass); a classifier's rows
-        # stay in the order received
-        ctx.execution_options.preserve_order = is_embedding(self.spec.model)
+        # an embedding job's vectors and a generation job's texts in corpus order (the same file as a single-device
+        # pass); a classifier's rows stay in the order received
+        ctx.execution_options.preserve_order = _in_corpus_order(self.spec.model)
 
     def _dataset(self, ray_data: Any, expected: int, warm_texts: list[str]) -> Any:
         run, spec = self.run, self.spec
@@ -241,7 +248,8 @@ class _RayPass:
             # Ray 2.60 has no named parameter for it yet: without max_restarts=0 a lost actor is replaced and its
             # tasks silently retried (R8: a lost actor fails the pass). Ray warns this form goes in Ray 2.64.
             warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
-            return read_corpus(ray_data, spec.corpus_path).repartition(
+            renderer = prompt_renderer(spec.model)
+            return read_corpus(ray_data, spec.corpus_path, renderer.columns if renderer else None).repartition(
                 target_num_rows_per_block=rows_per_block).map_batches(
                 RayPredictor, fn_constructor_kwargs={"spec": actor_spec, "warm_texts": warm_texts},
                 batch_size=int(spec.variant["batch_size"]), batch_format="pyarrow", zero_copy_batch=True,
@@ -256,7 +264,9 @@ class _RayPass:
         limit = spec.pass_timeout_s
         relative = WarmupLimit(spec, len(warm_texts), len(expected_ids)) \
             if spec.pass_timeout_factor is not None else None
-        sink = VectorWriter(Path(spec.prediction_dir) / file_name(spec.pass_id)) if is_embedding(spec.model) else None
+        target = Path(spec.prediction_dir) / file_name(spec.pass_id)
+        sink = VectorWriter(target) if is_embedding(spec.model) else TextWriter(target) \
+            if is_generation(spec.model) else None
         id_chunks, prob_chunks, meta_chunks, error, submitted, finished = _receive(dataset, limit, relative, sink)
         actors = _actor_records(meta_chunks)
         self._startup_phases(actors, submitted)
@@ -284,7 +294,7 @@ class _RayPass:
         ray = self.engine.ray
         layout = (f"{run.ray_actors} actor{'s' if run.ray_actors != 1 else ''} × {run.ray_cpus_per_actor:g} CPU, "
                   f"torch threads {run.ray_threads_per_actor or 'by Ray (floor of the CPUs)'}")
-        order = "corpus order (Ray's preserve_order)" if is_embedding(spec.model) else "as received by the driver"
+        order = "corpus order (Ray's preserve_order)" if _in_corpus_order(spec.model) else "as received by the driver"
         notes.append(f"engine: ray {ray.__version__} ({self.engine.started.get('address')}), {layout}; row order "
                      f"{order}")
         result = {**started(spec.pass_id, startup=self.startup, engine="ray"), "phases": self.phases, "notes": notes}
@@ -293,7 +303,7 @@ class _RayPass:
         corpus_kwargs = {"id_column": "id", "text_column": "text", "label_column": "label",
                          "classes": list(spec.classes)}
         warm = spec.warmup
-        warm_texts = first_texts(spec.corpus_path, corpus_kwargs, int(warm["inputs"])) \
+        warm_texts = first_texts(spec.corpus_path, corpus_kwargs, int(warm["inputs"]), prompt_renderer(spec.model)) \
             if warm["inputs"] > 0 and warm["passes"] > 0 else []
         if not warm_texts:
             notes.append("warm-up: none (protocol declares 0 warm-up inputs or passes)")
@@ -335,7 +345,9 @@ class _RayPass:
         target = Path(spec.prediction_dir) / file_name(spec.pass_id)
         if sink is not None:
             result["prediction_sha256"] = sink.close()
-            result["output_kind"], result["vector_dim"] = EMBEDDING_VECTORS, sink.dim
+            result["output_kind"] = sink.output_kind
+            if sink.output_kind == EMBEDDING_VECTORS:
+                result["vector_dim"] = sink.dim
         else:
             result["prediction_sha256"] = write_predictions(target, ids, list(spec.classes), probs)
         result["prediction_file"] = f"{PREDICTIONS}/{target.name}"
@@ -429,11 +441,8 @@ def _receive(dataset: Any, limit: float | None, relative: WarmupLimit | None,
     try:
         for block in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
             id_chunks.append(block.column("id"))
-            if sink is not None:
-                vectors = block.column("vector").combine_chunks()
-                d = vectors.type.list_size
-                flat = vectors.values.slice(vectors.offset * d, len(vectors) * d).to_numpy(zero_copy_only=False)
-                sink.write(block.column("id").combine_chunks(), flat.reshape(len(vectors), d))
+            if sink is not None:  # an embedding job's vectors, a generation job's texts: to their file
+                sink.write_block(block)
             else:
                 prob_chunks.append(block.column("probs"))
             meta_chunks.append(block.column(META))
@@ -493,6 +502,11 @@ def ray_assigned_device(assigned: list[str] | None = None) -> Any:
     return resolve_device(f"cuda:{visible.index(assigned[0])}")
 
 
+def _in_corpus_order(model: Any) -> bool:
+    """Whether a pass's rows are kept in corpus order (an embedding or generation job's stream to their file)."""
+    return is_embedding(model) or is_generation(model)
+
+
 class RayPredictor:
     """The map_batches UDF: one per actor. Loads the workload and warms up in the constructor (timed here, the
     pass's start-up phases), then turns each (id, text) batch into (id, probs) with the same workload code as
@@ -525,8 +539,12 @@ class RayPredictor:
                 model["kind"], path=model.get("path"), head=model.get("head"), callable_ref=model.get("callable"),
                 classes=spec["classes"], precision=variant["precision"], device=str(device),
                 max_length=model["max_length"], truncation=model["truncation"], padding=variant["padding"],
-                compile=variant["compile"], trust_remote_code=model["trust_remote_code"], **embedding_options(model))
+                compile=variant["compile"], trust_remote_code=model["trust_remote_code"], **embedding_options(model),
+                **generation_options(model))
         self.embedding = is_embedding(model)
+        self.prompts = prompt_renderer(model)  # a generation job: prompts rendered from each batch's columns
+        if self.prompts is not None:
+            self.workload = PromptWorkload(self.workload, self.prompts.template)
         times: dict[str, float | None] = {"load_s": loading.seconds, "compile_s": None, "warmup_s": None,
                                           "last_warmup_s": None}
         batch_size = int(variant["batch_size"])
@@ -554,14 +572,19 @@ class RayPredictor:
             **priority}
 
     def __call__(self, batch: Any) -> Any:
+        if self.prompts is not None:
+            batch = self.prompts(batch)
         texts = batch.column("text").to_pylist()
-        out = np.asarray(self.workload.infer(self.workload.tokenize(texts)), dtype=np.float32)
-        probs = out if self.embedding else out.reshape(-1, self.k)
+        out = self.workload.infer(self.workload.tokenize(texts))
         meta: dict[str, Any] = {"actor": self.key, "rss": _peak_rss()}
         if self.startup is not None and texts:
             meta["startup"], self.startup = self.startup, None
         cells = pa.array([json.dumps(meta)] + [None] * (len(texts) - 1), pa.string()) if texts else \
             pa.array([], pa.string())
+        if self.prompts is not None:  # id, text, tokens, finish: the text file's columns
+            return pa.table({"id": batch.column("id").cast(pa.string()), **generated_columns(out), META: cells})
+        out = np.asarray(out, dtype=np.float32)
+        probs = out if self.embedding else out.reshape(-1, self.k)
         column = vector_column(probs) if self.embedding else \
             pa.FixedSizeListArray.from_arrays(pa.array(probs.reshape(-1)), self.k)
         return pa.table({"id": batch.column("id").cast(pa.string()), "vector" if self.embedding else "probs": column,

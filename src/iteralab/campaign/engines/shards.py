@@ -14,8 +14,10 @@ the contiguous cut is already within a fraction of a percent (``bench/bench_para
 
 A document's cost is what the workload will run: its token count by the model's own tokenizer (special tokens
 included), capped at ``max_length`` when the model truncates, and ``max_length`` for every document under
-``padding = "max_length"``. A Python callable without a tokenizer folder has no token count: its documents are
-weighed by their length in characters, and the unit is recorded.
+``padding = "max_length"``; for a generation job, its rendered prompt's (the template, the columns it names and
+the chat template when declared), as the model reads it. A Python callable without a tokenizer folder has no
+token count: its documents (a generation job's prompts) are weighed by their length in characters, and the unit
+is recorded.
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
+from iteralab.campaign.engines.genpass import prompt_renderer
 from iteralab.campaign.folder import read_corpus_batches
 from iteralab.campaign.records import PassSpec
 from iteralab.errors import WorkloadError
 from iteralab.models.cards import is_rocm, one_card_env, physical_ids
+from iteralab.models.prompts import count_prompt_tokens
 from iteralab.models.tokens import load_tokenizer, token_counter
 
 
@@ -70,16 +74,20 @@ def corpus_lengths(spec: PassSpec) -> tuple[np.ndarray, str]:
     model, variant = spec.model, spec.variant
     max_length = int(model["max_length"])
     folder = model.get("path")
-    batches = read_corpus_batches(spec.corpus_path, ["text"])
+    prompts = prompt_renderer(model)  # a generation job: each document's rendered prompt
+    texts = (prompts(b).column("text") if prompts else b.column(0)  # streamed: one record batch at a time
+             for b in read_corpus_batches(spec.corpus_path, prompts.columns if prompts else ["text"]))
     if model["kind"] == "callable" and not folder:
-        chunks = [pc.utf8_length(b.column(0)).to_numpy(zero_copy_only=False) for b in batches]
+        chunks = [pc.utf8_length(t).to_numpy(zero_copy_only=False) for t in texts]
         return (np.concatenate(chunks).astype(np.int64) if chunks else np.zeros(0, np.int64)), "characters"
     if variant.get("padding") == "max_length":
-        count = sum(len(b) for b in batches)
+        count = sum(len(t) for t in texts)
         return np.full(count, max_length, dtype=np.int64), "tokens"
 
-    counter = token_counter(load_tokenizer(folder))
-    chunks = [np.asarray(counter(b.column(0).to_pylist()), dtype=np.int64) for b in batches]
+    tokenizer = load_tokenizer(folder)
+    chat = bool(model["generation"]["chat_template"]) if prompts else False
+    counter = (lambda items: count_prompt_tokens(tokenizer, items, chat)) if prompts else token_counter(tokenizer)
+    chunks = [np.asarray(counter(t.to_pylist()), dtype=np.int64) for t in texts]
     lengths = np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
     if model.get("truncation", True):
         lengths = np.minimum(lengths, max_length)
