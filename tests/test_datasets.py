@@ -275,23 +275,26 @@ def test_one_corpus_campaign_has_the_same_columns_with_empty_dataset_cells(tmp_p
 
 
 def test_a_generation_job_over_two_datasets_is_judged_against_each_datasets_references(tmp_path):
-    """The copy of each dataset carries its reference answers, as the one corpus's copy does: every pass of a
-    right generator is accepted on its own dataset."""
+    """The copy of each dataset carries its reference answers and the column its prompt names, as the one
+    corpus's copy does: every pass of a right generator is accepted on its own dataset."""
     from test_generation import WORDS, generation_toml
 
     for name in ("a", "b"):
         with open(tmp_path / f"{name}.csv", "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)
-            w.writerow(["id", "text", "answer"])
-            w.writerows([f"{name}{i}", f"{WORDS[i]} {name}{i}", f"{name}{i}"] for i in range(6))
-    toml = generation_toml('kind = "callable"\ncallable = "fake_generators:last_words"')
+            w.writerow(["id", "text", "answer", "title"])
+            w.writerows([f"{name}{i}", f"{name}: {WORDS[i]}", f"{name}{i}", f"{name}{i}"] for i in range(6))
+    toml = generation_toml('kind = "callable"\ncallable = "fake_generators:last_words"',
+                           generation='prompt = "{text} about {title}"')
     toml = toml.replace('[corpus]\npath = "corpus.csv"\n', datasets_toml(["a", "b"]) + "[corpus]\n")
     (tmp_path / "protocol.toml").write_text(toml, encoding="utf-8")
     lock(tmp_path / "protocol.toml")
     run_campaign(tmp_path / "protocol.toml", tmp_path / "out")
     for name in ("a", "b"):
         with open(tmp_path / "out" / "inputs" / "datasets" / f"{name}.csv", encoding="utf-8", newline="") as fh:
-            assert [row["reference"] for row in csv.DictReader(fh)] == [f"{name}{i}" for i in range(6)]
+            rows = list(csv.DictReader(fh))
+        assert [row["reference"] for row in rows] == [row["prompt.title"] for row in rows] == \
+            [f"{name}{i}" for i in range(6)]
     with open(tmp_path / "out" / "raw_table.csv", encoding="utf-8", newline="") as fh:
         table = list(csv.DictReader(fh))
     assert sorted({row["dataset"] for row in table}) == ["a", "b"] and len(table) == 8
