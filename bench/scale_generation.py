@@ -81,7 +81,8 @@ variants = ["b64", "b256"]
 WORDS = ("story", "good", "dull", "space", "acting", "script", "long", "fun", "city", "dog", "mess", "great")
 
 #: Run in a child process on a finished campaign (argv: folder): each piece of the check timed on its own over
-#: every pass; one JSON line. ``compare`` is the texts of a pass against the reference pass's, as judged.
+#: every pass; one JSON line. ``compare`` is the texts of a pass against the reference pass's, both already read
+#: (as verify compares them: each file read once, the reference's texts held).
 SPLIT = r'''
 import json, resource, sys, time
 from pathlib import Path
@@ -89,7 +90,7 @@ import numpy as np
 import pyarrow as pa
 from iteralab.campaign.texts import read_texts
 from iteralab.campaign.verdict.evaluate import load_expected, match_ids, file_rows, campaign_protocol
-from iteralab.campaign.verdict.generation import compare_text_files, load_references
+from iteralab.campaign.verdict.generation import compare_text_sets, load_references
 from iteralab.campaign.verdict.textmetrics import corpus_score
 from iteralab.common.files import sha256_file
 
@@ -104,6 +105,8 @@ t0 = time.perf_counter(); references = load_references(folder); t["references"] 
 variant = {e["pass_id"]: e["variant"] for e in events if e["event"] == "pass_started"}
 reference = next(folder / e["prediction_file"] for e in finished
                  if variant[e["pass_id"]] == protocol.metric.reference_variant)
+# not timed: the reference pass's texts, held as verify holds them after reading that pass's file
+held = read_texts(reference, max_new_tokens=spec.max_new_tokens, allow_empty=spec.allow_empty)
 score = None
 for e in finished:
     path = folder / e["prediction_file"]
@@ -115,7 +118,7 @@ for e in finished:
     outputs = texts.texts.take(pa.array(rows))  # every row matched: the texts in corpus order
     t0 = time.perf_counter(); score = corpus_score(protocol.metric.name, outputs, references)
     t["metric"] += time.perf_counter() - t0
-    t0 = time.perf_counter(); same = compare_text_files(path, reference, protocol)
+    t0 = time.perf_counter(); same = compare_text_sets(texts, held)
     t["compare"] += time.perf_counter() - t0
     del texts, outputs
 print(json.dumps({"split_s": t, "passes": len(finished), "score": score, "identical_share": same.identical_share,
