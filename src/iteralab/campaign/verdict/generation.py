@@ -38,7 +38,7 @@ from iteralab.errors import RoutineError
 from iteralab.plan.metric import TOL
 from iteralab.plan.protocol import Protocol
 
-__all__ = ["TextComparison", "compare_text_files", "evaluate_texts", "load_references", "text_comparison"]
+__all__ = ["TextComparison", "compare_text_files", "compare_text_sets", "evaluate_texts", "load_references", "text_comparison"]
 
 
 def load_references(campaign_dir: Path, dataset: str | None = None) -> pa.Array | None:
@@ -143,8 +143,12 @@ def compare_text_files(a: Path, b: Path, protocol: Protocol) -> TextComparison:
     """The share of ids whose texts are identical in two text files (the ids both hold)."""
     spec = protocol.generation
     assert spec is not None
-    left = read_texts(a, max_new_tokens=spec.max_new_tokens, allow_empty=spec.allow_empty)
-    right = read_texts(b, max_new_tokens=spec.max_new_tokens, allow_empty=spec.allow_empty)
+    return compare_text_sets(read_texts(a, max_new_tokens=spec.max_new_tokens, allow_empty=spec.allow_empty),
+                             read_texts(b, max_new_tokens=spec.max_new_tokens, allow_empty=spec.allow_empty))
+
+
+def compare_text_sets(left: Any, right: Any) -> TextComparison:
+    """:func:`compare_text_files` of two text files already read (``campaign.texts.TextSet``)."""
     where = pc.fill_null(pc.index_in(left.ids, value_set=right.ids), -1).to_numpy(zero_copy_only=False)
     both = where >= 0
     if not both.any():

@@ -16,7 +16,8 @@ from typing import Any
 from iteralab.campaign.verdict.compare import compare_outputs
 from iteralab.campaign.verdict.cosine import (CosineComparison, compare_vector_files, compare_vectors, cosine_cells,
                                               vector_reproduction)
-from iteralab.campaign.verdict.generation import TextComparison, compare_text_files, text_comparison
+from iteralab.campaign.verdict.generation import (TextComparison, compare_text_files, compare_text_sets,
+                                                  text_comparison)
 from iteralab.campaign.verdict.evaluate import (TOL, EvaluationContext, PredictionReader, missing_verdict,
                                                 prediction_path)
 from iteralab.campaign.predictions import PredictionSet
@@ -229,6 +230,8 @@ class _Reference:
         self.key = ((paths[self.pass_id].resolve(), reader.sha256(paths[self.pass_id], self.ids))
                     if self.pass_id else None)
         self.predictions: PredictionSet | None = None
+        #: a generation job: the reference pass's texts (``campaign.texts.TextSet``), read once
+        self.reference_texts: Any = None
 
     def vectors(self, p: dict[str, Any]) -> CosineComparison | None:
         """An embedding pass's vectors against the reference pass's; None without either file."""
@@ -239,10 +242,18 @@ class _Reference:
         return same
 
     def texts(self, p: dict[str, Any]) -> TextComparison | None:
-        """A generation pass's texts against the reference pass's; None without either file."""
+        """A generation pass's texts against the reference pass's; None without either file. The reference's
+        texts are read once and held (ids and texts as Arrow arrays); the pass's come from the reader, which
+        has them when it read the file for its verdict."""
         if self.key is None or not p.get("prediction_file"):
             return None
-        return compare_text_files(self.paths[p["pass_id"]], self.paths[self.pass_id], self.protocol)
+        if self.reference_texts is None:
+            entry = self.reader.read(self.paths[self.pass_id], self.ids)
+            if entry is None:
+                return None
+            self.reference_texts = entry[1]
+        entry = self.reader.read(self.paths[p["pass_id"]], self.ids)
+        return compare_text_sets(entry[1], self.reference_texts) if entry is not None else None
 
     def same(self, p: dict[str, Any]) -> Mapping[str, Any] | None:
         """:func:`compare_outputs` of the pass's outputs with the reference pass's; None without a reference

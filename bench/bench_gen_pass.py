@@ -1,0 +1,231 @@
+"""Benchmark: the measured pass of a generation job against a bare loop of ``model.generate``.
+
+The model is a causal LM built here from a config with random weights (``causal_lm.py``: GPT-2's shape, 6 layers,
+hidden size 512, 8 heads by default, a word-level tokenizer), the prompts a few hundred of mixed length. Both run
+in ONE process, interleaved and rotated across rounds, on the same prompts in the same batches with the same
+settings (greedy, one beam, left padding, ``max_new_tokens``, the same precision), for file order and for length
+bucketing:
+
+* ``ours`` — ``iteralab.campaign.engines.passes.MeasuredPass`` with the generation job's workload, exactly what a
+             campaign times: reads the corpus file, renders each prompt from the template, tokenizes each batch,
+             moves it to the device, generates, decodes the texts with their token counts and finish reasons on
+             the host and streams them to the text file (the file is closed after the timer, as a campaign does);
+* ``bare`` — ``model.generate`` over the same batches, tokenized and moved to the device *before* the timer
+             starts, the generated ids kept on the host, nothing decoded.
+
+It prints the median of each over ``--rounds`` and ``ours / bare`` (target <= 1.05 at batch 8, as the
+classification pass), whether both generated the same texts, the CPU and the load average before and after.
+Timing assertions do not belong in tests (machines are noisy): this script is where the figure is measured.
+
+    python bench/bench_gen_pass.py                         # 200 prompts, batch 8, max_new_tokens 32, 3 rounds
+    python bench/bench_gen_pass.py --docs 400 --rounds 5 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import causal_lm  # noqa: E402  (this folder's model builder)
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+TARGET = 1.05
+
+
+def cpu_line() -> str:
+    from iteralab.models.device import cpu_flags, device_inventory
+
+    cpu = device_inventory()["cpu"]
+    return (f"{cpu['model']}, {cpu['logical_cores']} logical cores, flags: {' '.join(cpu_flags() or []) or 'none'}, "
+            f"torch threads {cpu['torch_threads']}")
+
+
+def write_corpus(path: Path, prompts: list[str]) -> Path:
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh, lineterminator="\n")
+        writer.writerow(["id", "text"])
+        writer.writerows([f"d{i:05d}", p] for i, p in enumerate(prompts))
+    return path
+
+
+def measure(args: argparse.Namespace, scratch: Path) -> dict:
+    import torch
+    from transformers import GenerationConfig
+
+    from iteralab.campaign.engines.genpass import PromptWorkload, finish_texts, flush_texts
+    from iteralab.campaign.engines.passes import MeasuredPass
+    from iteralab.campaign.texts import TextWriter, read_texts
+    from iteralab.models import device as dev
+    from iteralab.models.factory import load_workload
+    from iteralab.models.generation import GenerationSettings
+
+    folder = causal_lm.causal_lm_dir(scratch / "lm", layers=args.layers, hidden=args.hidden, heads=args.heads)
+    prompts = causal_lm.prompts(args.docs, seed=args.seed)
+    corpus = write_corpus(scratch / "corpus.csv", prompts)
+    warm_corpus = write_corpus(scratch / "warm.csv", prompts[:2 * args.batch_size])
+    device = dev.resolve_device(args.device)
+    settings = GenerationSettings(max_new_tokens=args.max_new_tokens, prompt_max_length=args.max_length)
+    generator = load_workload("hf_causal_lm", path=folder, precision=args.precision, device=str(device),
+                              max_length=args.max_length, truncation=False, padding="longest", task="generation",
+                              generation=settings)
+    workload = PromptWorkload(generator, "{text}")
+    kwargs = {"id_column": "id", "text_column": "text", "require_labels": False}
+    lengths = workload.token_lengths(prompts)
+    orders = {"fixed": list(range(len(prompts))),
+              "bucketed": sorted(range(len(prompts)), key=lambda i: (lengths[i], i))}
+
+    # the bare loop: the same model object, the tokenizer left-padding, a greedy config written out by hand
+    model, tok = generator.model, generator.tokenizer
+    bare_config = GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=args.max_new_tokens,
+                                   pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+                                   bos_token_id=tok.bos_token_id)
+    assert tok.padding_side == "left"
+    prebuilt = {}
+    for name, order in orders.items():
+        batches = [order[i:i + args.batch_size] for i in range(0, len(order), args.batch_size)]
+        prebuilt[name] = [(b, {k: v.to(device) for k, v in tok([prompts[i] for i in b], padding="longest",
+                                                                return_tensors="pt").items()}) for b in batches]
+    files: list[Path] = []
+    bare_out: dict[str, list] = {}
+    inside = [0.0]  # seconds ours spent inside model.generate: the rest of its pass is the harness's own
+    generate = model.generate
+
+    def timed_generate(*a, **k):
+        t0 = time.perf_counter()
+        try:
+            return generate(*a, **k)
+        finally:
+            inside[0] += time.perf_counter() - t0
+
+    def ours(order_name: str, source: Path = corpus) -> float:
+        pass_run = MeasuredPass()
+        pass_run.sink = TextWriter(scratch / f"ours-{order_name}-{len(files)}.parquet")
+        pass_run.flush, pass_run.finish = flush_texts, finish_texts
+        dev.synchronize(device)
+        inside[0] = 0.0
+        model.generate = timed_generate
+        t0 = time.perf_counter()
+        pass_run.run(workload, str(source), kwargs, args.batch_size, order_name == "bucketed", False, 0)
+        dev.synchronize(device)
+        seconds = time.perf_counter() - t0
+        del model.generate  # the bare loop calls the model's own method
+        harness[order_name].append(seconds - inside[0])
+        generating[order_name].append(inside[0])
+        finish_texts(pass_run, {"notes": []})  # after the measured region, as a campaign closes the file
+        files.append(pass_run.sink.path)
+        return seconds
+
+    def bare(order_name: str, batches: int | None = None) -> float:
+        kept = []
+        dev.synchronize(device)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            for _, enc in prebuilt[order_name][:batches]:
+                out = model.generate(**enc, generation_config=bare_config)
+                kept.append(out[:, enc["input_ids"].shape[1]:].cpu())
+        dev.synchronize(device)
+        seconds = time.perf_counter() - t0
+        bare_out[order_name] = kept
+        return seconds
+
+    harness: dict[str, list[float]] = {o: [] for o in orders}
+    generating: dict[str, list[float]] = {o: [] for o in orders}
+    for order_name in orders:  # an untimed warm-up of each: two batches of each order
+        ours(order_name, warm_corpus)
+        bare(order_name, 2)
+    files.clear()
+    for o in orders:
+        harness[o].clear()
+        generating[o].clear()
+    methods = {"ours": ours, "bare": bare}
+    times = {o: {m: [] for m in methods} for o in orders}
+    names = list(methods)
+    load_before = os.getloadavg()
+    for round_ in range(args.rounds):
+        for order_name in orders:
+            for m in names[round_ % 2:] + names[:round_ % 2]:
+                times[order_name][m].append(methods[m](order_name))
+    load_after = os.getloadavg()
+    same = {name: same_texts(tok, read_texts(files[-2 + i], max_new_tokens=args.max_new_tokens, allow_empty=True),
+                             prebuilt[name], bare_out[name], len(prompts)) for i, name in enumerate(orders)}
+    result = {"docs": args.docs, "batch_size": args.batch_size, "max_new_tokens": args.max_new_tokens,
+              "rounds": args.rounds, "precision": args.precision, "device": str(device),
+              "model": f"GPT-2 shape, {args.layers} layers, hidden {args.hidden}, {args.heads} heads, "
+                       f"vocabulary {len(tok)}, random weights",
+              "load_average_1min": [round(load_before[0], 2), round(load_after[0], 2)], "orders": {}}
+    for order_name, per in times.items():
+        med = {m: statistics.median(v) for m, v in per.items()}
+        own = statistics.median(h / g for h, g in zip(harness[order_name], generating[order_name]))
+        result["orders"][order_name] = {"median_s": med, "raw_s": per, "ours_over_bare": med["ours"] / med["bare"],
+                                        "harness_s": harness[order_name], "inside_generate_s": generating[order_name],
+                                        "ours_over_its_generate": 1.0 + own,
+                                        "identical_texts": same[order_name],
+                                        f"target_ours_over_bare_le_{TARGET}": med["ours"] / med["bare"] <= TARGET}
+    return result
+
+
+def same_texts(tok, stored, batches, outputs, n: int) -> int:
+    """Documents whose text in our file equals the bare loop's ids decoded up to the first eos."""
+    bare = {}
+    for (rows, _), out in zip(batches, outputs):
+        for i, ids in zip(rows, out.tolist()):
+            end = ids.index(tok.eos_token_id) if tok.eos_token_id in ids else len(ids)
+            bare[f"d{i:05d}"] = tok.decode(ids[:end], skip_special_tokens=True)
+    ours = dict(zip(stored.ids.to_pylist(), stored.texts.to_pylist()))
+    return sum(ours.get(doc) == text for doc, text in bare.items()) if len(ours) == n else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--docs", type=int, default=200, help="prompts (default 200)")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--max-length", type=int, default=128, help="the longest prompt, in tokens (default 128)")
+    parser.add_argument("--rounds", type=int, default=3, help="timed runs of each, interleaved (default 3)")
+    parser.add_argument("--layers", type=int, default=6)
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="iteralab-bench-gen-") as scratch:
+        result = measure(args, Path(scratch))
+    result["cpu"] = cpu_line()
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"CPU: {result['cpu']}")
+    print(f"{result['model']}, {args.precision}; {args.docs} prompts of mixed length, batch {args.batch_size}, "
+          f"max_new_tokens {args.max_new_tokens}, greedy, left padding; median of {args.rounds} interleaved rounds, "
+          f"device {result['device']}")
+    for order_name, r in result["orders"].items():
+        m = r["median_s"]
+        verdict = "meets" if r[f"target_ours_over_bare_le_{TARGET}"] else "MISSES"
+        print(f"  {order_name:8s}: ours {m['ours']:.2f} s | bare generate loop {m['bare']:.2f} s | ours/bare "
+              f"{r['ours_over_bare']:.3f} ({verdict} <= {TARGET}) | identical texts {r['identical_texts']}/{args.docs}")
+        print(f"  {'':8s}  ours / its own time inside model.generate {r['ours_over_its_generate']:.3f} (median over "
+              f"rounds; the harness's share, measured within each pass: load that shifts between runs does not move "
+              f"it)")
+    before, after = result["load_average_1min"]
+    shared = max(before, after) > (os.cpu_count() or 1)
+    print(f"load average (1 min) {before} before, {after} after, on {os.cpu_count()} logical cores"
+          f"{': other processes shared the CPU, both times may be inflated' if shared else ''}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
