@@ -413,7 +413,8 @@ def lock_warnings(protocol_file: ProtocolFile, entry: dict[str, Any]) -> list[st
     inputs = entry.get("inputs") or {}
     spec = protocol.corpus
     fingerprints = corpus_fingerprints(inputs)
-    files = [(s.path, fingerprints.get(s.name)) for s in protocol.sources()] + [(spec.tuning_path, inputs.get("tuning"))]
+    files = [(s.path, fingerprints.get(s.name)) for s in protocol.sources()]
+    files.append((spec.tuning_path, inputs.get("tuning")))
     for declared, record in files:
         if declared and isinstance(record, dict) and record.get("id_origin") == "content":
             lines.append(f"{path}: corpus.id_column: {declared} has no {spec.id_column!r} column and the protocol "

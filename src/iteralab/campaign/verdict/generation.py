@@ -38,7 +38,8 @@ from iteralab.errors import RoutineError
 from iteralab.plan.metric import TOL
 from iteralab.plan.protocol import Protocol
 
-__all__ = ["TextComparison", "compare_text_files", "compare_text_sets", "evaluate_texts", "load_references", "text_comparison"]
+__all__ = ["TextComparison", "compare_text_files", "compare_text_sets", "evaluate_texts", "load_references",
+           "text_comparison"]
 
 
 def load_references(campaign_dir: Path, dataset: str | None = None) -> pa.Array | None:
