@@ -33,8 +33,12 @@ def test_bench_gen_pass_prints_ours_over_bare_for_both_orders_with_identical_tex
         assert ratio and float(ratio.group(1)) > 0, line
         # the pass and the bare loop decoded the same greedy texts: same batches, padding, precision and settings
         assert "identical texts 12/12" in line, line
+        after = out.split(line, 1)[1]
+        # one ratio per round, each batch of the pass timed beside its bare twin; the median is the one printed
+        rounds = re.search(r"ours/bare in each round ([\d. ]+) \(median above", after)
+        assert rounds and rounds.group(1).split() == [ratio.group(1)], after
         # the harness's own share, from the time the pass spent inside model.generate (the model was called)
-        own = re.search(r"ours / its own time inside model.generate (\d+\.\d+)", out.split(line, 1)[1])
+        own = re.search(r"ours / its own time inside model.generate (\d+\.\d+)", after)
         assert own and float(own.group(1)) >= 1.0, out
     assert re.search(r"^load average \(1 min\) [\d.]+ before, [\d.]+ after", out, re.M)
 
