@@ -105,6 +105,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> dict:
                                    pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
                                    bos_token_id=tok.bos_token_id)
     assert tok.padding_side == "left"
+
     def prebuild(order: list[int]) -> list[tuple[list[int], dict]]:
         batches = [order[i:i + args.batch_size] for i in range(0, len(order), args.batch_size)]
         return [(b, {k: v.to(device) for k, v in tok([prompts[i] for i in b], padding="longest",
@@ -164,7 +165,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> dict:
         inside = sum(c[0] for c in calls)
         ours = wall - wrapper[0] + inside  # the pass without the bare batches (and this wrapper's checks)
         return {"ours_s": ours, "bare_s": sum(c[1] for c in calls), "inside_generate_s": inside,
-                "file": pass_run.sink.path, "bare_ids": kept, "batches": len(calls)}
+                "file": pass_run.sink.path, "bare_ids": kept}
 
     for order_name in orders:  # an untimed warm-up of each order: two batches
         paired(order_name, 0, warm_up=True)

@@ -312,6 +312,19 @@ def test_missing_prediction_file_is_named_not_crashing(tmp_path):
     assert f"prediction file {first}.parquet is missing" in rows[first]["notes"]
 
 
+def test_the_runner_leaves_scikit_learn_to_after_the_corpus_scan():
+    """Importing the run orchestrator loads neither scikit-learn nor the scipy and pandas it brings: the runner
+    imports them before its first worker, after the corpus scan, so that they reuse the heap the scan's batches
+    gave back. Loaded with the runner, they raised a 200,000-document run's peak RSS by the scan's batches
+    (bench/bench_scale.py's growth per document, 95 -> 131 bytes)."""
+    code = ("import sys, iteralab.evidence.run, iteralab.campaign.runner; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'sklearn', 'scipy', 'pandas'}))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=_with_tests_path()))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
 def test_a_callable_pass_never_imports_torch_and_reports_its_start_up(tmp_path):
     """The fixed cost of a pass: a worker running a Python callable imports neither torch nor sklearn (nor pandas,
     which ``pa.array``/``pa.scalar`` would import: half a second per worker), and its start-up phases (process start, imports, environment record, runtime) are in its result (R2)."""
