@@ -10,19 +10,21 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import fields
 from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
-from iteralab.campaign.folder import COLUMNS
+from iteralab.campaign.folder import COLUMNS, RawRow
 from iteralab.lock.inputs import lock
 from iteralab.cli import main
 from iteralab.decision.note import decision_json, render_decision
 from iteralab.decision.rule import decide
 from iteralab.errors import CorpusError, ProtocolError
 from iteralab.evidence.run import run_campaign
+from iteralab.evidence.datasets import job_rounds
 from iteralab.evidence.reads import load_evidence
 from iteralab.evidence.stats import campaign_stats, render_stats
 from iteralab.evidence.verify import audit_campaign
@@ -373,3 +375,28 @@ def test_datasets_with_a_gating_length_subgroup_keep_each_datasets_strata(tmp_pa
     rows = load_evidence(tmp_path / "out").rows
     assert rows and all(r.subgroups_ok is True and r.subgroup_metrics for r in rows)
     assert audit_campaign(tmp_path / "out", require_seal=False).ok
+
+
+def _row(pass_id: str, round_: int, status: str = "ok", pass_s: float | None = 1.0,
+         dataset: str | None = None) -> RawRow:
+    cells: dict = {f.name: None for f in fields(RawRow)}
+    return RawRow(**{**cells, "pass_id": pass_id, "variant": "b1", "dataset": dataset, "round": round_,
+                     "status": status, "pass_s": pass_s if status == "ok" else None, "completed": 3})
+
+
+def test_one_corpus_is_a_job_of_one_source_and_a_retried_round_stays_beside_its_first_attempt():
+    """K6's job-time rule is the rule of every campaign: with one corpus a round's job is its pass. A round whose
+    first attempt failed and ran again after a resume (so after round 2 in the table) lists both attempts
+    together, the failed one never counted."""
+    one_corpus = {"corpus": {"size": 3}}
+    rows = [_row("p1", 1, "failed"), _row("p2", 2, pass_s=2.0), _row("p3", 1, pass_s=3.0)]
+    jobs = job_rounds(one_corpus, rows, {}, "concurrent")
+    assert [(j.pass_id, j.status, j.counted) for j in jobs] == [("p1", "failed", False), ("p3", "ok", True),
+                                                                ("p2", "ok", True)]
+    assert [j.pass_s for j in jobs if j.counted] == [3.0, 2.0] and jobs[1].completed == 3
+    two = {"datasets": [{"name": "a", "size": 3}, {"name": "b", "size": 3}]}
+    rows = [_row("a1", 1, dataset="a"), _row("b1", 1, dataset="b", pass_s=2.0), _row("a2", 2, dataset="a")]
+    jobs = job_rounds(two, rows, {"b1": "noisy"}, "concurrent")
+    assert [(j.pass_id, j.status, j.pass_s, j.excluded, j.completed) for j in jobs] == [
+        ("a1 + b1", "ok", 3.0, True, 6), ("a2", "not attempted", None, False, 3)]
+    assert jobs[1].error == "not attempted: b"

@@ -1,4 +1,4 @@
-"""Per-dataset verdicts and job times of a several-dataset campaign (K6), from the raw table only.
+"""Per-dataset verdicts (K6) and the job times of every campaign, from the raw table only.
 
 Reads the rows of one variant (``RawRow.dataset`` names each pass's dataset) and the campaign's ``datasets``
 record; writes nothing. A configuration is verified only when *every* dataset is: each dataset's counted passes
@@ -6,7 +6,8 @@ are all accepted (and there is at least one). Pass times of different datasets a
 distribution: the time of a configuration in one round is its **job time**, the sum of the pass times of every
 dataset in that round (the job processes each dataset once), and the statistics (median, min, max, spread,
 the T5 comparisons) are over those per-round job times. Each dataset's own median is listed beside them; the
-median of the sums is not the sum of the medians, and the note says which one is shown.
+median of the sums is not the sum of the medians, and the note says which one is shown. A one-corpus campaign is
+a campaign of one source: its job time in a round is that round's pass.
 
 :class:`PassTime` (one pass, or one round's job, as the statistics count it) is defined here, beside the job
 rounds that build it, and :mod:`iteralab.evidence.stats` imports it: the import runs one way.
@@ -136,13 +137,14 @@ def _whole(value: float | None) -> int | None:
 
 def job_rounds(campaign: dict[str, Any], rows: list[RawRow], exclusions: dict[str, str],
                concurrent_note: str) -> tuple[PassTime, ...]:
-    """One ``PassTime`` per (round, seed) of a variant: the job time (sum over its datasets), counted only when
-    every dataset's pass of that round was counted. Earlier attempts of a slot (a failed or aborted pass run
-    again after a resume) stay as their own, never counted, entries so failures are still counted."""
-    names = [d["name"] for d in campaign.get("datasets") or []]
-    rounds: dict[tuple[int | None, int | None], dict[str, list[RawRow]]] = {}
+    """One ``PassTime`` per (round, seed) of a variant, in the order rounds first ran: the job time, the sum over
+    its corpus sources (K6: its datasets; one corpus: the round's pass itself), counted only when every source's
+    pass of that round was counted. Earlier attempts of a slot (a failed or aborted pass run again after a resume)
+    stay as their own, never counted, entries just before it, so failures are still counted."""
+    names = [name for name, _ in source_records(campaign)]
+    rounds: dict[tuple[int | None, int | None], dict[str | None, list[RawRow]]] = {}
     for r in rows:
-        rounds.setdefault((r.round, r.seed), {}).setdefault(r.dataset or "", []).append(r)
+        rounds.setdefault((r.round, r.seed), {}).setdefault(r.dataset or None, []).append(r)
     out: list[PassTime] = []
 
     def single(r: RawRow) -> PassTime:
@@ -153,8 +155,11 @@ def job_rounds(campaign: dict[str, Any], rows: list[RawRow], exclusions: dict[st
         last = [per[n][-1] if per.get(n) else None for n in names]
         for n in names:
             out.extend(single(r) for r in (per.get(n) or [])[:-1])
+        if len(names) == 1:  # one source: the round's job is its pass
+            out.extend(single(r) for r in last if r is not None)
+            continue
         present = [r for r in last if r is not None]
-        missing = [n for n, r in zip(names, last) if r is None]
+        missing = [str(n) for n, r in zip(names, last) if r is None]
         bad = [r for r in present if r.status != "ok"]
         status = bad[0].status if bad else "not attempted" if missing else "ok"
         excluded = [r for r in present if r.pass_id in exclusions]

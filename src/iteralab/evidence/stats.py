@@ -53,7 +53,8 @@ ZERO_RECALL = "recall 0 in every variant, the reference included"
 
 @dataclass(frozen=True)
 class VariantTimes:
-    """Every pass of one variant in run order, and the summary of the counted ones."""
+    """Every pass of one variant, round by round in the order rounds first ran, and the summary of the counted
+    ones."""
 
     variant: str
     series: tuple[str, ...]
@@ -422,17 +423,8 @@ def campaign_stats(campaign_dir: str | Path | Evidence) -> CampaignStats:
         for name in s["variants"]:
             series_of.setdefault(name, []).append(s["name"])
     variants = []
-    several = bool(ev.campaign.get("datasets"))  # K6: job times per round, never pooled passes of datasets
-    for name, rows in by_variant.items():
-        if several:
-            passes = job_rounds(ev.campaign, rows, ev.exclusions, CONCURRENT_NOTE)
-            variants.append(VariantTimes(name, tuple(series_of.get(name, [])), passes))
-            continue
-        passes = tuple(
-            PassTime(r.pass_id, r.status, r.pass_s, {ph: r.phase(ph) for ph in PHASES},
-                     r.pass_id in ev.exclusions, ev.exclusions.get(r.pass_id), r.error or None, r.completed,
-                     CONCURRENT_NOTE in (r.notes or ""))
-            for r in rows)
+    for name, rows in by_variant.items():  # K6: job times per round, never pooled passes of datasets
+        passes = job_rounds(ev.campaign, rows, ev.exclusions, CONCURRENT_NOTE)
         variants.append(VariantTimes(name, tuple(series_of.get(name, [])), passes))
     index = {v.variant: v for v in variants}
     comparisons = []
@@ -445,7 +437,7 @@ def campaign_stats(campaign_dir: str | Path | Evidence) -> CampaignStats:
     quality = tuple(_quality(name, rows, ev.exclusions, ev.protocol, refs) for name, rows in by_variant.items())
     notes = []
     excluded_in = sorted({v.variant for v in variants if v.excluded})
-    if several:
+    if ev.campaign.get("datasets"):
         notes.append(JOB_TIME_RULE)
     if excluded_in:
         notes.append(f"exclusions recorded in {', '.join(excluded_in)}; the same rule applies to every variant: "
