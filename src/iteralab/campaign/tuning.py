@@ -28,6 +28,7 @@ from iteralab.plan.metric import EMBEDDING_METRICS, MetricName, Subgroup
 from iteralab.plan.paths import resolve
 from iteralab.plan.prepare import suggest_threshold
 from iteralab.plan.protocol import CorpusSpec, Dataset, ModelSpec, Variant, parse_toml, read_protocol_text, refusal
+from iteralab.plan.tables import corpus_sources
 from iteralab.plan.values import Text
 
 #: Batch size when the protocol names no reference variant to take it from.
@@ -169,8 +170,8 @@ def _tuning_split(path: Path, view: TuningView, tuning_file: Path) -> Any:
                         extra_columns=[spec.stratum_column] if by_stratum and spec.stratum_column else [])
     if len(split) == 0:
         raise CorpusError(f"{tuning_file}: the tuning split holds no text", hint="prepare a larger tuning split")
-    for final in [spec.path] if spec.path else [d.path for d in view.datasets]:
-        final_file = resolve(path, final)
+    for source in corpus_sources(spec, view.datasets):
+        final_file = resolve(path, source.path)
         if final_file is not None and final_file.is_file():
             check_disjoint_from_file(split, final_file, **columns)
     return split

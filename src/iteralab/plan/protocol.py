@@ -24,7 +24,7 @@ from iteralab.errors import ProtocolError
 from iteralab.plan.expenses import BudgetRule, ExpenseFile, ExpenseLine, expense_problems, keyed_error
 from iteralab.plan.metric import MetricSpec, Subgroup, subgroup_problems
 from iteralab.plan.tables import (Calendar, CatalogSpec, Checks, CorpusSource, CorpusSpec, Dataset, JobSpec, ModelSpec,
-                                  Reproduction, RunSpec, Series, Variant, Warmup)
+                                  Reproduction, RunSpec, Series, Variant, Warmup, corpus_sources)
 from iteralab.plan.task import EmbeddingSpec, GenerationSpec, TaskSpec, task_problem
 from iteralab.plan.values import Flag, Strict as _Strict, Text, Whole
 
@@ -149,11 +149,8 @@ class Protocol(_Strict):
         return self
 
     def sources(self) -> tuple[CorpusSource, ...]:
-        """The corpus files every variant processes, in declaration order: each ``[[datasets]]`` entry, or the one
-        ``[corpus] path`` as a single unnamed source."""
-        if self.datasets:
-            return tuple(CorpusSource(d.name, d.path) for d in self.datasets)
-        return (CorpusSource(None, str(self.corpus.path)),)
+        """The corpus files every variant processes (:func:`iteralab.plan.tables.corpus_sources`)."""
+        return corpus_sources(self.corpus, self.datasets)
 
     def variant(self, name: str) -> Variant:
         for v in self.variants:

@@ -8,6 +8,7 @@ the protocol reference page of the documentation is generated from these descrip
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -80,6 +81,14 @@ class CorpusSource:
 
     name: str | None
     path: str
+
+
+def corpus_sources(corpus: CorpusSpec, datasets: Sequence[Dataset]) -> tuple[CorpusSource, ...]:
+    """The corpus files every variant processes, in declaration order: each ``[[datasets]]`` entry, or the one
+    ``[corpus] path`` as a single unnamed source (none while a draft names neither)."""
+    if datasets:
+        return tuple(CorpusSource(d.name, d.path) for d in datasets)
+    return (CorpusSource(None, str(corpus.path)),) if corpus.path is not None else ()
 
 
 class ModelSpec(_Strict):
