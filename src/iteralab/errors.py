@@ -6,6 +6,9 @@ prints ``Error: <message>`` (and ``Hint: <hint>``) and exits non-zero; it never 
 
 from __future__ import annotations
 
+#: The longest one-line description of an exception (:func:`one_line`).
+LINE_LIMIT = 240
+
 
 class IteraError(Exception):
     """Base class of the errors that are the user's to fix (bad input, refused action)."""
@@ -50,3 +53,11 @@ class BundleError(IteraError):
 class RoutineError(IteraError):
     """The protocol's own evaluation routine cannot be imported, raised, or returned no finite number (one line:
     a pass's verdict fails with it; ``lock`` refuses a routine that cannot be imported)."""
+
+
+def one_line(exc: BaseException) -> str:
+    """``ValueError: the first line of its message`` (cut at :data:`LINE_LIMIT` characters): a library's own
+    error, said in one line."""
+    text = str(exc).strip().splitlines()
+    line = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    return line if len(line) <= LINE_LIMIT else line[:LINE_LIMIT - 1] + "…"

@@ -27,7 +27,8 @@ from iteralab.common import files
 from iteralab.common.files import FILE_MODE
 from iteralab.errors import RunError
 from iteralab.plan.lockfile import LockedProtocol
-from iteralab.plan.task import copy_column, prompt_columns
+from iteralab.plan.prompting import copy_column
+from iteralab.plan.task import prompt_columns
 
 
 class CorpusCopy:

@@ -45,7 +45,6 @@ from iteralab.campaign.journal import read_journal
 from iteralab.campaign.records import PHASES
 from iteralab.common.digest import StringDigest, pairs_digest
 from iteralab.errors import IteraError
-from iteralab.plan.protocol import load_protocol
 
 CAMPAIGN = "campaign.json"
 MANIFEST = "manifest.json"
@@ -525,10 +524,6 @@ class CampaignFolder:
     @cached_property
     def manifest(self) -> dict[str, Any] | None:
         return read_json(self.path / MANIFEST, what="the manifest")
-
-    @cached_property
-    def protocol(self) -> Any:
-        return load_protocol(self.path / PROTOCOL)
 
     def journal(self) -> Any:
         """The journal's state, read now (it grows while a campaign runs)."""

@@ -40,6 +40,7 @@ from iteralab.kit.memoire import (
     ACTIVATION_BYTES, BYTES_PER_PARAM, DEFAULT_MARGIN, NO_RUNTIME, MemoryEstimate, MemoryKitError, RuntimeOverhead,
     WeightCount, config_dims, count_weights, estimate_for_model, estimate_memory, measure_runtime_overhead, mib,
     runtime_imports)
+from iteralab.plan.protocol import load_protocol
 
 __all__ = [
     "ACTIVATION_BYTES", "BYTES_PER_PARAM", "M3_NOTE", "MemoryEstimate", "RuntimeOverhead", "WeightCount",
@@ -193,7 +194,7 @@ def memory_table(campaign_dir: str | Path, *, runtime_overhead: RuntimeOverhead 
     """
     folder = CampaignFolder.open(campaign_dir)
     campaign_dir = folder.path
-    protocol = folder.protocol
+    protocol = load_protocol(folder.protocol_path)
     raw = folder.counted_rows()
     expected = folder.corpus_size
     spec = _model_spec(folder)

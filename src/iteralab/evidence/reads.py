@@ -11,7 +11,7 @@ from typing import Any
 
 from iteralab.campaign.folder import CampaignFolder, RawRow
 from iteralab.evidence.table import write_raw_table
-from iteralab.plan.protocol import Protocol
+from iteralab.plan.protocol import Protocol, load_protocol
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,8 @@ def load_evidence(campaign_dir: str | Path) -> Evidence:
     devices = [f["environment_summary"]["devices"] for f in state.finished.values()
                if (f.get("environment_summary") or {}).get("devices")]
     manifest = folder.manifest
-    return Evidence(folder.path, campaign, manifest, folder.protocol, rows, exclusions, _hardware(manifest, devices),
+    protocol = load_protocol(folder.protocol_path)
+    return Evidence(folder.path, campaign, manifest, protocol, rows, exclusions, _hardware(manifest, devices),
                     not_attempted)
 
 

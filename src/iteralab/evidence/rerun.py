@@ -63,7 +63,8 @@ from iteralab.plan.lockfile import open_locked
 from iteralab.plan.paths import PACKAGE_PREFIX, resolve, stand_ins
 from iteralab.plan.protocol import Protocol, load_protocol
 from iteralab.plan.scan import scan_corpus
-from iteralab.plan.task import copy_column, prompt_columns
+from iteralab.plan.prompting import copy_column
+from iteralab.plan.task import prompt_columns
 
 COMPARISON_SCHEMA = 1
 #: Output classes of a pair of matching passes, from the closest to the farthest.

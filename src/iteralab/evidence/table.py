@@ -60,7 +60,7 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
             series_of.setdefault(name, []).append(s["name"])
     finished = _finished_passes(state)
     verdicts = judge_campaign(campaign_dir, finished, reader, context) if finished else {}
-    n_classes = len(folder.protocol.corpus.classes)
+    n_classes = len(load_protocol(folder.protocol_path).corpus.classes)
     c4_line = rocm_compatibility_line(folder.manifest)  # None unless the campaign ran on a ROCm runtime
     rows = []
     for pid in state.order:

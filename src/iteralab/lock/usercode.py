@@ -1,6 +1,6 @@
 """The user's Python modules a protocol names (a callable model's, the metric routine's): found without being run,
 fingerprinted by ``lock``, carried into the campaign folder, and the routine imported from its carried copy. The
-user's queries file of ``recall_at_k`` (``plan.metric.load_queries``) is fingerprinted and carried here too (its
+user's queries file of ``recall_at_k`` (``plan.queries.load_queries``) is fingerprinted and carried here too (its
 sha256 and number of queries; every relevant id checked against the corpus), as :data:`QUERIES`.
 
 Only the module file travels (as for a callable model): what it imports must be importable where it runs. The
@@ -19,17 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from iteralab.common.files import sha256_file
-from iteralab.errors import BundleError, CorpusError, ProtocolError, RoutineError
+from iteralab.errors import BundleError, CorpusError, ProtocolError, RoutineError, one_line
 from iteralab.plan.lockfile import ProtocolFile
-from iteralab.plan.metric import load_queries, unknown_relevant
+from iteralab.plan.queries import load_queries, unknown_relevant
 
 __all__ = ["QUERIES", "ROUTINE_DIR", "carry_queries", "carry_routine", "copy_checked", "load_function", "module_file",
-           "module_spec", "one_line", "queries_change", "queries_fingerprint", "routine_fingerprint"]
+           "module_spec", "queries_change", "queries_fingerprint", "routine_fingerprint"]
 
 #: Where a campaign folder keeps the metric routine's module file.
 ROUTINE_DIR = "inputs/routine"
-#: The longest error text a verdict keeps of what user code raised.
-LINE_LIMIT = 240
 
 
 def module_spec(module: str) -> Any:
@@ -44,13 +42,6 @@ def module_file(module: str) -> Path | None:
     """The source file of ``module`` (None when it cannot be found or is not a file)."""
     spec = module_spec(module)
     return Path(spec.origin) if spec is not None and spec.origin and Path(spec.origin).is_file() else None
-
-
-def one_line(exc: BaseException) -> str:
-    """``ValueError: the first line of its message`` (cut at :data:`LINE_LIMIT` characters)."""
-    text = str(exc).strip().splitlines()
-    line = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-    return line if len(line) <= LINE_LIMIT else line[:LINE_LIMIT - 1] + "…"
 
 
 def load_function(path: Path, ref: str, what: str = "metric routine") -> Callable[..., Any]:

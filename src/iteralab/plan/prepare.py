@@ -9,7 +9,7 @@ made). The same seed on the same source gives byte-identical files. The demo dra
 ``task = "embedding"`` prepares an embedding job's corpus: the label column is optional. When every text has a
 label and there are at least two classes, the draft keeps them (``knn_accuracy``, a subgroup per class);
 otherwise the files carry no labels, the draft declares ``classes = []`` and judges the job by ``recall_at_k``
-over a queries file the user writes (``plan.metric.load_queries``).
+over a queries file the user writes (``plan.queries.load_queries``).
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ import pyarrow.parquet as pq
 from iteralab.campaign.folder import PREDICTIONS
 from iteralab.campaign.records import EMBEDDING_VECTORS
 from iteralab.campaign.vectors import FLUSH_ROWS, VectorWriter, queries_file_name, vector_batches
-from iteralab.lock.usercode import one_line
-from iteralab.plan.metric import load_queries
+from iteralab.errors import one_line
+from iteralab.plan.queries import load_queries
 
 
 def embedding_record(protocol: Any) -> dict[str, Any]:

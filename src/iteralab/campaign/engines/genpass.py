@@ -27,7 +27,7 @@ from iteralab.campaign.predictions import file_name
 from iteralab.campaign.records import GENERATED_TEXTS
 from iteralab.campaign.texts import TextWriter, text_batches
 from iteralab.models.generation import GeneratedBatch, GenerationSettings
-from iteralab.plan.task import TEXT_FIELD, copy_column, render_prompts, template_fields
+from iteralab.plan.prompting import TEXT_FIELD, copy_column, render_prompts, template_fields
 
 
 def generation_record(protocol: Any) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from iteralab.campaign.verdict.knn import knn_correct, recall_at_k
 from iteralab.campaign.verdict.routine import Routine, RoutineValues
 from iteralab.common.files import sha256_file
 from iteralab.errors import CorpusError, RoutineError
-from iteralab.plan.metric import Queries, load_queries
+from iteralab.plan.queries import Queries, load_queries
 from iteralab.plan.protocol import Protocol
 
 __all__ = ["CampaignQueries", "PassRecall", "load_campaign_queries", "pass_recall", "query_vectors_path",

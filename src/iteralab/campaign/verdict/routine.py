@@ -27,8 +27,8 @@ import numpy as np
 import pyarrow as pa
 
 from iteralab.common.files import sha256_file
-from iteralab.errors import RoutineError
-from iteralab.lock.usercode import load_function, one_line
+from iteralab.errors import RoutineError, one_line
+from iteralab.lock.usercode import load_function
 from iteralab.plan.protocol import Protocol
 
 __all__ = ["ClassificationOutputs", "Routine", "RoutineValues", "load_routine", "routine_values"]

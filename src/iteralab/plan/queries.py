@@ -1,0 +1,110 @@
+"""recall_at_k's queries file (``metric.queries``), read and checked without the protocol's models: a pass worker
+reads it too, and never imports pydantic.
+
+A UTF-8 CSV file with a header and exactly these columns (any order)::
+
+    query_id      a non-empty id, unique in the file
+    text          the query's text (non-empty), embedded by every pass with the pass's own variant
+    relevant_ids  the ids of the corpus documents relevant to the query, separated by ";" (at least one; spaces
+                  around an id are ignored; an id repeated in one cell counts once)
+
+Every refusal is one :class:`~iteralab.errors.CorpusError` line naming the file, the line and the field; whether
+each relevant id is a document of the corpus is checked by ``lock`` (:func:`unknown_relevant`), which reads both.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from collections.abc import Container
+from dataclasses import dataclass
+from pathlib import Path
+
+from iteralab.errors import CorpusError
+
+__all__ = ["QUERY_COLUMNS", "Queries", "load_queries", "unknown_relevant"]
+
+#: The columns of a queries file (``metric.queries``).
+QUERY_COLUMNS = ("query_id", "text", "relevant_ids")
+#: What separates the ids of ``relevant_ids``.
+RELEVANT_SEPARATOR = ";"
+QUERIES_HINT = "a queries file is a CSV with columns query_id, text, relevant_ids (ids separated by ';')"
+
+
+@dataclass(frozen=True)
+class Queries:
+    """The queries of a file, in file order: ids, texts, the relevant document ids of each, and the file line of
+    each (for messages)."""
+
+    source: str
+    ids: tuple[str, ...]
+    texts: tuple[str, ...]
+    relevant: tuple[tuple[str, ...], ...]
+    lines: tuple[int, ...]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def load_queries(path: str | os.PathLike[str]) -> Queries:
+    """Read and check a queries file (module docstring) (every problem: one line naming the file, line and field)."""
+    where = os.fspath(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise CorpusError(f"{where}: cannot read the queries file ({exc.strerror or exc})", hint=QUERIES_HINT) from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise CorpusError(f"{where}: not UTF-8 text (byte {exc.start})", hint="save the file as UTF-8") from None
+    try:
+        rows = [(n, row) for n, row in enumerate(csv.reader(io.StringIO(text, newline=""), strict=True), start=1)
+                if row]
+    except csv.Error as exc:
+        raise CorpusError(f"{where}: not a readable CSV file ({exc})", hint=QUERIES_HINT) from None
+    if not rows:
+        raise CorpusError(f"{where}: empty queries file", hint=QUERIES_HINT)
+    header = [h.strip() for h in rows[0][1]]
+    missing = [c for c in QUERY_COLUMNS if c not in header]
+    if missing or len(set(header)) != len(header):
+        found = ", ".join(header) or "none"
+        problem = f"no column {missing[0]!r}" if missing else "a column name is repeated"
+        raise CorpusError(f"{where}: {problem} (columns found: {found})", hint=QUERIES_HINT)
+    at = {c: header.index(c) for c in QUERY_COLUMNS}
+    first: dict[str, int] = {}
+    ids, texts, relevant, lines = [], [], [], []
+    for line, row in rows[1:]:
+        loc = f"{where} line {line}"
+        if len(row) != len(header):
+            raise CorpusError(f"{loc}: {len(row)} fields, the header has {len(header)}", hint=QUERIES_HINT)
+        qid, query, cell = (row[at[c]] for c in QUERY_COLUMNS)
+        if not qid.strip():
+            raise CorpusError(f"{loc}, field query_id: missing or empty id")
+        if qid in first:
+            raise CorpusError(f"{loc}, field query_id: duplicate query id {qid!r} (first at line {first[qid]})")
+        if not query.strip():
+            raise CorpusError(f"{loc}, field text: empty text", hint="remove the query or fill its text")
+        docs = tuple(dict.fromkeys(d.strip() for d in cell.split(RELEVANT_SEPARATOR) if d.strip()))
+        if not docs:
+            raise CorpusError(f"{loc}, field relevant_ids: no relevant id",
+                              hint="give at least one corpus id, several separated by ';'")
+        first[qid] = line
+        ids.append(qid)
+        texts.append(query)
+        relevant.append(docs)
+        lines.append(line)
+    if not ids:
+        raise CorpusError(f"{where}: no query (a header only)", hint=QUERIES_HINT)
+    return Queries(where, tuple(ids), tuple(texts), tuple(relevant), tuple(lines))
+
+
+def unknown_relevant(queries: Queries, corpus_ids: Container[str], corpus: str) -> None:
+    """Refuse, in one line, the first relevant id that is not an id of the corpus (``corpus``: its name)."""
+    for qid, docs, line in zip(queries.ids, queries.relevant, queries.lines):
+        unknown = [d for d in docs if d not in corpus_ids]
+        if unknown:
+            more = f" and {len(unknown) - 1} more" if len(unknown) > 1 else ""
+            raise CorpusError(f"{queries.source} line {line}, field relevant_ids: query {qid!r} names id "
+                              f"{unknown[0]!r}{more}, not an id of the corpus {corpus}",
+                              hint="relevant_ids are ids of the corpus's id column")
