@@ -1,10 +1,13 @@
 """Benchmark: two revisions of the code side by side, interleaved — a bench script's figures, old against new.
 
 For each revision it checks out a detached copy of the repository (``git worktree add --detach``) in a
-temporary folder, then runs the bench script of *that* revision, from that copy, ``--rounds`` times per
-revision in alternation (old, new, old, new …) so that a machine that slows down or speeds up during the run
-weighs on both alike. Each run must print one JSON object (``--json``); every numeric figure of it is collected,
-and for each the median over the rounds of each revision is printed with the ratio new / old, and the CPU.
+temporary folder, then runs a bench script against *that* revision's code (``PYTHONPATH`` to its ``src``),
+``--rounds`` times per revision in alternation (old, new, old, new …) so that a machine that slows down or speeds
+up during the run weighs on both alike. By default both revisions run the *new* revision's script: a bench that
+gained a memory sampler or another figure would otherwise count its own cost as the code's. ``--bench own``
+runs each revision's own script (when the new script needs what the old code lacks). Each run must print one
+JSON object (``--json``); every numeric figure of it is collected, and for each the median over the rounds of each
+revision is printed with the ratio new / old, and the CPU.
 
     python bench/interleave.py --old 492234a --new HEAD --rounds 3 -- bench_scale.py --docs 200000
     python bench/interleave.py --old 492234a --new HEAD --rounds 3 --keys run_wall_s,fixed_per_pass_s \\
@@ -59,9 +62,11 @@ def checkout(rev: str, where: Path) -> Path:
     return where
 
 
-def run_once(tree: Path, script: str, args: list[str]) -> dict[str, float]:
+def run_once(tree: Path, script: str, args: list[str], bench: Path | None = None) -> dict[str, float]:
+    """One run of ``script`` (from ``bench``, else the tree's own bench folder) against the tree's code."""
     env = dict(os.environ, PYTHONPATH=str(tree / "src"))
-    proc = subprocess.run([sys.executable, str(tree / "bench" / script), *args, "--json"], cwd=tree, env=env,
+    folder = bench or tree / "bench"
+    proc = subprocess.run([sys.executable, str(folder / script), *args, "--json"], cwd=tree, env=env,
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{script} at {tree} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
@@ -73,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--old", required=True, help="the revision measured first in each round")
     parser.add_argument("--new", default="HEAD", help="the revision compared with it (default HEAD)")
     parser.add_argument("--rounds", type=int, default=3, help="runs per revision, interleaved (default 3)")
+    parser.add_argument("--bench", choices=("new", "own"), default="new",
+                        help="whose bench script runs: the new revision's for both (default), or each revision's own")
     parser.add_argument("--keys", default="", help="comma-separated figures to print (default: all)")
     parser.add_argument("script", help="a bench script of this folder that accepts --json, then its arguments")
     parser.add_argument("args", nargs=argparse.REMAINDER)
@@ -83,14 +90,16 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for round_ in range(opts.rounds):
                 for side in ("old", "new"):
-                    runs[side].append(run_once(trees[side], opts.script, opts.args))
+                    bench = trees["new"] / "bench" if opts.bench == "new" else None
+                    runs[side].append(run_once(trees[side], opts.script, opts.args, bench))
                     print(f"round {round_ + 1}/{opts.rounds} {side} done", file=sys.stderr)
         finally:
             for tree in trees.values():
                 subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False)
     wanted = [k for k in opts.keys.split(",") if k] or sorted(set(runs["old"][0]) & set(runs["new"][0]))
-    print(f"{opts.script} {' '.join(opts.args)}: old {opts.old}, new {opts.new}, {opts.rounds} rounds interleaved; "
-          f"CPU: {cpu_line()}")
+    script = "the new revision's script for both" if opts.bench == "new" else "each revision's own script"
+    print(f"{opts.script} {' '.join(opts.args)}: old {opts.old}, new {opts.new}, {opts.rounds} rounds interleaved, "
+          f"{script}; CPU: {cpu_line()}")
     print(f"  {'figure':<40} {'old (median)':>14} {'new (median)':>14} {'new / old':>10}")
     for key in wanted:
         old = [r[key] for r in runs["old"] if key in r]
