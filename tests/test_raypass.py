@@ -133,7 +133,8 @@ def test_ray_and_local_engines_in_one_campaign_lock_run_verify_decide(tmp_path, 
 
 @needs_ray
 def test_a_failing_batch_or_a_lost_actor_fails_the_ray_pass_with_the_inputs_received(tmp_path):
-    variants = RAY_RUN + """
+    # the lost actor's pass may end only by the no-progress timeout: a short one keeps the test short
+    variants = RAY_RUN.replace("ray_no_progress_timeout_s = 60", "ray_no_progress_timeout_s = 20") + """
 [[variants]]
 name = "b4-ray"
 batch_size = 4
