@@ -2,12 +2,13 @@
 
 For each revision it checks out a detached copy of the repository (``git worktree add --detach``) in a
 temporary folder, then runs a bench script against *that* revision's code (``PYTHONPATH`` to its ``src``),
-``--rounds`` times per revision in alternation (old, new, old, new …) so that a machine that slows down or speeds
-up during the run weighs on both alike. By default both revisions run the *new* revision's script: a bench that
-gained a memory sampler or another figure would otherwise count its own cost as the code's. ``--bench own``
-runs each revision's own script (when the new script needs what the old code lacks). Each run must print one
-JSON object (``--json``); every numeric figure of it is collected, and for each the median over the rounds of each
-revision is printed with the ratio new / old, and the CPU.
+``--rounds`` times per revision in alternation (old, new, new, old, old, new …) so that a machine that slows
+down or speeds up during the run weighs on both alike. By default both revisions run the *new* revision's script:
+a bench that gained a memory sampler or another figure would otherwise count its own cost as the code's.
+``--bench own`` runs each revision's own script (when the new script needs what the old code lacks). Each run
+must print one JSON object (``--json``); every numeric figure of it is collected, and for each the median over
+the rounds of each revision is printed with the ratio new / old, each side's spread over its rounds
+((max - min) / median), and the CPU.
 
     python bench/interleave.py --old 492234a --new HEAD --rounds 3 -- bench_scale.py --docs 200000
     python bench/interleave.py --old 492234a --new HEAD --rounds 3 --keys run_wall_s,fixed_per_pass_s \\
@@ -57,6 +58,12 @@ def flatten(data: object, prefix: str = "") -> dict[str, float]:
     return out
 
 
+def spread(values: list[float]) -> str:
+    """(max - min) / median of one side's rounds: a ratio of medians inside it is not told apart from noise."""
+    middle = statistics.median(values)
+    return f"{(max(values) - min(values)) / middle:.3f}" if middle else "n/a"
+
+
 def checkout(rev: str, where: Path) -> Path:
     subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(where), rev], check=True)
     return where
@@ -89,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         trees = {"old": checkout(opts.old, Path(tmp) / "old"), "new": checkout(opts.new, Path(tmp) / "new")}
         try:
             for round_ in range(opts.rounds):
-                for side in ("old", "new"):
+                # ABBA: old first in odd rounds, new first in even ones, so that a machine that drifts during the
+                # run does not always favour the side that runs first
+                for side in ("old", "new") if round_ % 2 == 0 else ("new", "old"):
                     bench = trees["new"] / "bench" if opts.bench == "new" else None
                     runs[side].append(run_once(trees[side], opts.script, opts.args, bench))
                     print(f"round {round_ + 1}/{opts.rounds} {side} done", file=sys.stderr)
@@ -100,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     script = "the new revision's script for both" if opts.bench == "new" else "each revision's own script"
     print(f"{opts.script} {' '.join(opts.args)}: old {opts.old}, new {opts.new}, {opts.rounds} rounds interleaved, "
           f"{script}; CPU: {cpu_line()}")
-    print(f"  {'figure':<40} {'old (median)':>14} {'new (median)':>14} {'new / old':>10}")
+    print(f"  {'figure':<40} {'old (median)':>14} {'new (median)':>14} {'new / old':>10} {'old spread':>10} "
+          f"{'new spread':>10}")
     for key in wanted:
         old = [r[key] for r in runs["old"] if key in r]
         new = [r[key] for r in runs["new"] if key in r]
@@ -108,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         m_old, m_new = statistics.median(old), statistics.median(new)
         ratio = f"{m_new / m_old:.3f}" if m_old else "n/a"
-        print(f"  {key:<40} {m_old:>14.6g} {m_new:>14.6g} {ratio:>10}")
+        print(f"  {key:<40} {m_old:>14.6g} {m_new:>14.6g} {ratio:>10} {spread(old):>10} {spread(new):>10}")
     return 0
 
 
