@@ -82,7 +82,7 @@ def run_once(tree: Path, script: str, args: list[str], bench: Path | None = None
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--old", required=True, help="the revision measured first in each round")
+    parser.add_argument("--old", required=True, help="the earlier revision (the ratios' denominator)")
     parser.add_argument("--new", default="HEAD", help="the revision compared with it (default HEAD)")
     parser.add_argument("--rounds", type=int, default=3, help="runs per revision, interleaved (default 3)")
     parser.add_argument("--bench", choices=("new", "own"), default="new",
@@ -94,12 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
     with tempfile.TemporaryDirectory(prefix="iteralab-interleave-") as tmp:
         trees = {"old": checkout(opts.old, Path(tmp) / "old"), "new": checkout(opts.new, Path(tmp) / "new")}
+        bench = trees["new"] / "bench" if opts.bench == "new" else None
         try:
             for round_ in range(opts.rounds):
                 # ABBA: old first in odd rounds, new first in even ones, so that a machine that drifts during the
                 # run does not always favour the side that runs first
                 for side in ("old", "new") if round_ % 2 == 0 else ("new", "old"):
-                    bench = trees["new"] / "bench" if opts.bench == "new" else None
                     runs[side].append(run_once(trees[side], opts.script, opts.args, bench))
                     print(f"round {round_ + 1}/{opts.rounds} {side} done", file=sys.stderr)
         finally:

@@ -53,6 +53,8 @@ TASK_KINDS = ("classification", "embedding", "generation")
 EMBEDDING_MODELS = ("encoder", "callable")
 #: The model kinds a generation job accepts: a causal LM or encoder-decoder folder, or a callable generator.
 GENERATION_MODELS = ("hf_causal_lm", "hf_seq2seq", "callable")
+
+
 class TaskSpec(Strict):
     kind: Literal["classification", "embedding", "generation"] = Field(default="classification", description=(
         "classification (one label per document), embedding (one vector per document) or generation (one text "
