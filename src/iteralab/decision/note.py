@@ -13,7 +13,7 @@ from iteralab.decision.costing import CPU_ONLY
 from iteralab.decision.job import render_job
 from iteralab.decision.rule import SCOPE, Config, Decision, package_summary
 from iteralab.economics.pricing import EXPENSES_APART, EXPENSES_COUNTED, format_amount
-from iteralab.evidence.bundle import refuse_if_sealed
+from iteralab.evidence.bundle import out_elsewhere, refuse_if_sealed
 from iteralab.evidence.datasets import JOB_TIME_RULE
 from iteralab.evidence.stats import fmt_s
 from iteralab.kit.calcul_forfaits import format_hours
@@ -268,7 +268,7 @@ def render_expenses(d: Decision) -> list[str]:
 def write_decision(d: Decision, out: str | Path) -> dict[str, Path]:
     """Write decision.md and decision.json (atomically) into ``out``."""
     folder = Path(out)
-    refuse_if_sealed(folder, "writing decision.md and decision.json into it")
+    refuse_if_sealed(folder, "writing decision.md and decision.json into it", out_elsewhere("decide"))
     folder.mkdir(parents=True, exist_ok=True)
     paths = {"decision_md": folder / "decision.md", "decision_json": folder / "decision.json"}
     write_text_atomic(paths["decision_md"], render_decision(d))

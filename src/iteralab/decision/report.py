@@ -34,7 +34,7 @@ from iteralab.decision.note import cpu_only, exclusion_lines, render_decision, w
 from iteralab.decision.rule import Config, Decision, decide
 from iteralab.economics.pricing import EXPENSES_APART, EXPENSES_COUNTED
 from iteralab.errors import IteraError
-from iteralab.evidence.bundle import refuse_if_sealed
+from iteralab.evidence.bundle import out_elsewhere, refuse_if_sealed
 from iteralab.evidence.memory import memory_table
 from iteralab.evidence.reads import Evidence
 from iteralab.evidence.stats import fmt_s, reference_rows, render_stats
@@ -510,7 +510,7 @@ def finalize(campaign_dirs: list[Path], out: Path | None = None, *, rental_id: s
             raise IteraError("several campaign folders need --out", hint="e.g. --out decision-out")
         out = folders[0]
     out = Path(out)
-    refuse_if_sealed(out, "writing stats, decision and report.html into it")
+    refuse_if_sealed(out, "writing stats, decision and report.html into it", out_elsewhere("report"))
     out.mkdir(parents=True, exist_ok=True)
     decision = decide(list(campaign_dirs), rental_id=rental_id, project=project, catalog=catalog, lots=lots,
                       partial=partial)

@@ -172,13 +172,24 @@ def seal(folder: str | os.PathLike[str]) -> Seal:
     return Seal(folder, len(files), digest, previous is not None, tuple(changed))
 
 
-def refuse_if_sealed(folder: str | os.PathLike[str], what: str) -> None:
-    """A sealed folder is evidence as handed over: a command that would change it refuses (never silently)."""
+#: What a command that has no ``--out`` of its own can do with a sealed folder.
+WORK_ON_A_COPY = ("work on an unpacked copy (iteralab bundle unpack ARCHIVE NEW) or on a copy of the folder "
+                  f"without {SUMS_NAME} and {SEAL_NAME}; a sealed folder is never rewritten silently")
+
+
+def out_elsewhere(command: str) -> str:
+    """The hint of a command that writes into ``--out``: 'write elsewhere: iteralab report FOLDER --out DIR …'."""
+    return (f"write elsewhere: iteralab {command} FOLDER --out DIR (e.g. --out decision-out); a sealed folder is "
+            "never rewritten silently")
+
+
+def refuse_if_sealed(folder: str | os.PathLike[str], what: str, hint: str = WORK_ON_A_COPY) -> None:
+    """A sealed folder is evidence as handed over: a command that would change it refuses (never silently).
+    ``hint`` names only options the refused command has (:func:`out_elsewhere` for one with ``--out``)."""
     folder = Path(folder)
     if (folder / SUMS_NAME).is_file():
         raise BundleError(f"{folder}: the folder is sealed ({SUMS_NAME}); {what} would change it and break the seal",
-                          hint="write elsewhere with --out DIR (e.g. --out decision-out), or work on an unpacked "
-                               "copy; a sealed folder is never rewritten silently")
+                          hint=hint)
 
 
 def check_seal(folder: str | os.PathLike[str], *, expect_digest: str | None = None) -> SealCheck:
