@@ -246,7 +246,8 @@ def test_a_variant_outside_min_cosine_is_rejected_and_never_chosen(tmp_path):
     from iteralab.decision.report import plot_cosine, wrong_predictions
 
     assert plot_cosine(list(decision.configs), decision, False).startswith("data:image/png;base64,")
-    assert wrong_predictions(decision.evidence[0]) == (None, [])
+    pass_id, farthest = wrong_predictions(decision.evidence[0])  # the documents farthest from the reference
+    assert pass_id == fast.pass_id and float(farthest[0]["cosine"]) == pytest.approx(fast.min_cosine, abs=1e-4)
     seal(out)
     report = audit_campaign(out)
     assert not report.differences, report.differences

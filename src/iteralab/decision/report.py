@@ -22,14 +22,13 @@ from typing import Any
 import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
-import pyarrow.compute as pc
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from iteralab.campaign.folder import CampaignFolder, table_columns
-from iteralab.campaign.verdict.evaluate import PredictionReader, corpus_texts, load_expected
 from iteralab.campaign.verdict.judge import subgroup_check
 from iteralab.common.files import dumps_json, write_text_atomic
 from iteralab.decision.costing import CPU_ONLY
+from iteralab.decision.examples import wrong_examples, wrong_predictions
 from iteralab.decision.note import cpu_only, exclusion_lines, render_decision, write_decision
 from iteralab.decision.rule import Config, Decision, decide
 from iteralab.economics.pricing import EXPENSES_APART, EXPENSES_COUNTED
@@ -42,7 +41,6 @@ from iteralab.evidence.table import CONCURRENT_NOTE
 from iteralab.kit.calcul_forfaits import STANDARD_PACKAGE_DAYS, format_amount, format_hours
 
 TEMPLATE = "report.html.j2"
-EXAMPLES = 5
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#7f7f7f", "#bcbd22")
 
 
@@ -369,44 +367,6 @@ def plot_window(decision: Decision) -> str | None:
     return _png(plt, fig)
 
 
-# -------------------------------------------------------------------------------------------- examples
-
-
-def wrong_predictions(evidence: Evidence, limit: int = EXAMPLES) -> tuple[str | None, list[dict[str, str]]]:
-    """A few wrong predictions (id, text, true and predicted label) from the reference variant's first
-    counted pass (or the first counted pass)."""
-
-    if evidence.protocol.task.kind in ("embedding", "generation"):
-        return None, []  # vectors and texts have no predicted label to show
-    counted = [r for r in evidence.rows if r.ok and r.pass_id not in evidence.exclusions and r.prediction_file]
-    ref = evidence.protocol.metric.reference_variant
-    chosen = next((r for r in counted if r.variant == ref), counted[0] if counted else None)
-    if chosen is None:
-        return None, []
-    path = evidence.folder / chosen.prediction_file
-    entry = PredictionReader(evidence.protocol).read(path)
-    if entry is None:
-        return chosen.pass_id, []
-    preds = entry[1]
-    expected = load_expected(evidence.folder, evidence.protocol.corpus.classes, chosen.dataset)
-    uniq, _, last = preds.by_id()
-    where = pc.fill_null(pc.index_in(uniq, value_set=expected.ids), -1).to_numpy(zero_copy_only=False)
-    rows = np.flatnonzero((where >= 0) & (expected.labels[np.maximum(where, 0)] != preds.labels[last]))[:limit]
-    classes = expected.classes
-    wrong = [(uniq[int(i)].as_py(), int(where[i]), int(preds.labels[last[i]])) for i in rows]
-    texts = corpus_texts(evidence.folder, {pid for pid, _, _ in wrong}, chosen.dataset)
-    strata = expected.stratum_names
-    out = []
-    for pid, row, label in wrong:
-        text = texts.get(pid, "")
-        stratum = int(expected.strata[row])
-        out.append({"id": pid, "label": classes[int(expected.labels[row])],
-                    "predicted": classes[label] if label >= 0 else "",
-                    "stratum": strata[stratum] if stratum >= 0 else "",
-                    "text": text if len(text) <= 300 else text[:300] + "..."})
-    return chosen.pass_id, out
-
-
 # ---------------------------------------------------------------------------------------------- render
 
 
@@ -465,10 +425,9 @@ def render_report(decision: Decision, decision_md: str | None = None) -> str:
             memory_notes.append(note)
     campaigns = []
     for ev, st in zip(decision.evidence, decision.stats):
-        example_pass, examples = wrong_predictions(ev)
         failures = [r for r in ev.rows if not r.ok]
         campaigns.append({"folder": str(ev.folder), "hardware": ev.hardware.label, "rows": ev.rows,
-                          "failures": failures, "example_pass": example_pass, "examples": examples,
+                          "failures": failures, "examples": wrong_examples(ev),
                           "stats": render_stats(st)})
     cpu = cpu_only(decision)
     exclusions = exclusion_lines(decision)

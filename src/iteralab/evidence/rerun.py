@@ -420,6 +420,7 @@ def compare_campaigns(old: str | os.PathLike[str], new: str | os.PathLike[str]) 
         worst = max((OUTCOMES.index(p["outcome"]) for p in pairs), default=OUTCOMES.index("not comparable"))
         agreements = [p["label_agreement"] for p in pairs if p.get("label_agreement") is not None]
         diffs = [p["max_abs_prob_diff"] for p in pairs if p.get("max_abs_prob_diff") is not None]
+        cosines = [p["min_cosine"] for p in pairs if p.get("min_cosine") is not None]  # an embedding job's
         old_median, new_median = _median_time(o_rows), _median_time(n_rows)
         old_verdict, new_verdict = _verdict(o_rows), _verdict(n_rows)
         outputs = OUTCOMES[worst]
@@ -433,6 +434,7 @@ def compare_campaigns(old: str | os.PathLike[str], new: str | os.PathLike[str]) 
             "outputs": outputs, "reproduction_target_met": met,
             "min_label_agreement": min(agreements) if agreements else None,
             "max_abs_prob_diff": max(diffs) if diffs else None,
+            "min_cosine": min(cosines) if cosines else None,
             "old_median_pass_s": old_median, "new_median_pass_s": new_median,
             "median_ratio": (new_median / old_median) if old_median and new_median else None,
             "pairs": pairs,
@@ -448,7 +450,7 @@ def compare_campaigns(old: str | os.PathLike[str], new: str | os.PathLike[str]) 
         "source": {"folder": str(old), "protocol_sha256": old_campaign["protocol"]["sha256"], "seal_digest": None},
         "rerun": {"folder": str(new), "protocol_sha256": new_campaign["protocol"]["sha256"]},
         "protocol": {"name": protocol.name, "version": protocol.version, "reproduction_target": target,
-                     "bound": bound},
+                     "bound": bound, "kind": protocol.task.kind},
         "corpus_fingerprint": new_campaign["corpus"]["fingerprint"],
         "manifest_changes": changes,
         "stack_changed": bool(stack_changed),
@@ -487,8 +489,32 @@ def summary_lines(c: dict[str, Any]) -> list[str]:
     return lines
 
 
+@dataclass(frozen=True)
+class OutputWords:
+    """How the comparison of one kind of output is named: the per-variant table's two output columns and the
+    meaning of *identical* and *within bound*."""
+
+    first: str
+    second: str
+    identical: str
+    bound: str
+
+
+#: Per job kind (``task.kind``); a comparison written before the kind was recorded reads as classification.
+OUTPUT_WORDS = {
+    "classification": OutputWords("label agreement (min)", "max abs prob diff", "same ids, labels and probabilities",
+                                  "every probability within the protocol's declared bound"),
+    "embedding": OutputWords("min cosine", "max abs vector component diff", "same ids and vectors",
+                             "every vector component within the protocol's declared bound"),
+    "generation": OutputWords("identical texts (min share)", "—", "same ids and texts",
+                              "not applicable to texts (a text is identical or not)"),
+}
+
+
 def render_comparison(c: dict[str, Any]) -> str:
     p = c["protocol"]
+    kind = p.get("kind") or "classification"
+    words = OUTPUT_WORDS.get(kind, OUTPUT_WORDS["classification"])
     bound = f" (bound {p['bound']})" if p["bound"] is not None else ""
     lines = [
         f"# Rerun comparison: {p['name']} version {p['version']}", "",
@@ -513,12 +539,13 @@ def render_comparison(c: dict[str, Any]) -> str:
             note = " (where an input was read; always differs)" if ch["bookkeeping"] else ""
             lines.append(f"| `{ch['key']}`{note} | {_value(ch['old'])} | {_value(ch['new'])} |")
     lines += ["", "## Per variant", "",
-              "| variant | verdict earlier → rerun | same | outputs | target met | label agreement (min) | "
-              "max abs prob diff | median pass earlier → rerun | ratio |",
+              f"| variant | verdict earlier → rerun | same | outputs | target met | {words.first} | "
+              f"{words.second} | median pass earlier → rerun | ratio |",
               "|---|---|---|---|---|---|---|---|---|"]
     for name, v in c["variants"].items():
         ratio = "—" if v["median_ratio"] is None else f"×{v['median_ratio']:.3f}"
-        agree = "—" if v["min_label_agreement"] is None else f"{v['min_label_agreement']:.4f}"
+        first = v.get("min_cosine") if kind == "embedding" else v["min_label_agreement"]
+        agree = "—" if first is None else f"{first:.4f}"
         diff = "—" if v["max_abs_prob_diff"] is None else f"{v['max_abs_prob_diff']:.3g}"
         lines.append(
             f"| {name} | {v['old_verdict']} ({v['old_accepted']}/{v['old_passes']}) → {v['new_verdict']} "
@@ -538,8 +565,8 @@ def render_comparison(c: dict[str, Any]) -> str:
         lines += ["", "A variant's median pass above is the median over rounds of its job time (the sum of the "
                       "round's dataset passes)."]
     lines += ["", "Outputs compare the prediction files of matching passes (same round and position): "
-              "*identical* = same ids, labels and probabilities; *within bound* = every probability within the "
-              "protocol's declared bound; *acceptable only* = the outputs differ more, but the rerun pass still "
+              f"*identical* = {words.identical}; *within bound* = {words.bound}; "
+              "*acceptable only* = the outputs differ more, but the rerun pass still "
               "passes every pre-registered check; *not acceptable* = it does not. A pass-time ratio compares "
               "medians of the measured passes only; it says nothing about a different machine's load.", ""]
     return "\n".join(lines)
