@@ -111,3 +111,39 @@ def test_a_campaign_without_a_counted_pass_says_so(tmp_path):
     out = tg.run_job(tmp_path, 'kind = "callable"\ncallable = "fake_generators:raising"')
     examples = wrong_examples(load_evidence(out))
     assert examples == type(examples)(None, (), (), NO_COUNTED_PASS)
+
+
+# --------------------------------------------------------------------- one reason, the first cause (NaN, warm-up)
+
+
+def test_a_nan_routine_and_a_warm_up_failure_each_give_one_reason_everywhere(tmp_path):
+    import csv
+
+    import test_generation as tg
+    from iteralab.decision.report import finalize
+
+    out = tg.run_job(tmp_path, 'kind = "callable"\ncallable = "fake_answers:one_at_a_time"',
+                     metric='routine = "fake_answers:no_number"')
+    nan = "metric routine fake_answers:no_number returned nan, not a finite number"
+    rows = {r["pass_id"]: r for r in csv.DictReader((out / "raw_table.csv").open(encoding="utf-8"))}
+    ref = [r for r in rows.values() if r["variant"] == "b1"]
+    failed = [r for r in rows.values() if r["variant"] == "b4"]
+    assert ref and failed and all(r["status"] == "failed" and r["completed"] == "0" for r in failed)
+    for r in ref:  # the reference variant: its one reason, no threshold or tolerance judged without a value
+        reasons = [n for n in r["notes"].split(" | ") if n.startswith("not accepted: ")]
+        assert reasons == [f"not accepted: {nan}"], r["notes"]
+        assert r["threshold_ok"] == r["tolerance_ok"] == ""  # not evaluated, never false
+    for r in failed:  # failed in its first warm-up batch: that is the cause, not ids, format, hash, coverage …
+        assert [n for n in r["notes"].split(" | ") if n.startswith("not accepted: ")] == ["not accepted: pass failed"]
+    written = finalize([out])
+    stats = (out / "stats.txt").read_text(encoding="utf-8")
+    b1 = next(line for line in stats.splitlines() if line.startswith("  b1: "))
+    assert f"fake_answers:no_number NO VALUE: {nan}" in b1
+    assert "BELOW THRESHOLD" not in stats and "OUTSIDE TOLERANCE" not in stats and "outside the tolerance" not in stats
+    assert "(completed 0)" in stats and "completed unknown" not in stats
+    note = (out / "decision.md").read_text(encoding="utf-8")
+    assert f"b1: no fake_answers:no_number value: {nan}" in note and "outside the tolerance" not in note
+    assert "below the threshold" not in note
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "<td>0 of 16</td>" in html and "unknown of" not in html
+    assert written["chosen"] is None

@@ -128,7 +128,7 @@ def _failures(ev: Evidence, times: VariantTimes) -> tuple[str, ...]:
 
 def generation_exclusions(q: VariantQuality, metric: MetricSpec) -> list[str]:
     """A generation job's passes not accepted for their outputs' lengths (the raw table's notes say which bound)."""
-    if not (q.mean_tokens or q.length_shares) or q.accepted == q.completed:
+    if not (q.mean_tokens or q.length_shares) or q.accepted == q.completed or q.no_value:
         return []
     tokens = f"mean generated tokens {min(q.mean_tokens):.2f}–{max(q.mean_tokens):.2f}" if q.mean_tokens else ""
     shares = f"; share ended on length up to {max(q.length_shares):.3f}" if q.length_shares else ""
@@ -142,6 +142,8 @@ def _quality_exclusions(q: VariantQuality, metric: MetricSpec, reference: str = 
         return out
     if q.format_ok is False:
         out.append("format problems in the predictions")
+    if q.no_value:  # its one reason: no threshold or tolerance is said to fail without a value
+        out.append(f"no {metric.label} value: {q.no_value}")
     side = "below" if metric.higher_is_better else "above"
     worst = (min(q.metrics) if metric.higher_is_better else max(q.metrics)) if q.metrics else None
     if q.threshold_ok is False:

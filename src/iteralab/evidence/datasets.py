@@ -22,6 +22,7 @@ from typing import Any
 
 from iteralab.campaign.folder import PHASES, RawRow
 from iteralab.evidence.feasibility import feasibility
+from iteralab.evidence.table import rejection_of
 from iteralab.lock.datasets import source_records
 
 #: How the statistics combine the datasets' pass times (shown in the stats text and the decision note).
@@ -86,6 +87,8 @@ class DatasetVerdict:
 def _row_reasons(row: RawRow) -> list[str]:
     if row.status != "ok":
         return [f"pass {row.pass_id} {row.status}" + (f": {row.error}" if row.error else "")]
+    if row.metric is None and rejection_of(row.notes):  # no value: its one reason, no threshold said to fail
+        return [f"pass {row.pass_id}: {rejection_of(row.notes)}"]
     checks = (("ids_match", "ids do not match"), ("format_ok", "format problems"),
               ("threshold_ok", f"{row.metric_name} {row.metric if row.metric is not None else '-'} below the "
                                "threshold"),

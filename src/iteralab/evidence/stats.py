@@ -29,7 +29,7 @@ from iteralab.campaign.folder import PHASES, RawRow
 from iteralab.campaign.verdict.judge import HASH_PROBLEM, SubgroupCheck, subgroup_check
 from iteralab.evidence.datasets import JOB_TIME_RULE, PassTime, job_rounds
 from iteralab.evidence.reads import Evidence, load_evidence
-from iteralab.evidence.table import CONCURRENT_NOTE, SUBGROUP_CLASSES_NOTE, subgroup_classes_of
+from iteralab.evidence.table import CONCURRENT_NOTE, SUBGROUP_CLASSES_NOTE, rejection_of, subgroup_classes_of
 from iteralab.plan.protocol import Protocol
 
 SCHEMA_VERSION = 1
@@ -228,6 +228,9 @@ class VariantQuality:
     mean_tokens: tuple[float, ...] = ()
     length_shares: tuple[float, ...] = ()
     identical_shares: tuple[float, ...] = ()
+    #: why a counted pass has no metric value (its one reason, as the raw table's notes give it); None when every
+    #: counted pass has one
+    no_value: str | None = None
 
     def failing_subgroups(self, reference_variant: str) -> list[str]:
         """One line per failing gating group: 'length:long macro_f1 0.7000 in 3 of 3 passes: below 0.7500
@@ -271,6 +274,7 @@ class VariantQuality:
             "meets_quality": self.meets_quality, "mark": self.mark,
             "subgroup_failures": [c.to_dict() for c in self.subgroup_failures],
             "subgroup_classes": {k: [list(c) for c in v] for k, v in self.subgroup_classes.items()},
+            **({"no_value": self.no_value} if self.no_value else {}),
             **({"min_cosines": list(self.min_cosines)} if self.min_cosines else {}),  # an embedding job only
             **({"mean_tokens": list(self.mean_tokens), "length_shares": list(self.length_shares),
                 "identical_shares": list(self.identical_shares)} if self.mean_tokens or self.identical_shares
@@ -355,7 +359,8 @@ def _quality(variant: str, rows: list[RawRow], excluded: dict[str, str], protoco
         min_cosines=tuple(r.min_cosine for r in done if r.min_cosine is not None),
         mean_tokens=tuple(r.mean_tokens for r in done if r.mean_tokens is not None),
         length_shares=tuple(r.length_share for r in done if r.length_share is not None),
-        identical_shares=tuple(r.identical_share for r in done if r.identical_share is not None))
+        identical_shares=tuple(r.identical_share for r in done if r.identical_share is not None),
+        no_value=next((rejection_of(r.notes) for r in done if r.metric is None and rejection_of(r.notes)), None))
 
 
 # -------------------------------------------------------------------------------------------- summary
@@ -487,10 +492,11 @@ def render_quality(stats: CampaignStats) -> list[str]:
             f"{q.completed} completed pass{'es' if q.completed != 1 else ''}, {q.accepted} accepted",
             _flag(q.format_ok, "format ok", "FORMAT PROBLEMS"),
             _flag(q.ids_ok, "ids match", "IDS DO NOT MATCH"),
-            f"{p.metric.label} {_values(q.metrics)}{delta}",
+            f"{p.metric.label} {_values(q.metrics)}{delta}" if q.metrics or not q.no_value else
+            f"{p.metric.label} NO VALUE: {q.no_value}",
             _flag(q.threshold_ok, "threshold met", "BELOW THRESHOLD" if p.metric.higher_is_better else
-                  "ABOVE THRESHOLD"),
-            _flag(q.tolerance_ok, "within tolerance", "OUTSIDE TOLERANCE"),
+                  "ABOVE THRESHOLD", "threshold not evaluated"),
+            _flag(q.tolerance_ok, "within tolerance", "OUTSIDE TOLERANCE", "tolerance not evaluated"),
             _flag(q.subgroups_ok, "gating subgroups ok", "GATING SUBGROUP FAILS"),
             f"{TARGET_NAMES.get(rep.target, rep.target)} target {_flag(q.reproduction_ok, 'held', 'NOT HELD')}"
             + ("" if q.label_agreement is None else
@@ -556,7 +562,8 @@ def render_stats(stats: CampaignStats) -> str:
             lines.append("  no counted pass: no median")
         for p in v.passes:
             if p.status != "ok" and p.error:
-                lines.append(f"  {p.pass_id} {p.status}: {p.error} (completed {p.completed or 'unknown'})")
+                done = "unknown" if p.completed is None else p.completed
+                lines.append(f"  {p.pass_id} {p.status}: {p.error} (completed {done})")
             elif p.status == "aborted":
                 lines.append(f"  {p.pass_id} aborted: the process ended during the pass")
         for p in v.excluded:

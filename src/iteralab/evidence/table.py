@@ -31,6 +31,8 @@ CONCURRENT_NOTE = "measured under concurrent load"
 #: stats with :func:`subgroup_classes_of`); a subgroup that has every class is not listed.
 SUBGROUP_CLASSES_NOTE = "subgroup classes averaged"
 TABLE_NAME = TABLE  # re-exported: the layout lives in the campaign-folder layer
+#: The note that gives a pass's reasons for not being accepted (read back by stats with :func:`rejection_of`).
+NOT_ACCEPTED = "not accepted: "
 
 
 def _quantization(value: Any) -> str | None:
@@ -195,7 +197,7 @@ def _verdict_cells(row: dict[str, Any], v: dict[str, Any], n_classes: int, notes
     if "mean_tokens" in row:
         _generation_cells(row, v, notes)
     if v.get("reasons"):
-        notes.append("not accepted: " + ", ".join(v["reasons"]))
+        notes.append(NOT_ACCEPTED + ", ".join(v["reasons"]))
     for problem in (v.get("format_problems") or [])[:2] + (v.get("problems") or [])[:2]:
         notes.append(problem)
     fewer = {key: names for key, names in (v.get("subgroup_classes") or {}).items()
@@ -217,6 +219,16 @@ def _generation_cells(row: dict[str, Any], v: dict[str, Any], notes: list[str]) 
                      "counts and names no tokenizer)")
     if v.get("mean_tokens_ref") is not None and v.get("tokens_ok") is False:
         notes.append(f"mean generated tokens {mean:.2f} against the reference's {v['mean_tokens_ref']:.2f}")
+
+
+def rejection_of(notes: str | None) -> str | None:
+    """Why a pass was not accepted, read back from a row's notes (:data:`NOT_ACCEPTED`); None when it was."""
+    text = notes or ""
+    at = text.find(NOT_ACCEPTED)
+    if at < 0 or (at and not text[:at].endswith(" | ")):
+        return None
+    end = text.find(" | ", at)
+    return text[at + len(NOT_ACCEPTED):end if end >= 0 else len(text)]
 
 
 def subgroup_classes_of(notes: str | None) -> dict[str, list[str]]:

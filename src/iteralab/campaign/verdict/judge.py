@@ -8,7 +8,7 @@ folder: a comparison the run already made while it evaluated the passes is not m
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,9 @@ from iteralab.plan.protocol import Protocol
 
 #: The problem a pass gets when its file is not the one the journal recorded (read back by stats).
 HASH_PROBLEM = "prediction file does not match its recorded sha256"
+#: A pass's own file checks and the reason each gives when it fails.
+FILE_CHECKS = (("ids_match", "ids do not match"), ("format_ok", "format"), ("hash_ok", "hash"),
+               ("coverage_ok", "coverage"))
 
 
 @dataclass(frozen=True)
@@ -152,24 +155,25 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
     for p in passes:
         v = verdicts[p["pass_id"]]
         v["reference_pass"] = ref.pass_id
-        reasons: list[str] = []
-        if p.get("status") != "ok":
-            reasons.append(f"pass {p.get('status', 'failed')}")
-        if v.get("routine_error"):
-            reasons.append(v["routine_error"])
-        if v.get("queries_error"):
-            reasons.append(v["queries_error"])
-        if v.get("reference_error"):
-            reasons.append(v["reference_error"])
-        side = "below" if protocol.metric.higher_is_better else "above"
-        for key, label in (("ids_match", "ids do not match"), ("format_ok", "format"), ("hash_ok", "hash"),
-                           ("coverage_ok", "coverage"), ("threshold_ok", f"{side} threshold")):
-            if not v.get(key):
-                reasons.append(label)
-        reasons += _against_reference(v, ref.verdict, protocol)
+        # Each reason is a cause, said once: what follows from one (a metric that has no value is neither below
+        # the threshold nor outside the tolerance; a failed pass's missing ids) is not listed beside it.
+        reasons = [label for key, label in FILE_CHECKS if not v.get(key)]
+        errors = [v[key] for key in ("routine_error", "queries_error", "reference_error") if v.get(key)]
+        reasons += errors[:1]
+        against = _against_reference(v, ref.verdict, protocol)
+        if v.get("metric") is None:
+            v["threshold_ok"] = v["tolerance_ok"] = None  # not evaluated: nothing to compare
+            if not reasons:
+                reasons.append(f"no {protocol.metric.label} value")
+        else:
+            if not v.get("threshold_ok"):
+                reasons.append(f"{'below' if protocol.metric.higher_is_better else 'above'} threshold")
+            reasons += against
         # under recall_at_k a subgroup has no metric of its own: its documents' cosines judge it (below)
         by_cosine = embedding and protocol.metric.name == "recall_at_k"
-        failed_subgroups = _subgroup_reasons(v, ref.verdict, protocol, {} if by_cosine else gating)
+        # a group whose value the same error prevented is not evaluated, not a second reason
+        unvalued = {k for k, value in v["subgroups"].items() if value is None} if errors else set()
+        failed_subgroups = _subgroup_reasons(v, ref.verdict, protocol, {} if by_cosine else gating, unvalued)
         reasons += failed_subgroups
         if embedding:  # the tolerance on vectors: each document's cosine with the reference's vector
             same = ref.vectors(p)
@@ -178,16 +182,19 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
                 cosine += [f"gating subgroup {name!r} has no groups to evaluate (empty column?)" for name in gating
                            if not any(key.split(":", 1)[0] == name for key in v["subgroup_cosine"])]
             reasons += cosine
-            v["tolerance_ok"] = bool(v["tolerance_ok"] and not cosine)
+            v["tolerance_ok"] = False if cosine else v["tolerance_ok"]
             failed_subgroups += [r for r in cosine if r.startswith("subgroup ")]
             vector_reproduction(v, protocol, same)
         elif generation:  # lengths against their bounds, the texts against the reference pass's
             reasons += text_comparison(v, ref.verdict, ref.texts(p), protocol)
         else:
             _reproduction(v, protocol, ref.same(p))
-        v["subgroups_ok"] = not failed_subgroups
+        gated = any(subgroup_check(protocol, k, None, None, True) is not None for k in unvalued)
+        v["subgroups_ok"] = False if failed_subgroups else None if gated else True
         if not v["reproduction_ok"]:
             reasons.append(f"reproduction target '{protocol.reproduction.target}'")
+        if p.get("status") != "ok":  # the first cause: whatever else fails follows from it
+            reasons = [f"pass {p.get('status', 'failed')}"]
         v["corpus_accepted"] = not reasons
         v["reasons"] = reasons
     return verdicts
@@ -288,13 +295,16 @@ def _against_reference(v: dict[str, Any], ref_v: dict[str, Any] | None, protocol
 
 
 def _subgroup_reasons(v: dict[str, Any], ref_v: dict[str, Any] | None, protocol: Protocol,
-                      gating: Mapping[str, Any]) -> list[str]:
-    """A gating subgroup with no group to evaluate, and each subgroup whose check fails."""
+                      gating: Mapping[str, Any], unvalued: Collection[str] = ()) -> list[str]:
+    """A gating subgroup with no group to evaluate, and each subgroup whose check fails (but the ``unvalued``
+    groups, whose value the pass's metric error prevented: that error is their reason)."""
     reasons = []
     for name in gating:
         if not any(key.split(":", 1)[0] == name for key in v["subgroups"]):
             reasons.append(f"gating subgroup {name!r} has no groups to evaluate (empty column?)")
     for key, value in v["subgroups"].items():
+        if key in unvalued:
+            continue
         check = subgroup_check(protocol, key, value, ref_v["subgroups"].get(key) if ref_v else None,
                                ref_v is not None)
         if check is not None and check.failed:
