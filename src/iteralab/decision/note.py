@@ -15,7 +15,7 @@ from iteralab.decision.rule import SCOPE, Config, Decision, package_summary
 from iteralab.economics.pricing import EXPENSES_APART, EXPENSES_COUNTED, format_amount
 from iteralab.evidence.bundle import out_elsewhere, refuse_if_sealed
 from iteralab.evidence.datasets import JOB_TIME_RULE
-from iteralab.evidence.stats import fmt_s
+from iteralab.evidence.stats import INTERRUPTED_LINE, fmt_s
 from iteralab.kit.calcul_forfaits import format_hours
 
 
@@ -57,6 +57,8 @@ def exclusion_lines(d: Decision) -> list[tuple[str, str]]:
     for c in d.configs:
         for pt in c.times.excluded:
             lines.append((f"pass {pt.pass_id} ({c.key})", f"excluded from the statistics: {pt.exclusion_reason}"))
+        for pass_id in c.times.interrupted:
+            lines.append((f"pass {pass_id} ({c.key})", INTERRUPTED_LINE))
     return lines
 
 

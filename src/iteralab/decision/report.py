@@ -426,7 +426,7 @@ def render_report(decision: Decision, decision_md: str | None = None) -> str:
     campaigns = []
     for ev, st in zip(decision.evidence, decision.stats):
         failures = [r for r in ev.rows if not r.ok]
-        campaigns.append({"folder": str(ev.folder), "hardware": ev.hardware.label, "rows": ev.rows,
+        campaigns.append({"folder": str(ev.folder), "hardware": ev.hardware.label, "rows": ev.table,
                           "failures": failures, "examples": wrong_examples(ev),
                           "stats": render_stats(st)})
     cpu = cpu_only(decision)

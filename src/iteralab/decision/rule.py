@@ -315,7 +315,9 @@ def _config(hw: str, ev: Evidence, st: CampaignStats, times: VariantTimes, plann
     failures = _failures(ev, times)
     if not times.passes and ev.not_attempted:
         failures = ()  # never attempted: not a failure of the configuration
-        exclusions = ["not attempted yet: the campaign is incomplete (decided with --partial); never priced"]
+        yet = (f"no pass finished yet (attempt {', '.join(times.interrupted)} interrupted by a signal)"
+               if times.interrupted else "not attempted yet")
+        exclusions = [f"{yet}: the campaign is incomplete (decided with --partial); never priced"]
     else:
         exclusions = [f"not feasible (M1): {'; '.join(failures)}; never priced"] if failures else []
     exclusions += _quality_exclusions(quality, metric, ev.protocol.metric.reference_variant)

@@ -54,6 +54,11 @@ class Evidence:
     hardware: Hardware
     #: Scheduled (round, position) slots without a finished pass: the campaign is incomplete when > 0.
     not_attempted: int = 0
+    #: Every row of the raw table in its order, the attempts a stop signal interrupted included (``rows`` leaves
+    #: them out: they count for nothing, but they are shown wherever the attempts are listed).
+    table: tuple[RawRow, ...] = ()
+    #: The interrupted attempts whose slot has not finished since (among the ``not_attempted`` slots).
+    pending_interrupted: tuple[str, ...] = ()
 
     @property
     def corpus_size(self) -> int:
@@ -73,12 +78,22 @@ class Evidence:
     def scheduled_total(self) -> int:
         return len(self.campaign.get("schedule", {}).get("slots", []))
 
+    @property
+    def interrupted(self) -> tuple[RawRow, ...]:
+        """The attempts a stop signal interrupted (not a failure, counted for nothing; their slot runs again)."""
+        return tuple(r for r in self.table if r.interrupted)
+
     def incomplete_line(self) -> str | None:
-        """'campaign incomplete: N of M scheduled passes not attempted — resume …', or None when complete."""
+        """'campaign incomplete: N of M scheduled passes not attempted — resume …' (and how many of those were
+        attempted and interrupted, by id), or None when complete."""
         if not self.not_attempted:
             return None
-        return (f"campaign incomplete: {self.not_attempted} of {self.scheduled_total} scheduled passes not "
-                f"attempted — resume with `iteralab run PROTOCOL --out {self.folder}`")
+        stopped = len(self.pending_interrupted)
+        what = "not attempted" if not stopped else (
+            f"not attempted and {stopped} interrupted ({', '.join(self.pending_interrupted)}: stopped by a signal, "
+            "counted for nothing; the slot runs again)")
+        return (f"campaign incomplete: {self.not_attempted - stopped} of {self.scheduled_total} scheduled passes "
+                f"{what} — resume with `iteralab run PROTOCOL --out {self.folder}`")
 
 
 def _hardware(manifest: dict[str, Any] | None, journal_devices: list[dict[str, Any]]) -> Hardware:
@@ -105,11 +120,13 @@ def load_evidence(campaign_dir: str | Path) -> Evidence:
     campaign = folder.campaign
     if not folder.table_path.is_file():  # derived from the journal: regenerated, never asked for
         write_raw_table(folder.path)
-    rows = folder.counted_rows()
+    table = folder.raw_rows()
+    rows = tuple(r for r in table if not r.interrupted)  # what CampaignFolder.counted_rows gives, read once
     state = folder.journal()
     done = state.done_slots()
     slots = campaign.get("schedule", {}).get("slots", [])
     not_attempted = sum(1 for s in slots if (s["round"], s["position"]) not in done)
+    pending = tuple(r.pass_id for r in table if r.interrupted and (r.round, r.position) not in done)
     exclusions = {r.pass_id: r.exclusion_reason or "" for r in rows if r.excluded}
     exclusions.update({pid: str(e.get("reason") or "") for pid, e in state.exclusions.items()})
     devices = [f["environment_summary"]["devices"] for f in state.finished.values()
@@ -117,7 +134,7 @@ def load_evidence(campaign_dir: str | Path) -> Evidence:
     manifest = folder.manifest
     protocol = load_protocol(folder.protocol_path)
     return Evidence(folder.path, campaign, manifest, protocol, rows, exclusions, _hardware(manifest, devices),
-                    not_attempted)
+                    not_attempted, table, pending)
 
 
 __all__ = ["Evidence", "Hardware", "load_evidence"]

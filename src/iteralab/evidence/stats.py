@@ -44,6 +44,9 @@ TARGET_NAMES = {"identical": "identical-output", "bounded": "bounded-difference"
 MIN_PASSES_TO_DISTINGUISH = 3
 MISSING_SUBGROUP = "its check was not actually made (look at the stratum column of inputs/corpus.csv)"
 Q2_MARK = "kept in the table, MARKED, excluded from the equivalent-quality comparison (Q2)"
+#: What an attempt a stop signal interrupted is, wherever it is listed (stats, decision, report).
+INTERRUPTED_LINE = ("interrupted: the run was stopped by a signal during this pass; not a failure and counted for "
+                    "nothing (no time, no quality, no feasibility evidence); its slot runs again on resume")
 #: Said of a class no variant ever finds: its gate compares 0 with 0 and passes.
 ZERO_RECALL = "recall 0 in every variant, the reference included"
 
@@ -59,6 +62,8 @@ class VariantTimes:
     variant: str
     series: tuple[str, ...]
     passes: tuple[PassTime, ...]
+    #: the attempts a stop signal interrupted (not in ``passes``: counted for nothing, their slot runs again)
+    interrupted: tuple[str, ...] = ()
 
     @property
     def times(self) -> tuple[float, ...]:
@@ -110,6 +115,7 @@ class VariantTimes:
             "times": list(self.times), "median": self.median, "min": self.minimum, "max": self.maximum,
             "spread": self.spread, "n_ok": self.count("ok"), "n_failed": self.count("failed"),
             "n_aborted": self.count("aborted"), "n_excluded": len(self.excluded),
+            "n_interrupted": len(self.interrupted), "interrupted": list(self.interrupted),
             "phase_medians": {p: self.phase_median(p) for p in PHASES},
         }
 
@@ -430,7 +436,8 @@ def campaign_stats(campaign_dir: str | Path | Evidence) -> CampaignStats:
     variants = []
     for name, rows in by_variant.items():  # K6: job times per round, never pooled passes of datasets
         passes = job_rounds(ev.campaign, rows, ev.exclusions, CONCURRENT_NOTE)
-        variants.append(VariantTimes(name, tuple(series_of.get(name, [])), passes))
+        stopped = tuple(r.pass_id for r in ev.interrupted if r.variant == name)
+        variants.append(VariantTimes(name, tuple(series_of.get(name, [])), passes, stopped))
     index = {v.variant: v for v in variants}
     comparisons = []
     for s in ev.campaign.get("series", []):
@@ -542,8 +549,9 @@ def render_stats(stats: CampaignStats) -> str:
         lines.insert(1, incomplete)
     for v in stats.variants:
         series = f" (series {', '.join(v.series)})" if v.series else ""
-        lines.append(f"{v.variant}{series}: {len(v.passes)} attempted, {v.count('ok')} ok, {v.count('failed')} "
-                     f"failed, {v.count('aborted')} aborted, {len(v.excluded)} excluded")
+        stopped = f", {len(v.interrupted)} interrupted" if v.interrupted else ""
+        lines.append(f"{v.variant}{series}: {len(v.passes) + len(v.interrupted)} attempted, {v.count('ok')} ok, "
+                     f"{v.count('failed')} failed, {v.count('aborted')} aborted{stopped}, {len(v.excluded)} excluded")
         shown = []
         for p in v.passes:
             value = f"{fmt_s(p.pass_s)} s" if p.pass_s is not None else "no time"
@@ -551,7 +559,7 @@ def render_stats(stats: CampaignStats) -> str:
             tag += " [excluded]" if p.excluded else ""
             tag += " [concurrent load]" if p.concurrent else ""
             shown.append(f"{p.pass_id} {value}{tag}")
-        lines.append("  every pass, in run order: " + ("; ".join(shown) or "none attempted"))
+        lines.append("  every pass, in run order: " + ("; ".join(shown) or ("none finished" if v.interrupted else "none attempted")))
         if v.times:
             spread = f", spread {_pct(v.spread / v.median)} of median" if v.median else ""  # type: ignore[operator]
             lines.append(f"  median {fmt_s(v.median)} s, min {fmt_s(v.minimum)} s, max {fmt_s(v.maximum)} s over "
@@ -568,6 +576,8 @@ def render_stats(stats: CampaignStats) -> str:
                 lines.append(f"  {p.pass_id} aborted: the process ended during the pass")
         for p in v.excluded:
             lines.append(f"  {p.pass_id} excluded: {p.exclusion_reason}")
+        for pass_id in v.interrupted:
+            lines.append(f"  {pass_id} {INTERRUPTED_LINE}")
     lines += ["", "Comparisons within each series (T5):"]
     lines += [f"  {c.scope}: {c.a} vs {c.b}: {c.text}" for c in stats.comparisons] or ["  no series declared"]
     lines += ["", *render_quality(stats)]
