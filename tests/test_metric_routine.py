@@ -106,6 +106,8 @@ def test_a_failing_routine_fails_only_that_pass_with_one_line(tmp_path, monkeypa
     # the error is the metric's one reason: no threshold, tolerance or subgroup said to fail without a value
     assert wrong["notes"].startswith(f"not accepted: {line}, reproduction target 'bounded' | ")
     assert wrong["threshold_ok"] is None and wrong["tolerance_ok"] is None and wrong["subgroups_ok"] is None
+    text = render_stats(campaign_stats(tmp_path / "routine"))  # stats name the same one reason
+    assert f"passes have a metric_routines:{fn} value; the others NO VALUE: {line}" in text
     assert "second line" not in wrong["notes"] and "Traceback" not in wrong["notes"]
     for pass_id in ("r01-p01-b4-a1", RIGHT, "r04-p02-b4-a1"):  # the reference and the other good passes
         assert rows[pass_id]["metric"] == 1.0 and rows[pass_id]["corpus_accepted"] is True

@@ -511,6 +511,9 @@ def render_quality(stats: CampaignStats) -> list[str]:
                f"{q.max_abs_prob_diff:.2e})"),
         ]
         lines.append(f"  {q.variant}: " + "; ".join(parts))
+        if q.no_value and q.metrics:  # some passes have a value, some not: the others' one reason
+            lines.append(f"    {len(q.metrics)} of {q.completed} passes have a {p.metric.label} value; the others "
+                         f"NO VALUE: {q.no_value}")
         if q.subgroups:
             metric_of = {s.name: (p.metric.label if s.by == "stratum" else "recall") for s in p.subgroups}
             lines.append("    subgroups: " + ", ".join(f"{k} {metric_of.get(k.split(':')[0], '')} {_values(v)}"
