@@ -185,3 +185,18 @@ def test_the_generation_page_says_the_threshold_needs_a_tuning_split_and_where_w
     assert "## The threshold comes from a tuning split" in page
     assert "corpus.tuning_path" in page and "iteralab threshold protocol.toml" in page
     assert "prepare CORPUS --task generation" in page and 'runs_on = "remote"' in page
+
+
+@pytest.mark.parametrize("config, kind", [
+    ({"architectures": ["GPT2LMHeadModel"]}, "hf_causal_lm"),
+    ({"architectures": ["LlamaForCausalLM"]}, "hf_causal_lm"),
+    ({"architectures": ["T5ForConditionalGeneration"], "is_encoder_decoder": True}, "hf_seq2seq"),
+    ({"architectures": ["BertModel"]}, "callable"),  # a tokenizer folder: the generator is a callable to name
+    (None, "callable"),
+])
+def test_the_drafted_model_kind_follows_the_folders_config(tmp_path, config, kind):
+    from iteralab.models.tokens import generation_kind
+
+    if config is not None:
+        (tmp_path / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    assert generation_kind(tmp_path) == kind

@@ -37,8 +37,8 @@ from iteralab.errors import CorpusError
 from iteralab.plan.corpus import load_corpus, write_corpus
 from iteralab.plan.corpusfile import detect_format
 from iteralab.plan.prepare import (COUNTED, DEFAULT_SAMPLE, DEFAULT_STRATA, PREPARE_SCHEMA, Bounds, _mix,
-                                   _refuse_edited_draft, _toml, _without_labels, draw_splits, drop_repeated_texts, parse_sample,
-                                   parse_strata)
+                                   _refuse_edited_draft, _toml, _without_labels, draw_splits, drop_repeated_texts,
+                                   parse_sample, parse_strata)
 from iteralab.plan.prompting import TEXT_FIELD, render_prompts, template_fields
 from iteralab.plan.strata import assign_strata
 
@@ -99,8 +99,8 @@ def length_rules(answers: Sequence[str], tokens: Sequence[int]) -> dict[str, Any
     metric = "exact_match" if median <= SHORT_ANSWER_TOKENS else "token_f1"
     return {
         "max_new_tokens": longest + max(4, math.ceil(longest / 4)),
-        "answers_note": (f"drafted from the reference answers: the longest has {longest} token{'' if longest == 1 else 's'} "
-                         f"(median {median:g}) by "
+        "answers_note": (f"drafted from the reference answers: the longest has {longest} "
+                         f"token{'' if longest == 1 else 's'} (median {median:g}) by "
                          "the model's tokenizer; max_new_tokens leaves a quarter more (at least 4)"),
         "stop": [] if multiline else ["\n"],
         "stop_note": ("some reference answers hold line breaks: no stop string drafted" if multiline else
@@ -120,8 +120,8 @@ def draft_generation_protocol(*, name: str, model_ref: str, model_kind: str, ref
     """A generation job's draft: corpus, prompt, strata and length rules filled; every other choice ``"CHOOSE"``."""
     strata_toml = ", ".join(f"{n} = [{lo}]" if hi is None else f"{n} = [{lo}, {hi}]" for n, (lo, hi) in strata.items())
     if model_kind == "callable":
-        model = (f'kind = "callable"\ncallable = "CHOOSE: package.module:function"   # your generator: a list of prompts '
-                 f'in, a list of texts out\npath = {_toml(model_ref)}   # the tokenizer that counts the tokens')
+        model = ('kind = "callable"\ncallable = "CHOOSE: package.module:function"   # your generator: a list of '
+                 f'prompts in, a list of texts out\npath = {_toml(model_ref)}   # the tokenizer that counts the tokens')
     else:
         model = f"kind = {_toml(model_kind)}\npath = {_toml(model_ref)}"
     return Template(GENERATION_DRAFT_TEMPLATE.read_text(encoding="utf-8")).substitute(
@@ -216,7 +216,8 @@ def _prompt_columns(template: str, reference: str, columns: Sequence[str], sourc
     try:
         named = [n for n in template_fields(template) if n != TEXT_FIELD]
     except ValueError as exc:
-        raise CorpusError(f"--prompt: not a prompt template ({exc})", hint="write {{ and }} for literal braces") from None
+        raise CorpusError(f"--prompt: not a prompt template ({exc})",
+                          hint="write {{ and }} for literal braces") from None
     if TEXT_FIELD not in template_fields(template):
         raise CorpusError("--prompt: the template never names {text}", hint="every document's text must enter its "
                                                                             "prompt, e.g. --prompt 'Summarise: {text}'")
