@@ -139,28 +139,73 @@ def test_a_draft_callable_still_marked_choose_is_refused_in_one_line():
                        "p.toml")
 
 
-def test_threshold_measures_a_generation_job_on_its_tuning_split(tmp_path, tok, capsys, answerer):
+GENERATION_DRAFT = """schema_version = 1
+name = "answers"
+question = "CHOOSE: which configuration?"
+
+[task]
+kind = "generation"
+
+[generation]
+prompt = "{text}\\nQuestion: {question}\\nAnswer:"
+max_new_tokens = 6
+stop = ["\\n"]
+
+[corpus]
+path = "final.csv"
+tuning_path = "tuning.csv"
+classes = []
+reference_column = "answer"
+
+[model]
+kind = "callable"
+callable = "CALLABLE"
+
+[metric]
+name = "token_f1"
+threshold = "CHOOSE"
+relative_tolerance = "CHOOSE"
+reference_variant = "b4"
+
+[[subgroups]]
+name = "length"
+by = "stratum"
+
+[[variants]]
+name = "b4"
+batch_size = 4
+"""
+
+
+def test_threshold_measures_a_generation_job_on_its_tuning_split(tmp_path, capsys, answerer):
     from iteralab.campaign.verdict.textmetrics import corpus_score
     from iteralab.plan.prepare import suggest_threshold
 
-    out = tmp_path / "prep"
-    assert prepare(capsys, write_answers(tmp_path / "answers.csv"), tok, out)[0] == 0
-    draft = out / "protocol.toml"
-    draft.write_text(re.sub(r'callable = "CHOOSE[^\n]*', f'callable = "{answerer}"',
-                            draft.read_text(encoding="utf-8")).replace('name = "exact_match"', 'name = "token_f1"'),
-                     encoding="utf-8")
-    before = draft.read_bytes()
+    source = write_answers(tmp_path / "answers.csv", n=30)
+    with open(source, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    for name, part in (("final.csv", rows[:10]), ("tuning.csv", rows[10:])):
+        with open(tmp_path / name, "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(["id", "text", "question", "answer", "stratum"])
+            w.writerows([r["id"], r["text"], r["question"], r["answer"], "short" if i % 2 else "long"]
+                        for i, r in enumerate(part))
+    draft = tmp_path / "protocol.toml"
+    draft.write_text(GENERATION_DRAFT.replace("CALLABLE", answerer), encoding="utf-8")
+    before = {f.name: f.read_bytes() for f in tmp_path.iterdir() if f.is_file()}
     assert main(["threshold", str(draft), "--json"]) == 0, capsys.readouterr().err
     data = json.loads(capsys.readouterr().out)
-    with open(out / "tuning.csv", newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
-    outputs = last_word([f"{r['text']}\nQuestion: {r['question']}\nAnswer:" for r in rows])
-    expected = corpus_score("token_f1", outputs, [r["answer"] for r in rows])
-    assert data["metric_name"] == "token_f1" and data["metric"] == pytest.approx(expected, abs=1e-4)
+    tuning = rows[10:]
+    outputs = last_word([f"{r['text']}\nQuestion: {r['question']}\nAnswer:" for r in tuning])
+    expected = corpus_score("token_f1", outputs, [r["answer"] for r in tuning])
     assert 0.5 < expected < 1  # right but for the two-word answers: a real score, neither 0 nor 1
-    assert data["tuning_size"] == len(rows) and set(data["subgroups"]) <= {"length:short", "length:long"}
-    assert data["suggested_threshold"] == suggest_threshold(expected, "token_f1", f"tuning.csv ({len(rows)} texts)")[0]
-    assert draft.read_bytes() == before  # nothing written
+    assert data["metric_name"] == "token_f1" and data["metric"] == pytest.approx(expected, abs=1e-4)
+    long = [i for i in range(len(tuning)) if i % 2 == 0]
+    assert data["subgroups"]["length:long"] == pytest.approx(corpus_score(
+        "token_f1", [outputs[i] for i in long], [tuning[i]["answer"] for i in long]), abs=1e-4)
+    assert data["tuning_size"] == 20 and data["settings"]["batch_size"] == 4
+    assert data["suggested_threshold"] == suggest_threshold(expected, "token_f1", "tuning.csv (20 texts)")[0]
+    assert {f.name: f.read_bytes() for f in tmp_path.iterdir() if f.is_file()} == before  # nothing written
 
 
 # ------------------------------------------------------------------------------------------------------- pages
