@@ -80,18 +80,29 @@ def prepare_cmd(
     seed: int = typer.Option(0, "--seed", help="Seed of the draw (same source + seed: identical files)."),
     max_length: int = typer.Option(None, "--max-length", min=2, help="Max length the model will use (recorded)."),
     task: str = typer.Option("classification", "--task",
-                             help="Kind of job the draft protocol is for: classification, or embedding (a corpus "
-                                  "with or without labels)."),
+                             help="Kind of job the draft protocol is for: classification, embedding (a corpus "
+                                  "with or without labels), or generation (a reference answer per text)."),
+    reference_column: str = typer.Option(None, "--reference-column",
+                                         help="--task generation: the reference answers' column (default 'answer')."),
+    prompt: str = typer.Option(None, "--prompt",
+                               help="--task generation: the prompt template, e.g. 'Summarise: {text}' (default: "
+                                    "drafted from the corpus columns)."),
 ) -> None:
     """Build the stratified final corpus and a disjoint tuning split with the model's tokenizer (C2, P4)."""
     from iteralab.models.tokens import prepare_for_model
     from iteralab.plan.prepare import parse_sample, parse_strata
+    from iteralab.plan.prepare_generation import generation_lines, generation_options
 
     bounds = parse_strata(strata)
     record = prepare_for_model(source, out, model=model, id_column=id_column or "id",
                                require_id=id_column is not None, text_column=text_column,
                                label_column=label_column, strata=bounds, sample=parse_sample(sample, bounds),
-                               tuning=tuning, seed=seed, max_length=max_length, task=task)
+                               tuning=tuning, seed=seed, max_length=max_length, task=task,
+                               **generation_options(task, reference_column, prompt))
+    if record.get("task") == "generation":
+        for line in generation_lines(record, out):
+            typer.echo(line)
+        return
     for name, mix in record["counts"]["final"].items():
         typer.echo(f"final {name}: {sum(mix.values())} texts ({', '.join(f'{c} {n}' for c, n in mix.items())})")
     typer.echo(f"tuning: {record['tuning_size']} texts, disjoint from final by id and text")

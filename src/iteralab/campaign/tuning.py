@@ -5,7 +5,9 @@ Reads a protocol, a draft whose threshold is still ``"CHOOSE"`` included (only t
 validated: corpus, model, metric name, subgroups, variants, run device), its tuning split and its model. Writes
 nothing: the protocol file, its lock and any campaign are left as they are. The suggestion follows the rule of
 ``iteralab head train`` (:func:`iteralab.plan.prepare.suggest_threshold`); the metric and the subgroups are the
-campaign's own (:mod:`iteralab.campaign.verdict.evaluate`).
+campaign's own (:mod:`iteralab.campaign.verdict.evaluate`). A generation job's model answers the tuning split's
+prompts (rendered as a pass renders them, with the protocol's decoding limits) and is scored against the split's
+reference answers with the protocol's text metric.
 """
 
 from __future__ import annotations
@@ -21,14 +23,17 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from iteralab.campaign.engines.passes import error_text
 from iteralab.campaign.verdict.evaluate import Expected, metric_of_codes, subgroup_metrics
+from iteralab.campaign.verdict.textmetrics import corpus_score
 from iteralab.errors import CorpusError, IteraError, ProtocolError, WorkloadError
 from iteralab.models import factory
+from iteralab.models.generation import GenerationSettings
 from iteralab.plan.corpus import check_disjoint_from_file, load_corpus
 from iteralab.plan.metric import EMBEDDING_METRICS, MetricName, Subgroup
 from iteralab.plan.paths import resolve
 from iteralab.plan.prepare import suggest_threshold
 from iteralab.plan.protocol import CorpusSpec, Dataset, ModelSpec, Variant, parse_toml, read_protocol_text, refusal
 from iteralab.plan.tables import corpus_sources
+from iteralab.plan.task import GenerationSpec, TaskSpec
 from iteralab.plan.values import Text
 
 #: Batch size when the protocol names no reference variant to take it from.
@@ -55,6 +60,8 @@ class TuningView(_Loose):
     """What the tuning measurement reads of a protocol. A threshold or tolerance still ``"CHOOSE"``, the
     question, the calendar and the rest are not read here: ``lock`` checks them."""
 
+    task: TaskSpec = TaskSpec()
+    generation: GenerationSpec | None = None
     corpus: CorpusSpec
     datasets: tuple[Dataset, ...] = ()
     model: ModelSpec
@@ -67,6 +74,9 @@ class TuningView(_Loose):
     def _strata(self) -> TuningView:
         if any(s.by == "stratum" for s in self.subgroups) and not self.corpus.stratum_column:
             raise ValueError("a subgroup by 'stratum' needs corpus.stratum_column")
+        if self.task.kind == "generation" and (self.generation is None or not self.corpus.reference_column):
+            raise ValueError("a generation job's tuning measurement needs the [generation] table (the prompt and "
+                             "max_new_tokens) and corpus.reference_column (the reference answers it is scored on)")
         if self.metric.name in EMBEDDING_METRICS:
             raise ValueError(f"metric {self.metric.name!r}: the tuning measurement suggests a classifier's threshold "
                              "only so far; measure an embedding job's metric with a campaign on the tuning split")
@@ -136,6 +146,8 @@ def measure_tuning(protocol_path: str | os.PathLike[str], *, progress: Progress 
                             "model on", hint="declare the tuning split (iteralab prepare writes tuning.csv); the "
                                              "threshold is never chosen on the final corpus (P4)")
     tuning_file = resolve(path, spec.tuning_path)
+    if view.task.kind == "generation":
+        return _measure_generation(path, view, tuning_file, progress)
     split = _tuning_split(path, view, tuning_file)
     workload, settings = _load(path, view)
     texts, batch = list(split.texts), settings["batch_size"]
@@ -159,15 +171,54 @@ def measure_tuning(protocol_path: str | os.PathLike[str], *, progress: Progress 
                          notes=_notes(view, workload, tuning_file))
 
 
-def _tuning_split(path: Path, view: TuningView, tuning_file: Path) -> Any:
-    """The tuning split with its stratum column when a stratum subgroup is planned, checked disjoint (P4) from
-    each final corpus the protocol names that exists yet."""
+def _measure_generation(path: Path, view: TuningView, tuning_file: Path, progress: Progress | None) -> TuningMeasure:
+    """A generation job's model on the tuning split: every prompt rendered from the split's text and columns as a
+    pass renders it, generated greedily with the protocol's limits, scored against the split's reference answers
+    with the protocol's metric (overall and per planned stratum group)."""
+
+    spec, generation = view.corpus, view.generation
+    assert generation is not None and spec.reference_column
+    reference = spec.reference_column
+    split = _tuning_split(path, view, tuning_file, extra=[reference, *generation.columns])
+    missing = [i for i, answer in zip(split.ids, split.columns[reference]) if answer is None]
+    if missing:
+        raise CorpusError(f"{tuning_file}: id {missing[0]!r} has no reference answer in column {reference!r} "
+                          f"({len(missing)} such rows)", hint="give every tuning document its reference answer")
+    workload, settings = _load(path, view)
+    prompts = generation.render_all(split.texts, {name: split.columns[name] for name in generation.columns})
+    outputs: list[str] = []
+    for start in range(0, len(prompts), settings["batch_size"]):
+        outputs += workload.generate(prompts[start:start + settings["batch_size"]]).texts
+        if progress is not None:
+            progress(len(outputs), len(prompts))
+    references = [str(answer) for answer in split.columns[reference]]
+    measured = corpus_score(view.metric.name, outputs, references)
+    subgroups: dict[str, float | None] = {}
+    for sg in (s for s in view.subgroups if s.by == "stratum"):
+        strata = split.columns[spec.stratum_column]
+        for group in sorted({g for g in strata if g is not None}):
+            rows = [i for i, g in enumerate(strata) if g == group]
+            subgroups[f"{sg.name}:{group}"] = corpus_score(view.metric.name, [outputs[i] for i in rows],
+                                                           [references[i] for i in rows])
+    suggested, how = suggest_threshold(measured, view.metric.name, f"{tuning_file.name} ({len(split)} texts)")
+    return TuningMeasure(protocol=str(path), tuning=str(tuning_file), tuning_size=len(split),
+                         metric_name=view.metric.name, metric=measured, subgroups=subgroups,
+                         suggested_threshold=suggested, how=how, settings=settings,
+                         notes=_notes(view, workload, tuning_file))
+
+
+def _tuning_split(path: Path, view: TuningView, tuning_file: Path, extra: list[str] | None = None) -> Any:
+    """The tuning split with its stratum column when a stratum subgroup is planned (and the ``extra`` columns a
+    generation job reads: its reference answers, the columns its prompt names), checked disjoint (P4) from each
+    final corpus the protocol names that exists yet."""
 
     spec = view.corpus
     columns = {"id_column": spec.id_column, "text_column": spec.text_column, "label_column": spec.label_column}
     by_stratum = any(s.by == "stratum" for s in view.subgroups)
-    split = load_corpus(tuning_file, classes=spec.classes, **columns,
-                        extra_columns=[spec.stratum_column] if by_stratum and spec.stratum_column else [])
+    wanted = [spec.stratum_column] if by_stratum and spec.stratum_column else []
+    wanted += [name for name in extra or () if name not in wanted]
+    split = load_corpus(tuning_file, classes=spec.classes, **columns, extra_columns=wanted,
+                        require_labels=view.task.kind != "generation")
     if len(split) == 0:
         raise CorpusError(f"{tuning_file}: the tuning split holds no text", hint="prepare a larger tuning split")
     for source in corpus_sources(spec, view.datasets):
@@ -187,12 +238,17 @@ def _load(path: Path, view: TuningView) -> tuple[Any, dict[str, Any]]:
                 "batch_size": reference.batch_size if reference else DEFAULT_BATCH,
                 "device": (reference.device if reference and reference.device else view.run.device)}
     where = model.callable if model.kind == "callable" else model.path
+    generation = view.generation if view.task.kind == "generation" else None
+    options: dict[str, Any] = {} if generation is None else {"task": "generation", "generation": GenerationSettings(
+        max_new_tokens=generation.max_new_tokens, stop=generation.stop, chat_template=generation.chat_template,
+        allow_truncation=generation.allow_truncation, prompt_max_length=model.max_length)}
     try:
         workload = factory.load_workload(
             model.kind, path=resolve(path, model.path), head=resolve(path, model.head), callable_ref=model.callable,
             classes=view.corpus.classes, precision=settings["precision"],
             device="cpu" if model.kind == "callable" else settings["device"], max_length=model.max_length,
-            truncation=model.truncation, padding=settings["padding"], trust_remote_code=model.trust_remote_code)
+            truncation=model.truncation, padding=settings["padding"], trust_remote_code=model.trust_remote_code,
+            **options)
     except IteraError as exc:
         raise WorkloadError(f"{path}: model ({model.kind}, {where}) not loadable: {exc.message}",
                             hint=exc.hint or "check the [model] table") from None

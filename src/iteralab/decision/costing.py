@@ -24,6 +24,32 @@ CPU_ONLY = ("ran on CPU only: no rental GPU was observed and the catalog lists n
             "CPU model and core count, so no package is priced from these runs")
 
 
+def remote_work(service: str) -> str:
+    """Why a campaign whose callable sends its work to another machine (``model.runs_on = "remote"``) is never
+    priced: the hardware the manifest observed is the caller's, not the one that did the work."""
+    return (f"the model's work ran on the remote service {service!r} (model.runs_on = 'remote'), which was not "
+            "observed as rental hardware: the times are that service's as seen from the caller, network included, "
+            "so no package is priced from them (run the model on the rental itself to price it)")
+
+
+def observed_label(ev: Evidence) -> str:
+    """The hardware a campaign's times measure: the observed machine's label, or, for a callable that sends its
+    work elsewhere, the remote service named by the protocol, called from the observed machine."""
+    service = ev.protocol.model.remote_service
+    label = ev.hardware.label
+    return label if service is None else f"remote service {service!r} (called from {label})"
+
+
+def observed_line(ev: Evidence) -> str:
+    """What was observed of a campaign's hardware, in words (the decision note's covered load)."""
+    service = ev.protocol.model.remote_service
+    if service is None:
+        return f"hardware observed {ev.hardware.label}"
+    return (f"hardware observed {ev.hardware.label}, which ran the caller only: the model's work ran on the remote "
+            f"service {service!r} (model.runs_on = 'remote'), not observed; the times are that service's as seen "
+            "from this machine, network included")
+
+
 # ------------------------------------------------------------------------------------------- pricing
 
 
@@ -121,7 +147,11 @@ def _cards_note(variant: str, workers: int, entry: CatalogEntry, lots: int) -> t
 
 def price_config(ev: Evidence, times: VariantTimes, window: WindowInfo, accepted: int, catalog: Catalog,
                  lots: int) -> Pricing:
-    """Cheapest listed package of the observed GPU that covers the window, via the kit's functions."""
+    """Cheapest listed package of the observed GPU that covers the window, via the kit's functions; never for a
+    callable whose work runs on a remote service (the observed hardware did not do it)."""
+    service = ev.protocol.model.remote_service
+    if service is not None:
+        return Pricing(reason=remote_work(service))
     name, reason = _observed_gpu(ev, times)
     hw = ev.hardware
     if name is None and not hw.gpus and hw.cpu:

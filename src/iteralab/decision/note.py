@@ -9,7 +9,7 @@ from typing import Any
 
 from iteralab.campaign.manifest import rocm_compatibility, rocm_compatibility_line
 from iteralab.common.files import dumps_json, write_text_atomic
-from iteralab.decision.costing import CPU_ONLY
+from iteralab.decision.costing import CPU_ONLY, observed_line, remote_work
 from iteralab.decision.job import render_job
 from iteralab.decision.rule import SCOPE, Config, Decision, package_summary
 from iteralab.economics.pricing import EXPENSES_APART, EXPENSES_COUNTED, format_amount
@@ -45,10 +45,24 @@ def cpu_only(d: Decision) -> bool:
     return bool(done) and all(c.pricing.reason == CPU_ONLY for c in done)
 
 
+def shared_unpriced(d: Decision) -> str | None:
+    """The one reason every configuration that completed its passes is unpriced for, when it is the campaign's own
+    (no GPU observed, or the work ran on a remote service), so that it is said once; None otherwise."""
+    if cpu_only(d):
+        return CPU_ONLY
+    service = d.evidence[0].protocol.model.remote_service
+    done = [c for c in d.configs if not c.failures]
+    if len(d.evidence) == 1 and service is not None and done and all(c.pricing.reason == remote_work(service)
+                                                                      for c in done):
+        return remote_work(service)
+    return None
+
+
 def exclusion_lines(d: Decision) -> list[tuple[str, str]]:
     """(who, why) for every configuration left out of the choice, and every excluded pass."""
-    common = cpu_only(d)
-    lines = [("every configuration", f"not priced, {CPU_ONLY}")] if common else []
+    shared = shared_unpriced(d)
+    common = shared is not None
+    lines = [("every configuration", f"not priced, {shared}")] if common else []
     for c in d.configs:
         unpriced = not (c.pricing.priced or c.failures or common)
         why = list(c.exclusions) + ([f"not priced: {c.pricing.reason}"] if unpriced else [])
@@ -101,6 +115,15 @@ def _parallel_words(d: Decision, c: Config, v: Any) -> str:
     return f"data-parallel over {n} {'cards' if on_gpu else 'CPU processes'}, "
 
 
+def setting_words(protocol: Any, v: Any) -> str:
+    """A variant's settings in words: batch size, precision, bucketing, padding, compile; for a callable, which owns
+    its model, precision and tokenization, the batch size alone (the others apply to nothing it does)."""
+    if protocol.model.kind == "callable":
+        return f"batch size {v.batch_size} (the callable owns its model, precision and padding)"
+    return (f"batch size {v.batch_size}, precision {v.precision}, bucketing {'on' if v.bucketing else 'off'}, "
+            f"padding {v.padding}, compile {'on' if v.compile else 'off'}")
+
+
 def render_decision(d: Decision) -> str:
     """The decision note (Markdown, D2): deterministic, so it can be compared with a golden file."""
     proto = d.evidence[0].campaign["protocol"]
@@ -134,9 +157,8 @@ def _decision_lines(d: Decision) -> list[str]:
     if chosen is not None:
         out.append(f"**Chosen setting: {chosen.key}**: {package_summary(chosen)}.")
         v = p.variant(chosen.variant)
-        out.append(f"Setting: batch size {v.batch_size}, precision {v.precision}, bucketing "
-                   f"{'on' if v.bucketing else 'off'}, padding {v.padding}, compile {'on' if v.compile else 'off'}, "
-                   f"{_parallel_words(d, chosen, v)}{d.lots} lot{'s' if d.lots != 1 else ''}.")
+        out.append(f"Setting: {setting_words(p, v)}, {_parallel_words(d, chosen, v)}{d.lots} "
+                   f"lot{'s' if d.lots != 1 else ''}.")
     else:
         out.append(f"**{d.one_line[0].upper()}{d.one_line[1:]}.**")
     out += ["", "Both halves of the answer:", "", "- **Configuration on each observed machine** (no price is needed "
@@ -145,9 +167,7 @@ def _decision_lines(d: Decision) -> list[str]:
         out.append(f"  - {m.line}")
         if m.chosen is not None:
             v = p.variant(m.chosen.variant)
-            out.append(f"    setting: batch size {v.batch_size}, precision {v.precision}, bucketing "
-                       f"{'on' if v.bucketing else 'off'}, padding {v.padding}, compile "
-                       f"{'on' if v.compile else 'off'}"
+            out.append(f"    setting: {setting_words(p, v)}"
                        + (f", {_parallel_words(d, m.chosen, v).rstrip(', ')}" if v.data_parallel > 1 else ""))
     out.append(f"- **Rental**: {d.rental_line}")
     out += [f"- **{n}**" for n in d.notes if n.startswith("PARTIAL DECISION")]
@@ -175,7 +195,7 @@ def _covered_load_lines(d: Decision, c4: dict[str, str | None]) -> list[str]:
             f"{p.reproduction.target}",
             f"- catalog version {d.catalog.version} dated {d.catalog.date.isoformat()}, priced from "
             f"{d.catalog_source}",
-            *(f"- campaign `{e.folder}`: hardware observed {e.hardware.label}"
+            *(f"- campaign `{e.folder}`: {observed_line(e)}"
               + (f"; {c4[e.folder]}" if c4.get(e.folder) else "") for e in d.evidence),
             "", "## Reasons", "", *(f"- {r}" for r in d.reasons), ""]
 

@@ -33,7 +33,8 @@ from iteralab.evidence.stats import (MISSING_SUBGROUP, Q2_MARK, CampaignStats, V
 from iteralab.decision.job import JobPlan, plan_job
 from iteralab.evidence.datasets import DatasetVerdict, dataset_verdicts, feasibility_by_source
 from iteralab.evidence.feasibility import feasibility
-from iteralab.decision.costing import CPU_ONLY, Pricing, pricing_catalog, match_gpu, price_config
+from iteralab.decision.costing import (CPU_ONLY, Pricing, match_gpu, observed_label, price_config, pricing_catalog,
+                                      remote_work)
 from iteralab.decision.windows import WindowInfo, job_window, observed_span, planned_window, projected_window
 
 
@@ -168,7 +169,7 @@ def _quality_exclusions(q: VariantQuality, metric: MetricSpec, reference: str = 
 
 
 def _hardware_keys(evidence: list[Evidence]) -> list[str]:
-    labels = [ev.hardware.label for ev in evidence]
+    labels = [observed_label(ev) for ev in evidence]
     return [f"{label} [{ev.folder.name}]" if labels.count(label) > 1 else label for label, ev in zip(labels, evidence)]
 
 
@@ -252,7 +253,9 @@ class Decision:
             "corpus": {"fingerprint": ev.fingerprint, "size": ev.corpus_size,
                        **({"datasets": [{k: d[k] for k in ("name", "fingerprint", "size")}
                                         for d in ev.campaign["datasets"]]} if ev.campaign.get("datasets") else {})},
-            "campaigns": [{"folder": str(e.folder), "hardware": e.hardware.to_dict()} for e in self.evidence],
+            "campaigns": [{"folder": str(e.folder), "hardware": e.hardware.to_dict(),
+                           "work_ran_on": {"runs_on": e.protocol.model.runs_on,
+                                           "service": e.protocol.model.remote_service}} for e in self.evidence],
             "catalog": {**self.catalog.to_dict(), "source": self.catalog_source}, "lots": self.lots, "project": self.project,
             "planned_window": self.planned.to_dict(),
             "observed_spans": [o.to_dict() if o else None for o in self.observed],
@@ -341,10 +344,10 @@ def _uncertainties(ev: Evidence, stats: list[CampaignStats], configs: list[Confi
     a planned window, thresholds tuned on the final corpus."""
     uncertain: list[str] = []
     for st in stats:
-        uncertain += [f"{st.evidence.hardware.label}, {c.scope}: {c.a} vs {c.b}: {c.text}"
+        uncertain += [f"{observed_label(st.evidence)}, {c.scope}: {c.a} vs {c.b}: {c.text}"
                       for c in st.comparisons if not c.distinguished]
     for st in stats:
-        uncertain += [f"{st.evidence.hardware.label}: {line}" if len(stats) > 1 else line
+        uncertain += [f"{observed_label(st.evidence)}: {line}" if len(stats) > 1 else line
                       for line in st.zero_recall()]
     gating = [s.name for s in ev.protocol.subgroups if s.gating]
     for name in gating:
@@ -380,6 +383,8 @@ def _decision_notes(evidence: list[Evidence], stats: list[CampaignStats], config
     notes += list(dict.fromkeys(c.pricing.note for c in configs if c.pricing.note))  # X3: cards and lots
     notes += [f"PARTIAL DECISION (--partial): {line}" for line in incomplete]
     for ev in evidence:
+        if ev.protocol.model.remote_service is not None:
+            continue  # the cards seen here did not do the work: nothing to compare with a lot
         for name in sorted(set(ev.hardware.gpus)):
             entry = match_gpu(name, cat)
             seen = ev.hardware.gpus.count(name)
@@ -504,6 +509,11 @@ def _apply_rule(configs: list[Config], ev: Evidence,
                     detail += f" ({compare(first.times, second.times, names=(first.key, second.key)).text})"
             reasons += [detail, "the choice of rental cannot be made from CPU runs: run the same protocol on the "
                                 "rental GPUs and decide again"]
+        elif eligible and ev.protocol.model.remote_service is not None:
+            line = f"not priced: {remote_work(ev.protocol.model.remote_service)}"
+            reasons.append(f"decision-equivalent configurations (all documents, quality within the tolerance, "
+                           f"deadline): {', '.join(c.key for c in eligible)}; to choose a rental, run the model on "
+                           "the rental's hardware itself (model.runs_on = 'local') and decide again")
         elif eligible and not ev.protocol.calendar.tasks:
             line = f"not priced: {NO_TASKS}"  # the cause, not its consequence on each configuration
             reasons += [f"{c.key}: {c.pricing.reason}" for c in eligible]

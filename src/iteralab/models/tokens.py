@@ -221,6 +221,22 @@ def model_kind(folder: Path) -> str:
         else "encoder_head"
 
 
+def generation_kind(folder: Path) -> str:
+    """A generation job's model kind from the folder's config: ``hf_seq2seq`` for an encoder-decoder,
+    ``hf_causal_lm`` for a causal LM, else ``callable`` (a folder that only holds the tokenizer counting tokens)."""
+
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "callable"
+    architectures = [str(a) for a in config.get("architectures") or []]
+    if config.get("is_encoder_decoder") and any(a.endswith("ForConditionalGeneration") for a in architectures):
+        return "hf_seq2seq"
+    if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures):
+        return "hf_causal_lm"
+    return "callable"
+
+
 def model_labels(folder: Path) -> list[str] | None:
     """A classifier's labels in its output order (config.json ``id2label``), or None."""
 
@@ -244,11 +260,18 @@ def resolve_model(ref: str) -> tuple[Path, str]:
 
 
 def prepare_for_model(source: str | Path, out: str | Path, *, model: str, **options: Any) -> dict[str, Any]:
-    """``iteralab prepare``: token counts by ``model``'s own tokenizer, then :func:`plan.prepare.prepare_corpus`."""
+    """``iteralab prepare``: token counts by ``model``'s own tokenizer, then :func:`plan.prepare.prepare_corpus`
+    (or, for ``task="generation"``, :func:`plan.prepare_generation.prepare_generation`)."""
 
     folder, ref = resolve_model(model)
     tokenizer = load_tokenizer(folder)
     info = {"model": ref, "class": type(tokenizer).__name__, "files": tokenizer_hashes(folder)}
+    if options.get("task") == "generation":
+        from iteralab.plan.prepare_generation import prepare_generation
+
+        kept = {k: v for k, v in options.items() if k not in ("task", "label_column")}  # no labels to read
+        return prepare_generation(source, out, token_length=token_counter(tokenizer), tokenizer=info, model_ref=ref,
+                                  model_kind=generation_kind(folder), **kept)
     kind = "encoder" if options.get("task") == "embedding" else model_kind(folder)
     order = model_labels(folder) if kind == "hf_classifier" else None
     return prepare_corpus(source, out, token_length=token_counter(tokenizer), tokenizer=info, model_ref=ref,

@@ -44,8 +44,9 @@ class CorpusSpec(_Strict):
     stratum_column: Text | None = Field(default="stratum", description=(
         "Column holding each row's length stratum (checked against its token count)."))
     classes: tuple[Text, ...] = Field(description=(
-        "The class names, in the order of the model's outputs (lock checks it against config.json or the head); "
-        "at least two, or none ([]) only for an embedding job's corpus without labels."))
+        "A classification job's class names, in the order of the model's outputs (lock checks it against "
+        "config.json or the head), at least two: classes belong to classification jobs. A generation job's corpus "
+        "has references, not labels ([]); an embedding job's may name its labels' classes, or none ([])."))
     strata: dict[str, tuple[Whole, ...]] = Field(default_factory=dict, description=(
         "Token-length strata by the model's own tokenizer: name -> [min, max] inclusive, or [min] open-ended."))
 
@@ -53,8 +54,8 @@ class CorpusSpec(_Strict):
     @classmethod
     def _two_or_none(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         if len(value) == 1:
-            raise ValueError("List should have at least 2 items (or none: [] for an embedding job's corpus without "
-                             "labels)")
+            raise ValueError("List should have at least 2 items (a classification job's classes), or none ([]) for "
+                             "a corpus without labels (a generation job's, or an embedding job's)")
         return value
 
     @field_validator("strata")
@@ -108,6 +109,13 @@ class ModelSpec(_Strict):
         "Truncate texts longer than max_length (otherwise the tokenizer refuses them)."))
     trust_remote_code: Flag = Field(default=False, description=(
         "Allow the model folder's own code to run (transformers' trust_remote_code)."))
+    runs_on: Literal["local", "remote"] = Field(default="local", description=(
+        "Where a callable's work runs: local (this machine: timed and priced as the hardware observed here) or "
+        "remote (an API or a server on another machine: the times include the service and the network, and no "
+        "rental package is priced from them)."))
+    service: Text | None = Field(default=None, description=(
+        "runs_on = \"remote\": the remote service's name (e.g. \"vLLM on the team's A100 server\"), named in the "
+        "decision as where the work ran."))
 
     @model_validator(mode="after")
     def _complete(self) -> ModelSpec:
@@ -117,7 +125,28 @@ class ModelSpec(_Strict):
             raise ValueError("model.head (a safetensors file) is required for kind 'encoder_head'")
         if self.kind == "callable" and not self.callable:
             raise ValueError("model.callable ('package.module:function') is required for kind 'callable'")
+        if (self.callable or "").lstrip().upper().startswith("CHOOSE"):
+            raise ValueError("model.callable is still marked CHOOSE: name your function as 'package.module:function' "
+                             "(its module importable: its folder on PYTHONPATH)")
         return self
+
+    @model_validator(mode="after")
+    def _where_it_runs(self) -> ModelSpec:
+        if self.runs_on == "remote" and self.kind != "callable":
+            raise ValueError(f"model.runs_on = 'remote' is for a callable that sends its work elsewhere; kind "
+                             f"{self.kind!r} runs here (remove runs_on)")
+        if self.runs_on == "remote" and not (self.service or "").strip():
+            raise ValueError("model.runs_on = 'remote' needs model.service: the remote service's name (e.g. \"vLLM on "
+                             "the team's A100 server\"), named in the decision as where the work ran")
+        if self.service is not None and self.runs_on != "remote":
+            raise ValueError("model.service names a remote service: declare model.runs_on = 'remote' beside it, or "
+                             "remove it")
+        return self
+
+    @property
+    def remote_service(self) -> str | None:
+        """The remote service a callable sends its work to (``runs_on = "remote"``); None when the work runs here."""
+        return self.service if self.runs_on == "remote" else None
 
 
 class Checks(_Strict):
