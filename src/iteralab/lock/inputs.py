@@ -422,6 +422,19 @@ def lock_warnings(protocol_file: ProtocolFile, entry: dict[str, Any]) -> list[st
     return lines
 
 
+def fingerprinted(inputs: dict[str, Any]) -> list[str]:
+    """What a lock entry's ``inputs`` fingerprinted, in words and in the order they are checked: the corpus (or
+    each dataset), the tuning split, the model files, the metric routine, the queries file and the catalog."""
+    sets = inputs.get("datasets") or {}
+    names = [f"datasets {', '.join(sets)}" if sets else "corpus"]
+    names += ["tuning split"] if inputs.get("tuning") else []
+    names.append("model files")
+    routine, queries = inputs.get("routine"), inputs.get("queries")
+    names += [f"metric routine ({routine.get('file')})"] if isinstance(routine, dict) else []
+    names += [f"queries file ({queries.get('file')})"] if isinstance(queries, dict) else []
+    return [*names, "catalog"]
+
+
 def _fingerprint_file(protocol_file: ProtocolFile, declared: str | None, *, tuning: bool = False) -> dict[str, Any]:
     """The lock's record of one corpus file (a dataset, the final corpus or, ``tuning``, the tuning split),
     read in record batches."""
@@ -561,5 +574,5 @@ def compare_inputs(path: Path, entry: dict[str, Any], inputs: dict[str, Any]) ->
 
 
 __all__ = ["InputScans", "SourceScans", "check_inputs", "check_model_classes", "describe_change",
-           "fingerprint_inputs", "lock", "lock_warnings", "model_files", "names_id_column",
+           "fingerprint_inputs", "fingerprinted", "lock", "lock_warnings", "model_files", "names_id_column",
            "scan_source", "scan_sources"]

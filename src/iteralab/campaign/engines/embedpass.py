@@ -97,7 +97,7 @@ def embed_queries(spec: Any, workload: Any, clock: Any, result: dict[str, Any]) 
     t0 = clock.now()
     sink = VectorWriter(Path(spec.prediction_dir) / queries_file_name(spec.pass_id))
     try:
-        queries = load_queries(spec.queries_path)
+        queries = load_queries(spec.queries_path, **(spec.queries_columns or {}))
         ids = pa.array(list(queries.ids), pa.string())
         size = max(1, int(spec.variant["batch_size"]))
         for start in range(0, len(queries), size):
