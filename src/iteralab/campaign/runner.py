@@ -152,7 +152,7 @@ def prepare(locked: str | os.PathLike[str] | LockedProtocol, out: str | os.PathL
                   "head": _as_text(locked.where(model.head)),
                   "callable": model.callable, "max_length": model.max_length, "truncation": model.truncation,
                   "trust_remote_code": model.trust_remote_code, "files": carried["files"],
-                  **embedding_record(protocol), **generation_record(protocol)},
+                  **embedding_record(protocol, locked.where(model.path)), **generation_record(protocol)},
         "tuning": tuning,
         "catalog": catalog,
         "schedule": {"design": design, "slots": [s.record() for s in slots]},

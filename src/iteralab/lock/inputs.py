@@ -29,6 +29,7 @@ from iteralab.lock.datasets import first_overlap
 from iteralab.lock.lockrecords import (RECORDS_ENCODING, LockRecords, OverlapKeys, Suspects, corpus_fields,
                                        corpus_fingerprints, keys_of, shared_keys)
 from iteralab.lock.usercode import module_spec, queries_change, queries_fingerprint, routine_fingerprint
+from iteralab.models.stfolder import check_pooling
 from iteralab.models.tokens import PromptLengthCheck, RowStrataCheck, model_labels
 from iteralab.plan.corpus import Pairs, check_disjoint
 from iteralab.plan.engines import ray_gpu_problem
@@ -171,6 +172,7 @@ def lock(protocol: str | os.PathLike[str] | ProtocolFile, *, now: datetime | Non
     protocol_file = as_protocol_file(protocol)
     inputs = fingerprint_inputs(protocol_file)
     check_model_classes(protocol_file)
+    check_pooling(protocol_file.protocol, protocol_file.where(protocol_file.protocol.model.path), protocol_file.source)
     check_ray_gpus(protocol_file, cluster_resources or ray_cluster_resources)
     entry = _record_lock(protocol_file, now=now, allow_large=allow_large, inputs=inputs)
     _require_fingerprints(protocol_file.path, entry)

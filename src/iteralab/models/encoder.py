@@ -13,8 +13,7 @@ import torch
 from iteralab.errors import WorkloadError
 from iteralab.models.base import Settings, check_settings
 from iteralab.models.hf import HFText, load_pretrained
-
-POOLINGS = ("mean", "cls")
+from iteralab.models.stfolder import POOLINGS
 
 
 def pooling_of(pooling: str, normalize: bool) -> str:

@@ -122,9 +122,12 @@ class EmbeddingSpec(Strict):
     """How an encoder's vectors are made, and how far a variant's vectors may move from the reference's."""
 
     pooling: Literal["mean", "cls"] = Field(default="mean", description=(
-        "mean over real tokens, or the cls token: an encoder folder's pooling."))
+        "mean over real tokens, or the cls token: an encoder folder's pooling. Absent: the folder's own (a "
+        "sentence-transformers folder's 1_Pooling/config.json), else mean; lock refuses one that contradicts the "
+        "folder's."))
     normalize: Flag = Field(default=True, description=(
-        "L2-normalised vectors (every file checked: unit norm within 1e-3)."))
+        "L2-normalised vectors (every file checked: unit norm within 1e-3); lock refuses a value that contradicts a "
+        "sentence-transformers folder's modules.json (a Normalize module listed or not)."))
     dim: Whole | None = Field(default=None, ge=1, description=(
         "The size of each vector, when declared (checked in every prediction file); absent: the first file's."))
     min_cosine: Number = Field(ge=-1, le=1, description=(
