@@ -125,7 +125,7 @@ def test_a_campaign_whose_protocol_omits_pooling_runs_with_the_folders(tmp_path,
     from iteralab.campaign.folder import read_raw_rows
     from iteralab.campaign.vectors import read_vectors
     from iteralab.evidence.run import run_campaign
-    from iteralab.lock.inputs import lock
+    from iteralab.lock.inputs import check_inputs, lock
 
     shutil.copytree(tiny_encoder_dir, tmp_path / "model")
     st_folder(tmp_path / "model", "cls")
@@ -142,3 +142,8 @@ def test_a_campaign_whose_protocol_omits_pooling_runs_with_the_folders(tmp_path,
         first = model(**tok([corpus_rows()[0][1]], return_tensors="pt")).last_hidden_state[0, 0]
     stored = read_vectors(out / rows["b1"].prediction_file, normalize=True)
     assert np.allclose(stored.vectors[0], (first / first.norm()).numpy(), atol=1e-5)
+    # the Pooling config is a model file: carried with the evidence, and an edit after the lock is refused
+    assert (out / "inputs" / "model" / "1_Pooling" / "config.json").is_file()
+    st_folder(tmp_path / "model", "mean")
+    with pytest.raises(ProtocolError, match=r"model files: 1_Pooling/config.json changed since the lock"):
+        check_inputs(protocol)

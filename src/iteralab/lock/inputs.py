@@ -29,7 +29,7 @@ from iteralab.lock.datasets import first_overlap
 from iteralab.lock.lockrecords import (RECORDS_ENCODING, LockRecords, OverlapKeys, Suspects, corpus_fields,
                                        corpus_fingerprints, keys_of, shared_keys)
 from iteralab.lock.usercode import module_spec, queries_change, queries_fingerprint, routine_fingerprint
-from iteralab.models.stfolder import check_pooling
+from iteralab.models.stfolder import check_pooling, pooling_hashes
 from iteralab.models.tokens import PromptLengthCheck, RowStrataCheck, model_labels
 from iteralab.plan.corpus import Pairs, check_disjoint
 from iteralab.plan.engines import ray_gpu_problem
@@ -69,6 +69,7 @@ def model_files(protocol_file: ProtocolFile) -> dict[str, str]:
             raise ProtocolError(f"{where}: model.path: {folder} has no safetensors weights",
                                 hint="save the model with save_pretrained(..., safe_serialization=True)")
         hashes.update(folder_hashes(folder, prefix="tokenizer/" if model.kind == "callable" else ""))
+        hashes.update(pooling_hashes(folder) if model.kind == "encoder" else {})  # what makes its vectors
     if model.head:
         head = protocol_file.where(model.head)
         if head is None or not head.is_file():

@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from iteralab.common.files import sha256_file
 from iteralab.errors import ProtocolError, WorkloadError
 
-__all__ = ["POOLINGS", "FolderPooling", "check_pooling", "folder_pooling", "pooling_problem", "resolved_pooling"]
+__all__ = ["POOLINGS", "FolderPooling", "check_pooling", "folder_pooling", "pooling_hashes", "pooling_problem",
+           "resolved_pooling"]
 
 #: The poolings an encoder workload computes (``models.encoder``).
 POOLINGS = ("mean", "cls")
@@ -71,6 +73,16 @@ def folder_pooling(folder: Path | None) -> FolderPooling | None:
     modes = [str(declared)] if isinstance(declared, str) else [name for key, name in _MODES.items()
                                                               if config.get(key) is True]
     return FolderPooling("+".join(modes) or None, normalize, config_file, modules_file)
+
+
+def pooling_hashes(folder: Path | None) -> dict[str, str]:
+    """sha256 of the Pooling config a sentence-transformers folder declares, by its path in the folder
+    (``1_Pooling/config.json``): a model file like the top-level ones (``modules.json`` among them), fingerprinted by
+    ``lock``, carried with the evidence and staged by ``rerun``, since the pooling it names makes the vectors."""
+    found = folder_pooling(folder)
+    if found is None or found.pooling_file is None:
+        return {}
+    return {found.pooling_file.relative_to(found.modules_file.parent).as_posix(): sha256_file(found.pooling_file)}
 
 
 def resolved_pooling(spec: Any, folder: Path | None) -> str:
