@@ -34,7 +34,8 @@ def embedding_record(protocol: Any, folder: Path | None = None) -> dict[str, Any
     spec = protocol.embedding
     if protocol.task.kind != "embedding" or spec is None:
         return {}
-    return {"embedding": {"task": "embedding", "pooling": resolved_pooling(spec, folder), "normalize": spec.normalize,
+    encoder = folder if protocol.model.kind == "encoder" else None  # a callable makes its own vectors
+    return {"embedding": {"task": "embedding", "pooling": resolved_pooling(spec, encoder), "normalize": spec.normalize,
                           "dim": spec.dim}}
 
 
