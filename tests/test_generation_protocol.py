@@ -106,7 +106,7 @@ def test_the_two_lists_of_generation_metrics_agree():
     (('relative_tolerance = 0.01', ''), "exactly one of"),
     (('name = "token_f1"', 'name = "macro_f1"'), "a generation job's metric is one of"),
     (('reference_column = "answer"', ''), "declare corpus.reference_column"),
-    (('classes = []', 'classes = ["a", "b"]'), "declare corpus.classes = []"),
+    (('classes = []', 'classes = ["a", "b"]'), "has references, not labels: remove corpus.classes"),
     (('kind = "hf_causal_lm"', 'kind = "encoder"'), "a generation job's model.kind"),
     (('[generation]\nmax_new_tokens = 6', ''), "needs a [generation] table"),
 ])
@@ -115,6 +115,30 @@ def test_generation_protocol_mistakes_are_one_line(edit, expected):
         parse_protocol(generation_protocol(edit), "protocol.toml")
     message = str(info.value)
     assert expected in message and "\n" not in message
+
+
+def test_classes_belong_to_a_classification_job_only():
+    """A generation protocol (and an embedding one) never needs corpus.classes; [] stays accepted; a
+    classification protocol without it is refused in one line naming the key."""
+    generation = parse_protocol(generation_protocol(('classes = []\n', '')))
+    assert generation.corpus.classes == () and "classes" not in generation.corpus.model_fields_set
+    assert parse_protocol(generation_protocol()).corpus.classes == ()
+    from test_embedding import BATCH_VARIANTS, embedding_protocol
+
+    embedding = embedding_protocol('kind = "callable"\ncallable = "fake_embedders:batch4_perturbed"',
+                                   variants=BATCH_VARIANTS, reference="b2", metric='routine = "m:f"')
+    assert 'classes = ["fresh", "rotten"]\n' in embedding
+    assert parse_protocol(embedding.replace('classes = ["fresh", "rotten"]\n', '')).corpus.classes == ()
+    classification = generation_protocol(('[task]\nkind = "generation"', ''), ('[generation]\nmax_new_tokens = 6', ''),
+                                         ('classes = []\n', ''), ('relative_tolerance = 0.01', 'tolerance = 0.01'),
+                                         ('name = "token_f1"', 'name = "accuracy"'),
+                                         ('kind = "hf_causal_lm"', 'kind = "hf_classifier"'),
+                                         ('reference_column = "answer"\n', ''))
+    with pytest.raises(ProtocolError) as info:
+        parse_protocol(classification, "protocol.toml")
+    message = str(info.value)
+    assert "corpus.classes is missing: a classification job declares its class names" in message
+    assert "\n" not in message
 
 
 def test_other_kinds_refuse_the_generation_keys():

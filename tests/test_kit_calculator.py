@@ -304,6 +304,11 @@ CATALOG_CASES = [
         HEADER + "\n1,2026-09-24,,NVIDIA B200,2,7,2071.00,USD\n",
         "error: {f} line 2, field gpu_id: '' is empty; hint: fill in gpu_id",
     ),
+    (  # a record whose quoted name spans lines is named by the line where it starts (as the corpus readers do)
+        HEADER + '\n1,2026-09-24,rtx-4090,"NVIDIA GeForce\nRTX 4090",1,7,110.00,USD\n'
+        '1,2026-09-24,b200,"NVIDIA\nB200",2,7,2071.00,usd\n',
+        "error: {f} line 4, field currency: 'usd' is not a currency code; hint: use ISO 4217, e.g. USD",
+    ),
 ]
 
 

@@ -45,17 +45,14 @@ def lock_cmd(
     allow_large: bool = typer.Option(False, "--allow-large", help="Accept a schedule of more than 10,000 passes."),
 ) -> None:
     """Check every input, then lock: the protocol's hash, the inputs' fingerprints and a UTC timestamp (P2)."""
-    from iteralab.lock.inputs import lock, lock_warnings
+    from iteralab.lock.inputs import fingerprinted, lock, lock_warnings
     from iteralab.plan.lockfile import lock_path, read_protocol_file
 
     source = read_protocol_file(protocol)  # read once: checked, fingerprinted, locked and warned about
     entry = lock(source, allow_large=allow_large)
     typer.echo(f"locked {protocol} version {entry['version']}: sha256 {entry['sha256']} at {entry['locked_at']}")
     typer.echo(f"schedule: {entry['schedule']}")
-    sets = entry["inputs"].get("datasets") or {}
-    corpus = f"datasets {', '.join(sets)}, " if sets else "corpus, "
-    typer.echo("inputs fingerprinted: " + corpus + ("tuning split, " if entry["inputs"].get("tuning") else "")
-               + "model files, catalog")
+    typer.echo("inputs fingerprinted: " + ", ".join(fingerprinted(entry["inputs"])))
     typer.echo(f"lock file: {lock_path(protocol)}")
     for line in lock_warnings(source, entry):
         typer.echo(f"Warning: {line}", err=True)

@@ -65,7 +65,7 @@ def preflight(protocol_file: ProtocolFile) -> Preflight:
                   callable_ref=model.callable,
                   classes=list(protocol.corpus.classes), precision="fp32", device="cpu",
                   max_length=model.max_length, truncation=model.truncation,
-                  trust_remote_code=model.trust_remote_code, **embedding_options(embedding_record(protocol)),
+                  trust_remote_code=model.trust_remote_code, **embedding_options(embedding_record(protocol, protocol_file.where(model.path))),
                           **generation_options({**generation_record(protocol), "max_length": model.max_length}))
     unrunnable = {}
     for variant in protocol.variants:

@@ -77,6 +77,8 @@ class PassSpec:
     spawned_at: float | None = None
     #: recall_at_k: the campaign's copy of the queries file, embedded after the measured pass (``engines.embedpass``)
     queries_path: str | None = None
+    #: the keywords naming its id and text columns (``lock.usercode.queries_columns``); None: the default names
+    queries_columns: Mapping[str, str] | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], what: str = "pass spec") -> PassSpec:

@@ -54,7 +54,7 @@ from iteralab.kit.calcul_forfaits import DEFAULT_CATALOG, KitError, load_catalog
 from iteralab.lock.carry import carry_model_files
 from iteralab.lock.datasets import source_records
 from iteralab.lock.inputs import check_inputs
-from iteralab.lock.usercode import carry_queries, carry_routine
+from iteralab.lock.usercode import carry_queries, carry_routine, queries_columns
 from iteralab.plan.lockfile import LockedProtocol, open_locked
 from iteralab.plan.protocol import Protocol, check_series
 from iteralab.plan.schedule import Slot, schedule_slots
@@ -140,7 +140,7 @@ def prepare(locked: str | os.PathLike[str] | LockedProtocol, out: str | os.PathL
     carried = carry_model_files(locked, out, model_hashes)
     routine = carry_routine((lock_entry.get("inputs") or {}).get("routine"), out, earlier)
     queries = carry_queries((lock_entry.get("inputs") or {}).get("queries"), locked.where(protocol.metric.queries),
-                            out)
+                            out, queries_columns(protocol.metric))
     design, slots = schedule_slots(protocol)
     model = protocol.model
     campaign = {
@@ -152,7 +152,7 @@ def prepare(locked: str | os.PathLike[str] | LockedProtocol, out: str | os.PathL
                   "head": _as_text(locked.where(model.head)),
                   "callable": model.callable, "max_length": model.max_length, "truncation": model.truncation,
                   "trust_remote_code": model.trust_remote_code, "files": carried["files"],
-                  **embedding_record(protocol), **generation_record(protocol)},
+                  **embedding_record(protocol, locked.where(model.path)), **generation_record(protocol)},
         "tuning": tuning,
         "catalog": catalog,
         "schedule": {"design": design, "slots": [s.record() for s in slots]},
@@ -192,6 +192,7 @@ def _pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Sl
         deterministic=protocol.reproduction.deterministic,
         scratch_dir=str(out / SCRATCH),
         queries_path=str(out / campaign["queries"]["file"]) if campaign.get("queries") else None,
+        queries_columns=(campaign.get("queries") or {}).get("columns"),
     )
 
 

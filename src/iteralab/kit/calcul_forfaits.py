@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import math
 import re
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
-from typing import Iterable, NoReturn, Sequence
+from typing import Any, Iterable, Iterator, NoReturn, Sequence
 
 if sys.version_info < (3, 10):  # pragma: no cover - stated once, before the imports that would fail
     sys.exit("calcul_forfaits.py needs Python 3.10 or newer")
@@ -274,6 +275,33 @@ def _read_text(path: Path, shown: str) -> str:
         raise CatalogError(f"{shown}: cannot read the catalog ({exc.strerror or exc})", hint="check the file") from None
 
 
+class CsvRecordError(csv.Error):
+    """A record the CSV reader cannot parse, with the file line where that record starts."""
+
+    def __init__(self, line: int, error: csv.Error) -> None:
+        super().__init__(str(error))
+        self.line, self.error = line, error
+
+
+def numbered_records(reader: Any) -> Iterator[tuple[int, int, list[str]]]:
+    """Each record of a ``csv.reader`` with the file lines where it starts and where it ends, as a person counts
+    the lines of the file (the first is 1): a record whose quoted text spans several lines is numbered by its
+    first. A blank line is a record without fields. Every CSV reader of the kit and of the package numbers its
+    records so (one rule for every error line); a parse error is raised as :class:`CsvRecordError`, which
+    carries the line where the unreadable record starts."""
+    end = 0
+    while True:
+        start = end + 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise CsvRecordError(start, exc) from None
+        end = reader.line_num
+        yield start, end, row
+
+
 def load_catalog(path: str | Path | None = None) -> Catalog:
     """Read and validate a catalog CSV (the shipped ``tarifs-forfaits.csv`` when ``path`` is None).
 
@@ -284,9 +312,9 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
     text = _read_text(file, shown)
     if not text.strip():
         raise CatalogError(f"{shown}: empty file", hint=f"the first line names the columns: {','.join(COLUMNS)}")
-    reader = csv.reader(text.splitlines(keepends=True))
+    records = numbered_records(csv.reader(io.StringIO(text, newline="")))
     try:
-        header = [h.strip() for h in next(reader)]
+        header = [h.strip() for h in next(records)[2]]
         index = {name: header.index(name) for name in COLUMNS if name in header}
         missing = [name for name in COLUMNS if name not in index]
         if missing:
@@ -302,8 +330,7 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
         first: dict[str, tuple[str, int]] = {}
         names: dict[str, tuple[str, int]] = {}
         keys: dict[tuple[str, int], int] = {}
-        for row in reader:
-            line = reader.line_num
+        for line, _, row in records:  # a record's line: where it starts (a quoted text may span lines)
             if not row or all(not cell.strip() for cell in row):
                 continue
             if len(row) != len(header):
@@ -365,8 +392,8 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
                 CatalogEntry(cells["gpu_id"], cells["gpu_name"], cards, days, price, cells["currency"], line,
                              _device_match(shown, line, extra.get("device_match", "")), cores)
             )
-    except csv.Error as exc:
-        raise CatalogError(f"{shown} line {reader.line_num}: not valid CSV ({exc})", hint="check the quotes") from None
+    except CsvRecordError as exc:
+        raise CatalogError(f"{shown} line {exc.line}: not valid CSV ({exc.error})", hint="check the quotes") from None
     if not entries:
         raise CatalogError(f"{shown}: no price rows after the header", hint="add one row per GPU and package length")
     return Catalog(

@@ -29,6 +29,7 @@ from iteralab.lock.datasets import first_overlap
 from iteralab.lock.lockrecords import (RECORDS_ENCODING, LockRecords, OverlapKeys, Suspects, corpus_fields,
                                        corpus_fingerprints, keys_of, shared_keys)
 from iteralab.lock.usercode import module_spec, queries_change, queries_fingerprint, routine_fingerprint
+from iteralab.models.stfolder import check_pooling, pooling_hashes
 from iteralab.models.tokens import PromptLengthCheck, RowStrataCheck, model_labels
 from iteralab.plan.corpus import Pairs, check_disjoint
 from iteralab.plan.engines import ray_gpu_problem
@@ -68,6 +69,7 @@ def model_files(protocol_file: ProtocolFile) -> dict[str, str]:
             raise ProtocolError(f"{where}: model.path: {folder} has no safetensors weights",
                                 hint="save the model with save_pretrained(..., safe_serialization=True)")
         hashes.update(folder_hashes(folder, prefix="tokenizer/" if model.kind == "callable" else ""))
+        hashes.update(pooling_hashes(folder) if model.kind == "encoder" else {})  # what makes its vectors
     if model.head:
         head = protocol_file.where(model.head)
         if head is None or not head.is_file():
@@ -171,6 +173,7 @@ def lock(protocol: str | os.PathLike[str] | ProtocolFile, *, now: datetime | Non
     protocol_file = as_protocol_file(protocol)
     inputs = fingerprint_inputs(protocol_file)
     check_model_classes(protocol_file)
+    check_pooling(protocol_file.protocol, protocol_file.where(protocol_file.protocol.model.path), protocol_file.source)
     check_ray_gpus(protocol_file, cluster_resources or ray_cluster_resources)
     entry = _record_lock(protocol_file, now=now, allow_large=allow_large, inputs=inputs)
     _require_fingerprints(protocol_file.path, entry)
@@ -422,6 +425,19 @@ def lock_warnings(protocol_file: ProtocolFile, entry: dict[str, Any]) -> list[st
     return lines
 
 
+def fingerprinted(inputs: dict[str, Any]) -> list[str]:
+    """What a lock entry's ``inputs`` fingerprinted, in words and in the order they are checked: the corpus (or
+    each dataset), the tuning split, the model files, the metric routine, the queries file and the catalog."""
+    sets = inputs.get("datasets") or {}
+    names = [f"datasets {', '.join(sets)}" if sets else "corpus"]
+    names += ["tuning split"] if inputs.get("tuning") else []
+    names.append("model files")
+    routine, queries = inputs.get("routine"), inputs.get("queries")
+    names += [f"metric routine ({routine.get('file')})"] if isinstance(routine, dict) else []
+    names += [f"queries file ({queries.get('file')})"] if isinstance(queries, dict) else []
+    return [*names, "catalog"]
+
+
 def _fingerprint_file(protocol_file: ProtocolFile, declared: str | None, *, tuning: bool = False) -> dict[str, Any]:
     """The lock's record of one corpus file (a dataset, the final corpus or, ``tuning``, the tuning split),
     read in record batches."""
@@ -561,5 +577,5 @@ def compare_inputs(path: Path, entry: dict[str, Any], inputs: dict[str, Any]) ->
 
 
 __all__ = ["InputScans", "SourceScans", "check_inputs", "check_model_classes", "describe_change",
-           "fingerprint_inputs", "lock", "lock_warnings", "model_files", "names_id_column",
+           "fingerprint_inputs", "fingerprinted", "lock", "lock_warnings", "model_files", "names_id_column",
            "scan_source", "scan_sources"]

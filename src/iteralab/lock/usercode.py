@@ -134,12 +134,17 @@ def queries_fingerprint(protocol_file: ProtocolFile, corpus_ids: Container[str] 
         raise ProtocolError(f"{protocol_file.source}: metric.queries: file {path} does not exist",
                             hint="give the queries file (query_id, text, relevant_ids) next to the protocol")
     try:
-        queries = load_queries(path)
+        queries = load_queries(path, **queries_columns(protocol_file.protocol.metric))
         if corpus_ids is not None:
             unknown_relevant(queries, corpus_ids, str(protocol_file.protocol.corpus.path))
     except CorpusError as exc:
         raise CorpusError(f"metric.queries: {exc.message}", hint=exc.hint) from None
     return {"file": Path(path).name, "sha256": sha256_file(path), "queries": len(queries)}
+
+
+def queries_columns(metric: Any) -> dict[str, str]:
+    """The keywords of :func:`load_queries` that name the queries file's id and text columns (``[metric]``)."""
+    return {"id_column": metric.queries_id_column, "text_column": metric.queries_text_column}
 
 
 def queries_change(before: dict[str, Any] | None, after: dict[str, Any] | None) -> str | None:
@@ -152,12 +157,15 @@ def queries_change(before: dict[str, Any] | None, after: dict[str, Any] | None) 
             f"{str(after.get('sha256'))[:12]}…, {before.get('queries')} → {after.get('queries')} queries)")
 
 
-def carry_queries(locked: dict[str, Any] | None, source: Path | None, out: Path) -> dict[str, Any] | None:
+def carry_queries(locked: dict[str, Any] | None, source: Path | None, out: Path,
+                  columns: dict[str, str] | None = None) -> dict[str, Any] | None:
     """Copy the locked queries file (``source``: where the protocol's ``metric.queries`` points) to ``out``'s
-    :data:`QUERIES`, checked against the lock's sha256; campaign.json's ``queries`` record (None without one)."""
+    :data:`QUERIES`, checked against the lock's sha256; campaign.json's ``queries`` record (None without one),
+    with the ``columns`` it is read by (:func:`queries_columns`; absent: the default names)."""
     if locked is None:
         return None
     if source is None or not source.is_file():
         raise BundleError(f"metric.queries: {source} is missing", hint="restore the locked queries file")
     copy_checked(source, out / QUERIES, locked["sha256"])
-    return {"file": QUERIES, "sha256": locked["sha256"], "queries": locked["queries"]}
+    record = {"file": QUERIES, "sha256": locked["sha256"], "queries": locked["queries"]}
+    return {**record, "columns": dict(columns)} if columns else record

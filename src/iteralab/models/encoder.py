@@ -13,8 +13,7 @@ import torch
 from iteralab.errors import WorkloadError
 from iteralab.models.base import Settings, check_settings
 from iteralab.models.hf import HFText, load_pretrained
-
-POOLINGS = ("mean", "cls")
+from iteralab.models.stfolder import POOLINGS, pooling_hashes
 
 
 def pooling_of(pooling: str, normalize: bool) -> str:
@@ -52,6 +51,10 @@ class EncoderWorkload(HFText):
                 mask = encoded_on_device["attention_mask"].to(torch.float32).unsqueeze(-1)
                 pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
             return torch.nn.functional.normalize(pooled, dim=-1) if self.normalize else pooled
+
+    def file_hashes(self) -> dict[str, str]:
+        """The folder's files and, for a sentence-transformers folder, its Pooling config (``models.stfolder``)."""
+        return {**super().file_hashes(), **pooling_hashes(self.folder)}
 
     def describe(self) -> dict[str, Any]:
         info = super().describe()

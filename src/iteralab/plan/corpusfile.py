@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from iteralab.errors import CorpusError
+from iteralab.kit.calcul_forfaits import CsvRecordError, numbered_records
 
 IdOrigin = Literal["data", "content"]
 
@@ -137,20 +138,10 @@ def read_csv_rows(text: str, where: str) -> tuple[int, list[str], list[tuple[int
     old_limit = csv.field_size_limit()
     csv.field_size_limit(max(old_limit, min(len(text) + 1, MAX_CSV_FIELD)))
     try:
-        reader = csv.reader(io.StringIO(text, newline=""), strict=True)
         header: list[str] | None = None
         header_line = 0
         rows: list[tuple[int, list[str]]] = []
-        end = 0
-        while True:
-            start = end + 1
-            try:
-                fields = next(reader)
-            except StopIteration:
-                break
-            except csv.Error as exc:
-                raise csv_row_error(where, start, exc) from None
-            end = reader.line_num
+        for start, end, fields in numbered_records(csv.reader(io.StringIO(text, newline=""), strict=True)):
             if not fields:
                 continue
             if header is None:
@@ -159,6 +150,8 @@ def read_csv_rows(text: str, where: str) -> tuple[int, list[str], list[tuple[int
             if len(fields) != len(header):
                 raise csv_width_error(where, start, end, len(fields), header_line, len(header))
             rows.append((start, fields))
+    except CsvRecordError as exc:
+        raise csv_row_error(where, exc.line, exc.error) from None
     finally:
         csv.field_size_limit(old_limit)
     if header is None:

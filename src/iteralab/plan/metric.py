@@ -78,6 +78,10 @@ class MetricSpec(Strict):
         "Embedding metrics: the neighbours of knn_accuracy, the cut-off of recall_at_k."))
     queries: Text | None = Field(default=None, description=(
         "recall_at_k: the queries file (columns query_id, text, relevant_ids separated by ';')."))
+    queries_id_column: Text = Field(default="query_id", description=(
+        "The queries file's id column (metric.queries)."))
+    queries_text_column: Text = Field(default="text", description=(
+        "The queries file's text column (metric.queries), embedded by every pass."))
 
     @field_validator("routine")
     @classmethod
@@ -102,6 +106,17 @@ class MetricSpec(Strict):
         if self.name is not None and not self.higher_is_better:
             raise ValueError(f"metric.higher_is_better = false: the built-in {self.name!r} is higher-is-better; "
                              "declare a direction only for a routine")
+        return self
+
+    @model_validator(mode="after")
+    def _queries_columns(self) -> MetricSpec:
+        named = [k for k in ("queries_id_column", "queries_text_column") if k in self.model_fields_set]
+        if named and not self.queries:
+            raise ValueError(f"metric.{named[0]} names a column of metric.queries, which is not given: give the "
+                             "queries file or remove the key")
+        if len({self.queries_id_column, self.queries_text_column, "relevant_ids"}) < 3:
+            raise ValueError(f"metric.queries_id_column = {self.queries_id_column!r} and metric.queries_text_column = "
+                             f"{self.queries_text_column!r}: the id, text and relevant_ids columns are three columns")
         return self
 
     @property

@@ -1,35 +1,45 @@
 """recall_at_k's queries file (``metric.queries``), read and checked without the protocol's models: a pass worker
 reads it too, and never imports pydantic.
 
-A UTF-8 CSV file with a header and exactly these columns (any order)::
+A UTF-8 CSV file with a header and at least these columns (any order; other columns are ignored)::
 
-    query_id      a non-empty id, unique in the file
-    text          the query's text (non-empty), embedded by every pass with the pass's own variant
+    query_id      a non-empty id, unique in the file (another name: ``metric.queries_id_column``)
+    text          the query's text (non-empty), embedded by every pass with the pass's own variant (another name:
+                  ``metric.queries_text_column``)
     relevant_ids  the ids of the corpus documents relevant to the query, separated by ";" (at least one; spaces
                   around an id are ignored; an id repeated in one cell counts once)
 
-Every refusal is one :class:`~iteralab.errors.CorpusError` line naming the file, the line and the field; whether
-each relevant id is a document of the corpus is checked by ``lock`` (:func:`unknown_relevant`), which reads both.
+Every refusal is one :class:`~iteralab.errors.CorpusError` line naming the file, the line and the field; the line
+is the file line where the record starts (a quoted text may span lines), counted by the corpus readers' own CSV
+reader (:func:`~iteralab.plan.corpusfile.read_csv_rows`). Whether each relevant id is a document of the corpus is
+checked by ``lock`` (:func:`unknown_relevant`), which reads both.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 from collections.abc import Container
 from dataclasses import dataclass
 from pathlib import Path
 
 from iteralab.errors import CorpusError
+from iteralab.plan.corpusfile import decode_utf8, read_csv_rows
 
-__all__ = ["QUERY_COLUMNS", "Queries", "load_queries", "unknown_relevant"]
+__all__ = ["QUERY_COLUMNS", "Queries", "load_queries", "queries_hint", "unknown_relevant"]
 
-#: The columns of a queries file (``metric.queries``).
+#: The default columns of a queries file (``metric.queries``): id, text, relevant ids.
 QUERY_COLUMNS = ("query_id", "text", "relevant_ids")
 #: What separates the ids of ``relevant_ids``.
 RELEVANT_SEPARATOR = ";"
-QUERIES_HINT = "a queries file is a CSV with columns query_id, text, relevant_ids (ids separated by ';')"
+
+
+def queries_hint(id_column: str = QUERY_COLUMNS[0], text_column: str = QUERY_COLUMNS[1]) -> str:
+    """What a queries file is, in one hint line (its id and text columns as the protocol names them)."""
+    return (f"a queries file is a CSV with columns {id_column}, {text_column}, relevant_ids (ids separated by ';'); "
+            "metric.queries_id_column and metric.queries_text_column name other id and text columns")
+
+
+QUERIES_HINT = queries_hint()
 
 
 @dataclass(frozen=True)
@@ -47,44 +57,39 @@ class Queries:
         return len(self.ids)
 
 
-def load_queries(path: str | os.PathLike[str]) -> Queries:
-    """Read and check a queries file (module docstring) (every problem: one line naming the file, line and field)."""
+def load_queries(path: str | os.PathLike[str], id_column: str = QUERY_COLUMNS[0],
+                 text_column: str = QUERY_COLUMNS[1]) -> Queries:
+    """Read and check a queries file (module docstring) whose id and text columns are ``id_column`` and
+    ``text_column`` (every problem: one line naming the file, the line where the record starts, and the field)."""
     where = os.fspath(path)
+    hint = queries_hint(id_column, text_column)
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
-        raise CorpusError(f"{where}: cannot read the queries file ({exc.strerror or exc})", hint=QUERIES_HINT) from None
+        raise CorpusError(f"{where}: cannot read the queries file ({exc.strerror or exc})", hint=hint) from None
     try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise CorpusError(f"{where}: not UTF-8 text (byte {exc.start})", hint="save the file as UTF-8") from None
-    try:
-        rows = [(n, row) for n, row in enumerate(csv.reader(io.StringIO(text, newline=""), strict=True), start=1)
-                if row]
-    except csv.Error as exc:
-        raise CorpusError(f"{where}: not a readable CSV file ({exc})", hint=QUERIES_HINT) from None
-    if not rows:
-        raise CorpusError(f"{where}: empty queries file", hint=QUERIES_HINT)
-    header = [h.strip() for h in rows[0][1]]
-    missing = [c for c in QUERY_COLUMNS if c not in header]
+        _, header, rows = read_csv_rows(decode_utf8(data, where), where)
+    except CorpusError as exc:
+        raise CorpusError(exc.message, hint=exc.hint or hint) from None
+    header = [h.strip() for h in header]
+    columns = (id_column, text_column, QUERY_COLUMNS[2])
+    missing = [c for c in columns if c not in header]
     if missing or len(set(header)) != len(header):
         found = ", ".join(header) or "none"
         problem = f"no column {missing[0]!r}" if missing else "a column name is repeated"
-        raise CorpusError(f"{where}: {problem} (columns found: {found})", hint=QUERIES_HINT)
-    at = {c: header.index(c) for c in QUERY_COLUMNS}
+        raise CorpusError(f"{where}: {problem} (columns found: {found})", hint=hint)
+    at = [header.index(c) for c in columns]
     first: dict[str, int] = {}
     ids, texts, relevant, lines = [], [], [], []
-    for line, row in rows[1:]:
+    for line, row in rows:
         loc = f"{where} line {line}"
-        if len(row) != len(header):
-            raise CorpusError(f"{loc}: {len(row)} fields, the header has {len(header)}", hint=QUERIES_HINT)
-        qid, query, cell = (row[at[c]] for c in QUERY_COLUMNS)
+        qid, query, cell = (row[i] for i in at)
         if not qid.strip():
-            raise CorpusError(f"{loc}, field query_id: missing or empty id")
+            raise CorpusError(f"{loc}, field {id_column}: missing or empty id")
         if qid in first:
-            raise CorpusError(f"{loc}, field query_id: duplicate query id {qid!r} (first at line {first[qid]})")
+            raise CorpusError(f"{loc}, field {id_column}: duplicate query id {qid!r} (first at line {first[qid]})")
         if not query.strip():
-            raise CorpusError(f"{loc}, field text: empty text", hint="remove the query or fill its text")
+            raise CorpusError(f"{loc}, field {text_column}: empty text", hint="remove the query or fill its text")
         docs = tuple(dict.fromkeys(d.strip() for d in cell.split(RELEVANT_SEPARATOR) if d.strip()))
         if not docs:
             raise CorpusError(f"{loc}, field relevant_ids: no relevant id",
@@ -95,7 +100,7 @@ def load_queries(path: str | os.PathLike[str]) -> Queries:
         relevant.append(docs)
         lines.append(line)
     if not ids:
-        raise CorpusError(f"{where}: no query (a header only)", hint=QUERIES_HINT)
+        raise CorpusError(f"{where}: no query (a header only)", hint=hint)
     return Queries(where, tuple(ids), tuple(texts), tuple(relevant), tuple(lines))
 
 

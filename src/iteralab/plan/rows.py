@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from iteralab.errors import CorpusError
+from iteralab.kit.calcul_forfaits import CsvRecordError, numbered_records
 from iteralab.plan.corpusfile import (
     MAX_CSV_FIELD,
     bad_utf8,
@@ -222,18 +223,11 @@ def _csv_rows(fh: io.TextIOWrapper, where: str) -> Iterator[tuple[int, int, list
     old_limit = csv.field_size_limit()
     csv.field_size_limit(MAX_CSV_FIELD)
     try:
-        reader, end = csv.reader(fh, strict=True), 0
-        while True:
-            start = end + 1
-            try:
-                fields = next(reader)
-            except StopIteration:
-                return
-            except csv.Error as exc:
-                raise csv_row_error(where, start, exc) from None
-            end = reader.line_num
+        for start, end, fields in numbered_records(csv.reader(fh, strict=True)):
             if fields:
                 yield start, end, fields
+    except CsvRecordError as exc:
+        raise csv_row_error(where, exc.line, exc.error) from None
     finally:
         csv.field_size_limit(old_limit)
 

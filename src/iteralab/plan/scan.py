@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 
 from iteralab.common.digest import StringDigest
 from iteralab.errors import CorpusError
+from iteralab.kit.calcul_forfaits import numbered_records
 from iteralab.plan.corpusfile import MAX_CSV_FIELD, IdOrigin, detect_format, text_fingerprint
 from iteralab.plan.rows import Batch, CarefulRead, ReadOptions
 
@@ -89,18 +90,17 @@ def _text_stream(path: Path, compression: str | None, newline: str) -> io.TextIO
     return io.TextIOWrapper(opener(path, "rb"), encoding="utf-8-sig", errors="strict", newline=newline)
 
 
-def _numbered(reader: Any, count: int, end: int) -> tuple[list[list[str]], list[int], int]:
-    """Up to ``count`` non-blank CSV rows with the line each starts on (``end``: the last line read so far)."""
+def _numbered(records: Iterator[tuple[int, int, list[str]]], count: int) -> tuple[list[list[str]], list[int]]:
+    """Up to ``count`` non-blank CSV rows with the line each starts on (``records``: :func:`numbered_records`)."""
     rows: list[list[str]] = []
     lines: list[int] = []
-    for row in reader:
-        start, end = end + 1, reader.line_num
+    for start, _, row in records:
         if row:
             rows.append(row)
             lines.append(start)
             if len(rows) == count:
                 break
-    return rows, lines, end
+    return rows, lines
 
 
 def _csv_batches(path: Path, where: str, compression: str | None, wanted: Sequence[str],
@@ -110,14 +110,15 @@ def _csv_batches(path: Path, where: str, compression: str | None, wanted: Sequen
     try:
         with _text_stream(path, compression, "") as fh:
             reader = csv.reader(fh, strict=True)
-            header = next((row for row in reader if row), None)
+            records = numbered_records(reader)
+            header = next((row for _, _, row in records if row), None)
             if header is None or any(header.count(name) > 1 for name in wanted):
                 raise _Refused
             index = {name: header.index(name) for name in wanted if name in header}
-            width, end, lines = len(header), reader.line_num, None
+            width, lines = len(header), None
             while True:
                 if numbered:
-                    rows, lines, end = _numbered(reader, BATCH_ROWS, end)
+                    rows, lines = _numbered(records, BATCH_ROWS)
                 else:
                     rows = list(islice(reader, BATCH_ROWS))
                     if not all(rows):  # blank lines are skipped, as the careful read skips them

@@ -43,10 +43,10 @@ class CorpusSpec(_Strict):
         "reference)."))
     stratum_column: Text | None = Field(default="stratum", description=(
         "Column holding each row's length stratum (checked against its token count)."))
-    classes: tuple[Text, ...] = Field(description=(
+    classes: tuple[Text, ...] = Field(default=(), description=(
         "A classification job's class names, in the order of the model's outputs (lock checks it against "
-        "config.json or the head), at least two: classes belong to classification jobs. A generation job's corpus "
-        "has references, not labels ([]); an embedding job's may name its labels' classes, or none ([])."))
+        "config.json or the head), at least two; an embedding job's corpus with labels may declare them too. "
+        "Absent (or []) for a generation job and for an embedding job's corpus without labels."))
     strata: dict[str, tuple[Whole, ...]] = Field(default_factory=dict, description=(
         "Token-length strata by the model's own tokenizer: name -> [min, max] inclusive, or [min] open-ended."))
 
@@ -54,8 +54,8 @@ class CorpusSpec(_Strict):
     @classmethod
     def _two_or_none(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         if len(value) == 1:
-            raise ValueError("List should have at least 2 items (a classification job's classes), or none ([]) for "
-                             "a corpus without labels (a generation job's, or an embedding job's)")
+            raise ValueError("List should have at least 2 items (or none: a generation job, or an embedding job's "
+                             "corpus without labels)")
         return value
 
     @field_validator("strata")

@@ -18,15 +18,15 @@ An embedding job (a corpus turned into one vector per document) is judged by:
   ``campaign.verdict.embedding``); ``metric.tolerance`` bounds how far that metric may move the wrong way from
   the reference pass's, as for a classifier.
 
-An embedding job's corpus may have no labels: ``corpus.classes = []`` (the label column is optional, and empty
-where the file has one). Then neither ``knn_accuracy`` nor a subgroup by label can be computed, and a routine is
+``corpus.classes`` belongs to a classification job (at least two); an embedding job's corpus may declare its labels
+too, or none (``classes`` absent or ``[]``: the label column is optional, and empty where the file has one). Then neither ``knn_accuracy`` nor a subgroup by label can be computed, and a routine is
 handed ``references = None``.
 
 A generation job (a prompt per document in, a generated text out) declares ``[generation]``
 (:class:`GenerationSpec`): the prompt template, ``max_new_tokens``, greedy decoding only (sampling is refused: an
 offline comparison of configurations needs one output per prompt), optional stop strings, and the bounds on the
 outputs (empty texts, the share ended on ``length``, the mean generated tokens against the reference variant's).
-Its corpus has references, not labels (``corpus.classes = []``, ``corpus.reference_column``); its metric is one of
+Its corpus has references, not labels (no ``corpus.classes``, or ``[]``; ``corpus.reference_column``); its metric is one of
 :data:`~iteralab.plan.metric.GENERATION_METRICS` or a routine, with exactly one of ``metric.tolerance`` (absolute)
 and ``metric.relative_tolerance`` (a share of the reference variant's score, as MLPerf states it).
 
@@ -122,9 +122,12 @@ class EmbeddingSpec(Strict):
     """How an encoder's vectors are made, and how far a variant's vectors may move from the reference's."""
 
     pooling: Literal["mean", "cls"] = Field(default="mean", description=(
-        "mean over real tokens, or the cls token: an encoder folder's pooling."))
+        "mean over real tokens, or the cls token: an encoder folder's pooling. Absent: the folder's own (a "
+        "sentence-transformers folder's 1_Pooling/config.json), else mean; lock refuses one that contradicts the "
+        "folder's."))
     normalize: Flag = Field(default=True, description=(
-        "L2-normalised vectors (every file checked: unit norm within 1e-3)."))
+        "L2-normalised vectors (every file checked: unit norm within 1e-3); lock refuses a value that contradicts a "
+        "sentence-transformers folder's modules.json (a Normalize module listed or not)."))
     dim: Whole | None = Field(default=None, ge=1, description=(
         "The size of each vector, when declared (checked in every prediction file); absent: the first file's."))
     min_cosine: Number = Field(ge=-1, le=1, description=(
@@ -174,6 +177,9 @@ def task_problem(protocol: Any) -> str | None:
     if kind == "classification":
         if protocol.embedding is not None:
             return "[embedding] is for task.kind = 'embedding'; this protocol's task is classification"
+        if not protocol.corpus.classes:
+            return ("corpus.classes is missing: a classification job declares its class names (at least two), in the "
+                    "order of the model's outputs")
         if len(protocol.corpus.classes) < 2:
             return "corpus.classes: a classification job needs at least two classes"
         if metric.name in EMBEDDING_METRICS:
@@ -210,7 +216,8 @@ def generation_problem(protocol: Any) -> str | None:
         return ("a generation job gives exactly one of metric.tolerance (absolute) and metric.relative_tolerance "
                 "(0.01: at least 99 % of the reference's score)")
     if protocol.corpus.classes:
-        return "corpus.classes: a generation job's corpus has references, not labels: declare corpus.classes = []"
+        return ("corpus.classes: a generation job's corpus has references, not labels: remove corpus.classes (an "
+                "empty list is accepted too)")
     if metric.name is not None and not protocol.corpus.reference_column:
         return f"metric {metric.name!r} compares each output with a reference answer: declare corpus.reference_column"
     by_label = [sg.name for sg in protocol.subgroups if sg.by == "label"]

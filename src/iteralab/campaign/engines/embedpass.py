@@ -24,15 +24,18 @@ from iteralab.campaign.folder import PREDICTIONS
 from iteralab.campaign.records import EMBEDDING_VECTORS
 from iteralab.campaign.vectors import FLUSH_ROWS, VectorWriter, queries_file_name, vector_batches
 from iteralab.errors import one_line
+from iteralab.models.stfolder import resolved_pooling
 from iteralab.plan.queries import load_queries
 
 
-def embedding_record(protocol: Any) -> dict[str, Any]:
-    """An embedding job's model record adds how its vectors are made (a classifier's record is unchanged)."""
+def embedding_record(protocol: Any, folder: Path | None = None) -> dict[str, Any]:
+    """An embedding job's model record adds how its vectors are made (a classifier's record is unchanged): the
+    pooling is the protocol's, or, where it names none, the model ``folder``'s own (``models.stfolder``)."""
     spec = protocol.embedding
     if protocol.task.kind != "embedding" or spec is None:
         return {}
-    return {"embedding": {"task": "embedding", "pooling": spec.pooling, "normalize": spec.normalize,
+    encoder = folder if protocol.model.kind == "encoder" else None  # a callable makes its own vectors
+    return {"embedding": {"task": "embedding", "pooling": resolved_pooling(spec, encoder), "normalize": spec.normalize,
                           "dim": spec.dim}}
 
 
@@ -97,7 +100,7 @@ def embed_queries(spec: Any, workload: Any, clock: Any, result: dict[str, Any]) 
     t0 = clock.now()
     sink = VectorWriter(Path(spec.prediction_dir) / queries_file_name(spec.pass_id))
     try:
-        queries = load_queries(spec.queries_path)
+        queries = load_queries(spec.queries_path, **(spec.queries_columns or {}))
         ids = pa.array(list(queries.ids), pa.string())
         size = max(1, int(spec.variant["batch_size"]))
         for start in range(0, len(queries), size):

@@ -64,7 +64,7 @@ def load_campaign_queries(folder: Path, record: Mapping[str, Any] | None) -> Cam
         return CampaignQueries(None, f"queries file {record.get('file')} is missing or differs from its recorded "
                                      "sha256")
     try:
-        return CampaignQueries(load_queries(path))
+        return CampaignQueries(load_queries(path, **(record.get("columns") or {})))
     except CorpusError as exc:
         return CampaignQueries(None, exc.message)
 
