@@ -68,7 +68,7 @@ def test_prepare_drafts_the_prompt_and_the_length_rules_from_the_corpus(tmp_path
     data = tomllib.loads((out / "protocol.toml").read_text(encoding="utf-8"))
     gen = data["generation"]
     assert data["task"]["kind"] == "generation" and gen["prompt"] == "{text}\nQuestion: {question}\nAnswer:"
-    assert data["corpus"]["reference_column"] == "answer" and data["corpus"]["classes"] == []
+    assert data["corpus"]["reference_column"] == "answer" and "classes" not in data["corpus"]
     count = token_counter(load_tokenizer(tok))
     record = json.loads((out / "prepare.json").read_text(encoding="utf-8"))
     kept = {}
@@ -214,7 +214,8 @@ def test_threshold_measures_a_generation_job_on_its_tuning_split(tmp_path, capsy
 def test_the_protocol_reference_says_classes_belong_to_classification_jobs():
     page = (ROOT / "docs" / "reference" / "protocol.md").read_text(encoding="utf-8")
     [line] = [line for line in page.splitlines() if line.startswith("| `classes` |")]
-    assert "classes belong to classification jobs" in line and "only for an embedding job's corpus" not in line
+    assert "A classification job's class names" in line and "Absent (or []) for a generation job" in line
+    assert "only for an embedding job's corpus" not in line
 
 
 def test_the_campaign_folder_page_lists_the_generation_files_columns():

@@ -17,6 +17,7 @@ from iteralab.errors import CorpusError, ProtocolError, WorkloadError
 from iteralab.models.prompts import count_prompt_tokens
 from iteralab.plan.paths import PACKAGE_PREFIX, resolve
 from iteralab.plan.prepare import prepare_corpus
+from iteralab.plan.prepare_generation import prepare_generation
 from iteralab.plan.protocol import Protocol
 from iteralab.plan.scan import CorpusReader
 from iteralab.plan.strata import assign_strata, describe_strata
@@ -267,8 +268,6 @@ def prepare_for_model(source: str | Path, out: str | Path, *, model: str, **opti
     tokenizer = load_tokenizer(folder)
     info = {"model": ref, "class": type(tokenizer).__name__, "files": tokenizer_hashes(folder)}
     if options.get("task") == "generation":
-        from iteralab.plan.prepare_generation import prepare_generation
-
         kept = {k: v for k, v in options.items() if k not in ("task", "label_column")}  # no labels to read
         return prepare_generation(source, out, token_length=token_counter(tokenizer), tokenizer=info, model_ref=ref,
                                   model_kind=generation_kind(folder), **kept)

@@ -146,7 +146,7 @@ def drop_repeated_texts(corpus: Corpus) -> tuple[Corpus, list[dict[str, str]]]:
     return Corpus(tuple(kept), corpus.source, corpus.id_origin, corpus.notes), left_out
 
 
-def _mix(corpus: Corpus, strata_of: Mapping[str, str]) -> dict[str, dict[str, int]]:
+def class_mix(corpus: Corpus, strata_of: Mapping[str, str]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for r in corpus.records:
         cell = out.setdefault(strata_of[r.id], {})
@@ -155,7 +155,7 @@ def _mix(corpus: Corpus, strata_of: Mapping[str, str]) -> dict[str, dict[str, in
     return {s: dict(sorted(c.items())) for s, c in sorted(out.items())}
 
 
-def _toml(value: str) -> str:
+def toml_string(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
@@ -166,8 +166,8 @@ def draft_protocol(*, name: str, model_ref: str, model_kind: str, classes: Seque
     head = ('head = "head.safetensors"   # train it on the tuning split only: iteralab head train --model '
             f'{model_ref} --tuning tuning.csv --out head.safetensors\n') if model_kind == "encoder_head" else ""
     return Template(DRAFT_TEMPLATE.read_text(encoding="utf-8")).substitute(
-        name=_toml(name), columns_note=columns_note, classes=", ".join(_toml(c) for c in classes),
-        strata=strata_toml, model_kind=_toml(model_kind), model_ref=_toml(model_ref), head=head,
+        name=toml_string(name), columns_note=columns_note, classes=", ".join(toml_string(c) for c in classes),
+        strata=strata_toml, model_kind=toml_string(model_kind), model_ref=toml_string(model_ref), head=head,
         max_length=max_length or 256)
 
 
@@ -186,17 +186,17 @@ def draft_embedding_protocol(*, name: str, model_ref: str, classes: Sequence[str
         class_subgroup = ""
         note = "   # no labels: judged by recall_at_k (or your own metric.routine)"
     return Template(EMBEDDING_DRAFT_TEMPLATE.read_text(encoding="utf-8")).substitute(
-        name=_toml(name), columns_note=columns_note, classes=", ".join(_toml(c) for c in classes), classes_note=note,
-        strata=strata_toml, model_ref=_toml(model_ref), max_length=max_length or 256, metric=metric,
+        name=toml_string(name), columns_note=columns_note, classes=", ".join(toml_string(c) for c in classes), classes_note=note,
+        strata=strata_toml, model_ref=toml_string(model_ref), max_length=max_length or 256, metric=metric,
         class_subgroup=class_subgroup)
 
 
-def _without_labels(corpus: Corpus) -> Corpus:
+def without_labels(corpus: Corpus) -> Corpus:
     """The corpus with no record's label (an embedding job's corpus whose labels are absent or incomplete)."""
     return Corpus(tuple(replace(r, label=None) for r in corpus.records), corpus.source, corpus.id_origin, corpus.notes)
 
 
-def _refuse_edited_draft(folder: Path) -> None:
+def refuse_edited_draft(folder: Path) -> None:
     """``prepare`` writes a new draft: never over a locked protocol, nor over a draft edited since ``prepare``
     wrote it (prepare.json records the sha256 of the draft it wrote)."""
     draft = folder / "protocol.toml"
@@ -230,7 +230,7 @@ def prepare_corpus(source: str | os.PathLike[str], out: str | os.PathLike[str], 
     embedding = task == "embedding"
     source = Path(source)
     folder = Path(out)
-    _refuse_edited_draft(folder)
+    refuse_edited_draft(folder)
     strata = dict(strata or parse_strata(DEFAULT_STRATA))
     sample = dict(sample or parse_sample(DEFAULT_SAMPLE, strata))
     loaded = load_corpus(source, id_column=id_column, text_column=text_column, label_column=label_column,
@@ -239,7 +239,7 @@ def prepare_corpus(source: str | os.PathLike[str], out: str | os.PathLike[str], 
     left_out = [{"reason": note} for note in loaded.notes] + left_out
     classes = sorted({str(label) for label in corpus.labels if label is not None})
     if embedding and (len(classes) < 2 or None in corpus.labels):  # labels are used only when every text has one
-        corpus, classes = _without_labels(corpus), []
+        corpus, classes = without_labels(corpus), []
     if class_order is not None and set(class_order) == set(classes):
         classes = list(class_order)  # the classifier's own output order, so the draft matches the model
     if len(classes) < 2 and not embedding:
@@ -267,8 +267,8 @@ def prepare_corpus(source: str | os.PathLike[str], out: str | os.PathLike[str], 
         "strata": {n: [lo, hi] for n, (lo, hi) in strata.items()},
         "sample": sample, "tuning_size": len(splits.tuning), "seed": seed, "max_length": max_length,
         "classes": classes, **({"task": task} if embedding else {}),
-        "counts": {"source": _mix(corpus, dict(zip(corpus.ids, assign_strata(lengths, strata, names=corpus.ids)))),
-                   "final": _mix(splits.final, splits.strata), "tuning": _mix(splits.tuning, splits.strata)},
+        "counts": {"source": class_mix(corpus, dict(zip(corpus.ids, assign_strata(lengths, strata, names=corpus.ids)))),
+                   "final": class_mix(splits.final, splits.strata), "tuning": class_mix(splits.tuning, splits.strata)},
         "left_out": left_out,
         "files": {name: sha256_file(folder / name) for name in ("final.csv", "tuning.csv", "protocol.toml")},
     }

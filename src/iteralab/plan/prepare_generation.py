@@ -36,8 +36,8 @@ from iteralab.common.files import sha256_file, write_bytes_atomic
 from iteralab.errors import CorpusError
 from iteralab.plan.corpus import load_corpus, write_corpus
 from iteralab.plan.corpusfile import detect_format
-from iteralab.plan.prepare import (COUNTED, DEFAULT_SAMPLE, DEFAULT_STRATA, PREPARE_SCHEMA, Bounds, _mix,
-                                   _refuse_edited_draft, _toml, _without_labels, draw_splits, drop_repeated_texts,
+from iteralab.plan.prepare import (COUNTED, DEFAULT_SAMPLE, DEFAULT_STRATA, PREPARE_SCHEMA, Bounds, class_mix,
+                                   refuse_edited_draft, toml_string, without_labels, draw_splits, drop_repeated_texts,
                                    parse_sample, parse_strata)
 from iteralab.plan.prompting import TEXT_FIELD, render_prompts, template_fields
 from iteralab.plan.strata import assign_strata
@@ -121,14 +121,14 @@ def draft_generation_protocol(*, name: str, model_ref: str, model_kind: str, ref
     strata_toml = ", ".join(f"{n} = [{lo}]" if hi is None else f"{n} = [{lo}, {hi}]" for n, (lo, hi) in strata.items())
     if model_kind == "callable":
         model = ('kind = "callable"\ncallable = "CHOOSE: package.module:function"   # your generator: a list of '
-                 f'prompts in, a list of texts out\npath = {_toml(model_ref)}   # the tokenizer that counts the tokens')
+                 f'prompts in, a list of texts out\npath = {toml_string(model_ref)}   # the tokenizer that counts the tokens')
     else:
-        model = f"kind = {_toml(model_kind)}\npath = {_toml(model_ref)}"
+        model = f"kind = {toml_string(model_kind)}\npath = {toml_string(model_ref)}"
     return Template(GENERATION_DRAFT_TEMPLATE.read_text(encoding="utf-8")).substitute(
-        name=_toml(name), prompt=_toml(prompt), prompt_note=prompt_note, max_new_tokens=rules["max_new_tokens"],
-        answers_note=rules["answers_note"], stop="[" + ", ".join(_toml(s) for s in rules["stop"]) + "]",
-        stop_note=rules["stop_note"], columns_note=columns_note, reference=_toml(reference), strata=strata_toml,
-        model=model, max_length=max_length, prompts_note=prompts_note, metric=_toml(rules["metric"]),
+        name=toml_string(name), prompt=toml_string(prompt), prompt_note=prompt_note, max_new_tokens=rules["max_new_tokens"],
+        answers_note=rules["answers_note"], stop="[" + ", ".join(toml_string(s) for s in rules["stop"]) + "]",
+        stop_note=rules["stop_note"], columns_note=columns_note, reference=toml_string(reference), strata=strata_toml,
+        model=model, max_length=max_length, prompts_note=prompts_note, metric=toml_string(rules["metric"]),
         metric_note=rules["metric_note"])
 
 
@@ -142,7 +142,7 @@ def prepare_generation(source: str | os.PathLike[str], out: str | os.PathLike[st
     return prepare.json. ``token_length`` counts as a pass does (special tokens included); ``prompt`` replaces the
     drafted template. A folder holding a locked or edited protocol.toml is refused, as by ``prepare_corpus``."""
     source, folder = Path(source), Path(out)
-    _refuse_edited_draft(folder)
+    refuse_edited_draft(folder)
     strata = dict(strata or parse_strata(DEFAULT_STRATA))
     sample = dict(sample or parse_sample(DEFAULT_SAMPLE, strata))
     columns = file_columns(source) if source.is_file() else []
@@ -157,7 +157,7 @@ def prepare_generation(source: str | os.PathLike[str], out: str | os.PathLike[st
                          require_id=require_id)
     cells = {name: dict(zip(loaded.ids, values)) for name, values in loaded.columns.items()}
     corpus, left_out = drop_repeated_texts(loaded)
-    corpus = _without_labels(corpus)  # a generation corpus has reference answers, never labels
+    corpus = without_labels(corpus)  # a generation corpus has reference answers, never labels
     left_out = [{"reason": note} for note in loaded.notes] + left_out
     answers = [cells[reference_column][i] for i in corpus.ids]
     missing = [i for i, a in zip(corpus.ids, answers) if a is None or not str(a).strip()]
@@ -200,8 +200,8 @@ def prepare_generation(source: str | os.PathLike[str], out: str | os.PathLike[st
                     "max_new_tokens": rules["max_new_tokens"], "stop": rules["stop"], "metric": rules["metric"]},
         "strata": {n: [lo, hi] for n, (lo, hi) in strata.items()},
         "sample": sample, "tuning_size": len(splits.tuning), "seed": seed, "max_length": max_length, "classes": [],
-        "counts": {"source": _mix(corpus, dict(zip(corpus.ids, assign_strata(lengths, strata, names=corpus.ids)))),
-                   "final": _mix(splits.final, splits.strata), "tuning": _mix(splits.tuning, splits.strata)},
+        "counts": {"source": class_mix(corpus, dict(zip(corpus.ids, assign_strata(lengths, strata, names=corpus.ids)))),
+                   "final": class_mix(splits.final, splits.strata), "tuning": class_mix(splits.tuning, splits.strata)},
         "left_out": left_out,
         "files": {name: sha256_file(folder / name) for name in ("final.csv", "tuning.csv", "protocol.toml")},
     }
