@@ -8,6 +8,12 @@ A UTF-8 CSV file with a header and exactly these columns (any order)::
     relevant_ids  the ids of the corpus documents relevant to the query, separated by ";" (at least one; spaces
                   around an id are ignored; an id repeated in one cell counts once)
 
+and optionally::
+
+    grades        graded relevance: one number > 0 per id of relevant_ids, in the same order, separated by ";"
+                  (a repeated id keeps its highest grade). Without the column every relevant id has grade 1
+                  (binary relevance); nDCG uses the grades as linear gains, recall and MRR count any grade as relevant
+
 Every refusal is one :class:`~iteralab.errors.CorpusError` line naming the file, the line and the field; whether
 each relevant id is a document of the corpus is checked by ``lock`` (:func:`unknown_relevant`), which reads both.
 """
@@ -29,19 +35,22 @@ __all__ = ["QUERY_COLUMNS", "Queries", "load_queries", "unknown_relevant"]
 QUERY_COLUMNS = ("query_id", "text", "relevant_ids")
 #: What separates the ids of ``relevant_ids``.
 RELEVANT_SEPARATOR = ";"
+#: The optional column of graded relevance (module docstring).
+GRADES_COLUMN = "grades"
 QUERIES_HINT = "a queries file is a CSV with columns query_id, text, relevant_ids (ids separated by ';')"
 
 
 @dataclass(frozen=True)
 class Queries:
     """The queries of a file, in file order: ids, texts, the relevant document ids of each, and the file line of
-    each (for messages)."""
+    each (for messages); ``grades``: each relevant id's grade (None: binary relevance, no grades column)."""
 
     source: str
     ids: tuple[str, ...]
     texts: tuple[str, ...]
     relevant: tuple[tuple[str, ...], ...]
     lines: tuple[int, ...]
+    grades: tuple[tuple[float, ...], ...] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -73,7 +82,7 @@ def load_queries(path: str | os.PathLike[str]) -> Queries:
         raise CorpusError(f"{where}: {problem} (columns found: {found})", hint=QUERIES_HINT)
     at = {c: header.index(c) for c in QUERY_COLUMNS}
     first: dict[str, int] = {}
-    ids, texts, relevant, lines = [], [], [], []
+    ids, texts, relevant, lines, grades = [], [], [], [], []
     for line, row in rows[1:]:
         loc = f"{where} line {line}"
         if len(row) != len(header):
@@ -89,6 +98,8 @@ def load_queries(path: str | os.PathLike[str]) -> Queries:
         if not docs:
             raise CorpusError(f"{loc}, field relevant_ids: no relevant id",
                               hint="give at least one corpus id, several separated by ';'")
+        if GRADES_COLUMN in header:
+            grades.append(_grades(loc, cell, row[header.index(GRADES_COLUMN)], docs))
         first[qid] = line
         ids.append(qid)
         texts.append(query)
@@ -96,7 +107,28 @@ def load_queries(path: str | os.PathLike[str]) -> Queries:
         lines.append(line)
     if not ids:
         raise CorpusError(f"{where}: no query (a header only)", hint=QUERIES_HINT)
-    return Queries(where, tuple(ids), tuple(texts), tuple(relevant), tuple(lines))
+    return Queries(where, tuple(ids), tuple(texts), tuple(relevant), tuple(lines),
+                   tuple(grades) if GRADES_COLUMN in header else None)
+
+
+def _grades(loc: str, cell: str, grades: str, docs: tuple[str, ...]) -> tuple[float, ...]:
+    """The grade of each of ``docs`` from the ``grades`` cell (module docstring)."""
+    listed = [d.strip() for d in cell.split(RELEVANT_SEPARATOR) if d.strip()]
+    values = [g.strip() for g in grades.split(RELEVANT_SEPARATOR) if g.strip()]
+    if len(values) != len(listed):
+        raise CorpusError(f"{loc}, field grades: {len(values)} grades for {len(listed)} relevant ids",
+                          hint="give one grade per relevant id, in the same order, separated by ';'")
+    best: dict[str, float] = {}
+    for doc, value in zip(listed, values):
+        try:
+            grade = float(value)
+        except ValueError:
+            grade = float("nan")
+        if not grade > 0 or grade == float("inf"):
+            raise CorpusError(f"{loc}, field grades: {value!r} is not a number > 0",
+                              hint="a grade is a finite number above 0; leave an irrelevant document out")
+        best[doc] = max(grade, best.get(doc, grade))
+    return tuple(best[d] for d in docs)
 
 
 def unknown_relevant(queries: Queries, corpus_ids: Container[str], corpus: str) -> None:

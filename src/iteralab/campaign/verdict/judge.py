@@ -21,6 +21,7 @@ from iteralab.campaign.verdict.generation import (TextComparison, compare_text_f
 from iteralab.campaign.verdict.evaluate import (TOL, EvaluationContext, PredictionReader, missing_verdict,
                                                 prediction_path)
 from iteralab.campaign.predictions import PredictionSet
+from iteralab.plan.metric import QUERY_METRICS
 from iteralab.plan.protocol import Protocol
 
 #: The problem a pass gets when its file is not the one the journal recorded (read back by stats).
@@ -167,8 +168,8 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
             if not v.get(key):
                 reasons.append(label)
         reasons += _against_reference(v, ref.verdict, protocol)
-        # under recall_at_k a subgroup has no metric of its own: its documents' cosines judge it (below)
-        by_cosine = embedding and protocol.metric.name == "recall_at_k"
+        # under a ranking metric a subgroup has no metric of its own: its documents' cosines judge it (below)
+        by_cosine = embedding and protocol.metric.name in QUERY_METRICS
         failed_subgroups = _subgroup_reasons(v, ref.verdict, protocol, {} if by_cosine else gating)
         reasons += failed_subgroups
         if embedding:  # the tolerance on vectors: each document's cosine with the reference's vector
