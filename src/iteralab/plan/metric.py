@@ -83,6 +83,9 @@ class MetricSpec(Strict):
     queries: Text | None = Field(default=None, description=(
         "recall_at_k, mrr, ndcg_at_k (or a routine that ranks): the queries file (columns query_id, text, "
         "relevant_ids separated by ';', optionally grades)."))
+    tuning_queries: Text | None = Field(default=None, description=(
+        "The tuning split's queries (relevant ids of corpus.tuning_path), in the format of queries: iteralab "
+        "threshold measures the ranking metric on them; a campaign never reads them."))
 
     @field_validator("routine")
     @classmethod

@@ -245,6 +245,8 @@ def _embedding_metric_problem(protocol: Any) -> str | None:
         return f"metric {metric.name!r} needs metric.queries (a file: query_id, text, relevant_ids)"
     if metric.queries and protocol.datasets:
         return "metric.queries names relevant ids of one corpus: declare [corpus] path, not [[datasets]]"
+    if metric.tuning_queries and not metric.queries:
+        return "metric.tuning_queries goes with metric.queries (the final queries)"
     if metric.name == "knn_accuracy" and metric.queries:
         return "metric.queries is read by recall_at_k, mrr, ndcg_at_k and a metric.routine, not by knn_accuracy"
     return None
