@@ -22,10 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from iteralab.campaign.engines.passes import error_text
+from iteralab.campaign.verdict.embedding import relevance_of
 from iteralab.campaign.verdict.evaluate import Expected, metric_of_codes, subgroup_metrics
+from iteralab.campaign.verdict.knn import rank_queries
 from iteralab.errors import CorpusError, IteraError, ProtocolError, WorkloadError
 from iteralab.models import factory
 from iteralab.plan.corpus import check_disjoint_from_file, load_corpus
@@ -189,11 +192,6 @@ def measure_tuning(protocol_path: str | os.PathLike[str], *, progress: Progress 
 def _measure_ranking(path: Path, view: TuningView, tuning_file: Path, split: Any,
                      progress: Progress | None) -> TuningMeasure:
     """A ranking metric on the tuning split: its documents and the tuning queries embedded, ranked and scored."""
-    import pyarrow as pa
-
-    from iteralab.campaign.verdict.embedding import relevance_of
-    from iteralab.campaign.verdict.knn import rank_queries
-
     metric = view.metric
     if metric.k is None or not metric.tuning_queries:
         missing = "metric.k (the cut-off)" if metric.k is None else "metric.tuning_queries (the tuning queries)"

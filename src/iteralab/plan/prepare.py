@@ -32,7 +32,7 @@ from iteralab.common.files import sha256_file, write_bytes_atomic
 from iteralab.errors import CorpusError
 from iteralab.plan.corpus import Corpus, check_disjoint, load_corpus, text_fingerprint, write_corpus
 from iteralab.plan.lockfile import lock_path
-from iteralab.plan.prepare_queries import DEFAULT_DISTRACTORS, cut_with_queries, write_queries_file
+from iteralab.plan.prepare_queries import DEFAULT_DISTRACTORS, QueryCut, cut_with_queries, write_queries_file
 from iteralab.plan.queries import load_queries
 from iteralab.plan.strata import assign_strata, stratified_sample
 
@@ -205,6 +205,19 @@ def draft_embedding_protocol(*, name: str, model_ref: str, classes: Sequence[str
         class_subgroup=class_subgroup)
 
 
+def _query_splits(corpus: Corpus, lengths: Sequence[int], strata: Bounds, cut: QueryCut, queries: Path,
+                  folder: Path) -> Splits:
+    """The splits of a corpus cut with its queries (``plan.prepare_queries``), written with both queries files."""
+    strata_of = dict(zip(corpus.ids, assign_strata(list(lengths), strata, names=corpus.ids)))
+    n_tokens = dict(zip(corpus.ids, lengths))
+    kept = [*cut.final.ids, *cut.tuning.ids]
+    splits = Splits(cut.final, cut.tuning, {i: strata_of[i] for i in kept}, {i: n_tokens[i] for i in kept})
+    write_splits(splits, folder)
+    write_queries_file(queries, cut.final_queries, folder / "queries.csv")
+    write_queries_file(queries, cut.tuning_queries, folder / "tuning_queries.csv")
+    return splits
+
+
 def _without_labels(corpus: Corpus) -> Corpus:
     """The corpus with no record's label (an embedding job's corpus whose labels are absent or incomplete)."""
     return Corpus(tuple(replace(r, label=None) for r in corpus.records), corpus.source, corpus.id_origin, corpus.notes)
@@ -273,30 +286,22 @@ def prepare_corpus(source: str | os.PathLike[str], out: str | os.PathLike[str], 
     if queries_read is not None:
         cut = cut_with_queries(corpus, queries_read, query_sample=query_sample, tuning_queries=tuning_queries,
                                distractors=distractors, seed=seed)
-        strata_of = dict(zip(corpus.ids, assign_strata(lengths, strata, names=corpus.ids)))
-        n_tokens = dict(zip(corpus.ids, lengths))
-        kept = [*cut.final.ids, *cut.tuning.ids]
-        splits = Splits(cut.final, cut.tuning, {i: strata_of[i] for i in kept}, {i: n_tokens[i] for i in kept})
+        splits = _query_splits(corpus, lengths, strata, cut, Path(queries_read.source), folder)
+        left_out += list(cut.left_out)
     else:
         splits = draw_splits(corpus, lengths, strata, sample, tuning_size=tuning, seed=seed)
-    write_splits(splits, folder)
-    written = ["final.csv", "tuning.csv", "protocol.toml"]
-    if cut is not None and queries is not None:
-        write_queries_file(Path(queries), cut.final_queries, folder / "queries.csv")
-        write_queries_file(Path(queries), cut.tuning_queries, folder / "tuning_queries.csv")
-        written += ["queries.csv", "tuning_queries.csv"]
-        left_out += list(cut.left_out)
+        write_splits(splits, folder)
+    written = ["final.csv", "tuning.csv", "protocol.toml", *(["queries.csv", "tuning_queries.csv"] if cut else [])]
     columns_note = (f"from {source.name}: id = {id_column!r}" if corpus.id_origin == "data" else
                     f"from {source.name}: no {id_column!r} column, ids derived from the texts (t- + sha256)")
     columns_note += f", text = {text_column!r}, label = {label_column!r}" if classes else \
         f", text = {text_column!r}, no labels"
     name = f"{source.stem}-{Path(model_ref).name or 'model'}"
     ranking = None if queries_read is None else "ndcg_at_k" if queries_read.grades is not None else "recall_at_k"
-    draft = draft_embedding_protocol(name=name, model_ref=model_ref, classes=classes, strata=strata,
-                                     max_length=max_length, columns_note=columns_note, queries=ranking) if embedding \
-        else \
-        draft_protocol(name=name, model_ref=model_ref, model_kind=model_kind, classes=classes, strata=strata,
-                       max_length=max_length, columns_note=columns_note)
+    common = dict(name=name, model_ref=model_ref, classes=classes, strata=strata, max_length=max_length,
+                  columns_note=columns_note)
+    draft = draft_embedding_protocol(**common, queries=ranking) if embedding else \
+        draft_protocol(**common, model_kind=model_kind)
     write_bytes_atomic(folder / "protocol.toml", draft.encode("utf-8"))
     record = {
         "schema_version": PREPARE_SCHEMA,
@@ -307,9 +312,7 @@ def prepare_corpus(source: str | os.PathLike[str], out: str | os.PathLike[str], 
         "strata": {n: [lo, hi] for n, (lo, hi) in strata.items()},
         "sample": sample, "tuning_size": len(splits.tuning), "seed": seed, "max_length": max_length,
         "classes": classes, **({"task": task} if embedding else {}),
-        **({"queries": {"file": str(queries), "sha256": sha256_file(Path(queries)), "final": len(cut.final_queries),
-                        "tuning": len(cut.tuning_queries), "distractors": distractors}}
-           if cut is not None and queries is not None else {}),
+        **({"queries": cut.record(distractors)} if cut else {}),
         "counts": {"source": _mix(corpus, dict(zip(corpus.ids, assign_strata(lengths, strata, names=corpus.ids)))),
                    "final": _mix(splits.final, splits.strata), "tuning": _mix(splits.tuning, splits.strata)},
         "left_out": left_out,

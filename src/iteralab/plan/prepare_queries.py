@@ -21,8 +21,9 @@ import io
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from iteralab.common.files import write_bytes_atomic
+from iteralab.common.files import sha256_file, write_bytes_atomic
 from iteralab.errors import CorpusError
 from iteralab.plan.corpus import Corpus, check_disjoint
 from iteralab.plan.queries import Queries
@@ -43,6 +44,14 @@ class QueryCut:
     final_queries: tuple[int, ...]
     tuning_queries: tuple[int, ...]
     left_out: tuple[dict[str, str], ...]
+    #: the queries file it was cut with (its path and sha256)
+    source: str = ""
+    sha256: str = ""
+
+    def record(self, distractors: int) -> dict[str, Any]:
+        """What prepare.json says of the cut."""
+        return {"file": self.source, "sha256": self.sha256, "final": len(self.final_queries),
+                "tuning": len(self.tuning_queries), "distractors": distractors}
 
 
 def cut_with_queries(corpus: Corpus, queries: Queries, *, query_sample: int | None, tuning_queries: int | None,
@@ -90,7 +99,8 @@ def cut_with_queries(corpus: Corpus, queries: Queries, *, query_sample: int | No
     tuning = Corpus(tuple(r for r in corpus.records if r.id in tuning_ids),
                     f"{corpus.source} [tuning, {len(tuning_q)} queries, seed {seed}]", corpus.id_origin, corpus.notes)
     check_disjoint(tuning, final)
-    return QueryCut(final, tuning, tuple(sorted(final_q)), tuple(sorted(tuning_q)), tuple(left_out))
+    return QueryCut(final, tuning, tuple(sorted(final_q)), tuple(sorted(tuning_q)), tuple(left_out), queries.source,
+                    sha256_file(queries.source))
 
 
 def write_queries_file(source: Path, chosen: tuple[int, ...], path: Path) -> None:
