@@ -9,13 +9,20 @@ import math
 import numpy as np
 import pytest
 
-from iteralab.campaign.verdict.ranking import RANKING_METRICS, Ranking, rank_block, top_k
+from iteralab.campaign.verdict.ranking import RANKING_METRICS, Ranking, Relevance, top_k
+from iteralab.campaign.verdict.ranking import rank_block as rank_relevance
 from iteralab.errors import CorpusError
 from iteralab.plan.metric import EMBEDDING_METRICS, QUERY_METRICS
 from iteralab.plan.queries import load_queries
 from test_embedding_metrics import QUERIES, _lock_and_run, recall_protocol, write_queries, write_unlabelled_corpus
 
 L2, L3 = 1.0, math.log2(3)  # the discounts' logarithms at ranks 1..3: log2(2), log2(3), log2(4) = 2
+
+
+def rank_block(scores: np.ndarray, gains: np.ndarray, k: int):
+    """The ranking of a block whose relevance is given as a dense gain matrix (0: not relevant)."""
+    rows = [np.flatnonzero(g) for g in gains]
+    return rank_relevance(scores, Relevance.of(rows, [g[r] for g, r in zip(gains, rows)]), k)
 
 
 def test_the_protocol_and_the_ranking_module_name_the_same_metrics():
@@ -27,6 +34,14 @@ def test_top_k_orders_by_score_and_breaks_ties_by_column():
     assert top_k(scores, 3).tolist() == [[0, 2, 1], [4, 0, 1]]
     assert top_k(scores, 9).tolist() == [[0, 2, 1, 4, 3], [4, 0, 1, 2, 3]]
     assert top_k(np.array([[np.nan, 0.1, -np.inf]]), 2).tolist() == [[1, 0]]
+
+
+def test_top_k_equals_a_stable_full_sort_on_scores_full_of_ties():
+    rng = np.random.default_rng(3)
+    scores = rng.integers(0, 4, size=(50, 30)).astype(np.float32)  # ties everywhere, across the cut-off
+    scores[rng.random(scores.shape) < 0.1] = -np.inf
+    for k in (1, 2, 7, 30):
+        assert top_k(scores, k).tolist() == np.argsort(-scores, axis=1, kind="stable")[:, :k].tolist()
 
 
 def test_every_metric_of_a_hand_computed_graded_case():

@@ -177,7 +177,7 @@ def rank_queries(documents: np.ndarray, queries: np.ndarray, relevance: Relevanc
         sims = queries[start:stop] @ documents.T  # [block, n]; a column of NaN where a document is not finite
         sims *= scale[None, :]
         sims[:, ~usable] = -np.inf
-        blocks.append(rank_block(sims, relevance.dense(start, stop, n), k))
+        blocks.append(rank_block(sims, relevance.slice(start, stop), k))
     return Ranking.of(k, blocks)
 
 

@@ -7,8 +7,9 @@ Inputs, for a block of ``m`` queries over ``n`` candidates:
 - ``scores`` ``[m, n]``: higher ranks first. ``-inf`` or NaN marks a candidate that is never retrieved (a document
   without a vector). Ties are broken the same way everywhere: the candidate with the lower column (the one that
   comes first in the corpus) ranks first;
-- ``gains`` ``[m, n]``: each candidate's relevance to the query, 0 for an irrelevant one; 1 for every relevant
-  candidate under binary relevance, the candidate's grade (> 0) under graded relevance.
+- ``relevance`` (:class:`Relevance`): each query's relevant candidates (columns) and their gains: 1 for every
+  relevant candidate under binary relevance, the candidate's grade (> 0) under graded relevance; any other
+  candidate has gain 0.
 
 With ``top_k(q)`` the ``k`` best-ranked retrievable candidates and ``rel(q)`` the relevant ones (gain > 0, whether
 retrievable or not)::
@@ -55,29 +56,40 @@ class Relevance:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def dense(self, start: int, stop: int, n: int) -> np.ndarray:
-        """The gains of queries ``start:stop`` over ``n`` candidates, ``[stop - start, n]`` float64."""
-        out = np.zeros((stop - start, n), dtype=np.float64)
-        for i, (rows, gains) in enumerate(zip(self.rows[start:stop], self.gains[start:stop])):
-            out[i, rows] = gains
-        return out
+    def slice(self, start: int, stop: int) -> Relevance:
+        """The relevance of queries ``start:stop`` (a block of the score matrix's rows)."""
+        return Relevance(self.rows[start:stop], self.gains[start:stop])
+
+    def flat(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(query, candidate, gain) of every relevant pair, queries in order."""
+        counts = np.fromiter((len(r) for r in self.rows), dtype=np.int64, count=len(self.rows))
+        query = np.repeat(np.arange(len(self.rows), dtype=np.int64), counts)
+        rows = np.concatenate(self.rows) if self.rows else np.zeros(0, np.int64)
+        gains = np.concatenate(self.gains) if self.gains else np.zeros(0, np.float64)
+        return query, rows.astype(np.int64), gains.astype(np.float64)
 
 
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     """The columns of each row's ``k`` highest scores, best first (``[m, min(k, n)]``); a tie goes to the lower
     column, at the cut-off and within the list. NaN ranks as ``-inf``."""
-    scores = np.where(np.isnan(scores), -np.inf, scores)
+    if np.isnan(scores).any():
+        scores = np.where(np.isnan(scores), -np.inf, scores)
     m, n = scores.shape
     k = min(int(k), n)
     if k <= 0 or m == 0:
         return np.zeros((m, 0), dtype=np.int64)
-    kth = np.partition(scores, n - k, axis=1)[:, n - k][:, None]  # each row's k-th highest score
-    above = scores > kth
-    tied = scores == kth
-    room = k - above.sum(axis=1, keepdims=True)  # the ties admitted: the first ones in column order
-    taken = above | (tied & (np.cumsum(tied, axis=1) <= room))
-    cols = np.nonzero(taken)[1].reshape(m, k)  # k per row, ascending columns
-    order = np.argsort(-np.take_along_axis(scores, cols, axis=1), axis=1, kind="stable")
+    cols = np.argpartition(scores, n - k, axis=1)[:, n - k:]  # a top k, ties at the cut-off in no set order
+    kth = np.take_along_axis(scores, cols, axis=1).min(axis=1, keepdims=True)
+    straddle = np.flatnonzero((scores == kth).sum(axis=1) != (np.take_along_axis(scores, cols, axis=1) == kth)
+                              .sum(axis=1))
+    if len(straddle):  # a tie straddles the cut-off: the tied candidates admitted are the first ones by column
+        rows = scores[straddle]
+        above, tied = rows > kth[straddle], rows == kth[straddle]
+        room = k - above.sum(axis=1, keepdims=True)
+        taken = above | (tied & (np.cumsum(tied, axis=1) <= room))
+        cols[straddle] = np.nonzero(taken)[1].reshape(len(straddle), k)
+    values = np.take_along_axis(scores, cols, axis=1)
+    order = np.lexsort((cols, -values), axis=1)  # best first, the lower column first on a tie
     return np.take_along_axis(cols, order, axis=1)
 
 
@@ -91,27 +103,37 @@ class QueryRanks:
     ndcg: np.ndarray
 
 
-def rank_block(scores: np.ndarray, gains: np.ndarray, k: int) -> QueryRanks:
-    """Every metric of the module docstring for each query of a block (``scores``, ``gains``: ``[m, n]``)."""
-    m = scores.shape[0]
+def rank_block(scores: np.ndarray, relevance: Relevance, k: int) -> QueryRanks:
+    """Every metric of the module docstring for each query of a block (``scores`` ``[m, n]``; ``relevance``: the
+    block's queries, each candidate listed once)."""
+    m, n = scores.shape
     cols = top_k(scores, k)
-    retrievable = np.isfinite(np.take_along_axis(scores, cols, axis=1))
-    got = np.take_along_axis(gains, cols, axis=1) * retrievable  # the gain at each rank, 0 past the retrievable
+    width = cols.shape[1]
+    query, rows, gains = relevance.flat()
+    # the gain at each rank: each ranked (query, candidate) looked up among the relevant pairs (sorted keys)
+    keys = query * n + rows
+    order = np.argsort(keys, kind="stable")
+    keys, sorted_gains = keys[order], gains[order]
+    wanted = (np.arange(m, dtype=np.int64)[:, None] * n + cols).reshape(-1)
+    at = np.minimum(np.searchsorted(keys, wanted), max(len(keys) - 1, 0))
+    found = keys[at] == wanted if len(keys) else np.zeros(len(wanted), dtype=bool)
+    got = np.where(found, sorted_gains[at] if len(keys) else 0.0, 0.0).reshape(m, width)
+    got *= np.isfinite(np.take_along_axis(scores, cols, axis=1))  # nothing past the retrievable candidates
     hit = got > 0
     hits = hit.sum(axis=1)
-    relevant = (gains > 0).sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        recall = np.where(relevant > 0, hits / np.minimum(k, relevant), 0.0)
-        recall_of_relevant = np.where(relevant > 0, hits / relevant, 0.0)
-    first = np.argmax(hit, axis=1)
-    reciprocal = np.where(hit.any(axis=1), 1.0 / (first + 1.0), 0.0)
-    discount = 1.0 / np.log2(np.arange(2, cols.shape[1] + 2, dtype=np.float64))
-    dcg = got @ discount
-    width = cols.shape[1]
-    best = -np.partition(-gains, width - 1, axis=1)[:, :width] if width else gains[:, :0]  # each row's top gains
-    ideal = -np.sort(-best, axis=1) @ discount
-    ndcg = np.divide(dcg, ideal, out=np.zeros(m), where=ideal > 0)
-    return QueryRanks(recall.astype(np.float64), recall_of_relevant.astype(np.float64), reciprocal, ndcg)
+    relevant = np.bincount(query, weights=(gains > 0).astype(np.float64), minlength=m)
+    safe = np.maximum(relevant, 1)
+    recall = np.where(relevant > 0, hits / np.minimum(k, safe), 0.0)
+    recall_of_relevant = np.where(relevant > 0, hits / safe, 0.0)
+    reciprocal = np.where(hit.any(axis=1), 1.0 / (np.argmax(hit, axis=1) + 1.0), 0.0)
+    discount = 1.0 / np.log2(np.arange(2, width + 2, dtype=np.float64))
+    # the ideal order: each query's gains, highest first, padded with zeros to the cut-off
+    counts = np.bincount(query, minlength=m)
+    ideal = np.zeros((m, max(width, int(counts.max(initial=0)))))
+    ideal[query, np.arange(len(query)) - np.repeat(np.cumsum(counts) - counts, counts)] = gains
+    best = -np.sort(-ideal, axis=1)[:, :width] @ discount
+    ndcg = np.divide(got @ discount, best, out=np.zeros(m), where=best > 0)
+    return QueryRanks(recall, recall_of_relevant, reciprocal, ndcg)
 
 
 @dataclass(frozen=True)
