@@ -345,7 +345,8 @@ def test_prepare_cuts_a_corpus_together_with_its_queries(tmp_path, tok, capsys):
     metric = tomllib.loads(draft)["metric"]
     assert (metric["name"], metric["queries"], metric["tuning_queries"]) == ("recall_at_k", "queries.csv",
                                                                               "tuning_queries.csv")
-    assert "6 final queries" in stdout and "12 distractors" in stdout
+    assert ("6 final queries with every relevant document and 12 distractors (12 asked); 2 tuning queries with 4; "
+            "1 left out") in stdout
     # the same seed: the same cut
     again = tmp_path / "again"
     assert _prepare(capsys, source, tok, again, "--task", "embedding", "--queries", str(qfile), "--query-sample",

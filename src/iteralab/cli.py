@@ -107,12 +107,15 @@ def prepare_cmd(
     for name, mix in record["counts"]["final"].items():
         typer.echo(f"final {name}: {sum(mix.values())} texts ({', '.join(f'{c} {n}' for c, n in mix.items())})")
     typer.echo(f"tuning: {record['tuning_size']} texts, disjoint from final by id and text")
-    if record["left_out"]:
-        typer.echo(f"left out: {len(record['left_out'])} repeated texts (see prepare.json)")
+    repeated = [e for e in record["left_out"] if "query_id" not in e]
+    if repeated:
+        typer.echo(f"left out: {len(repeated)} repeated texts (see prepare.json)")
     cut = record.get("queries")
     if cut:
-        typer.echo(f"queries: {cut['final']} final queries with every relevant document and {cut['distractors']} "
-                   f"distractors asked; {cut['tuning']} tuning queries")
+        typer.echo(f"queries: {cut['final']} final queries with every relevant document and "
+                   f"{cut['final_distractors']} distractors ({cut['distractors']} asked); {cut['tuning']} tuning "
+                   f"queries with {cut['tuning_distractors']}; {len(record['left_out']) - len(repeated)} left out "
+                   "(a relevant id not in the source, see prepare.json)")
     typer.echo(f"written: {', '.join(str(out / name) for name in sorted(record['files']))}, {out / 'prepare.json'}")
     if cut:
         typer.echo(f"next: iteralab threshold {out / 'protocol.toml'} (the ranking metric on the tuning queries, a "

@@ -47,11 +47,14 @@ class QueryCut:
     #: the queries file it was cut with (its path and sha256)
     source: str = ""
     sha256: str = ""
+    #: the distractors drawn into each corpus (fewer than asked when the source has no more)
+    drawn: tuple[int, int] = (0, 0)
 
     def record(self, distractors: int) -> dict[str, Any]:
         """What prepare.json says of the cut."""
         return {"file": self.source, "sha256": self.sha256, "final": len(self.final_queries),
-                "tuning": len(self.tuning_queries), "distractors": distractors}
+                "tuning": len(self.tuning_queries), "distractors": distractors,
+                "final_distractors": self.drawn[0], "tuning_distractors": self.drawn[1]}
 
 
 def cut_with_queries(corpus: Corpus, queries: Queries, *, query_sample: int | None, tuning_queries: int | None,
@@ -100,7 +103,7 @@ def cut_with_queries(corpus: Corpus, queries: Queries, *, query_sample: int | No
                     f"{corpus.source} [tuning, {len(tuning_q)} queries, seed {seed}]", corpus.id_origin, corpus.notes)
     check_disjoint(tuning, final)
     return QueryCut(final, tuning, tuple(sorted(final_q)), tuple(sorted(tuning_q)), tuple(left_out), queries.source,
-                    sha256_file(queries.source))
+                    sha256_file(queries.source), (n_other, n_tuning_other))
 
 
 def write_queries_file(source: Path, chosen: tuple[int, ...], path: Path) -> None:
