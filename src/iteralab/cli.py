@@ -116,7 +116,9 @@ def prepare_cmd(
                    f"{cut['final_distractors']} distractors ({cut['distractors']} asked); {cut['tuning']} tuning "
                    f"queries with {cut['tuning_distractors']}; {len(record['left_out']) - len(repeated)} left out "
                    "(a relevant id not in the source, see prepare.json)")
-    typer.echo(f"written: {', '.join(str(out / name) for name in sorted(record['files']))}, {out / 'prepare.json'}")
+    names = ["final.csv", "tuning.csv", *(["queries.csv", "tuning_queries.csv"] if cut else []), "prepare.json",
+             "protocol.toml"]
+    typer.echo(f"written: {', '.join(str(out / name) for name in names)}")
     if cut:
         typer.echo(f"next: iteralab threshold {out / 'protocol.toml'} (the ranking metric on the tuning queries, a "
                    f"suggested threshold), make each CHOOSE in it, then iteralab lock {out / 'protocol.toml'}")
