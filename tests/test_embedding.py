@@ -121,7 +121,7 @@ BY_LABEL = '[[subgroups]]\nname = "c"\nby = "label"\n'
     (lambda t: t.replace("k = 3\n", ""), "metric 'knn_accuracy' needs metric.k"),
     (lambda t: t.replace('name = "knn_accuracy"', 'name = "recall_at_k"'), "metric 'recall_at_k' needs metric.queries"),
     (lambda t: t.replace('name = "knn_accuracy"', 'name = "knn_accuracy"\nqueries = "q.csv"'),
-     "metric.queries is read by recall_at_k only"),
+     "metric.queries is read by recall_at_k, mrr, ndcg_at_k and a metric.routine, not by knn_accuracy"),
     (lambda t: t.replace('classes = ["fresh", "rotten"]', "classes = []"),
      "metric 'knn_accuracy' needs the corpus's labels"),
     (lambda t: t.replace('classes = ["fresh", "rotten"]', 'classes = ["fresh"]'), "at least 2 items (or none"),

@@ -27,7 +27,7 @@ MODULE_COMMANDS = {
     "economics/kitexport.py": ["kit export"], "economics/window.py": ["window"],
     "evidence/bundle.py": ["bundle pack"], "evidence/rerun.py": ["rerun"],
     "evidence/table.py": ["exclude"], "plan/lockfile.py": ["lock"], "plan/prepare.py": ["prepare"],
-    "plan/prepare_generation.py": ["prepare"],
+    "plan/prepare_generation.py": ["prepare"], "plan/prepare_queries.py": ["prepare"],
     "plan/protocol.py": ["price"],
 }
 #: Another program's option named in a hint (``ray start --head``): not the CLI's.

@@ -310,3 +310,69 @@ def test_prepare_an_embedding_job_keeps_complete_labels(tmp_path, tok, capsys):
     assert data["corpus"]["classes"] == ["fresh", "plot", "rotten"] and data["metric"]["name"] == "knn_accuracy"
     assert [s["by"] for s in data["subgroups"]] == ["stratum", "label"]
     assert set(load_corpus(out / "final.csv").labels) == {"fresh", "plot", "rotten"}
+
+
+def test_prepare_cuts_a_corpus_together_with_its_queries(tmp_path, tok, capsys):
+    """--queries: every relevant document of the sampled queries kept, the declared distractors beside them, the
+    tuning queries and documents disjoint from the final ones; the draft judges by recall@k over the written files
+    and, once its choices are made, locks."""
+    import tomllib
+
+    from iteralab.lock.inputs import lock
+    from iteralab.plan.queries import load_queries
+
+    rows = [(i, t) for i, t, _ in _rows()]
+    source = _write_csv(tmp_path / "docs.csv", rows, header=("id", "text"))
+    queries = [(f"q{n}", f"query {n}", ";".join(rows[j][0] for j in (3 * n, 3 * n + 1))) for n in range(10)]
+    queries.append(("q-gone", "names no document", "doc-999"))
+    qfile = _write_csv(tmp_path / "queries.csv", queries, header=("query_id", "text", "relevant_ids"))
+    out = tmp_path / "prep"
+    rc, stdout, err = _prepare(capsys, source, tok, out, "--task", "embedding", "--queries", str(qfile),
+                               "--query-sample", "6", "--tuning-queries", "2", "--distractors", "12")
+    assert rc == 0, err
+    final, tuning = (load_corpus(out / n, require_labels=False) for n in ("final.csv", "tuning.csv"))
+    kept, kept_tuning = load_queries(out / "queries.csv"), load_queries(out / "tuning_queries.csv")
+    assert (len(kept), len(kept_tuning)) == (6, 2)
+    relevant = {d for docs in kept.relevant for d in docs}
+    assert relevant <= set(final.ids) and len(final) == len(relevant) + 12
+    tuning_relevant = {d for docs in kept_tuning.relevant for d in docs}
+    assert tuning_relevant <= set(tuning.ids) and len(tuning) == len(tuning_relevant) + 4  # 12 × 2 / 6
+    assert not set(final.ids) & set(tuning.ids) and "q-gone" not in kept.ids + kept_tuning.ids
+    record = json.loads((out / "prepare.json").read_text(encoding="utf-8"))
+    assert record["queries"]["final"] == 6 and {"queries.csv", "tuning_queries.csv"} <= set(record["files"])
+    assert any(e.get("query_id") == "q-gone" for e in record["left_out"])
+    draft = (out / "protocol.toml").read_text(encoding="utf-8")
+    metric = tomllib.loads(draft)["metric"]
+    assert (metric["name"], metric["queries"], metric["tuning_queries"]) == ("recall_at_k", "queries.csv",
+                                                                              "tuning_queries.csv")
+    assert ("6 final queries with every relevant document and 12 distractors (12 asked); 2 tuning queries with 4; "
+            "1 left out") in stdout
+    # the same seed: the same cut
+    again = tmp_path / "again"
+    assert _prepare(capsys, source, tok, again, "--task", "embedding", "--queries", str(qfile), "--query-sample",
+                    "6", "--tuning-queries", "2", "--distractors", "12")[0] == 0
+    for name in ("final.csv", "tuning.csv", "queries.csv", "tuning_queries.csv"):
+        assert (again / name).read_bytes() == (out / name).read_bytes()
+    made = draft.replace('min_cosine = "CHOOSE"', "min_cosine = 0.99").replace(
+        'threshold = "CHOOSE"', "threshold = 0.5").replace('tolerance = "CHOOSE"', "tolerance = 0.05")
+    made = made.replace('question = "CHOOSE: ', 'question = "').replace(
+        'kind = "encoder"\n', 'kind = "callable"\ncallable = "fake_embedders:word_embedder"\n', 1)
+    (out / "protocol.toml").write_text(made, encoding="utf-8")
+    assert lock(out / "protocol.toml")["inputs"]["queries"]["queries"] == 6
+
+
+def test_prepare_drafts_ndcg_for_graded_queries_and_refuses_queries_without_the_embedding_task(tmp_path, tok,
+                                                                                               capsys):
+    import tomllib
+
+    rows = [(i, t) for i, t, _ in _rows()]
+    source = _write_csv(tmp_path / "docs.csv", rows, header=("id", "text"))
+    qfile = _write_csv(tmp_path / "q.csv", [(f"q{n}", f"query {n}", rows[n][0], "2") for n in range(5)],
+                       header=("query_id", "text", "relevant_ids", "grades"))
+    out = tmp_path / "prep"
+    rc, _, err = _prepare(capsys, source, tok, out, "--task", "embedding", "--queries", str(qfile))
+    assert rc == 0, err
+    assert tomllib.loads((out / "protocol.toml").read_text(encoding="utf-8"))["metric"]["name"] == "ndcg_at_k"
+    assert load_corpus(out / "final.csv", require_labels=False).ids  # 4 relevant + every other document
+    rc, _, err = _prepare(capsys, source, tok, tmp_path / "cls", "--queries", str(qfile))
+    assert rc != 0 and err[0].startswith("Error: --queries: a queries file is for an embedding job")

@@ -47,7 +47,7 @@ def test_unknown_key_inside_array_table_names_variant():
 
 @pytest.mark.parametrize("bad, expected", [
     ("threshold = -0.1", "p.toml: key 'metric.threshold': Input should be greater than or equal to 0"),
-    ("name = \"f2\"", "p.toml: key 'metric.name': unknown metric 'f2'; known: accuracy, macro_f1, weighted_f1, balanced_accuracy, knn_accuracy, recall_at_k, exact_match, token_f1, rouge_l, chrf"),
+    ("name = \"f2\"", "p.toml: key 'metric.name': unknown metric 'f2'; known: accuracy, macro_f1, weighted_f1, balanced_accuracy, knn_accuracy, recall_at_k, mrr, ndcg_at_k, exact_match, token_f1, rouge_l, chrf"),
 ])
 def test_bad_metric_values(bad, expected):
     text = protocol_toml()

@@ -154,7 +154,7 @@ def test_refusals_are_one_line(tmp_path, capsys):
     rc, _, err = _run(capsys, protocol)
     assert rc == 2 and err.splitlines()[0] == (
         f"Error: {protocol}: key 'metric.name': unknown metric 'auc'; known: accuracy, macro_f1, weighted_f1, "
-        "balanced_accuracy, knn_accuracy, recall_at_k, exact_match, token_f1, rouge_l, chrf")
+        "balanced_accuracy, knn_accuracy, recall_at_k, mrr, ndcg_at_k, exact_match, token_f1, rouge_l, chrf")
     protocol = _draft(tmp_path, 'kind = "callable"\ncallable = "fake_models:keyword_classifier"')
     (tmp_path / "tuning.csv").write_bytes((tmp_path / "final.csv").read_bytes())  # P4: never the final corpus
     rc, _, err = _run(capsys, protocol)
@@ -166,3 +166,92 @@ def test_the_suggestion_rounds_down_decimal_figures_not_their_binary_remainders(
     assert suggest_threshold(0.86, "macro_f1", "tuning.csv")[0] == 0.81  # 0.86 - 0.05 is 0.80999… in binary
     assert suggest_threshold(0.8649, "macro_f1", "tuning.csv")[0] == 0.81
     assert suggest_threshold(0.04, "macro_f1", "tuning.csv")[0] == 0.0
+
+
+def _embedding_draft(folder, metric: str, extra: str = 'k = 3\ntuning_queries = "tuning_queries.csv"') -> object:
+    path = folder / "protocol.toml"
+    path.write_text(f"""schema_version = 1
+name = "draft"
+question = "CHOOSE: which configuration?"
+
+[task]
+kind = "embedding"
+
+[embedding]
+min_cosine = "CHOOSE"
+
+[corpus]
+path = "final.csv"
+tuning_path = "tuning.csv"
+classes = []
+
+[model]
+kind = "callable"
+callable = "fake_embedders:word_embedder"
+
+[metric]
+name = "{metric}"
+queries = "queries.csv"
+{extra}
+threshold = "CHOOSE"
+tolerance = "CHOOSE"
+reference_variant = "b4"
+
+[run]
+device = "cpu"
+
+[[variants]]
+name = "b4"
+batch_size = 4
+""", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("metric", ["recall_at_k", "ndcg_at_k", "mrr"])
+def test_an_embedding_draft_is_measured_by_its_ranking_metric_on_the_tuning_queries(tmp_path, capsys, metric):
+    """A ranking metric on the tuning split (documents + tuning queries), never the final corpus, and a suggested
+    threshold by head train's rule; every ranking value beside it."""
+    from fake_embedders import word_embedder
+    from test_embedding import corpus_rows
+    from test_embedding_metrics import QUERIES, write_queries
+
+    docs = [(i, t) for i, t, _ in corpus_rows()]
+    _write_csv(tmp_path / "tuning.csv", docs, header=("id", "text"))
+    _write_csv(tmp_path / "final.csv", [(f"f{i}", f"{t} final") for i, t in docs], header=("id", "text"))
+    write_queries(tmp_path / "tuning_queries.csv")
+    protocol = _embedding_draft(tmp_path, metric)
+    rc, out, err = _run(capsys, protocol, "--json")
+    assert rc == 0, err
+    data = json.loads(out)
+    # independently: cosines by a full stable sort of the word embedder's vectors
+    vectors = np.asarray(word_embedder([t for _, t in docs]), dtype=np.float64)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    values = []
+    for _, text, relevant in QUERIES:
+        q = np.asarray(word_embedder([text]), dtype=np.float64)[0]
+        top = [docs[j][0] for j in np.argsort(-(vectors @ (q / np.linalg.norm(q))), kind="stable")[:3]]
+        wanted = relevant.split(";")
+        hits = [r for r, d in enumerate(top) if d in wanted]
+        if metric == "recall_at_k":
+            values.append(len(hits) / min(3, len(wanted)))
+        elif metric == "mrr":
+            values.append(1 / (hits[0] + 1) if hits else 0.0)
+        else:
+            ideal = sum(1 / np.log2(r + 2) for r in range(min(3, len(wanted))))
+            values.append(sum(1 / np.log2(r + 2) for r in hits) / ideal)
+    expected = float(np.mean(values))
+    assert data["metric_name"] == metric and data["metric"] == pytest.approx(expected, abs=1e-4)
+    where = f"tuning.csv ({len(docs)} texts, {len(QUERIES)} queries of tuning_queries.csv)"
+    assert (data["suggested_threshold"], data["how"]) == suggest_threshold(expected, metric, where)
+    assert data["notes"][0].startswith(f"ranking of {len(QUERIES)} queries: recall@3 = hits / min(k, relevant) ")
+    assert data["tuning_size"] == len(docs) and data["subgroups"] == {}
+
+
+def test_an_embedding_draft_without_tuning_queries_is_told_what_to_declare(tmp_path, capsys):
+    _write_csv(tmp_path / "tuning.csv", [("d1", "good fun")], header=("id", "text"))
+    protocol = _embedding_draft(tmp_path, "recall_at_k", extra="k = 3")
+    rc, _, err = _run(capsys, protocol)
+    assert rc == 2 and err.splitlines()[0] == (
+        f"Error: {protocol}: metric 'recall_at_k' on the tuning split needs metric.tuning_queries (the tuning "
+        "queries)")
+    assert "prepare --task embedding --queries FILE" in err

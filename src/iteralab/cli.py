@@ -71,7 +71,8 @@ def prepare_cmd(
     label_column: str = typer.Option("label", "--label-column", help="Reference label column."),
     strata: str = typer.Option("short=0-30,medium=31-50,long=51-", "--strata",
                                help="Token-length strata, inclusive bounds, the last open-ended."),
-    sample: str = typer.Option("short=600,medium=300,long=100", "--sample", help="Final texts per stratum."),
+    sample: str = typer.Option("short=600,medium=300,long=100", "--sample",
+                               help="Final texts per stratum (not read with --queries)."),
     tuning: int = typer.Option(None, "--tuning", min=0,
                                help="Size of the disjoint tuning split (default: what remains, capped at the sample size)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the draw (same source + seed: identical files)."),
@@ -84,18 +85,30 @@ def prepare_cmd(
     prompt: str = typer.Option(None, "--prompt",
                                help="--task generation: the prompt template, e.g. 'Summarise: {text}' (default: "
                                     "drafted from the corpus columns)."),
+    queries: Path = typer.Option(None, "--queries",
+                                 help="Embedding: a queries file (query_id, text, relevant_ids): the corpus is cut "
+                                      "with it, keeping every relevant document of the sampled queries."),
+    query_sample: int = typer.Option(None, "--query-sample", min=1,
+                                     help="With --queries: final queries (default: all but the tuning ones)."),
+    tuning_queries: int = typer.Option(None, "--tuning-queries", min=0,
+                                       help="With --queries: tuning queries, disjoint by document (default: a fifth)."),
+    distractors: int = typer.Option(1000, "--distractors", min=0,
+                                    help="With --queries: documents relevant to no query drawn into the final corpus."),
 ) -> None:
     """Build the stratified final corpus and a disjoint tuning split with the model's tokenizer (C2, P4)."""
     from iteralab.models.tokens import prepare_for_model
     from iteralab.plan.prepare import parse_sample, parse_strata
     from iteralab.plan.prepare_generation import generation_lines, generation_options
+    from iteralab.plan.prepare_queries import queries_options
 
     bounds = parse_strata(strata)
     record = prepare_for_model(source, out, model=model, id_column=id_column or "id",
                                require_id=id_column is not None, text_column=text_column,
-                               label_column=label_column, strata=bounds, sample=parse_sample(sample, bounds),
+                               label_column=label_column, strata=bounds,
+                               sample=None if queries else parse_sample(sample, bounds),
                                tuning=tuning, seed=seed, max_length=max_length, task=task,
-                               **generation_options(task, reference_column, prompt))
+                               **generation_options(task, reference_column, prompt),
+                               **queries_options(task, queries, query_sample, tuning_queries, distractors))
     if record.get("task") == "generation":
         for line in generation_lines(record, out):
             typer.echo(line)
@@ -103,9 +116,22 @@ def prepare_cmd(
     for name, mix in record["counts"]["final"].items():
         typer.echo(f"final {name}: {sum(mix.values())} texts ({', '.join(f'{c} {n}' for c, n in mix.items())})")
     typer.echo(f"tuning: {record['tuning_size']} texts, disjoint from final by id and text")
-    if record["left_out"]:
-        typer.echo(f"left out: {len(record['left_out'])} repeated texts (see prepare.json)")
-    typer.echo(f"written: {out / 'final.csv'}, {out / 'tuning.csv'}, {out / 'prepare.json'}, {out / 'protocol.toml'}")
+    repeated = [e for e in record["left_out"] if "query_id" not in e]
+    if repeated:
+        typer.echo(f"left out: {len(repeated)} repeated texts (see prepare.json)")
+    cut = record.get("queries")
+    if cut:
+        typer.echo(f"queries: {cut['final']} final queries with every relevant document and "
+                   f"{cut['final_distractors']} distractors ({cut['distractors']} asked); {cut['tuning']} tuning "
+                   f"queries with {cut['tuning_distractors']}; {len(record['left_out']) - len(repeated)} left out "
+                   "(a relevant id not in the source, see prepare.json)")
+    names = ["final.csv", "tuning.csv", *(["queries.csv", "tuning_queries.csv"] if cut else []), "prepare.json",
+             "protocol.toml"]
+    typer.echo(f"written: {', '.join(str(out / name) for name in names)}")
+    if cut:
+        typer.echo(f"next: iteralab threshold {out / 'protocol.toml'} (the ranking metric on the tuning queries, a "
+                   f"suggested threshold), make each CHOOSE in it, then iteralab lock {out / 'protocol.toml'}")
+        return
     if record.get("task") == "embedding":
         typer.echo(f"next: make each CHOOSE in {out / 'protocol.toml'} (with no labels, write the queries file it "
                    f"names), then iteralab lock {out / 'protocol.toml'}")

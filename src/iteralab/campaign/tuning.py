@@ -8,6 +8,11 @@ nothing: the protocol file, its lock and any campaign are left as they are. The 
 campaign's own (:mod:`iteralab.campaign.verdict.evaluate`). A generation job's model answers the tuning split's
 prompts (rendered as a pass renders them, with the protocol's decoding limits) and is scored against the split's
 reference answers with the protocol's text metric.
+
+An embedding job judged by a ranking metric (``recall_at_k``, ``mrr``, ``ndcg_at_k``) is measured the same way:
+the tuning split's documents and the tuning queries (``metric.tuning_queries``, whose relevant ids are documents of
+the tuning split; ``iteralab prepare --queries`` writes both) embedded by the model, ranked by cosine and scored
+by the campaign's own ranking code (:mod:`iteralab.campaign.verdict.ranking`); every ranking value is a note.
 """
 
 from __future__ import annotations
@@ -19,22 +24,26 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from iteralab.campaign.engines.passes import error_text
+from iteralab.campaign.verdict.embedding import relevance_of
 from iteralab.campaign.verdict.evaluate import Expected, metric_of_codes, subgroup_metrics
+from iteralab.campaign.verdict.knn import rank_queries
 from iteralab.campaign.verdict.textmetrics import corpus_score
 from iteralab.errors import CorpusError, IteraError, ProtocolError, WorkloadError
 from iteralab.models import factory
 from iteralab.models.generation import GenerationSettings
 from iteralab.plan.corpus import check_disjoint_from_file, load_corpus
-from iteralab.plan.metric import EMBEDDING_METRICS, MetricName, Subgroup
+from iteralab.plan.metric import EMBEDDING_METRICS, QUERY_METRICS, MetricName, Subgroup
 from iteralab.plan.paths import resolve
 from iteralab.plan.prepare import suggest_threshold
 from iteralab.plan.protocol import CorpusSpec, Dataset, ModelSpec, Variant, parse_toml, read_protocol_text, refusal
+from iteralab.plan.queries import load_queries, unknown_relevant
 from iteralab.plan.tables import corpus_sources
 from iteralab.plan.task import GenerationSpec, TaskSpec
-from iteralab.plan.values import Text
+from iteralab.plan.values import Text, Whole
 
 #: Batch size when the protocol names no reference variant to take it from.
 DEFAULT_BATCH = 8
@@ -50,6 +59,15 @@ class _Loose(BaseModel):
 class _Metric(_Loose):
     name: MetricName
     reference_variant: Text | None = None
+    k: Whole | None = None
+    tuning_queries: Text | None = None
+    queries_id_column: Text = "query_id"
+    queries_text_column: Text = "text"
+
+
+class _Embedding(_Loose):
+    pooling: Text = "mean"
+    normalize: bool = True
 
 
 class _Run(_Loose):
@@ -62,6 +80,7 @@ class TuningView(_Loose):
 
     task: TaskSpec = TaskSpec()
     generation: GenerationSpec | None = None
+    embedding: _Embedding = _Embedding()
     corpus: CorpusSpec
     datasets: tuple[Dataset, ...] = ()
     model: ModelSpec
@@ -77,10 +96,16 @@ class TuningView(_Loose):
         if self.task.kind == "generation" and (self.generation is None or not self.corpus.reference_column):
             raise ValueError("a generation job's tuning measurement needs the [generation] table (the prompt and "
                              "max_new_tokens) and corpus.reference_column (the reference answers it is scored on)")
-        if self.metric.name in EMBEDDING_METRICS:
-            raise ValueError(f"metric {self.metric.name!r}: the tuning measurement suggests a classifier's threshold "
-                             "only so far; measure an embedding job's metric with a campaign on the tuning split")
+        if self.metric.name in EMBEDDING_METRICS and self.metric.name not in QUERY_METRICS:
+            raise ValueError(f"metric {self.metric.name!r}: the tuning measurement suggests the threshold of a "
+                             "classifier or of a ranking metric (recall_at_k, mrr, ndcg_at_k); measure "
+                             f"{self.metric.name} with a campaign on the tuning split")
         return self
+
+    @property
+    def ranking(self) -> bool:
+        """Whether the metric ranks queries among the documents (an embedding job's recall_at_k, mrr, ndcg_at_k)."""
+        return self.metric.name in QUERY_METRICS
 
     def reference(self) -> Variant | None:
         return next((v for v in self.variants if v.name == self.metric.reference_variant), None)
@@ -149,6 +174,8 @@ def measure_tuning(protocol_path: str | os.PathLike[str], *, progress: Progress 
     if view.task.kind == "generation":
         return _measure_generation(path, view, tuning_file, progress)
     split = _tuning_split(path, view, tuning_file)
+    if view.ranking:
+        return _measure_ranking(path, view, tuning_file, split, progress)
     workload, settings = _load(path, view)
     texts, batch = list(split.texts), settings["batch_size"]
     rows = []
@@ -207,6 +234,37 @@ def _measure_generation(path: Path, view: TuningView, tuning_file: Path, progres
                          notes=_notes(view, workload, tuning_file))
 
 
+def _measure_ranking(path: Path, view: TuningView, tuning_file: Path, split: Any,
+                     progress: Progress | None) -> TuningMeasure:
+    """A ranking metric on the tuning split: its documents and the tuning queries embedded, ranked and scored."""
+    metric = view.metric
+    if metric.k is None or not metric.tuning_queries:
+        missing = "metric.k (the cut-off)" if metric.k is None else "metric.tuning_queries (the tuning queries)"
+        raise ProtocolError(f"{path}: metric {metric.name!r} on the tuning split needs {missing}",
+                            hint="iteralab prepare --task embedding --queries FILE writes tuning.csv and "
+                                 "tuning_queries.csv, and drafts both keys")
+    queries_file = resolve(path, metric.tuning_queries)
+    queries = load_queries(queries_file, metric.queries_id_column, metric.queries_text_column)
+    unknown_relevant(queries, set(split.ids), str(tuning_file))
+    workload, settings = _load(path, view)
+    texts = [*split.texts, *queries.texts]  # the documents, then the queries: one progress, the same batches
+    batch, rows = settings["batch_size"], []
+    for start in range(0, len(texts), batch):
+        rows.append(np.asarray(workload.infer(workload.tokenize(texts[start:start + batch])), dtype=np.float32))
+        if progress is not None:
+            progress(min(start + batch, len(texts)), len(texts))
+    vectors = np.concatenate(rows)
+    ranking = rank_queries(vectors[:len(split)], vectors[len(split):],
+                           relevance_of(queries, pa.array(list(split.ids), pa.string())), metric.k)
+    assert ranking is not None  # load_queries refuses a file without a query
+    measured = ranking.value(metric.name)
+    where = f"{tuning_file.name} ({len(split)} texts, {len(queries)} queries of {queries_file.name})"
+    suggested, how = suggest_threshold(measured, metric.name, where)
+    return TuningMeasure(protocol=str(path), tuning=str(tuning_file), tuning_size=len(split),
+                         metric_name=metric.name, metric=measured, subgroups={}, suggested_threshold=suggested,
+                         how=how, settings=settings, notes=[ranking.note(), *_notes(view, workload, tuning_file)])
+
+
 def _tuning_split(path: Path, view: TuningView, tuning_file: Path, extra: list[str] | None = None) -> Any:
     """The tuning split with its stratum column when a stratum subgroup is planned (and the ``extra`` columns a
     generation job reads: its reference answers, the columns its prompt names), checked disjoint (P4) from each
@@ -218,7 +276,7 @@ def _tuning_split(path: Path, view: TuningView, tuning_file: Path, extra: list[s
     wanted = [spec.stratum_column] if by_stratum and spec.stratum_column else []
     wanted += [name for name in extra or () if name not in wanted]
     split = load_corpus(tuning_file, classes=spec.classes, **columns, extra_columns=wanted,
-                        require_labels=view.task.kind != "generation")
+                        require_labels=bool(spec.classes))
     if len(split) == 0:
         raise CorpusError(f"{tuning_file}: the tuning split holds no text", hint="prepare a larger tuning split")
     for source in corpus_sources(spec, view.datasets):
@@ -245,7 +303,8 @@ def _load(path: Path, view: TuningView) -> tuple[Any, dict[str, Any]]:
     try:
         workload = factory.load_workload(
             model.kind, path=resolve(path, model.path), head=resolve(path, model.head), callable_ref=model.callable,
-            classes=view.corpus.classes, precision=settings["precision"],
+            classes=view.corpus.classes, precision=settings["precision"], task=view.task.kind,
+            pooling=view.embedding.pooling, normalize=view.embedding.normalize,
             device="cpu" if model.kind == "callable" else settings["device"], max_length=model.max_length,
             truncation=model.truncation, padding=settings["padding"], trust_remote_code=model.trust_remote_code,
             **options)

@@ -19,6 +19,7 @@ from iteralab.campaign.folder import (
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
 from iteralab.campaign.manifest import rocm_compatibility_line
 from iteralab.campaign.verdict.judge import judge_campaign
+from iteralab.campaign.verdict.ranking import ranking_note
 from iteralab.common.files import write_text_atomic
 from iteralab.errors import IteraError
 from iteralab.evidence.bundle import refuse_if_sealed
@@ -193,6 +194,8 @@ def _verdict_cells(row: dict[str, Any], v: dict[str, Any], n_classes: int, notes
         row.update({key: v.get(key) for key in COSINE_COLUMNS})
         if v.get("subgroup_cosine"):
             notes.append("subgroup cosine: " + json.dumps(v["subgroup_cosine"], sort_keys=True))
+    if v.get("ranking"):  # the queries' ranking metrics, each recall named by its definition
+        notes.append(ranking_note(v["ranking"]))
     row["subgroup_metrics"] = v.get("subgroups")
     if "mean_tokens" in row:
         _generation_cells(row, v, notes)

@@ -8,8 +8,9 @@ tolerance of the reference (for a lower-is-better routine the threshold is a max
 how far the value may rise above the reference). A class subgroup is judged by the recall of its class, a
 built-in in [0, 1] whatever the metric.
 
-An embedding job's ``recall_at_k`` reads a queries file (``metric.queries``): its format and reader are
-:mod:`iteralab.plan.queries`.
+An embedding job's ranking metrics (``recall_at_k``, ``mrr``, ``ndcg_at_k``) read a queries file
+(``metric.queries``): its format and reader are :mod:`iteralab.plan.queries`, the metrics'
+definitions :mod:`iteralab.campaign.verdict.ranking`.
 """
 
 from __future__ import annotations
@@ -21,13 +22,16 @@ from pydantic import AfterValidator, Field, ValidationInfo, field_validator, mod
 
 from iteralab.plan.values import Flag, Number, Strict, Text, Whole
 
-__all__ = ["EMBEDDING_METRICS", "GENERATION_METRICS", "METRICS", "ROUTINE_FORM", "TOL", "MetricName", "MetricSpec",
+__all__ = ["EMBEDDING_METRICS", "GENERATION_METRICS", "METRICS", "QUERY_METRICS", "ROUTINE_FORM", "TOL", "MetricName", "MetricSpec",
            "Subgroup", "known_metric", "subgroup_problems"]
 
 #: A classifier's built-in metrics.
 METRICS = ("accuracy", "macro_f1", "weighted_f1", "balanced_accuracy")
 #: An embedding job's built-in metrics (its threshold), computed from the pass's vectors (``plan/task.py``).
-EMBEDDING_METRICS = ("knn_accuracy", "recall_at_k")
+EMBEDDING_METRICS = ("knn_accuracy", "recall_at_k", "mrr", "ndcg_at_k")
+#: The embedding metrics that rank the queries of ``metric.queries`` among the documents (as
+#: ``campaign.verdict.ranking.RANKING_METRICS``: a test says so).
+QUERY_METRICS = ("recall_at_k", "mrr", "ndcg_at_k")
 #: A generation job's built-in metrics, on a 0..1 scale against ``corpus.reference_column`` (computed by
 #: ``campaign.verdict.textmetrics``, whose list must equal this one: a test says so).
 GENERATION_METRICS = ("exact_match", "token_f1", "rouge_l", "chrf")
@@ -58,8 +62,8 @@ def _unit_interval(value: float) -> float:
 
 class MetricSpec(Strict):
     name: MetricName | None = Field(default=None, description=(
-        "A built-in metric: accuracy, macro_f1, weighted_f1, balanced_accuracy; knn_accuracy or recall_at_k for an "
-        "embedding job; exact_match, token_f1, rouge_l or chrf for a generation job. "
+        "A built-in metric: accuracy, macro_f1, weighted_f1, balanced_accuracy; knn_accuracy, recall_at_k, mrr or "
+        "ndcg_at_k for an embedding job; exact_match, token_f1, rouge_l or chrf for a generation job. "
         "Absent when routine names your own."))
     routine: Text | None = Field(default=None, description=(
         "Your evaluation routine, package.module:function (fingerprinted by lock, carried in the folder)."))
@@ -75,9 +79,13 @@ class MetricSpec(Strict):
         "the reference's score (give this or tolerance, not both)."))
     reference_variant: Text = Field(description="The variant every other is compared with (quality and reproduction).")
     k: Whole | None = Field(default=None, ge=1, description=(
-        "Embedding metrics: the neighbours of knn_accuracy, the cut-off of recall_at_k."))
+        "Embedding metrics: the neighbours of knn_accuracy, the cut-off of recall_at_k, mrr and ndcg_at_k."))
     queries: Text | None = Field(default=None, description=(
-        "recall_at_k: the queries file (columns query_id, text, relevant_ids separated by ';')."))
+        "recall_at_k, mrr, ndcg_at_k (or a routine that ranks): the queries file (columns query_id, text, "
+        "relevant_ids separated by ';', optionally grades)."))
+    tuning_queries: Text | None = Field(default=None, description=(
+        "The tuning split's queries (relevant ids of corpus.tuning_path), in the format of queries: iteralab "
+        "threshold measures the ranking metric on them; a campaign never reads them."))
     queries_id_column: Text = Field(default="query_id", description=(
         "The queries file's id column (metric.queries)."))
     queries_text_column: Text = Field(default="text", description=(

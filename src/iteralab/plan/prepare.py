@@ -9,7 +9,10 @@ made). The same seed on the same source gives byte-identical files. The demo dra
 ``task = "embedding"`` prepares an embedding job's corpus: the label column is optional. When every text has a
 label and there are at least two classes, the draft keeps them (``knn_accuracy``, a subgroup per class);
 otherwise the files carry no labels, the draft declares ``classes = []`` and judges the job by ``recall_at_k``
-over a queries file the user writes (``plan.queries.load_queries``).
+over a queries file the user writes (``plan.queries.load_queries``). With ``queries`` (a queries file), the
+corpus is cut together with its queries instead (``plan.prepare_queries``): ``final.csv`` + ``queries.csv`` and
+``tuning.csv`` + ``tuning_queries.csv``, and the draft judges the job by ``recall_at_k`` (``ndcg_at_k`` when the
+file gives grades).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from iteralab.common.files import sha256_file, write_bytes_atomic
 from iteralab.errors import CorpusError
 from iteralab.plan.corpus import Corpus, check_disjoint, load_corpus, text_fingerprint, write_corpus
 from iteralab.plan.lockfile import lock_path
+from iteralab.plan.prepare_queries import DEFAULT_DISTRACTORS, QueryCut, cut_with_queries, write_queries_file
+from iteralab.plan.queries import load_queries
 from iteralab.plan.strata import assign_strata, stratified_sample
 
 PREPARE_SCHEMA = 1
@@ -172,11 +177,20 @@ def draft_protocol(*, name: str, model_ref: str, model_kind: str, classes: Seque
 
 
 def draft_embedding_protocol(*, name: str, model_ref: str, classes: Sequence[str], strata: Bounds,
-                             max_length: int | None, columns_note: str) -> str:
+                             max_length: int | None, columns_note: str, queries: str | None = None) -> str:
     """An embedding job's draft: the corpus and strata filled, the labels' metric (``knn_accuracy``) when the corpus
-    has classes, else ``recall_at_k`` over a queries file to write; every other choice marked ``"CHOOSE"``."""
+    has classes, else ``recall_at_k`` over a queries file to write; with ``queries`` (the metric prepare cut the
+    queries for: ``recall_at_k`` or ``ndcg_at_k``), that metric over the written queries files; every other choice
+    marked ``"CHOOSE"``."""
     strata_toml = ", ".join(f"{n} = [{lo}]" if hi is None else f"{n} = [{lo}, {hi}]" for n, (lo, hi) in strata.items())
-    if classes:
+    if queries:
+        metric = (f'name = {toml_string(queries)}  # recall_at_k, mrr or ndcg_at_k: the raw table reports all three\n'
+                  'k = 10                 # the cut-off: the top 10 documents by cosine\n'
+                  'queries = "queries.csv"                # the final queries (prepare --queries)\n'
+                  'tuning_queries = "tuning_queries.csv"  # the tuning queries, over tuning.csv (iteralab threshold)')
+        class_subgroup = ""
+        note = f"   # judged by {queries} over the queries prepare wrote"
+    elif classes:
         metric = 'name = "knn_accuracy"\nk = 10                 # neighbours of the leave-one-out label vote'
         class_subgroup = '\n[[subgroups]]\nname = "class"\nby = "label"\ngating = true\n'
         note = ""
@@ -189,6 +203,19 @@ def draft_embedding_protocol(*, name: str, model_ref: str, classes: Sequence[str
         name=toml_string(name), columns_note=columns_note, classes=", ".join(toml_string(c) for c in classes), classes_note=note,
         strata=strata_toml, model_ref=toml_string(model_ref), max_length=max_length or 256, metric=metric,
         class_subgroup=class_subgroup)
+
+
+def _query_splits(corpus: Corpus, lengths: Sequence[int], strata: Bounds, cut: QueryCut, queries: Path,
+                  folder: Path) -> Splits:
+    """The splits of a corpus cut with its queries (``plan.prepare_queries``), written with both queries files."""
+    strata_of = dict(zip(corpus.ids, assign_strata(list(lengths), strata, names=corpus.ids)))
+    n_tokens = dict(zip(corpus.ids, lengths))
+    kept = [*cut.final.ids, *cut.tuning.ids]
+    splits = Splits(cut.final, cut.tuning, {i: strata_of[i] for i in kept}, {i: n_tokens[i] for i in kept})
+    write_splits(splits, folder)
+    write_queries_file(queries, cut.final_queries, folder / "queries.csv")
+    write_queries_file(queries, cut.tuning_queries, folder / "tuning_queries.csv")
+    return splits
 
 
 def without_labels(corpus: Corpus) -> Corpus:
@@ -220,25 +247,34 @@ def prepare_corpus(source: str | os.PathLike[str], out: str | os.PathLike[str], 
                    label_column: str = "label", strata: Bounds | None = None, sample: Mapping[str, int] | None = None,
                    tuning: int | None = None, seed: int = 0, max_length: int | None = None,
                    class_order: Sequence[str] | None = None, require_id: bool = False,
-                   task: str = "classification") -> dict[str, Any]:
+                   task: str = "classification", queries: str | os.PathLike[str] | None = None,
+                   query_sample: int | None = None, tuning_queries: int | None = None,
+                   distractors: int = DEFAULT_DISTRACTORS) -> dict[str, Any]:
     """Write final.csv, tuning.csv, prepare.json and a draft protocol.toml into ``out``; return prepare.json.
     ``require_id``: the id column was named on purpose, so a file without it is refused (never ids derived from
     the texts because of a misspelt header). A folder holding a locked or edited protocol.toml is refused.
-    ``task``: ``"embedding"`` drafts an embedding job, on a corpus with or without labels (module docstring)."""
+    ``task``: ``"embedding"`` drafts an embedding job, on a corpus with or without labels (module docstring);
+    ``queries``: its queries file, cut with the corpus (``plan.prepare_queries``: ``query_sample`` final and
+    ``tuning_queries`` tuning queries, ``distractors`` other documents)."""
     if task not in PREPARE_TASKS:
         raise CorpusError(f"--task: {task!r} is not one of {', '.join(PREPARE_TASKS)}")
     embedding = task == "embedding"
+    if queries is not None and not embedding:
+        raise CorpusError("--queries: a queries file is for an embedding job's ranking metrics",
+                          hint="add --task embedding")
+    queries_read = load_queries(queries) if queries is not None else None
     source = Path(source)
     folder = Path(out)
     refuse_edited_draft(folder)
     strata = dict(strata or parse_strata(DEFAULT_STRATA))
-    sample = dict(sample or parse_sample(DEFAULT_SAMPLE, strata))
+    sample = dict(sample or ({} if queries is not None else parse_sample(DEFAULT_SAMPLE, strata)))
     loaded = load_corpus(source, id_column=id_column, text_column=text_column, label_column=label_column,
                          duplicate_texts="skip", require_id=require_id, require_labels=not embedding)
     corpus, left_out = drop_repeated_texts(loaded)
     left_out = [{"reason": note} for note in loaded.notes] + left_out
     classes = sorted({str(label) for label in corpus.labels if label is not None})
-    if embedding and (len(classes) < 2 or None in corpus.labels):  # labels are used only when every text has one
+    if embedding and (len(classes) < 2 or None in corpus.labels or queries_read is not None):
+        # labels are used only when every text has one, and never beside queries (the job is a ranking)
         corpus, classes = without_labels(corpus), []
     if class_order is not None and set(class_order) == set(classes):
         classes = list(class_order)  # the classifier's own output order, so the draft matches the model
@@ -246,17 +282,26 @@ def prepare_corpus(source: str | os.PathLike[str], out: str | os.PathLike[str], 
         raise CorpusError(f"{source}: label column {label_column!r} holds a single class ({classes[0]!r}); a "
                           "comparison of classifiers needs at least two", hint="check --label-column")
     lengths = token_length(list(corpus.texts))
-    splits = draw_splits(corpus, lengths, strata, sample, tuning_size=tuning, seed=seed)
-    write_splits(splits, folder)
+    cut = None
+    if queries_read is not None:
+        cut = cut_with_queries(corpus, queries_read, query_sample=query_sample, tuning_queries=tuning_queries,
+                               distractors=distractors, seed=seed)
+        splits = _query_splits(corpus, lengths, strata, cut, Path(queries_read.source), folder)
+        left_out += list(cut.left_out)
+    else:
+        splits = draw_splits(corpus, lengths, strata, sample, tuning_size=tuning, seed=seed)
+        write_splits(splits, folder)
+    written = ["final.csv", "tuning.csv", "protocol.toml", *(["queries.csv", "tuning_queries.csv"] if cut else [])]
     columns_note = (f"from {source.name}: id = {id_column!r}" if corpus.id_origin == "data" else
                     f"from {source.name}: no {id_column!r} column, ids derived from the texts (t- + sha256)")
     columns_note += f", text = {text_column!r}, label = {label_column!r}" if classes else \
         f", text = {text_column!r}, no labels"
     name = f"{source.stem}-{Path(model_ref).name or 'model'}"
-    draft = draft_embedding_protocol(name=name, model_ref=model_ref, classes=classes, strata=strata,
-                                     max_length=max_length, columns_note=columns_note) if embedding else \
-        draft_protocol(name=name, model_ref=model_ref, model_kind=model_kind, classes=classes, strata=strata,
-                       max_length=max_length, columns_note=columns_note)
+    ranking = None if queries_read is None else "ndcg_at_k" if queries_read.grades is not None else "recall_at_k"
+    common = dict(name=name, model_ref=model_ref, classes=classes, strata=strata, max_length=max_length,
+                  columns_note=columns_note)
+    draft = draft_embedding_protocol(**common, queries=ranking) if embedding else \
+        draft_protocol(**common, model_kind=model_kind)
     write_bytes_atomic(folder / "protocol.toml", draft.encode("utf-8"))
     record = {
         "schema_version": PREPARE_SCHEMA,
@@ -267,10 +312,13 @@ def prepare_corpus(source: str | os.PathLike[str], out: str | os.PathLike[str], 
         "strata": {n: [lo, hi] for n, (lo, hi) in strata.items()},
         "sample": sample, "tuning_size": len(splits.tuning), "seed": seed, "max_length": max_length,
         "classes": classes, **({"task": task} if embedding else {}),
-        "counts": {"source": class_mix(corpus, dict(zip(corpus.ids, assign_strata(lengths, strata, names=corpus.ids)))),
-                   "final": class_mix(splits.final, splits.strata), "tuning": class_mix(splits.tuning, splits.strata)},
+        **({"queries": cut.record(distractors)} if cut else {}),
+        "counts": {"source": class_mix(corpus, dict(zip(corpus.ids, assign_strata(lengths, strata,
+                                                                                names=corpus.ids)))),
+                   "final": class_mix(splits.final, splits.strata),
+                   "tuning": class_mix(splits.tuning, splits.strata)},
         "left_out": left_out,
-        "files": {name: sha256_file(folder / name) for name in ("final.csv", "tuning.csv", "protocol.toml")},
+        "files": {name: sha256_file(folder / name) for name in written},
     }
     write_bytes_atomic(folder / "prepare.json",
                        (json.dumps(record, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8"))

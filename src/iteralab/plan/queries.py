@@ -9,6 +9,12 @@ A UTF-8 CSV file with a header and at least these columns (any order; other colu
     relevant_ids  the ids of the corpus documents relevant to the query, separated by ";" (at least one; spaces
                   around an id are ignored; an id repeated in one cell counts once)
 
+and optionally::
+
+    grades        graded relevance: one number > 0 per id of relevant_ids, in the same order, separated by ";"
+                  (a repeated id keeps its highest grade). Without the column every relevant id has grade 1
+                  (binary relevance); nDCG uses the grades as linear gains, recall and MRR count any grade as relevant
+
 Every refusal is one :class:`~iteralab.errors.CorpusError` line naming the file, the line and the field; the line
 is the file line where the record starts (a quoted text may span lines), counted by the corpus readers' own CSV
 reader (:func:`~iteralab.plan.corpusfile.read_csv_rows`). Whether each relevant id is a document of the corpus is
@@ -31,6 +37,8 @@ __all__ = ["QUERY_COLUMNS", "Queries", "load_queries", "queries_hint", "unknown_
 QUERY_COLUMNS = ("query_id", "text", "relevant_ids")
 #: What separates the ids of ``relevant_ids``.
 RELEVANT_SEPARATOR = ";"
+#: The optional column of graded relevance (module docstring).
+GRADES_COLUMN = "grades"
 
 
 def queries_hint(id_column: str = QUERY_COLUMNS[0], text_column: str = QUERY_COLUMNS[1]) -> str:
@@ -45,13 +53,14 @@ QUERIES_HINT = queries_hint()
 @dataclass(frozen=True)
 class Queries:
     """The queries of a file, in file order: ids, texts, the relevant document ids of each, and the file line of
-    each (for messages)."""
+    each (for messages); ``grades``: each relevant id's grade (None: binary relevance, no grades column)."""
 
     source: str
     ids: tuple[str, ...]
     texts: tuple[str, ...]
     relevant: tuple[tuple[str, ...], ...]
     lines: tuple[int, ...]
+    grades: tuple[tuple[float, ...], ...] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -80,7 +89,7 @@ def load_queries(path: str | os.PathLike[str], id_column: str = QUERY_COLUMNS[0]
         raise CorpusError(f"{where}: {problem} (columns found: {found})", hint=hint)
     at = [header.index(c) for c in columns]
     first: dict[str, int] = {}
-    ids, texts, relevant, lines = [], [], [], []
+    ids, texts, relevant, lines, grades = [], [], [], [], []
     for line, row in rows:
         loc = f"{where} line {line}"
         qid, query, cell = (row[i] for i in at)
@@ -94,6 +103,8 @@ def load_queries(path: str | os.PathLike[str], id_column: str = QUERY_COLUMNS[0]
         if not docs:
             raise CorpusError(f"{loc}, field relevant_ids: no relevant id",
                               hint="give at least one corpus id, several separated by ';'")
+        if GRADES_COLUMN in header:
+            grades.append(_grades(loc, cell, row[header.index(GRADES_COLUMN)], docs))
         first[qid] = line
         ids.append(qid)
         texts.append(query)
@@ -101,7 +112,30 @@ def load_queries(path: str | os.PathLike[str], id_column: str = QUERY_COLUMNS[0]
         lines.append(line)
     if not ids:
         raise CorpusError(f"{where}: no query (a header only)", hint=hint)
-    return Queries(where, tuple(ids), tuple(texts), tuple(relevant), tuple(lines))
+    return Queries(where, tuple(ids), tuple(texts), tuple(relevant), tuple(lines),
+                   tuple(grades) if GRADES_COLUMN in header else None)
+
+
+def _grades(loc: str, cell: str, grades: str, docs: tuple[str, ...]) -> tuple[float, ...]:
+    """The grade of each of ``docs`` from the ``grades`` cell (module docstring)."""
+    listed = [d.strip() for d in cell.split(RELEVANT_SEPARATOR) if d.strip()]
+    values = [g.strip() for g in grades.split(RELEVANT_SEPARATOR) if g.strip()]
+    if len(values) != len(listed):
+        raise CorpusError(f"{loc}, field grades: {len(values)} grades for {len(listed)} relevant ids",
+                          hint="give one grade per relevant id, in the same order, separated by ';'")
+    best: dict[str, float] = {}
+    for doc, value in zip(listed, values):
+        try:
+            grade = float(value)
+        except ValueError:
+            grade = float("nan")
+        if not grade > 0 or grade == float("inf"):
+            raise CorpusError(f"{loc}, field grades: {value!r} is not a number > 0",
+                              hint="a grade is a finite number above 0; leave an irrelevant document out")
+        best[doc] = max(grade, best.get(doc, grade))
+    return tuple(best[d] for d in docs)
+
+
 
 
 def unknown_relevant(queries: Queries, corpus_ids: Container[str], corpus: str) -> None:

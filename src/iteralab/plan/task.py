@@ -12,10 +12,10 @@ An embedding job (a corpus turned into one vector per document) is judged by:
   gating subgroup; optionally the ``cosine_quantile`` lower quantile of those cosines must be at least
   ``min_cosine_at_quantile``;
 - the **threshold**, the job's own metric: ``knn_accuracy`` (leave-one-out label accuracy of the ``metric.k``
-  nearest documents by cosine; needs the corpus's labels), ``recall_at_k`` (over ``metric.queries``, a file of
-  query id, query text and relevant document ids, which each pass embeds with its own variant:
-  ``campaign.verdict.retrieval``) or the user's ``metric.routine`` (called on the pass's vectors:
-  ``campaign.verdict.embedding``); ``metric.tolerance`` bounds how far that metric may move the wrong way from
+  nearest documents by cosine; needs the corpus's labels), ``recall_at_k``, ``mrr`` or ``ndcg_at_k`` (over
+  ``metric.queries``, a file of query id, query text and relevant document ids, which each pass embeds with its own
+  variant: ``campaign.verdict.ranking``) or the user's ``metric.routine`` (called on the pass's vectors, and on the
+  queries' with ``metric.queries``: ``campaign.verdict.embedding``); ``metric.tolerance`` bounds how far that metric may move the wrong way from
   the reference pass's, as for a classifier.
 
 ``corpus.classes`` belongs to a classification job (at least two); an embedding job's corpus may declare its labels
@@ -43,7 +43,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from iteralab.errors import CorpusError
-from iteralab.plan.metric import EMBEDDING_METRICS, GENERATION_METRICS
+from iteralab.plan.metric import EMBEDDING_METRICS, GENERATION_METRICS, QUERY_METRICS
 from iteralab.plan.prompting import TEXT_FIELD, render_prompts, template_fields
 from iteralab.plan.values import Flag, Number, Strict, Text, Whole
 
@@ -239,29 +239,32 @@ def _embedding_metric_problem(protocol: Any) -> str | None:
         return (f"subgroup(s) {', '.join(by_label)} by label need the corpus's labels: declare corpus.classes "
                 "(corpus.classes = [] declares a corpus without labels)")
     if metric.name is not None and metric.k is None:
-        return f"metric {metric.name!r} needs metric.k (neighbours for knn_accuracy, cut-off for recall_at_k)"
+        return (f"metric {metric.name!r} needs metric.k (neighbours for knn_accuracy, the cut-off for recall_at_k, mrr "
+                "and ndcg_at_k)")
     if metric.name == "knn_accuracy" and not labelled:
         return ("metric 'knn_accuracy' needs the corpus's labels: declare corpus.classes, or judge a corpus without "
-                "labels by recall_at_k or a metric.routine")
+                "labels by recall_at_k, mrr, ndcg_at_k or a metric.routine")
     if metric.routine is not None and metric.k is None and any(sg.gating for sg in protocol.subgroups
                                                                 if sg.by == "label"):
         return ("a gating subgroup by label of an embedding job is judged by its class's kNN recall: declare "
                 "metric.k (the neighbours) beside metric.routine")
-    if metric.name == "recall_at_k" and not metric.queries:
-        return "metric 'recall_at_k' needs metric.queries (a file: query_id, text, relevant_ids)"
-    if metric.name == "recall_at_k" and protocol.datasets:
-        return "metric 'recall_at_k' reads the relevant ids of one corpus: declare [corpus] path, not [[datasets]]"
-    if metric.name != "recall_at_k" and metric.queries:
-        return "metric.queries is read by recall_at_k only"
+    if metric.name in QUERY_METRICS and not metric.queries:
+        return f"metric {metric.name!r} needs metric.queries (a file: query_id, text, relevant_ids)"
+    if metric.queries and protocol.datasets:
+        return "metric.queries names relevant ids of one corpus: declare [corpus] path, not [[datasets]]"
+    if metric.tuning_queries and not metric.queries:
+        return "metric.tuning_queries goes with metric.queries (the final queries)"
+    if metric.name == "knn_accuracy" and metric.queries:
+        return "metric.queries is read by recall_at_k, mrr, ndcg_at_k and a metric.routine, not by knn_accuracy"
     return None
 
 
 def _engine_problem(protocol: Any) -> str | None:
-    if protocol.metric.name != "recall_at_k":
+    if not protocol.metric.queries:
         return None
     unsupported = [v.name for v in protocol.variants if v.engine != "local" or v.data_parallel > 1]
     if unsupported:
-        return (f"variant(s) {', '.join(unsupported)}: recall_at_k embeds its queries after a local single-worker "
-                "pass in this version; run these variants with knn_accuracy or a metric.routine, or on the local "
-                "engine with data_parallel = 1")
+        return (f"variant(s) {', '.join(unsupported)}: metric.queries are embedded after a local single-worker "
+                "pass in this version; run these variants with knn_accuracy or a routine without queries, or on the "
+                "local engine with data_parallel = 1")
     return None

@@ -7,16 +7,21 @@ The metric is one of:
 
 - ``knn_accuracy``: leave-one-out kNN label accuracy over the documents that have a finite vector and a label
   (``verdict.knn``); a stratum group: the same inside the group; a class group: that class's kNN recall;
-- ``recall_at_k``: the campaign's queries (its folder's copy of ``metric.queries``), embedded by the pass itself
-  into ``predictions/<pass_id>.queries.parquet``, searched among the pass's document vectors (the definition:
-  ``verdict.knn``). The value is the whole query set's only: a query is no document of a subgroup, so gating
-  subgroups judge a pass under recall_at_k by their documents' cosines with the reference vectors alone;
+- ``recall_at_k``, ``mrr``, ``ndcg_at_k``: the campaign's queries (its folder's copy of ``metric.queries``),
+  embedded by the pass itself into ``predictions/<pass_id>.queries.parquet``, ranked among the pass's document
+  vectors by cosine (``verdict.knn``) and scored by ``verdict.ranking`` (the definitions). Whichever is the metric,
+  every ranking value goes into the verdict's ``ranking`` cell (and a note of the raw table, each recall named by
+  its definition). The value is the whole query set's only: a query is no document of a subgroup, so gating
+  subgroups judge a pass under a ranking metric by their documents' cosines with the reference vectors alone;
 - the user's routine (``metric.routine``), called with keyword arguments on whole arrays in corpus order::
 
       def my_metric(*, ids: list[str], outputs: numpy.ndarray, references: numpy.ndarray | None) -> float
+      def my_metric(*, ids, outputs, references, queries: EmbeddedQueries) -> float  # with metric.queries
 
   ``outputs`` the documents' vectors, float32 ``[n, d]`` (those the pass covered); ``references`` their labels
-  (a str array, "" where a document has none) or None for a corpus without labels (``corpus.classes = []``).
+  (a str array, "" where a document has none) or None for a corpus without labels (``corpus.classes = []``);
+  ``queries`` (only when the protocol names ``metric.queries``): the query ids, the pass's query vectors and each
+  query's relevant ids (``verdict.routine.EmbeddedQueries``), the same for every call.
   Called once for the whole corpus and once per group of each gating stratum subgroup; a class subgroup keeps its
   class's kNN recall (``metric.k`` neighbours), as under knn_accuracy. What it raises, or a value that is no finite
   number, is the verdict's ``routine_error`` (one line): that pass fails, never the campaign.
@@ -35,15 +40,16 @@ import pyarrow.compute as pc
 
 from iteralab.campaign.predictions import pass_of
 from iteralab.campaign.vectors import queries_file_name, read_vectors
-from iteralab.campaign.verdict.knn import knn_correct, recall_at_k
-from iteralab.campaign.verdict.routine import Routine, RoutineValues
+from iteralab.campaign.verdict.knn import knn_correct, rank_queries
+from iteralab.campaign.verdict.ranking import RANKING_METRICS, Ranking, Relevance
+from iteralab.campaign.verdict.routine import EmbeddedQueries, Routine, RoutineValues
 from iteralab.common.files import sha256_file
 from iteralab.errors import CorpusError, RoutineError
 from iteralab.plan.queries import Queries, load_queries
 from iteralab.plan.protocol import Protocol
 
-__all__ = ["CampaignQueries", "PassRecall", "load_campaign_queries", "pass_recall", "query_vectors_path",
-           "relevant_rows", "vector_metric", "vector_routine_values"]
+__all__ = ["CampaignQueries", "PassQueries", "load_campaign_queries", "pass_queries", "query_vectors_path",
+           "relevance_of", "vector_metric", "vector_routine_values"]
 
 
 @dataclass(frozen=True)
@@ -58,7 +64,7 @@ class CampaignQueries:
 def load_campaign_queries(folder: Path, record: Mapping[str, Any] | None) -> CampaignQueries:
     """The queries of the folder's copy (``record``: campaign.json's ``queries``), checked against its sha256."""
     if not record:
-        return CampaignQueries(None, "campaign.json records no queries file (metric recall_at_k)")
+        return CampaignQueries(None, "campaign.json records no queries file (metric.queries)")
     path = folder / str(record.get("file"))
     if not path.is_file() or sha256_file(path) != record.get("sha256"):
         return CampaignQueries(None, f"queries file {record.get('file')} is missing or differs from its recorded "
@@ -69,23 +75,28 @@ def load_campaign_queries(folder: Path, record: Mapping[str, Any] | None) -> Cam
         return CampaignQueries(None, exc.message)
 
 
-def relevant_rows(queries: Queries, ids: pa.Array) -> list[np.ndarray]:
-    """Each query's relevant ids as rows of the corpus ``ids`` (an id that is not one of them is left out)."""
+def relevance_of(queries: Queries, ids: pa.Array) -> Relevance:
+    """Each query's relevant ids as rows of the corpus ``ids``, with their grades (1 each without a grades column;
+    an id that is not one of them is left out)."""
     flat = [d for docs in queries.relevant for d in docs]
     where = pc.fill_null(pc.index_in(pa.array(flat, pa.string()), value_set=ids), -1).to_numpy(zero_copy_only=False)
-    out, at = [], 0
-    for docs in queries.relevant:
-        rows = where[at:at + len(docs)]
-        out.append(rows[rows >= 0].astype(np.int64))
+    rows, gains, at = [], [], 0
+    for q, docs in enumerate(queries.relevant):
+        found = where[at:at + len(docs)]
+        rows.append(found[found >= 0].astype(np.int64))
+        grades = np.asarray(queries.grades[q] if queries.grades is not None else [1.0] * len(docs), np.float64)
+        gains.append(grades[found >= 0])
         at += len(docs)
-    return out
+    return Relevance.of(rows, gains)
 
 
 @dataclass(frozen=True)
-class PassRecall:
-    """A pass's recall@k, or the one line that says why it has none; the sha256 of its query vector file."""
+class PassQueries:
+    """A pass's queries: their vectors and ranking metrics, or the one line that says why there are none; the
+    sha256 of its query vector file."""
 
-    value: float | None
+    vectors: np.ndarray | None
+    ranking: Ranking | None
     error: str | None
     sha256: str | None
 
@@ -95,33 +106,41 @@ def query_vectors_path(path: Path) -> Path:
     return path.with_name(queries_file_name(pass_of(path.name)))
 
 
-def pass_recall(path: Path, campaign: CampaignQueries | None, documents: np.ndarray | None, ids: pa.Array,
-                k: int, normalize: bool, dim: int | None) -> PassRecall:
-    """The recall@k of a pass whose query vectors are at ``path``, its documents' vectors ``documents`` in corpus
-    order (``ids``)."""
+def pass_queries(path: Path, campaign: CampaignQueries | None, documents: np.ndarray | None, ids: pa.Array,
+                 k: int | None, normalize: bool, dim: int | None) -> PassQueries:
+    """The query vectors at ``path`` of a pass whose documents' vectors are ``documents`` in corpus order
+    (``ids``), and their ranking metrics at the cut-off ``k`` (None: not computed)."""
     if campaign is None or campaign.queries is None:
-        return PassRecall(None, f"recall_at_k: {campaign.error if campaign else 'no queries'}", None)
+        return PassQueries(None, None, f"queries: {campaign.error if campaign else 'no queries'}", None)
     if not path.is_file():
-        return PassRecall(None, f"recall_at_k: query vector file {path.name} is missing", None)
+        return PassQueries(None, None, f"queries: query vector file {path.name} is missing", None)
     digest = sha256_file(path)
     found = read_vectors(path, normalize=normalize, dim=dim)
     queries = campaign.queries
     if found.n_problems:
-        return PassRecall(None, f"recall_at_k: {path.name}: {found.problems[0]}", digest)
+        return PassQueries(None, None, f"queries: {path.name}: {found.problems[0]}", digest)
     if found.ids.to_pylist() != list(queries.ids):
-        return PassRecall(None, f"recall_at_k: {path.name} does not hold the {len(queries)} query ids of the "
-                                "queries file in its order", digest)
+        return PassQueries(None, None, f"queries: {path.name} does not hold the {len(queries)} query ids of the "
+                                       "queries file in its order", digest)
     if documents is None or documents.shape[1] != found.vectors.shape[1]:
-        return PassRecall(None, f"recall_at_k: {path.name}: query vectors of {found.dim} values, document vectors "
-                                f"of {None if documents is None else documents.shape[1]}", digest)
-    return PassRecall(recall_at_k(documents, found.vectors[:], relevant_rows(queries, ids), k), None, digest)
+        return PassQueries(None, None, f"queries: {path.name}: query vectors of {found.dim} values, document "
+                                       f"vectors of {None if documents is None else documents.shape[1]}", digest)
+    vectors = np.ascontiguousarray(found.vectors[:], dtype=np.float32)
+    ranking = rank_queries(documents, vectors, relevance_of(queries, ids), k) if k else None
+    return PassQueries(vectors, ranking, None, digest)
+
+
+def embedded_queries(queries: Queries, vectors: np.ndarray) -> EmbeddedQueries:
+    """What a routine is handed of the queries (``verdict.routine.EmbeddedQueries``)."""
+    return EmbeddedQueries(list(queries.ids), vectors, [list(r) for r in queries.relevant],
+                           None if queries.grades is None else [list(g) for g in queries.grades])
 
 
 def vector_routine_values(routine: Routine, protocol: Protocol, expected: Any, covered: np.ndarray,
-                          aligned: np.ndarray | None) -> RoutineValues:
+                          aligned: np.ndarray | None, queries: EmbeddedQueries | None = None) -> RoutineValues:
     """The routine on the covered documents' vectors, then on those of each group of each gating stratum
     subgroup (``expected``: the corpus's ``verdict.evaluate.Expected``; arrays per expected document, corpus order;
-    ``aligned``: the vectors in that order)."""
+    ``aligned``: the vectors in that order; ``queries``: handed to every call when the protocol names them)."""
     names = np.asarray([*expected.classes, ""])  # code -1 reads the last name: no label
     labelled = bool(expected.classes)
     errors: list[str] = []
@@ -133,7 +152,7 @@ def vector_routine_values(routine: Routine, protocol: Protocol, expected: Any, c
         try:
             return routine(expected.ids.filter(pa.array(rows)).to_pylist(),
                            np.ascontiguousarray(aligned[rows], dtype=np.float32),
-                           names[expected.labels[rows]] if labelled else None)
+                           names[expected.labels[rows]] if labelled else None, queries)
         except RoutineError as exc:
             errors.append(exc.message)
             return None
@@ -189,9 +208,10 @@ def vector_metric(protocol: Protocol, expected: Any, covered: np.ndarray, vector
                   routine: Routine | None = None, queries: CampaignQueries | None = None,
                   path: Path | None = None) -> dict[str, Any]:
     """The verdict's metric cells of an embedding pass (module docstring): ``metric_name``, ``metric``,
-    ``threshold_ok``, ``subgroups``, and ``routine_error`` (a routine) or ``queries_error`` and ``queries_sha256``
-    (recall_at_k, from the query vectors the pass whose vector file is ``path`` wrote). ``covered``: the expected
-    documents the pass has a vector for; kNN reads the vectors block by block from their store."""
+    ``threshold_ok``, ``subgroups``, ``routine_error`` (a routine), and with ``metric.queries`` ``queries_error``,
+    ``queries_sha256`` and ``ranking`` (from the query vectors the pass whose vector file is ``path`` wrote).
+    ``covered``: the expected documents the pass has a vector for; kNN reads the vectors block by block from their
+    store."""
     metric = protocol.metric
     cells: dict[str, Any] = {"metric_name": metric.label}
     usable = covered & (expected.labels >= 0) & vectors.finite
@@ -203,16 +223,28 @@ def vector_metric(protocol: Protocol, expected: Any, covered: np.ndarray, vector
     if metric.name == "knn_accuracy":
         cells["metric"] = float(correct[usable].mean()) if usable.any() else None
         cells["subgroups"] = _knn_groups(protocol, expected, correct, usable, ("stratum", "label"))
-    elif metric.name == "recall_at_k":
+    found = None
+    if metric.queries is not None:  # the queries' vectors and ranking: a ranking metric's value, a routine's input
         assert protocol.embedding is not None
-        found = pass_recall(query_vectors_path(path), queries, vectors.aligned(), expected.ids, int(metric.k or 1),
-                            protocol.embedding.normalize, protocol.embedding.dim) if path is not None \
-            else PassRecall(None, "recall_at_k: no query vector file", None)
-        cells.update(metric=found.value, queries_error=found.error, queries_sha256=found.sha256, subgroups={})
-    else:
+        found = pass_queries(query_vectors_path(path), queries, vectors.aligned(), expected.ids, metric.k,
+                             protocol.embedding.normalize, protocol.embedding.dim) if path is not None \
+            else PassQueries(None, None, "queries: no query vector file", None)
+        cells.update(queries_error=found.error, queries_sha256=found.sha256)
+        if found.ranking is not None:
+            cells["ranking"] = found.ranking.cells()
+    if metric.name in RANKING_METRICS:
+        assert found is not None
+        cells.update(metric=found.ranking.value(metric.name) if found.ranking else None, subgroups={})
+    elif metric.name != "knn_accuracy":
         aligned = vectors.aligned() if len(vectors.store) else None
-        values = vector_routine_values(routine or Routine(str(metric.routine), None), protocol, expected, covered,
-                                       aligned)
+        handed = None
+        if found is not None and found.vectors is not None and queries is not None and queries.queries is not None:
+            handed = embedded_queries(queries.queries, found.vectors)
+        if found is not None and handed is None:  # no queries to hand: queries_error fails the verdict
+            values = RoutineValues(None, {}, None)
+        else:
+            values = vector_routine_values(routine or Routine(str(metric.routine), None), protocol, expected,
+                                           covered, aligned, handed)
         groups = _knn_groups(protocol, expected, correct, usable, ("label",)) if metric.k is not None else {}
         cells.update(metric=values.metric, subgroups={**groups, **values.groups}, routine_error=values.error)
     cells["threshold_ok"] = cells["metric"] is not None and metric.meets(cells["metric"], metric.threshold)

@@ -457,7 +457,7 @@ class PredictionReader:
     def verdict(self, path: Path, protocol: Protocol, expected: Expected, routine: Routine | None = None,
                 queries: CampaignQueries | None = None, references: pa.Array | None = None) -> dict[str, Any] | None:
         """:func:`evaluate_set` of the file (computed once per file version; each caller gets its own copy);
-        ``routine``: the campaign's metric routine; ``queries``: its queries (recall_at_k: the verdict also reads
+        ``routine``: the campaign's metric routine; ``queries``: its queries (metric.queries: the verdict also reads
         the pass's query vector file, whose version is part of the key)."""
         digest = self.sha256(path, expected.ids)
         if digest is None:
@@ -553,7 +553,7 @@ class EvaluationContext:
     datasets: dict[str, EvaluationContext] = field(default_factory=dict)
     #: the protocol's metric routine, imported from the folder's carried copy (None: a built-in metric)
     routine: Routine | None = None
-    #: recall_at_k: the queries of the folder's copy (None: another metric)
+    #: metric.queries: the queries of the folder's copy (None: the protocol names none)
     queries: CampaignQueries | None = None
     #: a generation job: the reference answers of the source's copy, in its order (None: none)
     references: pa.Array | None = None
@@ -564,7 +564,7 @@ class EvaluationContext:
         campaign = read_json(Path(campaign_dir) / CAMPAIGN) or {}
         routine = load_routine(Path(campaign_dir), protocol, campaign.get("routine"))
         queries = load_campaign_queries(Path(campaign_dir), campaign.get("queries")) \
-            if protocol.metric.name == "recall_at_k" else None
+            if protocol.metric.queries else None
         generation = protocol.task.kind == "generation"
         sources = {name: cls(protocol, load_expected(campaign_dir, protocol.corpus.classes, name), routine=routine,
                              queries=queries,

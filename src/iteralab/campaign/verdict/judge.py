@@ -21,6 +21,7 @@ from iteralab.campaign.verdict.generation import (TextComparison, compare_text_f
 from iteralab.campaign.verdict.evaluate import (TOL, EvaluationContext, PredictionReader, missing_verdict,
                                                 prediction_path)
 from iteralab.campaign.predictions import PredictionSet
+from iteralab.plan.metric import QUERY_METRICS
 from iteralab.plan.protocol import Protocol
 
 #: The problem a pass gets when its file is not the one the journal recorded (read back by stats).
@@ -169,8 +170,8 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
             if not v.get("threshold_ok"):
                 reasons.append(f"{'below' if protocol.metric.higher_is_better else 'above'} threshold")
             reasons += against
-        # under recall_at_k a subgroup has no metric of its own: its documents' cosines judge it (below)
-        by_cosine = embedding and protocol.metric.name == "recall_at_k"
+        # under a ranking metric a subgroup has no metric of its own: its documents' cosines judge it (below)
+        by_cosine = embedding and protocol.metric.name in QUERY_METRICS
         # a group whose value the same error prevented is not evaluated, not a second reason
         unvalued = {k for k, value in v["subgroups"].items() if value is None} if errors else set()
         failed_subgroups = _subgroup_reasons(v, ref.verdict, protocol, {} if by_cosine else gating, unvalued)

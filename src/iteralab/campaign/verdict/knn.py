@@ -10,15 +10,10 @@ current ``k``-th best, so only the few that can enter a row's top ``k`` are sort
 every block would cost as much as the multiplication). Memory: two blocks of vectors, one block of similarities,
 and ``k`` neighbours per row (12 bytes each). Ties are broken the same way everywhere: the neighbour with the lower row index wins.
 
-recall@k, for a cut-off ``k``::
-
-    recall@k = mean over the queries q of  |relevant(q) ∩ top_k(q)| / min(k, |relevant(q)|)
-
-where ``top_k(q)`` are the ``k`` documents whose vectors have the highest cosine with the query's vector (exact
-search over every document that has a finite vector; a tie at the cut-off goes to the document that comes first in
-the corpus) and ``relevant(q)`` the query's relevant documents. Dividing by ``min(k, |relevant|)`` makes 1.0
-reachable for a query with more relevant documents than ``k``; a relevant document without a vector is never
-retrieved.
+Queries among the documents (``rank_queries``): each block of queries' cosines with every document, ranked and
+scored by ``verdict.ranking`` (recall@k, MRR@k, nDCG@k: their definitions are there). The search is exact over
+every document that has a finite vector; a document without one is never retrieved; a tie goes to the document
+that comes first in the corpus.
 """
 
 from __future__ import annotations
@@ -28,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BLOCK_BYTES", "cosine_rows", "knn_correct", "knn_neighbours", "recall_at_k", "row_norms"]
+from iteralab.campaign.verdict.ranking import Ranking, Relevance, rank_block
+
+__all__ = ["BLOCK_BYTES", "cosine_rows", "knn_correct", "knn_neighbours", "rank_queries", "recall_at_k", "row_norms"]
 
 #: Bytes of float32 similarities computed at a time (a square block: block rows² × 4).
 BLOCK_BYTES = 1 << 24
@@ -161,10 +158,11 @@ def _inverse_norms(vectors: np.ndarray) -> np.ndarray:
     return out
 
 
-def recall_at_k(documents: np.ndarray, queries: np.ndarray, relevant: list[np.ndarray], k: int) -> float | None:
-    """recall@k (module docstring) of ``queries`` ``[m, d]`` among ``documents`` ``[n, d]`` (corpus order; a row
-    that is not finite is never retrieved); ``relevant[q]``: the corpus rows relevant to query ``q``. None without
-    a query. The documents are never copied: each block of similarities is divided by their norms."""
+def rank_queries(documents: np.ndarray, queries: np.ndarray, relevance: Relevance, k: int) -> Ranking | None:
+    """The ranking metrics (``verdict.ranking``) of ``queries`` ``[m, d]`` among ``documents`` ``[n, d]`` (corpus
+    order; a row that is not finite is never retrieved) by cosine; ``relevance``: each query's relevant corpus rows
+    and gains. None without a query. The documents are never copied: each block of similarities is divided by their
+    norms."""
     m, n = len(queries), len(documents)
     if not m:
         return None
@@ -172,22 +170,19 @@ def recall_at_k(documents: np.ndarray, queries: np.ndarray, relevant: list[np.nd
     scale = _inverse_norms(documents)
     queries = np.nan_to_num(queries.astype(np.float32))
     queries = queries * _inverse_norms(queries)[:, None]
-    cut = min(k, int(usable.sum()))
-    total = 0.0
     rows = max(1, BLOCK_BYTES // (4 * max(n, 1)))
+    blocks = []
     for start in range(0, m, rows):
         stop = min(start + rows, m)
         sims = queries[start:stop] @ documents.T  # [block, n]; a column of NaN where a document is not finite
         sims *= scale[None, :]
         sims[:, ~usable] = -np.inf
-        for q in range(start, stop):
-            wanted = relevant[q]
-            if not len(wanted) or not cut:
-                continue
-            row = sims[q - start]
-            kth = np.partition(row, n - cut)[n - cut]  # the k-th highest similarity
-            taken = row > kth
-            ties = np.flatnonzero(row == kth)[:cut - int(taken.sum())]  # admitted first in corpus order
-            taken[ties] = True
-            total += int(taken[wanted].sum()) / min(k, len(wanted))
-    return total / m
+        blocks.append(rank_block(sims, relevance.slice(start, stop), k))
+    return Ranking.of(k, blocks)
+
+
+def recall_at_k(documents: np.ndarray, queries: np.ndarray, relevant: list[np.ndarray], k: int) -> float | None:
+    """recall@k (``hits / min(k, relevant)``, ``verdict.ranking``) of ``queries`` among ``documents`` under binary
+    relevance (``relevant[q]``: the corpus rows relevant to query ``q``); None without a query."""
+    found = rank_queries(documents, queries, Relevance.of(relevant), k)
+    return None if found is None else found.recall_at_k

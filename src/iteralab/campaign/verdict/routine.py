@@ -4,6 +4,11 @@ A routine is called with keyword arguments, on whole arrays in corpus order (nev
 
     def my_metric(*, ids: list[str], outputs: ClassificationOutputs, references: numpy.ndarray | None) -> float
 
+An embedding job whose protocol names a queries file (``metric.queries``) also hands ``queries``, an
+:class:`EmbeddedQueries` (the query ids, the pass's query vectors and each query's relevant ids)::
+
+    def my_metric(*, ids, outputs, references, queries: EmbeddedQueries) -> float
+
 ``ids`` are the documents' ids; ``outputs`` is the pass's output for its kind of job (for a classification pass,
 :class:`ClassificationOutputs`; for an embedding pass its vectors, one ``[n, d]`` float32 array:
 ``verdict.embedding``); ``references`` the reference labels (a str array) or None where the corpus has none. It is
@@ -31,7 +36,7 @@ from iteralab.errors import RoutineError, one_line
 from iteralab.lock.usercode import load_function
 from iteralab.plan.protocol import Protocol
 
-__all__ = ["ClassificationOutputs", "Routine", "RoutineValues", "load_routine", "routine_values"]
+__all__ = ["ClassificationOutputs", "EmbeddedQueries", "Routine", "RoutineValues", "load_routine", "routine_values"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,20 @@ class ClassificationOutputs:
 
 
 @dataclass(frozen=True)
+class EmbeddedQueries:
+    """An embedding job's queries as its routine receives them (``metric.queries``), in the file's order."""
+
+    #: the queries' ids
+    ids: list[str]
+    #: their vectors, float32 ``[m, d]``, embedded by the pass with its own variant (as the documents')
+    vectors: np.ndarray
+    #: each query's relevant document ids (ids of the corpus, as ``ids`` of the documents)
+    relevant: list[list[str]]
+    #: each relevant id's grade, in the order of ``relevant`` (None: the file gives no grades, binary relevance)
+    grades: list[list[float]] | None
+
+
+@dataclass(frozen=True)
 class Routine:
     """The routine of a campaign, imported from its carried copy; ``error`` says why it could not be (then every
     call fails with that line)."""
@@ -56,12 +75,14 @@ class Routine:
     error: str | None = None
 
     def __call__(self, ids: list[str], outputs: ClassificationOutputs | np.ndarray,
-                 references: np.ndarray | None) -> float:
-        """The routine's value (a finite float), or a :class:`RoutineError` of one line."""
+                 references: np.ndarray | None, queries: EmbeddedQueries | None = None) -> float:
+        """The routine's value (a finite float), or a :class:`RoutineError` of one line; ``queries`` is handed
+        only when given (an embedding job with ``metric.queries``)."""
         if self.fn is None:
             raise RoutineError(self.error or f"metric routine {self.ref} is not loaded")
+        extra = {} if queries is None else {"queries": queries}
         try:
-            value = self.fn(ids=ids, outputs=outputs, references=references)
+            value = self.fn(ids=ids, outputs=outputs, references=references, **extra)
         except Exception as exc:  # the user's code: what it raises fails this pass's verdict, in one line
             raise RoutineError(f"metric routine {self.ref} raised {one_line(exc)}") from None
         if isinstance(value, np.ndarray) and value.shape == ():
