@@ -297,7 +297,7 @@ def _load(path: Path, view: TuningView) -> tuple[Any, dict[str, Any]]:
                 "device": (reference.device if reference and reference.device else view.run.device)}
     where = model.callable if model.kind == "callable" else model.path
     generation = view.generation if view.task.kind == "generation" else None
-    options: dict[str, Any] = {} if generation is None else {"task": "generation", "generation": GenerationSettings(
+    options: dict[str, Any] = {} if generation is None else {"generation": GenerationSettings(
         max_new_tokens=generation.max_new_tokens, stop=generation.stop, chat_template=generation.chat_template,
         allow_truncation=generation.allow_truncation, prompt_max_length=model.max_length)}
     try:

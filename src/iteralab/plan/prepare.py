@@ -218,6 +218,13 @@ def _query_splits(corpus: Corpus, lengths: Sequence[int], strata: Bounds, cut: Q
     return splits
 
 
+def _counts(corpus: Corpus, splits: Splits, lengths: Sequence[int], strata: Bounds) -> dict[str, Any]:
+    """prepare.json's counts: the class mix of each stratum in the source, the final corpus and the tuning split."""
+    source_strata = dict(zip(corpus.ids, assign_strata(list(lengths), strata, names=corpus.ids)))
+    return {"source": class_mix(corpus, source_strata), "final": class_mix(splits.final, splits.strata),
+            "tuning": class_mix(splits.tuning, splits.strata)}
+
+
 def without_labels(corpus: Corpus) -> Corpus:
     """The corpus with no record's label (an embedding job's corpus whose labels are absent or incomplete)."""
     return Corpus(tuple(replace(r, label=None) for r in corpus.records), corpus.source, corpus.id_origin, corpus.notes)
@@ -313,10 +320,7 @@ def prepare_corpus(source: str | os.PathLike[str], out: str | os.PathLike[str], 
         "sample": sample, "tuning_size": len(splits.tuning), "seed": seed, "max_length": max_length,
         "classes": classes, **({"task": task} if embedding else {}),
         **({"queries": cut.record(distractors)} if cut else {}),
-        "counts": {"source": class_mix(corpus, dict(zip(corpus.ids, assign_strata(lengths, strata,
-                                                                                names=corpus.ids)))),
-                   "final": class_mix(splits.final, splits.strata),
-                   "tuning": class_mix(splits.tuning, splits.strata)},
+        "counts": _counts(corpus, splits, lengths, strata),
         "left_out": left_out,
         "files": {name: sha256_file(folder / name) for name in written},
     }
