@@ -109,6 +109,14 @@ class TextWriter:
         self._writer.write_table(pa.Table.from_batches(self._pending, schema=schema()), row_group_size=GROUP_ROWS)
         self._pending, self._pending_rows = [], 0
 
+    def finish_temporary(self) -> Path:
+        """Finish the file under its temporary name without publishing it (a pass-order file that is rewritten in
+        corpus order, ``campaign.engines.corpusorder``); its path."""
+        self._flush()
+        self._writer.close()
+        self._writer = None
+        return self.temporary
+
     def close(self) -> str:
         """Finish the file (an empty one when nothing was written), fsync, rename; its sha256."""
         self._flush()

@@ -95,6 +95,13 @@ class VectorWriter:
         flat = vectors.values.slice(vectors.offset * d, len(vectors) * d).to_numpy(zero_copy_only=False)
         self.write(block.column("id").combine_chunks(), flat.reshape(len(vectors), d))
 
+    def finish_temporary(self) -> Path:
+        """Finish the file under its temporary name without publishing it (a pass-order file that is rewritten in
+        corpus order, ``campaign.engines.corpusorder``); its path."""
+        self._writer.close()
+        self._writer = None
+        return self.temporary
+
     def close(self, dim: int | None = None) -> str:
         """Finish the file (an empty one when nothing was written: ``dim``, or 0), fsync, rename; its sha256."""
 
