@@ -7,10 +7,13 @@ the corpus by row finds each id's own output. The order is restored after the me
 an unbucketed one does, and only then is the file rewritten.
 
 - Outputs held as arrays (a classifier's probabilities): one NumPy permutation, :func:`in_corpus_order`.
-- A streamed file (vectors, texts), :func:`rewrite_in_corpus_order`: the pass-order file is copied once into an
-  uncompressed Arrow IPC scratch file, which is memory-mapped and read back :data:`CHUNK_ROWS` rows at a time in
-  corpus order (each chunk gathered from the scratch file's record batches, the map let go after each chunk) into a
-  fresh writer of the same kind. What is held is a chunk of rows and one index per row, never the file.
+- A streamed file (vectors, texts), :func:`rewrite_in_corpus_order`, in two sequential passes over the data: the
+  pass-order file is read a record batch at a time and each batch, given a column with each row's place in the
+  file to write, is split by the output chunk of :data:`CHUNK_ROWS` rows its rows belong to, the pieces appended
+  to one uncompressed Arrow IPC scratch file; then each output chunk reads its own pieces back (and nothing else),
+  sorts them by that column and goes to a fresh writer of the same kind. Every byte is written and read once; what
+  is held is one batch or one chunk of rows and one index per row, never the file (a random gather through a
+  memory map would map most of the file for every chunk, the kernel reading ahead around each row).
 
 The pass's ``order_hash`` still records the order it ran in (C1): the processing order is a fact of the pass; the
 file's order is always the corpus's (``evidence.verify`` checks it).
@@ -29,8 +32,10 @@ import pyarrow.parquet as pq
 
 from iteralab.common.arrow import numpy_array
 
-#: Rows gathered at a time when a streamed file is rewritten in corpus order.
+#: Rows per record batch read, and per chunk written, when a streamed file is rewritten in corpus order.
 CHUNK_ROWS = 1 << 13
+#: The scratch file's column of each row's place in the rewritten file.
+PLACE = "_iteralab_place"
 
 
 def corpus_rank(positions: np.ndarray) -> np.ndarray:
@@ -64,11 +69,13 @@ def rewrite_in_corpus_order(sink: Any, positions: np.ndarray) -> Any:
     source = sink.path.with_name(f".tmp-{sink.path.name}.pass-order.parquet")
     os.replace(sink.finish_temporary(), source)
     scratch = source.with_suffix(".arrow")
+    place = np.empty(len(positions), dtype=np.int64)  # the row of the rewritten file each pass-order row goes to
+    place[corpus_rank(positions)] = np.arange(len(positions), dtype=np.int64)
     try:
-        _to_ipc(source, scratch)
+        pieces = _route(source, scratch, place)
         source.unlink()
         fresh = type(sink)(sink.path)
-        for block in _gather(scratch, corpus_rank(positions)):
+        for block in _chunks(scratch, pieces):
             fresh.write_block(block)
     finally:
         source.unlink(missing_ok=True)
@@ -83,29 +90,35 @@ def restore_streamed(pass_run: Any) -> None:
         pass_run.sink = rewrite_in_corpus_order(pass_run.sink, pass_run.order[:pass_run.flushed])
 
 
-def _to_ipc(source: Path, scratch: Path) -> None:
-    """The Parquet file ``source`` copied into an uncompressed Arrow IPC file, record batch by record batch."""
+def _route(source: Path, scratch: Path, place: np.ndarray) -> list[list[int]]:
+    """The first pass: each record batch of ``source``, with its rows' ``place`` as a column, split by output chunk
+    into the IPC file ``scratch``; for each output chunk, the scratch batches that hold its rows."""
     handle = pq.ParquetFile(source, pre_buffer=False)
-    with pa.OSFile(os.fspath(scratch), "wb") as fh, pa.ipc.new_file(fh, handle.schema_arrow) as writer:
+    schema = handle.schema_arrow.append(pa.field(PLACE, pa.int64()))
+    pieces: list[list[int]] = [[] for _ in range(-(-len(place) // CHUNK_ROWS))]
+    row = written = 0
+    with pa.OSFile(os.fspath(scratch), "wb") as fh, pa.ipc.new_file(fh, schema) as writer:
         for batch in handle.iter_batches(batch_size=CHUNK_ROWS, use_threads=False):
-            writer.write_batch(batch)
+            mine = place[row:row + batch.num_rows]
+            row += batch.num_rows
+            chunk = mine // CHUNK_ROWS
+            order = np.argsort(chunk, kind="stable")
+            batch = pa.RecordBatch.from_arrays([*batch.columns, numpy_array(mine)], schema=schema)
+            batch = batch.take(numpy_array(order))
+            targets, starts = np.unique(chunk[order], return_index=True)
+            for target, a, b in zip(targets, starts, [*starts[1:], len(order)]):
+                writer.write_batch(batch.slice(int(a), int(b - a)))
+                pieces[int(target)].append(written)
+                written += 1
+    return pieces
 
 
-def _gather(scratch: Path, rank: np.ndarray) -> Any:
-    """The rows ``rank`` of the IPC file, in that order, :data:`CHUNK_ROWS` at a time (as tables): each chunk's rows
-    taken from the record batches that hold them (no batch is concatenated with another)."""
-    for start in range(0, len(rank), CHUNK_ROWS):
-        wanted = rank[start:start + CHUNK_ROWS]
-        with pa.memory_map(os.fspath(scratch)) as mapped:
-            reader = pa.ipc.open_file(mapped)
-            lengths = [reader.get_batch(b).num_rows for b in range(reader.num_record_batches)]
-            offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
-            which = np.searchsorted(offsets, wanted, side="right") - 1
-            grouped = np.argsort(which, kind="stable")  # the chunk's rows grouped by the batch that holds them
-            batches, starts = np.unique(which[grouped], return_index=True)
-            pieces = [reader.get_batch(int(b)).take(numpy_array(wanted[rows] - offsets[b]))
-                      for b, rows in zip(batches, np.split(grouped, starts[1:]))]
-            table = pa.Table.from_batches(pieces, schema=reader.schema).combine_chunks()
-            block = table.take(numpy_array(np.argsort(grouped, kind="stable")))
-            del table, pieces, reader  # the map is let go with them: its pages leave this process's memory
-        yield block
+def _chunks(scratch: Path, pieces: list[list[int]]) -> Any:
+    """The second pass: each output chunk's pieces read back from ``scratch`` (only those), in file order, as a
+    table of the file's columns."""
+    with pa.OSFile(os.fspath(scratch), "rb") as fh:
+        reader = pa.ipc.open_file(fh)
+        for mine in pieces:
+            table = pa.Table.from_batches([reader.get_batch(i) for i in mine], schema=reader.schema).combine_chunks()
+            order = np.argsort(table.column(PLACE).to_numpy(), kind="stable")
+            yield table.drop_columns([PLACE]).take(numpy_array(order))
