@@ -290,13 +290,14 @@ def test_a_data_parallel_generation_pass_writes_the_one_device_file(tmp_path, wo
     shards = finished["parallel"]["shards"]
     assert len(shards) == 2 and all(s["rows"][1] > s["rows"][0] for s in shards)  # both workers generated
     assert finished["output_kind"] == "generated_texts"
-    # bucketed shards: each in its own length order, the same text for every id
+    # bucketed shards: each run in its own length order, the same text for every id, the file in corpus order
     row = rows["b4-dp2-bucketed"]
     assert row.status == "ok" and row.ids_match and row.format_ok and row.identical_share == 1.0, row.notes
     files = [read_texts(out / rows[name].prediction_file, max_new_tokens=16, allow_empty=False)
              for name in ("b4", "b4-dp2-bucketed")]
     single, spread = (dict(zip(f.ids.to_pylist(), f.texts.to_pylist())) for f in files)
-    assert spread == single and list(spread) != list(single)  # same texts, another order
+    assert spread == single and list(spread) == list(single)  # same texts, and the corpus order restored
+    assert row.order_hash != rows["b4"].order_hash  # the shards did run in length order
 
 
 def test_a_data_parallel_pass_of_a_greedy_model_writes_the_one_device_file(tmp_path, tiny_chain_lm, worker_path):

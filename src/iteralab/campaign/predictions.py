@@ -1,6 +1,6 @@
 """The prediction file of one pass (R7): its format, its one writer and its one reader.
 
-A prediction file is Parquet with exactly three columns, one row per completed input in pass order:
+A prediction file is Parquet with exactly three columns, one row per completed input in corpus order:
 
     id     string                          the corpus id
     label  dictionary<int8, string>        the most probable class (the class names, an index per row; files
@@ -9,7 +9,7 @@ A prediction file is Parquet with exactly three columns, one row per completed i
 
 The columns after ``id`` are the pass's output, of one kind (:class:`~iteralab.campaign.records.PassOutput`,
 :data:`OUTPUT_COLUMNS`): class labels and probabilities is the only kind written so far; a later kind (embedding
-vectors, generated texts) keeps ``id`` and the pass order, and brings its own columns, writer and checks.
+vectors, generated texts) keeps ``id`` and the corpus order, and brings its own columns, writer and checks.
 
 It is serialised whole from Arrow/NumPy arrays (no Python object per row), written atomically (temporary name,
 fsync, rename) and its sha256 is computed from the same bytes. :func:`read_predictions` returns the file as

@@ -1,6 +1,6 @@
 """The prediction file of a generation pass: its format, its one writer (streamed) and its one reader.
 
-A text file is Parquet with exactly four columns, one row per completed input in pass order:
+A text file is Parquet with exactly four columns, one row per completed input in corpus order:
 
     id      string   the corpus id
     text    string   the generated text (decoded, stop string cut off)
@@ -12,8 +12,9 @@ A text file is Parquet with exactly four columns, one row per completed input in
 The file's metadata names the output kind (``generated_texts``). The pass hands the writer its batches as they
 come; the writer keeps them as Arrow arrays and writes a record batch of at least :data:`FLUSH_ROWS` rows at a
 time, to a hidden temporary name that is renamed once the file is complete (its sha256 is computed from the
-file, after the measured region). :func:`read_texts` reads it in record batches of :data:`READ_ROWS` rows and
-checks every row on Arrow and NumPy arrays: the texts stay an Arrow array, so a file of a million rows never
+file, after the measured region; a bucketed pass's file, written in length order, is rewritten in corpus order
+then, ``campaign.engines.corpusorder``). :func:`read_texts` reads it in record batches of :data:`READ_ROWS` rows
+and checks every row on Arrow and NumPy arrays: the texts stay an Arrow array, so a file of a million rows never
 becomes a Python list of strings.
 """
 
@@ -108,6 +109,14 @@ class TextWriter:
                                             use_dictionary=["finish"])
         self._writer.write_table(pa.Table.from_batches(self._pending, schema=schema()), row_group_size=GROUP_ROWS)
         self._pending, self._pending_rows = [], 0
+
+    def finish_temporary(self) -> Path:
+        """Finish the file under its temporary name without publishing it (a pass-order file that is rewritten in
+        corpus order, ``campaign.engines.corpusorder``); its path."""
+        self._flush()
+        self._writer.close()
+        self._writer = None
+        return self.temporary
 
     def close(self) -> str:
         """Finish the file (an empty one when nothing was written), fsync, rename; its sha256."""

@@ -1,17 +1,18 @@
 """The prediction file of an embedding pass (R7): its format, its one writer (streamed) and its one reader.
 
-A vector file is Parquet with exactly two columns, one row per completed input in pass order:
+A vector file is Parquet with exactly two columns, one row per completed input in corpus order:
 
     id      string                       the corpus id
     vector  fixed_size_list<float32>[d]  the document's vector; ``d`` is also in the file's metadata
 
 The pass writes it while it runs, one record batch of :data:`FLUSH_ROWS` rows at a time (a pass never holds a
 corpus of vectors: 200,000 × 384 float32 is 307 MB), to a hidden temporary name that is renamed once the file is
-complete (its sha256 is computed from the file, after the measured region). :func:`read_vectors` reads it in
-record batches and checks each row: an id, a vector of the declared (or observed) size, finite values, and a unit
-norm within :data:`NORM_TOLERANCE` when the protocol declares ``normalize = true``; the rows it reads go to a
-scratch file (:class:`RowStore`) that the checks read back a block at a time, so a check never holds a corpus of
-vectors either.
+complete (its sha256 is computed from the file, after the measured region); a bucketed pass's file, streamed in
+length order, is rewritten in corpus order after the measured region (``campaign.engines.corpusorder``).
+:func:`read_vectors` reads it in record batches and checks each row: an id, a vector of the declared (or
+observed) size, finite values, and a unit norm within :data:`NORM_TOLERANCE` when the protocol declares
+``normalize = true``; the rows it reads go to a scratch file (:class:`RowStore`) that the checks read back a block
+at a time, so a check never holds a corpus of vectors either.
 """
 
 from __future__ import annotations
@@ -94,6 +95,13 @@ class VectorWriter:
         d = vectors.type.list_size
         flat = vectors.values.slice(vectors.offset * d, len(vectors) * d).to_numpy(zero_copy_only=False)
         self.write(block.column("id").combine_chunks(), flat.reshape(len(vectors), d))
+
+    def finish_temporary(self) -> Path:
+        """Finish the file under its temporary name without publishing it (a pass-order file that is rewritten in
+        corpus order, ``campaign.engines.corpusorder``); its path."""
+        self._writer.close()
+        self._writer = None
+        return self.temporary
 
     def close(self, dim: int | None = None) -> str:
         """Finish the file (an empty one when nothing was written: ``dim``, or 0), fsync, rename; its sha256."""

@@ -8,8 +8,9 @@
 3. the corpus: ``inputs/corpus.csv`` has the recorded sha256, fingerprint, order hash and size;
 4. the schedule and variants in ``campaign.json`` are the ones the locked protocol implies, and the model files
    carried under ``inputs/model`` have the sha256 ``campaign.json`` records;
-5. every prediction file has the sha256 the journal recorded for its pass, no unexplained prediction file
-   exists, and each pass's recorded intrinsic verdict equals the one recomputed from its file;
+5. every prediction file has the sha256 the journal recorded for its pass, lists its ids in the corpus copy's
+   order (whatever order the pass ran in: bucketed, on Ray), no unexplained prediction file exists, and each
+   pass's recorded intrinsic verdict equals the one recomputed from its file;
 6. the raw table regenerated in memory (``table.build_rows`` + ``render_csv``) equals the stored
    ``raw_table.csv`` cell by cell — nothing is ignored.
 
@@ -25,6 +26,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+import numpy as np
+import pyarrow.compute as pc
 
 from iteralab.campaign.folder import (
     CAMPAIGN, CORPUS, JOURNAL, LOCK, MANIFEST, PREDICTIONS, PROTOCOL, TABLE, corpus_copy, corpus_digests)
@@ -327,6 +331,9 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any, conte
             continue
         if entry[0] != fin.output.sha256:
             audit.diff(f"{rel}: edited — sha256 differs from the journal's record for pass {pid}")
+        disorder = order_problem(entry[1].ids, expected.ids)
+        if disorder:
+            audit.diff(f"{rel}: pass {pid}'s {disorder}; a prediction file lists its ids in its corpus copy's order")
         intrinsic = (state.evaluated.get(pid) or {}).get("intrinsic")
         if not isinstance(intrinsic, dict):
             # Killed between the end of the pass and its evaluation: its verdict is recomputed from the file
@@ -355,6 +362,24 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any, conte
                 audit.note(f"{rel}: written by {how} pass {stem}, not counted")
             else:
                 audit.diff(f"{rel}: not written by any pass in the journal")
+
+
+def order_problem(ids: Any, corpus_ids: Any) -> str | None:
+    """Why a prediction file's ids (Arrow strings, file order) are not in the corpus copy's order, or None. Ids
+    outside the corpus, missing or repeated next to each other are the verdict's matter (``ids_match``), not this."""
+    if ids is corpus_ids or ids.equals(corpus_ids):
+        return None
+    positions = pc.fill_null(pc.index_in(ids, value_set=corpus_ids), -1).to_numpy(zero_copy_only=False)
+    rows = np.flatnonzero(positions >= 0)
+    known = positions[rows]
+    back = np.flatnonzero(np.diff(known) < 0)
+    if not len(back):
+        return None
+    i = int(back[0])
+    row, before = int(rows[i + 1]), int(rows[i])
+    return (f"ids are not in the corpus copy's order: row {row + 1} holds id {ids[row].as_py()!r} (corpus row "
+            f"{int(known[i + 1]) + 1}) after id {ids[before].as_py()!r} (corpus row {int(known[i]) + 1}); "
+            f"{len(back)} place(s) where the next row comes earlier in the corpus")
 
 
 def _check_queries_file(audit: _Audit, folder: Path, fin: Any, pid: str, referenced: set[str]) -> None:

@@ -259,7 +259,8 @@ class Variant(_Strict):
     batch_size: Whole = Field(gt=0, description="Texts per batch.")
     precision: Text = Field(default="fp32", description="fp32, bf16, fp16 or int8-dynamic.")
     bucketing: Flag = Field(default=False, description=(
-        "Batches of texts of similar token count (the corpus order is restored in the prediction file)."))
+        "Batches of texts of similar token count (the corpus order is restored in the prediction file); engine "
+        "'local' only."))
     padding: Literal["longest", "max_length"] = Field(default="longest", description=(
         "Pad each batch to its longest text, or every batch to model.max_length."))
     resume: Flag = Field(default=False, description=(
@@ -282,6 +283,10 @@ class Variant(_Strict):
         if self.data_parallel > 1 and self.engine == "ray":
             raise ValueError(f"engine 'ray' with data_parallel = {self.data_parallel}: the Ray engine lays out its "
                              "actors with run.ray_*; data_parallel is the local engine's factor")
+        if self.bucketing and self.engine == "ray":
+            raise ValueError("engine 'ray' with bucketing = true: the Ray engine does not order its batches by length "
+                             "(Ray Data hands the actors its blocks as it reads them), so the variant would run "
+                             "unbucketed; declare bucketing = false for the Ray variant, or engine 'local'")
         return self
 
     @field_validator("precision")

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from iteralab.campaign.engines.corpusorder import restore_streamed
 from iteralab.campaign.folder import PREDICTIONS
 from iteralab.campaign.records import EMBEDDING_VECTORS
 from iteralab.campaign.vectors import FLUSH_ROWS, VectorWriter, queries_file_name, vector_batches
@@ -64,7 +65,8 @@ def pending_ids(pass_run: Any, pending: int) -> pa.Array:
 
 def flush_vectors(pass_run: Any, final: bool = False) -> None:
     """The completed rows' vectors streamed to the vector file once a record batch is full (``final``: whatever
-    is left), in pass order (a bucketed pass: its length order, the ids taken in that order)."""
+    is left), in pass order (a bucketed pass: its length order, the ids taken in that order; the file is put in
+    corpus order after the measured region, :func:`finish_vectors`)."""
 
     pending = pass_run.progress.completed - pass_run.flushed
     if not pending or (pending < FLUSH_ROWS and not final):
@@ -79,8 +81,10 @@ def flush_vectors(pass_run: Any, final: bool = False) -> None:
 
 
 def finish_vectors(pass_run: Any, result: dict[str, Any]) -> None:
-    """After the measured region: the last rows flushed, the file closed and renamed, its hash and dimension."""
+    """After the measured region: the last rows flushed, the file put in corpus order (a bucketed pass), closed and
+    renamed, its hash and dimension."""
     flush_vectors(pass_run, final=True)
+    restore_streamed(pass_run)  # a bucketed pass's file, streamed in length order, rewritten in corpus order
     sink = pass_run.sink
     result["output_kind"] = EMBEDDING_VECTORS
     result["prediction_sha256"] = sink.close()

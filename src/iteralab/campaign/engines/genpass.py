@@ -8,7 +8,8 @@ a Ray pass (``engines.raypass``) renders in its actors and streams the blocks to
 The measured region runs from the first prompt read to the last decoded text on the host: rendering the prompts,
 generating and decoding are inside it, as is streaming the texts to their file (the same work for every
 generation variant; its seconds are said in a note of the pass). A bucketed pass orders the documents by their
-rendered prompt's token count.
+rendered prompt's token count; its text file is rewritten in corpus order after the measured region
+(``engines.corpusorder``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from iteralab.campaign.engines.corpusorder import restore_streamed
 from iteralab.campaign.engines.embedpass import pending_ids
 from iteralab.campaign.folder import PREDICTIONS
 from iteralab.campaign.predictions import file_name
@@ -147,8 +149,10 @@ def flush_texts(pass_run: Any, final: bool = False) -> None:
 
 
 def finish_texts(pass_run: Any, result: dict[str, Any]) -> None:
-    """After the measured region: the last rows written, the file closed and renamed, its hash."""
+    """After the measured region: the last rows written, the file put in corpus order (a bucketed pass), closed and
+    renamed, its hash."""
     flush_texts(pass_run, final=True)
+    restore_streamed(pass_run)  # a bucketed pass's file, streamed in length order, rewritten in corpus order
     sink = pass_run.sink
     result["output_kind"] = GENERATED_TEXTS
     result["prediction_sha256"] = sink.close()

@@ -33,6 +33,7 @@ from iteralab.campaign import folder as _folder  # noqa: F401  # the pass reads 
 from iteralab.campaign import predictions as _predictions  # noqa: F401  # start-up, never inside a timed phase
 from iteralab.campaign.folder import PREDICTIONS
 from iteralab.campaign.records import PassSpec, failure, started
+from iteralab.campaign.engines.corpusorder import in_corpus_order
 from iteralab.campaign.engines.embedpass import (embed_queries, embedding_options, finish_vectors, flush_vectors,
                                                 is_embedding)
 from iteralab.campaign.engines.genpass import (PromptWorkload, generation_options, is_generation,
@@ -514,7 +515,8 @@ def _record_outcome(result: dict[str, Any], pass_run: MeasuredPass, measured_err
 
 
 def _write_predictions(spec: PassSpec, pass_run: MeasuredPass, clock: Any, result: dict[str, Any]) -> None:
-    """Writing (outside the measured region): the completed rows, in pass order, from the arrays, atomically."""
+    """Writing (outside the measured region): the completed rows, in corpus order, from the arrays, atomically;
+    the order hash is the pass order's."""
 
     t0 = clock.now()
     ids = pass_run.ordered_ids()
@@ -527,12 +529,14 @@ def _write_predictions(spec: PassSpec, pass_run: MeasuredPass, clock: Any, resul
         return
     probs = pass_run.probs
     pass_run.outputs.clear()  # the batches' rows now live in `probs` only: one copy per document, not two
+    done = ids.slice(0, pass_run.progress.completed)
+    if pass_run.order is not None:  # bucketed: the file in corpus order (engines.corpusorder)
+        done, probs = in_corpus_order(done, probs, pass_run.order[:len(done)])
     # The pass order is hashed on a second thread while the file is encoded (both run outside the GIL, and
     # nothing is measured any more): the wall time of the two is that of the longer.
     with ThreadPoolExecutor(max_workers=1) as pool:
         hashed = pool.submit(order_hash, ids) if len(ids) else None
-        result["prediction_sha256"] = write_predictions(target, ids.slice(0, pass_run.progress.completed),
-                                                        list(spec.classes), probs)
+        result["prediction_sha256"] = write_predictions(target, done, list(spec.classes), probs)
         del probs
         result["prediction_file"] = f"{PREDICTIONS}/{target.name}"
         result["phases"]["writing_s"] = clock.now() - t0

@@ -10,11 +10,13 @@ leaves no CPU for the read tasks, and shuts Ray down at the end; both times are 
     constructor, timed there (the pass's start-up phases) → the driver gathers the (id, probabilities) blocks
     in the order they arrive → completeness from the ids → the prediction file, written atomically.
 
-Ray does not promise row order, so nothing relies on it: the file holds the rows in the order the driver
-received them and the order hash records that order. An embedding or generation job's pass asks Ray to keep the
-corpus order (``preserve_order``), so its vector or text file is the one a single-device pass writes, and the
-driver streams the vectors or texts to the file block by block as they arrive (as a local pass does; never a
-corpus of outputs held). A generation job's actors read the columns its prompt names besides and render each
+Ray does not promise row order, so nothing relies on it: a classification pass's blocks are taken in the order
+they arrive (the order hash records that order), and its file is written in the corpus copy's order, after the
+measured region (``engines.corpusorder``). An embedding or generation job's pass asks Ray to keep the corpus order
+(``preserve_order``), so its vector or text file is the one a single-device pass writes, and the driver streams
+the vectors or texts to the file block by block as they arrive (as a local pass does; never a corpus of outputs
+held). The engine does not bucket: a bucketed Ray variant is refused when the protocol is read
+(``plan.tables.Variant``). A generation job's actors read the columns its prompt names besides and render each
 batch's prompts (``engines.genpass``). Ray's unit of failure is the block: any error ends the pass as a failed
 row with the inputs received (R8); ``max_errored_blocks`` is forced to 0, and a run that ends without an error
 but without every expected id exactly once is a failed row too, never a success.
@@ -38,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from iteralab.campaign.engines.corpusorder import in_corpus_order, received_positions
 from iteralab.campaign.engines.embedpass import embedding_options, is_embedding
 from iteralab.campaign.engines.genpass import (PromptWorkload, generation_options, generated_columns, is_generation,
                                               prompt_renderer)
@@ -283,7 +286,7 @@ class _RayPass:
                                  "was lost and replaced, its tasks retried")
         self._outcome(result, ids, expected_ids, error, finished, ready)
         _actor_cells(result, actors)
-        self._write(result, ids, probs, sink)
+        self._write(result, ids, probs, sink, expected_ids)
         return result
 
     def _before_measuring(self) -> tuple[dict[str, Any], Any, list[str]]:
@@ -294,7 +297,8 @@ class _RayPass:
         ray = self.engine.ray
         layout = (f"{run.ray_actors} actor{'s' if run.ray_actors != 1 else ''} × {run.ray_cpus_per_actor:g} CPU, "
                   f"torch threads {run.ray_threads_per_actor or 'by Ray (floor of the CPUs)'}")
-        order = "corpus order (Ray's preserve_order)" if _in_corpus_order(spec.model) else "as received by the driver"
+        order = "corpus order (Ray's preserve_order)" if _in_corpus_order(spec.model) else \
+            "as received by the driver, the file in corpus order"
         notes.append(f"engine: ray {ray.__version__} ({self.engine.started.get('address')}), {layout}; row order "
                      f"{order}")
         result = {**started(spec.pass_id, startup=self.startup, engine="ray"), "phases": self.phases, "notes": notes}
@@ -336,9 +340,10 @@ class _RayPass:
         notes.append("concurrent load: not measured for a Ray pass (its work runs in Ray's processes, which the "
                      "machine-wide reading cannot tell from other load)")
 
-    def _write(self, result: dict[str, Any], ids: Any, probs: np.ndarray, sink: Any = None) -> None:
-        """Writing (outside the measured region): the prediction file in the order received (an embedding job's:
-        its vector file, streamed during the pass, closed), and its order hash."""
+    def _write(self, result: dict[str, Any], ids: Any, probs: np.ndarray, sink: Any = None,
+               expected_ids: Any = None) -> None:
+        """Writing (outside the measured region): the prediction file in corpus order (an embedding or generation
+        job's file, streamed in corpus order during the pass, closed), and the order hash of the order received."""
 
         spec = self.spec
         t0 = time.perf_counter()
@@ -349,7 +354,8 @@ class _RayPass:
             if sink.output_kind == EMBEDDING_VECTORS:
                 result["vector_dim"] = sink.dim
         else:
-            result["prediction_sha256"] = write_predictions(target, ids, list(spec.classes), probs)
+            in_order, probs = in_corpus_order(ids, probs, received_positions(ids, expected_ids))
+            result["prediction_sha256"] = write_predictions(target, in_order, list(spec.classes), probs)
         result["prediction_file"] = f"{PREDICTIONS}/{target.name}"
         self.phases["writing_s"] = time.perf_counter() - t0
         result["order_hash"] = order_hash(ids) if len(ids) else None
