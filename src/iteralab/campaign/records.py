@@ -77,6 +77,8 @@ class PassSpec:
     spawned_at: float | None = None
     #: recall_at_k: the campaign's copy of the queries file, embedded after the measured pass (``engines.embedpass``)
     queries_path: str | None = None
+    #: the runner's check before the first pass (a callable on one warm-up batch): load and warm up, nothing more
+    check_only: bool = False
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], what: str = "pass spec") -> PassSpec:
