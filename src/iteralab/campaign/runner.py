@@ -266,6 +266,8 @@ class _Run:
     timed_out: dict[str, str]
     #: engine name -> the engine that runs a pass spec (:mod:`campaign.engines.registry`)
     engines: dict[str, Engine] | None = None
+    #: the first pass of this run that failed (said on the console once)
+    first_failure: str | None = None
 
 
 def _run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os.PathLike[str], stop: Any,
@@ -273,6 +275,7 @@ def _run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os
                 keep_unrunnable: bool, rerun: bool) -> dict[str, Any]:
     locked = open_locked(protocol)
     flight = _preflight(locked, keep_unrunnable)  # before anything is written or journaled
+    created, fresh = not Path(out).exists(), not (Path(out) / CAMPAIGN).exists()
     campaign = prepare(locked, out, rerun=rerun)
     release_unused()  # the corpus scan's buffers: the runner stays resident for the whole campaign
     out = Path(out)
@@ -290,8 +293,9 @@ def _run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os
         return local.run_in_worker(spec, templates) if mode == "process" else in_process(spec)
 
     run.engines = engines(local_pass, run.engine.run_pass if run.engine is not None else None)
-    run.emit("start", {"total": len(slots), "todo": len(todo), "done": len(slots) - len(todo)})
     try:
+        _check_first_batch(run, todo, local_pass, locked.source, created if fresh else None)
+        run.emit("start", {"total": len(slots), "todo": len(todo), "done": len(slots) - len(todo)})
         for slot in todo:
             _run_slot(run, slot)
     finally:
@@ -315,6 +319,55 @@ def _preflight(locked: LockedProtocol, keep_unrunnable: bool) -> Any:
                             "--keep-unrunnable (they are recorded as failed rows)")
     require_ray(locked.protocol, locked.source)
     return flight
+
+
+def _check_first_batch(run: _Run, todo: list[Slot], run_pass: Engine, source: Any, created: bool | None) -> None:
+    """A callable model called on one warm-up batch (the first slot's batch size, at most the warm-up's inputs) in
+    a pass's process, before the first pass: its failure there is deterministic and would fail every scheduled
+    pass (on a rental, each after loading the model again), so ``run`` refuses in one line naming the cause. A
+    model the harness runs itself was checked when the preflight loaded it. ``created``: this run made the
+    campaign folder (True: the folder, False: its entries, removed on a refusal; None: an earlier campaign,
+    kept)."""
+    if run.protocol.model.kind != "callable":
+        return
+    slot = next((s for s in todo if s.variant not in run.flight.unrunnable and s.variant not in run.timed_out), None)
+    if slot is None:
+        return
+    batch = int(run.protocol.variant(slot.variant).batch_size)
+    inputs = min(batch, run.protocol.warmup.inputs) if run.protocol.warmup.inputs > 0 else batch
+    spec = _pass_spec(run.campaign, run.protocol, run.out, slot, f"first-batch-{slot.variant}")
+    spec = spec.with_changes(variant={**spec.variant, "data_parallel": 1, "engine": "local", "compile": False},
+                             warmup={"inputs": inputs, "passes": 1}, check_only=True, record_git=False)
+    error = run_pass(spec).get("error")
+    run.stop.check()
+    if not error:
+        return
+    if run.engine is not None:
+        run.engine.stop()
+    _discard_folder(run.out, created)
+    raise RunError(f"{source}: model.callable: the call on the first warm-up batch ({inputs} "
+                   f"document{'s' if inputs != 1 else ''}, variant {slot.variant}) failed before any pass: {error}",
+                   hint="fix the callable or the service it calls, then run again (a changed module is a new "
+                        "protocol version: lock it again)")
+
+
+def _discard_folder(out: Path, created: bool | None) -> None:
+    """What a refused run wrote in a campaign folder it started (``created``: see :func:`_check_first_batch`)."""
+    if created is None:
+        return
+    if created:
+        shutil.rmtree(out, ignore_errors=True)
+        return
+    for entry in out.iterdir():  # the folder held only its own entries (_ensure_folder): all this run's
+        shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+
+
+def _say_first_failure(run: _Run, pass_id: str, result: PassResult, verdict: dict[str, Any]) -> None:
+    """The first pass of this run that failed, or whose metric could not be computed, said once, in one line."""
+    why = result.error or verdict.get("routine_error")
+    if why and run.first_failure is None:
+        run.first_failure = pass_id
+        run.emit("failure", {"pass_id": pass_id, "error": " ".join(str(why).split())})
 
 
 def _open_run(protocol: Protocol, campaign: dict[str, Any], out: Path, flight: Any, stop: Any, at: _Where,
@@ -414,6 +467,7 @@ def _run_slot(run: _Run, slot: Slot) -> None:
                                      finished={**finished, "variant": slot.variant})
     run.journal.append("pass_evaluated", pass_id=pass_id, evaluation_s=time.perf_counter() - t0, intrinsic=verdict)
     run.emit("done", {"pass_id": pass_id, "status": result.status, "pass_s": result.phase("pass_s")})
+    _say_first_failure(run, pass_id, result, verdict)
 
 
 def _slot_result(run: _Run, slot: Slot, pass_id: str) -> dict[str, Any]:

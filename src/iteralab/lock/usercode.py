@@ -72,11 +72,19 @@ def callable_module(where: str | Path, ref: str, folder: Path) -> Path | None:
     name = attr.split(".")[0]
     defined = top_level_names(path)
     if defined is not None and name not in defined:
-        shown = ", ".join(sorted(n for n in defined if not n.startswith("_"))[:8]) or "nothing public"
+        functions = sorted(n for n in defined if not n.startswith("_") and n in _functions(path))
+        shown = ", ".join(functions[:12]) + (" …" if len(functions) > 12 else "") if functions else "no function"
         raise ProtocolError(f"{where}: model.callable: module {module!r} ({path}) defines no {name!r} at its top "
-                            f"level (it defines {shown})",
+                            f"level (its functions: {shown})",
                             hint=f"name a function the module defines: {CALLABLE_FORM}")
     return path
+
+
+def _functions(path: Path) -> set[str]:
+    """The functions and classes a module's source defines at its top level (what an error shows)."""
+    tree = ast.parse(path.read_bytes(), filename=str(path))
+    return {node.name for node in tree.body
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
 
 
 def top_level_names(path: Path) -> set[str] | None:
