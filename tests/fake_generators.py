@@ -56,3 +56,10 @@ def short_on_blue(prompts: list[str]) -> list[str]:
     documents)."""
     texts = last_words(prompts)
     return texts[:-1] if any("blue" in p for p in prompts) else texts
+
+
+def raising_on_blue(prompts: list[str]) -> list[str]:
+    """Raises on a batch holding a prompt about blue (none is in the corpus's first two documents)."""
+    if any("blue" in p for p in prompts):
+        raise RuntimeError("the generator's server is down")
+    return last_words(prompts)

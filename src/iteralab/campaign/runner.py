@@ -325,16 +325,17 @@ def _check_first_batch(run: _Run, todo: list[Slot], run_pass: Engine, source: An
     """A callable model called on one warm-up batch (the first slot's batch size, at most the warm-up's inputs) in
     a pass's process, before the first pass: its failure there is deterministic and would fail every scheduled
     pass (on a rental, each after loading the model again), so ``run`` refuses in one line naming the cause. A
-    model the harness runs itself was checked when the preflight loaded it. ``created``: this run made the
+    model the harness runs itself was checked when the preflight loaded it; a protocol that declares no warm-up
+    gets no extra call. ``created``: this run made the
     campaign folder (True: the folder, False: its entries, removed on a refusal; None: an earlier campaign,
     kept)."""
-    if run.protocol.model.kind != "callable":
-        return
+    warm = run.protocol.warmup
+    if run.protocol.model.kind != "callable" or not (warm.inputs > 0 and warm.passes > 0):
+        return  # a protocol without a warm-up has no warm-up batch: the callable is called by the passes only
     slot = next((s for s in todo if s.variant not in run.flight.unrunnable and s.variant not in run.timed_out), None)
     if slot is None:
         return
-    batch = int(run.protocol.variant(slot.variant).batch_size)
-    inputs = min(batch, run.protocol.warmup.inputs) if run.protocol.warmup.inputs > 0 else batch
+    inputs = min(int(run.protocol.variant(slot.variant).batch_size), warm.inputs)
     spec = _pass_spec(run.campaign, run.protocol, run.out, slot, f"first-batch-{slot.variant}")
     spec = spec.with_changes(variant={**spec.variant, "data_parallel": 1, "engine": "local", "compile": False},
                              warmup={"inputs": inputs, "passes": 1}, check_only=True, record_git=False)
