@@ -136,8 +136,9 @@ def test_a_routine_that_returns_nan_accepts_no_pass_and_says_why(tmp_path, capsy
     from iteralab.cli import main
 
     protocol = callable_job(tmp_path, "last_words", metric='routine = "generation_routines:nan_score"')
-    assert main(["run", str(protocol), "--out", str(tmp_path / "camp"), "--json"]) == 1
+    assert main(["run", str(protocol), "--out", str(tmp_path / "camp")]) == 1
     err = capsys.readouterr().err
+    assert "first failure, r01-p01-b1-a1: metric routine" in err  # said as it happens, though the pass is "ok"
     assert "Error: no pass accepted" in err and "first failure: r01-p01-b1-a1: not accepted: " in err
     assert "nan" in err.lower().split("first failure:")[1]
 

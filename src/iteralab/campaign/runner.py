@@ -326,7 +326,7 @@ def _check_first_batch(run: _Run, todo: list[Slot], run_pass: Engine, source: An
     a pass's process, before the first pass: its failure there is deterministic and would fail every scheduled
     pass (on a rental, each after loading the model again), so ``run`` refuses in one line naming the cause. A
     model the harness runs itself was checked when the preflight loaded it; a protocol that declares no warm-up
-    gets no extra call. ``created``: this run made the
+    gets no extra call. The check is journaled (``first_batch_checked``). ``created``: this run made the
     campaign folder (True: the folder, False: its entries, removed on a refusal; None: an earlier campaign,
     kept)."""
     warm = run.protocol.warmup
@@ -339,8 +339,12 @@ def _check_first_batch(run: _Run, todo: list[Slot], run_pass: Engine, source: An
     spec = _pass_spec(run.campaign, run.protocol, run.out, slot, f"first-batch-{slot.variant}")
     spec = spec.with_changes(variant={**spec.variant, "data_parallel": 1, "engine": "local", "compile": False},
                              warmup={"inputs": inputs, "passes": 1}, check_only=True, record_git=False)
-    error = run_pass(spec).get("error")
+    result = run_pass(spec)
     run.stop.check()
+    error = result.get("error")
+    # journaled: its worker's start-up (a worker template's own, when it served the check first) is rental time
+    run.journal.append("first_batch_checked", variant=slot.variant, documents=inputs, error=error,
+                       startup=result.get("startup"), warmup_s=(result.get("phases") or {}).get("warmup_s"))
     if not error:
         return
     if run.engine is not None:

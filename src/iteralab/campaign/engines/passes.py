@@ -45,6 +45,7 @@ from iteralab.campaign.predictions import file_name
 from iteralab.campaign.predictions import write_predictions
 from iteralab.campaign.vectors import VectorWriter
 from iteralab.common.arrow import numpy_array, string_array
+from iteralab.campaign.engines import documents
 from iteralab.common.digest import string_digest
 from iteralab.errors import RowError
 from iteralab.kit.memoire import runtime_imports, runtime_overhead
@@ -311,15 +312,6 @@ def first_texts(corpus_path: str, corpus_kwargs: dict[str, Any], n: int, prompts
     return texts
 
 
-def _document_id(spec: PassSpec, index: int) -> Any:
-    """The id of the corpus copy's document at ``index`` in file order (read after a warm-up batch failed)."""
-    for record_batch in _text_batches(spec.corpus_path, _corpus_kwargs(spec), ["id", "text"], block_size=WARMUP_BLOCK):
-        if index < len(record_batch):
-            return record_batch.column(0)[index].as_py()
-        index -= len(record_batch)
-    return None
-
-
 def execute_pass(spec: PassSpec | dict[str, Any], clock: Any = None, startup: dict[str, float | None] | None = None,
                  sync: Any = None) -> dict[str, Any]:
     """Run one pass described by ``spec`` (built by the runner, or its JSON form); return its result record
@@ -348,8 +340,7 @@ def execute_pass(spec: PassSpec | dict[str, Any], clock: Any = None, startup: di
     except Exception as exc:
         return _failed(result, exc, "warmup", "failed during warm-up", device)
     if spec.check_only:  # the runner's first-batch check: the warm-up was the whole of it
-        result["status"] = "ok"
-        return result
+        return {**result, "status": "ok"}
 
     rows = sync.ready() if sync is not None else None  # data-parallel: wait for every worker, get the shard
     limit_s, basis = _fix_limit(spec, result, last_warm_s, len(warm_texts), rows)
@@ -439,8 +430,8 @@ def _warm_up(spec: PassSpec, workload: Any, device: Any, clock: Any,
                 for start in range(0, len(warm_texts), batch_size):
                     try:
                         workload.infer(workload.tokenize(warm_texts[start:start + batch_size]))
-                    except RowError as exc:  # outside the timing that matters: the warm-up has failed
-                        raise exc.for_document(_document_id(spec, start + exc.row)) from None
+                    except RowError as exc:  # the warm-up has failed: its time no longer matters
+                        raise documents.in_warmup(exc, spec.corpus_path, start) from None
             elapsed = last_warm_s = warming.seconds
             if i == 0 and variant["compile"]:
                 phases["compile_s"] = elapsed  # first warm-up call compiles: recorded as compilation
@@ -516,11 +507,7 @@ def _record_outcome(result: dict[str, Any], pass_run: MeasuredPass, measured_err
     notes = result["notes"]
     if measured_error is not None:
         pass_run.read_remaining_ids()
-        if isinstance(measured_error, RowError):  # the failing batch starts at the first row not completed
-            ids = pass_run.ordered_ids()
-            at = progress.completed + measured_error.row
-            if at < len(ids):
-                measured_error = measured_error.for_document(ids[at].as_py())
+        measured_error = documents.in_pass(measured_error, pass_run)
     result["completed"] = progress.completed
     result["retries"] = progress.retries
     if progress.retries:
