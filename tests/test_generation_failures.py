@@ -5,6 +5,7 @@ names its document."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -179,3 +180,17 @@ def test_tokens_are_counted_on_the_stored_text_in_a_campaign(tmp_path, tiny_caus
     assert all(r.mean_tokens is not None and r.mean_tokens <= 3 for r in rows.values()), \
         [r.mean_tokens for r in rows.values()]
     assert all(r.length_share == 0.0 for r in rows.values())
+
+
+def test_a_refused_first_batch_in_a_forked_worker_leaves_nothing_behind(tmp_path, monkeypatch):
+    from iteralab.evidence.run import run_campaign
+
+    tests = str(Path(__file__).parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")])))
+    protocol = callable_job(tmp_path, "one_text_short",
+                            edit=lambda text: text.replace('isolation = "inprocess"', 'isolation = "process"'))
+    out = tmp_path / "camp"
+    out.mkdir()  # an empty folder the user made: kept, emptied
+    with pytest.raises(RunError, match="returned 0 texts for 1 prompts"):
+        run_campaign(protocol, out)
+    assert out.is_dir() and not list(out.iterdir())

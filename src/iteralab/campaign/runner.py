@@ -294,7 +294,7 @@ def _run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os
 
     run.engines = engines(local_pass, run.engine.run_pass if run.engine is not None else None)
     try:
-        _check_first_batch(run, todo, local_pass, locked.source, created if fresh else None)
+        _check_first_batch(run, todo, local_pass, locked.source, created if fresh else None, templates)
         run.emit("start", {"total": len(slots), "todo": len(todo), "done": len(slots) - len(todo)})
         for slot in todo:
             _run_slot(run, slot)
@@ -321,14 +321,15 @@ def _preflight(locked: LockedProtocol, keep_unrunnable: bool) -> Any:
     return flight
 
 
-def _check_first_batch(run: _Run, todo: list[Slot], run_pass: Engine, source: Any, created: bool | None) -> None:
+def _check_first_batch(run: _Run, todo: list[Slot], run_pass: Engine, source: Any, created: bool | None,
+                       templates: Any) -> None:
     """A callable model called on one warm-up batch (the first slot's batch size, at most the warm-up's inputs) in
     a pass's process, before the first pass: its failure there is deterministic and would fail every scheduled
     pass (on a rental, each after loading the model again), so ``run`` refuses in one line naming the cause. A
     model the harness runs itself was checked when the preflight loaded it; a protocol that declares no warm-up
     gets no extra call. The check is journaled (``first_batch_checked``). ``created``: this run made the
-    campaign folder (True: the folder, False: its entries, removed on a refusal; None: an earlier campaign,
-    kept)."""
+    campaign folder (True: the folder, False: its entries, removed on a refusal, once the worker templates ended;
+    None: an earlier campaign, kept)."""
     warm = run.protocol.warmup
     if run.protocol.model.kind != "callable" or not (warm.inputs > 0 and warm.passes > 0):
         return  # a protocol without a warm-up has no warm-up batch: the callable is called by the passes only
@@ -349,6 +350,8 @@ def _check_first_batch(run: _Run, todo: list[Slot], run_pass: Engine, source: An
         return
     if run.engine is not None:
         run.engine.stop()
+    if templates is not None:
+        templates.close()
     _discard_folder(run.out, created)
     raise RunError(f"{source}: model.callable: the call on the first warm-up batch ({inputs} "
                    f"document{'s' if inputs != 1 else ''}, variant {slot.variant}) failed before any pass: {error}",
