@@ -70,6 +70,21 @@ def test_lock_does_not_run_the_callable_module(tmp_path, monkeypatch):
     assert list(tmp_path.glob("*.lock.json"))
 
 
+def test_the_names_a_callable_module_binds_are_read_from_its_source(tmp_path):
+    from iteralab.lock.usercode import top_level_names
+
+    module = tmp_path / "m.py"
+    module.write_text("import os.path\ntry:\n    from fast import generate\nexcept ImportError:\n"
+                      "    def generate(prompts):\n        local = 1\n        return prompts\n"
+                      "client = object()\nclass Server:\n    pass\n")
+    assert {"os", "generate", "client", "Server"} <= top_level_names(module)
+    assert "local" not in top_level_names(module)  # a function's own names are not the module's
+    module.write_text("from fast import *\n")
+    assert top_level_names(module) is None  # cannot be told without running it: not refused
+    module.write_text("def __getattr__(name):\n    return print\n")
+    assert top_level_names(module) is None
+
+
 # ----------------------------------------------------------------------------------------- run
 
 
