@@ -32,3 +32,34 @@ def bad_finish(prompts: list[str]) -> tuple[list[str], list[int], list[str]]:
 
 def raising(prompts: list[str]) -> list[str]:
     raise RuntimeError("the generator's server is down")
+
+
+def junk_after_newline(prompts: list[str]) -> list[str]:
+    """Texts only: the prompt's last three words, a newline (a stop string some tests declare), then words the
+    stop string removes."""
+    return [" ".join(p.split()[-3:]) + "\nthe cat sat on the mat" for p in prompts]
+
+
+def rambling(prompts: list[str]) -> list[str]:
+    """Texts only: the prompt, then twenty words: longer than the tests' max_new_tokens."""
+    return [p + " " + " ".join(["la"] * 20) for p in prompts]
+
+
+def over_counted(prompts: list[str]) -> tuple[list[str], list[int], list[str]]:
+    """Its own counts, the third one beyond any test's max_new_tokens (the harness cannot cut a text it does not
+    count)."""
+    return list(prompts), [1 if i != 2 else 99 for i in range(len(prompts))], ["eos"] * len(prompts)
+
+
+def short_on_blue(prompts: list[str]) -> list[str]:
+    """Texts only, one short on a batch holding a prompt about blue (none is in the corpus's first two
+    documents)."""
+    texts = last_words(prompts)
+    return texts[:-1] if any("blue" in p for p in prompts) else texts
+
+
+def raising_on_blue(prompts: list[str]) -> list[str]:
+    """Raises on a batch holding a prompt about blue (none is in the corpus's first two documents)."""
+    if any("blue" in p for p in prompts):
+        raise RuntimeError("the generator's server is down")
+    return last_words(prompts)

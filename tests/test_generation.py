@@ -166,8 +166,9 @@ def test_a_too_small_max_new_tokens_is_flagged_by_the_length_share(tmp_path, tin
     assert row.corpus_accepted is False and "length share" in row.notes
 
 
-def test_a_raising_callable_is_a_failed_row(tmp_path):
-    out = run_job(tmp_path, 'kind = "callable"\ncallable = "fake_generators:raising"')
+def test_a_callable_raising_during_a_pass_is_a_failed_row(tmp_path):
+    # (one that raises on its first warm-up batch is refused before any pass: test_generation_failures.py)
+    out = run_job(tmp_path, 'kind = "callable"\ncallable = "fake_generators:raising_on_blue"')
     rows = rows_of(out)
     assert all(r.status != "ok" and r.corpus_accepted is False for r in rows.values())
     assert all("the generator's server is down" in (r.error or "") for r in rows.values())

@@ -156,19 +156,20 @@ def test_a_callable_returning_texts_is_counted_by_its_tokenizer_folder(tiny_caus
                           task="generation", generation=GenerationSettings(max_new_tokens=3))
     batch = model.generate(["the cat sat", "red", "one two"])
     assert batch.texts == ["the cat sat", "red", "one two"]
-    assert batch.tokens.tolist() == [3, 1, 2] and batch.finish == ["length", "stop", "stop"]
+    assert batch.tokens.tolist() == [3, 1, 2] and batch.finish == ["length", "eos", "eos"]
     assert model.prompt_token_counts(["the cat sat"]) == [4]
     stopping = load_workload("callable", callable_ref="fake_generators:last_words", path=tiny_causal_lm,
                              task="generation", generation=GenerationSettings(max_new_tokens=8, stop=("end",)))
     batch = stopping.generate(["the cat sat on the mat"])
-    assert batch.texts == ["on the mat "] and batch.finish == ["stop"] and batch.tokens.tolist() == [5]
+    # counted on the stored text: "end ." was cut off with the stop string
+    assert batch.texts == ["on the mat "] and batch.finish == ["stop"] and batch.tokens.tolist() == [3]
 
 
 def test_a_callable_without_a_tokenizer_leaves_tokens_not_measured():
     model = load_workload("callable", callable_ref="fake_generators:echo_words", task="generation",
                           generation=GenerationSettings(max_new_tokens=3))
     batch = model.generate(["the cat sat", "red"])
-    assert batch.tokens is None and batch.finish == ["stop", "stop"] and batch.texts == ["the cat sat", "red"]
+    assert batch.tokens is None and batch.finish == ["eos", "eos"] and batch.texts == ["the cat sat", "red"]
     assert check_prompts(model, ["the cat sat"]) == []
     assert model.describe()["generation"]["tokens"].startswith("not measured")
     with pytest.raises(WorkloadError, match="no tokenizer"):
@@ -181,15 +182,16 @@ def test_a_callable_may_return_its_own_counts_and_finish_reasons():
     batch = model.generate(["the cat sat", "red"])
     assert batch.texts == ["THE CAT SAT", "RED"] and batch.tokens.tolist() == [4, 2] and batch.finish == ["eos"] * 2
     assert batch.tokens.dtype == np.int32
-    with pytest.raises(WorkloadError, match=r"row 0: returned 5 generated tokens, outside 0…max_new_tokens 4"):
+    with pytest.raises(WorkloadError, match=r"returned 5 generated tokens for the batch's row 0, outside "
+                                            r"0…max_new_tokens 4"):
         load_workload("callable", callable_ref="fake_generators:with_counts", task="generation",
                       generation=GenerationSettings(max_new_tokens=4)).generate(["one two three four", "red"])
 
 
 @pytest.mark.parametrize(("name", "message"), [
     ("one_text_short", r"returned 1 texts for 2 prompts"),
-    ("not_strings", r"returned int at row 0, expected a string"),
-    ("bad_finish", r"returned finish reason 'done' at row 0"),
+    ("not_strings", r"returned int for the batch's row 0, expected a string"),
+    ("bad_finish", r"returned finish reason 'done' for the batch's row 0"),
 ])
 def test_a_callable_returning_the_wrong_shape_is_a_one_line_error(name, message):
     model = load_workload("callable", callable_ref=f"fake_generators:{name}", task="generation",
@@ -199,11 +201,49 @@ def test_a_callable_returning_the_wrong_shape_is_a_one_line_error(name, message)
     assert _one_line(exc).startswith(f"callable: fake_generators:{name}")
 
 
-def test_a_callable_counted_over_the_limit_is_refused(tiny_causal_lm):
+def test_a_callable_counted_over_the_limit_is_cut_there_and_finishes_length(tiny_causal_lm):
     model = load_workload("callable", callable_ref="fake_generators:echo_words", path=tiny_causal_lm,
                           task="generation", generation=GenerationSettings(max_new_tokens=2))
-    with pytest.raises(WorkloadError, match=r"row 1: counted 3 generated tokens"):
-        model.generate(["red", "the cat sat"])
+    batch = model.generate(["red", "the cat sat"])
+    assert batch.texts == ["red", "the cat"] and batch.tokens.tolist() == [1, 2] and batch.finish == ["eos", "length"]
+
+
+def test_a_stop_string_is_cut_before_the_tokens_are_counted(tiny_causal_lm):
+    model = load_workload("callable", callable_ref="fake_generators:junk_after_newline", path=tiny_causal_lm,
+                          task="generation", generation=GenerationSettings(max_new_tokens=8, stop=("\n",)))
+    batch = model.generate(["why is the sky blue", "red"])
+    # the six words after the newline are neither stored nor counted
+    assert batch.texts == ["the sky blue", "red"] and batch.tokens.tolist() == [3, 1]
+    assert batch.finish == ["stop", "stop"]
+
+
+def test_a_text_ended_by_no_stop_string_and_no_limit_finishes_eos(tiny_causal_lm):
+    for path in (tiny_causal_lm, None):  # counted or not
+        model = load_workload("callable", callable_ref="fake_generators:last_words", path=path, task="generation",
+                              generation=GenerationSettings(max_new_tokens=8, stop=("mat",)))
+        batch = model.generate(["the cat sat on the mat", "red green blue"])
+        assert batch.finish == ["stop", "eos"], path
+
+
+def test_a_callable_answer_over_the_limit_is_cut_at_max_new_tokens(tiny_causal_lm):
+    model = load_workload("callable", callable_ref="fake_generators:rambling", path=tiny_causal_lm,
+                          task="generation", generation=GenerationSettings(max_new_tokens=4))
+    batch = model.generate(["the cat", "red"])
+    assert batch.texts == ["the cat la la", "red la la la"] and batch.tokens.tolist() == [4, 4]
+    assert batch.finish == ["length", "length"]
+
+
+def test_a_callable_count_over_the_limit_names_the_row_for_the_pass_to_name_its_document():
+    from iteralab.errors import RowError
+
+    model = load_workload("callable", callable_ref="fake_generators:over_counted", task="generation",
+                          generation=GenerationSettings(max_new_tokens=4))
+    with pytest.raises(RowError) as info:
+        model.generate(["a", "b", "c"])
+    assert info.value.row == 2 and "the batch's row 2" in info.value.message
+    named = info.value.for_document("d7")
+    assert "returned 99 generated tokens for document 'd7', outside 0…max_new_tokens 4" in named.message
+    assert "row" not in named.message and "cuts a text at the limit" in named.hint
 
 
 # ----------------------------------------------------------------------------------------- precision, manifest

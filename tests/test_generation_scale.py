@@ -315,7 +315,8 @@ def test_a_ray_generation_pass_writes_the_one_device_file_in_corpus_order(tmp_pa
 
 def test_a_data_parallel_pass_of_a_raising_generator_is_a_failed_row(tmp_path, worker_path):
     titled_corpus(tmp_path)
-    out = run_titled(tmp_path, 'kind = "callable"\ncallable = "fake_generators:raising"', variants=DP_VARIANTS,
+    # raises on the prompts titled "blue" (d5): after the first warm-up batch, which a raising callable fails
+    out = run_titled(tmp_path, 'kind = "callable"\ncallable = "fake_generators:raising_on_blue"', variants=DP_VARIANTS,
                      reference="b4")
     row = next(r for r in rows_of(out).values() if r.variant == "b4-dp2")
     assert row.status != "ok" and row.corpus_accepted is False

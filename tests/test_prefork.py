@@ -42,16 +42,19 @@ def test_each_pass_runs_in_its_own_forked_process_without_torch(tmp_path, monkey
     calls = [line.split() for line in note.read_text().splitlines()]
     pids = {pid for pid, _, _ in calls}
     parents = {parent for _, parent, _ in calls}
-    assert len(pids) == 4  # one process per pass, none reused
+    assert len(pids) == 5  # one process per pass and one for the first-batch check, none reused
     assert str(os.getpid()) not in pids | parents  # forked by the template, not by this process
     assert {torch for _, _, torch in calls} == {"False"}  # a callable's worker (and template) never imports torch
     finished = _finished(out)
     assert all(e["startup"]["forked"] is True for e in finished)
     for key in ("process_start_s", "imports_s", "environment_s", "runtime_s", "worker_wall_s"):
         assert all(e["startup"][key] >= 0 for e in finished), key
-    # the template's own start-up is journaled once, with the first pass it served
-    assert [("template_start_s" in e["startup"]) for e in finished] == [True, False, False, False]
-    assert finished[0]["startup"]["template_imports_s"] > 0
+    # the template's own start-up is journaled once, with the first worker it served: the first-batch check's
+    assert [("template_start_s" in e["startup"]) for e in finished] == [False, False, False, False]
+    checks = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()
+              if json.loads(line)["event"] == "first_batch_checked"]
+    assert len(checks) == 1 and checks[0]["error"] is None and checks[0]["startup"]["forked"] is True
+    assert checks[0]["startup"]["template_imports_s"] > 0 and "template_start_s" in checks[0]["startup"]
     assert not (out / ".tmp").exists()  # the template ended with the run, its scratch removed
 
 
@@ -121,7 +124,8 @@ def test_each_forked_pass_reads_its_own_environment_and_a_change_is_flagged(tmp_
     calls = []
 
     def changing(spec, templates=None):  # from the third pass on, the runner's environment says numpy changed
-        calls.append(spec.pass_id)
+        if not spec.check_only:  # the first-batch check before the first pass is no pass
+            calls.append(spec.pass_id)
         if len(calls) == 3:
             os.environ["ITERALAB_TEST_FAKE_NUMPY"] = "1"
             os.environ["PYTHONPATH"] = str(hook) + os.pathsep + os.environ["PYTHONPATH"]
@@ -138,8 +142,9 @@ def test_each_forked_pass_reads_its_own_environment_and_a_change_is_flagged(tmp_
     finished = _finished(out)
     assert [e["manifest_diff"] for e in finished] == [[], [], ["environment.packages.numpy"],
                                                       ["environment.packages.numpy"]]
-    # a changed environment started a new template: the third pass journals a template start-up again
-    assert ["template_start_s" in e["startup"] for e in finished] == [True, False, True, False]
+    # a changed environment started a new template: the third pass journals a template start-up again (the
+    # first template's start-up is journaled with the first-batch check it served first)
+    assert ["template_start_s" in e["startup"] for e in finished] == [False, False, True, False]
 
 
 def test_the_code_version_is_read_once_by_the_pass_that_makes_the_manifest(tmp_path, monkeypatch):

@@ -146,9 +146,13 @@ def run_cmd(
     out: Path = typer.Option(..., "--out", "-o", help="Campaign folder (created; an existing one is resumed)."),
     keep_unrunnable: bool = typer.Option(False, "--keep-unrunnable",
                                          help="Record variants this machine cannot run as failed rows, then exit 1."),
+    allow_no_accepted: bool = typer.Option(
+        False, "--allow-no-accepted",
+        help="Exit 0 even when no pass was accepted (by default such a campaign ends with exit 1)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
-    """Run (or resume) a campaign of a locked protocol and write its raw table (preflight first)."""
+    """Run (or resume) a campaign of a locked protocol and write its raw table (preflight first). Exits 1 when no
+    pass was accepted, naming the first failure."""
     from iteralab.campaign.stopping import RunInterrupted
     from iteralab.evidence.run import run_campaign
 
@@ -164,10 +168,29 @@ def run_cmd(
             pass
         raise typer.Exit(stop.exit_code) from None
     _print_summary(summary, as_json)
+    _no_accepted_exit(summary, allow_no_accepted, as_json)
     if summary.get("unrunnable"):
         names = ", ".join(f"{n} ({why})" for n, why in summary["unrunnable"].items())
         typer.echo(f"not runnable on this machine, recorded as failed rows: {names}", err=True)
         raise typer.Exit(1)
+
+
+def _no_accepted_exit(summary: dict, allow: bool, as_json: bool) -> None:
+    """The first failure in one line; exit 1 when no pass was accepted (unless ``allow``)."""
+    failure = summary.get("first_failure")
+    if not failure:
+        return
+    if summary.get("accepted"):
+        if not as_json:
+            typer.echo(f"first failure: {failure}", err=True)
+        return
+    line = f"no pass accepted in {summary['out']}; first failure: {failure}"
+    if allow:
+        typer.echo(line, err=True)
+        return
+    typer.echo(f"Error: {line}", err=True)
+    typer.echo("Hint: fix the cause (raw_table.csv's notes say more); --allow-no-accepted keeps exit 0", err=True)
+    raise typer.Exit(1)
 
 
 @app.command("table")

@@ -36,6 +36,23 @@ class WorkloadError(IteraError):
     """The model/callable cannot be loaded or used as declared."""
 
 
+class RowError(WorkloadError):
+    """A model's output is wrong for one document of a batch: ``row`` is its place in the batch, and ``{document}``
+    in the message stands for it. The pass, which knows the batch's ids, names the document
+    (:meth:`for_document`); until then the message says "the batch's row N"."""
+
+    def __init__(self, message: str, row: int, hint: str | None = None) -> None:
+        self.template, self.row = message, row
+        super().__init__(message.replace("{document}", f"the batch's row {row}"), hint)
+
+    def for_document(self, document_id: object) -> RowError:
+        """The same error naming the document by its corpus id."""
+        named = RowError(self.template, self.row, self.hint)
+        named.message = self.template.replace("{document}", f"document {document_id!r}")
+        named.args = (named.message,)
+        return named
+
+
 class RunError(IteraError):
     """A campaign cannot start or continue (e.g. output folder unusable)."""
 

@@ -7,6 +7,10 @@ passes. Reads the locked protocol and loads the workload once (fp32, in this pro
 - A variant this machine cannot run (a GPU device on a machine without one, a precision the device does not
   support) is *reported*: ``run`` refuses unless told to keep such variants, which are then recorded as
   failed rows "not runnable on this machine: …" (R8) and make ``run`` end with a non-zero exit.
+
+A callable model is also called on one warm-up batch before the first pass, once the corpus copy exists and in a
+pass's own process (``campaign.runner``'s first-batch check): calling the user's code here would load its model
+in the runner's process.
 """
 
 from __future__ import annotations

@@ -79,6 +79,8 @@ class PassSpec:
     queries_path: str | None = None
     #: the keywords naming its id and text columns (``lock.usercode.queries_columns``); None: the default names
     queries_columns: Mapping[str, str] | None = None
+    #: the runner's check before the first pass (a callable on one warm-up batch): load and warm up, nothing more
+    check_only: bool = False
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], what: str = "pass spec") -> PassSpec:

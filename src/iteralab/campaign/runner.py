@@ -267,6 +267,8 @@ class _Run:
     timed_out: dict[str, str]
     #: engine name -> the engine that runs a pass spec (:mod:`campaign.engines.registry`)
     engines: dict[str, Engine] | None = None
+    #: the first pass of this run that failed (said on the console once)
+    first_failure: str | None = None
 
 
 def _run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os.PathLike[str], stop: Any,
@@ -274,6 +276,7 @@ def _run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os
                 keep_unrunnable: bool, rerun: bool) -> dict[str, Any]:
     locked = open_locked(protocol)
     flight = _preflight(locked, keep_unrunnable)  # before anything is written or journaled
+    created, fresh = not Path(out).exists(), not (Path(out) / CAMPAIGN).exists()
     campaign = prepare(locked, out, rerun=rerun)
     release_unused()  # the corpus scan's buffers: the runner stays resident for the whole campaign
     out = Path(out)
@@ -291,8 +294,9 @@ def _run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os
         return local.run_in_worker(spec, templates) if mode == "process" else in_process(spec)
 
     run.engines = engines(local_pass, run.engine.run_pass if run.engine is not None else None)
-    run.emit("start", {"total": len(slots), "todo": len(todo), "done": len(slots) - len(todo)})
     try:
+        _check_first_batch(run, todo, local_pass, locked.source, created if fresh else None, templates)
+        run.emit("start", {"total": len(slots), "todo": len(todo), "done": len(slots) - len(todo)})
         for slot in todo:
             _run_slot(run, slot)
     finally:
@@ -316,6 +320,63 @@ def _preflight(locked: LockedProtocol, keep_unrunnable: bool) -> Any:
                             "--keep-unrunnable (they are recorded as failed rows)")
     require_ray(locked.protocol, locked.source)
     return flight
+
+
+def _check_first_batch(run: _Run, todo: list[Slot], run_pass: Engine, source: Any, created: bool | None,
+                       templates: Any) -> None:
+    """A callable model called on one warm-up batch (the first slot's batch size, at most the warm-up's inputs) in
+    a pass's process, before the first pass: its failure there is deterministic and would fail every scheduled
+    pass (on a rental, each after loading the model again), so ``run`` refuses in one line naming the cause. A
+    model the harness runs itself was checked when the preflight loaded it; a protocol that declares no warm-up
+    gets no extra call. The check is journaled (``first_batch_checked``). ``created``: this run made the
+    campaign folder (True: the folder, False: its entries, removed on a refusal, once the worker templates ended;
+    None: an earlier campaign, kept)."""
+    warm = run.protocol.warmup
+    if run.protocol.model.kind != "callable" or not (warm.inputs > 0 and warm.passes > 0):
+        return  # a protocol without a warm-up has no warm-up batch: the callable is called by the passes only
+    slot = next((s for s in todo if s.variant not in run.flight.unrunnable and s.variant not in run.timed_out), None)
+    if slot is None:
+        return
+    inputs = min(int(run.protocol.variant(slot.variant).batch_size), warm.inputs)
+    spec = _pass_spec(run.campaign, run.protocol, run.out, slot, f"first-batch-{slot.variant}")
+    spec = spec.with_changes(variant={**spec.variant, "data_parallel": 1, "engine": "local", "compile": False},
+                             warmup={"inputs": inputs, "passes": 1}, check_only=True, record_git=False)
+    result = run_pass(spec)
+    run.stop.check()
+    error = result.get("error")
+    # journaled: its worker's start-up (a worker template's own, when it served the check first) is rental time
+    run.journal.append("first_batch_checked", variant=slot.variant, documents=inputs, error=error,
+                       startup=result.get("startup"), warmup_s=(result.get("phases") or {}).get("warmup_s"))
+    if not error:
+        return
+    if run.engine is not None:
+        run.engine.stop()
+    if templates is not None:
+        templates.close()
+    _discard_folder(run.out, created)
+    raise RunError(f"{source}: model.callable: the call on the first warm-up batch ({inputs} "
+                   f"document{'s' if inputs != 1 else ''}, variant {slot.variant}) failed before any pass: {error}",
+                   hint="fix the callable or the service it calls, then run again (a changed module is a new "
+                        "protocol version: lock it again)")
+
+
+def _discard_folder(out: Path, created: bool | None) -> None:
+    """What a refused run wrote in a campaign folder it started (``created``: see :func:`_check_first_batch`)."""
+    if created is None:
+        return
+    if created:
+        shutil.rmtree(out, ignore_errors=True)
+        return
+    for entry in out.iterdir():  # the folder held only its own entries (_ensure_folder): all this run's
+        shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+
+
+def _say_first_failure(run: _Run, pass_id: str, result: PassResult, verdict: dict[str, Any]) -> None:
+    """The first pass of this run that failed, or whose metric could not be computed, said once, in one line."""
+    why = result.error or verdict.get("routine_error")
+    if why and run.first_failure is None:
+        run.first_failure = pass_id
+        run.emit("failure", {"pass_id": pass_id, "error": " ".join(str(why).split())})
 
 
 def _open_run(protocol: Protocol, campaign: dict[str, Any], out: Path, flight: Any, stop: Any, at: _Where,
@@ -415,6 +476,7 @@ def _run_slot(run: _Run, slot: Slot) -> None:
                                      finished={**finished, "variant": slot.variant})
     run.journal.append("pass_evaluated", pass_id=pass_id, evaluation_s=time.perf_counter() - t0, intrinsic=verdict)
     run.emit("done", {"pass_id": pass_id, "status": result.status, "pass_s": result.phase("pass_s")})
+    _say_first_failure(run, pass_id, result, verdict)
 
 
 def _slot_result(run: _Run, slot: Slot, pass_id: str) -> dict[str, Any]:

@@ -4,7 +4,8 @@ A text file is Parquet with exactly four columns, one row per completed input in
 
     id      string   the corpus id
     text    string   the generated text (decoded, stop string cut off)
-    tokens  int32    generated tokens counted (up to and including the eos token; padding never); null = not
+    tokens  int32    generated tokens counted (up to and including the eos token; padding never; a callable's
+                     text: the tokenizer's count of the stored text, or the callable's own); null = not
                      measured (a callable that returns texts only, without a tokenizer to count them)
     finish  string   why generation ended: ``stop`` (a stop string), ``eos`` (the model's end token) or ``length``
                      (``max_new_tokens`` tokens generated without either)

@@ -32,6 +32,9 @@ class CampaignProgress:
             seconds = info.get("pass_s")
             took = f"{seconds:.2f} s" if seconds is not None else "no time (see notes)"
             self.progress.console.print(f"  {info['pass_id']}: {info['status']}, measured pass {took}")
+        elif kind == "failure":
+            self.progress.console.print(f"  first failure, {info['pass_id']}: {info['error']}", markup=False,
+                                        highlight=False, soft_wrap=True)  # one line, never folded
         elif kind == "end":
             self.progress.stop()
         elif kind == "note":

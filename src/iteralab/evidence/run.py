@@ -6,9 +6,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from iteralab.campaign.folder import read_raw_rows
 from iteralab.campaign.runner import ProgressFn, run_passes
 from iteralab.campaign.stopping import StopSignals
 from iteralab.campaign.verdict.evaluate import CampaignReads
+from iteralab.errors import LINE_LIMIT
 from iteralab.evidence.table import write_raw_table
 from iteralab.plan.lockfile import LockedProtocol
 
@@ -28,4 +30,29 @@ def run_campaign(protocol: str | os.PathLike[str] | LockedProtocol, out: str | o
         table = write_raw_table(summary["out"], reads)
     if progress is not None:
         progress("end", {"table": str(table)})
-    return {**summary, "raw_table": str(table)}
+    return {**summary, "raw_table": str(table), **acceptance(table)}
+
+
+def acceptance(table: str | os.PathLike[str]) -> dict[str, Any]:
+    """How many passes of the raw table were accepted, and the first one that was not (journal order; an
+    interrupted pass is neither), with why, in one line: ``accepted``, ``first_failure`` (None when every pass
+    was accepted)."""
+    rows = read_raw_rows(table)
+    refused = next((row for row in rows if not row.accepted and not row.interrupted), None)
+    return {"accepted": sum(row.accepted for row in rows),
+            "first_failure": None if refused is None else f"{refused.pass_id}: {failure_reason(refused)}"}
+
+
+def failure_reason(row: Any) -> str:
+    """Why a raw-table row was not accepted, in one line: the pass's error when it failed, else its verdict's
+    reasons (the notes' ``not accepted:`` part), else its first note."""
+    if row.error:
+        return one_line_text(row.error)
+    notes = [part.strip() for part in (row.notes or "").split(" | ") if part.strip()]
+    chosen = next((part for part in notes if part.startswith("not accepted: ")), notes[0] if notes else row.status)
+    return one_line_text(chosen)
+
+
+def one_line_text(text: str) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= LINE_LIMIT else line[:LINE_LIMIT - 1] + "…"

@@ -28,7 +28,7 @@ from iteralab.lock import lockrecords
 from iteralab.lock.datasets import first_overlap
 from iteralab.lock.lockrecords import (RECORDS_ENCODING, LockRecords, OverlapKeys, Suspects, corpus_fields,
                                        corpus_fingerprints, keys_of, shared_keys)
-from iteralab.lock.usercode import module_spec, queries_change, queries_fingerprint, routine_fingerprint
+from iteralab.lock.usercode import callable_module, queries_change, queries_fingerprint, routine_fingerprint
 from iteralab.models.stfolder import check_pooling, pooling_hashes
 from iteralab.models.tokens import PromptLengthCheck, RowStrataCheck, model_labels
 from iteralab.plan.corpus import Pairs, check_disjoint
@@ -77,14 +77,9 @@ def model_files(protocol_file: ProtocolFile) -> dict[str, str]:
                                 hint="train one with: iteralab head train")
         hashes[f"head/{head.name}"] = sha256_file(head)
     if model.callable:
-        module = model.callable.partition(":")[0]
-        spec = module_spec(module)
-        if spec is None:
-            raise ProtocolError(f"{where}: model.callable: module {module!r} cannot be found",
-                                hint="check the name; the module must be importable: install its package, or put "
-                                     f"its folder on PYTHONPATH (e.g. PYTHONPATH={protocol_file.folder})")
-        if spec.origin and Path(spec.origin).is_file():
-            hashes[f"callable/{Path(spec.origin).name}"] = sha256_file(spec.origin)
+        source = callable_module(where, model.callable, protocol_file.folder)
+        if source is not None:
+            hashes[f"callable/{source.name}"] = sha256_file(source)
     return dict(sorted(hashes.items()))
 
 

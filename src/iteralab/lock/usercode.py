@@ -10,6 +10,7 @@ reference, the copy's path and sha256), so ``verify`` and ``rerun`` call the ver
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.util
 import shutil
@@ -23,8 +24,8 @@ from iteralab.errors import BundleError, CorpusError, ProtocolError, RoutineErro
 from iteralab.plan.lockfile import ProtocolFile
 from iteralab.plan.queries import load_queries, unknown_relevant
 
-__all__ = ["QUERIES", "ROUTINE_DIR", "carry_queries", "carry_routine", "copy_checked", "load_function", "module_file",
-           "module_spec", "queries_change", "queries_fingerprint", "routine_fingerprint"]
+__all__ = ["QUERIES", "ROUTINE_DIR", "callable_module", "carry_queries", "carry_routine", "copy_checked", "load_function",
+           "module_file", "module_spec", "queries_change", "queries_fingerprint", "routine_fingerprint"]
 
 #: Where a campaign folder keeps the metric routine's module file.
 ROUTINE_DIR = "inputs/routine"
@@ -42,6 +43,75 @@ def module_file(module: str) -> Path | None:
     """The source file of ``module`` (None when it cannot be found or is not a file)."""
     spec = module_spec(module)
     return Path(spec.origin) if spec is not None and spec.origin and Path(spec.origin).is_file() else None
+
+
+#: How a callable model is named in a protocol, as every hint about it shows it.
+CALLABLE_FORM = "module:function (e.g. my_generator:generate, the module's name, a colon, the function's name)"
+
+
+def callable_module(where: str | Path, ref: str, folder: Path) -> Path | None:
+    """The source file of a callable model's module (None for a module without one, e.g. compiled), refused in
+    one line naming ``model.callable`` when ``ref`` is not ``module:function``, when the module cannot be found,
+    or when its source defines no ``function`` at its top level. The source is read, never run: importing a
+    callable's module may load a model, and ``lock`` runs no user code for a callable (``run``'s preflight calls
+    it). ``folder``: the protocol's folder, named in the hint about PYTHONPATH."""
+    module, sep, attr = ref.partition(":")
+    if not sep or not module or not attr:
+        head, dot, tail = ref.rpartition(".")
+        guess = f" — did you mean {head + ':' + tail!r}?" if dot and head and tail and not sep else ""
+        raise ProtocolError(f"{where}: model.callable: {ref!r} is not of the form module:function{guess}",
+                            hint=f"write {CALLABLE_FORM}")
+    spec = module_spec(module)
+    if spec is None:
+        raise ProtocolError(f"{where}: model.callable: module {module!r} cannot be found",
+                            hint=f"the form is {CALLABLE_FORM}; the module must be importable: install its package, "
+                                 f"or put its folder on PYTHONPATH (e.g. PYTHONPATH={folder})")
+    path = Path(spec.origin) if spec.origin and Path(spec.origin).is_file() else None
+    if path is None or path.suffix != ".py":
+        return path
+    name = attr.split(".")[0]
+    defined = top_level_names(path)
+    if defined is not None and name not in defined:
+        functions = sorted(n for n in defined if not n.startswith("_") and n in _functions(path))
+        shown = ", ".join(functions[:12]) + (" …" if len(functions) > 12 else "") if functions else "no function"
+        raise ProtocolError(f"{where}: model.callable: module {module!r} ({path}) defines no {name!r} at its top "
+                            f"level (its functions: {shown})",
+                            hint=f"name a function the module defines: {CALLABLE_FORM}")
+    return path
+
+
+def _functions(path: Path) -> set[str]:
+    """The functions and classes a module's source defines at its top level (what an error shows)."""
+    tree = ast.parse(path.read_bytes(), filename=str(path))
+    return {node.name for node in tree.body
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+
+
+def top_level_names(path: Path) -> set[str] | None:
+    """The names a module's source binds at its top level (functions, classes, assignments, imports); None when
+    that cannot be told without running it (a star import, a module ``__getattr__``, a source that does not
+    parse: the import at ``run`` says what is wrong)."""
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (SyntaxError, ValueError, OSError):
+        return None
+    names: set[str] = set()
+    todo: list[ast.AST] = list(tree.body)
+    while todo:  # the module's statements, and those nested in its if/try/with blocks, never a def's body
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name == "*":
+                    return None
+                names.add(alias.asname or alias.name.split(".")[0])
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        todo.extend(child for child in ast.iter_child_nodes(node) if not isinstance(child, ast.Lambda))
+    return None if "__getattr__" in names else names
 
 
 def load_function(path: Path, ref: str, what: str = "metric routine") -> Callable[..., Any]:

@@ -25,7 +25,8 @@ from iteralab.models.lazy import torch
 def _import_callable(ref: str) -> tuple[Callable[[list[str]], Any], str | None]:
     module_name, sep, attr = ref.partition(":")
     if not sep or not module_name or not attr:
-        raise WorkloadError(f"callable: {ref!r} is not of the form 'package.module:function'")
+        raise WorkloadError(f"callable: {ref!r} is not of the form 'package.module:function'",
+                            hint="the module's name, a colon, then the function's name: my_generator:generate")
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:
@@ -34,7 +35,8 @@ def _import_callable(ref: str) -> tuple[Callable[[list[str]], Any], str | None]:
     source = getattr(target, "__file__", None)
     for part in attr.split("."):
         if not hasattr(target, part):
-            raise WorkloadError(f"callable: {module_name!r} has no attribute {attr!r}")
+            raise WorkloadError(f"callable: {module_name!r} has no attribute {attr!r}",
+                                hint="name a function the module defines: 'package.module:function'")
         target = getattr(target, part)
     if not callable(target):
         raise WorkloadError(f"callable: {ref!r} is not callable")

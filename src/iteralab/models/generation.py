@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from iteralab.errors import WorkloadError
+from iteralab.errors import RowError, WorkloadError
 from iteralab.models.base import text_list
 from iteralab.models.callable import CallableWorkload, check_callable_settings
 from iteralab.models.prompts import count_prompt_tokens
@@ -140,19 +140,24 @@ def check_prompts(workload: Any, prompts: Sequence[str]) -> list[int]:
 class CallableGenerator(CallableWorkload):
     """A Python function ``list[str] -> list[str]``, or ``-> (texts, tokens, finish)`` (``tokens``: one count per
     text or None; ``finish``: one of ``stop``/``eos``/``length`` per text or None) — how vLLM, SGLang or a served
-    endpoint is brought. The function owns its model, decoding and limits; it must stop at the protocol's
-    ``max_new_tokens``.
+    endpoint is brought. The function owns its model and decoding.
 
-    When it returns no token counts, the tokenizer of ``model.path`` counts the tokens of each returned text
-    (special tokens not added); without that folder the counts are None, "not measured". A re-tokenised count is
-    the tokenizer's count of the text, which may differ slightly from the tokens the model generated; a count
-    above ``max_new_tokens`` is refused (the callable did not stop at the limit).
+    Stop strings: when it returns no finish reasons, a text holding a stop string is cut before it and finishes
+    ``"stop"``. Token counts: when it returns none, the tokenizer of ``model.path`` counts the tokens of each
+    *stored* text (after the stop-string cut; special tokens not added); without that folder the counts are None,
+    "not measured". A re-tokenised count is the tokenizer's count of the text, which may differ slightly from the
+    tokens the model generated. A text the tokenizer counts over ``max_new_tokens`` is cut after its first
+    ``max_new_tokens`` tokens (at the end of the last kept token, so the kept characters are the callable's own)
+    and finishes ``"length"``, as a model the harness runs stops at the limit: the protocol's
+    ``max_length_share`` judges how often that happened. Counts the callable returns are kept as given and must lie
+    within 0…``max_new_tokens`` (a count beyond the limit is refused, naming the document: without the tokenizer
+    the harness cannot cut the text).
 
-    When it returns no finish reasons, a text holding a stop string is cut before it and finishes ``"stop"``;
-    otherwise the finish is ``"length"`` when the counted tokens equal ``max_new_tokens``, else ``"stop"``: a text
-    that ended on the model's eos cannot be told apart from one that ended on a stop string, so both are recorded
-    as ``"stop"`` (and without counts every such row is ``"stop"``). Returned finish reasons are kept as given,
-    with their texts."""
+    Finish reasons, when it returns none: ``"stop"`` for a text cut at a stop string; ``"length"`` for a text cut
+    at the limit or whose count reaches ``max_new_tokens``; otherwise ``"eos"`` (the text ended before any limit:
+    the model's end token, as far as the harness can tell; without counts every text not cut at a stop string is
+    ``"eos"``, and the length share is not measured). Returned finish reasons are kept, but for a text cut at the
+    limit."""
 
     kind = "callable"
 
@@ -184,21 +189,24 @@ class CallableGenerator(CallableWorkload):
         return count_prompt_tokens(self.tokenizer, prompts, self.generation.chat_template)
 
     def check_generated(self, out: Any, n: int) -> GeneratedBatch:
-        """Validate what the callable returned for ``n`` prompts (one-line errors naming the callable)."""
+        """Validate what the callable returned for ``n`` prompts (one-line errors naming the callable; an error
+        about one text is a :class:`~iteralab.errors.RowError`, which the pass turns into the document's id), then
+        cut, count and give the finish reasons as the class docstring says."""
         texts_out, tokens_out, finish_out = out, None, None
         if isinstance(out, tuple) and len(out) == 3 and not isinstance(out[0], str):
             texts_out, tokens_out, finish_out = out
         texts = self._texts(texts_out, n)
-        tokens = self._tokens(tokens_out, n) if tokens_out is not None else self._count(texts)
-        if finish_out is not None:
-            return GeneratedBatch(texts, tokens, self._finish(finish_out, n))
-        finish = []
-        for i, text in enumerate(texts):
-            cut = stop_index(text, self.generation.stop) if self.generation.stop else None
-            if cut is not None:
-                texts[i] = text[:cut]
-            at_limit = cut is None and tokens is not None and int(tokens[i]) == self.generation.max_new_tokens
-            finish.append("length" if at_limit else "stop")
+        given = self._finish(finish_out, n) if finish_out is not None else None
+        finish = list(given) if given is not None else ["eos"] * n
+        if given is None and self.generation.stop:
+            for i, text in enumerate(texts):
+                cut = stop_index(text, self.generation.stop)
+                if cut is not None:
+                    texts[i], finish[i] = text[:cut], "stop"
+        tokens = self._tokens(tokens_out, n) if tokens_out is not None else self._count_and_cut(texts, finish)
+        if given is None and tokens is not None:
+            limit = self.generation.max_new_tokens
+            finish = ["length" if f == "eos" and int(t) >= limit else f for f, t in zip(finish, tokens)]
         return GeneratedBatch(texts, tokens, finish)
 
     def _texts(self, out: Any, n: int) -> list[str]:
@@ -208,11 +216,12 @@ class CallableGenerator(CallableWorkload):
             raise WorkloadError(f"callable: {self.ref} returned {type(out).__name__}, expected {n} texts or "
                                 "(texts, tokens, finish)")
         if len(out) != n:
-            raise WorkloadError(f"callable: {self.ref} returned {len(out)} texts for {n} prompts")
+            raise WorkloadError(f"callable: {self.ref} returned {len(out)} texts for {n} prompts",
+                                hint="return one text per prompt, in the prompts' order")
         bad = next((i for i, t in enumerate(out) if not isinstance(t, str)), None)
         if bad is not None:
-            raise WorkloadError(f"callable: {self.ref} returned {type(out[bad]).__name__} at row {bad}, "
-                                "expected a string")
+            raise RowError(f"callable: {self.ref} returned {type(out[bad]).__name__} for {{document}}, "
+                           "expected a string", bad)
         return list(out)
 
     def _tokens(self, out: Any, n: int) -> np.ndarray:
@@ -223,23 +232,42 @@ class CallableGenerator(CallableWorkload):
         if arr.shape != (n,) or arr.dtype.kind not in "iu":
             raise WorkloadError(f"callable: {self.ref} returned token counts {type(out).__name__} of shape "
                                 f"{list(arr.shape)}, expected {n} integers")
-        return self._in_range(arr.astype(np.int64), "returned")
-
-    def _count(self, texts: list[str]) -> np.ndarray | None:
-        if self.tokenizer is None:
-            return None
-        ids = self.tokenizer(texts, add_special_tokens=False, truncation=False, padding=False,
-                             return_attention_mask=False)["input_ids"]
-        return self._in_range(np.array([len(row) for row in ids], dtype=np.int64), "counted")
-
-    def _in_range(self, counts: np.ndarray, how: str) -> np.ndarray:
+        counts = arr.astype(np.int64)
         limit = self.generation.max_new_tokens
         bad = np.flatnonzero((counts < 0) | (counts > limit))
         if bad.size:
-            raise WorkloadError(f"callable: {self.ref} row {int(bad[0])}: {how} {int(counts[bad[0]])} generated "
-                                f"tokens, outside 0…max_new_tokens {limit}",
-                                hint="the callable must stop at the protocol's max_new_tokens")
+            raise RowError(f"callable: {self.ref} returned {int(counts[bad[0]])} generated tokens for {{document}}, "
+                           f"outside 0…max_new_tokens {limit}", int(bad[0]),
+                           hint="stop the generation at the protocol's max_new_tokens, or return texts only with "
+                                "model.path naming the tokenizer: the harness then cuts a text at the limit")
         return counts.astype(np.int32)
+
+    def _count_and_cut(self, texts: list[str], finish: list[str]) -> np.ndarray | None:
+        """The tokenizer's count of each stored text; a text over ``max_new_tokens`` is cut at the limit (in place,
+        its finish set to ``length``). None without a tokenizer."""
+        if self.tokenizer is None:
+            return None
+        limit = self.generation.max_new_tokens
+        fast = bool(getattr(self.tokenizer, "is_fast", False))
+        encoded = self.tokenizer(texts, add_special_tokens=False, truncation=False, padding=False,
+                                 return_attention_mask=False, return_offsets_mapping=fast)
+        counts = np.array([len(row) for row in encoded["input_ids"]], dtype=np.int64)
+        for i in np.flatnonzero(counts > limit):
+            offsets = encoded["offset_mapping"][i] if fast else None
+            texts[i], counts[i] = self._cut(texts[i], encoded["input_ids"][i], offsets, limit)
+            finish[i] = "length"
+        return counts.astype(np.int32)
+
+    def _cut(self, text: str, ids: Sequence[int], offsets: Sequence[Any] | None, limit: int) -> tuple[str, int]:
+        """``text`` cut after its first ``limit`` tokens, and the tokenizer's count of what is kept (a cut that
+        counts more, where tokens merge across the cut, keeps one token less)."""
+        for keep in range(limit, 0, -1):
+            kept = text[:offsets[keep - 1][1]] if offsets is not None else \
+                self.tokenizer.decode(list(ids[:keep]), skip_special_tokens=True)
+            count = len(self.tokenizer(kept, add_special_tokens=False)["input_ids"])
+            if count <= limit:
+                return kept, count
+        return "", 0
 
     def _finish(self, out: Any, n: int) -> list[str]:
         items = list(out) if isinstance(out, Sequence) and not isinstance(out, str) else None
@@ -248,8 +276,8 @@ class CallableGenerator(CallableWorkload):
                                 f"expected {n} of {', '.join(FINISH_REASONS)}")
         bad = next((i for i, f in enumerate(items) if f not in FINISH_REASONS), None)
         if bad is not None:
-            raise WorkloadError(f"callable: {self.ref} returned finish reason {items[bad]!r} at row {bad}, "
-                                f"expected one of {', '.join(FINISH_REASONS)}")
+            raise RowError(f"callable: {self.ref} returned finish reason {items[bad]!r} for {{document}}, "
+                           f"expected one of {', '.join(FINISH_REASONS)}", bad)
         return [str(f) for f in items]
 
     def describe(self) -> dict[str, Any]:

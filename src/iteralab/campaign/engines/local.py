@@ -27,6 +27,8 @@ def run_in_process(spec: PassSpec) -> dict[str, Any]:
     process would raise; the runner gives the next passes fresh processes (:class:`FreshAfterDeviceError`)."""
 
     result = execute_pass(spec)
+    if spec.check_only:  # the runner's first-batch check records no environment
+        return result
     if result.get("device_error"):
         result["environment"] = None
         result["notes"].append("environment: not read, the device is unusable in this process after the error")

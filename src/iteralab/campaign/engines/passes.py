@@ -46,7 +46,9 @@ from iteralab.campaign.predictions import file_name
 from iteralab.campaign.predictions import write_predictions
 from iteralab.campaign.vectors import VectorWriter
 from iteralab.common.arrow import numpy_array, string_array
+from iteralab.campaign.engines import documents
 from iteralab.common.digest import string_digest
+from iteralab.errors import RowError
 from iteralab.kit.memoire import runtime_imports, runtime_overhead
 from iteralab.models import device as dev
 from iteralab.models import factory
@@ -338,6 +340,8 @@ def execute_pass(spec: PassSpec | dict[str, Any], clock: Any = None, startup: di
         warm_texts, last_warm_s = _warm_up(spec, workload, device, clock, result)
     except Exception as exc:
         return _failed(result, exc, "warmup", "failed during warm-up", device)
+    if spec.check_only:  # the runner's first-batch check: the warm-up was the whole of it
+        return {**result, "status": "ok"}
 
     rows = sync.ready() if sync is not None else None  # data-parallel: wait for every worker, get the shard
     limit_s, basis = _fix_limit(spec, result, last_warm_s, len(warm_texts), rows)
@@ -425,7 +429,10 @@ def _warm_up(spec: PassSpec, workload: Any, device: Any, clock: Any,
         for i in range(warm["passes"]):
             with dev.timed(device, clock) as warming:
                 for start in range(0, len(warm_texts), batch_size):
-                    workload.infer(workload.tokenize(warm_texts[start:start + batch_size]))
+                    try:
+                        workload.infer(workload.tokenize(warm_texts[start:start + batch_size]))
+                    except RowError as exc:  # the warm-up has failed: its time no longer matters
+                        raise documents.in_warmup(exc, spec.corpus_path, start) from None
             elapsed = last_warm_s = warming.seconds
             if i == 0 and variant["compile"]:
                 phases["compile_s"] = elapsed  # first warm-up call compiles: recorded as compilation
@@ -501,6 +508,7 @@ def _record_outcome(result: dict[str, Any], pass_run: MeasuredPass, measured_err
     notes = result["notes"]
     if measured_error is not None:
         pass_run.read_remaining_ids()
+        measured_error = documents.in_pass(measured_error, pass_run)
     result["completed"] = progress.completed
     result["retries"] = progress.retries
     if progress.retries:
