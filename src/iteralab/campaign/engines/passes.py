@@ -31,27 +31,23 @@ import pyarrow as pa
 
 from iteralab.campaign import folder as _folder  # noqa: F401  # the pass reads the corpus with it: imported at
 from iteralab.campaign import predictions as _predictions  # noqa: F401  # start-up, never inside a timed phase
-from iteralab.campaign.folder import PREDICTIONS
-from iteralab.campaign.records import PassSpec, failure, started
+from iteralab.campaign.engines import documents
 from iteralab.campaign.engines.corpusorder import in_corpus_order
 from iteralab.campaign.engines.embedpass import (embed_queries, embedding_options, finish_vectors, flush_vectors,
                                                 is_embedding)
 from iteralab.campaign.engines.genpass import (PromptWorkload, generation_options, is_generation,
                                               prompt_renderer, stream_texts)
-from iteralab.common.files import write_json_atomic
-from iteralab.campaign.folder import read_corpus_batches
-from iteralab.campaign.manifest import determinism_settings
-from iteralab.campaign.manifest import environment_manifest, owns_device
-from iteralab.campaign.predictions import file_name
-from iteralab.campaign.predictions import write_predictions
+from iteralab.campaign.folder import PREDICTIONS, read_corpus_batches
+from iteralab.campaign.manifest import determinism_settings, environment_manifest, owns_device
+from iteralab.campaign.predictions import file_name, write_predictions
+from iteralab.campaign.records import PassSpec, failure, started
 from iteralab.campaign.vectors import VectorWriter
 from iteralab.common.arrow import numpy_array, string_array
-from iteralab.campaign.engines import documents
 from iteralab.common.digest import string_digest
+from iteralab.common.files import write_json_atomic
 from iteralab.errors import RowError
 from iteralab.kit.memoire import runtime_imports, runtime_overhead
-from iteralab.models import device as dev
-from iteralab.models import factory
+from iteralab.models import device as dev, factory
 from iteralab.plan.scan import CorpusReader, read_options
 
 READ_BLOCK = 1 << 22  # bytes of corpus file per record batch (a pass holds O(block + batch) texts)
