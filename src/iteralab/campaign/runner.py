@@ -43,6 +43,8 @@ from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
 from iteralab.campaign.manifest import (
     campaign_manifest, check_resume_environment, diff_manifests, env_summary, load_observed)
 from iteralab.campaign.preflight import preflight
+from iteralab.campaign import progress as _progress
+from iteralab.campaign.progress import Watch
 from iteralab.campaign.records import PassResult, PassSpec, failure
 from iteralab.campaign.stopping import RunInterrupted, StopSignals
 from iteralab.campaign.verdict import evaluate
@@ -209,11 +211,13 @@ def _manifest_fields(result: PassResult) -> dict[str, Any]:
 
 def run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os.PathLike[str], *,
                progress: ProgressFn | None = None, isolation: str | None = None, shared: Any = None,
-               keep_unrunnable: bool = False, rerun: bool = False) -> dict[str, Any]:
+               keep_unrunnable: bool = False, rerun: bool = False,
+               progress_every_s: float | None = None) -> dict[str, Any]:
     """Run (or resume) every scheduled pass, journaled and evaluated one by one. Returns a short summary.
     ``protocol``: the locked protocol as read once (:func:`~iteralab.plan.lockfile.open_locked`), or its file,
     read here. ``shared`` (``evaluate.CampaignReads``) lets the caller reuse what the evaluations read (the raw
-    table).
+    table). ``progress`` also receives ``estimate`` once the run's first warm-up is over, and ``progress`` every
+    ``progress_every_s`` seconds while a pass runs (:mod:`campaign.progress`).
 
     SIGINT, SIGTERM or SIGHUP stop the run (:mod:`campaign.stopping`): the interrupt is journaled and
     :class:`~iteralab.campaign.stopping.RunInterrupted` raised; the campaign is incomplete, and resumable.
@@ -224,7 +228,7 @@ def run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os.
     with StopSignals() as stop:
         try:
             return _run_passes(protocol, out, stop, at, progress=progress, isolation=isolation, shared=shared,
-                               keep_unrunnable=keep_unrunnable, rerun=rerun)
+                               keep_unrunnable=keep_unrunnable, rerun=rerun, progress_every_s=progress_every_s)
         except KeyboardInterrupt as exc:  # RunInterrupted, or Python's own SIGINT outside the main thread
             signum = getattr(exc, "signum", signal.SIGINT)
             if at.journal is not None:
@@ -266,11 +270,13 @@ class _Run:
     timed_out: dict[str, str]
     #: engine name -> the engine that runs a pass spec (:mod:`campaign.engines.registry`)
     engines: dict[str, Engine] | None = None
+    #: what a running pass has done, for the progress display (None: no one is listening)
+    watch: Watch | None = None
 
 
 def _run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os.PathLike[str], stop: Any,
                 at: _Where, *, progress: ProgressFn | None, isolation: str | None, shared: Any,
-                keep_unrunnable: bool, rerun: bool) -> dict[str, Any]:
+                keep_unrunnable: bool, rerun: bool, progress_every_s: float | None = None) -> dict[str, Any]:
     locked = open_locked(protocol)
     flight = _preflight(locked, keep_unrunnable)  # before anything is written or journaled
     campaign = prepare(locked, out, rerun=rerun)
@@ -279,6 +285,7 @@ def _run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os
     shutil.rmtree(out / SCRATCH, ignore_errors=True)  # what a killed run's worker left behind
     run, slots, todo = _open_run(locked.protocol, campaign, out, flight, stop, at, shared,
                                  progress or (lambda kind, info: None))
+    run.watch = _watch(run, todo, progress, progress_every_s)
     mode = isolation or run.protocol.run.isolation
     templates = _templates(mode, out)  # process isolation: each pass forked from a worker template (prefork)
     in_process = local.FreshAfterDeviceError()  # in-process isolation, until a pass breaks the device
@@ -391,7 +398,7 @@ def _run_slot(run: _Run, slot: Slot) -> None:
     run.journal.append("pass_started", pass_id=pass_id, variant=slot.variant, round=slot.round,
                        position=slot.position, seed=slot.seed, attempt=run.attempts[key],
                        **({"dataset": slot.dataset} if slot.dataset is not None else {}))
-    result = PassResult.from_json(_slot_result(run, slot, pass_id))
+    result = _watched_result(run, slot, pass_id)
     # A worker ended by the signal that stops the run (Ctrl-C reaches the whole process group) is the
     # interrupt, not a crash of the pass, even where a library reported its end as an error.
     run.stop.check()
@@ -414,6 +421,26 @@ def _run_slot(run: _Run, slot: Slot) -> None:
                                      finished={**finished, "variant": slot.variant})
     run.journal.append("pass_evaluated", pass_id=pass_id, evaluation_s=time.perf_counter() - t0, intrinsic=verdict)
     run.emit("done", {"pass_id": pass_id, "status": result.status, "pass_s": result.phase("pass_s")})
+
+
+def _watch(run: _Run, todo: list[Slot], progress: ProgressFn | None, every_s: float | None) -> Watch | None:
+    """The progress watch of this run's passes (None when no one listens); ``every_s`` None: the module's
+    interval, read now (:data:`campaign.progress.PROGRESS_EVERY_S`)."""
+    if progress is None:
+        return None
+    return Watch(run.out / SCRATCH, progress, [(s.variant, _documents(run.campaign, s.dataset)) for s in todo],
+                 every_s=_progress.PROGRESS_EVERY_S if every_s is None else every_s)
+
+
+def _watched_result(run: _Run, slot: Slot, pass_id: str) -> PassResult:
+    """The slot's pass (:func:`_slot_result`), its progress read on the watch's thread while it runs."""
+    if run.watch is None:
+        return PassResult.from_json(_slot_result(run, slot, pass_id))
+    run.watch.pass_started(pass_id, slot.variant, _documents(run.campaign, slot.dataset))
+    with run.watch.running():
+        result = PassResult.from_json(_slot_result(run, slot, pass_id))
+    run.watch.pass_ended(result.phase("pass_s"), result.completed)
+    return result
 
 
 def _slot_result(run: _Run, slot: Slot, pass_id: str) -> dict[str, Any]:

@@ -32,6 +32,7 @@ import pyarrow as pa
 from iteralab.campaign import folder as _folder  # noqa: F401  # the pass reads the corpus with it: imported at
 from iteralab.campaign import predictions as _predictions  # noqa: F401  # start-up, never inside a timed phase
 from iteralab.campaign.folder import PREDICTIONS
+from iteralab.campaign.progress import Beacon
 from iteralab.campaign.records import PassSpec, failure, started
 from iteralab.campaign.engines.embedpass import (embed_queries, embedding_options, finish_vectors, flush_vectors,
                                                 is_embedding)
@@ -208,6 +209,8 @@ class MeasuredPass:
         self.stream_s = 0.0
         #: a generation pass: what renders each record batch's prompts as it is read (``genpass.PromptRenderer``)
         self.prompts: Any = None
+        #: where the documents done are shown while the pass runs (``campaign.progress.Beacon``), or None
+        self.beacon: Any = None
 
     def run(self, workload: Any, corpus_path: str, corpus_kwargs: dict[str, Any], batch_size: int,
             bucketing: bool, resume: bool, n_classes: int, limit: _Limit | None = None,
@@ -237,6 +240,8 @@ class MeasuredPass:
             self._check_limit()
 
     def _check_limit(self) -> None:
+        if self.beacon is not None:  # documents done, for the person waiting (one store into mapped memory)
+            self.beacon.done(self.progress.completed)
         if self.sink is not None:
             self.flush(self)
         if self.limit is not None:
@@ -338,9 +343,10 @@ def execute_pass(spec: PassSpec | dict[str, Any], clock: Any = None, startup: di
     except Exception as exc:
         return _failed(result, exc, "warmup", "failed during warm-up", device)
 
+    beacon = Beacon.warmed_up(spec.scratch_dir, spec.pass_id, last_warm_s, len(warm_texts))  # for the display
     rows = sync.ready() if sync is not None else None  # data-parallel: wait for every worker, get the shard
     limit_s, basis = _fix_limit(spec, result, last_warm_s, len(warm_texts), rows)
-    pass_run, measured_error = _measure(spec, workload, device, clock, result, limit_s, basis, rows, sync)
+    pass_run, measured_error = _measure(spec, workload, device, clock, result, limit_s, basis, rows, sync, beacon)
     if spec.variant["compile"] and hasattr(workload, "compile_record"):  # after warm-up and pass: what ran compiled
         result["workload"]["compile"] = workload.compile_record()
     _record_outcome(result, pass_run, measured_error)
@@ -403,6 +409,9 @@ def _load(spec: PassSpec, device: Any, clock: Any, result: dict[str, Any]) -> An
         if is_generation(model):  # prompts rendered from the template, generated greedily
             workload = PromptWorkload(workload, model["generation"]["prompt"])
     result["phases"]["load_s"] = loading.seconds
+    emulated = None if model["kind"] == "callable" else dev.precision_note(variant["precision"], device)
+    if emulated is not None:  # a callable owns its device and precision: nothing the harness can say
+        result["notes"].append(emulated)
     result["workload"] = workload.describe()
     result["file_hashes"] = workload.file_hashes()
     return workload
@@ -452,7 +461,8 @@ def _fix_limit(spec: PassSpec, result: dict[str, Any], last_warm_s: float | None
 
 
 def _measure(spec: PassSpec, workload: Any, device: Any, clock: Any, result: dict[str, Any], limit_s: float | None,
-             basis: str | None, rows: tuple[int, int] | None, sync: Any) -> tuple[MeasuredPass, BaseException | None]:
+             basis: str | None, rows: tuple[int, int] | None, sync: Any,
+             beacon: Any = None) -> tuple[MeasuredPass, BaseException | None]:
     """The measured region, then what is read right after it: peaks, concurrent load, the GPU scope."""
 
     variant, phases = spec.variant, result["phases"]
@@ -460,6 +470,7 @@ def _measure(spec: PassSpec, workload: Any, device: Any, clock: Any, result: dic
     corpus_kwargs = _corpus_kwargs(spec)
     batch_size = int(variant["batch_size"])
     pass_run = MeasuredPass()
+    pass_run.beacon = beacon
     if is_embedding(spec.model):  # vectors stream to their file as the pass runs
 
         pass_run.sink = VectorWriter(Path(spec.prediction_dir) / file_name(spec.pass_id))
