@@ -183,6 +183,7 @@ def test_an_interrupt_reported_as_an_error_by_the_code_that_caught_it_is_still_a
     rows = read_raw_table(write_raw_table(out))
     assert rows[-1]["status"] == "interrupted" and rows[-1]["error"] == ""
     assert {signum: signal.getsignal(signum) for signum in STOP_SIGNALS} == before  # the handlers are given back
+    assert not list(out.glob(".tmp/*.progress"))  # the pass's progress beacons went with it
 
 
 @pytest.mark.skipif(not ray_installed(), reason="Ray is not installed (pip install iteralab[ray])")

@@ -109,6 +109,12 @@ def read_beacons(scratch: Path, pass_id: str) -> Reading | None:
                    warmed=all(p[2] for p in parts), parts=len(parts))
 
 
+def remove_beacons(scratch: Path, pass_id: str) -> None:
+    """The beacons of a pass that ended: never evidence, never left behind."""
+    for path in scratch.glob(f"{pass_id}.*{SUFFIX}"):
+        path.unlink(missing_ok=True)
+
+
 @dataclass
 class _Speed:
     """One variant's pace: the seconds a pass spends outside its documents (start-up, load, warm-up, writing,

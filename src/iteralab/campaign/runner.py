@@ -44,7 +44,7 @@ from iteralab.campaign.manifest import (
     campaign_manifest, check_resume_environment, diff_manifests, env_summary, load_observed)
 from iteralab.campaign.preflight import preflight
 from iteralab.campaign import progress as _progress
-from iteralab.campaign.progress import Watch
+from iteralab.campaign.progress import Watch, remove_beacons
 from iteralab.campaign.records import PassResult, PassSpec, failure
 from iteralab.campaign.stopping import RunInterrupted, StopSignals
 from iteralab.campaign.verdict import evaluate
@@ -433,14 +433,18 @@ def _watch(run: _Run, todo: list[Slot], progress: ProgressFn | None, every_s: fl
 
 
 def _watched_result(run: _Run, slot: Slot, pass_id: str) -> PassResult:
-    """The slot's pass (:func:`_slot_result`), its progress read on the watch's thread while it runs."""
-    if run.watch is None:
-        return PassResult.from_json(_slot_result(run, slot, pass_id))
-    run.watch.pass_started(pass_id, slot.variant, _documents(run.campaign, slot.dataset))
-    with run.watch.running():
-        result = PassResult.from_json(_slot_result(run, slot, pass_id))
-    run.watch.pass_ended(result.phase("pass_s"), result.completed)
-    return result
+    """The slot's pass (:func:`_slot_result`), its progress read on the watch's thread while it runs. Its
+    beacons go when it ends, interrupted or not (an interrupted run leaves no scratch file of its own)."""
+    try:
+        if run.watch is None:
+            return PassResult.from_json(_slot_result(run, slot, pass_id))
+        run.watch.pass_started(pass_id, slot.variant, _documents(run.campaign, slot.dataset))
+        with run.watch.running():
+            result = PassResult.from_json(_slot_result(run, slot, pass_id))
+        run.watch.pass_ended(result.phase("pass_s"), result.completed)
+        return result
+    finally:
+        remove_beacons(run.out / SCRATCH, pass_id)
 
 
 def _slot_result(run: _Run, slot: Slot, pass_id: str) -> dict[str, Any]:
