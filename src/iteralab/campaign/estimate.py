@@ -19,8 +19,9 @@ from iteralab.campaign.engines import passes
 from iteralab.campaign.engines.registry import engine_name
 from iteralab.campaign.folder import CAMPAIGN
 from iteralab.campaign.journal import JOURNAL_NAME, read_journal
+from iteralab.campaign.progress import duration
 from iteralab.campaign.records import PassSpec, started
-from iteralab.campaign.runner import _documents, _pass_spec, prepare
+from iteralab.campaign.runner import slot_documents, pass_spec, prepare
 from iteralab.errors import RunError
 from iteralab.models import device as dev
 from iteralab.plan.lockfile import LockedProtocol, open_locked
@@ -32,9 +33,9 @@ def warm_up_only(spec: PassSpec, clock: Any = None) -> dict[str, Any]:
     load's and the warm-up's seconds and the warm-up's seconds per document."""
     clock = clock or dev.PERF_CLOCK
     result = started(spec.pass_id, startup={})
-    device = passes._seeded_device(spec, {})
-    workload = passes._load(spec, device, clock, result)
-    texts, last_warm_s = passes._warm_up(spec, workload, device, clock, result)
+    device = passes.seeded_device(spec, {})
+    workload = passes.load_timed(spec, device, clock, result)
+    texts, last_warm_s = passes.warm_up(spec, workload, device, clock, result)
     phases = result["phases"]
     setup = sum(phases.get(k) or 0.0 for k in ("load_s", "compile_s", "warmup_s"))
     return {"setup_s": setup, "per_document_s": last_warm_s / len(texts) if last_warm_s and texts else None,
@@ -68,7 +69,7 @@ def estimate_campaign(protocol: str | os.PathLike[str] | LockedProtocol, out: st
                 variants[slot.variant] = {"setup_s": None, "per_document_s": None,
                                           "notes": ["not estimated: a Ray variant's warm-up runs on the cluster"]}
                 continue
-            spec = _pass_spec(campaign, protocol_, folder, slot, f"estimate-{slot.variant}")
+            spec = pass_spec(campaign, protocol_, folder, slot, f"estimate-{slot.variant}")
             spec = spec.with_changes(scratch_dir=None)
             figures = warm_up_only(spec, clock)
             if variant.data_parallel > 1:  # one worker warmed up; the pass shares its documents among them
@@ -85,14 +86,12 @@ def estimate_campaign(protocol: str | os.PathLike[str] | LockedProtocol, out: st
             total = None
             continue
         v["passes"] = v.get("passes", 0) + 1
-        total += v["setup_s"] + v["per_document_s"] * (_documents(campaign, slot.dataset) or 0)
+        total += v["setup_s"] + v["per_document_s"] * (slot_documents(campaign, slot.dataset) or 0)
     return {"passes": len(todo), "passes_done": len(slots) - len(todo), "campaign_s": total, "variants": variants}
 
 
 def estimate_lines(estimate: dict[str, Any]) -> list[str]:
     """What ``iteralab run --estimate`` prints."""
-    from iteralab.campaign.progress import duration
-
     lines = [f"estimate: one load and warm-up per variant; nothing was recorded ({estimate['passes']} passes to run"
              + (f", {estimate['passes_done']} done" if estimate["passes_done"] else "") + ")"]
     for name, v in estimate["variants"].items():

@@ -175,7 +175,7 @@ def _as_text(path: Path | None) -> str | None:
     return None if path is None else str(path)
 
 
-def _pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Slot, pass_id: str) -> PassSpec:
+def pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Slot, pass_id: str) -> PassSpec:
     out = out.resolve()  # absolute: a Ray cluster's workers do not run in the runner's working directory
     return PassSpec(
         pass_id=pass_id,
@@ -188,7 +188,7 @@ def _pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Sl
         pass_timeout_s=protocol.run.pass_timeout_s,
         pass_timeout=protocol.run.pass_timeout,
         pass_timeout_factor=protocol.run.pass_timeout_factor,
-        documents=_documents(campaign, slot.dataset),
+        documents=slot_documents(campaign, slot.dataset),
         device=protocol.run.device,
         seed=slot.seed,
         deterministic=protocol.reproduction.deterministic,
@@ -197,7 +197,7 @@ def _pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Sl
     )
 
 
-def _documents(campaign: dict[str, Any], dataset: str | None) -> int | None:
+def slot_documents(campaign: dict[str, Any], dataset: str | None) -> int | None:
     """How many documents a pass of this slot processes (its corpus source's size: the corpus, or its dataset)."""
     return dict(source_records(campaign)).get(dataset, {}).get("size")
 
@@ -428,7 +428,7 @@ def _watch(run: _Run, todo: list[Slot], progress: ProgressFn | None, every_s: fl
     interval, read now (:data:`campaign.progress.PROGRESS_EVERY_S`)."""
     if progress is None:
         return None
-    return Watch(run.out / SCRATCH, progress, [(s.variant, _documents(run.campaign, s.dataset)) for s in todo],
+    return Watch(run.out / SCRATCH, progress, [(s.variant, slot_documents(run.campaign, s.dataset)) for s in todo],
                  every_s=_progress.PROGRESS_EVERY_S if every_s is None else every_s)
 
 
@@ -438,7 +438,7 @@ def _watched_result(run: _Run, slot: Slot, pass_id: str) -> PassResult:
     try:
         if run.watch is None:
             return PassResult.from_json(_slot_result(run, slot, pass_id))
-        run.watch.pass_started(pass_id, slot.variant, _documents(run.campaign, slot.dataset))
+        run.watch.pass_started(pass_id, slot.variant, slot_documents(run.campaign, slot.dataset))
         with run.watch.running():
             result = PassResult.from_json(_slot_result(run, slot, pass_id))
         run.watch.pass_ended(result.phase("pass_s"), result.completed)
@@ -461,7 +461,7 @@ def _slot_result(run: _Run, slot: Slot, pass_id: str) -> dict[str, Any]:
         return _not_run(pass_id, f"not run: {slot.variant} exceeded {limit} in {run.timed_out[slot.variant]}")
     assert run.engines is not None
     engine = run.engines[engine_name(protocol.variant(slot.variant))]
-    return engine(_pass_spec(run.campaign, protocol, run.out, slot, pass_id))
+    return engine(pass_spec(run.campaign, protocol, run.out, slot, pass_id))
 
 
 def _not_run(pass_id: str, why: str, kind: str = "not_run") -> dict[str, Any]:

@@ -192,7 +192,7 @@ class MeasuredPass:
     whole corpus by length first, so it keeps the text column as one Arrow array (bytes, not Python strings).
     Its state stays readable after a failure, so the caller can report how many inputs were completed."""
 
-    def __init__(self) -> None:
+    def __init__(self, beacon: Any = None) -> None:
         self.id_chunks: list[Any] = []
         self.order: np.ndarray | None = None  # None: file order
         self.outputs: list[np.ndarray] = []
@@ -209,8 +209,7 @@ class MeasuredPass:
         self.stream_s = 0.0
         #: a generation pass: what renders each record batch's prompts as it is read (``genpass.PromptRenderer``)
         self.prompts: Any = None
-        #: where the documents done are shown while the pass runs (``campaign.progress.Beacon``), or None
-        self.beacon: Any = None
+        self.beacon = beacon  # documents done, shown while the pass runs (``campaign.progress.Beacon``), or None
 
     def run(self, workload: Any, corpus_path: str, corpus_kwargs: dict[str, Any], batch_size: int,
             bucketing: bool, resume: bool, n_classes: int, limit: _Limit | None = None,
@@ -334,12 +333,12 @@ def execute_pass(spec: PassSpec | dict[str, Any], clock: Any = None, startup: di
     result = started(spec.pass_id, startup=startup)
     device = None
     try:
-        device = _seeded_device(spec, startup)
-        workload = _load(spec, device, clock, result)
+        device = seeded_device(spec, startup)
+        workload = load_timed(spec, device, clock, result)
     except Exception as exc:  # a load failure is a failed pass row, with its error
         return _failed(result, exc, "load", "failed while loading", device)
     try:
-        warm_texts, last_warm_s = _warm_up(spec, workload, device, clock, result)
+        warm_texts, last_warm_s = warm_up(spec, workload, device, clock, result)
     except Exception as exc:
         return _failed(result, exc, "warmup", "failed during warm-up", device)
 
@@ -374,7 +373,7 @@ def _corpus_kwargs(spec: PassSpec) -> dict[str, Any]:
     return dict(id_column="id", text_column="text", label_column="label", classes=list(spec.classes))
 
 
-def _seeded_device(spec: PassSpec, startup: dict[str, Any]) -> Any:
+def seeded_device(spec: PassSpec, startup: dict[str, Any]) -> Any:
     """Seeds the generators and resolves the device; the time it takes is the start-up's ``runtime_s``."""
 
     seed = int(spec.seed)
@@ -394,7 +393,7 @@ def _seeded_device(spec: PassSpec, startup: dict[str, Any]) -> Any:
     return device
 
 
-def _load(spec: PassSpec, device: Any, clock: Any, result: dict[str, Any]) -> Any:
+def load_timed(spec: PassSpec, device: Any, clock: Any, result: dict[str, Any]) -> Any:
     """The timed load phase: the workload, described and its files hashed into the result."""
 
     model, variant = spec.model, spec.variant
@@ -409,16 +408,15 @@ def _load(spec: PassSpec, device: Any, clock: Any, result: dict[str, Any]) -> An
         if is_generation(model):  # prompts rendered from the template, generated greedily
             workload = PromptWorkload(workload, model["generation"]["prompt"])
     result["phases"]["load_s"] = loading.seconds
-    emulated = None if model["kind"] == "callable" else dev.precision_note(variant["precision"], device)
-    if emulated is not None:  # a callable owns its device and precision: nothing the harness can say
-        result["notes"].append(emulated)
+    if model["kind"] != "callable":  # a callable owns its device and precision: nothing the harness can say
+        result["notes"].extend(filter(None, [dev.precision_note(variant["precision"], device)]))
     result["workload"] = workload.describe()
     result["file_hashes"] = workload.file_hashes()
     return workload
 
 
-def _warm_up(spec: PassSpec, workload: Any, device: Any, clock: Any,
-             result: dict[str, Any]) -> tuple[list[str], float | None]:
+def warm_up(spec: PassSpec, workload: Any, device: Any, clock: Any,
+            result: dict[str, Any]) -> tuple[list[str], float | None]:
     """Warm-up (R5): the first `inputs` texts of the corpus, `passes` times, with the variant's batch size. Returns
     the texts and the last repetition's time: what the pass time limit projects from (run.pass_timeout)."""
 
@@ -469,8 +467,7 @@ def _measure(spec: PassSpec, workload: Any, device: Any, clock: Any, result: dic
     measured_error: BaseException | None = None
     corpus_kwargs = _corpus_kwargs(spec)
     batch_size = int(variant["batch_size"])
-    pass_run = MeasuredPass()
-    pass_run.beacon = beacon
+    pass_run = MeasuredPass(beacon)
     if is_embedding(spec.model):  # vectors stream to their file as the pass runs
 
         pass_run.sink = VectorWriter(Path(spec.prediction_dir) / file_name(spec.pass_id))
