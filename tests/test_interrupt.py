@@ -18,6 +18,7 @@ import pytest
 from campaign_factory import callable_campaign
 
 from iteralab.campaign.journal import read_journal
+from iteralab.campaign.stopping import STOP_SIGNALS
 from iteralab.campaign.engines.raypass import ray_installed
 from iteralab.cli import main
 from iteralab.decision.rule import decide
@@ -173,6 +174,8 @@ def test_an_interrupt_reported_as_an_error_by_the_code_that_caught_it_is_still_a
     monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
     protocol = callable_campaign(tmp_path, fn="fake_models:swallowing_interrupt", passes=1, warmup=NO_WARMUP)
     out = tmp_path / "out"
+    # what the run found, whatever started the tests (a background job starts with SIGINT ignored)
+    before = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
     with pytest.raises(RunInterrupted) as stop:
         run_campaign(protocol, out)
     assert stop.value.exit_code == 130 and stop.value.total == 2
@@ -181,7 +184,8 @@ def test_an_interrupt_reported_as_an_error_by_the_code_that_caught_it_is_still_a
     assert set(state.interrupted) == {stopped} and stopped not in state.finished
     rows = read_raw_table(write_raw_table(out))
     assert rows[-1]["status"] == "interrupted" and rows[-1]["error"] == ""
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handlers are given back
+    assert {signum: signal.getsignal(signum) for signum in STOP_SIGNALS} == before  # the handlers are given back
+    assert not list(out.glob(".tmp/*.progress"))  # the pass's progress beacons went with it
 
 
 @pytest.mark.skipif(not ray_installed(), reason="Ray is not installed (pip install iteralab[ray])")

@@ -46,7 +46,7 @@ PIPELINE: tuple[tuple[str, ...], ...] = (
     ("campaign",),  # the campaign folder layer: folder, records, predictions, journal, manifest, corpuscopy …
     ("campaign.engines",),  # one pass spec in, one pass result out: local, parallel, ray
     ("campaign.verdict",),  # the verdict on a pass, from its stored prediction file
-    ("campaign.runner", "campaign.preflight", "campaign.tuning"),  # what drives the engines and the verdict
+    ("campaign.runner", "campaign.preflight", "campaign.tuning", "campaign.estimate"),  # what drives the engines
     ("evidence",),
     ("economics",),
     ("decision",),

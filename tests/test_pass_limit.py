@@ -120,7 +120,7 @@ def test_a_data_parallel_worker_projects_over_its_own_shard(tmp_path, work_clock
 
 
 def test_ray_learns_the_projection_from_the_first_actor_and_times_from_its_ready_time(tmp_path):
-    from iteralab.campaign.engines.passes import PassTimeout
+    from iteralab.campaign.engines.passlimit import PassTimeout
     from iteralab.campaign.engines.raypass import WarmupLimit
     from iteralab.campaign.records import PassSpec
 

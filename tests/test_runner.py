@@ -330,13 +330,13 @@ def test_a_callable_pass_never_imports_torch_and_reports_its_start_up(tmp_path):
     which ``pa.array``/``pa.scalar`` would import: half a second per worker), nor pydantic and the protocol's models
     (a pass reads its spec, not the protocol: with them a worker held 70 more modules and 10 MB more), and its
     start-up phases (process start, imports, environment record, runtime) are in its result (R2)."""
-    from iteralab.campaign.runner import Slot, _pass_spec, prepare
+    from iteralab.campaign.runner import Slot, pass_spec, prepare
     from iteralab.plan.protocol import load_protocol
 
     protocol_path = callable_campaign(tmp_path, passes=1)
     out = tmp_path / "out"
     campaign = prepare(protocol_path, out)
-    spec = _pass_spec(campaign, load_protocol(protocol_path), out, Slot(1, 1, "b4", 0), "r01-p01-b4-a1")
+    spec = pass_spec(campaign, load_protocol(protocol_path), out, Slot(1, 1, "b4", 0), "r01-p01-b4-a1")
     spec_path, result_path = tmp_path / "spec.json", tmp_path / "result.json"
     spec_path.write_text(json.dumps(spec.with_changes(spawned_at=time.time()).to_json()))
     code = ("import sys\nfrom iteralab.campaign.engines.passes import worker_main\nworker_main(sys.argv[1:])\n"
@@ -381,13 +381,13 @@ def test_a_pass_spec_names_its_files_by_absolute_paths(tmp_path, monkeypatch):
     """A campaign folder given relative (``run … --out camp``) still gives a pass absolute file paths: a Ray
     cluster's workers do not run in the runner's working directory (measured: its read of camp/inputs/corpus.csv
     failed with 'No such file or directory')."""
-    from iteralab.campaign.runner import Slot, _pass_spec, prepare
+    from iteralab.campaign.runner import Slot, pass_spec, prepare
     from iteralab.plan.protocol import load_protocol
 
     protocol_path = callable_campaign(tmp_path, passes=1)
     monkeypatch.chdir(tmp_path)
     campaign = prepare(protocol_path, Path("camp"))
-    spec = _pass_spec(campaign, load_protocol(protocol_path), Path("camp"), Slot(1, 1, "b4", 0),
+    spec = pass_spec(campaign, load_protocol(protocol_path), Path("camp"), Slot(1, 1, "b4", 0),
                       "r01-p01-b4-a1").to_json()
     for key in ("corpus_path", "prediction_dir", "scratch_dir"):
         assert Path(spec[key]).is_absolute() and Path(spec[key]).is_relative_to(tmp_path / "camp"), (key, spec[key])

@@ -10,7 +10,7 @@ import typer
 
 from iteralab import __version__
 from iteralab.commands import evidence as evidence_commands, tools as tool_commands
-from iteralab.commands.common import CampaignProgress, require_campaign
+from iteralab.commands.common import campaign_display, require_campaign, resumable
 from iteralab.demo import DEFAULT_DOCS as DEMO_DOCS, DEFAULT_PASSES as DEMO_PASSES
 from iteralab.errors import IteraError
 
@@ -149,24 +149,21 @@ def run_cmd(
     allow_no_accepted: bool = typer.Option(
         False, "--allow-no-accepted",
         help="Exit 0 even when no pass was accepted (by default such a campaign ends with exit 1)."),
+    estimate: bool = typer.Option(False, "--estimate",
+                                  help="Load and warm up each variant only, print the campaign's projected duration "
+                                       "and exit: nothing is recorded, no folder is created."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Run (or resume) a campaign of a locked protocol and write its raw table (preflight first). Exits 1 when no
     pass was accepted, naming the first failure."""
-    from iteralab.campaign.stopping import RunInterrupted
     from iteralab.evidence.run import run_campaign
 
-    display = None if as_json else CampaignProgress()
-    try:
+    if estimate:
+        _print_estimate(protocol, out, as_json)
+        return
+    display = None if as_json else campaign_display()
+    with resumable(f"iteralab run {protocol} --out {out}", display):  # Ctrl-C, SIGTERM, SIGHUP: journaled
         summary = run_campaign(protocol, out, progress=display, keep_unrunnable=keep_unrunnable)
-    except RunInterrupted as stop:  # Ctrl-C, SIGTERM, SIGHUP: recorded in the journal, the campaign resumable
-        if display is not None:
-            display("end", {})
-        try:
-            typer.echo(stop.line(protocol, out), err=True)
-        except OSError:  # SIGHUP: the terminal may be gone
-            pass
-        raise typer.Exit(stop.exit_code) from None
     _print_summary(summary, as_json)
     _no_accepted_exit(summary, allow_no_accepted, as_json)
     if summary.get("unrunnable"):
@@ -214,11 +211,16 @@ def demo_cmd(
     MiniLM's vectors of the same texts)."""
     from iteralab.demo.run import run_demo
 
-    display = None if as_json else CampaignProgress()
+    display = None if as_json else campaign_display()
     if display and (docs != DEMO_DOCS or passes != DEMO_PASSES):
         display.message(f"quick try: {docs} documents, {passes} passes — NOT the full protocol ({DEMO_DOCS} "
                         f"documents, {DEMO_PASSES} passes)")
-    summary = run_demo(out, task=task, docs=docs, passes=passes, emit=display.message if display else None, progress=display)
+    resume = " ".join(["iteralab demo --out", str(out)] + ([f"--task {task}"] if task != "classification" else [])
+                      + ([f"--docs {docs}"] if docs != DEMO_DOCS else [])
+                      + ([f"--passes {passes}"] if passes != DEMO_PASSES else []))
+    with resumable(resume, display):
+        summary = run_demo(out, task=task, docs=docs, passes=passes, emit=display.message if display else None,
+                           progress=display)
     _print_summary(summary, as_json)
 
 
@@ -417,6 +419,15 @@ def _print_summary(summary: dict, as_json: bool) -> None:
         from iteralab.demo.run import QUICK_TRY
 
         typer.echo(f"note: a quick try, {QUICK_TRY}")
+
+
+def _print_estimate(protocol: Path, out: Path, as_json: bool) -> None:
+    import json
+
+    from iteralab.campaign.estimate import estimate_campaign, estimate_lines
+
+    result = estimate_campaign(protocol, out)
+    typer.echo(json.dumps(result, indent=2, sort_keys=True) if as_json else "\n".join(estimate_lines(result)))
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

@@ -43,6 +43,8 @@ from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
 from iteralab.campaign.manifest import (
     campaign_manifest, check_resume_environment, diff_manifests, env_summary, load_observed)
 from iteralab.campaign.preflight import preflight
+from iteralab.campaign import progress as _progress
+from iteralab.campaign.progress import Watch, remove_beacons
 from iteralab.campaign.records import PassResult, PassSpec, failure
 from iteralab.campaign.stopping import RunInterrupted, StopSignals
 from iteralab.campaign.verdict import evaluate
@@ -173,7 +175,7 @@ def _as_text(path: Path | None) -> str | None:
     return None if path is None else str(path)
 
 
-def _pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Slot, pass_id: str) -> PassSpec:
+def pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Slot, pass_id: str) -> PassSpec:
     out = out.resolve()  # absolute: a Ray cluster's workers do not run in the runner's working directory
     return PassSpec(
         pass_id=pass_id,
@@ -186,7 +188,7 @@ def _pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Sl
         pass_timeout_s=protocol.run.pass_timeout_s,
         pass_timeout=protocol.run.pass_timeout,
         pass_timeout_factor=protocol.run.pass_timeout_factor,
-        documents=_documents(campaign, slot.dataset),
+        documents=slot_documents(campaign, slot.dataset),
         device=protocol.run.device,
         seed=slot.seed,
         deterministic=protocol.reproduction.deterministic,
@@ -196,7 +198,7 @@ def _pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Sl
     )
 
 
-def _documents(campaign: dict[str, Any], dataset: str | None) -> int | None:
+def slot_documents(campaign: dict[str, Any], dataset: str | None) -> int | None:
     """How many documents a pass of this slot processes (its corpus source's size: the corpus, or its dataset)."""
     return dict(source_records(campaign)).get(dataset, {}).get("size")
 
@@ -210,11 +212,13 @@ def _manifest_fields(result: PassResult) -> dict[str, Any]:
 
 def run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os.PathLike[str], *,
                progress: ProgressFn | None = None, isolation: str | None = None, shared: Any = None,
-               keep_unrunnable: bool = False, rerun: bool = False) -> dict[str, Any]:
+               keep_unrunnable: bool = False, rerun: bool = False,
+               progress_every_s: float | None = None) -> dict[str, Any]:
     """Run (or resume) every scheduled pass, journaled and evaluated one by one. Returns a short summary.
     ``protocol``: the locked protocol as read once (:func:`~iteralab.plan.lockfile.open_locked`), or its file,
     read here. ``shared`` (``evaluate.CampaignReads``) lets the caller reuse what the evaluations read (the raw
-    table).
+    table). ``progress`` also receives ``estimate`` once the run's first warm-up is over, and ``progress`` every
+    ``progress_every_s`` seconds while a pass runs (:mod:`campaign.progress`).
 
     SIGINT, SIGTERM or SIGHUP stop the run (:mod:`campaign.stopping`): the interrupt is journaled and
     :class:`~iteralab.campaign.stopping.RunInterrupted` raised; the campaign is incomplete, and resumable.
@@ -225,7 +229,7 @@ def run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os.
     with StopSignals() as stop:
         try:
             return _run_passes(protocol, out, stop, at, progress=progress, isolation=isolation, shared=shared,
-                               keep_unrunnable=keep_unrunnable, rerun=rerun)
+                               keep_unrunnable=keep_unrunnable, rerun=rerun, progress_every_s=progress_every_s)
         except KeyboardInterrupt as exc:  # RunInterrupted, or Python's own SIGINT outside the main thread
             signum = getattr(exc, "signum", signal.SIGINT)
             if at.journal is not None:
@@ -269,11 +273,13 @@ class _Run:
     engines: dict[str, Engine] | None = None
     #: the first pass of this run that failed (said on the console once)
     first_failure: str | None = None
+    #: what a running pass has done, for the progress display (None: no one is listening)
+    watch: Watch | None = None
 
 
 def _run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os.PathLike[str], stop: Any,
                 at: _Where, *, progress: ProgressFn | None, isolation: str | None, shared: Any,
-                keep_unrunnable: bool, rerun: bool) -> dict[str, Any]:
+                keep_unrunnable: bool, rerun: bool, progress_every_s: float | None = None) -> dict[str, Any]:
     locked = open_locked(protocol)
     flight = _preflight(locked, keep_unrunnable)  # before anything is written or journaled
     created, fresh = not Path(out).exists(), not (Path(out) / CAMPAIGN).exists()
@@ -283,6 +289,7 @@ def _run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os
     shutil.rmtree(out / SCRATCH, ignore_errors=True)  # what a killed run's worker left behind
     run, slots, todo = _open_run(locked.protocol, campaign, out, flight, stop, at, shared,
                                  progress or (lambda kind, info: None))
+    run.watch = _watch(run, todo, progress, progress_every_s)
     mode = isolation or run.protocol.run.isolation
     templates = _templates(mode, out)  # process isolation: each pass forked from a worker template (prefork)
     in_process = local.FreshAfterDeviceError()  # in-process isolation, until a pass breaks the device
@@ -453,7 +460,7 @@ def _run_slot(run: _Run, slot: Slot) -> None:
     run.journal.append("pass_started", pass_id=pass_id, variant=slot.variant, round=slot.round,
                        position=slot.position, seed=slot.seed, attempt=run.attempts[key],
                        **({"dataset": slot.dataset} if slot.dataset is not None else {}))
-    result = PassResult.from_json(_slot_result(run, slot, pass_id))
+    result = _watched_result(run, slot, pass_id)
     # A worker ended by the signal that stops the run (Ctrl-C reaches the whole process group) is the
     # interrupt, not a crash of the pass, even where a library reported its end as an error.
     run.stop.check()
@@ -479,6 +486,30 @@ def _run_slot(run: _Run, slot: Slot) -> None:
     _say_first_failure(run, pass_id, result, verdict)
 
 
+def _watch(run: _Run, todo: list[Slot], progress: ProgressFn | None, every_s: float | None) -> Watch | None:
+    """The progress watch of this run's passes (None when no one listens); ``every_s`` None: the module's
+    interval, read now (:data:`campaign.progress.PROGRESS_EVERY_S`)."""
+    if progress is None:
+        return None
+    return Watch(run.out / SCRATCH, progress, [(s.variant, slot_documents(run.campaign, s.dataset)) for s in todo],
+                 every_s=_progress.PROGRESS_EVERY_S if every_s is None else every_s)
+
+
+def _watched_result(run: _Run, slot: Slot, pass_id: str) -> PassResult:
+    """The slot's pass (:func:`_slot_result`), its progress read on the watch's thread while it runs. Its
+    beacons go when it ends, interrupted or not (an interrupted run leaves no scratch file of its own)."""
+    try:
+        if run.watch is None:
+            return PassResult.from_json(_slot_result(run, slot, pass_id))
+        run.watch.pass_started(pass_id, slot.variant, slot_documents(run.campaign, slot.dataset))
+        with run.watch.running():
+            result = PassResult.from_json(_slot_result(run, slot, pass_id))
+        run.watch.pass_ended(result.phase("pass_s"), result.completed)
+        return result
+    finally:
+        remove_beacons(run.out / SCRATCH, pass_id)
+
+
 def _slot_result(run: _Run, slot: Slot, pass_id: str) -> dict[str, Any]:
     """The pass of a slot, on the engine its variant names, or the record of a slot not run (unrunnable on this
     machine, or its variant stopped by the pass time limit)."""
@@ -493,7 +524,7 @@ def _slot_result(run: _Run, slot: Slot, pass_id: str) -> dict[str, Any]:
         return _not_run(pass_id, f"not run: {slot.variant} exceeded {limit} in {run.timed_out[slot.variant]}")
     assert run.engines is not None
     engine = run.engines[engine_name(protocol.variant(slot.variant))]
-    return engine(_pass_spec(run.campaign, protocol, run.out, slot, pass_id))
+    return engine(pass_spec(run.campaign, protocol, run.out, slot, pass_id))
 
 
 def _not_run(pass_id: str, why: str, kind: str = "not_run") -> dict[str, Any]:

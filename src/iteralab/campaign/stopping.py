@@ -35,10 +35,11 @@ class RunInterrupted(KeyboardInterrupt):
     def exit_code(self) -> int:
         return 128 + self.signum
 
-    def line(self, protocol: Any, out: Any) -> str:
-        """What ``iteralab run`` prints: how far the campaign got and the command that resumes it."""
+    def line(self, resume: str) -> str:
+        """What a command that runs a campaign (``run``, ``demo``, ``rerun``) prints: how far the campaign got and
+        ``resume``, the command that resumes it."""
         where = f"{self.done} of {self.total} passes done; " if self.total is not None else ""
-        return f"interrupted: {where}resume with `iteralab run {protocol} --out {out}`"
+        return f"interrupted: {where}resume with `{resume}`"
 
 
 class StopSignals:

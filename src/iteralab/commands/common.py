@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Iterator
+
+import typer
 
 
 
@@ -39,9 +43,78 @@ class CampaignProgress:
             self.progress.stop()
         elif kind == "note":
             self.message(info["text"])
+        elif kind == "estimate":
+            from iteralab.campaign.progress import estimate_line
+
+            self.progress.console.print(f"  {estimate_line(info)}")
+        elif kind == "progress" and self.task is not None:
+            from iteralab.campaign.progress import progress_line
+
+            self.progress.update(self.task, description=progress_line(info))
+
+
+class PlainProgress:
+    """The same events as plain lines, for a log (output to a file, a scheduler, CI: no terminal to draw a bar
+    on): each pass's start and end, the projection after the first warm-up, and a progress line at the run's
+    steady interval (documents done, rate, projected end of the pass and of the campaign)."""
+
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream
+
+    def _print(self, text: str) -> None:
+        typer.echo(text, err=self.stream is None, file=self.stream)
+
+    def message(self, text: str) -> None:
+        self._print(f"• {text}")
+
+    def __call__(self, kind: str, info: dict) -> None:
+        from iteralab.campaign.progress import estimate_line, progress_line
+
+        if kind == "start":
+            self._print(f"passes: {info['done']} of {info['total']} done, {info['todo']} to run")
+        elif kind == "pass":
+            self._print(f"round {info['round']}: {info['variant']} ({info['pass_id']}) started")
+        elif kind == "done":
+            seconds = info.get("pass_s")
+            took = f"{seconds:.2f} s" if seconds is not None else "no time (see notes)"
+            self._print(f"  {info['pass_id']}: {info['status']}, measured pass {took}")
+        elif kind == "estimate":
+            self._print(f"  {estimate_line(info)}")
+        elif kind == "progress":
+            self._print(f"  {progress_line(info)}")
+        elif kind == "note":
+            self.message(info["text"])
+
+
+def campaign_display() -> CampaignProgress | PlainProgress:
+    """rich's live progress where a person watches a terminal; plain lines where the output goes to a file."""
+    import sys
+
+    if sys.stdout.isatty() and sys.stderr.isatty():
+        return CampaignProgress()
+    return PlainProgress()
 
 
 def require_campaign(folder: Path) -> None:
     from iteralab.campaign.folder import CampaignFolder
 
     CampaignFolder.open(folder)
+
+
+@contextmanager
+def resumable(resume: str, display: Any = None) -> Iterator[None]:
+    """Around a command that runs a campaign: a stop signal (Ctrl-C, SIGTERM, SIGHUP), recorded in the journal by
+    the runner, ends the display, prints one line (how far the campaign got, ``resume``: the command that resumes
+    it) and exits 128 + the signal number."""
+    from iteralab.campaign.stopping import RunInterrupted
+
+    try:
+        yield
+    except RunInterrupted as stop:
+        if display is not None:
+            display("end", {})
+        try:
+            typer.echo(stop.line(resume), err=True)
+        except OSError:  # SIGHUP: the terminal may be gone
+            pass
+        raise typer.Exit(stop.exit_code) from None

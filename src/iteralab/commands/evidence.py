@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from iteralab.commands.common import CampaignProgress, require_campaign
+from iteralab.commands.common import campaign_display, require_campaign, resumable
 
 
 bundle_app = typer.Typer(help="Evidence bundle: seal a campaign folder into one archive, restore it safely (D3).",
@@ -115,7 +115,10 @@ def rerun_cmd(
         if kind == "note":
             typer.echo(info["text"], err=True)
 
-    result = rerun(campaign, out, progress=notes_only if as_json else CampaignProgress(), tuning=tuning)
+    display = notes_only if as_json else campaign_display()
+    resume = f"iteralab rerun {campaign} --out {out}" + (f" --tuning {tuning}" if tuning else "")
+    with resumable(resume, display):
+        result = rerun(campaign, out, progress=display, tuning=tuning)
     comparison = result["comparison"]
     if as_json:
         typer.echo(json.dumps(comparison, indent=2, sort_keys=True))

@@ -328,6 +328,23 @@ def cpu_flags() -> list[str] | None:
     return None
 
 
+#: The flags with which a CPU computes bf16 itself; without them PyTorch converts bf16 through fp32.
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def precision_note(precision: str, device: Any) -> str | None:
+    """What a pass's row must say about its precision on this device: bf16 on a CPU that lacks native bf16
+    (``NATIVE_BF16_FLAGS`` absent from /proc/cpuinfo) is emulated, so its time says nothing of a CPU with it."""
+    if precision != "bf16" or getattr(device, "type", str(device)) != "cpu":
+        return None
+    flags = cpu_flags()
+    if flags is None or any(f in flags for f in NATIVE_BF16_FLAGS):
+        return None
+    model, _ = _cpu_model()
+    return (f"bf16 is emulated on this CPU ({model or 'model unknown'}: no avx512_bf16 nor amx_bf16 in "
+            "/proc/cpuinfo): its time is no guide to a CPU with native bf16")
+
+
 def _nvml_facts() -> dict[str, Any]:
     """Driver and CUDA driver-API versions through NVML (``nvidia-ml-py``, extra "gpu"), each None + reason when
     they cannot be read. NVML's CUDA version is the newest CUDA the installed driver supports; the CUDA runtime

@@ -37,6 +37,7 @@ from iteralab.campaign.engines.embedpass import (embed_queries, embedding_option
                                                 is_embedding)
 from iteralab.campaign.engines.genpass import (PromptWorkload, generation_options, is_generation,
                                               prompt_renderer, stream_texts)
+from iteralab.campaign.engines.passlimit import Limit, PassTimeout, limit_basis, pass_limit
 from iteralab.campaign.folder import PREDICTIONS, read_corpus_batches
 from iteralab.campaign.manifest import determinism_settings, environment_manifest, owns_device
 from iteralab.campaign.predictions import file_name, write_predictions
@@ -69,56 +70,6 @@ def error_text(exc: BaseException) -> str:
 
 def _is_oom(exc: BaseException) -> bool:
     return type(exc).__name__ in ("OutOfMemoryError", "MemoryError") or "out of memory" in str(exc).lower()
-
-
-class PassTimeout(Exception):
-    """The measured pass ran past the protocol's pass time limit (``run.pass_timeout_s``, or ``run.pass_timeout``
-    relative to the pass's warm-up: ``basis`` then says how the limit was projected)."""
-
-    def __init__(self, limit: float, basis: str | None = None) -> None:
-        super().__init__(f"exceeded the pass time limit of {limit:g} s" if basis is None else
-                         f"exceeded the pass time limit of {limit:.2f} s ({basis})")
-
-
-def pass_limit(spec: PassSpec, warm_s: float | None, warm_inputs: int,
-               documents: int | None) -> tuple[float | None, dict[str, Any] | None]:
-    """The limit of one measured pass in seconds, fixed before its measured region, and its journal record.
-
-    ``run.pass_timeout_s`` is taken as given (no record). ``run.pass_timeout = "Nx warmup"`` is N × the warm-up's
-    per-document time (``warm_s``, the time of its last repetition, ÷ ``warm_inputs``) × the ``documents`` this
-    pass will process: every pass projects its own limit from its own warm-up."""
-    factor = spec.pass_timeout_factor
-    if factor is None:
-        return spec.pass_timeout_s, None
-    record: dict[str, Any] = {"rule": spec.pass_timeout, "factor": factor, "warmup_s": warm_s,
-                              "warmup_inputs": warm_inputs, "documents": documents}
-    if warm_s is None or warm_inputs <= 0 or not documents:
-        record.update(projected_s=None, limit_s=None,
-                      reason="no limit applied: the warm-up measured no time per document to project from")
-        return None, record
-    projected = warm_s / warm_inputs * documents
-    record.update(per_document_s=warm_s / warm_inputs, projected_s=projected, limit_s=factor * projected)
-    return factor * projected, record
-
-
-def limit_basis(record: dict[str, Any] | None) -> str | None:
-    """How a relative limit was projected, in words (the failed row's error names it)."""
-    if not record or record.get("limit_s") is None:
-        return None
-    return (f"{record['factor']:g}x the warm-up's projection of {record['projected_s']:.2f} s for "
-            f"{record['documents']} documents")
-
-
-class _Limit:
-    """The pass time limit, read between batches from the pass's own clock (one reading per batch)."""
-
-    def __init__(self, clock: Any, seconds: float | None, basis: str | None = None) -> None:
-        self.clock, self.seconds, self.basis = clock, seconds, basis
-        self.start = clock.now() if seconds is not None else 0.0
-
-    def check(self) -> None:
-        if self.seconds is not None and self.clock.now() - self.start > self.seconds:
-            raise PassTimeout(self.seconds, self.basis)
 
 
 class _Progress:
@@ -190,7 +141,7 @@ class MeasuredPass:
     whole corpus by length first, so it keeps the text column as one Arrow array (bytes, not Python strings).
     Its state stays readable after a failure, so the caller can report how many inputs were completed."""
 
-    def __init__(self) -> None:
+    def __init__(self, beacon: Any = None) -> None:
         self.id_chunks: list[Any] = []
         self.order: np.ndarray | None = None  # None: file order
         self.outputs: list[np.ndarray] = []
@@ -207,6 +158,7 @@ class MeasuredPass:
         self.stream_s = 0.0
         #: a generation pass: what renders each record batch's prompts as it is read (``genpass.PromptRenderer``)
         self.prompts: Any = None
+        self.beacon = beacon  # documents done, shown while the pass runs (``campaign.progress.Beacon``), or None
 
     def run(self, workload: Any, corpus_path: str, corpus_kwargs: dict[str, Any], batch_size: int,
             bucketing: bool, resume: bool, n_classes: int, limit: _Limit | None = None,
@@ -236,6 +188,8 @@ class MeasuredPass:
             self._check_limit()
 
     def _check_limit(self) -> None:
+        if self.beacon is not None:  # documents done, for the person waiting (one store into mapped memory)
+            self.beacon.done(self.progress.completed)
         if self.sink is not None:
             self.flush(self)
         if self.limit is not None:
@@ -328,20 +282,21 @@ def execute_pass(spec: PassSpec | dict[str, Any], clock: Any = None, startup: di
     result = started(spec.pass_id, startup=startup)
     device = None
     try:
-        device = _seeded_device(spec, startup)
-        workload = _load(spec, device, clock, result)
+        device = seeded_device(spec, startup)
+        workload = load_timed(spec, device, clock, result)
     except Exception as exc:  # a load failure is a failed pass row, with its error
         return _failed(result, exc, "load", "failed while loading", device)
     try:
-        warm_texts, last_warm_s = _warm_up(spec, workload, device, clock, result)
+        warm_texts, last_warm_s = warm_up(spec, workload, device, clock, result)
     except Exception as exc:
         return _failed(result, exc, "warmup", "failed during warm-up", device)
     if spec.check_only:  # the runner's first-batch check: the warm-up was the whole of it
         return {**result, "status": "ok"}
 
+    beacon = Beacon.warmed_up(spec.scratch_dir, spec.pass_id, last_warm_s, len(warm_texts))  # for the display
     rows = sync.ready() if sync is not None else None  # data-parallel: wait for every worker, get the shard
     limit_s, basis = _fix_limit(spec, result, last_warm_s, len(warm_texts), rows)
-    pass_run, measured_error = _measure(spec, workload, device, clock, result, limit_s, basis, rows, sync)
+    pass_run, measured_error = _measure(spec, workload, device, clock, result, limit_s, basis, rows, sync, beacon)
     if spec.variant["compile"] and hasattr(workload, "compile_record"):  # after warm-up and pass: what ran compiled
         result["workload"]["compile"] = workload.compile_record()
     _record_outcome(result, pass_run, measured_error)
@@ -369,7 +324,7 @@ def _corpus_kwargs(spec: PassSpec) -> dict[str, Any]:
     return dict(id_column="id", text_column="text", label_column="label", classes=list(spec.classes))
 
 
-def _seeded_device(spec: PassSpec, startup: dict[str, Any]) -> Any:
+def seeded_device(spec: PassSpec, startup: dict[str, Any]) -> Any:
     """Seeds the generators and resolves the device; the time it takes is the start-up's ``runtime_s``."""
 
     seed = int(spec.seed)
@@ -389,7 +344,7 @@ def _seeded_device(spec: PassSpec, startup: dict[str, Any]) -> Any:
     return device
 
 
-def _load(spec: PassSpec, device: Any, clock: Any, result: dict[str, Any]) -> Any:
+def load_timed(spec: PassSpec, device: Any, clock: Any, result: dict[str, Any]) -> Any:
     """The timed load phase: the workload, described and its files hashed into the result."""
 
     model, variant = spec.model, spec.variant
@@ -404,13 +359,15 @@ def _load(spec: PassSpec, device: Any, clock: Any, result: dict[str, Any]) -> An
         if is_generation(model):  # prompts rendered from the template, generated greedily
             workload = PromptWorkload(workload, model["generation"]["prompt"])
     result["phases"]["load_s"] = loading.seconds
+    if model["kind"] != "callable":  # a callable owns its device and precision: nothing the harness can say
+        result["notes"].extend(filter(None, [dev.precision_note(variant["precision"], device)]))
     result["workload"] = workload.describe()
     result["file_hashes"] = workload.file_hashes()
     return workload
 
 
-def _warm_up(spec: PassSpec, workload: Any, device: Any, clock: Any,
-             result: dict[str, Any]) -> tuple[list[str], float | None]:
+def warm_up(spec: PassSpec, workload: Any, device: Any, clock: Any,
+            result: dict[str, Any]) -> tuple[list[str], float | None]:
     """Warm-up (R5): the first `inputs` texts of the corpus, `passes` times, with the variant's batch size. Returns
     the texts and the last repetition's time: what the pass time limit projects from (run.pass_timeout)."""
 
@@ -456,14 +413,15 @@ def _fix_limit(spec: PassSpec, result: dict[str, Any], last_warm_s: float | None
 
 
 def _measure(spec: PassSpec, workload: Any, device: Any, clock: Any, result: dict[str, Any], limit_s: float | None,
-             basis: str | None, rows: tuple[int, int] | None, sync: Any) -> tuple[MeasuredPass, BaseException | None]:
+             basis: str | None, rows: tuple[int, int] | None, sync: Any,
+             beacon: Any = None) -> tuple[MeasuredPass, BaseException | None]:
     """The measured region, then what is read right after it: peaks, concurrent load, the GPU scope."""
 
     variant, phases = spec.variant, result["phases"]
     measured_error: BaseException | None = None
     corpus_kwargs = _corpus_kwargs(spec)
     batch_size = int(variant["batch_size"])
-    pass_run = MeasuredPass()
+    pass_run = MeasuredPass(beacon)
     if is_embedding(spec.model):  # vectors stream to their file as the pass runs
 
         pass_run.sink = VectorWriter(Path(spec.prediction_dir) / file_name(spec.pass_id))
@@ -474,7 +432,7 @@ def _measure(spec: PassSpec, workload: Any, device: Any, clock: Any, result: dic
     dev.reset_peaks(device)
     try:
         with dev.timed(device, clock) as measured:
-            limit = _Limit(clock, limit_s, basis)
+            limit = Limit(clock, limit_s, basis)
             gpu_scope.record_start()
             pass_run.run(workload, spec.corpus_path, corpus_kwargs, batch_size, bool(variant["bucketing"]),
                          bool(variant["resume"]), len(spec.classes), limit, rows)

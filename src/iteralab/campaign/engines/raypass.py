@@ -44,8 +44,8 @@ from iteralab.campaign.engines.corpusorder import in_corpus_order, received_posi
 from iteralab.campaign.engines.embedpass import embedding_options, is_embedding
 from iteralab.campaign.engines.genpass import (PromptWorkload, generation_options, generated_columns, is_generation,
                                               prompt_renderer)
-from iteralab.campaign.engines.passes import (
-    PassTimeout, error_text as text, first_texts, limit_basis, order_hash, pass_limit)
+from iteralab.campaign.engines.passes import error_text as text, first_texts, order_hash
+from iteralab.campaign.engines.passlimit import PassTimeout, limit_basis, pass_limit
 from iteralab.campaign.folder import PREDICTIONS, read_corpus_batches
 from iteralab.campaign.manifest import determinism_settings, environment_manifest, owns_device
 from iteralab.campaign.predictions import file_name, write_predictions
