@@ -22,7 +22,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "iteralab"
 OWN_INTERFACE = {"kit/calcul_forfaits.py", "kit/memoire.py"}
 #: The commands whose errors a module's hints are shown with, when the hint names no command itself.
 MODULE_COMMANDS = {
-    "campaign/manifest.py": ["run"], "campaign/runner.py": ["run"], "cli.py": ["price"],
+    "campaign/estimate.py": ["run"], "campaign/manifest.py": ["run"], "campaign/runner.py": ["run"],
+    "cli.py": ["price"],
     "decision/report.py": ["report"], "decision/rule.py": ["decide", "report"], "demo/run.py": ["demo"],
     "economics/kitexport.py": ["kit export"], "economics/window.py": ["window"],
     "evidence/bundle.py": ["bundle pack"], "evidence/rerun.py": ["rerun"],

@@ -345,7 +345,7 @@ def _check_first_batch(run: _Run, todo: list[Slot], run_pass: Engine, source: An
     if slot is None:
         return
     inputs = min(int(run.protocol.variant(slot.variant).batch_size), warm.inputs)
-    spec = _pass_spec(run.campaign, run.protocol, run.out, slot, f"first-batch-{slot.variant}")
+    spec = pass_spec(run.campaign, run.protocol, run.out, slot, f"first-batch-{slot.variant}")
     spec = spec.with_changes(variant={**spec.variant, "data_parallel": 1, "engine": "local", "compile": False},
                              warmup={"inputs": inputs, "passes": 1}, check_only=True, record_git=False)
     result = run_pass(spec)

@@ -9,6 +9,19 @@ from typing import Any, Iterator
 import typer
 
 
+def event_line(kind: str, info: dict) -> str:
+    """The console line of a pass that ended (``done``), of the run's first failure (``failure``) and of the
+    campaign's projection (``estimate``), the same on a terminal and in a log."""
+    if kind == "failure":
+        return f"  first failure, {info['pass_id']}: {info['error']}"
+    if kind == "estimate":
+        from iteralab.campaign.progress import estimate_line
+
+        return f"  {estimate_line(info)}"
+    seconds = info.get("pass_s")
+    took = f"{seconds:.2f} s" if seconds is not None else "no time (see notes)"
+    return f"  {info['pass_id']}: {info['status']}, measured pass {took}"
+
 
 class CampaignProgress:
     """Renders the runner's progress events with rich: what is running and what remains."""
@@ -33,20 +46,14 @@ class CampaignProgress:
             self.progress.update(self.task, description=f"round {info['round']}: {info['variant']}")
         elif kind == "done" and self.task is not None:
             self.progress.advance(self.task)
-            seconds = info.get("pass_s")
-            took = f"{seconds:.2f} s" if seconds is not None else "no time (see notes)"
-            self.progress.console.print(f"  {info['pass_id']}: {info['status']}, measured pass {took}")
-        elif kind == "failure":
-            self.progress.console.print(f"  first failure, {info['pass_id']}: {info['error']}", markup=False,
-                                        highlight=False, soft_wrap=True)  # one line, never folded
+            self.progress.console.print(event_line(kind, info))
+        elif kind in ("failure", "estimate"):
+            self.progress.console.print(event_line(kind, info), markup=False, highlight=False,
+                                        soft_wrap=True)  # one line, never folded
         elif kind == "end":
             self.progress.stop()
         elif kind == "note":
             self.message(info["text"])
-        elif kind == "estimate":
-            from iteralab.campaign.progress import estimate_line
-
-            self.progress.console.print(f"  {estimate_line(info)}")
         elif kind == "progress" and self.task is not None:
             from iteralab.campaign.progress import progress_line
 
@@ -68,18 +75,14 @@ class PlainProgress:
         self._print(f"• {text}")
 
     def __call__(self, kind: str, info: dict) -> None:
-        from iteralab.campaign.progress import estimate_line, progress_line
+        from iteralab.campaign.progress import progress_line
 
         if kind == "start":
             self._print(f"passes: {info['done']} of {info['total']} done, {info['todo']} to run")
         elif kind == "pass":
             self._print(f"round {info['round']}: {info['variant']} ({info['pass_id']}) started")
-        elif kind == "done":
-            seconds = info.get("pass_s")
-            took = f"{seconds:.2f} s" if seconds is not None else "no time (see notes)"
-            self._print(f"  {info['pass_id']}: {info['status']}, measured pass {took}")
-        elif kind == "estimate":
-            self._print(f"  {estimate_line(info)}")
+        elif kind in ("done", "failure", "estimate"):
+            self._print(event_line(kind, info))
         elif kind == "progress":
             self._print(f"  {progress_line(info)}")
         elif kind == "note":

@@ -176,7 +176,7 @@ def prepare_generation(source: str | os.PathLike[str], out: str | os.PathLike[st
     rules = length_rules([str(cells[reference_column][i]) for i in kept],
                          answer_tokens(token_length, [str(cells[reference_column][i]) for i in kept]))
     longest_prompt = max(splits.n_tokens[i] for i in kept)
-    prompt_note = (f"given with --prompt; the strata count it, so prepare again to change it"
+    prompt_note = ("given with --prompt; the strata count it, so prepare again to change it"
                    if prompt else f"drafted from the columns of {source.name}" + (
                        f" ({', '.join(map(repr, skipped))} left out: no template field can name them)" if skipped
                        else "") + "; the strata count this prompt, so change it with prepare --prompt")

@@ -40,6 +40,7 @@ from iteralab.campaign.engines.genpass import (PromptWorkload, generation_option
 from iteralab.campaign.engines.passlimit import Limit, PassTimeout, limit_basis, pass_limit
 from iteralab.campaign.folder import PREDICTIONS, read_corpus_batches
 from iteralab.campaign.manifest import determinism_settings, environment_manifest, owns_device
+from iteralab.campaign.progress import Beacon
 from iteralab.campaign.predictions import file_name, write_predictions
 from iteralab.campaign.records import PassSpec, failure, started
 from iteralab.campaign.vectors import VectorWriter
@@ -147,7 +148,7 @@ class MeasuredPass:
         self.outputs: list[np.ndarray] = []
         self.progress = _Progress()
         self.n_classes = 0
-        self.limit: _Limit | None = None
+        self.limit: Limit | None = None
         #: an embedding pass: the vector file the rows stream to (``campaign.vectors.VectorWriter``), the rows
         #: written so far and the seconds the writes took inside the measured region
         self.sink: Any = None
@@ -161,7 +162,7 @@ class MeasuredPass:
         self.beacon = beacon  # documents done, shown while the pass runs (``campaign.progress.Beacon``), or None
 
     def run(self, workload: Any, corpus_path: str, corpus_kwargs: dict[str, Any], batch_size: int,
-            bucketing: bool, resume: bool, n_classes: int, limit: _Limit | None = None,
+            bucketing: bool, resume: bool, n_classes: int, limit: Limit | None = None,
             rows: tuple[int, int] | None = None) -> None:
         self.n_classes = n_classes
         self.limit = limit
