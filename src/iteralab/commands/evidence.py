@@ -57,7 +57,8 @@ def bundle_unpack_cmd(
     archive: Path = typer.Argument(..., help="Archive made by 'iteralab bundle pack'."),
     dest: Path = typer.Argument(..., help="Folder to restore into (must not exist, or be empty)."),
 ) -> None:
-    """Restore a bundle archive safely (no absolute paths, '..', links or devices) and check its seal."""
+    """Restore a bundle archive safely (no absolute paths, '..', links, devices, or file SHA256SUMS does not list;
+    nothing beyond the free disk) and check its seal."""
     from iteralab.evidence.bundle import unpack
     from iteralab.errors import VerificationError
 
