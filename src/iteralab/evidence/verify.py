@@ -494,7 +494,8 @@ def _check_decision(audit: _Audit) -> None:
     keys = [k for k in _differing(old, new) if k != "catalog.sha256"]
     if keys:
         audit.diff(f"{DECISION}: differs from the decision recomputed from the folder's files at "
-                   f"{', '.join(keys[:6])}{', …' if len(keys) > 6 else ''} (stored {_short(str(stored.get('decision')), 60)}, "
+                   f"{', '.join(keys[:6])}{', …' if len(keys) > 6 else ''} "
+                   f"(stored {_short(str(stored.get('decision')), 60)}, "
                    f"recomputed {_short(str(fresh.get('decision')), 60)})")
 
 
