@@ -77,6 +77,9 @@ class PassSpec:
     spawned_at: float | None = None
     #: recall_at_k: the campaign's copy of the queries file, embedded after the measured pass (``engines.embedpass``)
     queries_path: str | None = None
+    #: a rerun's callable module taken from the bundle's carried copy: module name -> that file
+    #: (``lock.usercode.carried_modules``); None: every module is imported from this machine's path
+    carried_modules: Mapping[str, str] | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], what: str = "pass spec") -> PassSpec:

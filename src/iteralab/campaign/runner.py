@@ -54,7 +54,7 @@ from iteralab.kit.calcul_forfaits import DEFAULT_CATALOG, KitError, load_catalog
 from iteralab.lock.carry import carry_model_files
 from iteralab.lock.datasets import source_records
 from iteralab.lock.inputs import check_inputs
-from iteralab.lock.usercode import carry_queries, carry_routine
+from iteralab.lock.usercode import carried_now, carry_queries, carry_routine
 from iteralab.plan.lockfile import LockedProtocol, open_locked
 from iteralab.plan.protocol import Protocol, check_series
 from iteralab.plan.schedule import Slot, schedule_slots
@@ -192,6 +192,7 @@ def _pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Sl
         deterministic=protocol.reproduction.deterministic,
         scratch_dir=str(out / SCRATCH),
         queries_path=str(out / campaign["queries"]["file"]) if campaign.get("queries") else None,
+        carried_modules=carried_now() or None,
     )
 
 

@@ -5,16 +5,20 @@ sha256 and number of queries; every relevant id checked against the corpus), as 
 
 Only the module file travels (as for a callable model): what it imports must be importable where it runs. The
 routine's copy lives at :data:`ROUTINE_DIR` in the folder; ``campaign.json`` records it (``routine``: its
-reference, the copy's path and sha256), so ``verify`` and ``rerun`` call the very file that was locked.
+reference, the copy's path and sha256), so ``verify`` and ``rerun`` call the very file that was locked. A rerun on a
+machine where a callable model's module cannot be found imports the copy its bundle carries the same way
+(:func:`carried_modules`: within the block, the module *is* that file, for the lock's check, the copy into the
+new folder and every import of the callable, in the runner and in each pass worker).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import shutil
 import sys
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +27,47 @@ from iteralab.errors import BundleError, CorpusError, ProtocolError, RoutineErro
 from iteralab.plan.lockfile import ProtocolFile
 from iteralab.plan.queries import load_queries, unknown_relevant
 
-__all__ = ["QUERIES", "ROUTINE_DIR", "carry_queries", "carry_routine", "copy_checked", "load_function", "module_file",
-           "module_spec", "queries_change", "queries_fingerprint", "routine_fingerprint"]
+__all__ = ["QUERIES", "ROUTINE_DIR", "carried_module", "carried_modules", "carried_now", "carry_queries",
+           "carry_routine", "copy_checked", "load_function", "module_file", "module_spec", "queries_change",
+           "queries_fingerprint", "routine_fingerprint"]
 
 #: Where a campaign folder keeps the metric routine's module file.
 ROUTINE_DIR = "inputs/routine"
 
 
+#: Within :func:`carried_modules`: module name -> the carried copy of its file that stands in for it.
+_CARRIED: dict[str, Path] = {}
+
+
+@contextlib.contextmanager
+def carried_modules(files: Mapping[str, str | Path]) -> Iterator[None]:
+    """Within the block, each module named in ``files`` is the file given (a rerun's carried copy of a callable's
+    module that this machine lacks): :func:`module_spec` finds it there, and :func:`carried_module` tells the
+    callable's loader to import it with :func:`load_function`, as a carried routine is."""
+    added = {name: Path(path) for name, path in files.items() if name not in _CARRIED}
+    _CARRIED.update(added)
+    try:
+        yield
+    finally:
+        for name in added:
+            _CARRIED.pop(name, None)
+
+
+def carried_module(module: str) -> Path | None:
+    """The carried file standing in for ``module`` (None outside :func:`carried_modules`, or another module)."""
+    return _CARRIED.get(module)
+
+
+def carried_now() -> dict[str, str]:
+    """The stand-ins in force, as JSON-able text (a pass spec hands them to its worker process)."""
+    return {name: str(path) for name, path in sorted(_CARRIED.items())}
+
+
 def module_spec(module: str) -> Any:
-    """The import spec of ``module`` found on this interpreter's path without running it, or None."""
+    """The import spec of ``module`` found on this interpreter's path without running it (or its carried stand-in,
+    :func:`carried_modules`), or None."""
+    if module in _CARRIED:
+        return importlib.util.spec_from_file_location(module, _CARRIED[module])
     try:
         return importlib.util.find_spec(module)
     except (ImportError, ValueError):

@@ -47,6 +47,7 @@ from iteralab.campaign.vectors import VectorWriter
 from iteralab.common.arrow import numpy_array, string_array
 from iteralab.common.digest import string_digest
 from iteralab.kit.memoire import runtime_imports, runtime_overhead
+from iteralab.lock.usercode import carried_modules
 from iteralab.models import device as dev
 from iteralab.models import factory
 from iteralab.plan.scan import CorpusReader, read_options
@@ -392,7 +393,7 @@ def _load(spec: PassSpec, device: Any, clock: Any, result: dict[str, Any]) -> An
     """The timed load phase: the workload, described and its files hashed into the result."""
 
     model, variant = spec.model, spec.variant
-    with dev.timed(device, clock) as loading:
+    with carried_modules(spec.carried_modules or {}), dev.timed(device, clock) as loading:
         workload = factory.load_workload(
             model["kind"], path=model.get("path"), head=model.get("head"), callable_ref=model.get("callable"),
             classes=list(spec.classes), precision=variant["precision"], device=str(device),
