@@ -89,8 +89,9 @@ def _ensure_folder(out: Path) -> None:
 
 
 def _copy_catalog(locked: LockedProtocol, target: Path) -> dict[str, Any]:
-    """The catalog the decision will price from, validated and copied into the folder (so the seal covers it
-    and a folder moved to another machine decides the same way)."""
+    """The catalog the protocol names, validated and copied into the folder (so the seal covers it and a folder
+    moved to another machine decides the same way; a catalog given later with ``--catalog`` travels beside the
+    decision it priced, ``decision-catalog.csv``: :mod:`iteralab.decision.note`)."""
 
     declared = locked.protocol.catalog.path
     source = locked.where(declared) if declared else DEFAULT_CATALOG
