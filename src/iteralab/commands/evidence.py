@@ -80,15 +80,15 @@ def verify_cmd(
     unsealed: bool = typer.Option(False, "--unsealed", help="Accept a folder never sealed (no SHA256SUMS)."),
     as_json: bool = typer.Option(False, "--json", help="Print the full report as JSON."),
 ) -> None:
-    """Recompute every verdict from the stored files alone; exit 1 naming each difference (no model is run)."""
+    """Recompute every verdict and the stored decision from the stored files alone; exit 1 naming each difference
+    (no model is run)."""
     import json
 
-    from iteralab.evidence.verify import audit_campaign
-
     from iteralab.campaign.folder import CampaignFolder
+    from iteralab.decision.audit import audit_with_decision
 
     CampaignFolder.open(campaign, sealed_only_ok=True)
-    report = audit_campaign(campaign, require_seal=not unsealed, expect_seal=expect_seal)
+    report = audit_with_decision(campaign, require_seal=not unsealed, expect_seal=expect_seal)
     if as_json:
         typer.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
     else:

@@ -352,6 +352,37 @@ def _listed_members(tar: tarfile.TarFile, members: list[tarfile.TarInfo], root: 
     return total
 
 
+def _checked_members(tar: tarfile.TarFile, archive: Path) -> tuple[list[tarfile.TarInfo], str, int]:
+    """The archive's members, each checked (plain files and folders inside one top folder, no name twice), its
+    top folder, and how many files it holds."""
+    try:
+        members = tar.getmembers()
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise BundleError(f"{archive}: damaged archive ({exc})") from None
+    roots: set[str] = set()
+    seen: set[str] = set()
+    files = 0
+    for member in members:
+        problem = _member_problem(member)
+        if problem:
+            raise BundleError(f"{archive}: member {member.name!r} refused: {problem}",
+                              hint="a bundle holds plain files inside one folder; this archive was not made "
+                                   "by 'iteralab bundle pack' or was altered")
+        norm = posixpath.normpath(member.name)
+        if norm in seen:
+            raise BundleError(f"{archive}: member {member.name!r} refused: listed twice")
+        seen.add(norm)
+        roots.add(norm.split("/", 1)[0])
+        files += member.isreg()
+    if len(roots) != 1:
+        raise BundleError(f"{archive}: members must sit in one top folder (found {len(roots)})",
+                          hint="a bundle made by 'iteralab bundle pack' holds one campaign folder")
+    root = roots.pop()
+    if root in (".", "") or any(posixpath.normpath(m.name) == root and not m.isdir() for m in members):
+        raise BundleError(f"{archive}: members must sit in one named top folder")
+    return members, root, files
+
+
 def unpack(archive: str | os.PathLike[str], dest: str | os.PathLike[str], *,
            free_bytes: Callable[[Path], int] = _free_bytes) -> Unpacked:
     """Restore a packed bundle into ``dest`` (which must not exist or be empty), then check its seal.
@@ -374,31 +405,7 @@ def unpack(archive: str | os.PathLike[str], dest: str | os.PathLike[str], *,
         raise BundleError(f"{archive}: not a readable tar archive ({first})",
                           hint="give an archive written by: iteralab bundle pack FOLDER") from None
     with tar:
-        try:
-            members = tar.getmembers()
-        except (tarfile.TarError, OSError, EOFError) as exc:
-            raise BundleError(f"{archive}: damaged archive ({exc})") from None
-        roots: set[str] = set()
-        seen: set[str] = set()
-        files = 0
-        for member in members:
-            problem = _member_problem(member)
-            if problem:
-                raise BundleError(f"{archive}: member {member.name!r} refused: {problem}",
-                                  hint="a bundle holds plain files inside one folder; this archive was not made "
-                                       "by 'iteralab bundle pack' or was altered")
-            norm = posixpath.normpath(member.name)
-            if norm in seen:
-                raise BundleError(f"{archive}: member {member.name!r} refused: listed twice")
-            seen.add(norm)
-            roots.add(norm.split("/", 1)[0])
-            files += member.isreg()
-        if len(roots) != 1:
-            raise BundleError(f"{archive}: members must sit in one top folder (found {len(roots)})",
-                              hint="a bundle made by 'iteralab bundle pack' holds one campaign folder")
-        root = roots.pop()
-        if root in (".", "") or any(posixpath.normpath(m.name) == root and not m.isdir() for m in members):
-            raise BundleError(f"{archive}: members must sit in one named top folder")
+        members, root, files = _checked_members(tar, archive)
         total = _listed_members(tar, members, root, archive)
         free = free_bytes(dest.parent)
         if total > free:

@@ -11,10 +11,10 @@
 5. every prediction file has the sha256 the journal recorded for its pass, no unexplained prediction file
    exists, and each pass's recorded intrinsic verdict equals the one recomputed from its file;
 6. the raw table regenerated in memory (``table.build_rows`` + ``render_csv``) equals the stored
-   ``raw_table.csv`` cell by cell — nothing is ignored;
-7. a stored ``decision.json`` equals the decision recomputed from what the folder holds (its raw table and the
-   catalog it priced from: ``decision-catalog.csv``, whose sha256 it records, else ``inputs/catalog.csv``),
-   except where the folder was read from (its path, the catalog's path and the words naming it).
+   ``raw_table.csv`` cell by cell — nothing is ignored.
+
+``iteralab verify`` then checks a stored ``decision.json`` against the decision the folder decides
+(:mod:`iteralab.decision.audit`, a later stage of the pipeline).
 
 Each difference is one line that names the file (and pass, row, column) at fault. A check that cannot run
 because its input is damaged is itself a difference, never a silent pass.
@@ -25,13 +25,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from iteralab.campaign.folder import (
-    CAMPAIGN, CORPUS, DECISION, JOURNAL, LOCK, MANIFEST, PREDICTIONS, PROTOCOL, TABLE, corpus_copy, corpus_digests)
+    CAMPAIGN, CORPUS, JOURNAL, LOCK, MANIFEST, PREDICTIONS, PROTOCOL, TABLE, corpus_copy, corpus_digests)
 from iteralab.campaign.journal import JOURNAL_NAME, read_journal
 from iteralab.campaign.predictions import is_prediction_name, pass_of
 from iteralab.campaign.verdict.evaluate import EvaluationContext, PredictionReader
@@ -168,8 +167,6 @@ def audit_campaign(folder: str | Path, *, require_seal: bool = True, expect_seal
         return report
     audit.stage(JOURNAL, _check_journal, audit, campaign, protocol, *shared)
     audit.stage(TABLE, _check_table, audit, *shared)
-    if (audit.folder / DECISION).is_file():
-        audit.stage(DECISION, _check_decision, audit)
     return report
 
 
@@ -432,71 +429,6 @@ def _check_table(audit: _Audit, context: Any, reader: Any) -> None:
                    f"(first cell {_short(stored[n][0] if stored[n] else '')})")
     if len(audit.report.differences) == before:
         audit.diff(f"{TABLE}: same cells but different bytes than the regenerated table (quoting or line endings)")
-
-
-#: Keys of decision.json that say where a file was read, not what was decided (compared nowhere).
-_WHERE_KEYS = frozenset({"folder", "path"})
-
-
-def _decision_view(value: Any, folder: str) -> Any:
-    """decision.json without where it was read from: ``folder``/``path`` keys dropped, the campaign folder as
-    written in a sentence replaced by a mark, so the same decision read from a moved folder compares equal."""
-    if isinstance(value, dict):
-        return {k: _decision_view(v, folder) for k, v in value.items() if k not in _WHERE_KEYS}
-    if isinstance(value, list):
-        return [_decision_view(v, folder) for v in value]
-    if isinstance(value, str) and folder:
-        return re.sub(rf"(?<![\w/.-]){re.escape(folder)}(?![\w.-])", "<campaign folder>", value)
-    return value
-
-
-def _differing(a: Any, b: Any, where: str = "") -> list[str]:
-    """The dotted keys at which two JSON values differ (lists of unequal length differ as a whole)."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        return [d for k in sorted(set(a) | set(b)) for d in _differing(a.get(k), b.get(k), f"{where}.{k}")]
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _differing(x, y, f"{where}[{i}]")]
-    return [] if a == b else [where.lstrip(".") or "(the whole record)"]
-
-
-def _check_decision(audit: _Audit) -> None:
-    """The stored decision is the one its folder decides: recomputed (no model is run) with the options it
-    records, priced from the catalog the folder holds for it, and compared key by key."""
-    from iteralab.decision.note import decision_json
-    from iteralab.decision.rule import decide
-
-    stored = audit.load_json(DECISION)
-    if not isinstance(stored, dict):
-        if stored is not None:
-            audit.diff(f"{DECISION}: not a decision record")
-        return
-    campaigns = stored.get("campaigns") or []
-    if len(campaigns) != 1:
-        audit.note(f"{DECISION}: decided from {len(campaigns)} campaign folders; verify recomputes a decision of "
-                   "this folder alone, so it was not recomputed (run 'iteralab decide' on the same folders)")
-        return
-    decision = decide([audit.folder], rental_id=stored.get("rental_id"), project=bool(stored.get("project")),
-                      lots=int(stored.get("lots") or 1), partial=True)
-    fresh = json.loads(decision_json(decision))
-    recorded = (stored.get("catalog") or {}).get("sha256")
-    held = decision.catalog_sha256
-    if recorded is None:
-        audit.note(f"{DECISION}: records no catalog sha256 (written before decisions sealed their catalog); "
-                   "compared with the decision priced from the folder's catalog")
-        fresh.get("catalog", {}).pop("sha256", None)
-    elif recorded != held:
-        audit.diff(f"{DECISION}: priced from a catalog with sha256 {recorded[:12]}…, which the folder does not hold "
-                   f"(it prices from {decision.catalog_source.split(' ', 1)[0]}, sha256 {str(held)[:12]}…)")
-    old = _decision_view(stored, str(campaigns[0].get("folder") or ""))
-    new = _decision_view(fresh, str(audit.folder))
-    for view in (old, new):
-        view.get("catalog", {}).pop("source", None)  # where the catalog was read, in words
-    keys = [k for k in _differing(old, new) if k != "catalog.sha256"]
-    if keys:
-        audit.diff(f"{DECISION}: differs from the decision recomputed from the folder's files at "
-                   f"{', '.join(keys[:6])}{', …' if len(keys) > 6 else ''} "
-                   f"(stored {_short(str(stored.get('decision')), 60)}, "
-                   f"recomputed {_short(str(fresh.get('decision')), 60)})")
 
 
 def _short(value: str | None, limit: int = 40) -> str:

@@ -8,7 +8,7 @@ routine's copy lives at :data:`ROUTINE_DIR` in the folder; ``campaign.json`` rec
 reference, the copy's path and sha256), so ``verify`` and ``rerun`` call the very file that was locked. A rerun on a
 machine where a callable model's module cannot be found imports the copy its bundle carries the same way
 (:func:`carried_modules`: within the block, the module *is* that file, for the lock's check, the copy into the
-new folder and every import of the callable, in the runner and in each pass worker).
+new folder and every import of the callable, in the runner and in each pass worker, whose spec names it).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import shutil
 import sys
 from collections.abc import Callable, Container, Iterator, Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from iteralab.common.files import sha256_file
@@ -27,7 +28,7 @@ from iteralab.errors import BundleError, CorpusError, ProtocolError, RoutineErro
 from iteralab.plan.lockfile import ProtocolFile
 from iteralab.plan.queries import load_queries, unknown_relevant
 
-__all__ = ["QUERIES", "ROUTINE_DIR", "carried_module", "carried_modules", "carried_now", "carry_queries",
+__all__ = ["QUERIES", "ROUTINE_DIR", "carried_modules", "carried_now", "carry_queries",
            "carry_routine", "copy_checked", "load_function", "module_file", "module_spec", "queries_change",
            "queries_fingerprint", "routine_fingerprint"]
 
@@ -42,20 +43,22 @@ _CARRIED: dict[str, Path] = {}
 @contextlib.contextmanager
 def carried_modules(files: Mapping[str, str | Path]) -> Iterator[None]:
     """Within the block, each module named in ``files`` is the file given (a rerun's carried copy of a callable's
-    module that this machine lacks): :func:`module_spec` finds it there, and :func:`carried_module` tells the
-    callable's loader to import it with :func:`load_function`, as a carried routine is."""
+    module that this machine lacks): the file is imported as a carried routine is (:func:`load_function`'s import)
+    and found under the module's own name, by ``importlib.import_module`` and by :func:`module_spec` alike."""
     added = {name: Path(path) for name, path in files.items() if name not in _CARRIED}
-    _CARRIED.update(added)
+    placed: list[str] = []
     try:
+        for name, path in added.items():
+            _CARRIED[name] = path
+            if name not in sys.modules:
+                sys.modules[name] = _import_file(path, f"callable module {name}")
+                placed.append(name)
         yield
     finally:
         for name in added:
             _CARRIED.pop(name, None)
-
-
-def carried_module(module: str) -> Path | None:
-    """The carried file standing in for ``module`` (None outside :func:`carried_modules`, or another module)."""
-    return _CARRIED.get(module)
+        for name in placed:
+            sys.modules.pop(name, None)
 
 
 def carried_now() -> dict[str, str]:
@@ -64,10 +67,7 @@ def carried_now() -> dict[str, str]:
 
 
 def module_spec(module: str) -> Any:
-    """The import spec of ``module`` found on this interpreter's path without running it (or its carried stand-in,
-    :func:`carried_modules`), or None."""
-    if module in _CARRIED:
-        return importlib.util.spec_from_file_location(module, _CARRIED[module])
+    """The import spec of ``module`` found on this interpreter's path without running it, or None."""
     try:
         return importlib.util.find_spec(module)
     except (ImportError, ValueError):
@@ -80,10 +80,9 @@ def module_file(module: str) -> Path | None:
     return Path(spec.origin) if spec is not None and spec.origin and Path(spec.origin).is_file() else None
 
 
-def load_function(path: Path, ref: str, what: str = "metric routine") -> Callable[..., Any]:
-    """Import the module file at ``path`` under a private name of its own and return ``ref``'s function. Whatever
-    the user's code raises becomes one :class:`RoutineError` line naming ``what`` and ``ref``."""
-    attr = ref.partition(":")[2]
+def _import_file(path: Path, what: str) -> ModuleType:
+    """Import the module file at ``path`` under a private name of its own (once per file and content). Whatever
+    the user's code raises becomes one :class:`RoutineError` line naming ``what``."""
     data = path.read_bytes()
     name = "iteralab_user_" + hashlib.sha256(str(path.resolve()).encode() + data).hexdigest()[:16]
     module = sys.modules.get(name)
@@ -96,7 +95,15 @@ def load_function(path: Path, ref: str, what: str = "metric routine") -> Callabl
             spec.loader.exec_module(module)
         except Exception as exc:  # the user's module: what it raises is said in one line, never a traceback
             sys.modules.pop(name, None)
-            raise RoutineError(f"{what} {ref} cannot be imported: {one_line(exc)}") from None
+            raise RoutineError(f"{what} cannot be imported: {one_line(exc)}") from None
+    return module
+
+
+def load_function(path: Path, ref: str, what: str = "metric routine") -> Callable[..., Any]:
+    """Import the module file at ``path`` under a private name of its own and return ``ref``'s function. Whatever
+    the user's code raises becomes one :class:`RoutineError` line naming ``what`` and ``ref``."""
+    attr = ref.partition(":")[2]
+    module = _import_file(path, f"{what} {ref}")
     fn = getattr(module, attr, None)
     if fn is None:
         raise RoutineError(f"{what} {ref} cannot be imported: module {path.name} has no {attr!r}")

@@ -13,8 +13,7 @@ import sys
 import numpy as np
 
 from iteralab.common.files import folder_hashes, sha256_file
-from iteralab.errors import RoutineError, WorkloadError
-from iteralab.lock.usercode import carried_module, load_function
+from iteralab.errors import WorkloadError
 from iteralab.models.base import Workload, text_list
 from iteralab.models.device import HOST
 from iteralab.models.lazy import torch
@@ -27,12 +26,6 @@ def _import_callable(ref: str) -> tuple[Callable[[list[str]], Any], str | None]:
     module_name, sep, attr = ref.partition(":")
     if not sep or not module_name or not attr:
         raise WorkloadError(f"callable: {ref!r} is not of the form 'package.module:function'")
-    carried = carried_module(module_name)
-    if carried is not None:  # a rerun's copy from the bundle, imported as a carried metric routine is
-        try:
-            return load_function(carried, ref, "callable"), str(carried)
-        except RoutineError as exc:
-            raise WorkloadError(exc.message) from None
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:

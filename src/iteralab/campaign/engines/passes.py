@@ -393,7 +393,8 @@ def _load(spec: PassSpec, device: Any, clock: Any, result: dict[str, Any]) -> An
     """The timed load phase: the workload, described and its files hashed into the result."""
 
     model, variant = spec.model, spec.variant
-    with carried_modules(spec.carried_modules or {}), dev.timed(device, clock) as loading:
+    # a rerun's carried callable module is imported inside the load phase, as the module found here would be
+    with dev.timed(device, clock) as loading, carried_modules(spec.carried_modules or {}):
         workload = factory.load_workload(
             model["kind"], path=model.get("path"), head=model.get("head"), callable_ref=model.get("callable"),
             classes=list(spec.classes), precision=variant["precision"], device=str(device),

@@ -535,7 +535,7 @@ class RayPredictor:
             device = ray_assigned_device() if spec.get("gpu") else \
                 dev.resolve_device(variant.get("device") or spec.get("device", "auto"))
         runtime_s = time.perf_counter() - t0
-        with carried_modules(spec.get("carried_modules") or {}), dev.timed(device, dev.PERF_CLOCK) as loading:
+        with dev.timed(device, dev.PERF_CLOCK) as loading, carried_modules(spec.get("carried_modules") or {}):
             self.workload = factory.load_workload(
                 model["kind"], path=model.get("path"), head=model.get("head"), callable_ref=model.get("callable"),
                 classes=spec["classes"], precision=variant["precision"], device=str(device),
