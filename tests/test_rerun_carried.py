@@ -91,3 +91,37 @@ def test_the_staging_folder_is_removed_when_the_rerun_fails(bundle, tmp_path, mo
     with pytest.raises(KeyboardInterrupt):
         rerun(bundle, tmp_path / "again")
     assert not staging_folder(tmp_path / "again").exists()
+
+
+GENERATOR = "carried_answerer_for_rerun"
+
+
+def test_a_generation_callable_the_bundle_carries_reruns_without_its_folder(tmp_path, capsys):
+    from test_generation import write_job
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / f"{GENERATOR}.py").write_text("def answer(prompts):\n    return [p.split()[-1] for p in prompts]\n",
+                                          encoding="utf-8")
+    sys.path.insert(0, str(code))
+    try:
+        from iteralab.lock.inputs import lock
+
+        (tmp_path / "job").mkdir()
+        protocol = write_job(tmp_path / "job", f'kind = "callable"\ncallable = "{GENERATOR}:answer"')
+        lock(protocol)
+        run_campaign(protocol, tmp_path / "camp")
+        archive, _ = pack(tmp_path / "camp", tmp_path / "camp.tar.gz")
+    finally:
+        while str(code) in sys.path:
+            sys.path.remove(str(code))
+        sys.modules.pop(GENERATOR, None)
+        importlib.invalidate_caches()
+    received = unpack(archive, tmp_path / "received").dest
+    out = tmp_path / "again"
+    assert main(["rerun", str(received), "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    text = " ".join((captured.out + captured.err).split())
+    assert f"model.callable: '{GENERATOR}:answer' is not on this machine: using the copy the bundle carries" in text
+    assert "b1: accepted -> accepted (same verdict); outputs identical" in text
+    assert not staging_folder(out).exists()
