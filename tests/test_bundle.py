@@ -179,3 +179,60 @@ def test_cli_unpack_of_a_file_that_is_no_archive_is_one_line(tmp_path, capsys):
     assert err[0].startswith(f"Error: {junk}: not a readable tar archive (") and err[0].endswith(")"), err
     assert len(err) == 2 and err[1] == "Hint: give an archive written by: iteralab bundle pack FOLDER", err
     assert not (tmp_path / "dest").exists() or not any((tmp_path / "dest").iterdir())
+
+
+def _sealed_archive(tmp_path: Path, extra: list[tuple[str, bytes]] = ()) -> Path:
+    """A packed bundle of one small folder, with ``extra`` members added after sealing (not in SHA256SUMS)."""
+    folder = tmp_path / "src" / "c"
+    folder.mkdir(parents=True)
+    (folder / "campaign.json").write_text("{}")
+    (folder / "raw_table.csv").write_bytes(b"x" * 5000)
+    seal(folder)
+    path = tmp_path / "crafted.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        tar.add(folder, arcname="c")
+        for name, data in extra:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _nothing_written(tmp_path: Path, dest: Path) -> None:
+    assert not dest.exists() and not dest.parent.exists()
+    assert not list(tmp_path.rglob(".tmp-unpack-*"))
+
+
+def test_unpack_refuses_a_member_the_hash_list_does_not_name_before_writing_anything(tmp_path, monkeypatch):
+    archive = _sealed_archive(tmp_path, [("c/inputs/bomb.bin", bytes(300_000))])
+    dest = tmp_path / "new" / "dest"
+    extracted = []
+    monkeypatch.setattr(tarfile.TarFile, "extractall", lambda *a, **k: extracted.append(a))
+    with pytest.raises(BundleError, match=r"'c/inputs/bomb.bin' refused: not listed in SHA256SUMS") as err:
+        unpack(archive, dest)
+    assert "nothing was written" in str(err.value) and not extracted
+    _nothing_written(tmp_path, dest)
+
+
+def test_unpack_refuses_an_archive_without_its_hash_list(tmp_path):
+    archive = _archive(tmp_path / "bare.tar.gz", [_file("c/campaign.json", b"{}")])
+    with pytest.raises(BundleError, match=r"holds no c/SHA256SUMS"):
+        unpack(archive, tmp_path / "new" / "dest")
+    _nothing_written(tmp_path, tmp_path / "new" / "dest")
+
+
+def test_unpack_refuses_files_larger_than_the_free_disk_before_writing_anything(tmp_path):
+    archive = _sealed_archive(tmp_path)
+    dest = tmp_path / "new" / "dest"
+    seen = []
+
+    def free(path: Path) -> int:
+        seen.append(path)
+        return 4000  # fewer bytes than the 5,000-byte table alone
+
+    with pytest.raises(BundleError, match=r"more than the 4,000 bytes free where .* would be; nothing was written"):
+        unpack(archive, dest, free_bytes=free)
+    assert seen == [dest.parent]
+    _nothing_written(tmp_path, dest)
+    restored = unpack(archive, dest, free_bytes=lambda path: 10**6)  # room enough: the same archive unpacks
+    assert restored.seal.ok and (dest / "raw_table.csv").stat().st_size == 5000

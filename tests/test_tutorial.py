@@ -8,6 +8,8 @@ the test that runs their command.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import subprocess
@@ -89,3 +91,9 @@ def test_the_tutorial_runs_from_the_csv_to_the_rerun(tmp_path):
     assert re.search(r"\n  - on .+: b[48]-fp32", out), out[-3000:]
     for path in ("camp/report.html", "camp/SHA256SUMS", "camp.tar.gz", "camp-again/comparison.json"):
         assert (work / path).exists(), path
+    # the unpacked bundle decides as the folder did, priced from the catalog given with --catalog (sealed with it)
+    stored, again = (json.loads((work / d / "decision.json").read_text(encoding="utf-8"))
+                     for d in ("camp", "received-decision"))
+    assert again["decision"] == stored["decision"] and again["chosen"] == stored["chosen"]
+    assert again["catalog"]["sha256"] == stored["catalog"]["sha256"] == hashlib.sha256(
+        (work / "my-catalog.csv").read_bytes()).hexdigest()

@@ -330,7 +330,9 @@ Campaigns = Annotated[list[Path], typer.Argument(help="Campaign folder(s); sever
 RentalId = Annotated[Optional[str], typer.Option("--rental-id", help="Your rental record id, copied into the note.")]
 Project = Annotated[bool, typer.Option("--project", help="Project the window: planned tasks + measured work.")]
 CatalogFile = Annotated[Optional[Path], typer.Option(
-    "--catalog", help="Catalog CSV (default: the protocol's, else the shipped one).")]
+    "--catalog", help="Catalog CSV (default: the one the folder's stored decision priced from, "
+                      "decision-catalog.csv; else the protocol's, else the shipped one). Written with the "
+                      "decision, it is copied beside it.")]
 Lots = Annotated[str, typer.Option("--lots", metavar="LOTS", help="Number of lots rented (default 1).")]
 Partial = Annotated[bool, typer.Option("--partial", help="Decide on an incomplete campaign (the note records it).")]
 

@@ -24,6 +24,9 @@ Layout::
     predictions/<pass_id>.parquet                           one verified output set per pass (Parquet)
     predictions/<pass_id>.queries.parquet                   recall_at_k: the pass's query vectors
     raw_table.csv                                           regenerated from the journal and the files
+    decision.json, decision.md                              the decision (``decide --out``, ``report``)
+    decision-catalog.csv                                    the catalog that decision priced from, when it was
+                                                            given with ``--catalog`` (its sha256 in decision.json)
     SHA256SUMS                                              the seal (``iteralab bundle seal``)
 """
 
@@ -57,6 +60,8 @@ LOCK = "inputs/protocol.toml.lock.json"
 CORPUS = "inputs/corpus.csv"
 TUNING = "inputs/tuning.csv"
 CATALOG = "inputs/catalog.csv"
+DECISION = "decision.json"
+DECISION_CATALOG = "decision-catalog.csv"
 DATASETS = "inputs/datasets"
 PREDICTIONS = "predictions"
 
@@ -503,6 +508,12 @@ class CampaignFolder:
     def catalog_path(self) -> Path | None:
         """The folder's copy of the catalog the protocol named (None: the shipped snapshot was declared)."""
         path = self.path / CATALOG
+        return path if path.is_file() else None
+
+    @property
+    def decision_catalog_path(self) -> Path | None:
+        """The copy of the catalog the stored decision priced from, given with ``--catalog`` (None: none)."""
+        path = self.path / DECISION_CATALOG
         return path if path.is_file() else None
 
     @property

@@ -81,6 +81,9 @@ class PassSpec:
     queries_columns: Mapping[str, str] | None = None
     #: the runner's check before the first pass (a callable on one warm-up batch): load and warm up, nothing more
     check_only: bool = False
+    #: a rerun's callable module taken from the bundle's carried copy: module name -> that file
+    #: (``lock.usercode.carried_modules``); None: every module is imported from this machine's path
+    carried_modules: Mapping[str, str] | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], what: str = "pass spec") -> PassSpec:

@@ -56,7 +56,7 @@ from iteralab.kit.calcul_forfaits import DEFAULT_CATALOG, KitError, load_catalog
 from iteralab.lock.carry import carry_model_files
 from iteralab.lock.datasets import source_records
 from iteralab.lock.inputs import check_inputs
-from iteralab.lock.usercode import carry_queries, carry_routine, queries_columns
+from iteralab.lock.usercode import carried_now, carry_queries, carry_routine, queries_columns
 from iteralab.plan.lockfile import LockedProtocol, open_locked
 from iteralab.plan.protocol import Protocol, check_series
 from iteralab.plan.schedule import Slot, schedule_slots
@@ -91,8 +91,9 @@ def _ensure_folder(out: Path) -> None:
 
 
 def _copy_catalog(locked: LockedProtocol, target: Path) -> dict[str, Any]:
-    """The catalog the decision will price from, validated and copied into the folder (so the seal covers it
-    and a folder moved to another machine decides the same way)."""
+    """The catalog the protocol names, validated and copied into the folder (so the seal covers it and a folder
+    moved to another machine decides the same way; a catalog given later with ``--catalog`` travels beside the
+    decision it priced, ``decision-catalog.csv``: :mod:`iteralab.decision.note`)."""
 
     declared = locked.protocol.catalog.path
     source = locked.where(declared) if declared else DEFAULT_CATALOG
@@ -195,6 +196,7 @@ def pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Slo
         scratch_dir=str(out / SCRATCH),
         queries_path=str(out / campaign["queries"]["file"]) if campaign.get("queries") else None,
         queries_columns=(campaign.get("queries") or {}).get("columns"),
+        carried_modules=carried_now() or None,
     )
 
 

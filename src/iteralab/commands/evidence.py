@@ -57,7 +57,8 @@ def bundle_unpack_cmd(
     archive: Path = typer.Argument(..., help="Archive made by 'iteralab bundle pack'."),
     dest: Path = typer.Argument(..., help="Folder to restore into (must not exist, or be empty)."),
 ) -> None:
-    """Restore a bundle archive safely (no absolute paths, '..', links or devices) and check its seal."""
+    """Restore a bundle archive safely (no absolute paths, '..', links, devices, or file SHA256SUMS does not list;
+    nothing beyond the free disk) and check its seal."""
     from iteralab.evidence.bundle import unpack
     from iteralab.errors import VerificationError
 
@@ -79,15 +80,15 @@ def verify_cmd(
     unsealed: bool = typer.Option(False, "--unsealed", help="Accept a folder never sealed (no SHA256SUMS)."),
     as_json: bool = typer.Option(False, "--json", help="Print the full report as JSON."),
 ) -> None:
-    """Recompute every verdict from the stored files alone; exit 1 naming each difference (no model is run)."""
+    """Recompute every verdict and the stored decision from the stored files alone; exit 1 naming each difference
+    (no model is run)."""
     import json
 
-    from iteralab.evidence.verify import audit_campaign
-
     from iteralab.campaign.folder import CampaignFolder
+    from iteralab.decision.audit import audit_with_decision
 
     CampaignFolder.open(campaign, sealed_only_ok=True)
-    report = audit_campaign(campaign, require_seal=not unsealed, expect_seal=expect_seal)
+    report = audit_with_decision(campaign, require_seal=not unsealed, expect_seal=expect_seal)
     if as_json:
         typer.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
     else:

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from iteralab.campaign.folder import CATALOG, PROTOCOL, CampaignFolder
+from iteralab.campaign.folder import CATALOG, DECISION_CATALOG, PROTOCOL, CampaignFolder
 from iteralab.decision.windows import WindowInfo
-from iteralab.economics.pricing import (Catalog, CatalogEntry, CostPerResult, PackageBudget, cost_per_result,
-                                        format_amount, load_catalog, package_budget)
+from iteralab.economics.pricing import (DEFAULT_CATALOG, Catalog, CatalogEntry, CostPerResult, PackageBudget,
+                                        cost_per_result, format_amount, load_catalog, package_budget)
 from iteralab.economics.window import WindowQuote, quote_calendar
 from iteralab.evidence.reads import Evidence
 from iteralab.evidence.stats import VariantTimes
@@ -190,17 +190,25 @@ def _variant(ev: Evidence, name: str) -> Any:
         return None
 
 
-def pricing_catalog(ev: Evidence, path: str | Path | None) -> tuple[Catalog, str]:
-    """The catalog to price from and a line saying where it came from (named in the decision note)."""
+def pricing_catalog(ev: Evidence, path: str | Path | None) -> tuple[Catalog, str, Path]:
+    """The catalog to price from, a line saying where it came from (named in the decision note) and the file
+    read (its sha256 goes into decision.json). Without ``--catalog``, the copy of the catalog the stored decision
+    priced from (:data:`DECISION_CATALOG`) comes first, so a folder moved elsewhere decides the same way."""
     if path is not None:
         return load_catalog(path), (f"`{path}`, given with --catalog when deciding (it overrides the copy "
-                                    "sealed in the campaign folder)")
-    copy = CampaignFolder(ev.folder).catalog_path
+                                    "sealed in the campaign folder)"), Path(path)
+    folder = CampaignFolder(ev.folder)
+    given = folder.decision_catalog_path
+    if given is not None:
+        return load_catalog(given), (f"`{DECISION_CATALOG}` of the campaign folder (the catalog given with --catalog "
+                                     "when its decision was written; it overrides the protocol's)"), given
+    copy = folder.catalog_path
     if copy is not None:
         origin = (ev.campaign.get("catalog") or {}).get("source") or "the protocol's catalog"
-        return load_catalog(copy), f"`{CATALOG}` of the campaign folder (sealed copy of {origin})"
+        return load_catalog(copy), f"`{CATALOG}` of the campaign folder (sealed copy of {origin})", copy
     declared = ev.protocol.catalog.path
     if declared is None:
-        return load_catalog(None), "the shipped snapshot (this campaign folder holds no catalog copy)"
+        return (load_catalog(None), "the shipped snapshot (this campaign folder holds no catalog copy)",
+                DEFAULT_CATALOG)
     source = resolve(ev.campaign["protocol"].get("source") or ev.folder / PROTOCOL, declared)
-    return load_catalog(source), f"`{source}` (this campaign folder holds no catalog copy)"
+    return load_catalog(source), f"`{source}` (this campaign folder holds no catalog copy)", source

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from iteralab.campaign.folder import CATALOG, DECISION, DECISION_CATALOG
 from iteralab.campaign.manifest import rocm_compatibility, rocm_compatibility_line
-from iteralab.common.files import dumps_json, write_text_atomic
+from iteralab.common.files import dumps_json, sha256_file, write_bytes_atomic, write_text_atomic
 from iteralab.decision.costing import CPU_ONLY, observed_line, remote_work
 from iteralab.decision.job import render_job
 from iteralab.decision.rule import SCOPE, Config, Decision, package_summary
+from iteralab.errors import IteraError
 from iteralab.economics.pricing import EXPENSES_APART, EXPENSES_COUNTED, format_amount
 from iteralab.evidence.bundle import out_elsewhere, refuse_if_sealed
 from iteralab.evidence.datasets import JOB_TIME_RULE
@@ -288,14 +291,37 @@ def render_expenses(d: Decision) -> list[str]:
 
 
 def write_decision(d: Decision, out: str | Path) -> dict[str, Path]:
-    """Write decision.md and decision.json (atomically) into ``out``."""
+    """Write decision.md and decision.json (atomically) into ``out``, with a copy of the catalog the decision priced
+    from (:data:`DECISION_CATALOG`) when it is not the folder's own ``inputs/catalog.csv``: the seal then covers it,
+    and the folder, moved or unpacked elsewhere, decides the same way."""
     folder = Path(out)
     refuse_if_sealed(folder, "writing decision.md and decision.json into it", out_elsewhere("decide"))
     folder.mkdir(parents=True, exist_ok=True)
-    paths = {"decision_md": folder / "decision.md", "decision_json": folder / "decision.json"}
+    paths = {"decision_md": folder / "decision.md", "decision_json": folder / DECISION}
+    copy = _carry_catalog(d, folder)
+    if copy is not None:
+        paths["decision_catalog"] = copy
     write_text_atomic(paths["decision_md"], render_decision(d))
     write_text_atomic(paths["decision_json"], decision_json(d))
     return paths
+
+
+def _carry_catalog(d: Decision, folder: Path) -> Path | None:
+    """Copy the pricing catalog beside decision.json unless it is the folder's own copy (a stale copy of an earlier
+    ``--catalog`` is then removed, or it would price the next decision). Returns the copy written, if any."""
+    target = folder / DECISION_CATALOG
+    own = folder / CATALOG
+    if d.catalog_file is None:
+        return None
+    if own.is_file() and sha256_file(own) == d.catalog_sha256:
+        target.unlink(missing_ok=True)
+        return None
+    data = Path(d.catalog_file).read_bytes()
+    if hashlib.sha256(data).hexdigest() != d.catalog_sha256:
+        raise IteraError(f"{d.catalog_file}: changed while the decision was written (sha256 differs from the file "
+                         "it priced from)", hint="decide again once the catalog is no longer being written")
+    write_bytes_atomic(target, data)
+    return target
 
 
 def decision_json(d: Decision) -> str:

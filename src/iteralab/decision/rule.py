@@ -20,6 +20,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from iteralab.common.files import sha256_file
 from iteralab.errors import IteraError
 from iteralab.campaign.folder import PROTOCOL
 from iteralab.campaign.manifest import diff_manifests
@@ -234,6 +235,12 @@ class Decision:
     rental_line: str = ""
     jobs: tuple[JobPlan, ...] = field(default=())
     costs: CostSheet | None = None
+    #: the catalog file the decision priced from (copied beside decision.json when it is not the folder's own)
+    catalog_file: Path | None = None
+
+    @property
+    def catalog_sha256(self) -> str | None:
+        return sha256_file(self.catalog_file) if self.catalog_file is not None else None
 
     @property
     def expense_ranking(self) -> tuple[str, ...]:
@@ -256,7 +263,8 @@ class Decision:
             "campaigns": [{"folder": str(e.folder), "hardware": e.hardware.to_dict(),
                            "work_ran_on": {"runs_on": e.protocol.model.runs_on,
                                            "service": e.protocol.model.remote_service}} for e in self.evidence],
-            "catalog": {**self.catalog.to_dict(), "source": self.catalog_source}, "lots": self.lots, "project": self.project,
+            "catalog": {**self.catalog.to_dict(), "source": self.catalog_source, "sha256": self.catalog_sha256},
+            "lots": self.lots, "project": self.project,
             "planned_window": self.planned.to_dict(),
             "observed_spans": [o.to_dict() if o else None for o in self.observed],
             "configurations": [c.to_dict() for c in self.configs],
@@ -281,7 +289,7 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
         raise IteraError(f"{incomplete[0]}", hint="finish the schedule first, or decide on what exists with "
                                                   "--partial (the note records it)")
     check_mergeable(evidence)
-    cat, cat_source = pricing_catalog(evidence[0], catalog)
+    cat, cat_source, cat_file = pricing_catalog(evidence[0], catalog)
     stats = [campaign_stats(ev) for ev in evidence]
     planned = planned_window(evidence[0])
     configs = [_config(hw, ev, st, times, planned, cat, project=project, lots=lots, merged=len(evidence) > 1)
@@ -297,7 +305,7 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
     return Decision(tuple(evidence), tuple(stats), tuple(configs), chosen, one_line, tuple(reasons),
                     tuple(uncertain), tuple(_manifest_diffs(evidence)), planned,
                     tuple(observed_span(ev) for ev in evidence), cat, cat_source, rental_id, project, lots,
-                    tuple(notes), machines, rental_line, jobs, costs)
+                    tuple(notes), machines, rental_line, jobs, costs, cat_file)
 
 
 def _config(hw: str, ev: Evidence, st: CampaignStats, times: VariantTimes, planned: WindowInfo, cat: Catalog, *,

@@ -13,11 +13,14 @@ and both lists consistently. The independent ``verify`` (``audit.py``) checks th
 verdict from the stored files, so a consistent re-seal of tampered evidence still fails there.
 
 ``unpack`` refuses anything that could write outside its destination: absolute names, ``..``, links,
-devices, duplicate names, and members outside the bundle's single top folder.
+devices, duplicate names, and members outside the bundle's single top folder. It reads the archive's
+``SHA256SUMS`` first and refuses, before anything is written, a file that list does not name and files whose
+total size exceeds the free disk, so a crafted archive (a decompression bomb) fills nobody's disk.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import os
@@ -28,6 +31,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from iteralab.campaign.folder import CampaignFolder
 from iteralab.common.files import FILE_MODE, sha256_file, write_text_atomic
@@ -37,6 +41,8 @@ from iteralab.lock.carry import include_weights as add_weights
 SUMS_NAME = "SHA256SUMS"
 SEAL_NAME = "SHA256SUMS.sha256"
 SEAL_FILES = (SUMS_NAME, SEAL_NAME)
+#: The largest hash list ``unpack`` reads from an archive (a line per file: millions of files).
+SUMS_LIMIT = 256 * 1024 * 1024
 _HEX = frozenset("0123456789abcdef")
 
 
@@ -320,11 +326,82 @@ def _member_problem(member: tarfile.TarInfo) -> str | None:
     return None
 
 
-def unpack(archive: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Unpacked:
+def _free_bytes(path: Path) -> int:
+    """Free space on the file system that would hold ``path`` (its nearest existing folder)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def _listed_members(tar: tarfile.TarFile, members: list[tarfile.TarInfo], root: str, archive: Path) -> int:
+    """Read the bundle's hash list from the archive (nothing is written) and check every member against it: a file
+    the list does not name is refused, as is an archive without a list. Returns the bytes the files would take."""
+    by_name = {posixpath.normpath(m.name): m for m in members}
+    sums = by_name.get(f"{root}/{SUMS_NAME}")
+    hint = "a bundle made by 'iteralab bundle pack' lists every file it holds in SHA256SUMS; this one was altered"
+    if sums is None or not sums.isreg():
+        raise BundleError(f"{archive}: holds no {root}/{SUMS_NAME}, so what it holds cannot be checked before it is "
+                          "written", hint=hint)
+    if sums.size > SUMS_LIMIT:
+        raise BundleError(f"{archive}: {root}/{SUMS_NAME} is {sums.size:,} bytes, more than a hash list of any "
+                          f"bundle ({SUMS_LIMIT:,})", hint=hint)
+    source = tar.extractfile(sums)
+    assert source is not None  # a regular member always has a file object
+    try:
+        listed = parse_sums(source.read().decode("utf-8"), f"{archive}: {root}/{SUMS_NAME}")
+    except UnicodeDecodeError:
+        raise BundleError(f"{archive}: {root}/{SUMS_NAME} is not UTF-8 text", hint=hint) from None
+    total = 0
+    for name, member in by_name.items():
+        if not member.isreg():
+            continue
+        rel = name[len(root) + 1:]
+        if rel not in listed and rel not in SEAL_FILES:
+            raise BundleError(f"{archive}: member {member.name!r} refused: not listed in {SUMS_NAME} (added after "
+                              "sealing); nothing was written", hint=hint)
+        total += member.size
+    return total
+
+
+def _checked_members(tar: tarfile.TarFile, archive: Path) -> tuple[list[tarfile.TarInfo], str, int]:
+    """The archive's members, each checked (plain files and folders inside one top folder, no name twice), its
+    top folder, and how many files it holds."""
+    try:
+        members = tar.getmembers()
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise BundleError(f"{archive}: damaged archive ({exc})") from None
+    roots: set[str] = set()
+    seen: set[str] = set()
+    files = 0
+    for member in members:
+        problem = _member_problem(member)
+        if problem:
+            raise BundleError(f"{archive}: member {member.name!r} refused: {problem}",
+                              hint="a bundle holds plain files inside one folder; this archive was not made "
+                                   "by 'iteralab bundle pack' or was altered")
+        norm = posixpath.normpath(member.name)
+        if norm in seen:
+            raise BundleError(f"{archive}: member {member.name!r} refused: listed twice")
+        seen.add(norm)
+        roots.add(norm.split("/", 1)[0])
+        files += member.isreg()
+    if len(roots) != 1:
+        raise BundleError(f"{archive}: members must sit in one top folder (found {len(roots)})",
+                          hint="a bundle made by 'iteralab bundle pack' holds one campaign folder")
+    root = roots.pop()
+    if root in (".", "") or any(posixpath.normpath(m.name) == root and not m.isdir() for m in members):
+        raise BundleError(f"{archive}: members must sit in one named top folder")
+    return members, root, files
+
+
+def unpack(archive: str | os.PathLike[str], dest: str | os.PathLike[str], *,
+           free_bytes: Callable[[Path], int] = _free_bytes) -> Unpacked:
     """Restore a packed bundle into ``dest`` (which must not exist or be empty), then check its seal.
 
-    Every member is checked before anything is written; the extraction itself goes through ``tarfile``'s
-    ``data`` filter into a temporary sibling folder that is renamed to ``dest`` at the end.
+    Everything is checked before anything is written: every member's name and kind, the hash list read from the
+    archive first (a file it does not list is refused), and the files' total size against the free space where
+    ``dest`` would be (``free_bytes``). The extraction itself goes through ``tarfile``'s ``data`` filter into a
+    temporary sibling folder that is renamed to ``dest`` at the end; a refused or failed unpack leaves nothing.
     """
     archive, dest = Path(archive), Path(dest)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
@@ -339,33 +416,18 @@ def unpack(archive: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Unp
         raise BundleError(f"{archive}: not a readable tar archive ({first})",
                           hint="give an archive written by: iteralab bundle pack FOLDER") from None
     with tar:
-        try:
-            members = tar.getmembers()
-        except (tarfile.TarError, OSError, EOFError) as exc:
-            raise BundleError(f"{archive}: damaged archive ({exc})") from None
-        roots: set[str] = set()
-        seen: set[str] = set()
-        files = 0
-        for member in members:
-            problem = _member_problem(member)
-            if problem:
-                raise BundleError(f"{archive}: member {member.name!r} refused: {problem}",
-                                  hint="a bundle holds plain files inside one folder; this archive was not made "
-                                       "by 'iteralab bundle pack' or was altered")
-            norm = posixpath.normpath(member.name)
-            if norm in seen:
-                raise BundleError(f"{archive}: member {member.name!r} refused: listed twice")
-            seen.add(norm)
-            roots.add(norm.split("/", 1)[0])
-            files += member.isreg()
-        if len(roots) != 1:
-            raise BundleError(f"{archive}: members must sit in one top folder (found {len(roots)})",
-                              hint="a bundle made by 'iteralab bundle pack' holds one campaign folder")
-        root = roots.pop()
-        if root in (".", "") or any(posixpath.normpath(m.name) == root and not m.isdir() for m in members):
-            raise BundleError(f"{archive}: members must sit in one named top folder")
+        members, root, files = _checked_members(tar, archive)
+        total = _listed_members(tar, members, root, archive)
+        free = free_bytes(dest.parent)
+        if total > free:
+            raise BundleError(f"{archive}: its files take {total:,} bytes, more than the {free:,} bytes free where "
+                              f"{dest} would be; nothing was written",
+                              hint="free some space or unpack elsewhere; an archive sent to you that is far larger "
+                                   "than its campaign should be is not a bundle to trust")
+        created = [p for p in (dest.parent, *dest.parent.parents) if not p.exists()]
         dest.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".tmp-unpack-{dest.name}.", dir=dest.parent))
+        done = False
         try:
             base = staging.resolve()
             for member in members:
@@ -379,8 +441,13 @@ def unpack(archive: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Unp
             if dest.exists():
                 dest.rmdir()
             os.replace(staging / root, dest)
+            done = True
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+            if not done:  # the folders this unpack created to hold dest go too
+                for folder in created:
+                    with contextlib.suppress(OSError):
+                        folder.rmdir()
     for path in dest.rglob("*"):
         if path.is_symlink():  # defence in depth: nothing above can create one
             raise BundleError(f"{path}: a link appeared while unpacking; do not use this folder")

@@ -57,7 +57,7 @@ from iteralab.evidence.table import build_rows
 from iteralab.evidence.verify import audit_campaign
 from iteralab.lock.carry import CARRY_DIR, carried_path, describe_missing
 from iteralab.lock.datasets import source_records
-from iteralab.lock.usercode import QUERIES
+from iteralab.lock.usercode import QUERIES, carried_modules, module_spec
 from iteralab.plan.corpus import detect_format
 from iteralab.plan.lockfile import open_locked
 from iteralab.plan.paths import PACKAGE_PREFIX, resolve, stand_ins
@@ -83,6 +83,8 @@ class Staged:
     protocol: Path
     stand_ins: dict[str, Path] = field(default_factory=dict)
     model_inputs: list[dict[str, Any]] = field(default_factory=list)
+    #: a callable's module this machine lacks -> the copy the bundle carries (``lock.usercode.carried_modules``)
+    modules: dict[str, Path] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         """One line per model input taken from the bundle's carried copy."""
@@ -200,7 +202,33 @@ def stage_inputs(source: Path, campaign: dict[str, Any], protocol: Protocol, sta
                 result.model_inputs.append(record)
                 if not _is_relative(ref):
                     result.stand_ins[ref] = Path(record["staged"])
+    if model.callable:
+        record = _stage_callable(source, campaign, model.callable, result.modules)
+        if record is not None:
+            result.model_inputs.append(record)
     return result
+
+
+def _stage_callable(source: Path, campaign: dict[str, Any], ref: str,
+                    modules: dict[str, Path]) -> dict[str, Any] | None:
+    """A callable whose module this machine cannot find is imported from the module file the bundle carries
+    (checked against its recorded sha256), as ``verify`` imports a carried metric routine. Returns the record of
+    that use; None when the module is found here (it is used as written)."""
+    module = ref.partition(":")[0]
+    if module_spec(module) is not None:
+        return None
+    files = (campaign.get("model") or {}).get("files") or {}
+    wanted = {n: r for n, r in files.items() if n.startswith("callable/")}
+    carried = [p for p in (carried_path(source, n, r) for n, r in wanted.items()) if p is not None]
+    if not carried:
+        shown = "; ".join(describe_missing(n, r) for n, r in wanted.items())
+        raise RunError(f"model.callable: module {module!r} is not on this machine, and {source} does not carry its "
+                       f"file" + (f" with the recorded hash ({shown})" if shown else ""),
+                       hint="install the module's package or put its folder on PYTHONPATH, or rerun from the "
+                            "bundle the campaign was packed into")
+    modules[module] = carried[0].resolve()
+    return {"key": "model.callable", "reference": ref, "why": "is not on this machine",
+            "folder": f"{CARRY_DIR}/callable", "files": 1, "staged": str(carried[0])}
 
 
 def _model_input_files(campaign: dict[str, Any], key: str) -> dict[str, dict[str, Any]]:
@@ -317,19 +345,21 @@ def rerun(source: str | os.PathLike[str], out: str | os.PathLike[str], *, isolat
             raise RunError(f"{out}: exists and is not an earlier rerun of this campaign",
                            hint="choose a new --out folder (an interrupted rerun into it would be resumed)")
     staging = staging_folder(out)
-    staged = stage_inputs(source, campaign, protocol, staging, Path(tuning) if tuning else None)
-    if progress is not None:
-        for line in staged.lines():
-            progress("note", {"text": line})
-    with stand_ins(staged.protocol, staged.stand_ins):
-        locked = open_locked(staged.protocol)  # read once, its model references resolved to the stand-ins
-        new_campaign = prepare(locked, out, rerun=True, earlier=source)
-        differing = _same_question(campaign, new_campaign)
-        if differing:
-            raise RunError(f"{out}: the rerun would not repeat the same question: {', '.join(differing)} differ "
-                           "from the earlier campaign", hint="nothing was run; see the two campaign.json files")
-        summary = run_campaign(locked, out, progress=progress, isolation=isolation, rerun=True)
-    shutil.rmtree(staging, ignore_errors=True)
+    try:  # the staged inputs never outlive the command, whether it succeeds, fails or is stopped
+        staged = stage_inputs(source, campaign, protocol, staging, Path(tuning) if tuning else None)
+        if progress is not None:
+            for line in staged.lines():
+                progress("note", {"text": line})
+        with stand_ins(staged.protocol, staged.stand_ins), carried_modules(staged.modules):
+            locked = open_locked(staged.protocol)  # read once, its model references resolved to the stand-ins
+            new_campaign = prepare(locked, out, rerun=True, earlier=source)
+            differing = _same_question(campaign, new_campaign)
+            if differing:
+                raise RunError(f"{out}: the rerun would not repeat the same question: {', '.join(differing)} differ "
+                               "from the earlier campaign", hint="nothing was run; see the two campaign.json files")
+            summary = run_campaign(locked, out, progress=progress, isolation=isolation, rerun=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     comparison = compare_campaigns(source, out)
     comparison["source"]["seal_digest"] = report.seal_digest
     comparison["rerun"]["model_inputs"] = [{k: v for k, v in r.items() if k != "staged"}

@@ -14,6 +14,9 @@
 6. the raw table regenerated in memory (``table.build_rows`` + ``render_csv``) equals the stored
    ``raw_table.csv`` cell by cell — nothing is ignored.
 
+``iteralab verify`` then checks a stored ``decision.json`` against the decision the folder decides
+(:mod:`iteralab.decision.audit`, a later stage of the pipeline).
+
 Each difference is one line that names the file (and pass, row, column) at fault. A check that cannot run
 because its input is damaged is itself a difference, never a silent pass.
 """

@@ -49,6 +49,7 @@ from iteralab.common.digest import string_digest
 from iteralab.common.files import write_json_atomic
 from iteralab.errors import RowError
 from iteralab.kit.memoire import runtime_imports, runtime_overhead
+from iteralab.lock.usercode import carried_modules
 from iteralab.models import device as dev, factory
 from iteralab.plan.scan import CorpusReader, read_options
 
@@ -349,7 +350,8 @@ def load_timed(spec: PassSpec, device: Any, clock: Any, result: dict[str, Any]) 
     """The timed load phase: the workload, described and its files hashed into the result."""
 
     model, variant = spec.model, spec.variant
-    with dev.timed(device, clock) as loading:
+    # a rerun's carried callable module is imported inside the load phase, as the module found here would be
+    with dev.timed(device, clock) as loading, carried_modules(spec.carried_modules or {}):
         workload = factory.load_workload(
             model["kind"], path=model.get("path"), head=model.get("head"), callable_ref=model.get("callable"),
             classes=list(spec.classes), precision=variant["precision"], device=str(device),

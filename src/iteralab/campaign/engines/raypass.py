@@ -53,6 +53,7 @@ from iteralab.campaign.records import EMBEDDING_VECTORS, STARTUP_PHASES, WORKER_
 from iteralab.campaign.texts import TextWriter
 from iteralab.campaign.vectors import VectorWriter, vector_column
 from iteralab.errors import RunError
+from iteralab.lock.usercode import carried_modules
 from iteralab.models import device as dev, factory
 from iteralab.models.cards import card_identity, is_rocm, physical_ids
 from iteralab.models.device import resolve_device
@@ -233,7 +234,7 @@ class _RayPass:
         rows_per_block = max(1, min(MAX_ROWS_PER_BLOCK, math.ceil(expected / (run.ray_actors * BLOCKS_PER_ACTOR))))
         as_json = spec.to_json()  # the actors' constructor arguments: plain values
         actor_spec = {k: as_json[k] for k in ("variant", "model", "classes", "seed", "deterministic", "device",
-                                              "warmup")}
+                                              "warmup", "carried_modules")}
         actor_spec["threads"] = run.ray_threads_per_actor
         # A GPU variant's actors ask Ray for their cards: Ray reserves them and shows each actor the card it assigned
         actor_spec["gpu"] = gpu = ray_wants_gpu(spec.variant.get("device") or spec.device, self.engine.gpus)
@@ -540,7 +541,7 @@ class RayPredictor:
             device = ray_assigned_device() if spec.get("gpu") else \
                 dev.resolve_device(variant.get("device") or spec.get("device", "auto"))
         runtime_s = time.perf_counter() - t0
-        with dev.timed(device, dev.PERF_CLOCK) as loading:
+        with dev.timed(device, dev.PERF_CLOCK) as loading, carried_modules(spec.get("carried_modules") or {}):
             self.workload = factory.load_workload(
                 model["kind"], path=model.get("path"), head=model.get("head"), callable_ref=model.get("callable"),
                 classes=spec["classes"], precision=variant["precision"], device=str(device),
