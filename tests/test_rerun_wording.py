@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from iteralab.evidence.rerun import compare_campaigns, render_comparison
+from iteralab.evidence.comparison import render_comparison
+from iteralab.evidence.rerun import compare_campaigns
 
 
 @pytest.mark.parametrize("kind", ["embedding", "generation"])

@@ -124,7 +124,7 @@ def rerun_cmd(
     if as_json:
         typer.echo(json.dumps(comparison, indent=2, sort_keys=True))
         return
-    from iteralab.evidence.rerun import summary_lines
+    from iteralab.evidence.comparison import summary_lines
 
     for line in summary_lines(comparison):
         typer.echo(line)

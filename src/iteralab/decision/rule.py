@@ -27,15 +27,15 @@ from iteralab.campaign.manifest import diff_manifests
 from iteralab.economics.pricing import (EXPENSES_APART, EXPENSES_COUNTED, Catalog, CostSheet, VariantCost, cost_sheet,
                                         count_accepted_results, expenses_of, format_amount)
 from iteralab.plan.expenses import check_currency
-from iteralab.plan.metric import MetricSpec
 from iteralab.evidence.reads import Evidence, load_evidence
-from iteralab.evidence.stats import (MISSING_SUBGROUP, Q2_MARK, CampaignStats, VariantQuality, VariantTimes,
+from iteralab.evidence.stats import (MISSING_SUBGROUP, CampaignStats, VariantQuality, VariantTimes,
                                      campaign_stats, compare, fmt_s)
 from iteralab.decision.job import JobPlan, plan_job
 from iteralab.evidence.datasets import DatasetVerdict, dataset_verdicts, feasibility_by_source
 from iteralab.evidence.feasibility import feasibility
 from iteralab.decision.costing import (CPU_ONLY, Pricing, match_gpu, observed_label, price_config, pricing_catalog,
                                       remote_work)
+from iteralab.decision.exclusions import quality_exclusions
 from iteralab.decision.windows import WindowInfo, job_window, observed_span, planned_window, projected_window
 
 
@@ -126,47 +126,6 @@ def _failures(ev: Evidence, times: VariantTimes) -> tuple[str, ...]:
     if not rows:
         return feasibility(rows, ev.corpus_size, ev.exclusions).failures()
     return feasibility_by_source(ev.campaign, rows, ev.exclusions)  # K6: each pass against its own dataset's size
-
-
-def generation_exclusions(q: VariantQuality, metric: MetricSpec) -> list[str]:
-    """A generation job's passes not accepted for their outputs' lengths (the raw table's notes say which bound)."""
-    if not (q.mean_tokens or q.length_shares) or q.accepted == q.completed or q.no_value:
-        return []
-    tokens = f"mean generated tokens {min(q.mean_tokens):.2f}–{max(q.mean_tokens):.2f}" if q.mean_tokens else ""
-    shares = f"; share ended on length up to {max(q.length_shares):.3f}" if q.length_shares else ""
-    return [f"{q.completed - q.accepted} of {q.completed} passes not accepted ({tokens}{shares}; the raw "
-            "table's notes name the bound)"]
-
-
-def _quality_exclusions(q: VariantQuality, metric: MetricSpec, reference: str = "") -> list[str]:
-    out = []
-    if q.completed == 0:
-        return out
-    if q.format_ok is False:
-        out.append("format problems in the predictions")
-    if q.no_value:  # its one reason: no threshold or tolerance is said to fail without a value
-        out.append(f"no {metric.label} value: {q.no_value}")
-    side = "below" if metric.higher_is_better else "above"
-    worst = (min(q.metrics) if metric.higher_is_better else max(q.metrics)) if q.metrics else None
-    if q.threshold_ok is False:
-        out.append(f"{metric.label} {side} the threshold ({worst:.4f})" if worst is not None
-                   else f"{side} the threshold")
-    if q.tolerance_ok is False:
-        delta = f" ({metric.label} {worst:.4f} vs reference {q.metric_ref:.4f})" if worst is not None and \
-            q.metric_ref is not None else ""
-        if q.min_cosines:  # an embedding job: the vectors' own tolerance
-            delta += f" (min cosine with the reference vectors {min(q.min_cosines):.4f})"
-        out.append(f"outside the tolerance{delta}: {Q2_MARK}")
-    out += generation_exclusions(q, metric)
-    if q.subgroups_ok is False:
-        failing = q.failing_subgroups(reference)
-        out += [f"gating subgroup {line}" for line in failing] or \
-            ["a gating subgroup misses its threshold or tolerance (see the raw table's notes)"]
-    if q.reproduction_ok is False:
-        out.append("the declared reproduction target does not hold")
-    if not out and q.accepted < q.completed:
-        out.append(f"only {q.accepted} of {q.completed} completed passes were accepted")
-    return out
 
 
 def _hardware_keys(evidence: list[Evidence]) -> list[str]:
@@ -331,7 +290,7 @@ def _config(hw: str, ev: Evidence, st: CampaignStats, times: VariantTimes, plann
         exclusions = [f"{yet}: the campaign is incomplete (decided with --partial); never priced"]
     else:
         exclusions = [f"not feasible (M1): {'; '.join(failures)}; never priced"] if failures else []
-    exclusions += _quality_exclusions(quality, metric, ev.protocol.metric.reference_variant)
+    exclusions += quality_exclusions(quality, metric, ev.protocol.metric.reference_variant)
     verdicts = dataset_verdicts(ev.campaign, [r for r in ev.rows if r.variant == times.variant],
                                 ev.exclusions)
     exclusions += [f"dataset {d.name!r} not verified: {'; '.join(d.reasons) or 'no counted pass'} "

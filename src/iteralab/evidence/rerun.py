@@ -50,7 +50,7 @@ from iteralab.campaign.folder import (
 from iteralab.campaign.manifest import manifest_differences
 from iteralab.campaign.runner import prepare
 from iteralab.campaign.verdict.judge import compare_predictions
-from iteralab.common.files import write_json_atomic, write_text_atomic
+from iteralab.evidence.comparison import carried_line, write_comparison
 from iteralab.errors import ProtocolError, RunError
 from iteralab.evidence.run import run_campaign
 from iteralab.evidence.table import build_rows
@@ -89,11 +89,6 @@ class Staged:
     def lines(self) -> list[str]:
         """One line per model input taken from the bundle's carried copy."""
         return [carried_line(record) for record in self.model_inputs]
-
-
-def carried_line(record: dict[str, Any]) -> str:
-    return (f"{record['key']}: {record['reference']!r} {record['why']}: using the copy the bundle carries "
-            f"({record['folder']}, {record['files']} file(s) with their recorded sha256)")
 
 
 def staging_folder(out: Path) -> Path:
@@ -498,116 +493,5 @@ def _dataset_verdicts(o_rows: list[dict[str, Any]], n_rows: list[dict[str, Any]]
             "old_median_pass_s": _median_time(o_rows), "new_median_pass_s": _median_time(n_rows)}
 
 
-def _value(value: Any, limit: int = 48) -> str:
-    text = json.dumps(value, sort_keys=True, ensure_ascii=False) if not isinstance(value, str) else value
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _seconds(value: float | None) -> str:
-    return "—" if value is None else f"{value:.4f} s"
-
-
-def summary_lines(c: dict[str, Any]) -> list[str]:
-    """The short terminal summary of a comparison (the full one is :func:`render_comparison`)."""
-    changes = [ch["key"] for ch in c["manifest_changes"] if not ch["bookkeeping"]]
-    lines = [f"manifest fields changed: {len(changes)}" + (f" ({', '.join(changes[:6])}"
-                                                          f"{', …' if len(changes) > 6 else ''})" if changes else "")]
-    for name, v in c["variants"].items():
-        ratio = "no ratio" if v["median_ratio"] is None else f"median pass ×{v['median_ratio']:.3f}"
-        lines.append(f"{name}: {v['old_verdict']} -> {v['new_verdict']} "
-                     f"({'same verdict' if v['same_verdict'] else 'VERDICT CHANGED'}); outputs {v['outputs']}; {ratio}")
-    return lines
-
-
-@dataclass(frozen=True)
-class OutputWords:
-    """How the comparison of one kind of output is named: the per-variant table's two output columns and the
-    meaning of *identical* and *within bound*."""
-
-    first: str
-    second: str
-    identical: str
-    bound: str
-
-
-#: Per job kind (``task.kind``); a comparison written before the kind was recorded reads as classification.
-OUTPUT_WORDS = {
-    "classification": OutputWords("label agreement (min)", "max abs prob diff", "same ids, labels and probabilities",
-                                  "every probability within the protocol's declared bound"),
-    "embedding": OutputWords("min cosine", "max abs vector component diff", "same ids and vectors",
-                             "every vector component within the protocol's declared bound"),
-    "generation": OutputWords("identical texts (min share)", "—", "same ids and texts",
-                              "not applicable to texts (a text is identical or not)"),
-}
-
-
-def render_comparison(c: dict[str, Any]) -> str:
-    p = c["protocol"]
-    kind = p.get("kind") or "classification"
-    words = OUTPUT_WORDS.get(kind, OUTPUT_WORDS["classification"])
-    bound = f" (bound {p['bound']})" if p["bound"] is not None else ""
-    lines = [
-        f"# Rerun comparison: {p['name']} version {p['version']}", "",
-        f"- earlier campaign: `{c['source']['folder']}`" +
-        (f" (seal digest `{c['source']['seal_digest']}`)" if c["source"].get("seal_digest") else ""),
-        f"- rerun: `{c['rerun']['folder']}`",
-        *(f"- {carried_line(r)}" for r in c["rerun"].get("model_inputs") or []),
-        f"- same locked protocol (sha256 `{c['rerun']['protocol_sha256'][:16]}…`), same corpus "
-        f"(fingerprint `{c['corpus_fingerprint'][:16]}…`), same variants and schedule",
-        f"- declared reproduction target: **{p['reproduction_target']}**{bound}",
-        f"- verdicts: {'all the same' if c['same_verdicts'] else 'SOME DIFFER (see below)'}", "",
-        "## Manifest fields that changed", "",
-    ]
-    if c["stack_changed"]:
-        lines += ["The two runs did not use the same software/hardware stack: this comparison concerns the exact "
-                  "configurations tested, listed below (C5).", ""]
-    if not c["manifest_changes"]:
-        lines.append("None.")
-    else:
-        lines += ["| field | earlier | rerun |", "|---|---|---|"]
-        for ch in c["manifest_changes"]:
-            note = " (where an input was read; always differs)" if ch["bookkeeping"] else ""
-            lines.append(f"| `{ch['key']}`{note} | {_value(ch['old'])} | {_value(ch['new'])} |")
-    lines += ["", "## Per variant", "",
-              f"| variant | verdict earlier → rerun | same | outputs | target met | {words.first} | "
-              f"{words.second} | median pass earlier → rerun | ratio |",
-              "|---|---|---|---|---|---|---|---|---|"]
-    for name, v in c["variants"].items():
-        ratio = "—" if v["median_ratio"] is None else f"×{v['median_ratio']:.3f}"
-        first = v.get("min_cosine") if kind == "embedding" else v["min_label_agreement"]
-        agree = "—" if first is None else f"{first:.4f}"
-        diff = "—" if v["max_abs_prob_diff"] is None else f"{v['max_abs_prob_diff']:.3g}"
-        lines.append(
-            f"| {name} | {v['old_verdict']} ({v['old_accepted']}/{v['old_passes']}) → {v['new_verdict']} "
-            f"({v['new_accepted']}/{v['new_passes']}) | {'yes' if v['same_verdict'] else 'NO'} | {v['outputs']} | "
-            f"{'yes' if v['reproduction_target_met'] else 'NO'} | {agree} | {diff} | "
-            f"{_seconds(v['old_median_pass_s'])} → {_seconds(v['new_median_pass_s'])} | {ratio} |")
-    with_datasets = [(name, v) for name, v in c["variants"].items() if v.get("datasets")]
-    if with_datasets:
-        lines += ["", "## Per dataset (K6)", "", "| variant | dataset | verdict earlier → rerun | same | "
-                  "median pass earlier → rerun |", "|---|---|---|---|---|"]
-        for name, v in with_datasets:
-            for dname, d in v["datasets"].items():
-                lines.append(f"| {name} | {dname} | {d['old_verdict']} ({d['old_accepted']}/{d['old_passes']}) → "
-                             f"{d['new_verdict']} ({d['new_accepted']}/{d['new_passes']}) | "
-                             f"{'yes' if d['same_verdict'] else 'NO'} | {_seconds(d['old_median_pass_s'])} → "
-                             f"{_seconds(d['new_median_pass_s'])} |")
-        lines += ["", "A variant's median pass above is the median over rounds of its job time (the sum of the "
-                      "round's dataset passes)."]
-    lines += ["", "Outputs compare the prediction files of matching passes (same round and position): "
-              f"*identical* = {words.identical}; *within bound* = {words.bound}; "
-              "*acceptable only* = the outputs differ more, but the rerun pass still "
-              "passes every pre-registered check; *not acceptable* = it does not. A pass-time ratio compares "
-              "medians of the measured passes only; it says nothing about a different machine's load.", ""]
-    return "\n".join(lines)
-
-
-def write_comparison(folder: str | os.PathLike[str], comparison: dict[str, Any]) -> list[Path]:
-    folder = Path(folder)
-    write_json_atomic(folder / "comparison.json", comparison)
-    write_text_atomic(folder / "comparison.md", render_comparison(comparison))
-    return [folder / "comparison.md", folder / "comparison.json"]
-
-
-__all__ = ["COMPARISON_SCHEMA", "OUTCOMES", "Staged", "carried_line", "compare_campaigns", "compare_predictions",
-           "render_comparison", "rerun", "stage_inputs", "write_comparison"]
+__all__ = ["COMPARISON_SCHEMA", "OUTCOMES", "Staged", "compare_campaigns", "compare_predictions", "rerun",
+           "stage_inputs"]
