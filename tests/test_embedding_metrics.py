@@ -20,7 +20,7 @@ from iteralab.campaign.verdict.evaluate import Expected, evaluate_vectors
 from iteralab.campaign.verdict.knn import recall_at_k
 from iteralab.campaign.verdict.routine import Routine
 from iteralab.errors import CorpusError, ProtocolError
-from iteralab.lock.usercode import load_function
+from iteralab.lock.modules import load_function
 from iteralab.plan.protocol import parse_protocol
 from test_embedding import BATCH_VARIANTS, corpus_rows, embedding_protocol
 

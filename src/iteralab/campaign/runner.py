@@ -56,7 +56,8 @@ from iteralab.kit.calcul_forfaits import DEFAULT_CATALOG, KitError, load_catalog
 from iteralab.lock.carry import carry_model_files
 from iteralab.lock.datasets import source_records
 from iteralab.lock.inputs import check_inputs
-from iteralab.lock.usercode import carried_now, carry_queries, carry_routine, queries_columns
+from iteralab.lock.modules import carried_now
+from iteralab.lock.usercode import carry_queries, carry_routine, queries_columns
 from iteralab.plan.lockfile import LockedProtocol, open_locked
 from iteralab.plan.protocol import Protocol, check_series
 from iteralab.plan.schedule import Slot, schedule_slots

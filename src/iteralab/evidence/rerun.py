@@ -57,7 +57,8 @@ from iteralab.evidence.table import build_rows
 from iteralab.evidence.verify import audit_campaign
 from iteralab.lock.carry import CARRY_DIR, carried_path, describe_missing
 from iteralab.lock.datasets import source_records
-from iteralab.lock.usercode import QUERIES, carried_modules, module_spec
+from iteralab.lock.modules import carried_modules, module_spec
+from iteralab.lock.usercode import QUERIES
 from iteralab.plan.corpus import detect_format
 from iteralab.plan.lockfile import open_locked
 from iteralab.plan.paths import PACKAGE_PREFIX, resolve, stand_ins

@@ -21,7 +21,8 @@ from typing import Any
 from iteralab.common.files import sha256_file
 from iteralab.errors import BundleError
 from iteralab.lock.inputs import model_files
-from iteralab.lock.usercode import copy_checked, module_file
+from iteralab.lock.modules import module_file
+from iteralab.lock.usercode import copy_checked
 from iteralab.plan.lockfile import ProtocolFile
 from iteralab.plan.protocol import Protocol
 

@@ -7,78 +7,29 @@ Only the module file travels (as for a callable model): what it imports must be 
 routine's copy lives at :data:`ROUTINE_DIR` in the folder; ``campaign.json`` records it (``routine``: its
 reference, the copy's path and sha256), so ``verify`` and ``rerun`` call the very file that was locked. A rerun on a
 machine where a callable model's module cannot be found imports the copy its bundle carries the same way
-(:func:`carried_modules`: within the block, the module *is* that file, for the lock's check, the copy into the
+(:func:`iteralab.lock.modules.carried_modules`: within the block, the module *is* that file, for the lock's check, the copy into the
 new folder and every import of the callable, in the runner and in each pass worker, whose spec names it).
 """
 
 from __future__ import annotations
 
 import ast
-import contextlib
-import hashlib
-import importlib.util
 import shutil
-import sys
-from collections.abc import Callable, Container, Iterator, Mapping
+from collections.abc import Container
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from iteralab.common.files import sha256_file
-from iteralab.errors import BundleError, CorpusError, ProtocolError, RoutineError, one_line
+from iteralab.errors import BundleError, CorpusError, ProtocolError, RoutineError
+from iteralab.lock.modules import load_function, module_file, module_spec
 from iteralab.plan.lockfile import ProtocolFile
 from iteralab.plan.queries import load_queries, unknown_relevant
 
-__all__ = ["QUERIES", "ROUTINE_DIR", "callable_module", "carried_modules", "carried_now", "carry_queries",
-           "carry_routine", "copy_checked", "load_function", "module_file", "module_spec", "queries_change",
-           "queries_fingerprint", "routine_fingerprint", "top_level_names"]
+__all__ = ["QUERIES", "ROUTINE_DIR", "callable_module", "carry_queries", "carry_routine", "copy_checked",
+           "queries_change", "queries_fingerprint", "routine_fingerprint", "top_level_names"]
 
 #: Where a campaign folder keeps the metric routine's module file.
 ROUTINE_DIR = "inputs/routine"
-
-
-#: Within :func:`carried_modules`: module name -> the carried copy of its file that stands in for it.
-_CARRIED: dict[str, Path] = {}
-
-
-@contextlib.contextmanager
-def carried_modules(files: Mapping[str, str | Path]) -> Iterator[None]:
-    """Within the block, each module named in ``files`` is the file given (a rerun's carried copy of a callable's
-    module that this machine lacks): the file is imported as a carried routine is (:func:`load_function`'s import)
-    and found under the module's own name, by ``importlib.import_module`` and by :func:`module_spec` alike."""
-    added = {name: Path(path) for name, path in files.items() if name not in _CARRIED}
-    placed: list[str] = []
-    try:
-        for name, path in added.items():
-            _CARRIED[name] = path
-            if name not in sys.modules:
-                sys.modules[name] = _import_file(path, f"callable module {name}")
-                placed.append(name)
-        yield
-    finally:
-        for name in added:
-            _CARRIED.pop(name, None)
-        for name in placed:
-            sys.modules.pop(name, None)
-
-
-def carried_now() -> dict[str, str]:
-    """The stand-ins in force, as JSON-able text (a pass spec hands them to its worker process)."""
-    return {name: str(path) for name, path in sorted(_CARRIED.items())}
-
-
-def module_spec(module: str) -> Any:
-    """The import spec of ``module`` found on this interpreter's path without running it, or None."""
-    try:
-        return importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return None
-
-
-def module_file(module: str) -> Path | None:
-    """The source file of ``module`` (None when it cannot be found or is not a file)."""
-    spec = module_spec(module)
-    return Path(spec.origin) if spec is not None and spec.origin and Path(spec.origin).is_file() else None
 
 
 #: How a callable model is named in a protocol, as every hint about it shows it.
@@ -148,38 +99,6 @@ def top_level_names(path: Path) -> set[str] | None:
             names.add(node.id)
         todo.extend(child for child in ast.iter_child_nodes(node) if not isinstance(child, ast.Lambda))
     return None if "__getattr__" in names else names
-
-
-def _import_file(path: Path, what: str) -> ModuleType:
-    """Import the module file at ``path`` under a private name of its own (once per file and content). Whatever
-    the user's code raises becomes one :class:`RoutineError` line naming ``what``."""
-    data = path.read_bytes()
-    name = "iteralab_user_" + hashlib.sha256(str(path.resolve()).encode() + data).hexdigest()[:16]
-    module = sys.modules.get(name)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None, path  # a .py file always has a loader
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as exc:  # the user's module: what it raises is said in one line, never a traceback
-            sys.modules.pop(name, None)
-            raise RoutineError(f"{what} cannot be imported: {one_line(exc)}") from None
-    return module
-
-
-def load_function(path: Path, ref: str, what: str = "metric routine") -> Callable[..., Any]:
-    """Import the module file at ``path`` under a private name of its own and return ``ref``'s function. Whatever
-    the user's code raises becomes one :class:`RoutineError` line naming ``what`` and ``ref``."""
-    attr = ref.partition(":")[2]
-    module = _import_file(path, f"{what} {ref}")
-    fn = getattr(module, attr, None)
-    if fn is None:
-        raise RoutineError(f"{what} {ref} cannot be imported: module {path.name} has no {attr!r}")
-    if not callable(fn):
-        raise RoutineError(f"{what} {ref} cannot be imported: {attr!r} is a {type(fn).__name__}, not a function")
-    return fn
 
 
 def routine_fingerprint(protocol_file: ProtocolFile, *, load: bool = False) -> dict[str, str] | None:

@@ -49,7 +49,7 @@ from iteralab.common.digest import string_digest
 from iteralab.common.files import write_json_atomic
 from iteralab.errors import RowError
 from iteralab.kit.memoire import runtime_imports, runtime_overhead
-from iteralab.lock.usercode import carried_modules
+from iteralab.lock.modules import carried_modules
 from iteralab.models import device as dev, factory
 from iteralab.plan.scan import CorpusReader, read_options
 

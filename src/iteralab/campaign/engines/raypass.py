@@ -53,7 +53,7 @@ from iteralab.campaign.records import EMBEDDING_VECTORS, STARTUP_PHASES, WORKER_
 from iteralab.campaign.texts import TextWriter
 from iteralab.campaign.vectors import VectorWriter, vector_column
 from iteralab.errors import RunError
-from iteralab.lock.usercode import carried_modules
+from iteralab.lock.modules import carried_modules
 from iteralab.models import device as dev, factory
 from iteralab.models.cards import card_identity, is_rocm, physical_ids
 from iteralab.models.device import resolve_device

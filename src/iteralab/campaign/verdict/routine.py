@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from iteralab.common.files import sha256_file
 from iteralab.errors import RoutineError, one_line
-from iteralab.lock.usercode import load_function
+from iteralab.lock.modules import load_function
 from iteralab.plan.protocol import Protocol
 
 __all__ = ["ClassificationOutputs", "EmbeddedQueries", "Routine", "RoutineValues", "load_routine", "routine_values"]
