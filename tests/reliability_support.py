@@ -526,7 +526,12 @@ def snapshot(out: Path) -> Snapshot:
 
 
 def folder_hashes(folder: Path) -> dict[str, str]:
-    return {p.relative_to(folder).as_posix(): sha256(p) for p in sorted(folder.rglob("*")) if p.is_file()}
+    """Every recorded file's sha256; the scratch folder is no record (a running pass's progress count lives there,
+    and a killed run leaves it for the next run to clear)."""
+    from iteralab.campaign.runner import SCRATCH
+
+    return {p.relative_to(folder).as_posix(): sha256(p) for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.relative_to(folder).parts[0] != SCRATCH}
 
 
 def evidence_phase(out: Path, model_phase: str | None = None) -> str:

@@ -108,7 +108,7 @@ def test_an_embedding_campaign_of_the_reference_pass_alone_says_so(tmp_path):
 def test_a_campaign_without_a_counted_pass_says_so(tmp_path):
     import test_generation as tg
 
-    out = tg.run_job(tmp_path, 'kind = "callable"\ncallable = "fake_generators:raising"')
+    out = tg.run_job(tmp_path, 'kind = "callable"\ncallable = "fake_generators:raising_on_blue"')  # every pass fails
     examples = wrong_examples(load_evidence(out))
     assert examples == type(examples)(None, (), (), NO_COUNTED_PASS)
 
