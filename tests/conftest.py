@@ -72,6 +72,31 @@ def _config(**extra):
                       intermediate_size=64, max_position_embeddings=512, **extra)
 
 
+# ------------------------------------------------------------------------------------------ parallel runs
+# scripts/test.sh runs the suite on pytest-xdist workers with ``--dist loadgroup``: a group runs on one worker, in
+# collection order. Every test is in the group of its module unless it names one (``xdist_group``), so a module's
+# tests keep their order and its module-scoped fixtures are built once (the demo run, for one). The tests that start
+# a local Ray (each a cluster of its own sized to the whole machine, with no-progress timeouts) are one group, "ray",
+# so two Rays never share the cores: a test marked ``ray``, or skipped "when Ray is not installed" (the suite's
+# convention for those tests). Under a plain ``pytest`` (no xdist) the group marks are inert.
+
+RAY_SKIP_REASON = "Ray is not installed"
+
+
+def _starts_ray(item: pytest.Item) -> bool:
+    if item.get_closest_marker("ray") is not None:
+        return True
+    return any(RAY_SKIP_REASON in str(mark.kwargs.get("reason", "")) for mark in item.iter_markers("skipif"))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the group marks
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            group = "ray" if _starts_ray(item) else item.nodeid.split("::", 1)[0]
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="session")
 def tiny_vocab() -> list[str]:
     return _vocab()
