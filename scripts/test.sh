@@ -15,7 +15,7 @@ case " $* " in
     *)
         workers="${ITERALAB_TEST_WORKERS:-$(nproc 2>/dev/null || echo 1)}"
         if [ "$workers" -gt 8 ]; then workers=8; fi
-        if [ "$workers" -ge 2 ]; then parallel=(-n "$workers" --dist loadgroup); fi
+        if [ "$workers" -ge 2 ]; then parallel=(-n "$workers" --dist loadgroup --no-loadscope-reorder); fi
         ;;
 esac
 ITERALAB_DOCS_BUILD=required exec .venv/bin/python -m pytest -q "${parallel[@]}" "$@"

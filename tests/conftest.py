@@ -78,7 +78,9 @@ def _config(**extra):
 # tests keep their order and its module-scoped fixtures are built once (the demo run, for one). The tests that start
 # a local Ray (each a cluster of its own sized to the whole machine, with no-progress timeouts) are one group, "ray",
 # so two Rays never share the cores: a test marked ``ray``, or skipped "when Ray is not installed" (the suite's
-# convention for those tests). Under a plain ``pytest`` (no xdist) the group marks are inert.
+# convention for those tests). The groups with an end-to-end or a Ray test run first (scripts/test.sh passes
+# --no-loadscope-reorder so that xdist keeps this order). Under a plain ``pytest`` (no xdist) the group marks are
+# inert.
 
 RAY_SKIP_REASON = "Ray is not installed"
 
@@ -91,10 +93,19 @@ def _starts_ray(item: pytest.Item) -> bool:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the group marks
 def pytest_collection_modifyitems(config, items):
+    groups: dict[str, str] = {}
     for item in items:
-        if item.get_closest_marker("xdist_group") is None:
+        mark = item.get_closest_marker("xdist_group")
+        if mark is None:
             group = "ray" if _starts_ray(item) else item.nodeid.split("::", 1)[0]
             item.add_marker(pytest.mark.xdist_group(group))
+        else:
+            group = str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+        groups[item.nodeid] = group
+    # the long groups first (those with an end-to-end or a Ray test), so that no worker starts one near the end
+    # while the others sit idle; within a group the order is the collection's (a stable sort)
+    long = {groups[item.nodeid] for item in items if groups[item.nodeid] == "ray" or item.get_closest_marker("e2e")}
+    items.sort(key=lambda item: groups[item.nodeid] not in long)
 
 
 @pytest.fixture(scope="session")
