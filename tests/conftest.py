@@ -73,14 +73,14 @@ def _config(**extra):
 
 
 # ------------------------------------------------------------------------------------------ parallel runs
-# scripts/test.sh runs the suite on pytest-xdist workers with ``--dist loadgroup``: a group runs on one worker, in
-# collection order. Every test is in the group of its module unless it names one (``xdist_group``), so a module's
-# tests keep their order and its module-scoped fixtures are built once (the demo run, for one). The tests that start
-# a local Ray (each a cluster of its own sized to the whole machine, with no-progress timeouts) are one group, "ray",
-# so two Rays never share the cores: a test marked ``ray``, or skipped "when Ray is not installed" (the suite's
-# convention for those tests). The groups with an end-to-end or a Ray test run first (scripts/test.sh passes
-# --no-loadscope-reorder so that xdist keeps this order). Under a plain ``pytest`` (no xdist) the group marks are
-# inert.
+# scripts/test.sh runs the suite on pytest-xdist workers with ``--dist loadfile``: a module's tests run on one worker
+# in their order, so its module-scoped fixtures are built once (the demo run, for one). The modules with an
+# end-to-end test run first (scripts/test.sh passes --no-loadscope-reorder so that xdist keeps this order), so
+# that no worker starts one near the end while the others sit idle. The tests that start a local Ray (each a
+# cluster of its own, sized to the whole machine, with no-progress timeouts) take a lock shared by the workers of
+# the run, so two Rays never share the cores: a test marked ``ray``, or skipped "when Ray is not installed" (the
+# suite's convention for those tests). Under a plain ``pytest`` (no xdist) all this changes nothing but the order
+# of the modules.
 
 RAY_SKIP_REASON = "Ray is not installed"
 
@@ -91,21 +91,25 @@ def _starts_ray(item: pytest.Item) -> bool:
     return any(RAY_SKIP_REASON in str(mark.kwargs.get("reason", "")) for mark in item.iter_markers("skipif"))
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the group marks
 def pytest_collection_modifyitems(config, items):
-    groups: dict[str, str] = {}
-    for item in items:
-        mark = item.get_closest_marker("xdist_group")
-        if mark is None:
-            group = "ray" if _starts_ray(item) else item.nodeid.split("::", 1)[0]
-            item.add_marker(pytest.mark.xdist_group(group))
-        else:
-            group = str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
-        groups[item.nodeid] = group
-    # the long groups first (those with an end-to-end or a Ray test), so that no worker starts one near the end
-    # while the others sit idle; within a group the order is the collection's (a stable sort)
-    long = {groups[item.nodeid] for item in items if groups[item.nodeid] == "ray" or item.get_closest_marker("e2e")}
-    items.sort(key=lambda item: groups[item.nodeid] not in long)
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    long = {module(item) for item in items if item.get_closest_marker("e2e")}
+    items.sort(key=lambda item: module(item) not in long)  # stable: the collection's order otherwise
+
+
+@pytest.fixture(autouse=True)
+def _one_ray_at_a_time(request, tmp_path_factory):
+    if "PYTEST_XDIST_WORKER" not in os.environ or not _starts_ray(request.node):
+        yield
+        return
+    import fcntl
+
+    # every worker's base temporary folder is in the run's own one
+    with open(tmp_path_factory.getbasetemp().parent / "ray.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 @pytest.fixture(scope="session")
