@@ -1,7 +1,22 @@
 #!/usr/bin/env bash
 # Sets up ./.venv (scripts/setup.sh) and runs the whole test suite, end-to-end demo test included. The docs extra is
 # installed by setup, so the suite also builds the documentation site with warnings as errors (tests/test_docs.py).
+#
+# The tests run on pytest-xdist workers, one per CPU core (at most 8; ITERALAB_TEST_WORKERS sets the number), with
+# --dist loadfile (a module's tests on one worker, its fixtures built once); the tests that start a local Ray wait
+# for one another (tests/conftest.py).
+# Arguments go to pytest after these, so they override them: `-n 0` runs in this process, `-p no:xdist` without
+# the plugin (then no -n is given), `-m "not e2e"` leaves the end-to-end tests out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-ITERALAB_DOCS_BUILD=required exec .venv/bin/python -m pytest -q "$@"
+parallel=()
+case " $* " in
+    *" -p no:xdist "* | *" -pno:xdist "* | *" -p=no:xdist "*) ;;
+    *)
+        workers="${ITERALAB_TEST_WORKERS:-$(nproc 2>/dev/null || echo 1)}"
+        if [ "$workers" -gt 8 ]; then workers=8; fi
+        if [ "$workers" -ge 2 ]; then parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder); fi
+        ;;
+esac
+ITERALAB_DOCS_BUILD=required exec .venv/bin/python -m pytest -q "${parallel[@]}" "$@"

@@ -72,6 +72,46 @@ def _config(**extra):
                       intermediate_size=64, max_position_embeddings=512, **extra)
 
 
+# ------------------------------------------------------------------------------------------ parallel runs
+# scripts/test.sh runs the suite on pytest-xdist workers with ``--dist loadfile``: a module's tests run on one worker
+# in their order, so its module-scoped fixtures are built once (the demo run, for one). The modules with an
+# end-to-end test run first (scripts/test.sh passes --no-loadscope-reorder so that xdist keeps this order), so
+# that no worker starts one near the end while the others sit idle. The tests that start a local Ray (each a
+# cluster of its own, sized to the whole machine, with no-progress timeouts) take a lock shared by the workers of
+# the run, so two Rays never share the cores: a test marked ``ray``, or skipped "when Ray is not installed" (the
+# suite's convention for those tests). Under a plain ``pytest`` (no xdist) all this changes nothing but the order
+# of the modules.
+
+RAY_SKIP_REASON = "Ray is not installed"
+
+
+def _starts_ray(item: pytest.Item) -> bool:
+    if item.get_closest_marker("ray") is not None:
+        return True
+    return any(RAY_SKIP_REASON in str(mark.kwargs.get("reason", "")) for mark in item.iter_markers("skipif"))
+
+
+def pytest_collection_modifyitems(config, items):
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    long = {module(item) for item in items if item.get_closest_marker("e2e")}
+    items.sort(key=lambda item: module(item) not in long)  # stable: the collection's order otherwise
+
+
+@pytest.fixture(autouse=True)
+def _one_ray_at_a_time(request, tmp_path_factory):
+    if "PYTEST_XDIST_WORKER" not in os.environ or not _starts_ray(request.node):
+        yield
+        return
+    import fcntl
+
+    # every worker's base temporary folder is in the run's own one
+    with open(tmp_path_factory.getbasetemp().parent / "ray.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 @pytest.fixture(scope="session")
 def tiny_vocab() -> list[str]:
     return _vocab()

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 import fakecuda
@@ -62,6 +63,7 @@ def test_a_kept_folder_that_is_not_empty_is_refused_in_one_line(tmp_path, capsys
     assert captured.err == f"device_check: refused: --keep {tmp_path}: the folder is not empty; give a new folder\n"
 
 
+@pytest.mark.ray  # the self test runs a Ray pass when Ray is installed
 def test_cpu_self_test_prints_one_line_per_check_and_exits_0(tmp_path):
     """The command CI and a user run, as a process of its own: every check holds, each on one line."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH"))
