@@ -148,14 +148,16 @@ def test_a_streamed_file_is_rewritten_in_corpus_order_chunk_by_chunk(tmp_path, m
 
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed (pip install iteralab[ray])")
 def test_a_ray_pass_of_every_kind_writes_its_file_in_corpus_order(tmp_path, worker_path, monkeypatch):
-    """One local Ray, two actors, blocks of two documents; the actor that gets the first block is slow on it, so a
-    classification pass receives later blocks first (the order hash shows it) and still writes corpus order."""
+    """One local Ray, two actors, blocks of two documents; the actor that gets the first block holds it back until
+    another block is answered, so a classification pass receives later blocks first (the order hash shows it) and
+    still writes corpus order."""
     from iteralab.campaign.engines.raypass import RayEngine
     from iteralab.campaign.records import PassSpec
     from iteralab.plan.protocol import parse_protocol
     from protocol_factory import protocol_toml
 
     monkeypatch.setenv("FAKE_MODEL_SLOW_TEXT", TEXTS[0][0])
+    monkeypatch.setenv("FAKE_MODEL_SIGNAL_DIR", str(tmp_path))
     protocol = parse_protocol(protocol_toml(variants="""ray_num_cpus = 2
 ray_actors = 2
 ray_cpus_per_actor = 0.5
