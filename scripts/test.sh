@@ -6,10 +6,19 @@
 # --dist loadfile (a module's tests on one worker, its fixtures built once); the tests that start a local Ray wait
 # for one another (tests/conftest.py).
 # Arguments go to pytest after these, so they override them: `-n 0` runs in this process, `-p no:xdist` without
-# the plugin (then no -n is given), `-m "not e2e"` leaves the end-to-end tests out.
+# the plugin (then no -n is given).
+#
+# Without a -m of its own, the run leaves out the slow tier: the end-to-end runs on the real demo packages (e2e),
+# the whole CPU self-test and the signals timed against a running pass (slow), several minutes on 2 cores.
+# `-m "e2e or slow" -n 0` runs that tier alone, in one process (CI runs it after this command, .ci/run), and `-m ""`
+# runs everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+tier=(-m "not e2e and not slow")
+for arg in "$@"; do
+    case "$arg" in -m | -m=* | -m?*) tier=() ;; esac
+done
 parallel=()
 case " $* " in
     *" -p no:xdist "* | *" -pno:xdist "* | *" -p=no:xdist "*) ;;
@@ -19,4 +28,4 @@ case " $* " in
         if [ "$workers" -ge 2 ]; then parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder); fi
         ;;
 esac
-ITERALAB_DOCS_BUILD=required exec .venv/bin/python -m pytest -q "${parallel[@]}" "$@"
+ITERALAB_DOCS_BUILD=required exec .venv/bin/python -m pytest -q "${parallel[@]}" "${tier[@]}" "$@"

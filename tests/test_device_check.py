@@ -63,6 +63,7 @@ def test_a_kept_folder_that_is_not_empty_is_refused_in_one_line(tmp_path, capsys
     assert captured.err == f"device_check: refused: --keep {tmp_path}: the folder is not empty; give a new folder\n"
 
 
+@pytest.mark.slow  # the whole self test: over a minute on 2 cores
 @pytest.mark.ray  # the self test runs a Ray pass when Ray is installed
 def test_cpu_self_test_prints_one_line_per_check_and_exits_0(tmp_path):
     """The command CI and a user run, as a process of its own: every check holds, each on one line."""

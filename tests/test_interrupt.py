@@ -97,6 +97,7 @@ def _as_if_never_interrupted(out: Path, stopped: str, slots: int) -> None:
     assert not state.aborted() and set(state.interrupted) == {stopped}
 
 
+@pytest.mark.slow  # a signal timed against a running pass: run with no other test beside it
 @pytest.mark.parametrize("isolation", ["process", "inprocess"])
 def test_ctrl_c_to_the_process_group_is_an_interrupt_and_the_resumed_campaign_ignores_it(tmp_path, isolation):
     protocol = callable_campaign(tmp_path, fn="fake_models:marking_slow_classifier", passes=2, isolation=isolation,
@@ -120,6 +121,7 @@ def test_ctrl_c_to_the_process_group_is_an_interrupt_and_the_resumed_campaign_ig
     assert resumed[0]["interrupted"] == [stopped] and resumed[0]["aborted"] == []
 
 
+@pytest.mark.slow  # a signal timed against a running pass: run with no other test beside it
 @pytest.mark.parametrize("signum, group, code", [(signal.SIGTERM, False, 143), (signal.SIGHUP, True, 129)])
 def test_sigterm_and_sighup_stop_the_run_like_ctrl_c(tmp_path, signum, group, code):
     """SIGTERM to the runner alone (``kill``, a scheduler) and SIGHUP to the group (the terminal closing)."""
@@ -139,6 +141,7 @@ def test_sigterm_and_sighup_stop_the_run_like_ctrl_c(tmp_path, signum, group, co
     _as_if_never_interrupted(out, stopped, 2)
 
 
+@pytest.mark.slow  # a signal timed against a running pass: run with no other test beside it
 def test_ctrl_c_during_a_data_parallel_pass_is_an_interrupt(tmp_path):
     from test_parallel import DP_VARIANTS, _dp_workers
 
@@ -188,6 +191,7 @@ def test_an_interrupt_reported_as_an_error_by_the_code_that_caught_it_is_still_a
     assert not list(out.glob(".tmp/*.progress"))  # the pass's progress beacons went with it
 
 
+@pytest.mark.slow  # a signal timed against a running pass: run with no other test beside it
 @pytest.mark.skipif(not ray_installed(), reason="Ray is not installed (pip install iteralab[ray])")
 def test_ctrl_c_during_a_ray_pass_is_an_interrupt(tmp_path):
     from test_raypass import RAY_ONLY
