@@ -44,6 +44,11 @@ def corpus_rank(positions: np.ndarray) -> np.ndarray:
     return np.argsort(np.asarray(positions, dtype=np.int64), kind="stable")
 
 
+def in_order(positions: np.ndarray) -> bool:
+    """Whether rows at these corpus positions stand in corpus order already (nothing to restore)."""
+    return bool((np.diff(positions) >= 0).all())
+
+
 def received_positions(ids: pa.Array, corpus_ids: pa.Array) -> np.ndarray:
     """The corpus position of each id received (an id outside the corpus sorts after every corpus id)."""
     found = pc.index_in(ids, value_set=corpus_ids)
@@ -52,7 +57,7 @@ def received_positions(ids: pa.Array, corpus_ids: pa.Array) -> np.ndarray:
 
 def in_corpus_order(ids: pa.Array, outputs: np.ndarray, positions: np.ndarray) -> tuple[pa.Array, np.ndarray]:
     """``ids`` and their output rows (pass order) reordered into corpus order."""
-    if not len(ids) or bool((np.diff(positions) >= 0).all()):
+    if not len(ids) or in_order(positions):
         return ids, outputs
     rank = corpus_rank(positions)
     return ids.take(numpy_array(rank)), outputs[rank]
@@ -63,7 +68,7 @@ def rewrite_in_corpus_order(sink: Any, positions: np.ndarray) -> Any:
     pass order, not yet closed: its rows rewritten in corpus order into a fresh writer of the same kind and target,
     returned not yet closed (the caller closes it as it would have closed ``sink``). ``positions``: the corpus
     position of each row written. A writer that wrote nothing, or in corpus order already, is returned as it is."""
-    if not sink.rows or bool((np.diff(positions) >= 0).all()):
+    if not sink.rows or in_order(positions):
         return sink
     # the pass-order file leaves the writer's temporary name, which the fresh writer takes
     source = sink.path.with_name(f".tmp-{sink.path.name}.pass-order.parquet")
