@@ -76,7 +76,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> dict:
 
     from iteralab.campaign.engines.genpass import PromptWorkload, finish_texts, flush_texts
     from iteralab.campaign.engines.passes import MeasuredPass
-    from iteralab.campaign.texts import TextWriter, read_texts
+    from iteralab.campaign.kinds.generation.output import TextWriter, read_texts
     from iteralab.models import device as dev
     from iteralab.models.factory import load_workload
     from iteralab.models.generation import GenerationSettings

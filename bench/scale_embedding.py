@@ -100,7 +100,7 @@ SPLIT = r'''
 import json, resource, sys, time
 from pathlib import Path
 import numpy as np
-from iteralab.campaign.vectors import read_vectors
+from iteralab.campaign.kinds.embedding.output import read_vectors
 from iteralab.campaign.verdict.evaluate import PredictionReader, load_expected, match_ids, file_rows, campaign_protocol
 from iteralab.campaign.verdict.cosine import compare_vectors
 from iteralab.campaign.verdict.knn import knn_correct

@@ -88,7 +88,7 @@ import json, resource, sys, time
 from pathlib import Path
 import numpy as np
 import pyarrow as pa
-from iteralab.campaign.texts import read_texts
+from iteralab.campaign.kinds.generation.output import read_texts
 from iteralab.campaign.verdict.evaluate import load_expected, match_ids, file_rows, campaign_protocol
 from iteralab.campaign.verdict.generation import compare_text_sets, load_references
 from iteralab.campaign.verdict.textmetrics import corpus_score

@@ -77,7 +77,7 @@ def rewrite_predictions(path: Path, edit) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from iteralab.campaign.predictions import encode
+    from iteralab.campaign.kinds.classification.output import encode
 
     table = pq.read_table(path)
     ids = table.column("id").to_pylist()

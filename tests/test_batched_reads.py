@@ -13,12 +13,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from iteralab.campaign import predictions
+from iteralab.campaign.kinds.classification import output as predictions
 from iteralab.campaign.verdict import evaluate
 from iteralab.campaign.verdict.evaluate import Expected, evaluate_set, load_expected
 from iteralab.campaign.verdict import compare
 from iteralab.campaign.verdict.compare import compare_outputs, compare_rows_with_file
-from iteralab.campaign.predictions import encode, read_predictions
+from iteralab.campaign.kinds.classification.output import encode, read_predictions
 from protocol_factory import ids_protocol
 
 CLASSES = ("plot", "fresh", "rotten")

@@ -159,7 +159,7 @@ def test_a_classification_protocol_refuses_embedding_keys():
 def test_vector_file_round_trip_and_format_checks(tmp_path):
     import pyarrow as pa
 
-    from iteralab.campaign.vectors import VectorWriter, read_vectors
+    from iteralab.campaign.kinds.embedding.output import VectorWriter, read_vectors
 
     good = np.eye(3, 4, dtype=np.float32)
     writer = VectorWriter(tmp_path / "p.parquet")
@@ -285,7 +285,7 @@ def test_an_encoder_folder_embeds_like_its_own_pooling(tmp_path, tiny_encoder_di
     from transformers import AutoModel, AutoTokenizer
 
     from iteralab.campaign.folder import read_raw_rows
-    from iteralab.campaign.vectors import read_vectors
+    from iteralab.campaign.kinds.embedding.output import read_vectors
 
     shutil.copytree(tiny_encoder_dir, tmp_path / "model")
     variants = """

@@ -15,7 +15,7 @@ import pytest
 
 import embedding_routines
 from fake_embedders import word_embedder
-from iteralab.campaign.vectors import VectorWriter, read_vectors
+from iteralab.campaign.kinds.embedding.output import VectorWriter, read_vectors
 from iteralab.campaign.verdict.evaluate import Expected, evaluate_vectors
 from iteralab.campaign.verdict.knn import recall_at_k
 from iteralab.campaign.verdict.routine import Routine

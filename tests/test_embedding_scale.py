@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from iteralab.campaign import vectors as vec
+from iteralab.campaign.kinds.embedding import output as vec
 from iteralab.campaign.verdict import knn
 
 

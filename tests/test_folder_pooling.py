@@ -123,7 +123,7 @@ def test_a_campaign_whose_protocol_omits_pooling_runs_with_the_folders(tmp_path,
     from transformers import AutoModel, AutoTokenizer
 
     from iteralab.campaign.folder import read_raw_rows
-    from iteralab.campaign.vectors import read_vectors
+    from iteralab.campaign.kinds.embedding.output import read_vectors
     from iteralab.evidence.run import run_campaign
     from iteralab.lock.inputs import check_inputs, lock
 

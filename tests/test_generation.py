@@ -127,7 +127,7 @@ def rows_of(out: Path) -> dict[str, object]:
 
 
 def test_a_callable_generation_job_runs_and_is_judged(tmp_path):
-    from iteralab.campaign.texts import read_texts
+    from iteralab.campaign.kinds.generation.output import read_texts
 
     out = run_job(tmp_path, 'kind = "callable"\ncallable = "fake_generators:with_counts"', max_new_tokens=8)
     rows = rows_of(out)
@@ -139,7 +139,7 @@ def test_a_callable_generation_job_runs_and_is_judged(tmp_path):
 
 
 def test_two_fp32_passes_of_the_causal_lm_give_identical_texts(tmp_path, tiny_causal_lm):
-    from iteralab.campaign.texts import read_texts
+    from iteralab.campaign.kinds.generation.output import read_texts
 
     out = run_job(tmp_path, causal(tiny_causal_lm), reproduction="identical")
     rows = rows_of(out)
@@ -234,7 +234,7 @@ def test_verify_fails_on_a_hand_edited_text(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from iteralab.campaign.texts import read_texts
+    from iteralab.campaign.kinds.generation.output import read_texts
     from iteralab.evidence.verify import audit_campaign
 
     out = run_job(tmp_path, 'kind = "callable"\ncallable = "fake_generators:with_counts"', max_new_tokens=8)

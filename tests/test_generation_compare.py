@@ -31,7 +31,7 @@ def _rewrite_texts(out, pid, record, rows):
 
 
 def test_the_identical_share_counts_differing_texts_and_each_file_is_read_once(tmp_path, monkeypatch):
-    from iteralab.campaign import texts as texts_module
+    from iteralab.campaign.kinds.generation import output as texts_module
     from iteralab.campaign.journal import read_journal
     from iteralab.campaign.verdict import evaluate, generation
     from iteralab.evidence.table import build_rows

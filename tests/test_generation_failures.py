@@ -163,7 +163,7 @@ def test_a_routine_that_returns_nan_accepts_no_pass_and_says_why(tmp_path, capsy
 
 
 def test_an_answer_over_max_new_tokens_is_cut_and_judged_by_the_length_share(tmp_path, tiny_causal_lm):
-    from iteralab.campaign.texts import read_texts
+    from iteralab.campaign.kinds.generation.output import read_texts
     from iteralab.evidence.run import run_campaign
 
     model = f'kind = "callable"\ncallable = "fake_generators:rambling"\npath = "{tiny_causal_lm.as_posix()}"'

@@ -98,7 +98,7 @@ def test_lock_counts_the_prompt_rendered_with_its_columns(tmp_path, tiny_causal_
 
 
 def test_the_pass_renders_the_columns_a_prompt_names(tmp_path, tiny_chain_lm):
-    from iteralab.campaign.texts import read_texts
+    from iteralab.campaign.kinds.generation.output import read_texts
 
     # the rigged model follows the prompt's last token: a title "one" is answered "two three" (then eos), any
     # other title "la la la" to the limit; the text alone never ends in "one"
@@ -201,7 +201,7 @@ def test_the_corpus_copy_keeps_the_prompt_columns_apart(tmp_path):
     batches = list(read_corpus_batches(out / "inputs" / "corpus.csv", ["id", "text", "prompt.title", "reference"]))
     assert [b.column("prompt.title").to_pylist() for b in batches] == [[name for _, _, name in rows]]
     texts_row = next(iter(rows_of(out).values()))
-    from iteralab.campaign.texts import read_texts
+    from iteralab.campaign.kinds.generation.output import read_texts
 
     stored = read_texts(out / texts_row.prediction_file, max_new_tokens=4, allow_empty=False)
     assert stored.texts.to_pylist() == [f"Q: {text} T: {name}" for _, text, name in rows]
@@ -259,7 +259,7 @@ def _same_file_as_one_device(tmp_path: Path, variants: str, other: str, model: s
     """Run ``model`` with ``b4`` and ``other``; check ``other``'s file is ``b4``'s, in corpus order, with the texts
     ``expected(text, title)`` gives for each row (default: the callable's upper-cased rendered prompt); return the
     raw rows by variant and the folder."""
-    from iteralab.campaign.texts import read_texts
+    from iteralab.campaign.kinds.generation.output import read_texts
 
     rows = titled_corpus(tmp_path)
     kwargs.setdefault("max_new_tokens", 16)
@@ -282,7 +282,7 @@ def _same_file_as_one_device(tmp_path: Path, variants: str, other: str, model: s
 
 def test_a_data_parallel_generation_pass_writes_the_one_device_file(tmp_path, worker_path):
     from iteralab.campaign.journal import read_journal
-    from iteralab.campaign.texts import read_texts
+    from iteralab.campaign.kinds.generation.output import read_texts
 
     bucketed = '\n[[variants]]\nname = "b4-dp2-bucketed"\nbatch_size = 4\ndata_parallel = 2\nbucketing = true\n'
     rows, out = _same_file_as_one_device(tmp_path, DP_VARIANTS + bucketed, "b4-dp2")

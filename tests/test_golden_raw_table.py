@@ -48,7 +48,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from iteralab.campaign.predictions import encode
+from iteralab.campaign.kinds.classification.output import encode
 
 from iteralab.evidence.table import TABLE_NAME, write_raw_table
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import pyarrow as pa
 
-from iteralab.campaign.predictions import encode, read_predictions
+from iteralab.campaign.kinds.classification.output import encode, read_predictions
 from protocol_factory import ids_protocol
 from iteralab.campaign.verdict.evaluate import Expected, evaluate_file
 

@@ -15,7 +15,7 @@ Fast and import-free: every check parses the source with ``ast``; no module of t
   module of a stage imports stages at or before its own, plus ``iteralab.errors``, ``iteralab.common`` and
   ``iteralab.kit``; ``errors.py`` and ``common/`` import none of the stages; the shell (``cli.py`` and
   ``commands/``) may import anything and no stage imports it. Inside ``campaign/`` the same holds between its
-  rooms (``PIPELINE``): the folder layer (the package's own modules) < ``engines/`` (the passes) < ``verdict/``
+  rooms (``PIPELINE``): the folder layer (the package's own modules) < ``kinds/`` (each kind of job) < ``engines/`` (the passes) < ``verdict/``
   (the verdict on a pass) < the modules that drive both (``runner``, ``preflight``, ``tuning``).
   Module-level and function-level imports both count (``ast.walk``);
 - no import circle between modules of the package (outside the kit), function-level imports included: within a
@@ -43,7 +43,8 @@ PIPELINE: tuple[tuple[str, ...], ...] = (
     ("plan",),
     ("models",),
     ("lock",),  # the input lock: fingerprints of the corpus or datasets, the model's files, the catalog
-    ("campaign",),  # the campaign folder layer: folder, records, predictions, journal, manifest, corpuscopy …
+    ("campaign",),  # the campaign folder layer: folder, records, journal, manifest, corpuscopy …
+    ("campaign.kinds",),  # each kind of job: its prediction file, sink, verdict part, columns (asked, never named)
     ("campaign.engines",),  # one pass spec in, one pass result out: local, parallel, ray
     ("campaign.verdict",),  # the verdict on a pass, from its stored prediction file
     ("campaign.runner", "campaign.preflight", "campaign.tuning", "campaign.estimate"),  # what drives the engines

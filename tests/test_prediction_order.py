@@ -23,8 +23,8 @@ import iteralab
 from campaign_factory import TEXTS, write_corpus_csv, write_tokenizer
 from iteralab.campaign.engines import corpusorder
 from iteralab.campaign.engines.passes import execute_pass, order_hash
-from iteralab.campaign.vectors import VectorWriter, read_vectors
-from iteralab.campaign.texts import TextWriter, read_texts
+from iteralab.campaign.kinds.embedding.output import VectorWriter, read_vectors
+from iteralab.campaign.kinds.generation.output import TextWriter, read_texts
 
 TESTS = Path(__file__).resolve().parent
 SRC = Path(iteralab.__file__).resolve().parents[1]

@@ -219,7 +219,7 @@ def test_the_protocol_reference_says_classes_belong_to_classification_jobs():
 
 
 def test_the_campaign_folder_page_lists_the_generation_files_columns():
-    from iteralab.campaign.texts import COLUMNS
+    from iteralab.campaign.kinds.generation.output import COLUMNS
 
     page = (ROOT / "docs" / "campaign-folder.md").read_text(encoding="utf-8")
     [row] = [line for line in page.splitlines() if line.startswith("| `predictions/*.parquet` |")]

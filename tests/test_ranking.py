@@ -95,7 +95,7 @@ def test_a_queries_file_with_grades_and_its_refusals(tmp_path):
 
 def _independent_ndcg(folder, pass_file: str, k: int, grades: dict[str, dict[str, float]]) -> float:
     """nDCG@k from the stored files by a full stable sort and the textbook formula (no shared code)."""
-    from iteralab.campaign.vectors import read_vectors
+    from iteralab.campaign.kinds.embedding.output import read_vectors
 
     docs = read_vectors(folder / pass_file, normalize=True)
     queries = read_vectors(folder / pass_file.replace(".parquet", ".queries.parquet"), normalize=True)

@@ -123,7 +123,7 @@ def test_every_pass_finished_record_a_run_writes_reads_back_unchanged(tmp_path, 
 
 
 def test_a_prediction_file_holds_the_ids_and_one_output_kinds_columns():
-    from iteralab.campaign.predictions import OUTPUT_COLUMNS, schema
+    from iteralab.campaign.kinds.classification.output import OUTPUT_COLUMNS, schema
 
     assert set(OUTPUT_COLUMNS) == {CLASS_PROBABILITIES}
     assert tuple(schema(3).names) == ("id", *OUTPUT_COLUMNS[CLASS_PROBABILITIES])

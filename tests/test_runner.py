@@ -21,7 +21,7 @@ from iteralab.lock.inputs import lock
 from iteralab.evidence.run import run_campaign
 from iteralab.evidence.table import COLUMNS, read_raw_table, write_raw_table
 from iteralab.campaign.verdict.evaluate import evaluate_file, load_expected, campaign_protocol
-from iteralab.campaign.predictions import encode, schema
+from iteralab.campaign.kinds.classification.output import encode, schema
 from protocol_factory import VARIANTS, protocol_toml, write_protocol
 
 TESTS = Path(__file__).parent

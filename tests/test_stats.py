@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from iteralab.campaign.predictions import encode
+from iteralab.campaign.kinds.classification.output import encode
 from iteralab.cli import main
 from iteralab.errors import IteraError
 from iteralab.campaign.journal import read_journal

@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from iteralab.campaign import texts as texts_module
+from iteralab.campaign.kinds.generation import output as texts_module
 from iteralab.campaign.records import GENERATED_TEXTS, OUTPUT_KINDS, PassOutput
-from iteralab.campaign.texts import FINISH_REASONS, TextWriter, read_texts, schema
+from iteralab.campaign.kinds.generation.output import FINISH_REASONS, TextWriter, read_texts, schema
 from iteralab.common.files import sha256_file
 
 

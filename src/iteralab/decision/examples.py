@@ -9,7 +9,7 @@ true sentence saying why there is none to show.
 - embedding: a vector has no label to be wrong; the counted pass farthest from the reference pass (lowest
   minimum cosine) and its documents farthest from the reference pass's vectors, lowest cosine first.
 
-The prediction files are read through Arrow (``campaign.texts``, the verdict's reader for vectors); only the
+The prediction files are read through Arrow (``campaign.kinds.generation.output``, the verdict's reader for vectors); only the
 examples shown become Python objects.
 """
 
@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from iteralab.campaign.folder import RawRow
-from iteralab.campaign.texts import read_texts
+from iteralab.campaign.kinds.generation.output import read_texts
 from iteralab.campaign.verdict.cosine import compare_vectors
 from iteralab.campaign.verdict.evaluate import TOL, PredictionReader, corpus_texts, load_expected
 from iteralab.campaign.verdict.generation import load_references

@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 from iteralab.campaign.folder import (
     CAMPAIGN, CORPUS, JOURNAL, LOCK, MANIFEST, PREDICTIONS, PROTOCOL, TABLE, corpus_copy, corpus_digests)
 from iteralab.campaign.journal import JOURNAL_NAME, read_journal
-from iteralab.campaign.predictions import is_prediction_name, pass_of
+from iteralab.campaign.kinds.output import is_prediction_name, pass_of
 from iteralab.campaign.verdict.evaluate import EvaluationContext, PredictionReader
 from iteralab.common.files import sha256_file
 from iteralab.errors import IteraError, VerificationError

@@ -64,7 +64,7 @@ def in_corpus_order(ids: pa.Array, outputs: np.ndarray, positions: np.ndarray) -
 
 
 def rewrite_in_corpus_order(sink: Any, positions: np.ndarray) -> Any:
-    """A streamed writer (``campaign.vectors.VectorWriter`` or ``campaign.texts.TextWriter``) that wrote its rows in
+    """A streamed writer (``campaign.kinds.embedding.output.VectorWriter`` or ``campaign.kinds.generation.output.TextWriter``) that wrote its rows in
     pass order, not yet closed: its rows rewritten in corpus order into a fresh writer of the same kind and target,
     returned not yet closed (the caller closes it as it would have closed ``sink``). ``positions``: the corpus
     position of each row written. A writer that wrote nothing, or in corpus order already, is returned as it is."""

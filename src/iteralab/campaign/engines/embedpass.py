@@ -1,5 +1,5 @@
 """What an embedding pass adds to a measured pass (``engines.passes``): the model's embedding options, and its
-vectors streamed to the vector file (``campaign.vectors``) one record batch at a time while the pass runs, so
+vectors streamed to the vector file (``campaign.kinds.embedding.output``) one record batch at a time while the pass runs, so
 that a pass never holds a corpus of vectors. The same for every embedding variant, so the writes inside the
 measured region are the same work for each (their seconds are said in a note of the pass).
 
@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from iteralab.campaign.engines.corpusorder import restore_streamed
 from iteralab.campaign.folder import PREDICTIONS
 from iteralab.campaign.records import EMBEDDING_VECTORS
-from iteralab.campaign.vectors import FLUSH_ROWS, VectorWriter, queries_file_name, vector_batches
+from iteralab.campaign.kinds.embedding.output import FLUSH_ROWS, VectorWriter, queries_file_name, vector_batches
 from iteralab.errors import one_line
 from iteralab.models.stfolder import resolved_pooling
 from iteralab.plan.queries import load_queries

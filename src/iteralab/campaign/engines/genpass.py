@@ -1,7 +1,7 @@
 """What a generation pass adds to a measured pass (``engines.passes``): the model's generation settings, each
 document's prompt rendered from the protocol's template as the corpus copy is read (its text, and the cells of
 the other columns the template names, kept in the copy as ``prompt.<name>``), and the generated texts streamed to
-the text file (``campaign.texts``) while the pass runs, so that a pass never holds a corpus of texts. A
+the text file (``campaign.kinds.generation.output``) while the pass runs, so that a pass never holds a corpus of texts. A
 data-parallel pass (``engines.parallel``) streams its shards' text files into the pass's one file in shard order;
 a Ray pass (``engines.raypass``) renders in its actors and streams the blocks to the file in corpus order.
 
@@ -25,9 +25,9 @@ import pyarrow as pa
 from iteralab.campaign.engines.corpusorder import restore_streamed
 from iteralab.campaign.engines.embedpass import pending_ids
 from iteralab.campaign.folder import PREDICTIONS
-from iteralab.campaign.predictions import file_name
+from iteralab.campaign.kinds.output import file_name
 from iteralab.campaign.records import GENERATED_TEXTS
-from iteralab.campaign.texts import TextWriter, text_batches
+from iteralab.campaign.kinds.generation.output import TextWriter, text_batches
 from iteralab.models.generation import GeneratedBatch, GenerationSettings
 from iteralab.plan.prompting import TEXT_FIELD, copy_column, render_prompts, template_fields
 

@@ -43,7 +43,7 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from iteralab.campaign import predictions  # noqa: F401  # imported at start-up, never in the writing phase
+from iteralab.campaign.kinds.classification import output as predictions  # noqa: F401  # imported at start-up, never in the writing phase
 from iteralab.campaign.engines import passes
 from iteralab.campaign.engines.embedpass import is_embedding, merge_vector_files
 from iteralab.campaign.engines.genpass import is_generation, merge_text_files
@@ -51,7 +51,8 @@ from iteralab.campaign.engines.passes import ended_without_result, error_text, o
 from iteralab.campaign.engines.shards import corpus_lengths, imbalance, plan_shards, shard_tokens, worker_layout
 from iteralab.campaign.folder import PREDICTIONS, read_corpus_batches
 from iteralab.campaign.manifest import determinism_settings, environment_manifest, owns_device
-from iteralab.campaign.predictions import file_name, write_predictions
+from iteralab.campaign.kinds.output import file_name
+from iteralab.campaign.kinds.classification.output import write_predictions
 from iteralab.campaign.records import STARTUP_PHASES, WORKER_PHASES, PassSpec, failure, started
 from iteralab.common.files import write_json_atomic
 from iteralab.errors import IteraError

@@ -30,7 +30,7 @@ import pyarrow.parquet  # noqa: F401  # and writes the prediction file with it
 import pyarrow as pa
 
 from iteralab.campaign import folder as _folder  # noqa: F401  # the pass reads the corpus with it: imported at
-from iteralab.campaign import predictions as _predictions  # noqa: F401  # start-up, never inside a timed phase
+from iteralab.campaign.kinds.classification import output as _predictions  # noqa: F401  # start-up, never inside a timed phase
 from iteralab.campaign.engines import documents
 from iteralab.campaign.engines.corpusorder import in_corpus_order
 from iteralab.campaign.engines.embedpass import (embed_queries, embedding_options, finish_vectors, flush_vectors,
@@ -41,9 +41,10 @@ from iteralab.campaign.engines.passlimit import Limit, PassTimeout, limit_basis,
 from iteralab.campaign.folder import PREDICTIONS, read_corpus_batches
 from iteralab.campaign.manifest import determinism_settings, environment_manifest, owns_device
 from iteralab.campaign.progress import Beacon
-from iteralab.campaign.predictions import file_name, write_predictions
+from iteralab.campaign.kinds.output import file_name
+from iteralab.campaign.kinds.classification.output import write_predictions
 from iteralab.campaign.records import PassSpec, failure, started
-from iteralab.campaign.vectors import VectorWriter
+from iteralab.campaign.kinds.embedding.output import VectorWriter
 from iteralab.common.arrow import numpy_array, string_array
 from iteralab.common.digest import string_digest
 from iteralab.common.files import write_json_atomic
@@ -150,7 +151,7 @@ class MeasuredPass:
         self.progress = _Progress()
         self.n_classes = 0
         self.limit: Limit | None = None
-        #: an embedding pass: the vector file the rows stream to (``campaign.vectors.VectorWriter``), the rows
+        #: an embedding pass: the vector file the rows stream to (``campaign.kinds.embedding.output.VectorWriter``), the rows
         #: written so far and the seconds the writes took inside the measured region
         self.sink: Any = None
         #: how the rows reach the sink, and how the file is finished (vectors by default; texts for generation)

@@ -37,7 +37,7 @@ from iteralab.campaign.manifest import owns_device
 from iteralab.kit.memoire import runtime_imports, runtime_overhead
 
 #: What every pass worker imports before it reads its spec (the worker's own modules and their libraries).
-WORKER_MODULES = ("iteralab.campaign.engines.passes", "iteralab.campaign.predictions", "iteralab.campaign.folder",
+WORKER_MODULES = ("iteralab.campaign.engines.passes", "iteralab.campaign.kinds.classification.output", "iteralab.campaign.folder",
                   "iteralab.campaign.manifest", "iteralab.models.base", "iteralab.models.factory",
                   "iteralab.models.device", "psutil")
 

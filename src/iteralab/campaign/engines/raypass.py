@@ -48,10 +48,11 @@ from iteralab.campaign.engines.passes import error_text as text, first_texts, or
 from iteralab.campaign.engines.passlimit import PassTimeout, limit_basis, pass_limit
 from iteralab.campaign.folder import PREDICTIONS, read_corpus_batches
 from iteralab.campaign.manifest import determinism_settings, environment_manifest, owns_device
-from iteralab.campaign.predictions import file_name, write_predictions
+from iteralab.campaign.kinds.output import file_name
+from iteralab.campaign.kinds.classification.output import write_predictions
 from iteralab.campaign.records import EMBEDDING_VECTORS, STARTUP_PHASES, WORKER_PHASES, PassSpec, started
-from iteralab.campaign.texts import TextWriter
-from iteralab.campaign.vectors import VectorWriter, vector_column
+from iteralab.campaign.kinds.generation.output import TextWriter
+from iteralab.campaign.kinds.embedding.output import VectorWriter, vector_column
 from iteralab.errors import RunError
 from iteralab.lock.modules import carried_modules
 from iteralab.models import device as dev, factory

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from iteralab.campaign.predictions import PredictionSet, label_prob_batches
+from iteralab.campaign.kinds.classification.output import PredictionSet, label_prob_batches
 
 __all__ = ["BLOCK", "BLOCK_BYTES", "block_rows", "compare_outputs", "compare_rows_with_file"]
 

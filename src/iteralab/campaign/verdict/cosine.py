@@ -3,7 +3,7 @@ the same document, bounded by ``embedding.min_cosine`` (and the optional lower-q
 gating subgroup, and the largest absolute difference of the vectors (``reproduction``).
 
 Both files are read and checked once by the campaign's reader, their vectors kept in scratch stores
-(``campaign.vectors.RowStore``); the reference's rows are read back a block at a time, in whatever order its file
+(``campaign.kinds.embedding.output.RowStore``); the reference's rows are read back a block at a time, in whatever order its file
 holds them, and each block gathers the pass's rows of the same documents: memory is a few blocks, whatever the
 corpus size, and no file is decoded twice for one comparison. ``judge`` joins the result with the
 rest of the verdict.
@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from iteralab.campaign import vectors as vector_files
+from iteralab.campaign.kinds.embedding import output as vector_files
 from iteralab.campaign.verdict.evaluate import TOL, Expected, PredictionReader, file_rows, match_ids
 from iteralab.campaign.verdict.knn import cosine_rows
 from iteralab.plan.protocol import Protocol

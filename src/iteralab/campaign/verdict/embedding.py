@@ -38,8 +38,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from iteralab.campaign.predictions import pass_of
-from iteralab.campaign.vectors import queries_file_name, read_vectors
+from iteralab.campaign.kinds.output import pass_of
+from iteralab.campaign.kinds.embedding.output import queries_file_name, read_vectors
 from iteralab.campaign.verdict.knn import knn_correct, rank_queries
 from iteralab.campaign.verdict.ranking import RANKING_METRICS, Ranking, Relevance
 from iteralab.campaign.verdict.routine import EmbeddedQueries, Routine, RoutineValues
@@ -186,7 +186,7 @@ def _knn_groups(protocol: Protocol, expected: Any, correct: np.ndarray, usable: 
 @dataclass(frozen=True)
 class StoredRows:
     """An embedding pass's vectors as ``verdict.evaluate`` holds them: the file's rows (``store``: an array or a
-    ``campaign.vectors.RowStore`` kept on disk, file order), the file row of each expected document (``rows``,
+    ``campaign.kinds.embedding.output.RowStore`` kept on disk, file order), the file row of each expected document (``rows``,
     corpus order; -1: none) and whether that document has a finite vector (``finite``)."""
 
     store: Any

@@ -27,12 +27,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from iteralab.campaign.folder import CAMPAIGN, PREDICTIONS, PROTOCOL, corpus_copy, read_corpus_batches, read_json
-from iteralab.campaign.predictions import PredictionSet, code_dtype, file_name, read_predictions
-from iteralab.campaign.vectors import read_vectors
+from iteralab.campaign.folder import CAMPAIGN, PROTOCOL, corpus_copy, read_corpus_batches, read_json
+from iteralab.campaign.kinds.output import prediction_path
+from iteralab.campaign.kinds.classification.output import PredictionSet, code_dtype, read_predictions
+from iteralab.campaign.kinds.embedding.output import read_vectors
 from iteralab.campaign.verdict.compare import compare_outputs, compare_rows_with_file
 from iteralab.campaign.verdict.generation import evaluate_texts, load_references
-from iteralab.campaign.texts import read_texts
+from iteralab.campaign.kinds.generation.output import read_texts
 from iteralab.campaign.verdict.embedding import (CampaignQueries, StoredRows, load_campaign_queries, query_vectors_path,
                                                  vector_metric)
 from iteralab.campaign.verdict.routine import Routine, load_routine, routine_values
@@ -335,7 +336,7 @@ def file_rows(match: IdMatch, n: int) -> np.ndarray:
 
 def evaluate_vectors(vectors: Any, protocol: Protocol, expected: Expected, routine: Routine | None = None,
                      queries: CampaignQueries | None = None, path: Path | None = None) -> dict[str, Any]:
-    """The checks of an embedding pass's vector file (``campaign.vectors.VectorSet``) on its own: ids, format,
+    """The checks of an embedding pass's vector file (``campaign.kinds.embedding.output.VectorSet``) on its own: ids, format,
     coverage, and its metric overall and per planned subgroup (``verdict.embedding.vector_metric``: kNN label
     accuracy, recall@k of the campaign's ``queries`` from the query vectors the pass wrote beside ``path``, or the
     campaign's ``routine``)."""
@@ -356,7 +357,7 @@ def evaluate_vectors(vectors: Any, protocol: Protocol, expected: Expected, routi
 
 def evaluate_generation(texts: Any, protocol: Protocol, expected: Expected, references: pa.Array | None,
                         routine: Routine | None = None) -> dict[str, Any]:
-    """The checks of a generation pass's text file (``campaign.texts.TextSet``) on its own: ids, format,
+    """The checks of a generation pass's text file (``campaign.kinds.generation.output.TextSet``) on its own: ids, format,
     coverage, its metric overall and per planned subgroup, its lengths (``verdict.generation.evaluate_texts``)."""
     match = match_ids(texts.ids, expected)
     verdict = id_cells(match, texts.records, len(texts.ids), expected, texts.problems, texts.problem_count)
@@ -386,11 +387,11 @@ class PredictionReader:
     def __init__(self, protocol: Protocol, keep: int = 4) -> None:
         self.classes = tuple(protocol.corpus.classes)
         self.sum_tol = protocol.checks.probability_sum_tolerance
-        #: an embedding job's files hold vectors (``campaign.vectors``), checked by its ``[embedding]`` rules
+        #: an embedding job's files hold vectors (``campaign.kinds.embedding.output``), checked by its ``[embedding]`` rules
         self.embedding = protocol.embedding if protocol.task.kind == "embedding" else None
-        #: a generation job's files hold texts (``campaign.texts``), checked by its ``[generation]`` rules
+        #: a generation job's files hold texts (``campaign.kinds.generation.output``), checked by its ``[generation]`` rules
         self.generation = protocol.generation if protocol.task.kind == "generation" else None
-        # a vector set holds its ids and per-row flags in memory, its vectors in a scratch file (campaign.vectors)
+        # a vector set holds its ids and per-row flags in memory, its vectors in a scratch file (campaign.kinds.embedding.output)
         self.keep = keep
         self._hashes: dict[Path, tuple[tuple[int, int], str]] = {}
         self._sets: OrderedDict[Path, tuple[tuple[int, int], PredictionSet]] = OrderedDict()
@@ -533,11 +534,6 @@ class CampaignReads:
             self.reader.comparisons[(path.resolve(), digest, reference[0], reference[1])] = same
         del preds, entry
         self.reader.drop(path)  # its verdict and comparison are kept: between passes no prediction set is held
-
-
-def prediction_path(campaign_dir: Path, pass_id: str) -> Path:
-    """Where a pass's file is: ``predictions/<pass_id>.parquet``."""
-    return campaign_dir / PREDICTIONS / file_name(pass_id)
 
 
 @dataclass

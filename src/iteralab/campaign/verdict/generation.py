@@ -1,4 +1,4 @@
-"""The verdict of a generation pass, from its stored text file (``campaign.texts``) and the corpus copy's
+"""The verdict of a generation pass, from its stored text file (``campaign.kinds.generation.output``) and the corpus copy's
 reference answers (``corpus.reference_column``, copied as the ``reference`` column).
 
 On its own (``evaluate_texts``, beside the id, format and coverage cells): the metric over the covered documents
@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from iteralab.campaign.folder import corpus_copy, read_corpus_batches
-from iteralab.campaign.texts import read_texts
+from iteralab.campaign.kinds.generation.output import read_texts
 from iteralab.campaign.verdict.routine import Routine
 from iteralab.campaign.verdict.textmetrics import corpus_score
 from iteralab.errors import RoutineError
@@ -149,7 +149,7 @@ def compare_text_files(a: Path, b: Path, protocol: Protocol) -> TextComparison:
 
 
 def compare_text_sets(left: Any, right: Any) -> TextComparison:
-    """:func:`compare_text_files` of two text files already read (``campaign.texts.TextSet``)."""
+    """:func:`compare_text_files` of two text files already read (``campaign.kinds.generation.output.TextSet``)."""
     where = pc.fill_null(pc.index_in(left.ids, value_set=right.ids), -1).to_numpy(zero_copy_only=False)
     both = where >= 0
     if not both.any():

@@ -18,9 +18,9 @@ from iteralab.campaign.verdict.cosine import (CosineComparison, compare_vector_f
                                               vector_reproduction)
 from iteralab.campaign.verdict.generation import (TextComparison, compare_text_files, compare_text_sets,
                                                   text_comparison)
-from iteralab.campaign.verdict.evaluate import (TOL, EvaluationContext, PredictionReader, missing_verdict,
-                                                prediction_path)
-from iteralab.campaign.predictions import PredictionSet
+from iteralab.campaign.verdict.evaluate import TOL, EvaluationContext, PredictionReader, missing_verdict
+from iteralab.campaign.kinds.output import prediction_path
+from iteralab.campaign.kinds.classification.output import PredictionSet
 from iteralab.plan.metric import QUERY_METRICS
 from iteralab.plan.protocol import Protocol
 
@@ -238,7 +238,7 @@ class _Reference:
         self.key = ((paths[self.pass_id].resolve(), reader.sha256(paths[self.pass_id], self.ids))
                     if self.pass_id else None)
         self.predictions: PredictionSet | None = None
-        #: a generation job: the reference pass's texts (``campaign.texts.TextSet``), read once
+        #: a generation job: the reference pass's texts (``campaign.kinds.generation.output.TextSet``), read once
         self.reference_texts: Any = None
 
     def vectors(self, p: dict[str, Any]) -> CosineComparison | None:

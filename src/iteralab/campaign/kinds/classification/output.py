@@ -34,26 +34,12 @@ from iteralab.campaign.records import CLASS_PROBABILITIES
 from iteralab.common import files
 from iteralab.common.arrow import numpy_array, string_array
 
-SUFFIX = ".parquet"
 FORMAT_VERSION = "1"
 ROW_GROUP = 1 << 15
 #: How many format problems are spelled out (all are counted).
 SHOWN_PROBLEMS = 5
 #: The columns after ``id`` of each output kind a prediction file can hold.
 OUTPUT_COLUMNS = {CLASS_PROBABILITIES: ("label", "probs")}
-
-
-def file_name(pass_id: str) -> str:
-    return f"{pass_id}{SUFFIX}"
-
-
-def is_prediction_name(name: str) -> bool:
-    return name.endswith(SUFFIX)
-
-
-def pass_of(name: str) -> str:
-    """The pass id a prediction file name belongs to."""
-    return name.removesuffix(SUFFIX)
 
 
 def schema(n_classes: int) -> pa.Schema:

@@ -1,0 +1,19 @@
+"""The interface every kind of job implements (:class:`JobKind`): what the rest of the product may ask a kind.
+
+A kind is a stateless object, one per kind, found by its name in :mod:`iteralab.campaign.kinds.registry`. Code
+outside the kinds' folders holds a ``JobKind`` and asks it; it never compares ``kind.name`` with a literal.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class JobKind:
+    """One kind of job: its name as ``[task] kind`` spells it, and its facets (each kind's folder defines them)."""
+
+    #: ``[task] kind`` of the protocols this kind judges.
+    name: ClassVar[str]
+
+    def __repr__(self) -> str:
+        return f"JobKind({self.name!r})"
