@@ -28,7 +28,7 @@ from iteralab.common.files import FILE_MODE
 from iteralab.errors import RunError
 from iteralab.plan.lockfile import LockedProtocol
 from iteralab.plan.prompting import copy_column
-from iteralab.plan.task import prompt_columns
+from iteralab.plan.task import prompt_columns, reference_column
 
 
 class CorpusCopy:
@@ -146,8 +146,8 @@ def write_corpus_copies(locked: LockedProtocol, out: Path, *, rerun: bool = Fals
     spec = protocol.corpus
     by_stratum = any(sg.by == "stratum" for sg in protocol.subgroups) and bool(spec.stratum_column)
     extra = {"stratum": spec.stratum_column if by_stratum else ""}
-    if protocol.task.kind == "generation" and spec.reference_column:  # the references the verdict reads
-        extra["reference"] = spec.reference_column
+    if reference_column(protocol):  # the references the verdict reads
+        extra["reference"] = reference_column(protocol)
     extra.update({copy_column(name): name for name in prompt_columns(protocol)})  # the cells a prompt names
     copies: dict[str | None, CorpusCopy] = {}
     tuning_copy = None

@@ -65,7 +65,7 @@ from iteralab.plan.paths import PACKAGE_PREFIX, resolve, stand_ins
 from iteralab.plan.protocol import Protocol, load_protocol
 from iteralab.plan.scan import scan_corpus
 from iteralab.plan.prompting import copy_column
-from iteralab.plan.task import prompt_columns
+from iteralab.plan.task import prompt_columns, reference_column
 
 COMPARISON_SCHEMA = 1
 #: Output classes of a pair of matching passes, from the closest to the farthest.
@@ -120,8 +120,8 @@ def _write_declared_corpus(source_csv: Path, target: Path, protocol: Protocol, i
     columns += [(spec.text_column, "text"), (spec.label_column, "label")]
     if spec.stratum_column and any(r.get("stratum") for r in rows):
         columns.append((spec.stratum_column, "stratum"))
-    if protocol.task.kind == "generation" and spec.reference_column:  # the reference answers the copy kept
-        columns.append((spec.reference_column, "reference"))
+    if reference_column(protocol):  # the reference answers the copy kept
+        columns.append((reference_column(protocol), "reference"))
     columns += [(name, copy_column(name)) for name in prompt_columns(protocol)]  # the cells a prompt names
     records = [{name: r.get(key) or "" for name, key in columns} for r in rows]
     fmt, compression = detect_format(target)

@@ -36,7 +36,7 @@ from iteralab.plan.engines import ray_gpu_problem
 from iteralab.plan.expenses import check_currency
 from iteralab.plan.lockfile import LockedProtocol, ProtocolFile, as_protocol_file, lock as _record_lock, open_locked
 from iteralab.plan.protocol import CorpusSource, Protocol
-from iteralab.plan.task import prompt_column_error, prompt_columns
+from iteralab.plan.task import prompt_column_error, prompt_columns, reference_column
 from iteralab.plan.scan import Batch, CorpusReader, CorpusScan, Sink, read_options, scan_corpus
 
 INPUTS_SCHEMA = 1
@@ -273,8 +273,8 @@ def _columns(protocol: Protocol) -> tuple[dict[str, Any], list[str]]:
                    require_id=names_id_column(protocol))
     needs_strata = any(sg.by == "stratum" for sg in protocol.subgroups)
     extra = [spec.stratum_column] if spec.stratum_column and needs_strata else []
-    if protocol.task.kind == "generation" and spec.reference_column:  # a generation job's reference answers
-        extra.append(spec.reference_column)
+    if reference_column(protocol):  # a generation job's reference answers
+        extra.append(reference_column(protocol))
     extra += [name for name in prompt_columns(protocol) if name not in extra]  # the cells a prompt names
     return columns, extra
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from iteralab.common.files import sha256_file
 from iteralab.errors import ProtocolError, WorkloadError
+from iteralab.plan.task import embedding_spec
 
 __all__ = ["POOLINGS", "FolderPooling", "check_pooling", "folder_pooling", "pooling_hashes", "pooling_problem",
            "resolved_pooling"]
@@ -119,10 +120,11 @@ def pooling_problem(spec: Any, folder: Path | None) -> str | None:
 def check_pooling(protocol: Any, folder: Path | None, source: object) -> None:
     """``lock``: refuse, in one line naming the protocol file, an encoder's ``[embedding]`` that contradicts its
     folder (:func:`pooling_problem`); any other job or model kind declares nothing to check."""
-    if protocol.task.kind != "embedding" or protocol.model.kind != "encoder" or protocol.embedding is None:
+    spec = embedding_spec(protocol)
+    if spec is None or protocol.model.kind != "encoder":
         return
     try:
-        problem = pooling_problem(protocol.embedding, folder)
+        problem = pooling_problem(spec, folder)
     except WorkloadError as exc:
         raise ProtocolError(f"{source}: model.path: {exc.message}", hint=exc.hint) from None
     if problem:

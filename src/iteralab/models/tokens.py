@@ -21,6 +21,7 @@ from iteralab.plan.prepare_generation import prepare_generation
 from iteralab.plan.protocol import Protocol
 from iteralab.plan.scan import CorpusReader
 from iteralab.plan.strata import assign_strata, describe_strata
+from iteralab.plan.task import KIND_RULES, prompt_spec
 
 #: The files a Hugging Face tokenizer may read; their hashes are recorded wherever token counts are used.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
@@ -67,7 +68,7 @@ def protocol_counter(protocol: Protocol, tokenizer: Any) -> Callable[..., list[i
     document's rendered prompt (its template filled from the text and the columns it names, and the chat
     template when declared) as the model reads it. The counter takes a batch's texts and, for a template that
     names other columns, the batch's cells by column name (a reader batch's ``extra``)."""
-    generation = protocol.generation if protocol.task.kind == "generation" else None
+    generation = prompt_spec(protocol)
     if generation is None:
         plain = token_counter(tokenizer)
 
@@ -187,8 +188,8 @@ class PromptLengthCheck:
 
     def __init__(self, protocol: Protocol, folder: Path | None, where: str) -> None:
         self.where = where
-        generation = protocol.generation
-        self.active = (protocol.task.kind == "generation" and generation is not None
+        generation = prompt_spec(protocol)
+        self.active = (generation is not None
                        and not generation.allow_truncation and folder is not None)
         self.limit = protocol.model.max_length
         self.count = protocol_counter(protocol, load_tokenizer(folder)) if self.active and folder else None
@@ -267,11 +268,12 @@ def prepare_for_model(source: str | Path, out: str | Path, *, model: str, **opti
     folder, ref = resolve_model(model)
     tokenizer = load_tokenizer(folder)
     info = {"model": ref, "class": type(tokenizer).__name__, "files": tokenizer_hashes(folder)}
-    if options.get("task") == "generation":
+    rules = KIND_RULES.get(options.get("task") or "classification")
+    if rules is not None and rules.prompts:
         kept = {k: v for k, v in options.items() if k not in ("task", "label_column")}  # no labels to read
         return prepare_generation(source, out, token_length=token_counter(tokenizer), tokenizer=info, model_ref=ref,
                                   model_kind=generation_kind(folder), **kept)
-    kind = "encoder" if options.get("task") == "embedding" else model_kind(folder)
+    kind = "encoder" if rules is not None and rules.vectors else model_kind(folder)
     order = model_labels(folder) if kind == "hf_classifier" else None
     return prepare_corpus(source, out, token_length=token_counter(tokenizer), tokenizer=info, model_ref=ref,
                           model_kind=kind, class_order=order, **options)

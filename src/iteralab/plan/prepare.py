@@ -35,6 +35,7 @@ from iteralab.plan.lockfile import lock_path
 from iteralab.plan.prepare_queries import DEFAULT_DISTRACTORS, QueryCut, cut_with_queries, write_queries_file
 from iteralab.plan.queries import load_queries
 from iteralab.plan.strata import assign_strata, stratified_sample
+from iteralab.plan.task import KIND_RULES
 
 PREPARE_SCHEMA = 1
 DEFAULT_STRATA = "short=0-30,medium=31-50,long=51-"
@@ -265,7 +266,7 @@ def prepare_corpus(source: str | os.PathLike[str], out: str | os.PathLike[str], 
     ``tuning_queries`` tuning queries, ``distractors`` other documents)."""
     if task not in PREPARE_TASKS:
         raise CorpusError(f"--task: {task!r} is not one of {', '.join(PREPARE_TASKS)}")
-    embedding = task == "embedding"
+    embedding = KIND_RULES[task].vectors  # a corpus turned into vectors: labels optional, queries cut with it
     if queries is not None and not embedding:
         raise CorpusError("--queries: a queries file is for an embedding job's ranking metrics",
                           hint="add --task embedding")

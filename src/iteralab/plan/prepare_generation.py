@@ -41,6 +41,7 @@ from iteralab.plan.prepare import (COUNTED, DEFAULT_SAMPLE, DEFAULT_STRATA, PREP
                                    parse_sample, parse_strata)
 from iteralab.plan.prompting import TEXT_FIELD, render_prompts, template_fields
 from iteralab.plan.strata import assign_strata
+from iteralab.plan.task import KIND_RULES
 
 #: A generation job's draft (``prepare --task generation``), filled by :func:`draft_generation_protocol`.
 GENERATION_DRAFT_TEMPLATE = Path(__file__).with_name("draft_generation.toml.tmpl")
@@ -234,7 +235,7 @@ def _prompt_columns(template: str, reference: str, columns: Sequence[str], sourc
 def generation_options(task: str, reference_column: str | None, prompt: str | None) -> dict[str, Any]:
     """The keywords only a generation job's ``prepare`` takes (the reference column defaults to ``answer``);
     given with another ``--task``, refused in one line."""
-    if task == "generation":
+    if task in KIND_RULES and KIND_RULES[task].prompts:
         return {"reference_column": reference_column or "answer", "prompt": prompt}
     given = [flag for flag, value in (("--reference-column", reference_column), ("--prompt", prompt)) if value]
     if given:

@@ -27,6 +27,7 @@ from iteralab.common.files import sha256_file, write_bytes_atomic
 from iteralab.errors import CorpusError
 from iteralab.plan.corpus import Corpus, check_disjoint
 from iteralab.plan.queries import Queries
+from iteralab.plan.task import KIND_RULES
 
 __all__ = ["DEFAULT_DISTRACTORS", "QueryCut", "cut_with_queries", "queries_options", "write_queries_file"]
 
@@ -122,7 +123,7 @@ def queries_options(task: str, queries: Path | None, query_sample: int | None, t
                     distractors: int) -> dict[str, Any]:
     """The keywords of ``prepare --queries`` (an embedding job's cut); a generation draft takes none, and a queries
     option given with ``--task generation`` is refused in one line."""
-    if task != "generation":
+    if task not in KIND_RULES or not KIND_RULES[task].prompts:
         return {"queries": queries, "query_sample": query_sample, "tuning_queries": tuning_queries,
                 "distractors": distractors}
     given = [flag for flag, value in (("--queries", queries), ("--query-sample", query_sample),

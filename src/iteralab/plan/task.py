@@ -2,8 +2,8 @@
 (``[embedding]``), validated when the protocol is read.
 
 ``[task] kind`` is ``"classification"`` (the default: a protocol without ``[task]`` reads as before),
-``"embedding"`` or ``"generation"``; a later kind adds its name to :data:`TASK_KINDS`, its metrics and its table
-here.
+``"embedding"`` or ``"generation"``; a later kind adds its name to :data:`TASK_KINDS`, its row to :data:`KIND_RULES`, its
+metrics and its table here.
 
 An embedding job (a corpus turned into one vector per document) is judged by:
 
@@ -37,17 +37,18 @@ returning ``[n, d]``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from iteralab.errors import CorpusError
+from iteralab.errors import CorpusError, ProtocolError
 from iteralab.plan.metric import EMBEDDING_METRICS, GENERATION_METRICS, QUERY_METRICS
 from iteralab.plan.prompting import TEXT_FIELD, render_prompts, template_fields
 from iteralab.plan.values import Flag, Number, Strict, Text, Whole
 
-#: Job kinds.
+#: Job kinds (the names of :data:`KIND_RULES`, in its order).
 TASK_KINDS = ("classification", "embedding", "generation")
 #: The model kinds an embedding job accepts: an encoder folder, or a callable returning vectors.
 EMBEDDING_MODELS = ("encoder", "callable")
@@ -147,7 +148,7 @@ class EmbeddingSpec(Strict):
 
 def prompt_columns(protocol: Any) -> list[str]:
     """The corpus columns a generation job's prompt template names besides the text (none for another job)."""
-    generation = protocol.generation if protocol.task.kind == "generation" else None
+    generation = prompt_spec(protocol)
     return generation.columns if generation is not None else []
 
 
@@ -166,29 +167,46 @@ def prompt_column_error(protocol: Any, exc: CorpusError) -> CorpusError:
 
 def task_problem(protocol: Any) -> str | None:
     """What makes the protocol's task, model, metric and ``[embedding]`` table disagree; None when they agree."""
-    kind, metric, model = protocol.task.kind, protocol.metric, protocol.model
-    if kind != "generation" and protocol.generation is not None:
+    return rules_of(protocol).problem(protocol)
+
+
+def _unprompted_problem(protocol: Any) -> str | None:
+    """What a job without prompts refuses: a ``[generation]`` table, a tolerance that is not absolute."""
+    kind, metric = protocol.task.kind, protocol.metric
+    if protocol.generation is not None:
         return f"[generation] is for task.kind = 'generation'; this protocol's task is {kind}"
-    if kind != "generation" and (metric.tolerance is None or metric.relative_tolerance is not None):
+    if metric.tolerance is None or metric.relative_tolerance is not None:
         return ("metric.tolerance is required (an absolute tolerance); metric.relative_tolerance is for a "
                 "generation job")
-    if kind == "generation":
-        return generation_problem(protocol)
-    if kind == "classification":
-        if protocol.embedding is not None:
-            return "[embedding] is for task.kind = 'embedding'; this protocol's task is classification"
-        if not protocol.corpus.classes:
-            return ("corpus.classes is missing: a classification job declares its class names (at least two), in the "
-                    "order of the model's outputs")
-        if len(protocol.corpus.classes) < 2:
-            return "corpus.classes: a classification job needs at least two classes"
-        if metric.name in EMBEDDING_METRICS:
-            return f"metric {metric.name!r} is an embedding metric; declare [task] kind = 'embedding'"
-        if model.kind == "encoder":
-            return "model.kind 'encoder' gives vectors: declare [task] kind = 'embedding'"
-        if metric.k is not None or metric.queries is not None:
-            return "metric.k and metric.queries belong to an embedding job's metric"
-        return None
+    return None
+
+
+def classification_problem(protocol: Any) -> str | None:
+    """What makes a classification protocol's tables disagree; None when they agree."""
+    metric, model = protocol.metric, protocol.model
+    if problem := _unprompted_problem(protocol):
+        return problem
+    if protocol.embedding is not None:
+        return "[embedding] is for task.kind = 'embedding'; this protocol's task is classification"
+    if not protocol.corpus.classes:
+        return ("corpus.classes is missing: a classification job declares its class names (at least two), in the "
+                "order of the model's outputs")
+    if len(protocol.corpus.classes) < 2:
+        return "corpus.classes: a classification job needs at least two classes"
+    if metric.name in EMBEDDING_METRICS:
+        return f"metric {metric.name!r} is an embedding metric; declare [task] kind = 'embedding'"
+    if model.kind == "encoder":
+        return "model.kind 'encoder' gives vectors: declare [task] kind = 'embedding'"
+    if metric.k is not None or metric.queries is not None:
+        return "metric.k and metric.queries belong to an embedding job's metric"
+    return None
+
+
+def embedding_problem(protocol: Any) -> str | None:
+    """What makes an embedding protocol's tables disagree; None when they agree."""
+    metric, model = protocol.metric, protocol.model
+    if problem := _unprompted_problem(protocol):
+        return problem
     if protocol.embedding is None:
         return "task.kind = 'embedding' needs an [embedding] table (at least min_cosine)"
     if metric.routine is None and metric.name not in EMBEDDING_METRICS:
@@ -268,3 +286,55 @@ def _engine_problem(protocol: Any) -> str | None:
                 "pass in this version; run these variants with knn_accuracy or a routine without queries, or on the "
                 "local engine with data_parallel = 1")
     return None
+
+
+@dataclass(frozen=True)
+class KindRules:
+    """What the plan stage knows of one kind of job, declared once (:data:`KIND_RULES`): the stages below the kinds'
+    folder (``plan``, ``models``, ``lock``, the campaign folder layer) look a protocol's kind up here and ask these
+    fields, never compare ``task.kind`` with a name."""
+
+    name: str
+    #: What makes a protocol of this kind disagree with itself (None when it agrees).
+    problem: Callable[[Any], str | None]
+    #: Its documents are rendered into prompts by ``[generation]`` and answered against the corpus's references.
+    prompts: bool = False
+    #: It turns each document into a vector, as ``[embedding]`` declares.
+    vectors: bool = False
+
+
+#: Every kind of job the plan reads, by its ``[task] kind`` name; a new kind is a new row.
+KIND_RULES: dict[str, KindRules] = {rules.name: rules for rules in (
+    KindRules("classification", classification_problem),
+    KindRules("embedding", embedding_problem, vectors=True),
+    KindRules("generation", generation_problem, prompts=True),
+)}
+
+
+def rules_named(name: str) -> KindRules:
+    """The rules of the kind named ``name`` (a ``--task``, a recorded ``task``)."""
+    try:
+        return KIND_RULES[name]
+    except KeyError:
+        raise ProtocolError(f"unknown job kind {name!r}; hint: one of {', '.join(KIND_RULES)}") from None
+
+
+def rules_of(protocol: Any) -> KindRules:
+    """The rules of a protocol's ``[task] kind``."""
+    return rules_named(protocol.task.kind)
+
+
+def prompt_spec(protocol: Any) -> Any:
+    """The protocol's ``[generation]`` table when its job renders prompts; None for another job."""
+    return protocol.generation if rules_of(protocol).prompts else None
+
+
+def embedding_spec(protocol: Any) -> Any:
+    """The protocol's ``[embedding]`` table when its job makes vectors; None for another job."""
+    return protocol.embedding if rules_of(protocol).vectors else None
+
+
+def reference_column(protocol: Any) -> str | None:
+    """The corpus column of the reference answers that a job with prompts reads (None for another job, or when
+    the protocol names none)."""
+    return protocol.corpus.reference_column or None if rules_of(protocol).prompts else None
