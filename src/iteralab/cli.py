@@ -98,7 +98,7 @@ def prepare_cmd(
     """Build the stratified final corpus and a disjoint tuning split with the model's tokenizer (C2, P4)."""
     from iteralab.models.tokens import prepare_for_model
     from iteralab.plan.prepare import parse_sample, parse_strata
-    from iteralab.plan.prepare_generation import generation_lines, generation_options
+    from iteralab.plan.prepare_generation import generation_options
     from iteralab.plan.prepare_queries import queries_options
 
     bounds = parse_strata(strata)
@@ -109,35 +109,7 @@ def prepare_cmd(
                                tuning=tuning, seed=seed, max_length=max_length, task=task,
                                **generation_options(task, reference_column, prompt),
                                **queries_options(task, queries, query_sample, tuning_queries, distractors))
-    if record.get("task") == "generation":
-        for line in generation_lines(record, out):
-            typer.echo(line)
-        return
-    for name, mix in record["counts"]["final"].items():
-        typer.echo(f"final {name}: {sum(mix.values())} texts ({', '.join(f'{c} {n}' for c, n in mix.items())})")
-    typer.echo(f"tuning: {record['tuning_size']} texts, disjoint from final by id and text")
-    repeated = [e for e in record["left_out"] if "query_id" not in e]
-    if repeated:
-        typer.echo(f"left out: {len(repeated)} repeated texts (see prepare.json)")
-    cut = record.get("queries")
-    if cut:
-        typer.echo(f"queries: {cut['final']} final queries with every relevant document and "
-                   f"{cut['final_distractors']} distractors ({cut['distractors']} asked); {cut['tuning']} tuning "
-                   f"queries with {cut['tuning_distractors']}; {len(record['left_out']) - len(repeated)} left out "
-                   "(a relevant id not in the source, see prepare.json)")
-    names = ["final.csv", "tuning.csv", *(["queries.csv", "tuning_queries.csv"] if cut else []), "prepare.json",
-             "protocol.toml"]
-    typer.echo(f"written: {', '.join(str(out / name) for name in names)}")
-    if cut:
-        typer.echo(f"next: iteralab threshold {out / 'protocol.toml'} (the ranking metric on the tuning queries, a "
-                   f"suggested threshold), make each CHOOSE in it, then iteralab lock {out / 'protocol.toml'}")
-        return
-    if record.get("task") == "embedding":
-        typer.echo(f"next: make each CHOOSE in {out / 'protocol.toml'} (with no labels, write the queries file it "
-                   f"names), then iteralab lock {out / 'protocol.toml'}")
-        return
-    typer.echo(f"next: iteralab threshold {out / 'protocol.toml'} (the model on the tuning split, a suggested "
-               f"threshold), make each CHOOSE in it, then iteralab lock {out / 'protocol.toml'}")
+    _print_prepared(record, out)
 
 
 @app.command("run")
@@ -190,6 +162,43 @@ def _no_accepted_exit(summary: dict, allow: bool, as_json: bool) -> None:
     raise typer.Exit(1)
 
 
+def _print_prepared(record: dict, out: Path) -> None:
+    """What ``prepare`` wrote (``record``: its prepare.json) and what to do next, as the drafted kind of job says."""
+    from iteralab.plan.prepare_generation import generation_lines
+    from iteralab.plan.task import rules_named
+
+    drafted = rules_named(record.get("task") or "classification")  # recorded for a kind other than the default
+    if drafted.prompts:
+        for line in generation_lines(record, out):
+            typer.echo(line)
+        return
+    for name, mix in record["counts"]["final"].items():
+        typer.echo(f"final {name}: {sum(mix.values())} texts ({', '.join(f'{c} {n}' for c, n in mix.items())})")
+    typer.echo(f"tuning: {record['tuning_size']} texts, disjoint from final by id and text")
+    repeated = [e for e in record["left_out"] if "query_id" not in e]
+    if repeated:
+        typer.echo(f"left out: {len(repeated)} repeated texts (see prepare.json)")
+    cut = record.get("queries")
+    if cut:
+        typer.echo(f"queries: {cut['final']} final queries with every relevant document and "
+                   f"{cut['final_distractors']} distractors ({cut['distractors']} asked); {cut['tuning']} tuning "
+                   f"queries with {cut['tuning_distractors']}; {len(record['left_out']) - len(repeated)} left out "
+                   "(a relevant id not in the source, see prepare.json)")
+    names = ["final.csv", "tuning.csv", *(["queries.csv", "tuning_queries.csv"] if cut else []), "prepare.json",
+             "protocol.toml"]
+    typer.echo(f"written: {', '.join(str(out / name) for name in names)}")
+    if cut:
+        typer.echo(f"next: iteralab threshold {out / 'protocol.toml'} (the ranking metric on the tuning queries, a "
+                   f"suggested threshold), make each CHOOSE in it, then iteralab lock {out / 'protocol.toml'}")
+        return
+    if drafted.vectors:
+        typer.echo(f"next: make each CHOOSE in {out / 'protocol.toml'} (with no labels, write the queries file it "
+                   f"names), then iteralab lock {out / 'protocol.toml'}")
+        return
+    typer.echo(f"next: iteralab threshold {out / 'protocol.toml'} (the model on the tuning split, a suggested "
+               f"threshold), make each CHOOSE in it, then iteralab lock {out / 'protocol.toml'}")
+
+
 @app.command("table")
 def table_cmd(campaign: Path = typer.Argument(..., help="Campaign folder.")) -> None:
     """Regenerate raw_table.csv from the journal and the prediction files."""
@@ -209,13 +218,13 @@ def demo_cmd(
 ) -> None:
     """Run the worked example on real data: MiniLM + linear head over 1,000 Rotten Tomatoes texts (--task embedding:
     MiniLM's vectors of the same texts)."""
-    from iteralab.demo.run import run_demo
+    from iteralab.demo.run import TASKS as DEMO_TASKS, run_demo
 
     display = None if as_json else campaign_display()
     if display and (docs != DEMO_DOCS or passes != DEMO_PASSES):
         display.message(f"quick try: {docs} documents, {passes} passes — NOT the full protocol ({DEMO_DOCS} "
                         f"documents, {DEMO_PASSES} passes)")
-    resume = " ".join(["iteralab demo --out", str(out)] + ([f"--task {task}"] if task != "classification" else [])
+    resume = " ".join(["iteralab demo --out", str(out)] + ([f"--task {task}"] if task != DEMO_TASKS[0] else [])
                       + ([f"--docs {docs}"] if docs != DEMO_DOCS else [])
                       + ([f"--passes {passes}"] if passes != DEMO_PASSES else []))
     with resumable(resume, display):

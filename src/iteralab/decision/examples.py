@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from iteralab.campaign.folder import RawRow
 from iteralab.campaign.kinds.generation.output import read_texts
+from iteralab.campaign.kinds.registry import kind_of
 from iteralab.campaign.verdict.cosine import compare_vectors
 from iteralab.campaign.verdict.evaluate import TOL, PredictionReader, corpus_texts, load_expected
 from iteralab.campaign.verdict.generation import load_references
@@ -71,16 +72,11 @@ def wrong_examples(ev: Evidence, limit: int = EXAMPLES) -> Examples:
     counted = counted_rows(ev)
     if not counted:
         return Examples(None, (), (), NO_COUNTED_PASS)
-    kind = ev.protocol.task.kind
-    if kind == "embedding":
-        return _farthest_vectors(ev, counted, limit)
+    return SHOWN[kind_of(ev.protocol).examples](ev, counted, limit)
+
+
+def _wrong_labels(ev: Evidence, counted: list[RawRow], limit: int) -> Examples:
     row, which = _example_pass(ev, counted)
-    if kind == "generation":
-        return _wrong_texts(ev, row, which, limit)
-    return _wrong_labels(ev, row, which, limit)
-
-
-def _wrong_labels(ev: Evidence, row: RawRow, which: str, limit: int) -> Examples:
     columns = ("id", "stratum", "label", "predicted", "text")
     entry = PredictionReader(ev.protocol).read(ev.folder / str(row.prediction_file))
     if entry is None:
@@ -109,7 +105,8 @@ def _wrong_labels(ev: Evidence, row: RawRow, which: str, limit: int) -> Examples
                     f"labels; the first {len(rows)} in corpus order.")
 
 
-def _wrong_texts(ev: Evidence, row: RawRow, which: str, limit: int) -> Examples:
+def _wrong_texts(ev: Evidence, counted: list[RawRow], limit: int) -> Examples:
+    row, which = _example_pass(ev, counted)
     protocol = ev.protocol
     spec = protocol.generation
     assert spec is not None
@@ -192,6 +189,10 @@ def _farthest_vectors(ev: Evidence, counted: list[RawRow], limit: int) -> Exampl
                     f"{len(rows)} documents farthest from the reference pass {ref.pass_id}'s vectors, lowest cosine "
                     f"first; {below} of {len(cosines)} documents are below embedding.min_cosine "
                     f"{spec.min_cosine:g}.")
+
+
+#: The readers of wrong outputs in one counted pass, by :attr:`~iteralab.campaign.kinds.base.JobKind.examples`.
+SHOWN = {"labels": _wrong_labels, "texts": _wrong_texts, "vectors": _farthest_vectors}
 
 
 def wrong_predictions(ev: Evidence, limit: int = EXAMPLES) -> tuple[str | None, list[dict[str, str]]]:

@@ -31,8 +31,6 @@ __all__ = ["CLASSES", "DEFAULT_TUNING", "PROTOCOL_TEMPLATE", "QUICK_TRY", "TASKS
            "protocol_text", "run_demo"]
 
 DEFAULT_TUNING = 1000
-#: The worked examples, by kind of job: the first is the default.
-TASKS = ("classification", "embedding")
 STRATA = dict(DEMO_STRATA)
 COUNTS = dict(DEMO_COUNTS)
 #: A precision change may not move any probability by more than this against the reference pass: an
@@ -72,6 +70,12 @@ def build_inputs(out: Path, *, docs: int, passes: int, tuning_size: int, seed: i
     return protocol
 
 
+#: Each worked example's inputs (data, protocol), by kind of job: the first is the default.
+BUILDERS: dict[str, Callable[..., Path]] = {"classification": build_inputs, "embedding": build_embedding_inputs}
+#: The worked examples' kinds of job.
+TASKS = tuple(BUILDERS)
+
+
 def run_demo(out: str | os.PathLike[str], *, task: str = TASKS[0], docs: int = DEFAULT_DOCS,
              passes: int = DEFAULT_PASSES, tuning_size: int | None = None, seed: int = 0, emit: Emit | None = None,
              progress: Any = None) -> dict[str, Any]:
@@ -92,7 +96,7 @@ def run_demo(out: str | os.PathLike[str], *, task: str = TASKS[0], docs: int = D
     else:
         out.mkdir(parents=True, exist_ok=True)
         tuning = tuning_size or (DEFAULT_TUNING if docs == DEFAULT_DOCS else min(DEFAULT_TUNING, max(200, docs)))
-        build = build_inputs if task == "classification" else build_embedding_inputs
+        build = BUILDERS[task]
         protocol = build(out, docs=docs, passes=passes, tuning_size=tuning, seed=seed, emit=emit)
         entry = lock(protocol)
         emit(f"protocol locked: sha256 {entry['sha256'][:16]}… at {entry['locked_at']}")

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from iteralab.campaign.kinds.registry import kind_named
 from iteralab.common.files import write_json_atomic, write_text_atomic
 
 __all__ = ["OUTPUT_WORDS", "OutputWords", "carried_line", "render_comparison", "summary_lines", "write_comparison"]
@@ -41,32 +41,13 @@ def summary_lines(c: dict[str, Any]) -> list[str]:
     return lines
 
 
-@dataclass(frozen=True)
-class OutputWords:
-    """How the comparison of one kind of output is named: the per-variant table's two output columns and the
-    meaning of *identical* and *within bound*."""
-
-    first: str
-    second: str
-    identical: str
-    bound: str
-
-
-#: Per job kind (``task.kind``); a comparison written before the kind was recorded reads as classification.
-OUTPUT_WORDS = {
-    "classification": OutputWords("label agreement (min)", "max abs prob diff", "same ids, labels and probabilities",
-                                  "every probability within the protocol's declared bound"),
-    "embedding": OutputWords("min cosine", "max abs vector component diff", "same ids and vectors",
-                             "every vector component within the protocol's declared bound"),
-    "generation": OutputWords("identical texts (min share)", "—", "same ids and texts",
-                              "not applicable to texts (a text is identical or not)"),
-}
+#: The kind a comparison written before the kind was recorded reads as.
+UNRECORDED_KIND = "classification"
 
 
 def render_comparison(c: dict[str, Any]) -> str:
     p = c["protocol"]
-    kind = p.get("kind") or "classification"
-    words = OUTPUT_WORDS.get(kind, OUTPUT_WORDS["classification"])
+    words = kind_named(p.get("kind") or UNRECORDED_KIND).rerun_words  # its words, as the kind names its outputs
     bound = f" (bound {p['bound']})" if p["bound"] is not None else ""
     lines = [
         f"# Rerun comparison: {p['name']} version {p['version']}", "",
@@ -96,7 +77,7 @@ def render_comparison(c: dict[str, Any]) -> str:
               "|---|---|---|---|---|---|---|---|---|"]
     for name, v in c["variants"].items():
         ratio = "—" if v["median_ratio"] is None else f"×{v['median_ratio']:.3f}"
-        first = v.get("min_cosine") if kind == "embedding" else v["min_label_agreement"]
+        first = v.get(words.first_key)
         agree = "—" if first is None else f"{first:.4f}"
         diff = "—" if v["max_abs_prob_diff"] is None else f"{v['max_abs_prob_diff']:.3g}"
         lines.append(

@@ -35,6 +35,7 @@ from typing import Any
 
 from iteralab.campaign.folder import CampaignFolder, RawRow
 from iteralab.campaign.journal import JOURNAL_NAME, read_journal
+from iteralab.campaign.kinds.registry import kind_of
 from iteralab.evidence.feasibility import feasibility
 from iteralab.kit.memoire import (
     ACTIVATION_BYTES, BYTES_PER_PARAM, DEFAULT_MARGIN, NO_RUNTIME, MemoryEstimate, MemoryKitError, RuntimeOverhead,
@@ -164,7 +165,7 @@ def kv_cache_bytes(config: Any, precision: str, batch_size: int, tokens: int) ->
 
 def _with_kv_cache(row: dict[str, Any], model: Any, protocol: Any, variant: Any) -> None:
     """A generation job: the KV cache term added to the estimate beside the weights (and to its total)."""
-    if protocol.task.kind != "generation" or protocol.generation is None or model is None \
+    if not kind_of(protocol).kv_cache or protocol.generation is None or model is None \
             or not row.get("estimate_terms"):
         return
     tokens = protocol.model.max_length + protocol.generation.max_new_tokens

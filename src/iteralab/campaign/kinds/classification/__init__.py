@@ -1,15 +1,18 @@
 """The classification job: its kind object (:data:`CLASSIFICATION`) and everything it owns.
 
-Reads and writes: its prediction file (``output.py``).
+Reads and writes: its prediction file (``output.py``); how its results are shown (``shown.py``).
 """
 
 from __future__ import annotations
 
 from iteralab.campaign.kinds.base import JobKind
+from iteralab.campaign.kinds.classification import shown
 
 
 class ClassificationKind(JobKind):
     name = "classification"
+    rerun_words = shown.RERUN_WORDS
+    examples = shown.EXAMPLES
 
 
 CLASSIFICATION = ClassificationKind()
