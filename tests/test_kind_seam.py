@@ -7,7 +7,9 @@ Fast and import-free like ``test_layout.py``: every check parses the source with
   (``protocol.task.kind == "embedding"``, ``kind in ("embedding", "generation")``);
 - a call of a kind predicate: a function named ``is_embedding``, ``is_generation`` or ``is_<something>_campaign``;
 - key sniffing: ``"<key>" in <row>`` (or ``not in``) for a key only one kind's verdict writes (``min_cosine``,
-  ``identical_share`` …): the row's kind guessed from its columns.
+  ``identical_share`` …): the row's kind guessed from its columns;
+- a kind's table kept aside to stand for the kind: ``reader.embedding is not None``, ``self.generation is None``
+  (a protocol's own ``protocol.embedding``, checked against its kind by ``plan/task.py``, is a table, not a kind).
 
 A stage at or above ``campaign.kinds`` asks :func:`iteralab.campaign.kinds.registry.kind_of` (or ``kind_named``)
 and then the kind object; a stage below it (``plan``, ``models``, ``lock``, the campaign folder layer) holds one
@@ -18,7 +20,6 @@ table per stage keyed by the kind's name, looked up, not compared. Adding a kind
 from __future__ import annotations
 
 import ast
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,17 @@ def _is_predicate(name: str) -> bool:
     return name in PREDICATES or (name.startswith("is_") and name.endswith("_campaign"))
 
 
+def _stands_for_kind(node: ast.Compare) -> bool:
+    """``<holder>.embedding is None`` (or ``generation``, ``is not``) on anything but a protocol."""
+    left = node.left
+    if not (isinstance(left, ast.Attribute) and left.attr in KIND_NAMES and len(node.ops) == 1
+            and isinstance(node.ops[0], (ast.Is, ast.IsNot))):
+        return False
+    holder = left.value
+    name = holder.id if isinstance(holder, ast.Name) else holder.attr if isinstance(holder, ast.Attribute) else ""
+    return not name.endswith("protocol")
+
+
 def branches(tree: ast.AST) -> list[tuple[int, str]]:
     """Each "which kind?" branch of a module: its line and what it is."""
     found: list[tuple[int, str]] = []
@@ -83,6 +95,8 @@ def branches(tree: ast.AST) -> list[tuple[int, str]]:
             elif any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops) and isinstance(node.left, ast.Constant) \
                     and node.left.value in KIND_KEYS:
                 found.append((node.lineno, f"key {node.left.value!r} sniffed"))
+            elif _stands_for_kind(node):
+                found.append((node.lineno, f".{node.left.attr} taken for the kind"))
         elif isinstance(node, ast.match_case) and any(_name_literal(p.value) for p in ast.walk(node.pattern)
                                                       if isinstance(p, ast.MatchValue)):
             found.append((node.pattern.lineno, "kind name matched"))
@@ -117,12 +131,14 @@ def test_the_detector_sees_each_form():
         'match kind:\n'
         '    case "classification":\n'
         '        pass\n'
+        'g = reader.embedding is not None or self.generation is None\n'
         'e = model.kind == "callable" or error_kind == "timeout" or "dataset" in row\n'
-        'f = RULES["embedding"]\n'
+        'f = RULES["embedding"] if protocol.generation is None or run.protocol.embedding is not None else None\n'
     )
     assert [what for _, what in branches(ast.parse(source))] == [
         "kind name compared", "kind name compared", "is_embedding() called", "is_generation_campaign() called",
-        "key 'min_cosine' sniffed", "kind name matched"]
+        "key 'min_cosine' sniffed", "kind name matched", ".embedding taken for the kind",
+        ".generation taken for the kind"]
 
 
 def test_the_modules_already_cleared_ask_the_kind():

@@ -146,8 +146,8 @@ def write_corpus_copies(locked: LockedProtocol, out: Path, *, rerun: bool = Fals
     spec = protocol.corpus
     by_stratum = any(sg.by == "stratum" for sg in protocol.subgroups) and bool(spec.stratum_column)
     extra = {"stratum": spec.stratum_column if by_stratum else ""}
-    if reference_column(protocol):  # the references the verdict reads
-        extra["reference"] = reference_column(protocol)
+    if reference := reference_column(protocol):  # the references the verdict reads
+        extra["reference"] = reference
     extra.update({copy_column(name): name for name in prompt_columns(protocol)})  # the cells a prompt names
     copies: dict[str | None, CorpusCopy] = {}
     tuning_copy = None

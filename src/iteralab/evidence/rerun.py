@@ -120,8 +120,8 @@ def _write_declared_corpus(source_csv: Path, target: Path, protocol: Protocol, i
     columns += [(spec.text_column, "text"), (spec.label_column, "label")]
     if spec.stratum_column and any(r.get("stratum") for r in rows):
         columns.append((spec.stratum_column, "stratum"))
-    if reference_column(protocol):  # the reference answers the copy kept
-        columns.append((reference_column(protocol), "reference"))
+    if reference := reference_column(protocol):  # the reference answers the copy kept
+        columns.append((reference, "reference"))
     columns += [(name, copy_column(name)) for name in prompt_columns(protocol)]  # the cells a prompt names
     records = [{name: r.get(key) or "" for name, key in columns} for r in rows]
     fmt, compression = detect_format(target)

@@ -273,8 +273,8 @@ def _columns(protocol: Protocol) -> tuple[dict[str, Any], list[str]]:
                    require_id=names_id_column(protocol))
     needs_strata = any(sg.by == "stratum" for sg in protocol.subgroups)
     extra = [spec.stratum_column] if spec.stratum_column and needs_strata else []
-    if reference_column(protocol):  # a generation job's reference answers
-        extra.append(reference_column(protocol))
+    if reference := reference_column(protocol):  # a generation job's reference answers
+        extra.append(reference)
     extra += [name for name in prompt_columns(protocol) if name not in extra]  # the cells a prompt names
     return columns, extra
 
