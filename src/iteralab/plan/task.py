@@ -2,8 +2,8 @@
 (``[embedding]``), validated when the protocol is read.
 
 ``[task] kind`` is ``"classification"`` (the default: a protocol without ``[task]`` reads as before),
-``"embedding"`` or ``"generation"``; a later kind adds its name to :data:`TASK_KINDS`, its row to :data:`KIND_RULES`, its
-metrics and its table here.
+``"embedding"`` or ``"generation"``; a later kind adds its name to :data:`TASK_KINDS`, its row to
+:data:`KIND_RULES`, its metrics and its table here.
 
 An embedding job (a corpus turned into one vector per document) is judged by:
 

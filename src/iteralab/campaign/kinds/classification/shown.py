@@ -1,5 +1,5 @@
-"""How a classification job's results are shown: the rerun comparison's words for its probability tables, and the wrong outputs
-the report lists."""
+"""How a classification job's results are shown: the rerun comparison's words for its probability tables, and the wrong
+outputs the report lists."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""How a embedding job's results are shown: the rerun comparison's words for its vectors, and the wrong outputs
-the report lists."""
+"""How an embedding job's results are shown: the rerun comparison's words for its vectors, and the wrong outputs the
+report lists."""
 
 from __future__ import annotations
 

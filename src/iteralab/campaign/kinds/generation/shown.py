@@ -1,5 +1,5 @@
-"""How a generation job's results are shown: the rerun comparison's words for its texts, and the wrong outputs
-the report lists."""
+"""How a generation job's results are shown: the rerun comparison's words for its texts, and the wrong outputs the
+report lists."""
 
 from __future__ import annotations
 
