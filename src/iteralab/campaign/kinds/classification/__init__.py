@@ -6,10 +6,12 @@ Reads and writes: its prediction file (``output.py``).
 from __future__ import annotations
 
 from iteralab.campaign.kinds.base import JobKind
+from iteralab.campaign.kinds.classification.output import PROBABILITY_FILE
 
 
 class ClassificationKind(JobKind):
     name = "classification"
+    output = PROBABILITY_FILE
 
 
 CLASSIFICATION = ClassificationKind()

@@ -6,10 +6,12 @@ Reads and writes: its prediction file (``output.py``).
 from __future__ import annotations
 
 from iteralab.campaign.kinds.base import JobKind
+from iteralab.campaign.kinds.embedding.output import VECTOR_FILE
 
 
 class EmbeddingKind(JobKind):
     name = "embedding"
+    output = VECTOR_FILE
 
 
 EMBEDDING = EmbeddingKind()
