@@ -48,7 +48,7 @@ def test_format_problems_name_the_same_rows_when_read_in_batches(tmp_path, monke
     assert batched.problems == ("row 3: id must be a non-empty string", "row 5: label 'nope' is not one of the classes",
                                 "row 7: probs sum to 0.500000, not 1", "row 8: probs must be a list of 3 numbers",
                                 "row 9: id must be a non-empty string")
-    assert batched.n_problems == whole.n_problems == 6  # row 10 too: its label is not the most probable class
+    assert batched.problem_count == whole.problem_count == 6  # row 10 too: its label is not the most probable class
     assert batched.records == 11
     assert batched.ids.to_pylist() == [i for i in ids if i is not None]  # a record without an id is counted only
     assert batched.labels.tolist() == whole.labels.tolist()
@@ -60,7 +60,7 @@ def test_a_wrong_column_type_is_refused_before_any_row_is_read(tmp_path):
     pq.write_table(pa.table({"id": pa.array([1, 2]), "label": ["plot", "plot"],
                              "probs": pa.array([[0.8, 0.1, 0.1]] * 2, pa.list_(pa.float32(), 3))}), path)
     preds = read_predictions(path, CLASSES, 1e-3)
-    assert preds.records == 2 and preds.n_problems == 1 and len(preds.ids) == 0
+    assert preds.records == 2 and preds.problem_count == 1 and len(preds.ids) == 0
     assert preds.problems[0].startswith("column types must be id: string, label: string")
 
 

@@ -168,7 +168,7 @@ def test_vector_file_round_trip_and_format_checks(tmp_path):
     digest = writer.close()
     assert len(digest) == 64 and not any(p.name.startswith(".") for p in tmp_path.iterdir())
     read = read_vectors(tmp_path / "p.parquet", normalize=True)
-    assert read.ids.to_pylist() == ["a", "b", "c"] and read.dim == 4 and read.n_problems == 0
+    assert read.ids.to_pylist() == ["a", "b", "c"] and read.dim == 4 and read.problem_count == 0
     assert np.array_equal(read.vectors, good)
     assert read_vectors(tmp_path / "p.parquet", normalize=True, dim=8).problems == (
         "vectors have 4 values, the protocol declares 8",)
@@ -180,10 +180,10 @@ def test_vector_file_round_trip_and_format_checks(tmp_path):
     writer.write(pa.array(["a", "b", "c"]), bad)
     writer.close()
     read = read_vectors(tmp_path / "q.parquet", normalize=True)
-    assert read.n_problems == 2
+    assert read.problem_count == 2
     assert read.problems == ("row 2: vector norm differs from 1 by more than 0.001 (normalize = true)",
                              "row 3: vector must hold finite numbers")
-    assert read_vectors(tmp_path / "q.parquet", normalize=False).n_problems == 1
+    assert read_vectors(tmp_path / "q.parquet", normalize=False).problem_count == 1
 
 
 def test_knn_is_leave_one_out_and_blockwise(monkeypatch):

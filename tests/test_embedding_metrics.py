@@ -176,7 +176,7 @@ def test_recall_at_k_on_a_corpus_without_labels_locks_runs_and_verifies(tmp_path
     for name, row in rows.items():
         assert row.status == "ok" and row.ids_match and row.format_ok, (name, row.notes)
         stored = read_vectors(out / row.prediction_file.replace(".parquet", ".queries.parquet"), normalize=True)
-        assert stored.ids.to_pylist() == [q for q, _, _ in QUERIES] and stored.n_problems == 0
+        assert stored.ids.to_pylist() == [q for q, _, _ in QUERIES] and stored.problem_count == 0
         assert row.metric == pytest.approx(_independent_recall(out, row.prediction_file, 3), abs=1e-9)
         assert "embedded after the measured pass, outside pass_s" in row.notes
     assert rows["b2"].corpus_accepted, rows["b2"].notes

@@ -72,7 +72,7 @@ def test_reading_a_vector_file_never_holds_its_vectors(tmp_path, monkeypatch):
     read = vec.read_vectors(tmp_path / "p.parquet", normalize=True)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    assert read.n_problems == 0 and read.vectors.shape == (rows, dim) and read.finite.all()
+    assert read.problem_count == 0 and read.vectors.shape == (rows, dim) and read.finite.all()
     assert peak < rows * dim * 4 / 4  # a few batches of NumPy arrays, not the 10 MB of vectors
 
 
@@ -141,7 +141,7 @@ def _campaign_files(tmp_path, variants: str, other: str):
 def _same_file_as_one_device(ids, files, rows, other):
     single, parallel = files["b4"], files[other]
     assert single.ids.to_pylist() == ids and parallel.ids.to_pylist() == ids  # corpus order, every id once
-    assert parallel.dim == single.dim and parallel.n_problems == 0
+    assert parallel.dim == single.dim and parallel.problem_count == 0
     assert np.allclose(np.asarray(parallel.vectors), np.asarray(single.vectors), atol=1e-6, rtol=0)
     row = rows[other]
     assert row.status == "ok" and row.ids_match and row.format_ok and row.corpus_accepted, row.notes

@@ -60,7 +60,7 @@ def test_a_written_file_reads_back_as_written(tmp_path, ids):
     path = tmp_path / "pass.parquet"
     path.write_bytes(prediction_bytes(ids))
     preds = read_predictions(path, CLASSES, 1e-6)
-    assert preds.ids.to_pylist() == ids and preds.records == len(ids) and preds.n_problems == 0
+    assert preds.ids.to_pylist() == ids and preds.records == len(ids) and preds.problem_count == 0
     assert preds.labels.tolist() == [0] * len(ids)
     assert np.array_equal(preds.probs, np.tile(np.asarray(PROBS, dtype=np.float32), (len(ids), 1)).reshape(-1, 3))
 

@@ -78,7 +78,7 @@ def _file_in_corpus_order(folder: Path, kind: str, result: dict, ids: list[str] 
         assert np.array_equal(got, expected)
     elif kind == "embedding":
         stored = read_vectors(path, normalize=True)
-        assert stored.n_problems == 0
+        assert stored.problem_count == 0
         assert np.allclose(np.asarray(stored.vectors), fake_embedders.word_embedder(mine), atol=1e-6)
     else:
         stored = read_texts(path, max_new_tokens=64, allow_empty=False)

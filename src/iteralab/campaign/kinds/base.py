@@ -7,7 +7,12 @@ outside the kinds' folders holds a ``JobKind`` and asks it; it never compares ``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+from iteralab.campaign.kinds.output import OutputFile, OutputSet
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,16 @@ class JobKind:
 
     #: ``[task] kind`` of the protocols this kind judges.
     name: ClassVar[str]
+    #: Its prediction file (``<kind>/output.py``): ``output.output_kind`` (``records.OUTPUT_KINDS``),
+    #: ``output.columns`` (after ``id``), ``output.read`` / ``output.read_with_sha256`` (the checked set).
+    output: ClassVar[OutputFile]
+
+    def read_output(self, path: Path, protocol: Any, like: pa.Array | None = None) -> OutputSet:
+        """A pass's prediction file read and checked by what ``protocol`` declares for this kind (its classes and
+        sum tolerance, its ``[embedding]`` or ``[generation]`` rules): the kind's
+        :class:`~iteralab.campaign.kinds.output.OutputSet`, with the shared ``ids``, ``records``, ``problems`` and
+        ``problem_count``. ``like``: the expected ids, shared by the set when the file holds exactly those."""
+        return self.output.read(path, protocol, like)
 
     #: How a rerun comparison names this kind's outputs (``evidence.comparison``).
     rerun_words: ClassVar[OutputWords]

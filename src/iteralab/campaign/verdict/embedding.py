@@ -117,7 +117,7 @@ def pass_queries(path: Path, campaign: CampaignQueries | None, documents: np.nda
     digest = sha256_file(path)
     found = read_vectors(path, normalize=normalize, dim=dim)
     queries = campaign.queries
-    if found.n_problems:
+    if found.problem_count:
         return PassQueries(None, None, f"queries: {path.name}: {found.problems[0]}", digest)
     if found.ids.to_pylist() != list(queries.ids):
         return PassQueries(None, None, f"queries: {path.name} does not hold the {len(queries)} query ids of the "

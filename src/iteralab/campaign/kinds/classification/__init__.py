@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from iteralab.campaign.kinds.base import JobKind
 from iteralab.campaign.kinds.classification import shown
+from iteralab.campaign.kinds.classification.output import PROBABILITY_FILE
 
 
 class ClassificationKind(JobKind):
     name = "classification"
     rerun_words = shown.RERUN_WORDS
     examples = shown.EXAMPLES
+    output = PROBABILITY_FILE
 
 
 CLASSIFICATION = ClassificationKind()

@@ -8,36 +8,35 @@ A prediction file is Parquet with exactly three columns, one row per completed i
     probs  fixed_size_list<float32>[k]     one probability per class, in the protocol's class order
 
 The columns after ``id`` are the pass's output, of one kind (:class:`~iteralab.campaign.records.PassOutput`,
-:data:`OUTPUT_COLUMNS`): class labels and probabilities is the only kind written so far; a later kind (embedding
-vectors, generated texts) keeps ``id`` and the corpus order, and brings its own columns, writer and checks.
+:data:`OUTPUT_COLUMNS`): class labels and probabilities; the other kinds (embedding vectors, generated texts) keep
+``id`` and the corpus order, and bring their own columns, writer and checks.
 
 It is serialised whole from Arrow/NumPy arrays (no Python object per row), written atomically (temporary name,
 fsync, rename) and its sha256 is computed from the same bytes. :func:`read_predictions` returns the file as
-arrays (:class:`PredictionSet`) with its format problems; every check of ``evaluate`` runs on those arrays.
+arrays (:class:`PredictionSet`) with its format problems; every check of ``evaluate`` runs on those arrays. What
+every kind's file shares (the ``id`` column and its checks, the format version, the problem list, the batch
+reader's loop) is :mod:`iteralab.campaign.kinds.output`; the kind object's facet is :data:`PROBABILITY_FILE`.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, ClassVar, cast
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from iteralab.campaign.kinds.output import (OutputFile, OutputReading, OutputSet, file_metadata,
+                                           read_ahead, read_output, write_whole)
 from iteralab.campaign.records import CLASS_PROBABILITIES
-from iteralab.common import files
 from iteralab.common.arrow import numpy_array, string_array
 
-FORMAT_VERSION = "1"
 ROW_GROUP = 1 << 15
-#: How many format problems are spelled out (all are counted).
-SHOWN_PROBLEMS = 5
 #: The columns after ``id`` of each output kind a prediction file can hold.
 OUTPUT_COLUMNS = {CLASS_PROBABILITIES: ("label", "probs")}
 
@@ -46,7 +45,7 @@ def schema(n_classes: int) -> pa.Schema:
     label = pa.dictionary(pa.from_numpy_dtype(code_dtype(n_classes)), pa.string())
     label_column, probs_column = OUTPUT_COLUMNS[CLASS_PROBABILITIES]
     return pa.schema([("id", pa.string()), (label_column, label), (probs_column, pa.list_(pa.float32(), n_classes))],
-                     metadata={"iteralab.predictions": FORMAT_VERSION})
+                     metadata=file_metadata())
 
 
 def encode(ids: pa.Array, classes: list[str] | tuple[str, ...], probs: np.ndarray) -> bytes:
@@ -73,37 +72,20 @@ def encode_buffer(ids: pa.Array, classes: list[str] | tuple[str, ...], probs: np
 
 def write_predictions(path: Path, ids: pa.Array, classes: list[str] | tuple[str, ...], probs: np.ndarray) -> str:
     """Write the file atomically; return its sha256 (of the bytes written)."""
-    data = encode_buffer(ids, classes, probs)
-    # looked up at call time: one atomic writer for every evidence file; it takes any object with the buffer protocol
-    files.write_bytes_atomic(path, data)  # type: ignore[arg-type]
-    return hashlib.sha256(data).hexdigest()
+    return write_whole(path, encode_buffer(ids, classes, probs))
 
 
 # ---------------------------------------------------------------------------------------------- reading
 
 
 @dataclass(frozen=True)
-class PredictionSet:
-    """A prediction file as arrays. ``ids`` holds every record that has a string id (a record without one is
-    counted in ``records`` only); ``labels`` is the class index of each of those records' label (-1: not a
-    class); ``probs`` their probabilities (a row of NaN where they are not ``k`` numbers)."""
+class PredictionSet(OutputSet):
+    """A prediction file as arrays (:class:`~iteralab.campaign.kinds.output.OutputSet`): ``labels`` is the class
+    index of each record's label (-1: not a class); ``probs`` their probabilities (a row of NaN where they are not
+    ``k`` numbers)."""
 
-    ids: pa.Array
-    labels: np.ndarray
-    probs: np.ndarray
-    records: int
-    problems: tuple[str, ...]
-    n_problems: int
-
-    def by_id(self) -> tuple[pa.Array, np.ndarray, np.ndarray]:
-        """(distinct ids in order of first appearance, records per id, row of each id's last record — a repeated
-        id's last record is the one that counts)."""
-        encoded = pc.dictionary_encode(self.ids)
-        codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        m = len(encoded.dictionary)
-        last = np.full(m, -1, dtype=np.int64)
-        np.maximum.at(last, codes, np.arange(len(codes), dtype=np.int64))
-        return encoded.dictionary, np.bincount(codes, minlength=m), last
+    labels: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
+    probs: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
 
 
 def code_dtype(n: int) -> type:
@@ -121,113 +103,84 @@ def _class_codes(values: pa.Array, classes: tuple[str, ...]) -> np.ndarray:
 READ_BATCH = 1 << 15
 
 
+class ProbabilityFile(OutputFile):
+    """The facet of the classification kind's file: labels and probabilities, checked against the protocol's
+    classes and ``[checks] probability_sum_tolerance``."""
+
+    output_kind = CLASS_PROBABILITIES
+    columns = OUTPUT_COLUMNS[CLASS_PROBABILITIES]
+
+    def read(self, path: Path, protocol: Any, like: pa.Array | None = None) -> PredictionSet:
+        return read_predictions(path, tuple(protocol.corpus.classes), protocol.checks.probability_sum_tolerance,
+                                like=like)
+
+    def read_with_sha256(self, path: Path, protocol: Any, like: pa.Array | None = None) -> tuple[str, OutputSet]:
+        """Read once: the bytes give the sha256 and the arrays."""
+        data = Path(path).read_bytes()
+        digest = hashlib.sha256(data).hexdigest()
+        return digest, read_predictions(path, tuple(protocol.corpus.classes),
+                                        protocol.checks.probability_sum_tolerance, data, like)
+
+
+PROBABILITY_FILE = ProbabilityFile()
+
+
 def read_predictions(path: Path, classes: tuple[str, ...], sum_tol: float, data: bytes | None = None,
                      like: pa.Array | None = None) -> PredictionSet:
-    """Read a prediction file with its format problems. ``like``: the ids the file is expected to hold in this
-    order (the corpus's); when it holds exactly those, its set shares that array instead of keeping a copy of the
-    ids."""
-    return _read_parquet(path, classes, sum_tol, data, like)
+    """Read a prediction file with its format problems, in record batches of :data:`READ_BATCH` rows, each checked
+    as it comes: what is kept is the ids (none while they are those of ``like``, in its order), one class code
+    and ``k`` float32 per record. ``like``: the ids the file is expected to hold in this order (the corpus's);
+    when it holds exactly those, its set shares that array instead of keeping a copy of the ids."""
+    return cast(PredictionSet, read_output(path, PROBABILITY_FILE, _ProbabilityReading(classes, sum_tol, data), like))
 
 
-def _empty(records: int, problems: list[str]) -> PredictionSet:
-    return PredictionSet(pa.array([], pa.string()), np.zeros(0, np.int8), np.zeros((0, 0), np.float32),
-                         records, tuple(problems[:SHOWN_PROBLEMS]), len(problems))
+class _ProbabilityReading(OutputReading):
+    set_type: ClassVar[type[OutputSet]] = PredictionSet
 
+    def __init__(self, classes: tuple[str, ...], sum_tol: float, data: bytes | None) -> None:
+        self.classes, self.k, self.sum_tol, self.data = classes, len(classes), sum_tol, data
+        self.labels = _LabelCodes(classes)
+        self.codes = np.zeros(0, dtype=code_dtype(self.k))
+        self.matrix = np.zeros((0, self.k), dtype=np.float32)
 
-def _read_parquet(path: Path, classes: tuple[str, ...], sum_tol: float, data: bytes | None,
-                  like: pa.Array | None = None) -> PredictionSet:
-    """The file read in record batches of :data:`READ_BATCH` rows, each checked as it comes: what is kept is
-    the ids (none while they are those of ``like``, in its order), one class code and ``k`` float32 per
-    record."""
-
-    k = len(classes)
-    try:
+    def open(self, path: Path) -> pq.ParquetFile:
         # labels as dictionary codes (the writer's encoding): never decoded into strings
-        handle = pq.ParquetFile(pa.BufferReader(data) if data is not None else path, read_dictionary=["label"])
-        names, n = handle.schema_arrow.names, handle.metadata.num_rows
-        if names != ["id", "label", "probs"]:
-            return _empty(n, [f"columns must be exactly id, label, probs (found {', '.join(names)})"])
-        types = [handle.schema_arrow.field(c).type for c in names]
+        return pq.ParquetFile(pa.BufferReader(self.data) if self.data is not None else path, read_dictionary=["label"])
+
+    def types_problem(self, file_schema: pa.Schema) -> str | None:
+        types = [file_schema.field(c).type for c in file_schema.names]
         id_type, label_type, probs_type = (t.value_type if pa.types.is_dictionary(t) else t for t in types)
-        if not pa.types.is_string(id_type) or not pa.types.is_string(label_type) or not (
+        k = self.k
+        if pa.types.is_string(id_type) and pa.types.is_string(label_type) and (
                 pa.types.is_fixed_size_list(probs_type) and probs_type.list_size == k
                 and pa.types.is_floating(probs_type.value_type)):
-            return _empty(n, [f"column types must be id: string, label: string, probs: fixed_size_list<float>[{k}] "
-                              f"(found {id_type}, {label_type}, {probs_type})"])
-        ids_parts: list[pa.Array] = []
-        shared = like is not None and len(like) == n  # the ids read so far are like[:start]
-        codes = np.empty(n, dtype=code_dtype(k))
-        matrix = np.empty((n, k), dtype=np.float32)
-        has_id = np.empty(n, dtype=bool)
-        found = _Problems()
-        labels = _LabelCodes(classes)
-        start = 0
-        for batch in _read_ahead(handle.iter_batches(batch_size=READ_BATCH, use_threads=False)):
-            ids, label, probs = batch.columns
-            if pa.types.is_dictionary(ids.type):
-                ids = ids.dictionary_decode()
-            stop = start + len(batch)
-            _check_batch(start, ids, label, labels(label), probs, k, sum_tol, found,
-                         codes[start:stop], matrix[start:stop], has_id[start:stop])
-            if shared and has_id[start:stop].all() and ids.equals(like.slice(start, stop - start)):
-                start = stop
-                continue
-            if shared:  # the first record that differs from like: the ids before it are like's
-                ids_parts.append(like.slice(0, start))
-                shared = False
-            ids_parts.append(ids.filter(pa.array(has_id[start:stop])) if not has_id[start:stop].all() else ids)
-            start = stop
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        return _empty(0, [f"not a readable Parquet file ({str(exc).splitlines()[0][:120]})"])
-    if start != n:
-        return _empty(0, [f"not a readable Parquet file ({start} rows read, {n} declared)"])
-    if shared:
-        ids_all = like
-    else:
-        ids_all = ids_parts[0] if len(ids_parts) == 1 else pa.concat_arrays(ids_parts) if ids_parts else \
-            pa.array([], pa.string())
-    if not has_id.all():
-        kept = np.flatnonzero(has_id)
-        codes, matrix = codes[kept], matrix[kept]
-    problems, total = found.result()
-    return PredictionSet(ids_all, codes, matrix, n, tuple(problems), total)
+            return None
+        return (f"column types must be id: string, label: string, probs: fixed_size_list<float>[{k}] "
+                f"(found {id_type}, {label_type}, {probs_type})")
 
+    def begin(self, file_schema: pa.Schema, records: int) -> str | None:
+        self.codes = np.empty(records, dtype=code_dtype(self.k))
+        self.matrix = np.empty((records, self.k), dtype=np.float32)
+        return None
 
-class _Problems:
-    """The first :data:`SHOWN_PROBLEMS` failing rows of each kind (a row counts under its first failure) and
-    the count of all, gathered batch by batch."""
+    def batches(self, handle: pq.ParquetFile) -> Iterator[pa.RecordBatch]:
+        return read_ahead(handle.iter_batches(batch_size=READ_BATCH, use_threads=False))
 
-    def __init__(self) -> None:
-        self.rows: list[tuple[int, str]] = []
-        self.per_kind: dict[str, int] = {}
-        self.total = 0
+    def check(self, start: int, batch: pa.RecordBatch, has_id: np.ndarray
+              ) -> tuple[list[tuple[str, np.ndarray]], Callable[[str, int], str]]:
+        _, label, probs = batch.columns
+        stop = start + len(batch)
+        codes, matrix = self.codes[start:stop], self.matrix[start:stop]
+        probs_ok = _fill_matrix(probs, self.k, matrix)
+        codes[:] = self.labels(label)
+        checks = _row_checks(label_ok=codes >= 0, probs_ok=probs_ok, matrix=matrix, codes=codes, sum_tol=self.sum_tol)
+        return checks, lambda kind, i: _message(kind, i, label, matrix, self.k)
 
-    def add(self, start: int, checks: list[tuple[str, np.ndarray]], message: Any) -> None:
-        for kind, bad in checks:
-            count = int(bad.sum())
-            if not count:
-                continue
-            self.total += count
-            room = SHOWN_PROBLEMS - self.per_kind.get(kind, 0)
-            for i in np.flatnonzero(bad)[:max(room, 0)]:
-                self.rows.append((start + int(i), f"row {start + int(i) + 1}: {message(int(i), kind)}"))
-            self.per_kind[kind] = self.per_kind.get(kind, 0) + count
-
-    def result(self) -> tuple[list[str], int]:
-        return [text for _, text in sorted(self.rows)[:SHOWN_PROBLEMS]], self.total
-
-
-def _check_batch(start: int, ids: pa.Array, label: pa.Array, label_codes: np.ndarray, probs: pa.Array, k: int,
-                 sum_tol: float, found: _Problems, codes: np.ndarray, matrix: np.ndarray, has_id: np.ndarray) -> None:
-    """Check one batch's rows (``label_codes``: the class index of each row's label) and fill its slices of
-    ``codes``, ``matrix`` and ``has_id``."""
-    has_id[:] = pc.is_valid(ids).to_numpy(zero_copy_only=False)
-    probs_ok = _fill_matrix(probs, k, matrix)
-    codes[:] = label_codes
-    checks = _row_checks(
-        id_ok=has_id & (pc.fill_null(pc.utf8_length(ids), 0).to_numpy(zero_copy_only=False) > 0),
-        label_ok=codes >= 0, probs_ok=probs_ok, matrix=matrix, codes=codes, sum_tol=sum_tol)
-    found.add(start, checks, lambda i, kind: _message(kind, i, label, matrix, k))
+    def result(self, ids: pa.Array, records: int, problems: tuple[str, ...], count: int,
+               kept: np.ndarray | None) -> OutputSet:
+        codes, matrix = (self.codes, self.matrix) if kept is None else (self.codes[kept], self.matrix[kept])
+        return PredictionSet(ids=ids, records=records, problems=problems, problem_count=count, labels=codes,
+                             probs=matrix)
 
 
 def _fill_matrix(probs: pa.Array, k: int, matrix: np.ndarray) -> np.ndarray:
@@ -257,32 +210,11 @@ def label_prob_batches(path: Path, classes: tuple[str, ...], rows: int = ROW_GRO
     # one page at a time, not whole columns; labels as dictionary codes (the writer's encoding): never decoded
     handle = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 16, read_dictionary=["label"])
     labels = _LabelCodes(classes)
-    for batch in _read_ahead(handle.iter_batches(batch_size=rows, columns=["label", "probs"], use_threads=False)):
+    for batch in read_ahead(handle.iter_batches(batch_size=rows, columns=["label", "probs"], use_threads=False)):
         label, probs = batch.columns
         matrix = np.empty((len(batch), k), dtype=np.float32)
         _fill_matrix(probs, k, matrix)
         yield labels(label), matrix
-
-
-_END = object()
-
-
-def _read_ahead(batches: Iterator[Any]) -> Iterator[Any]:
-    """The record batches of ``batches``, the next one decoded on a second thread while the caller checks the
-    current one (Parquet decoding releases the GIL). At most two batches are held; the decoder's error is raised
-    where its batch would have been; a caller that stops early waits for the batch in progress only.
-
-    Arrow's own column threads (``use_threads``) gained less here and raised the runner's peak memory by about
-    20 MB (bench_scale, 200,000 documents)."""
-
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = pool.submit(next, batches, _END)
-        while True:
-            batch = pending.result()
-            if batch is _END:
-                return
-            pending = pool.submit(next, batches, _END)
-            yield batch
 
 
 class _LabelCodes:
@@ -341,24 +273,15 @@ def _row_stats(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
                                   -2)
 
 
-def _row_checks(*, id_ok: np.ndarray, label_ok: np.ndarray, probs_ok: np.ndarray, matrix: np.ndarray,
-                codes: np.ndarray, sum_tol: float) -> list[tuple[str, np.ndarray]]:
-    """(kind, rows failing it) in the order a record is checked; a row counts under its first failure."""
+def _row_checks(*, label_ok: np.ndarray, probs_ok: np.ndarray, matrix: np.ndarray, codes: np.ndarray,
+                sum_tol: float) -> list[tuple[str, np.ndarray]]:
+    """(kind, rows failing it) in the order a record's output is checked (after its id)."""
     finite, sums, argmax = _row_stats(matrix)
-    order = [("id", ~id_ok), ("label", ~label_ok), ("length", ~probs_ok), ("range", ~finite),
-             ("sum", np.abs(sums - 1.0) > sum_tol), ("argmax", argmax != codes)]
-    failed = np.zeros(len(id_ok), dtype=bool)
-    out = []
-    for kind, bad in order:
-        first = bad & ~failed
-        out.append((kind, first))
-        failed |= bad
-    return out
+    return [("label", ~label_ok), ("length", ~probs_ok), ("range", ~finite), ("sum", np.abs(sums - 1.0) > sum_tol),
+            ("argmax", argmax != codes)]
 
 
 def _message(kind: str, i: int, label: pa.Array, matrix: np.ndarray, k: int) -> str:
-    if kind == "id":
-        return "id must be a non-empty string"
     if kind == "label":
         return f"label {label[i].as_py()!r} is not one of the classes"
     if kind == "length":

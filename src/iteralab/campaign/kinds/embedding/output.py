@@ -21,17 +21,19 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, ClassVar, Iterator, cast
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from iteralab.campaign.kinds.output import (OutputFile, OutputReading, OutputSet, StreamWriter, file_metadata,
+                                           read_output)
 from iteralab.campaign.records import EMBEDDING_VECTORS
-from iteralab.common.files import publish_file
 
-FORMAT_VERSION = "1"
+#: The columns after ``id``.
+COLUMNS = ("vector",)
 #: Rows per record batch written (and per row group): about 12.6 MB of vectors at d = 384.
 FLUSH_ROWS = 1 << 13
 #: Rows per Parquet row group written: a reader decodes a row group at once (its values, and the list levels of
@@ -41,7 +43,6 @@ GROUP_ROWS = 1 << 11
 READ_ROWS = 1 << 11
 #: A normalised vector's norm may differ from 1 by this much (float32 arithmetic of the pooling).
 NORM_TOLERANCE = 1e-3
-SHOWN_PROBLEMS = 5
 #: A ``recall_at_k`` pass's query vectors, in the same format, are in ``<pass_id>.queries.parquet`` beside its file.
 QUERIES_SUFFIX = ".queries.parquet"
 
@@ -53,8 +54,7 @@ def queries_file_name(pass_id: str) -> str:
 
 def schema(dim: int) -> pa.Schema:
     return pa.schema([("id", pa.string()), ("vector", pa.list_(pa.float32(), dim))],
-                     metadata={"iteralab.predictions": FORMAT_VERSION, "iteralab.output": EMBEDDING_VECTORS,
-                               "iteralab.dim": str(dim)})
+                     metadata=file_metadata(EMBEDDING_VECTORS, **{"iteralab.dim": str(dim)}))
 
 
 def vector_column(vectors: np.ndarray) -> pa.FixedSizeListArray:
@@ -63,29 +63,25 @@ def vector_column(vectors: np.ndarray) -> pa.FixedSizeListArray:
     return pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1] if flat.ndim == 2 else 0)
 
 
-class VectorWriter:
-    """Streams ``(ids, vectors)`` record batches into a vector file; :meth:`close` renames it into place and
-    returns its sha256. The file exists under its own name only once it is complete."""
+class VectorWriter(StreamWriter):
+    """Streams ``(ids, vectors)`` record batches into a vector file, each written as it comes; :meth:`close`
+    renames it into place and returns its sha256 (:class:`~iteralab.campaign.kinds.output.StreamWriter`)."""
 
     output_kind = EMBEDDING_VECTORS
 
     def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self.temporary = self.path.with_name(f".{self.path.name}.partial")
-        self.rows = 0
+        super().__init__(path)
         self.dim: int | None = None
-        self._writer: Any = None
 
     def write(self, ids: pa.Array, vectors: np.ndarray) -> None:
         if not len(ids):
             return
-        if self._writer is None:
+        if self.parquet is None:
             self.dim = int(vectors.shape[1])
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._writer = pq.ParquetWriter(self.temporary, schema(self.dim), compression={"id": "zstd",
-                                            "vector": "none"}, write_statistics=False, use_dictionary=False)
+            self.open_parquet(schema(self.dim), compression={"id": "zstd", "vector": "none"}, write_statistics=False,
+                              use_dictionary=False)
         ids = ids if ids.type == pa.string() else ids.cast(pa.string())
-        self._writer.write_batch(pa.record_batch([ids, vector_column(vectors)], schema=self._writer.schema),
+        self.parquet.write_batch(pa.record_batch([ids, vector_column(vectors)], schema=self.parquet.schema),
                                  row_group_size=GROUP_ROWS)
         self.rows += len(ids)
 
@@ -96,22 +92,9 @@ class VectorWriter:
         flat = vectors.values.slice(vectors.offset * d, len(vectors) * d).to_numpy(zero_copy_only=False)
         self.write(block.column("id").combine_chunks(), flat.reshape(len(vectors), d))
 
-    def finish_temporary(self) -> Path:
-        """Finish the file under its temporary name without publishing it (a pass-order file that is rewritten in
-        corpus order, ``campaign.engines.corpusorder``); its path."""
-        self._writer.close()
-        self._writer = None
-        return self.temporary
-
     def close(self, dim: int | None = None) -> str:
         """Finish the file (an empty one when nothing was written: ``dim``, or 0), fsync, rename; its sha256."""
-
-        if self._writer is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(schema(dim or 0).empty_table(), self.temporary)
-        else:
-            self._writer.close()
-        return publish_file(self.temporary, self.path)
+        return self.publish(schema(dim or 0))
 
 
 class RowStore:
@@ -184,17 +167,13 @@ class RowStore:
 
 
 @dataclass(frozen=True)
-class VectorSet:
-    """A vector file as the checks read it: ``ids`` of every record that has one (file order), their ``vectors``
-    (a :class:`RowStore` ``[rows, d]``, file order, kept on disk), whether each of those rows is ``finite``,
-    ``records`` read, the file's ``dim`` and its format problems."""
+class VectorSet(OutputSet):
+    """A vector file as the checks read it (:class:`~iteralab.campaign.kinds.output.OutputSet`): the ``vectors`` of
+    the records that have an id (a :class:`RowStore` ``[rows, d]``, file order, kept on disk), whether each of
+    those rows is ``finite``, and the file's ``dim``."""
 
-    ids: pa.Array
-    vectors: Any
-    records: int
-    dim: int | None
-    problems: tuple[str, ...]
-    n_problems: int
+    vectors: Any = field(default_factory=lambda: np.zeros((0, 0), np.float32))
+    dim: int | None = None
     finite: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
     @property
@@ -202,65 +181,72 @@ class VectorSet:
         return int(self.vectors.nbytes)
 
 
-def _empty(records: int, problem: str) -> VectorSet:
-    return VectorSet(pa.array([], pa.string()), np.zeros((0, 0), np.float32), records, None, (problem,), 1)
+class VectorFile(OutputFile):
+    """The facet of the embedding kind's file: vectors, checked against the protocol's ``[embedding]`` rules
+    (``dim``, ``normalize``)."""
+
+    output_kind = EMBEDDING_VECTORS
+    columns = COLUMNS
+
+    def read(self, path: Path, protocol: Any, like: pa.Array | None = None) -> VectorSet:
+        return read_vectors(path, normalize=protocol.embedding.normalize, dim=protocol.embedding.dim, like=like)
 
 
-def read_vectors(path: Path, *, normalize: bool, dim: int | None = None) -> VectorSet:
+VECTOR_FILE = VectorFile()
+
+
+def read_vectors(path: Path, *, normalize: bool, dim: int | None = None, like: pa.Array | None = None) -> VectorSet:
     """Read and check a vector file in record batches of :data:`READ_ROWS` rows (``dim``: the declared size); the
-    rows with an id go to a :class:`RowStore`, one batch at a time."""
-
-    try:
-        handle = pq.ParquetFile(path, pre_buffer=False)  # pre-buffering would keep every row group read
-        names, n = handle.schema_arrow.names, handle.metadata.num_rows
-        if names != ["id", "vector"]:
-            return _empty(n, f"columns must be exactly id, vector (found {', '.join(names)})")
-        vtype = handle.schema_arrow.field("vector").type
-        if not (pa.types.is_fixed_size_list(vtype) and pa.types.is_floating(vtype.value_type)) or \
-                not pa.types.is_string(handle.schema_arrow.field("id").type):
-            return _empty(n, f"column types must be id: string, vector: fixed_size_list<float32>[d] (found "
-                             f"{handle.schema_arrow.field('id').type}, {vtype})")
-        d = vtype.list_size
-        if (dim is not None and d != dim) or (n and d < 1):
-            return _empty(n, f"vectors have {d} values, the protocol declares {dim}" if dim is not None else
-                          "vectors have no values")
-        store = RowStore(d)
-        finite: list[np.ndarray] = []
-        parts: list[pa.Array] = []
-        problems: list[str] = []
-        total, start = 0, 0
-        for batch in handle.iter_batches(batch_size=READ_ROWS, use_threads=False):
-            ids, vectors = batch.columns
-            stop = start + len(batch)
-            matrix = np.empty((len(batch), d), dtype=np.float32)
-            has_id = np.empty(len(batch), dtype=bool)
-            found = _check_batch(ids, vectors, d, normalize, matrix, has_id)
-            for kind, bad in found:
-                total += int(bad.sum())
-                problems += [f"row {start + int(i) + 1}: {kind}" for i in np.flatnonzero(bad)[:SHOWN_PROBLEMS]]
-            every = bool(has_id.all())
-            parts.append(ids if every else ids.filter(pa.array(has_id)))
-            kept = matrix if every else matrix[has_id]
-            store.append(kept)
-            finite.append(np.isfinite(kept).all(axis=1))
-            start = stop
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        return _empty(0, f"not a readable Parquet file ({str(exc).splitlines()[0][:120]})")
-    ids_all = pa.concat_arrays(parts) if parts else pa.array([], pa.string())
-    return VectorSet(ids_all, store, n, d, tuple(sorted(problems, key=_row_number)[:SHOWN_PROBLEMS]), total,
-                     np.concatenate(finite) if finite else np.zeros(0, dtype=bool))
+    rows with an id go to a :class:`RowStore`, one batch at a time. ``like``: the expected ids in their order
+    (shared by the set when the file holds exactly those)."""
+    return cast(VectorSet, read_output(path, VECTOR_FILE, _VectorReading(normalize, dim), like))
 
 
-def _row_number(problem: str) -> int:
-    return int(problem.split(":", 1)[0].removeprefix("row "))
+class _VectorReading(OutputReading):
+    set_type: ClassVar[type[OutputSet]] = VectorSet
+
+    def __init__(self, normalize: bool, dim: int | None) -> None:
+        self.normalize, self.declared = normalize, dim
+        self.d = 0
+        self.store: RowStore | None = None
+        self.finite: list[np.ndarray] = []
+
+    def types_problem(self, file_schema: pa.Schema) -> str | None:
+        vtype, id_type = file_schema.field("vector").type, file_schema.field("id").type
+        if pa.types.is_fixed_size_list(vtype) and pa.types.is_floating(vtype.value_type) and pa.types.is_string(id_type):
+            return None
+        return f"column types must be id: string, vector: fixed_size_list<float32>[d] (found {id_type}, {vtype})"
+
+    def begin(self, file_schema: pa.Schema, records: int) -> str | None:
+        d, dim = file_schema.field("vector").type.list_size, self.declared
+        if (dim is not None and d != dim) or (records and d < 1):
+            return f"vectors have {d} values, the protocol declares {dim}" if dim is not None else \
+                "vectors have no values"
+        self.d, self.store = d, RowStore(d)
+        return None
+
+    def batches(self, handle: pq.ParquetFile) -> Iterator[pa.RecordBatch]:
+        return handle.iter_batches(batch_size=READ_ROWS, use_threads=False)
+
+    def check(self, start: int, batch: pa.RecordBatch, has_id: np.ndarray
+              ) -> tuple[list[tuple[str, np.ndarray]], Callable[[str, int], str]]:
+        matrix = np.empty((len(batch), self.d), dtype=np.float32)
+        checks = _check_batch(batch.column(1), self.d, self.normalize, matrix)
+        kept = matrix if has_id.all() else matrix[has_id]
+        self.store.append(kept)  # type: ignore[union-attr]
+        self.finite.append(np.isfinite(kept).all(axis=1))
+        return checks, lambda name, i: name
+
+    def result(self, ids: pa.Array, records: int, problems: tuple[str, ...], count: int,
+               kept: np.ndarray | None) -> OutputSet:
+        return VectorSet(ids=ids, records=records, problems=problems, problem_count=count, vectors=self.store,
+                         dim=self.d, finite=np.concatenate(self.finite) if self.finite else np.zeros(0, dtype=bool))
 
 
-def _check_batch(ids: pa.Array, vectors: pa.Array, d: int, normalize: bool, matrix: np.ndarray,
-                 has_id: np.ndarray) -> list[tuple[str, np.ndarray]]:
-    """Fill the batch's slice of ``matrix``/``has_id``; return (problem, failing rows), a row under its first."""
-    has_id[:] = pc.is_valid(ids).to_numpy(zero_copy_only=False)
-    id_ok = has_id & (pc.fill_null(pc.utf8_length(ids), 0).to_numpy(zero_copy_only=False) > 0)
-    present = pc.is_valid(vectors).to_numpy(zero_copy_only=False) if vectors.null_count else np.ones(len(ids), bool)
+def _check_batch(vectors: pa.Array, d: int, normalize: bool, matrix: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """Fill the batch's ``matrix``; return (problem, failing rows) of its vectors, in the order they are checked."""
+    present = pc.is_valid(vectors).to_numpy(zero_copy_only=False) if vectors.null_count \
+        else np.ones(len(vectors), bool)
     m = len(vectors)
     if m:
         values = vectors.values.slice(vectors.offset * d, m * d)
@@ -269,19 +255,13 @@ def _check_batch(ids: pa.Array, vectors: pa.Array, d: int, normalize: bool, matr
         matrix[:] = values.to_numpy(zero_copy_only=False).reshape(m, d)
         matrix[~present] = np.nan
     finite = np.isfinite(matrix).all(axis=1)
-    checks = [("id must be a non-empty string", ~id_ok), ("vector missing", ~present),
-              ("vector must hold finite numbers", ~finite)]
+    checks = [("vector missing", ~present), ("vector must hold finite numbers", ~finite)]
     if normalize:
         norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix, dtype=np.float64))
         with np.errstate(invalid="ignore"):
             checks.append((f"vector norm differs from 1 by more than {NORM_TOLERANCE:g} (normalize = true)",
                            finite & (np.abs(norms - 1.0) > NORM_TOLERANCE)))
-    failed = np.zeros(m, dtype=bool)
-    out = []
-    for kind, bad in checks:
-        out.append((kind, bad & ~failed))
-        failed |= bad
-    return out
+    return checks
 
 
 def vector_batches(path: Path, rows: int = READ_ROWS) -> Iterator[tuple[pa.Array, np.ndarray]]:

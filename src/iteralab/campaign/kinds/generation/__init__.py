@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from iteralab.campaign.kinds.base import JobKind
 from iteralab.campaign.kinds.generation import shown
+from iteralab.campaign.kinds.generation.output import TEXT_FILE
 
 
 class GenerationKind(JobKind):
@@ -14,6 +15,7 @@ class GenerationKind(JobKind):
     rerun_words = shown.RERUN_WORDS
     examples = shown.EXAMPLES
     kv_cache = True  # a generator's attention keeps keys and values of every position of the prompt and text
+    output = TEXT_FILE
 
 
 GENERATION = GenerationKind()

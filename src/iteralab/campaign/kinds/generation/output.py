@@ -21,20 +21,20 @@ becomes a Python list of strings.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from iteralab.campaign.kinds.output import (OutputFile, OutputReading, OutputSet, StreamWriter, file_metadata,
+                                           read_output)
 from iteralab.campaign.records import GENERATED_TEXTS
-from iteralab.common.files import publish_file
 
-FORMAT_VERSION = "1"
 #: Why a generation ended; a row's ``finish`` is read as an index into this tuple.
 FINISH_REASONS = ("stop", "eos", "length")
 #: The writer keeps the batches it is handed until this many rows, then writes them as one record batch.
@@ -43,13 +43,12 @@ FLUSH_ROWS = 1 << 13
 GROUP_ROWS = 1 << 13
 #: Rows per record batch read.
 READ_ROWS = 1 << 12
-SHOWN_PROBLEMS = 5
 COLUMNS = ("id", "text", "tokens", "finish")
 
 
 def schema() -> pa.Schema:
     return pa.schema([("id", pa.string()), ("text", pa.string()), ("tokens", pa.int32()), ("finish", pa.string())],
-                     metadata={"iteralab.predictions": FORMAT_VERSION, "iteralab.output": GENERATED_TEXTS})
+                     metadata=file_metadata(GENERATED_TEXTS))
 
 
 def _column(values: Any, type_: pa.DataType) -> pa.Array:
@@ -60,19 +59,16 @@ def _column(values: Any, type_: pa.DataType) -> pa.Array:
     return pa.array(values, type=type_)
 
 
-class TextWriter:
-    """Streams ``(ids, texts, tokens, finish)`` batches into a text file; :meth:`close` renames it into place and
-    returns its sha256. The file exists under its own name only once it is complete."""
+class TextWriter(StreamWriter):
+    """Streams ``(ids, texts, tokens, finish)`` batches into a text file, held until :data:`FLUSH_ROWS` rows;
+    :meth:`close` renames it into place and returns its sha256 (:class:`~iteralab.campaign.kinds.output.StreamWriter`)."""
 
     output_kind = GENERATED_TEXTS
 
     def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self.temporary = self.path.with_name(f".{self.path.name}.partial")
-        self.rows = 0
+        super().__init__(path)
         self._pending: list[pa.RecordBatch] = []
         self._pending_rows = 0
-        self._writer: Any = None
 
     def write(self, ids: pa.Array, texts: Sequence[str], tokens: Sequence[int] | np.ndarray | None,
               finish: Sequence[str]) -> None:
@@ -95,39 +91,23 @@ class TextWriter:
         self._pending_rows += n
         self.rows += n
         if self._pending_rows >= FLUSH_ROWS:
-            self._flush()
+            self.flush()
 
     def write_block(self, block: Any) -> None:
         """Append a record batch or table of the file's columns (a shard's file read back, a Ray block)."""
         self.write(*(block.column(name) for name in COLUMNS))
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
         if not self._pending:
             return
-        if self._writer is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._writer = pq.ParquetWriter(self.temporary, schema(), compression="zstd", write_statistics=False,
-                                            use_dictionary=["finish"])
-        self._writer.write_table(pa.Table.from_batches(self._pending, schema=schema()), row_group_size=GROUP_ROWS)
+        if self.parquet is None:
+            self.open_parquet(schema(), compression="zstd", write_statistics=False, use_dictionary=["finish"])
+        self.parquet.write_table(pa.Table.from_batches(self._pending, schema=schema()), row_group_size=GROUP_ROWS)
         self._pending, self._pending_rows = [], 0
-
-    def finish_temporary(self) -> Path:
-        """Finish the file under its temporary name without publishing it (a pass-order file that is rewritten in
-        corpus order, ``campaign.engines.corpusorder``); its path."""
-        self._flush()
-        self._writer.close()
-        self._writer = None
-        return self.temporary
 
     def close(self) -> str:
         """Finish the file (an empty one when nothing was written), fsync, rename; its sha256."""
-        self._flush()
-        if self._writer is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(schema().empty_table(), self.temporary)
-        else:
-            self._writer.close()
-        return publish_file(self.temporary, self.path)
+        return self.publish(schema())
 
 
 def text_batches(path: Path, rows: int = READ_ROWS) -> Any:
@@ -137,19 +117,14 @@ def text_batches(path: Path, rows: int = READ_ROWS) -> Any:
 
 
 @dataclass(frozen=True)
-class TextSet:
-    """A text file as the checks read it, for every row that has an id (file order): ``ids``, ``texts`` (Arrow,
-    a missing text stays null), ``tokens`` (int32, -1 = not measured), ``finish`` (int8 codes into
-    :data:`FINISH_REASONS`, -1 = missing or unknown); ``records`` read and the file's format problems (the first
-    :data:`SHOWN_PROBLEMS`, ``"row N: …"``, and how many rows have one)."""
+class TextSet(OutputSet):
+    """A text file as the checks read it (:class:`~iteralab.campaign.kinds.output.OutputSet`), for every row that
+    has an id (file order): ``texts`` (Arrow, a missing text stays null), ``tokens`` (int32, -1 = not measured),
+    ``finish`` (int8 codes into :data:`FINISH_REASONS`, -1 = missing or unknown)."""
 
-    ids: pa.Array
-    texts: pa.Array
-    tokens: np.ndarray
-    finish: np.ndarray
-    records: int
-    problems: tuple[str, ...]
-    problem_count: int
+    texts: pa.Array = field(default_factory=lambda: pa.array([], pa.string()))
+    tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    finish: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
 
     @property
     def tokens_measured(self) -> bool:
@@ -169,62 +144,66 @@ class TextSet:
         return float(self.tokens.mean(dtype=np.float64)) if self.tokens_measured else None
 
 
-def _empty(records: int, problem: str) -> TextSet:
-    return TextSet(pa.array([], pa.string()), pa.array([], pa.string()), np.zeros(0, np.int32), np.zeros(0, np.int8),
-                   records, (problem,), 1)
+class TextFile(OutputFile):
+    """The facet of the generation kind's file: texts, checked against the protocol's ``[generation]`` rules
+    (``max_new_tokens``, ``allow_empty``)."""
+
+    output_kind = GENERATED_TEXTS
+    columns = COLUMNS[1:]
+
+    def read(self, path: Path, protocol: Any, like: pa.Array | None = None) -> TextSet:
+        spec = protocol.generation
+        return read_texts(path, max_new_tokens=spec.max_new_tokens, allow_empty=spec.allow_empty, like=like)
 
 
-def _schema_problem(file_schema: pa.Schema) -> str | None:
-    names = file_schema.names
-    if names != list(COLUMNS):
-        return f"columns must be exactly {', '.join(COLUMNS)} (found {', '.join(names)})"
-    types = [file_schema.field(name).type for name in COLUMNS]
-    if not (pa.types.is_string(types[0]) and pa.types.is_string(types[1]) and pa.types.is_integer(types[2])
-            and pa.types.is_string(types[3])):
-        return (f"column types must be id: string, text: string, tokens: int32, finish: string (found "
-                f"{', '.join(str(t) for t in types)})")
-    return None
+TEXT_FILE = TextFile()
 
 
-def read_texts(path: Path, *, max_new_tokens: int, allow_empty: bool) -> TextSet:
+def read_texts(path: Path, *, max_new_tokens: int, allow_empty: bool, like: pa.Array | None = None) -> TextSet:
     """Read and check a text file in record batches of :data:`READ_ROWS` rows: every row has an id, a text (empty
     only when ``allow_empty``), tokens null or within 0..``max_new_tokens`` and a finish reason of
-    :data:`FINISH_REASONS`. A file that cannot be read is a problem, never an exception."""
-
-    try:
-        handle = pq.ParquetFile(path, pre_buffer=False)
-        records = handle.metadata.num_rows
-        problem = _schema_problem(handle.schema_arrow)
-        if problem:
-            return _empty(records, problem)
-        ids, texts, tokens, finish = [], [], [], []
-        problems: list[tuple[int, str]] = []
-        total, start = 0, 0
-        for batch in handle.iter_batches(batch_size=READ_ROWS, use_threads=False):
-            codes = finish_codes(batch.column(3))
-            has_id, checks = _check_batch(batch, codes, max_new_tokens, allow_empty)
-            for kind, bad, values in checks:
-                rows = np.flatnonzero(bad)
-                total += len(rows)
-                problems += [(start + int(i) + 1, kind.format(values[i] if values is not None else None))
-                             for i in rows[:SHOWN_PROBLEMS]]
-            every = bool(has_id.all())
-            keep = None if every else pa.array(has_id)
-            ids.append(batch.column(0) if every else batch.column(0).filter(keep))
-            texts.append(batch.column(1) if every else batch.column(1).filter(keep))
-            counted = checked_tokens(batch.column(2))
-            tokens.append(counted if every else counted[has_id])
-            finish.append(codes if every else codes[has_id])
-            start += len(batch)
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        return _empty(0, f"not a readable Parquet file ({str(exc).splitlines()[0][:120]})")
-    shown = tuple(f"row {row}: {what}" for row, what in sorted(problems)[:SHOWN_PROBLEMS])
-    return TextSet(_concat(ids), _concat(texts), np.concatenate(tokens) if tokens else np.zeros(0, np.int32),
-                   np.concatenate(finish) if finish else np.zeros(0, np.int8), records, shown, total)
+    :data:`FINISH_REASONS`. A file that cannot be read is a problem, never an exception. ``like``: the expected
+    ids in their order (shared by the set when the file holds exactly those)."""
+    return cast(TextSet, read_output(path, TEXT_FILE, _TextReading(max_new_tokens, allow_empty), like))
 
 
-def _concat(parts: list[pa.Array]) -> pa.Array:
-    return pa.concat_arrays(parts) if parts else pa.array([], pa.string())
+class _TextReading(OutputReading):
+    set_type: ClassVar[type[OutputSet]] = TextSet
+
+    def __init__(self, max_new_tokens: int, allow_empty: bool) -> None:
+        self.max_new_tokens, self.allow_empty = max_new_tokens, allow_empty
+        self.texts: list[pa.Array] = []
+        self.tokens: list[np.ndarray] = []
+        self.finish: list[np.ndarray] = []
+
+    def types_problem(self, file_schema: pa.Schema) -> str | None:
+        types = [file_schema.field(name).type for name in COLUMNS]
+        if pa.types.is_string(types[0]) and pa.types.is_string(types[1]) and pa.types.is_integer(types[2]) \
+                and pa.types.is_string(types[3]):
+            return None
+        return (f"column types must be id: string, text: string, tokens: int32, finish: string (found "
+                f"{', '.join(str(t) for t in types)})")
+
+    def batches(self, handle: pq.ParquetFile) -> Iterator[pa.RecordBatch]:
+        return handle.iter_batches(batch_size=READ_ROWS, use_threads=False)
+
+    def check(self, start: int, batch: pa.RecordBatch, has_id: np.ndarray
+              ) -> tuple[list[tuple[str, np.ndarray]], Callable[[str, int], str]]:
+        codes = finish_codes(batch.column(3))
+        checks, shown = _check_batch(batch, codes, self.max_new_tokens, self.allow_empty)
+        every = bool(has_id.all())
+        self.texts.append(batch.column(1) if every else batch.column(1).filter(pa.array(has_id)))
+        counted = checked_tokens(batch.column(2))
+        self.tokens.append(counted if every else counted[has_id])
+        self.finish.append(codes if every else codes[has_id])
+        return checks, lambda name, i: name.format(shown[name][i]) if name in shown else name
+
+    def result(self, ids: pa.Array, records: int, problems: tuple[str, ...], count: int,
+               kept: np.ndarray | None) -> OutputSet:
+        texts = pa.concat_arrays(self.texts) if self.texts else pa.array([], pa.string())
+        return TextSet(ids=ids, records=records, problems=problems, problem_count=count, texts=texts,
+                       tokens=np.concatenate(self.tokens) if self.tokens else np.zeros(0, np.int32),
+                       finish=np.concatenate(self.finish) if self.finish else np.zeros(0, np.int8))
 
 
 def checked_tokens(column: pa.Array) -> np.ndarray:
@@ -240,31 +219,26 @@ def finish_codes(column: pa.Array) -> np.ndarray:
 
 
 def _check_batch(batch: pa.RecordBatch, codes: np.ndarray, max_new_tokens: int,
-                 allow_empty: bool) -> tuple[np.ndarray, list[tuple[str, np.ndarray, Any]]]:
-    """Which rows have an id, and each check as (message template, failing rows, the values it shows): a row is
-    counted under its first problem only. ``codes``: the batch's finish codes (:func:`finish_codes`)."""
-    ids, texts, tokens, finish = batch.columns
+                 allow_empty: bool) -> tuple[list[tuple[str, np.ndarray]], dict[str, Any]]:
+    """The checks of a batch's rows after their id, as (message template, failing rows) in the order a row is
+    checked, and the values each template shows, by template. ``codes``: the batch's finish codes
+    (:func:`finish_codes`)."""
+    _, texts, tokens, finish = batch.columns
     n = len(batch)
-    has_id = pc.is_valid(ids).to_numpy(zero_copy_only=False)
-    id_ok = has_id & (pc.fill_null(pc.binary_length(ids), 0).to_numpy(zero_copy_only=False) > 0)
     present = pc.is_valid(texts).to_numpy(zero_copy_only=False)
     lengths = pc.fill_null(pc.binary_length(texts), 0).to_numpy(zero_copy_only=False)
     counted = pc.fill_null(tokens.cast(pa.int64()), 0).to_numpy(zero_copy_only=False)
-    checks: list[tuple[str, np.ndarray, Any]] = [
-        ("id must be a non-empty string", ~id_ok, None),
-        ("text missing", ~present, None),
+    negative, over = "tokens {} is negative", "tokens {} exceeds max_new_tokens = " + str(max_new_tokens)
+    unknown = "finish reason {} is not one of " + ", ".join(FINISH_REASONS)
+    checks = [
+        ("text missing", ~present),
         ("text is empty (the protocol does not allow empty outputs)",
-         present & (lengths == 0) if not allow_empty else np.zeros(n, bool), None),
-        ("tokens {} is negative", counted < 0, counted),
-        ("tokens {} exceeds max_new_tokens = " + str(max_new_tokens), counted > max_new_tokens, counted),
-        ("finish reason {} is not one of " + ", ".join(FINISH_REASONS), codes < 0, _FinishValues(finish)),
+         present & (lengths == 0) if not allow_empty else np.zeros(n, bool)),
+        (negative, counted < 0),
+        (over, counted > max_new_tokens),
+        (unknown, codes < 0),
     ]
-    failed = np.zeros(n, dtype=bool)
-    out = []
-    for kind, bad, values in checks:
-        out.append((kind, bad & ~failed, values))
-        failed |= bad
-    return has_id, out
+    return checks, {negative: counted, over: counted, unknown: _FinishValues(finish)}
 
 
 class _FinishValues:
