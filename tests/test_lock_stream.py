@@ -135,13 +135,13 @@ def test_dataset_copies_are_written_while_read_in_batches(tmp_path):
     lock(path, now=LOCKED_AT)
     campaign = prepare(path, tmp_path / "out")
     source = read_protocol_file(path)
-    for record, dataset in zip(campaign["datasets"], source.protocol.datasets):
+    for record, dataset in zip(campaign.datasets, source.protocol.datasets):
         corpus = load_inputs(source, dataset)[0]
         write_corpus(corpus, tmp_path / f"{dataset.name}-whole.csv", extra={"stratum": [""] * len(corpus)})
-        assert (tmp_path / "out" / record["file"]).read_bytes() == (tmp_path / f"{dataset.name}-whole.csv").read_bytes()
-        assert (record["fingerprint"], record["order_hash"], record["size"]) == (
+        assert (tmp_path / "out" / record.file).read_bytes() == (tmp_path / f"{dataset.name}-whole.csv").read_bytes()
+        assert (record.fingerprint, record.order_hash, record.size) == (
             corpus.fingerprint(), corpus.order_hash(), len(corpus))
-    assert campaign["tuning"]["size"] == 1
+    assert campaign.tuning["size"] == 1
 
 
 def test_a_tuning_overlap_in_a_later_batch_is_refused_as_the_whole_read_refuses_it(tmp_path):

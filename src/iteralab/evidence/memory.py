@@ -69,7 +69,7 @@ def worker_runtime_overhead(model_type: str | None = "bert") -> RuntimeOverhead:
 
 
 def _model_spec(folder: CampaignFolder) -> dict[str, Any]:
-    spec = dict(folder.campaign.get("model") or {})
+    spec = folder.campaign.model.to_json()
     manifest = folder.manifest or {}
     fallback = (manifest.get("extra") or {}).get("model_spec") or {}
     for key, value in fallback.items():

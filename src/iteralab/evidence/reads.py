@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from iteralab.campaign.campaignrecord import CampaignRecord
 from iteralab.campaign.folder import CampaignFolder, RawRow
 from iteralab.evidence.table import write_raw_table
 from iteralab.plan.protocol import Protocol, load_protocol
@@ -46,7 +47,7 @@ class Evidence:
     """The stored files of one campaign folder, read once."""
 
     folder: Path
-    campaign: dict[str, Any]
+    campaign: CampaignRecord
     manifest: dict[str, Any] | None
     protocol: Protocol
     rows: tuple[RawRow, ...]
@@ -62,21 +63,21 @@ class Evidence:
 
     @property
     def corpus_size(self) -> int:
-        return int(self.campaign["corpus"]["size"])
+        return self.campaign.corpus.size
 
     @property
     def fingerprint(self) -> str:
-        return str(self.campaign["corpus"]["fingerprint"])
+        return self.campaign.corpus.fingerprint
 
     def scheduled(self, variant: str) -> int:
         """Scheduled job rounds of a variant: its passes, one per (round, seed), each covering every corpus source
         (K6: with several datasets, one pass per dataset in each)."""
-        slots = [s for s in self.campaign.get("schedule", {}).get("slots", []) if s["variant"] == variant]
+        slots = [s for s in self.campaign.slots if s["variant"] == variant]
         return len({(s["round"], s.get("seed")) for s in slots})
 
     @property
     def scheduled_total(self) -> int:
-        return len(self.campaign.get("schedule", {}).get("slots", []))
+        return len(self.campaign.slots)
 
     @property
     def interrupted(self) -> tuple[RawRow, ...]:
@@ -124,7 +125,7 @@ def load_evidence(campaign_dir: str | Path) -> Evidence:
     rows = tuple(r for r in table if not r.interrupted)  # what CampaignFolder.counted_rows gives, read once
     state = folder.journal()
     done = state.done_slots()
-    slots = campaign.get("schedule", {}).get("slots", [])
+    slots = campaign.slots
     not_attempted = sum(1 for s in slots if (s["round"], s["position"]) not in done)
     pending = tuple(r.pass_id for r in table if r.interrupted and (r.round, r.position) not in done)
     exclusions = {r.pass_id: r.exclusion_reason or "" for r in rows if r.excluded}
