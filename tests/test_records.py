@@ -15,6 +15,7 @@ from iteralab.campaign import folder
 from iteralab.campaign.campaignrecord import (CampaignRecord, CampaignRecordError, SourceRecord, read_campaign,
                                               write_campaign)
 from iteralab.campaign.journal import JOURNAL_NAME, read_journal
+from iteralab.campaign.manifest import Manifest, read_manifest, rocm_compatibility, write_manifest
 from iteralab.campaign.records import (CLASS_PROBABILITIES, PHASES, RUNNER_PHASES, STARTUP_PHASES, WORKER_PHASES,
                                        PassOutput, PassResult, PassSpec, failure, normalized, started)
 from iteralab.errors import RunError
@@ -210,3 +211,28 @@ def test_a_campaign_records_its_kind_once_and_its_folder_reads_it_typed(tmp_path
     assert json.loads((out / folder.CAMPAIGN).read_text(encoding="utf-8"))["kind"] == "classification"
     opened = folder.CampaignFolder.open(out)
     assert opened.campaign == record and opened.corpus_size == record.corpus.size
+
+
+# --------------------------------------------------------------------------------------------- manifest.json
+
+MANIFEST_SAMPLE = Path(__file__).parent / "golden" / "records" / "manifest.json"
+
+
+def test_a_manifest_reads_and_writes_back_the_stored_form(tmp_path):
+    manifest = read_manifest(MANIFEST_SAMPLE)
+    assert manifest.corpus["order_hash"].startswith("1b3d") and manifest.seeds == (0,)
+    assert manifest.observed["workload"] == {"kind": "callable"} and manifest.extra["first_pass"] == "r01-p01-b4-a1"
+    assert rocm_compatibility(manifest) is None  # written on a CPU, before C4 was recorded
+    write_manifest(tmp_path / "manifest.json", manifest)
+    assert (tmp_path / "manifest.json").read_text(encoding="utf-8") == MANIFEST_SAMPLE.read_text(encoding="utf-8")
+    assert read_manifest(tmp_path / "absent.json") is None
+
+
+def test_a_manifest_before_its_first_pass_has_no_observed_key_and_one_without_corpus_is_refused():
+    stored = json.loads(MANIFEST_SAMPLE.read_text(encoding="utf-8"))
+    del stored["observed"]
+    manifest = Manifest.from_json(stored, "manifest.json")
+    assert manifest.observed is None and manifest.to_json() == stored
+    assert manifest.with_observed({"workload": {}}).to_json()["observed"] == {"workload": {}}
+    with pytest.raises(RunError, match="manifest.json: not a campaign manifest"):
+        Manifest.from_json({"schema_version": 1}, "manifest.json")

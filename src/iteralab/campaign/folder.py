@@ -46,6 +46,7 @@ import pyarrow.parquet as pq
 
 from iteralab.campaign.campaignrecord import CampaignRecord, read_campaign
 from iteralab.campaign.journal import JOURNAL_NAME, read_journal
+from iteralab.campaign.manifest import Manifest, read_manifest
 from iteralab.campaign.records import PHASES
 from iteralab.common.digest import StringDigest, pairs_digest
 from iteralab.errors import IteraError
@@ -137,17 +138,6 @@ def format_cell(value: Any) -> str:
 
 class NotACampaignFolder(IteraError):
     """The path is not a folder written by ``iteralab run`` (no campaign.json)."""
-
-
-def read_json(path: Path, *, what: str | None = None) -> Any:
-    """A stored JSON record, or None when the file does not exist; a damaged one is a one-line error."""
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise IteraError(f"{path}: {what or 'record'} is not valid JSON ({exc})",
-                         hint="restore the file from the evidence bundle") from None
 
 
 @dataclass(frozen=True)
@@ -525,8 +515,9 @@ class CampaignFolder:
         return record
 
     @cached_property
-    def manifest(self) -> dict[str, Any] | None:
-        return read_json(self.path / MANIFEST, what="the manifest")
+    def manifest(self) -> Manifest | None:
+        """manifest.json, typed (None before the first successful pass wrote it)."""
+        return read_manifest(self.path / MANIFEST)
 
     def journal(self) -> Any:
         """The journal's state, read now (it grows while a campaign runs)."""

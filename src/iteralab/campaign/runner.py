@@ -43,7 +43,7 @@ from iteralab.campaign.folder import (
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
 from iteralab.campaign.kinds.registry import kind_of
 from iteralab.campaign.manifest import (
-    campaign_manifest, check_resume_environment, diff_manifests, env_summary, load_observed)
+    campaign_manifest, check_resume_environment, diff_manifests, env_summary, load_observed, write_manifest)
 from iteralab.campaign.preflight import preflight
 from iteralab.campaign import progress as _progress
 from iteralab.campaign.progress import Watch, remove_beacons
@@ -543,8 +543,7 @@ def _write_manifest(out: Path, campaign: CampaignRecord, protocol: Protocol, res
                "model_spec": campaign.model.to_json(), "first_pass": result.pass_id,
                **({"ray": ray} if ray else {})},
     )
-    manifest["observed"] = observed
-    write_json_atomic(out / MANIFEST, manifest)
+    write_manifest(out / MANIFEST, manifest.with_observed(observed))
     return observed
 
 

@@ -338,8 +338,8 @@ def _manifest_diffs(evidence: list[Evidence]) -> list[tuple[str, str, tuple[str,
         if evidence[0].manifest is None or ev.manifest is None:
             diffs.append((str(evidence[0].folder), str(ev.folder), ("manifest.json missing in one folder",)))
         else:
-            diffs.append((str(evidence[0].folder), str(ev.folder), tuple(diff_manifests(evidence[0].manifest,
-                                                                                        ev.manifest))))
+            diffs.append((str(evidence[0].folder), str(ev.folder), tuple(diff_manifests(evidence[0].manifest.to_json(),
+                                                                                        ev.manifest.to_json()))))
     return diffs
 
 

@@ -70,12 +70,12 @@ def worker_runtime_overhead(model_type: str | None = "bert") -> RuntimeOverhead:
 
 def _model_spec(folder: CampaignFolder) -> dict[str, Any]:
     spec = folder.campaign.model.to_json()
-    manifest = folder.manifest or {}
-    fallback = (manifest.get("extra") or {}).get("model_spec") or {}
+    manifest = folder.manifest
+    fallback = (manifest.extra if manifest else {}).get("model_spec") or {}
     for key, value in fallback.items():
         spec.setdefault(key, value)
     if not spec.get("path"):
-        spec["path"] = (manifest.get("workload") or {}).get("model_path")
+        spec["path"] = (manifest.workload if manifest else {}).get("model_path")
     return spec
 
 

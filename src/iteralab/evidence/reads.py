@@ -11,6 +11,7 @@ from typing import Any
 
 from iteralab.campaign.campaignrecord import CampaignRecord
 from iteralab.campaign.folder import CampaignFolder, RawRow
+from iteralab.campaign.manifest import Manifest
 from iteralab.evidence.table import write_raw_table
 from iteralab.plan.protocol import Protocol, load_protocol
 
@@ -48,7 +49,7 @@ class Evidence:
 
     folder: Path
     campaign: CampaignRecord
-    manifest: dict[str, Any] | None
+    manifest: Manifest | None
     protocol: Protocol
     rows: tuple[RawRow, ...]
     exclusions: dict[str, str]
@@ -97,10 +98,10 @@ class Evidence:
                 f"{what} — resume with `iteralab run PROTOCOL --out {self.folder}`")
 
 
-def _hardware(manifest: dict[str, Any] | None, journal_devices: list[dict[str, Any]]) -> Hardware:
+def _hardware(manifest: Manifest | None, journal_devices: list[dict[str, Any]]) -> Hardware:
     inventory = None
     if manifest:
-        env = manifest.get("environment") or {}
+        env = manifest.environment
         inventory = env.get("device_inventory") or env.get("devices")
     if not inventory and journal_devices:
         inventory = journal_devices[0]

@@ -47,7 +47,7 @@ import pyarrow.parquet as pq
 
 from iteralab.campaign.campaignrecord import CampaignRecord
 from iteralab.campaign.folder import (
-    CAMPAIGN, LOCK, MANIFEST, PROTOCOL, TUNING, CampaignFolder, corpus_copy, read_json)
+    CAMPAIGN, LOCK, PROTOCOL, TUNING, CampaignFolder, corpus_copy)
 from iteralab.campaign.manifest import manifest_differences
 from iteralab.campaign.runner import prepare
 from iteralab.campaign.verdict.judge import compare_predictions
@@ -415,13 +415,13 @@ def compare_campaigns(old: str | os.PathLike[str], new: str | os.PathLike[str]) 
     old, new = Path(old), Path(new)
     protocol = load_protocol(new / PROTOCOL)
     old_campaign, new_campaign = CampaignFolder(old).campaign, CampaignFolder(new).campaign
-    manifests = [read_json(d / MANIFEST) for d in (old, new)]  # None: absent
+    manifests = [CampaignFolder(d).manifest for d in (old, new)]  # None: absent
     if None in manifests:
         changes = [{"key": "manifest.json", "old": "present" if manifests[0] else "absent",
                     "new": "present" if manifests[1] else "absent", "bookkeeping": False}]
     else:
         changes = [{"key": k, "old": a, "new": b, "bookkeeping": k in BOOKKEEPING}
-                   for k, a, b in manifest_differences(manifests[0], manifests[1])]
+                   for k, a, b in manifest_differences(manifests[0].to_json(), manifests[1].to_json())]
     old_rows, new_rows = build_rows(old), build_rows(new)
     old_slots, new_slots = _final_attempts(old_rows), _final_attempts(new_rows)
     target = protocol.reproduction.target

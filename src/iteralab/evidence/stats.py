@@ -477,7 +477,8 @@ def render_quality(stats: CampaignStats) -> list[str]:
     p = stats.evidence.protocol
     rep = p.reproduction
     target = f"{rep.target} (bound {rep.bound:g})" if rep.target == "bounded" and rep.bound else rep.target
-    determinism = ((stats.evidence.manifest or {}).get("environment") or {}).get("determinism") or {}
+    manifest = stats.evidence.manifest
+    determinism = (manifest.environment if manifest else {}).get("determinism") or {}
     torch_det = determinism.get("torch_deterministic_algorithms")
     gating = [s.name for s in p.subgroups if s.gating]
     lines = [
