@@ -143,8 +143,8 @@ def test_a_dataset_overlapping_the_tuning_split_is_refused_at_lock(tmp_path):
 def test_a_changed_dataset_after_the_lock_is_named(tmp_path):
     path = dataset_protocol(tmp_path, {"2026-10": GOOD["2026-10"], "2026-11": GOOD["2026-11"]})
     entry = lock(path, now=LOCKED_AT)
-    assert sorted(entry["inputs"]["datasets"]) == ["2026-10", "2026-11"] and entry["inputs"]["corpus"] is None
-    assert entry["schedule"] == "2 variants × 2 passes × 2 datasets = 8 measured passes, rotated"
+    assert sorted(entry.inputs["datasets"]) == ["2026-10", "2026-11"] and entry.inputs["corpus"] is None
+    assert entry.schedule == "2 variants × 2 passes × 2 datasets = 8 measured passes, rotated"
     _write_csv(tmp_path / "2026-11.csv", GOOD["2026-11"][:-1])
     with pytest.raises(ProtocolError, match="dataset '2026-11': 1 id missing \\(e.g. 'n4'\\) since the lock"):
         run_campaign(path, tmp_path / "out")

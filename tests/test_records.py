@@ -18,7 +18,9 @@ from iteralab.campaign.journal import JOURNAL_NAME, read_journal
 from iteralab.campaign.manifest import Manifest, read_manifest, rocm_compatibility, write_manifest
 from iteralab.campaign.records import (CLASS_PROBABILITIES, PHASES, RUNNER_PHASES, STARTUP_PHASES, WORKER_PHASES,
                                        PassOutput, PassResult, PassSpec, failure, normalized, started)
-from iteralab.errors import RunError
+from iteralab.common.files import dumps_json
+from iteralab.errors import ProtocolError, RunError
+from iteralab.plan.lockfile import LockEntry
 
 
 def _spec_json(**changes):
@@ -236,3 +238,19 @@ def test_a_manifest_before_its_first_pass_has_no_observed_key_and_one_without_co
     assert manifest.with_observed({"workload": {}}).to_json()["observed"] == {"workload": {}}
     with pytest.raises(RunError, match="manifest.json: not a campaign manifest"):
         Manifest.from_json({"schema_version": 1}, "manifest.json")
+
+
+# --------------------------------------------------------------------------------------------- the lock entry
+
+LOCK_SAMPLE = Path(__file__).parent / "golden" / "records" / "protocol.toml.lock.json"
+
+
+def test_lock_entries_read_and_write_back_the_stored_form_an_early_one_without_inputs_included():
+    stored = json.loads(LOCK_SAMPLE.read_text(encoding="utf-8"))
+    early, entry = (LockEntry.from_json(e, LOCK_SAMPLE) for e in stored["locks"])
+    assert early.inputs is None and early.schedule is None and early.version == 2
+    assert entry.inputs["corpus"]["size"] == 24 and entry.protocol_file == "protocol.toml"
+    written = {"schema_version": 1, "locks": [early.to_json(), entry.to_json()]}
+    assert dumps_json(written) == LOCK_SAMPLE.read_text(encoding="utf-8")
+    with pytest.raises(ProtocolError, match="not a protocol lock file"):
+        LockEntry.from_json({"name": "x", "version": 1}, LOCK_SAMPLE)

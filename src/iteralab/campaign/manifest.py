@@ -211,9 +211,9 @@ def write_manifest(path: Path, manifest: Manifest) -> None:
     write_json_atomic(path, manifest.to_json())
 
 
-def campaign_manifest(*, environment: dict[str, Any], workload_description: dict[str, Any],
-                      file_hashes: dict[str, str], corpus_fingerprint: str, order_hash: str, seeds: list[int],
-                      reproduction_target: dict[str, Any], extra: dict[str, Any] | None = None) -> Manifest:
+def campaign_manifest(*, environment: Mapping[str, Any], workload_description: Mapping[str, Any],
+                      file_hashes: Mapping[str, str], corpus_fingerprint: str, order_hash: str, seeds: list[int],
+                      reproduction_target: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> Manifest:
     """The manifest written at the start of a campaign (C3), schema_version 1, its values JSON-native."""
     if not isinstance(corpus_fingerprint, str) or not corpus_fingerprint:
         raise ValueError("corpus_fingerprint: a non-empty string is required")

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from iteralab.campaign.campaignrecord import (CampaignRecord, ModelRecord, ProtocolStamp, SourceRecord,
-                                              read_campaign, write_campaign)
+from iteralab.campaign.campaignrecord import (CampaignRecord, ModelRecord, ProtocolStamp, read_campaign,
+                                              write_campaign)
 from iteralab.campaign.corpuscopy import write_corpus_copies
 from iteralab.campaign.engines import local
 from iteralab.campaign.engines.embedpass import embedding_record
@@ -122,11 +122,11 @@ def prepare(locked: str | os.PathLike[str] | LockedProtocol, out: str | os.PathL
         check_inputs(locked, rerun=rerun)
         campaign = read_campaign(existing, out / PROTOCOL)
         stamp = campaign.protocol
-        if stamp.sha256 != lock_entry["sha256"]:
+        if stamp.sha256 != lock_entry.sha256:
             raise RunError(
                 f"{out}: holds a campaign of protocol {stamp.name!r} version "
                 f"{stamp.version} (sha256 {stamp.sha256[:12]}…); "
-                f"this protocol is version {protocol.version} (sha256 {lock_entry['sha256'][:12]}…)",
+                f"this protocol is version {protocol.version} (sha256 {lock_entry.sha256[:12]}…)",
                 hint="results of different protocol versions are never pooled: use a new --out folder",
             )
         return campaign
@@ -139,20 +139,20 @@ def prepare(locked: str | os.PathLike[str] | LockedProtocol, out: str | os.PathL
             shutil.rmtree(out, ignore_errors=True)
         raise
     write_bytes_atomic(out / PROTOCOL, locked.raw)  # the bytes that were hashed and checked against the lock
-    write_json_atomic(out / LOCK, {"schema_version": 1, "locks": [lock_entry]})
+    write_json_atomic(out / LOCK, {"schema_version": 1, "locks": [lock_entry.to_json()]})
     catalog = _copy_catalog(locked, out / CATALOG)
     # small model files copied, weights by hash (D3), from the hashes the input check just computed
     carried = carry_model_files(locked, out, model_hashes)
-    routine = carry_routine((lock_entry.get("inputs") or {}).get("routine"), out, earlier)
-    queries = carry_queries((lock_entry.get("inputs") or {}).get("queries"), locked.where(protocol.metric.queries),
+    routine = carry_routine((lock_entry.inputs or {}).get("routine"), out, earlier)
+    queries = carry_queries((lock_entry.inputs or {}).get("queries"), locked.where(protocol.metric.queries),
                             out, queries_columns(protocol.metric))
     design, slots = schedule_slots(protocol)
     model = protocol.model
     campaign = CampaignRecord(
         kind=kind_of(protocol).name,
-        protocol=ProtocolStamp(protocol.name, protocol.version, lock_entry["sha256"], lock_entry["locked_at"],
+        protocol=ProtocolStamp(protocol.name, protocol.version, lock_entry.sha256, lock_entry.locked_at,
                                str(locked.resolved)),
-        corpus=SourceRecord.from_json(corpus_record, existing),
+        corpus=corpus_record,
         model=ModelRecord(model.kind, _as_text(locked.where(model.path)), _as_text(locked.where(model.head)),
                           model.callable, model.max_length, model.truncation, model.trust_remote_code,
                           carried["files"], {**embedding_record(protocol, locked.where(model.path)),
@@ -160,7 +160,7 @@ def prepare(locked: str | os.PathLike[str] | LockedProtocol, out: str | os.PathL
         tuning=tuning, catalog=catalog, schedule={"design": design, "slots": [s.record() for s in slots]},
         variants=tuple(v.model_dump() for v in protocol.variants),
         series=tuple(s.model_dump() for s in protocol.series),
-        datasets=tuple(SourceRecord.from_json(d, existing) for d in datasets), routine=routine, queries=queries)
+        datasets=datasets, routine=routine, queries=queries)
     write_campaign(existing, campaign)
     return read_campaign(existing, out / PROTOCOL)  # as a resumed run reads it (JSON-native values)
 
