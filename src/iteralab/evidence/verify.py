@@ -248,15 +248,14 @@ def _check_corpus(audit: _Audit, campaign: CampaignRecord, protocol: Any) -> Non
                     recorded.order_hash != combined_order_hash([r.order_hash for r in records]) or
                     recorded.size != sum(r.size for r in records)):
         audit.diff("campaign.json: the combined corpus record does not match its datasets")
-    manifest_path = audit.folder / MANIFEST
-    if manifest_path.is_file():
-        manifest = audit.load_json(MANIFEST)
-        corpus_part = manifest.get("corpus") if isinstance(manifest, dict) else None
-        if not isinstance(corpus_part, dict):
-            audit.diff("manifest.json: no corpus section")
-            return
+    try:
+        manifest = CampaignFolder(audit.folder).manifest
+    except IteraError as exc:
+        audit.diff(f"{MANIFEST}: {exc}")
+        return
+    if manifest is not None:
         for key in ("fingerprint", "order_hash"):
-            if corpus_part.get(key) != getattr(recorded, key):
+            if manifest.corpus.get(key) != getattr(recorded, key):
                 audit.diff(f"manifest.json: corpus {key} differs from campaign.json")
 
 
