@@ -4,8 +4,8 @@ One reader (:func:`read_campaign`) and one writer (:func:`write_campaign`); ever
 :class:`CampaignRecord` (``CampaignFolder.campaign``), never the JSON object. The JSON form on disk is the one
 written before these records existed, plus the job kind (``kind``, written once from the protocol's ``[task]
 kind``); a folder written before the kind was recorded reads it from its protocol copy's ``[task] kind``, and as
-``classification`` (the protocol's default) when that copy has none. Light: the standard library only, so that a
-pass worker that imports the folder layer loads nothing more.
+``classification`` (the protocol's default) when that copy has none. Light (the standard library, ``common`` and
+``errors``; no pydantic), so that a pass worker that imports the folder layer loads nothing more.
 """
 
 from __future__ import annotations
