@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from iteralab.campaign.campaignrecord import CampaignRecord, ModelRecord, ProtocolStamp, SourceRecord
 from iteralab.campaign.folder import COLUMNS, RawRow
 from iteralab.lock.inputs import lock
 from iteralab.cli import main
@@ -142,8 +143,8 @@ def test_a_dataset_overlapping_the_tuning_split_is_refused_at_lock(tmp_path):
 def test_a_changed_dataset_after_the_lock_is_named(tmp_path):
     path = dataset_protocol(tmp_path, {"2026-10": GOOD["2026-10"], "2026-11": GOOD["2026-11"]})
     entry = lock(path, now=LOCKED_AT)
-    assert sorted(entry["inputs"]["datasets"]) == ["2026-10", "2026-11"] and entry["inputs"]["corpus"] is None
-    assert entry["schedule"] == "2 variants × 2 passes × 2 datasets = 8 measured passes, rotated"
+    assert sorted(entry.inputs["datasets"]) == ["2026-10", "2026-11"] and entry.inputs["corpus"] is None
+    assert entry.schedule == "2 variants × 2 passes × 2 datasets = 8 measured passes, rotated"
     _write_csv(tmp_path / "2026-11.csv", GOOD["2026-11"][:-1])
     with pytest.raises(ProtocolError, match="dataset '2026-11': 1 id missing \\(e.g. 'n4'\\) since the lock"):
         run_campaign(path, tmp_path / "out")
@@ -162,7 +163,7 @@ def test_prepare_reads_each_dataset_once_to_check_and_copy_it(tmp_path, monkeypa
     monkeypatch.setattr(inputs, "scan_corpus", lambda source, **kw: reads.append(Path(source).name) or real(source, **kw))
     campaign = prepare(path, tmp_path / "out")
     assert sorted(reads) == ["2026-10.csv", "2026-11.csv", "tuning.csv"]
-    assert [d["name"] for d in campaign["datasets"]] == ["2026-10", "2026-11"]
+    assert [d.name for d in campaign.datasets] == ["2026-10", "2026-11"]
     assert (tmp_path / "out" / "inputs" / "datasets" / "2026-11.csv").is_file()
 
 
@@ -384,17 +385,24 @@ def _row(pass_id: str, round_: int, status: str = "ok", pass_s: float | None = 1
                      "status": status, "pass_s": pass_s if status == "ok" else None, "completed": 3})
 
 
+def _sources(size: int, datasets: tuple[str, ...] = ()) -> CampaignRecord:
+    """A campaign record of one corpus of ``size`` documents, or of datasets of that size each."""
+    return CampaignRecord("classification", ProtocolStamp("p", 1, "s"), SourceRecord("f", "o", size),
+                          ModelRecord("callable"), {"slots": []}, (),
+                          datasets=tuple(SourceRecord("f", "o", size, name=name) for name in datasets))
+
+
 def test_one_corpus_is_a_job_of_one_source_and_a_retried_round_stays_beside_its_first_attempt():
     """K6's job-time rule is the rule of every campaign: with one corpus a round's job is its pass. A round whose
     first attempt failed and ran again after a resume (so after round 2 in the table) lists both attempts
     together, the failed one never counted."""
-    one_corpus = {"corpus": {"size": 3}}
+    one_corpus = _sources(3)
     rows = [_row("p1", 1, "failed"), _row("p2", 2, pass_s=2.0), _row("p3", 1, pass_s=3.0)]
     jobs = job_rounds(one_corpus, rows, {}, "concurrent")
     assert [(j.pass_id, j.status, j.counted) for j in jobs] == [("p1", "failed", False), ("p3", "ok", True),
                                                                 ("p2", "ok", True)]
     assert [j.pass_s for j in jobs if j.counted] == [3.0, 2.0] and jobs[1].completed == 3
-    two = {"datasets": [{"name": "a", "size": 3}, {"name": "b", "size": 3}]}
+    two = _sources(3, ("a", "b"))
     rows = [_row("a1", 1, dataset="a"), _row("b1", 1, dataset="b", pass_s=2.0), _row("a2", 2, dataset="a")]
     jobs = job_rounds(two, rows, {"b1": "noisy"}, "concurrent")
     assert [(j.pass_id, j.status, j.pass_s, j.excluded, j.completed) for j in jobs] == [

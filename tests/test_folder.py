@@ -147,7 +147,7 @@ def test_tuning_split_is_carried_in_the_folder(tmp_path):
     run_campaign(protocol, out)
     folder = CampaignFolder.open(out)
     assert folder.tuning_path is not None
-    assert folder.campaign["tuning"]["size"] == 2
+    assert folder.campaign.tuning["size"] == 2
     assert "a tuning text only" in folder.tuning_path.read_text(encoding="utf-8")
 
 

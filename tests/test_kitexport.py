@@ -86,7 +86,7 @@ def test_protocol_template_refuses_until_filled_then_parses_and_locks(tmp_path):
     assert protocol.metric.reference_variant in [v.name for v in protocol.variants]
     path = tmp_path / "protocole-qualite.toml"
     path.write_text(_filled_template(), encoding="utf-8")
-    assert lock(path)["version"] == 1
+    assert lock(path).version == 1
 
 
 def test_raw_table_template_has_the_table_columns_and_empty_performance_cells():

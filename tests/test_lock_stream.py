@@ -56,7 +56,7 @@ def test_streamed_lock_records_equal_those_of_the_whole_read(tmp_path):
     source = read_protocol_file(path)
     assert inputs["tuning"] == corpus_fingerprint(load_inputs(source, source.protocol.datasets[0])[1])
     entry = lock(path, now=LOCKED_AT)
-    assert entry["inputs"]["datasets"] == inputs["datasets"]
+    assert entry.inputs["datasets"] == inputs["datasets"]
     assert open_locked(path).entry == entry
     check_inputs(open_locked(path))  # the re-check at run agrees with what was locked
 
@@ -66,7 +66,7 @@ def test_one_corpus_lock_records_equal_those_of_the_whole_read(tmp_path):
     text = path.read_text(encoding="utf-8").replace('[[datasets]]\nname = "a"\npath = "a.csv"\n\n', "")
     path.write_text(text.replace("[corpus]\n", '[corpus]\npath = "a.csv"\n'), encoding="utf-8")
     entry = lock(path, now=LOCKED_AT)
-    assert entry["inputs"]["corpus"] == _whole_inputs(path)["corpus"]
+    assert entry.inputs["corpus"] == _whole_inputs(path)["corpus"]
     # a label changed in a late batch: the re-check says which, from records read in batches again
     rows = _rows("a", 45, seed=3)
     changed = rows[40]
@@ -111,7 +111,7 @@ def test_colliding_digests_without_an_overlap_lock_as_usual(tmp_path, monkeypatc
     expected = _whole_inputs(path)
     monkeypatch.setattr(lockrecords, "id_key", lambda value: 7)
     monkeypatch.setattr(lockrecords, "text_key", lambda text: 11)
-    assert lock(path, now=LOCKED_AT)["inputs"]["datasets"] == expected
+    assert lock(path, now=LOCKED_AT).inputs["datasets"] == expected
 
 
 def test_a_bad_row_in_a_later_batch_of_a_dataset_is_the_one_line_error(tmp_path):
@@ -135,13 +135,13 @@ def test_dataset_copies_are_written_while_read_in_batches(tmp_path):
     lock(path, now=LOCKED_AT)
     campaign = prepare(path, tmp_path / "out")
     source = read_protocol_file(path)
-    for record, dataset in zip(campaign["datasets"], source.protocol.datasets):
+    for record, dataset in zip(campaign.datasets, source.protocol.datasets):
         corpus = load_inputs(source, dataset)[0]
         write_corpus(corpus, tmp_path / f"{dataset.name}-whole.csv", extra={"stratum": [""] * len(corpus)})
-        assert (tmp_path / "out" / record["file"]).read_bytes() == (tmp_path / f"{dataset.name}-whole.csv").read_bytes()
-        assert (record["fingerprint"], record["order_hash"], record["size"]) == (
+        assert (tmp_path / "out" / record.file).read_bytes() == (tmp_path / f"{dataset.name}-whole.csv").read_bytes()
+        assert (record.fingerprint, record.order_hash, record.size) == (
             corpus.fingerprint(), corpus.order_hash(), len(corpus))
-    assert campaign["tuning"]["size"] == 1
+    assert campaign.tuning["size"] == 1
 
 
 def test_a_tuning_overlap_in_a_later_batch_is_refused_as_the_whole_read_refuses_it(tmp_path):
@@ -160,7 +160,7 @@ def test_tuning_digests_colliding_without_an_overlap_lock_as_usual(tmp_path, mon
     path = dataset_protocol(tmp_path, {"a": _rows("a", 20, seed=17)}, tuning=[("x1", "a tuning text", "plot")])
     expected = _whole_inputs(path)
     monkeypatch.setattr(lockrecords, "text_key", lambda text: 11)
-    assert lock(path, now=LOCKED_AT)["inputs"]["datasets"] == expected
+    assert lock(path, now=LOCKED_AT).inputs["datasets"] == expected
 
 
 def test_lock_records_of_unlabelled_rows_and_unordered_ids_equal_the_whole_read(tmp_path):

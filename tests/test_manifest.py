@@ -33,7 +33,7 @@ def _campaign(**over):
                 corpus_fingerprint="f" * 64, order_hash="0" * 64, seeds=[0, 1],
                 reproduction_target={"target": "bounded", "bound": 0.001})
     args.update(over)
-    return campaign_manifest(**args)
+    return campaign_manifest(**args).to_json()
 
 
 # ------------------------------------------------------------------------------------------ environment

@@ -169,7 +169,7 @@ def own_routines(tmp_path, monkeypatch) -> Path:
 def test_editing_the_routine_after_lock_is_caught_like_an_edited_input(tmp_path, own_routines):
     path = _routine_campaign(tmp_path, "own_routines")
     entry = lock(path)
-    assert entry["inputs"]["routine"] == {"ref": "own_routines:macro_f1", "file": "own_routines.py",
+    assert entry.inputs["routine"] == {"ref": "own_routines:macro_f1", "file": "own_routines.py",
                                           "sha256": sha256_file(own_routines)}
     check_inputs(path)  # unchanged: accepted
     own_routines.write_text(own_routines.read_text() + "\n# tuned after seeing the results\n", encoding="utf-8")

@@ -296,7 +296,7 @@ def test_prepare_an_embedding_job_on_a_corpus_without_labels(tmp_path, tok, caps
         'kind = "encoder"\n', 'kind = "callable"\ncallable = "fake_embedders:word_embedder"\n', 1)
     (out / "protocol.toml").write_text(made, encoding="utf-8")
     entry = lock(out / "protocol.toml")
-    assert entry["inputs"]["queries"]["queries"] == 1
+    assert entry.inputs["queries"]["queries"] == 1
 
 
 def test_prepare_an_embedding_job_keeps_complete_labels(tmp_path, tok, capsys):
@@ -358,7 +358,7 @@ def test_prepare_cuts_a_corpus_together_with_its_queries(tmp_path, tok, capsys):
     made = made.replace('question = "CHOOSE: ', 'question = "').replace(
         'kind = "encoder"\n', 'kind = "callable"\ncallable = "fake_embedders:word_embedder"\n', 1)
     (out / "protocol.toml").write_text(made, encoding="utf-8")
-    assert lock(out / "protocol.toml")["inputs"]["queries"]["queries"] == 6
+    assert lock(out / "protocol.toml").inputs["queries"]["queries"] == 6
 
 
 def test_prepare_drafts_ndcg_for_graded_queries_and_refuses_queries_without_the_embedding_task(tmp_path, tok,

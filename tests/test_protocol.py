@@ -105,8 +105,8 @@ def test_lock_then_run_check(tmp_path):
         check_locked(path)
     entry = lock(path)
     protocol, checked = check_locked(path)
-    assert checked["sha256"] == entry["sha256"] and protocol.version == 1
-    assert json.loads(lock_path(path).read_text())["locks"][0]["locked_at"] == entry["locked_at"]
+    assert checked.sha256 == entry.sha256 and protocol.version == 1
+    assert json.loads(lock_path(path).read_text())["locks"][0]["locked_at"] == entry.locked_at
 
 
 def test_changed_after_lock_refused_and_amendment_is_new_version(tmp_path):
@@ -121,7 +121,7 @@ def test_changed_after_lock_refused_and_amendment_is_new_version(tmp_path):
     assert "raise 'version'" in err.value.hint
     path.write_text(protocol_toml(threshold=0.5, version=2))
     entry = lock(path)
-    assert entry["version"] == 2
+    assert entry.version == 2
     assert len(json.loads(lock_path(path).read_text())["locks"]) == 2
 
 

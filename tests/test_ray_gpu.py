@@ -63,10 +63,10 @@ def test_lock_refuses_a_gpu_variant_on_a_ray_cluster_without_gpus(tmp_path):
     assert info.value.message == (f"{path}: variant 'b4-ray' runs on a GPU with engine \"ray\", but the Ray cluster "
                                   "(ray://head:10001) has no GPU: it reports 16 CPUs and 0 GPUs")
     assert asked == ["ray://head:10001"] and not (tmp_path / "protocol.toml.lock.json").exists()
-    assert lock(path, cluster_resources=lambda run: {"CPU": 16.0, "GPU": 2.0})["sha256"]
+    assert lock(path, cluster_resources=lambda run: {"CPU": 16.0, "GPU": 2.0}).sha256
     (tmp_path / "cpu").mkdir()
     cpu = callable_campaign(tmp_path / "cpu", locked=False, variants=_variants(device="cpu"))
-    assert lock(cpu, cluster_resources=lambda run: pytest.fail("a CPU variant asks no cluster"))["sha256"]
+    assert lock(cpu, cluster_resources=lambda run: pytest.fail("a CPU variant asks no cluster")).sha256
 
 
 class _Dataset:

@@ -5,16 +5,22 @@ written again is the same record: existing campaign folders read the same (the g
 reading side byte for byte)."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 import fake_models
 from campaign_factory import callable_campaign
 from iteralab.campaign import folder
-from iteralab.campaign.journal import read_journal
+from iteralab.campaign.campaignrecord import (CampaignRecord, CampaignRecordError, SourceRecord, read_campaign,
+                                              write_campaign)
+from iteralab.campaign.journal import JOURNAL_NAME, read_journal
+from iteralab.campaign.manifest import Manifest, read_manifest, rocm_compatibility, write_manifest
 from iteralab.campaign.records import (CLASS_PROBABILITIES, PHASES, RUNNER_PHASES, STARTUP_PHASES, WORKER_PHASES,
                                        PassOutput, PassResult, PassSpec, failure, normalized, started)
-from iteralab.errors import RunError
+from iteralab.common.files import dumps_json
+from iteralab.errors import ProtocolError, RunError
+from iteralab.plan.lockfile import LockEntry
 
 
 def _spec_json(**changes):
@@ -112,7 +118,7 @@ def test_every_pass_finished_record_a_run_writes_reads_back_unchanged(tmp_path, 
     protocol = callable_campaign(tmp_path, fn=fn, passes=1, isolation="inprocess", warmup="inputs = 0\npasses = 0")
     out = tmp_path / "out"
     run_passes(protocol, out)
-    state = read_journal(out / folder.JOURNAL)
+    state = read_journal(out / JOURNAL_NAME)
     results = [PassResult.from_json(record) for record in state.finished.values()]
     assert status in {r.status for r in results}
     for record, result in zip(state.finished.values(), results):
@@ -138,3 +144,113 @@ def test_a_crash_record_of_an_earlier_run_reads_as_the_one_written_now():
     read = PassResult.from_json(earlier)
     assert all(read.phase(p) is None and now.phase(p) is None for p in WORKER_PHASES)
     assert read.with_changes(phases=now.phases) == now
+
+
+# --------------------------------------------------------------------------------------------- campaign.json
+
+#: A stored campaign.json of an embedding job over two datasets, with a carried routine (the form on disk).
+CAMPAIGN_SAMPLE = Path(__file__).parent / "golden" / "records" / "campaign.json"
+
+
+def test_a_campaign_record_reads_and_writes_back_the_stored_form(tmp_path):
+    stored = json.loads(CAMPAIGN_SAMPLE.read_text(encoding="utf-8"))
+    record = read_campaign(CAMPAIGN_SAMPLE, tmp_path / "no-protocol.toml")
+    assert record.kind == "embedding" and record.protocol.version == 3 and record.corpus.datasets == ("2026-10",
+                                                                                                     "2026-11")
+    assert [name for name, _ in record.sources()] == ["2026-10", "2026-11"]
+    assert record.source("2026-11").size == 12 and record.source(None) is None
+    assert record.model.job["embedding"]["pooling"] == "mean" and record.model.files["config.json"]["carried"]
+    assert record.slots[1]["dataset"] == "2026-11" and record.routine["ref"] == "my_metric:score"
+    write_campaign(tmp_path / "campaign.json", record)
+    assert (tmp_path / "campaign.json").read_text(encoding="utf-8") == CAMPAIGN_SAMPLE.read_text(encoding="utf-8")
+    assert record.to_json() == stored
+    assert CampaignRecord.from_json(json.loads(json.dumps(record.to_json())), "again") == record
+
+
+def test_a_one_corpus_record_has_its_corpus_as_its_only_source_and_no_optional_keys(tmp_path):
+    stored = json.loads(CAMPAIGN_SAMPLE.read_text(encoding="utf-8"))
+    for key in ("datasets", "routine"):
+        del stored[key]
+    del stored["corpus"]["datasets"]
+    record = CampaignRecord.from_json(stored, "campaign.json")
+    assert record.sources() == ((None, record.corpus),) and record.source(None).size == 24
+    assert record.to_json() == stored  # no datasets, routine or queries key written for a campaign without them
+
+
+def test_a_folder_written_before_the_kind_was_recorded_reads_it_from_its_protocol_copy(tmp_path):
+    stored = json.loads(CAMPAIGN_SAMPLE.read_text(encoding="utf-8"))
+    del stored["kind"]
+    path = tmp_path / "campaign.json"
+    path.write_text(json.dumps(stored), encoding="utf-8")
+    protocol = tmp_path / "protocol.toml"
+    assert read_campaign(path, protocol).kind == "classification"  # no protocol copy: the protocol's default
+    protocol.write_text('name = "x"\n[task]\nkind = "generation"\n', encoding="utf-8")
+    assert read_campaign(path, protocol).kind == "generation"
+    protocol.write_text('name = "x"\n', encoding="utf-8")
+    assert read_campaign(path, protocol).kind == "classification"
+
+
+def test_a_damaged_campaign_record_is_refused_by_field(tmp_path):
+    stored = json.loads(CAMPAIGN_SAMPLE.read_text(encoding="utf-8"))
+    del stored["schedule"]
+    with pytest.raises(CampaignRecordError, match="campaign.json: missing field.s. schedule"):
+        CampaignRecord.from_json(stored, "campaign.json")
+    with pytest.raises(CampaignRecordError, match="missing field.s. size"):
+        SourceRecord.from_json({"fingerprint": "f", "order_hash": "o"}, "campaign.json")
+    path = tmp_path / "campaign.json"
+    path.write_text("{", encoding="utf-8")
+    with pytest.raises(CampaignRecordError, match="not valid JSON"):
+        read_campaign(path, tmp_path / "protocol.toml")
+    assert read_campaign(tmp_path / "absent.json", tmp_path / "protocol.toml") is None
+
+
+def test_a_campaign_records_its_kind_once_and_its_folder_reads_it_typed(tmp_path):
+    protocol = callable_campaign(tmp_path, passes=1)
+    out = tmp_path / "out"
+    from iteralab.campaign.runner import prepare
+
+    record = prepare(protocol, out)
+    assert json.loads((out / folder.CAMPAIGN).read_text(encoding="utf-8"))["kind"] == "classification"
+    opened = folder.CampaignFolder.open(out)
+    assert opened.campaign == record and opened.corpus_size == record.corpus.size
+
+
+# --------------------------------------------------------------------------------------------- manifest.json
+
+MANIFEST_SAMPLE = Path(__file__).parent / "golden" / "records" / "manifest.json"
+
+
+def test_a_manifest_reads_and_writes_back_the_stored_form(tmp_path):
+    manifest = read_manifest(MANIFEST_SAMPLE)
+    assert manifest.corpus["order_hash"].startswith("1b3d") and manifest.seeds == (0,)
+    assert manifest.observed["workload"] == {"kind": "callable"} and manifest.extra["first_pass"] == "r01-p01-b4-a1"
+    assert rocm_compatibility(manifest) is None  # written on a CPU, before C4 was recorded
+    write_manifest(tmp_path / "manifest.json", manifest)
+    assert (tmp_path / "manifest.json").read_text(encoding="utf-8") == MANIFEST_SAMPLE.read_text(encoding="utf-8")
+    assert read_manifest(tmp_path / "absent.json") is None
+
+
+def test_a_manifest_before_its_first_pass_has_no_observed_key_and_one_without_corpus_is_refused():
+    stored = json.loads(MANIFEST_SAMPLE.read_text(encoding="utf-8"))
+    del stored["observed"]
+    manifest = Manifest.from_json(stored, "manifest.json")
+    assert manifest.observed is None and manifest.to_json() == stored
+    assert manifest.with_observed({"workload": {}}).to_json()["observed"] == {"workload": {}}
+    with pytest.raises(RunError, match="manifest.json: not a campaign manifest"):
+        Manifest.from_json({"schema_version": 1}, "manifest.json")
+
+
+# --------------------------------------------------------------------------------------------- the lock entry
+
+LOCK_SAMPLE = Path(__file__).parent / "golden" / "records" / "protocol.toml.lock.json"
+
+
+def test_lock_entries_read_and_write_back_the_stored_form_an_early_one_without_inputs_included():
+    stored = json.loads(LOCK_SAMPLE.read_text(encoding="utf-8"))
+    early, entry = (LockEntry.from_json(e, LOCK_SAMPLE) for e in stored["locks"])
+    assert early.inputs is None and early.schedule is None and early.version == 2
+    assert entry.inputs["corpus"]["size"] == 24 and entry.protocol_file == "protocol.toml"
+    written = {"schema_version": 1, "locks": [early.to_json(), entry.to_json()]}
+    assert dumps_json(written) == LOCK_SAMPLE.read_text(encoding="utf-8")
+    with pytest.raises(ProtocolError, match="not a protocol lock file"):
+        LockEntry.from_json({"name": "x", "version": 1}, LOCK_SAMPLE)

@@ -50,9 +50,9 @@ def lock_cmd(
 
     source = read_protocol_file(protocol)  # read once: checked, fingerprinted, locked and warned about
     entry = lock(source, allow_large=allow_large)
-    typer.echo(f"locked {protocol} version {entry['version']}: sha256 {entry['sha256']} at {entry['locked_at']}")
-    typer.echo(f"schedule: {entry['schedule']}")
-    typer.echo("inputs fingerprinted: " + ", ".join(fingerprinted(entry["inputs"])))
+    typer.echo(f"locked {protocol} version {entry.version}: sha256 {entry.sha256} at {entry.locked_at}")
+    typer.echo(f"schedule: {entry.schedule}")
+    typer.echo("inputs fingerprinted: " + ", ".join(fingerprinted(entry.inputs)))
     typer.echo(f"lock file: {lock_path(protocol)}")
     for line in lock_warnings(source, entry):
         typer.echo(f"Warning: {line}", err=True)

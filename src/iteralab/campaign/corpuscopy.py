@@ -22,6 +22,7 @@ from typing import Any
 
 from iteralab.lock.datasets import combined_fingerprint, combined_order_hash
 from iteralab.lock.inputs import check_inputs, scan_sources
+from iteralab.campaign.campaignrecord import SourceRecord
 from iteralab.campaign.folder import TUNING, corpus_copy
 from iteralab.common import files
 from iteralab.common.files import FILE_MODE
@@ -131,7 +132,7 @@ def tuning_record(copy: CorpusCopy | None, scan: Any) -> dict[str, Any] | None:
 
 
 def write_corpus_copies(locked: LockedProtocol, out: Path, *, rerun: bool = False
-                        ) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any] | None, dict[str, str] | None]:
+                        ) -> tuple[tuple[SourceRecord, ...], SourceRecord, dict[str, Any] | None, dict[str, str] | None]:
     """Copy every corpus source (:meth:`Protocol.sources`: the one corpus into ``inputs/corpus.csv``, or each
     dataset into ``inputs/datasets/``) and the tuning split into ``inputs/tuning.csv``, each written while it is
     read in record batches (:func:`scan_sources`), and check that read against the lock (``check_inputs`` with
@@ -164,22 +165,20 @@ def write_corpus_copies(locked: LockedProtocol, out: Path, *, rerun: bool = Fals
         for copy in [*copies.values(), *([tuning_copy] if tuning_copy is not None else [])]:
             copy.abort()
         raise
-    records: list[dict[str, Any]] = []
+    records: list[SourceRecord] = []
     for name, scan in scanned.named:
         counts: dict[str, int] = {}
         if by_stratum:
             for value, n in (scan.extra_counts.get(spec.stratum_column) or {}).items():
                 counts[value or ""] = counts.get(value or "", 0) + n
-        records.append({"name": name, "fingerprint": scan.fingerprint, "order_hash": scan.order_hash,
-                        "size": scan.size, "id_origin": scan.id_origin, "file": corpus_copy(name),
-                        "file_sha256": copies[name].commit(), "strata": dict(sorted(counts.items()))})
+        records.append(SourceRecord(scan.fingerprint, scan.order_hash, scan.size, scan.id_origin, corpus_copy(name),
+                                    copies[name].commit(), dict(sorted(counts.items())), name=name))
     tuning_info = tuning_record(tuning_copy, scanned.tuning)
-    if [r["name"] for r in records] == [None]:  # one corpus: its record is the corpus record
-        return [], {k: v for k, v in records[0].items() if k != "name"}, tuning_info, model_hashes
-    origins = {r["id_origin"] for r in records}
-    corpus_record = {"fingerprint": combined_fingerprint([r["fingerprint"] for r in records]),
-                     "order_hash": combined_order_hash([r["order_hash"] for r in records]),
-                     "size": sum(r["size"] for r in records), "id_origin": origins.pop() if len(origins) == 1
-                     else "mixed", "file": None, "file_sha256": None, "strata": {},
-                     "datasets": [r["name"] for r in records]}
-    return records, corpus_record, tuning_info, model_hashes
+    if [r.name for r in records] == [None]:  # one corpus: its record is the corpus record
+        return (), records[0], tuning_info, model_hashes
+    origins = {r.id_origin for r in records}
+    corpus_record = SourceRecord(combined_fingerprint([r.fingerprint for r in records]),
+                                 combined_order_hash([r.order_hash for r in records]), sum(r.size for r in records),
+                                 origins.pop() if len(origins) == 1 else "mixed",
+                                 datasets=tuple(str(r.name) for r in records))
+    return tuple(records), corpus_record, tuning_info, model_hashes

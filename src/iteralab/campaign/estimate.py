@@ -8,7 +8,6 @@ corpus copy, and its journal for the passes still to run). No pass is journaled,
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -17,7 +16,7 @@ from typing import Any
 
 from iteralab.campaign.engines import passes
 from iteralab.campaign.engines.registry import engine_name
-from iteralab.campaign.folder import CAMPAIGN
+from iteralab.campaign.folder import CAMPAIGN, CampaignFolder
 from iteralab.campaign.journal import JOURNAL_NAME, read_journal
 from iteralab.campaign.progress import duration
 from iteralab.campaign.records import PassSpec, started
@@ -55,9 +54,9 @@ def estimate_campaign(protocol: str | os.PathLike[str] | LockedProtocol, out: st
     existing = (out / CAMPAIGN).is_file()
     folder = out if existing else Path(tempfile.mkdtemp(prefix="iteralab-estimate-"))
     try:
-        campaign = (json.loads((out / CAMPAIGN).read_text(encoding="utf-8")) if existing
+        campaign = (CampaignFolder(out).campaign if existing
                     else prepare(locked, folder))
-        slots = [Slot(**s) for s in campaign["schedule"]["slots"]]
+        slots = [Slot(**s) for s in campaign.slots]
         done = read_journal(out / JOURNAL_NAME).done_slots() if existing else set()
         todo = [s for s in slots if (s.round, s.position) not in done]
         variants: dict[str, dict[str, Any]] = {}

@@ -44,14 +44,15 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from iteralab.campaign.journal import read_journal
+from iteralab.campaign.campaignrecord import CampaignRecord, read_campaign
+from iteralab.campaign.journal import JOURNAL_NAME, read_journal
+from iteralab.campaign.manifest import Manifest, read_manifest
 from iteralab.campaign.records import PHASES
 from iteralab.common.digest import StringDigest, pairs_digest
 from iteralab.errors import IteraError
 
 CAMPAIGN = "campaign.json"
 MANIFEST = "manifest.json"
-JOURNAL = "journal.jsonl"
 TABLE = "raw_table.csv"
 SUMS = "SHA256SUMS"
 INPUTS = "inputs"
@@ -112,24 +113,14 @@ def with_generation(columns: tuple[str, ...]) -> tuple[str, ...]:
     return (*columns[:at], *GENERATION_COLUMNS, *columns[at:])
 
 
-def is_generation_campaign(campaign: dict[str, Any]) -> bool:
-    """Whether campaign.json records a generation job (its model record says how prompts are generated)."""
-    return bool(campaign.get("generation")) or \
-        ((campaign.get("model") or {}).get("generation") or {}).get("task") == "generation"
-
-
-def is_embedding_campaign(campaign: dict[str, Any]) -> bool:
-    """Whether campaign.json records an embedding job (its model record says how vectors are made)."""
-    return bool(campaign.get("embedding") or ((campaign.get("model") or {}).get("embedding") or {}).get("task"))
-
-
-def table_columns(campaign: dict[str, Any]) -> tuple[str, ...]:
-    """The raw-table columns of a campaign: :data:`COLUMNS` (``dataset`` is empty in a one-corpus campaign), with
-    the cosine columns for an embedding job and the generation columns for a generation job."""
+def table_columns(kind: str) -> tuple[str, ...]:
+    """The raw-table columns of a campaign of a job kind (``CampaignRecord.kind``): :data:`COLUMNS` (``dataset`` is
+    empty in a one-corpus campaign), with the cosine columns for an embedding job and the generation columns for a
+    generation job."""
     columns = COLUMNS
-    if is_generation_campaign(campaign):
+    if kind == "generation":
         return with_generation(columns)
-    return with_cosines(columns) if is_embedding_campaign(campaign) else columns
+    return with_cosines(columns) if kind == "embedding" else columns
 
 
 def format_cell(value: Any) -> str:
@@ -147,17 +138,6 @@ def format_cell(value: Any) -> str:
 
 class NotACampaignFolder(IteraError):
     """The path is not a folder written by ``iteralab run`` (no campaign.json)."""
-
-
-def read_json(path: Path, *, what: str | None = None) -> Any:
-    """A stored JSON record, or None when the file does not exist; a damaged one is a one-line error."""
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise IteraError(f"{path}: {what or 'record'} is not valid JSON ({exc})",
-                         hint="restore the file from the evidence bundle") from None
 
 
 @dataclass(frozen=True)
@@ -494,7 +474,7 @@ class CampaignFolder:
 
     @property
     def journal_path(self) -> Path:
-        return self.path / JOURNAL
+        return self.path / JOURNAL_NAME
 
     @property
     def protocol_path(self) -> Path:
@@ -525,21 +505,24 @@ class CampaignFolder:
         return self.path / relative
 
     @cached_property
-    def campaign(self) -> dict[str, Any]:
-        record = read_json(self.path / CAMPAIGN, what="the campaign record")
-        if not isinstance(record, dict):
+    def campaign(self) -> CampaignRecord:
+        """campaign.json, typed (:mod:`iteralab.campaign.campaignrecord`); its ``kind`` names the job kind
+        (``campaign.kinds.registry.kind_named``)."""
+        record = read_campaign(self.path / CAMPAIGN, self.path / PROTOCOL)
+        if record is None:
             raise NotACampaignFolder(f"{self.path}: not a campaign folder (no campaign.json)",
                                      hint="pass the folder given to 'iteralab run --out'")
         return record
 
     @cached_property
-    def manifest(self) -> dict[str, Any] | None:
-        return read_json(self.path / MANIFEST, what="the manifest")
+    def manifest(self) -> Manifest | None:
+        """manifest.json, typed (None before the first successful pass wrote it)."""
+        return read_manifest(self.path / MANIFEST)
 
     def journal(self) -> Any:
         """The journal's state, read now (it grows while a campaign runs)."""
 
-        return read_journal(self.path / JOURNAL)
+        return read_journal(self.path / JOURNAL_NAME)
 
     def raw_rows(self) -> tuple[RawRow, ...]:
         """The typed raw table (``iteralab.evidence.table.write_raw_table`` regenerates it)."""
@@ -554,8 +537,8 @@ class CampaignFolder:
 
     @property
     def corpus_size(self) -> int:
-        return int(self.campaign["corpus"]["size"])
+        return self.campaign.corpus.size
 
     @property
     def corpus_fingerprint(self) -> str:
-        return str(self.campaign["corpus"]["fingerprint"])
+        return self.campaign.corpus.fingerprint

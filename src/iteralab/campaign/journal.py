@@ -18,6 +18,7 @@ from typing import Any
 from iteralab.campaign.records import PassResult
 from iteralab.errors import RunError
 
+#: The journal's file name in a campaign folder (the one definition).
 JOURNAL_NAME = "journal.jsonl"
 
 

@@ -4,7 +4,8 @@
 the device inventory, the code version (git commit + dirty flag of the installed iteralab package's own source
 tree, whatever the current folder), determinism options and thread count.
 No hostname (privacy). ``campaign_manifest`` ties it to the workload, file hashes, corpus fingerprint, order
-hash, seeds and the reproduction target. ``diff_manifests`` lists the dotted keys that differ, so a pass
+hash, seeds and the reproduction target into a :class:`Manifest`, the typed manifest.json
+(:func:`read_manifest` and :func:`write_manifest` its one reader and writer). ``diff_manifests`` lists the dotted keys that differ, so a pass
 whose environment drifted from the campaign's is flagged, and two campaigns' differing fields are listed.
 """
 
@@ -17,6 +18,7 @@ import platform
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -26,10 +28,10 @@ from iteralab.common.files import sha256_file, write_json_atomic
 from iteralab.errors import RunError
 from iteralab.models.device import device_inventory, host_inventory
 
-__all__ = ["MANIFEST_SCHEMA_VERSION", "PACKAGES", "RESUME_KEYS", "campaign_manifest", "check_resume_environment",
-           "code_version", "determinism_settings", "diff_manifests", "env_summary", "environment_manifest", "flatten",
-           "load_observed", "manifest_differences", "rocm_compatibility", "rocm_compatibility_line", "sha256_file",
-           "write_json_atomic"]
+__all__ = ["MANIFEST_SCHEMA_VERSION", "PACKAGES", "RESUME_KEYS", "Manifest", "campaign_manifest",
+           "check_resume_environment", "code_version", "determinism_settings", "diff_manifests", "env_summary",
+           "environment_manifest", "flatten", "load_observed", "manifest_differences", "read_manifest",
+           "rocm_compatibility", "rocm_compatibility_line", "sha256_file", "write_json_atomic", "write_manifest"]
 
 MANIFEST_SCHEMA_VERSION = 1
 PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "scikit-learn", "iteralab",
@@ -157,10 +159,62 @@ def _jsonable(value: Any, where: str) -> Any:
         raise ValueError(f"{where}: not JSON-serialisable ({exc})") from exc
 
 
-def campaign_manifest(*, environment: dict[str, Any], workload_description: dict[str, Any],
-                      file_hashes: dict[str, str], corpus_fingerprint: str, order_hash: str, seeds: list[int],
-                      reproduction_target: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The manifest written at the start of a campaign (C3), schema_version 1, keys in a stable order."""
+@dataclass(frozen=True)
+class Manifest:
+    """manifest.json (C3): the corpus it ran (fingerprint, order hash), the workload, the model files' hashes, the
+    environment of the first successful pass, the seeds, the reproduction target, the protocol/variants/model
+    spec (``extra``), and the manifest facts that pass observed (``observed``: what every later pass must match)."""
+
+    corpus: Mapping[str, Any]
+    workload: Mapping[str, Any] = field(default_factory=dict)
+    file_hashes: Mapping[str, str] = field(default_factory=dict)
+    environment: Mapping[str, Any] = field(default_factory=dict)
+    seeds: tuple[int, ...] = ()
+    reproduction_target: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    observed: Mapping[str, Any] | None = None
+    schema_version: int = MANIFEST_SCHEMA_VERSION
+
+    @classmethod
+    def from_json(cls, record: Any, where: object) -> Manifest:
+        if not isinstance(record, Mapping) or not isinstance(record.get("corpus"), Mapping):
+            raise RunError(f"{where}: not a campaign manifest (no corpus section)",
+                           hint="restore the file from the evidence bundle")
+        known = {k: record[k] for k in cls.__dataclass_fields__ if k in record}
+        return cls(**{**known, "seeds": tuple(known.get("seeds") or ())})
+
+    def to_json(self) -> dict[str, object]:
+        """The JSON form, keys in the stable order (``observed`` once the first successful pass wrote it)."""
+        record: dict[str, object] = {
+            "schema_version": self.schema_version, "corpus": dict(self.corpus), "workload": self.workload,
+            "file_hashes": dict(self.file_hashes), "environment": self.environment, "seeds": list(self.seeds),
+            "reproduction_target": self.reproduction_target, "extra": self.extra}
+        return record if self.observed is None else {**record, "observed": self.observed}
+
+    def with_observed(self, observed: Mapping[str, Any]) -> Manifest:
+        return replace(self, observed=observed)
+
+
+def read_manifest(path: Path) -> Manifest | None:
+    """The manifest at ``path``; None before the first successful pass wrote it."""
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RunError(f"{path}: the manifest is not valid JSON ({exc})",
+                       hint="restore the file from the evidence bundle") from None
+    return Manifest.from_json(record, path)
+
+
+def write_manifest(path: Path, manifest: Manifest) -> None:
+    write_json_atomic(path, manifest.to_json())
+
+
+def campaign_manifest(*, environment: Mapping[str, Any], workload_description: Mapping[str, Any],
+                      file_hashes: Mapping[str, str], corpus_fingerprint: str, order_hash: str, seeds: list[int],
+                      reproduction_target: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> Manifest:
+    """The manifest written at the start of a campaign (C3), schema_version 1, its values JSON-native."""
     if not isinstance(corpus_fingerprint, str) or not corpus_fingerprint:
         raise ValueError("corpus_fingerprint: a non-empty string is required")
     if not isinstance(order_hash, str) or not order_hash:
@@ -169,29 +223,26 @@ def campaign_manifest(*, environment: dict[str, Any], workload_description: dict
         raise ValueError(f"seeds: a list of integers is required, got {seeds!r}")
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in file_hashes.items()):
         raise ValueError("file_hashes: a mapping of file name → sha256 hex is required")
-    manifest = {
-        "schema_version": MANIFEST_SCHEMA_VERSION,
-        "corpus": {"fingerprint": corpus_fingerprint, "order_hash": order_hash},
-        "workload": _jsonable(workload_description, "workload_description"),
-        "file_hashes": dict(sorted(file_hashes.items())),
-        "environment": _jsonable(environment, "environment"),
-        "seeds": list(seeds),
-        "reproduction_target": _jsonable(reproduction_target, "reproduction_target"),
-        "extra": _jsonable(extra or {}, "extra"),
-    }
-    return manifest
+    return Manifest(
+        corpus={"fingerprint": corpus_fingerprint, "order_hash": order_hash},
+        workload=_jsonable(workload_description, "workload_description"),
+        file_hashes=dict(sorted(file_hashes.items())),
+        environment=_jsonable(environment, "environment"),
+        seeds=tuple(seeds),
+        reproduction_target=_jsonable(reproduction_target, "reproduction_target"),
+        extra=_jsonable(extra or {}, "extra"))
 
 
-def rocm_compatibility(manifest: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def rocm_compatibility(manifest: Manifest | None) -> dict[str, Any] | None:
     """The C4 verdict a campaign's manifest recorded (``environment.device_inventory.rocm``): the lookup of what
     the ROCm runtime observed, ``{"verdict": "not applicable", …}`` on CUDA or CPU, None in a manifest written
     before the field existed."""
-    inventory = ((manifest or {}).get("environment") or {}).get("device_inventory") or {}
+    inventory = (manifest.environment if manifest else {}).get("device_inventory") or {}
     found = inventory.get("rocm")
     return dict(found) if isinstance(found, Mapping) else None
 
 
-def rocm_compatibility_line(manifest: Mapping[str, Any] | None) -> str | None:
+def rocm_compatibility_line(manifest: Manifest | None) -> str | None:
     """One line for the raw table's notes and the decision note, e.g. ``C4 ROCm 6.2.0 matrix
     (compatibility-matrix-historical-6.0@7.2.0.csv, 2026-01-21): not listed: os Ubuntu 20.04 not listed; …``.
     None where C4 does not apply (no ROCm runtime) or was not recorded."""
@@ -290,6 +341,5 @@ def env_summary(environment: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def load_observed(path: Path) -> dict[str, Any] | None:
     """The observed facts of a campaign's manifest file (None before the first successful pass wrote it)."""
-    if not path.exists():
-        return None
-    return json.loads(path.read_text(encoding="utf-8")).get("observed")
+    manifest = read_manifest(path)
+    return None if manifest is None or manifest.observed is None else dict(manifest.observed)

@@ -21,7 +21,6 @@ nothing; a pass whose process was killed otherwise (SIGKILL, power loss) stays a
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -30,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from iteralab.campaign.campaignrecord import (CampaignRecord, ModelRecord, ProtocolStamp, read_campaign,
+                                              write_campaign)
 from iteralab.campaign.corpuscopy import write_corpus_copies
 from iteralab.campaign.engines import local
 from iteralab.campaign.engines.embedpass import embedding_record
@@ -40,8 +41,9 @@ from iteralab.campaign.engines.registry import Engine, engine_name, engines
 from iteralab.campaign.folder import (
     CAMPAIGN, CATALOG, INPUTS, LOCK, MANIFEST, PREDICTIONS, PROTOCOL, TABLE, corpus_copy)
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
+from iteralab.campaign.kinds.registry import kind_of
 from iteralab.campaign.manifest import (
-    campaign_manifest, check_resume_environment, diff_manifests, env_summary, load_observed)
+    campaign_manifest, check_resume_environment, diff_manifests, env_summary, load_observed, write_manifest)
 from iteralab.campaign.preflight import preflight
 from iteralab.campaign import progress as _progress
 from iteralab.campaign.progress import Watch, remove_beacons
@@ -54,7 +56,6 @@ from iteralab.common.files import sha256_file, write_bytes_atomic, write_json_at
 from iteralab.errors import ProtocolError, RunError
 from iteralab.kit.calcul_forfaits import DEFAULT_CATALOG, KitError, load_catalog
 from iteralab.lock.carry import carry_model_files
-from iteralab.lock.datasets import source_records
 from iteralab.lock.inputs import check_inputs
 from iteralab.lock.modules import carried_now
 from iteralab.lock.usercode import carry_queries, carry_routine, queries_columns
@@ -62,7 +63,6 @@ from iteralab.plan.lockfile import LockedProtocol, open_locked
 from iteralab.plan.protocol import Protocol, check_series
 from iteralab.plan.schedule import Slot, schedule_slots
 
-CAMPAIGN_SCHEMA = 1
 ProgressFn = Callable[[str, dict[str, Any]], None]
 
 
@@ -108,7 +108,7 @@ def _copy_catalog(locked: LockedProtocol, target: Path) -> dict[str, Any]:
 
 
 def prepare(locked: str | os.PathLike[str] | LockedProtocol, out: str | os.PathLike[str], *,
-            rerun: bool = False, earlier: Path | None = None) -> dict[str, Any]:
+            rerun: bool = False, earlier: Path | None = None) -> CampaignRecord:
     """Check the lock, the series and every input against its lock fingerprint (a ``rerun`` may use another
     model and catalog), copy the inputs, and write campaign.json + manifest.json (once). ``locked``: the
     locked protocol as read once (:func:`~iteralab.plan.lockfile.open_locked`), or its file, read here.
@@ -120,12 +120,13 @@ def prepare(locked: str | os.PathLike[str] | LockedProtocol, out: str | os.PathL
     existing = out / CAMPAIGN
     if existing.exists():
         check_inputs(locked, rerun=rerun)
-        campaign = json.loads(existing.read_text(encoding="utf-8"))
-        if campaign["protocol"]["sha256"] != lock_entry["sha256"]:
+        campaign = read_campaign(existing, out / PROTOCOL)
+        stamp = campaign.protocol
+        if stamp.sha256 != lock_entry.sha256:
             raise RunError(
-                f"{out}: holds a campaign of protocol {campaign['protocol']['name']!r} version "
-                f"{campaign['protocol']['version']} (sha256 {campaign['protocol']['sha256'][:12]}…); "
-                f"this protocol is version {protocol.version} (sha256 {lock_entry['sha256'][:12]}…)",
+                f"{out}: holds a campaign of protocol {stamp.name!r} version "
+                f"{stamp.version} (sha256 {stamp.sha256[:12]}…); "
+                f"this protocol is version {protocol.version} (sha256 {lock_entry.sha256[:12]}…)",
                 hint="results of different protocol versions are never pooled: use a new --out folder",
             )
         return campaign
@@ -138,51 +139,42 @@ def prepare(locked: str | os.PathLike[str] | LockedProtocol, out: str | os.PathL
             shutil.rmtree(out, ignore_errors=True)
         raise
     write_bytes_atomic(out / PROTOCOL, locked.raw)  # the bytes that were hashed and checked against the lock
-    write_json_atomic(out / LOCK, {"schema_version": 1, "locks": [lock_entry]})
+    write_json_atomic(out / LOCK, {"schema_version": 1, "locks": [lock_entry.to_json()]})
     catalog = _copy_catalog(locked, out / CATALOG)
     # small model files copied, weights by hash (D3), from the hashes the input check just computed
     carried = carry_model_files(locked, out, model_hashes)
-    routine = carry_routine((lock_entry.get("inputs") or {}).get("routine"), out, earlier)
-    queries = carry_queries((lock_entry.get("inputs") or {}).get("queries"), locked.where(protocol.metric.queries),
+    routine = carry_routine((lock_entry.inputs or {}).get("routine"), out, earlier)
+    queries = carry_queries((lock_entry.inputs or {}).get("queries"), locked.where(protocol.metric.queries),
                             out, queries_columns(protocol.metric))
     design, slots = schedule_slots(protocol)
     model = protocol.model
-    campaign = {
-        "schema_version": CAMPAIGN_SCHEMA,
-        "protocol": {"name": protocol.name, "version": protocol.version, "sha256": lock_entry["sha256"],
-                     "locked_at": lock_entry["locked_at"], "source": str(locked.resolved)},
-        "corpus": corpus_record,
-        "model": {"kind": model.kind, "path": _as_text(locked.where(model.path)),
-                  "head": _as_text(locked.where(model.head)),
-                  "callable": model.callable, "max_length": model.max_length, "truncation": model.truncation,
-                  "trust_remote_code": model.trust_remote_code, "files": carried["files"],
-                  **embedding_record(protocol, locked.where(model.path)), **generation_record(protocol)},
-        "tuning": tuning,
-        "catalog": catalog,
-        "schedule": {"design": design, "slots": [s.record() for s in slots]},
-        "variants": [v.model_dump() for v in protocol.variants],
-        "series": [s.model_dump() for s in protocol.series],
-    }
-    if datasets:
-        campaign["datasets"] = datasets
-    if routine is not None:
-        campaign["routine"] = routine
-    if queries is not None:
-        campaign["queries"] = queries
-    write_json_atomic(existing, campaign)
-    return campaign
+    campaign = CampaignRecord(
+        kind=kind_of(protocol).name,
+        protocol=ProtocolStamp(protocol.name, protocol.version, lock_entry.sha256, lock_entry.locked_at,
+                               str(locked.resolved)),
+        corpus=corpus_record,
+        model=ModelRecord(model.kind, _as_text(locked.where(model.path)), _as_text(locked.where(model.head)),
+                          model.callable, model.max_length, model.truncation, model.trust_remote_code,
+                          carried["files"], {**embedding_record(protocol, locked.where(model.path)),
+                                             **generation_record(protocol)}),
+        tuning=tuning, catalog=catalog, schedule={"design": design, "slots": [s.record() for s in slots]},
+        variants=tuple(v.model_dump() for v in protocol.variants),
+        series=tuple(s.model_dump() for s in protocol.series),
+        datasets=datasets, routine=routine, queries=queries)
+    write_campaign(existing, campaign)
+    return read_campaign(existing, out / PROTOCOL)  # as a resumed run reads it (JSON-native values)
 
 
 def _as_text(path: Path | None) -> str | None:
     return None if path is None else str(path)
 
 
-def pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Slot, pass_id: str) -> PassSpec:
+def pass_spec(campaign: CampaignRecord, protocol: Protocol, out: Path, slot: Slot, pass_id: str) -> PassSpec:
     out = out.resolve()  # absolute: a Ray cluster's workers do not run in the runner's working directory
     return PassSpec(
         pass_id=pass_id,
         variant=protocol.variant(slot.variant).model_dump(),
-        model=campaign["model"],
+        model=campaign.model.to_json(),
         classes=tuple(protocol.corpus.classes),
         corpus_path=str(out / corpus_copy(slot.dataset)),
         prediction_dir=str(out / PREDICTIONS),
@@ -195,15 +187,16 @@ def pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Slo
         seed=slot.seed,
         deterministic=protocol.reproduction.deterministic,
         scratch_dir=str(out / SCRATCH),
-        queries_path=str(out / campaign["queries"]["file"]) if campaign.get("queries") else None,
-        queries_columns=(campaign.get("queries") or {}).get("columns"),
+        queries_path=str(out / campaign.queries["file"]) if campaign.queries else None,
+        queries_columns=(campaign.queries or {}).get("columns"),
         carried_modules=carried_now() or None,
     )
 
 
-def slot_documents(campaign: dict[str, Any], dataset: str | None) -> int | None:
+def slot_documents(campaign: CampaignRecord, dataset: str | None) -> int | None:
     """How many documents a pass of this slot processes (its corpus source's size: the corpus, or its dataset)."""
-    return dict(source_records(campaign)).get(dataset, {}).get("size")
+    source = campaign.source(dataset)
+    return None if source is None else source.size
 
 
 def _manifest_fields(result: PassResult) -> dict[str, Any]:
@@ -258,7 +251,7 @@ class _Run:
     reference manifest (written by the first successful pass)."""
 
     protocol: Protocol
-    campaign: dict[str, Any]
+    campaign: CampaignRecord
     out: Path
     journal: Journal
     reads: Any
@@ -389,7 +382,7 @@ def _say_first_failure(run: _Run, pass_id: str, result: PassResult, verdict: dic
         run.emit("failure", {"pass_id": pass_id, "error": " ".join(str(why).split())})
 
 
-def _open_run(protocol: Protocol, campaign: dict[str, Any], out: Path, flight: Any, stop: Any, at: _Where,
+def _open_run(protocol: Protocol, campaign: CampaignRecord, out: Path, flight: Any, stop: Any, at: _Where,
               shared: Any, emit: ProgressFn) -> tuple[_Run, list[Slot], list[Slot]]:
     """Read the journal, check a resume's environment, start the engine and journal the campaign's start or
     resume (evaluating a pass a kill left unevaluated). Returns the run, every slot and the slots to run."""
@@ -397,7 +390,7 @@ def _open_run(protocol: Protocol, campaign: dict[str, Any], out: Path, flight: A
     journal = Journal(out / JOURNAL_NAME)
     state = read_journal(journal.path)
     reads = shared or CampaignReads(out)
-    slots = [Slot(**s) for s in campaign["schedule"]["slots"]]
+    slots = [Slot(**s) for s in campaign.slots]
     done = state.done_slots()
     todo = [s for s in slots if (s.round, s.position) not in done]
     at.journal, at.done, at.total = journal, len(slots) - len(todo), len(slots)
@@ -408,8 +401,8 @@ def _open_run(protocol: Protocol, campaign: dict[str, Any], out: Path, flight: A
     if engine is not None:
         stop.install()  # ray.init replaced the SIGTERM handler with its own
     if state.campaign is None:
-        journal.append("campaign_started", protocol_sha256=campaign["protocol"]["sha256"],
-                       corpus_fingerprint=campaign["corpus"]["fingerprint"])
+        journal.append("campaign_started", protocol_sha256=campaign.protocol.sha256,
+                       corpus_fingerprint=campaign.corpus.fingerprint)
     else:
         journal.append("campaign_resumed", aborted=state.aborted(), interrupted=list(state.interrupted))
         # A kill between a pass's end and its evaluation: evaluate it now, from its stored file.
@@ -536,22 +529,21 @@ def _not_run(pass_id: str, why: str, kind: str = "not_run") -> dict[str, Any]:
     return failure(pass_id, why, kind, notes=[why])
 
 
-def _write_manifest(out: Path, campaign: dict[str, Any], protocol: Protocol, result: PassResult,
+def _write_manifest(out: Path, campaign: CampaignRecord, protocol: Protocol, result: PassResult,
                     observed: dict[str, Any], ray: dict[str, Any] | None = None) -> dict[str, Any]:
     manifest = campaign_manifest(
         environment=dict(result.environment or {}),
         workload_description=dict(result.workload or {}),
         file_hashes=dict(result.file_hashes or {}),
-        corpus_fingerprint=campaign["corpus"]["fingerprint"],
-        order_hash=campaign["corpus"]["order_hash"],
+        corpus_fingerprint=campaign.corpus.fingerprint,
+        order_hash=campaign.corpus.order_hash,
         seeds=list(protocol.reproduction.seeds),
         reproduction_target=protocol.reproduction.model_dump(),
-        extra={"protocol": campaign["protocol"], "variants": campaign["variants"],
-               "model_spec": campaign["model"], "first_pass": result.pass_id,
+        extra={"protocol": campaign.protocol.to_json(), "variants": list(campaign.variants),
+               "model_spec": campaign.model.to_json(), "first_pass": result.pass_id,
                **({"ray": ray} if ray else {})},
     )
-    manifest["observed"] = observed
-    write_json_atomic(out / MANIFEST, manifest)
+    write_manifest(out / MANIFEST, manifest.with_observed(observed))
     return observed
 
 

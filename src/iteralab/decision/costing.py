@@ -204,11 +204,11 @@ def pricing_catalog(ev: Evidence, path: str | Path | None) -> tuple[Catalog, str
                                      "when its decision was written; it overrides the protocol's)"), given
     copy = folder.catalog_path
     if copy is not None:
-        origin = (ev.campaign.get("catalog") or {}).get("source") or "the protocol's catalog"
+        origin = (ev.campaign.catalog or {}).get("source") or "the protocol's catalog"
         return load_catalog(copy), f"`{CATALOG}` of the campaign folder (sealed copy of {origin})", copy
     declared = ev.protocol.catalog.path
     if declared is None:
         return (load_catalog(None), "the shipped snapshot (this campaign folder holds no catalog copy)",
                 DEFAULT_CATALOG)
-    source = resolve(ev.campaign["protocol"].get("source") or ev.folder / PROTOCOL, declared)
+    source = resolve(ev.campaign.protocol.source or ev.folder / PROTOCOL, declared)
     return load_catalog(source), f"`{source}` (this campaign folder holds no catalog copy)", source

@@ -81,8 +81,8 @@ def exclusion_lines(d: Decision) -> list[tuple[str, str]]:
 
 def covered_datasets(ev: Any) -> list[str]:
     """The covered-load lines of a several-dataset campaign (K6); None for one corpus."""
-    records = ev.campaign.get("datasets") or []
-    listed = "; ".join(f"{r['name']} ({r['size']} documents, fingerprint `{r['fingerprint']}`)" for r in records)
+    records = ev.campaign.datasets
+    listed = "; ".join(f"{r.name} ({r.size} documents, fingerprint `{r.fingerprint}`)" for r in records)
     return [f"- {ev.corpus_size} documents in {len(records)} datasets (combined fingerprint `{ev.fingerprint}`): "
             f"{listed}"]
 
@@ -129,9 +129,9 @@ def setting_words(protocol: Any, v: Any) -> str:
 
 def render_decision(d: Decision) -> str:
     """The decision note (Markdown, D2): deterministic, so it can be compared with a golden file."""
-    proto = d.evidence[0].campaign["protocol"]
+    proto = d.evidence[0].campaign.protocol
     c4 = {e.folder: rocm_compatibility_line(e.manifest) for e in d.evidence}  # ROCm runs only (C4)
-    out = [f"# Decision note: {proto['name']}, protocol version {proto['version']}", "",
+    out = [f"# Decision note: {proto.name}, protocol version {proto.version}", "",
            f"Question (locked protocol): {d.evidence[0].protocol.question}", "", "## Decision", ""]
     out += _decision_lines(d)
     out += _covered_load_lines(d, c4)
@@ -180,17 +180,17 @@ def _decision_lines(d: Decision) -> list[str]:
 def _covered_load_lines(d: Decision, c4: dict[str, str | None]) -> list[str]:
     """What the answer covers (documents, protocol, metric, catalog, hardware) and the rule's reasons."""
     ev = d.evidence[0]
-    proto = ev.campaign["protocol"]
+    proto = ev.campaign.protocol
     p = ev.protocol
     chosen = d.chosen
     return ["", "## Covered load", "",
-            *(covered_datasets(ev) if ev.campaign.get("datasets") else
+            *(covered_datasets(ev) if ev.campaign.datasets else
               [f"- {ev.corpus_size} documents, corpus fingerprint `{ev.fingerprint}`"]),
             f"- accepted deliveries: {chosen.accepted if chosen else 'see the table'} (each "
-            f"{'dataset' if ev.campaign.get('datasets') else 'corpus'} counted once by "
+            f"{'dataset' if ev.campaign.datasets else 'corpus'} counted once by "
             "fingerprint, however many passes delivered it)",
-            f"- protocol `{proto['name']}` version {proto['version']}, sha256 `{proto['sha256']}`, locked at "
-            f"{proto.get('locked_at')}",
+            f"- protocol `{proto.name}` version {proto.version}, sha256 `{proto.sha256}`, locked at "
+            f"{proto.locked_at}",
             f"- metric {p.metric.label} {p.metric.relation} {p.metric.threshold:g}, "
             f"within {p.metric.tolerance_text} of "
             f"{p.metric.reference_variant}; gating subgroups: "

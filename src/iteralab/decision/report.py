@@ -433,10 +433,10 @@ def render_report(decision: Decision, decision_md: str | None = None) -> str:
     exclusions = exclusion_lines(decision)
     env = Environment(loader=FileSystemLoader(str(Path(__file__).with_name("templates"))), autoescape=True,
                       undefined=StrictUndefined, keep_trailing_newline=True)
-    proto = decision.evidence[0].campaign["protocol"]
+    proto = decision.evidence[0].campaign.protocol
     return env.get_template(TEMPLATE).render(
         d=decision, proto=proto, question=decision.evidence[0].protocol.question, rows=rows,
-        campaigns=campaigns, columns=table_columns(decision.evidence[0].campaign),
+        campaigns=campaigns, columns=table_columns(decision.evidence[0].campaign.kind),
         decision_md=decision_md or render_decision(decision),
         plot_times=plot_times(configs, merged), plot_quality=plot_quality(configs, decision, merged),
         plot_subgroups=plot_subgroups(decision, merged), plot_cosine=plot_cosine(configs, decision, merged),

@@ -136,13 +136,13 @@ def _hardware_keys(evidence: list[Evidence]) -> list[str]:
 def check_mergeable(evidence: list[Evidence]) -> None:
     """Refuse to merge campaigns of different protocol versions/content or different corpora."""
     first = evidence[0]
-    p0 = first.campaign["protocol"]
+    p0 = first.campaign.protocol
     for ev in evidence[1:]:
-        p = ev.campaign["protocol"]
-        if (p["name"], p["version"], p["sha256"]) != (p0["name"], p0["version"], p0["sha256"]):
+        p = ev.campaign.protocol
+        if (p.name, p.version, p.sha256) != (p0.name, p0.version, p0.sha256):
             raise IteraError(
-                f"cannot merge {first.folder} and {ev.folder}: protocol {p0['name']!r} version {p0['version']} "
-                f"(sha256 {p0['sha256'][:12]}) vs {p['name']!r} version {p['version']} (sha256 {p['sha256'][:12]})",
+                f"cannot merge {first.folder} and {ev.folder}: protocol {p0.name!r} version {p0.version} "
+                f"(sha256 {p0.sha256[:12]}) vs {p.name!r} version {p.version} (sha256 {p.sha256[:12]})",
                 hint="results of different protocol versions are never pooled: decide on each folder separately")
         if ev.fingerprint != first.fingerprint:
             raise IteraError(
@@ -214,11 +214,11 @@ class Decision:
             "rental": {"chosen": self.chosen.key if self.chosen else None, "answer": self.rental_line},
             "production_job": [j.to_dict() for j in self.jobs],
             "chosen": self.chosen.key if self.chosen else None, "rule": RULE,
-            "protocol": {k: ev.campaign["protocol"].get(k) for k in ("name", "version", "sha256", "locked_at")},
+            "protocol": ev.campaign.protocol.identity(),
             "question": ev.protocol.question,
             "corpus": {"fingerprint": ev.fingerprint, "size": ev.corpus_size,
-                       **({"datasets": [{k: d[k] for k in ("name", "fingerprint", "size")}
-                                        for d in ev.campaign["datasets"]]} if ev.campaign.get("datasets") else {})},
+                       **({"datasets": [{"name": d.name, "fingerprint": d.fingerprint, "size": d.size}
+                                        for d in ev.campaign.datasets]} if ev.campaign.datasets else {})},
             "campaigns": [{"folder": str(e.folder), "hardware": e.hardware.to_dict(),
                            "work_ran_on": {"runs_on": e.protocol.model.runs_on,
                                            "service": e.protocol.model.remote_service}} for e in self.evidence],
@@ -338,8 +338,8 @@ def _manifest_diffs(evidence: list[Evidence]) -> list[tuple[str, str, tuple[str,
         if evidence[0].manifest is None or ev.manifest is None:
             diffs.append((str(evidence[0].folder), str(ev.folder), ("manifest.json missing in one folder",)))
         else:
-            diffs.append((str(evidence[0].folder), str(ev.folder), tuple(diff_manifests(evidence[0].manifest,
-                                                                                        ev.manifest))))
+            diffs.append((str(evidence[0].folder), str(ev.folder), tuple(diff_manifests(evidence[0].manifest.to_json(),
+                                                                                        ev.manifest.to_json()))))
     return diffs
 
 

@@ -99,7 +99,7 @@ def run_demo(out: str | os.PathLike[str], *, task: str = TASKS[0], docs: int = D
         build = BUILDERS[task]
         protocol = build(out, docs=docs, passes=passes, tuning_size=tuning, seed=seed, emit=emit)
         entry = lock(protocol)
-        emit(f"protocol locked: sha256 {entry['sha256'][:16]}… at {entry['locked_at']}")
+        emit(f"protocol locked: sha256 {entry.sha256[:16]}… at {entry.locked_at}")
     summary = run_campaign(protocol, out / "campaign", progress=progress)
 
     emit("statistics, decision note and report (re-read from the campaign's stored files)")

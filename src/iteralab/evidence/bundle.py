@@ -280,7 +280,7 @@ def pack(folder: str | os.PathLike[str], out: str | os.PathLike[str] | None = No
         raise BundleError(f"{target}: the archive cannot be written inside the folder it packs",
                           hint="choose an --out outside the campaign folder")
     if include_weights:
-        add_weights(folder, opened.campaign)
+        add_weights(folder, opened.campaign.model.to_json())
     sealed = seal(folder)
     root = folder.resolve().name
     members = sorted(list_files(folder) + list(SEAL_FILES))

@@ -20,10 +20,10 @@ from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any
 
+from iteralab.campaign.campaignrecord import CampaignRecord
 from iteralab.campaign.folder import PHASES, RawRow
 from iteralab.evidence.feasibility import feasibility
 from iteralab.evidence.table import rejection_of
-from iteralab.lock.datasets import source_records
 
 #: How the statistics combine the datasets' pass times (shown in the stats text and the decision note).
 JOB_TIME_RULE = ("several datasets (K6): a pass time here is one round's job time, the sum of the pass times of "
@@ -98,30 +98,30 @@ def _row_reasons(row: RawRow) -> list[str]:
     return [f"pass {row.pass_id}: {', '.join(found)}"] if found else []
 
 
-def dataset_verdicts(campaign: dict[str, Any], rows: list[RawRow], excluded: Container[str]
+def dataset_verdicts(campaign: CampaignRecord, rows: list[RawRow], excluded: Container[str]
                      ) -> tuple[DatasetVerdict, ...]:
     """The verdict of every declared dataset over one variant's rows (empty for a one-corpus campaign)."""
     out = []
-    for record in campaign.get("datasets") or []:
-        mine = [r for r in rows if r.dataset == record["name"] and not r.excluded and r.pass_id not in excluded]
+    for record in campaign.datasets:
+        mine = [r for r in rows if r.dataset == record.name and not r.excluded and r.pass_id not in excluded]
         counted = mine  # as M1 counts them: every pass not excluded, a failed or aborted one included
         reasons = [reason for r in counted for reason in _row_reasons(r)]
         times = [r.pass_s for r in counted if r.ok and r.pass_s is not None]
-        out.append(DatasetVerdict(record["name"], record["fingerprint"], int(record["size"]), len(counted),
+        out.append(DatasetVerdict(str(record.name), record.fingerprint, record.size, len(counted),
                                   sum(1 for r in counted if r.accepted), tuple(reasons[:3]) + (
                                       (f"and {len(reasons) - 3} more",) if len(reasons) > 3 else ()),
                                   statistics.median(times) if times else None))
     return tuple(out)
 
 
-def feasibility_by_source(campaign: dict[str, Any], rows: list[RawRow], excluded: Container[str]
+def feasibility_by_source(campaign: CampaignRecord, rows: list[RawRow], excluded: Container[str]
                           ) -> tuple[str, ...]:
     """M1 per corpus source: every counted pass processed its whole corpus, or (K6) its whole dataset, whose name
     then begins each failure (the failures, in the note's words)."""
     failures: list[str] = []
-    for name, record in source_records(campaign):
+    for name, record in campaign.sources():
         mine = [r for r in rows if r.dataset == name]
-        for failure in feasibility(mine, int(record["size"]), excluded).failures():
+        for failure in feasibility(mine, record.size, excluded).failures():
             failures.append(failure if name is None else f"dataset {name!r}: {failure}")
     return tuple(failures)
 
@@ -138,13 +138,13 @@ def _whole(value: float | None) -> int | None:
     return None if value is None else int(value)
 
 
-def job_rounds(campaign: dict[str, Any], rows: list[RawRow], exclusions: dict[str, str],
+def job_rounds(campaign: CampaignRecord, rows: list[RawRow], exclusions: dict[str, str],
                concurrent_note: str) -> tuple[PassTime, ...]:
     """One ``PassTime`` per (round, seed) of a variant, in the order rounds first ran: the job time, the sum over
     its corpus sources (K6: its datasets; one corpus: the round's pass itself), counted only when every source's
     pass of that round was counted. Earlier attempts of a slot (a failed or aborted pass run again after a resume)
     stay as their own, never counted, entries just before it, so failures are still counted."""
-    names = [name for name, _ in source_records(campaign)]
+    names = [name for name, _ in campaign.sources()]
     rounds: dict[tuple[int | None, int | None], dict[str | None, list[RawRow]]] = {}
     for r in rows:
         rounds.setdefault((r.round, r.seed), {}).setdefault(r.dataset or None, []).append(r)

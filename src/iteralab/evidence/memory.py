@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import functools
 import statistics
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from iteralab.campaign.campaignrecord import ModelRecord
 from iteralab.campaign.folder import CampaignFolder, RawRow
 from iteralab.campaign.journal import JOURNAL_NAME, read_journal
 from iteralab.campaign.kinds.registry import kind_of
@@ -69,32 +71,33 @@ def worker_runtime_overhead(model_type: str | None = "bert") -> RuntimeOverhead:
     return _measured(runtime_imports(model_type) + WORKER_IMPORTS)
 
 
-def _model_spec(folder: CampaignFolder) -> dict[str, Any]:
-    spec = dict(folder.campaign.get("model") or {})
-    manifest = folder.manifest or {}
-    fallback = (manifest.get("extra") or {}).get("model_spec") or {}
-    for key, value in fallback.items():
-        spec.setdefault(key, value)
-    if not spec.get("path"):
-        spec["path"] = (manifest.get("workload") or {}).get("model_path")
-    return spec
+def _model_spec(folder: CampaignFolder) -> ModelRecord:
+    """The campaign's model record; without a model folder, the one the manifest's model spec or workload
+    names."""
+    spec = folder.campaign.model
+    if spec.path:
+        return spec
+    manifest = folder.manifest
+    path = ((manifest.extra if manifest else {}).get("model_spec") or {}).get("path") or \
+        (manifest.workload if manifest else {}).get("model_path")
+    return replace(spec, path=path)
 
 
-def _meta_model(spec: dict[str, Any]) -> tuple[Any, int, str | None, str | None]:
+def _meta_model(spec: ModelRecord) -> tuple[Any, int, str | None, str | None]:
     """(model on the meta device, bytes held beside it (a head), model_type, reason when there is no model)."""
-    kind = spec.get("kind")
+    kind = spec.kind
     if kind == "callable":
         return None, 0, None, "a callable workload owns its model: there is no config to estimate from"
-    if not spec.get("path"):
+    if not spec.path:
         return None, 0, None, "the campaign names no model folder"
-    folder = Path(spec["path"])
+    folder = Path(spec.path)
     config_file = folder / "config.json"
     if not config_file.is_file():
         return None, 0, None, f"model config not found: {config_file}"
     import torch
     from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
 
-    trust = bool(spec.get("trust_remote_code"))
+    trust = bool(spec.trust_remote_code)
     try:
         config = AutoConfig.from_pretrained(str(folder), local_files_only=True, trust_remote_code=trust)
         from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
@@ -106,16 +109,16 @@ def _meta_model(spec: dict[str, Any]) -> tuple[Any, int, str | None, str | None]
     except (OSError, ValueError, KeyError, ImportError) as exc:
         return None, 0, None, f"cannot build the architecture from {config_file}: {str(exc).splitlines()[0][:200]}"
     extra = 0
-    if kind == "encoder_head" and spec.get("head"):
+    if kind == "encoder_head" and spec.head:
         from safetensors import SafetensorError, safe_open
 
         try:
-            with safe_open(str(spec["head"]), framework="numpy") as fh:
+            with safe_open(str(spec.head), framework="numpy") as fh:
                 for name in fh.keys():
                     shape = fh.get_slice(name).get_shape()
                     extra += 4 * int(torch.Size(shape).numel())  # the head runs in float32
         except (SafetensorError, OSError) as exc:
-            return None, 0, None, f"head {spec['head']} unreadable: {exc}"
+            return None, 0, None, f"head {spec.head} unreadable: {exc}"
     return model, extra, getattr(config, "model_type", None), None
 
 
@@ -229,7 +232,7 @@ def memory_table(campaign_dir: str | Path, *, runtime_overhead: RuntimeOverhead 
 
 def _variant_row(variant: Any, max_length: int, rows: list[RawRow], devices: set[str], cuda: bool,
                  model: Any, extra_bytes: int, model_reason: str | None, overhead: RuntimeOverhead | None,
-                 margin: float, spec: dict[str, Any], described: set[int], expected: int) -> dict[str, Any]:
+                 margin: float, spec: ModelRecord, described: set[int], expected: int) -> dict[str, Any]:
     ok = [r for r in rows if r.ok and not r.excluded]
     notes: list[str] = []
     row: dict[str, Any] = {
@@ -293,7 +296,7 @@ def _variant_row(variant: Any, max_length: int, rows: list[RawRow], devices: set
                      "the tokenizer and any heap the warm-up left resident")
     verdict = feasibility(rows, expected)
     row["feasible"], row["feasible_reason"] = verdict.feasible, verdict.reason()
-    row["model_path"] = spec.get("path")
+    row["model_path"] = spec.path
     row["notes"] = notes
     return row
 

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from iteralab.campaign.campaignrecord import CampaignRecord
 from iteralab.campaign.folder import CampaignFolder, RawRow
+from iteralab.campaign.manifest import Manifest
 from iteralab.evidence.table import write_raw_table
 from iteralab.plan.protocol import Protocol, load_protocol
 
@@ -46,8 +48,8 @@ class Evidence:
     """The stored files of one campaign folder, read once."""
 
     folder: Path
-    campaign: dict[str, Any]
-    manifest: dict[str, Any] | None
+    campaign: CampaignRecord
+    manifest: Manifest | None
     protocol: Protocol
     rows: tuple[RawRow, ...]
     exclusions: dict[str, str]
@@ -62,21 +64,21 @@ class Evidence:
 
     @property
     def corpus_size(self) -> int:
-        return int(self.campaign["corpus"]["size"])
+        return self.campaign.corpus.size
 
     @property
     def fingerprint(self) -> str:
-        return str(self.campaign["corpus"]["fingerprint"])
+        return self.campaign.corpus.fingerprint
 
     def scheduled(self, variant: str) -> int:
         """Scheduled job rounds of a variant: its passes, one per (round, seed), each covering every corpus source
         (K6: with several datasets, one pass per dataset in each)."""
-        slots = [s for s in self.campaign.get("schedule", {}).get("slots", []) if s["variant"] == variant]
+        slots = [s for s in self.campaign.slots if s["variant"] == variant]
         return len({(s["round"], s.get("seed")) for s in slots})
 
     @property
     def scheduled_total(self) -> int:
-        return len(self.campaign.get("schedule", {}).get("slots", []))
+        return len(self.campaign.slots)
 
     @property
     def interrupted(self) -> tuple[RawRow, ...]:
@@ -96,10 +98,10 @@ class Evidence:
                 f"{what} — resume with `iteralab run PROTOCOL --out {self.folder}`")
 
 
-def _hardware(manifest: dict[str, Any] | None, journal_devices: list[dict[str, Any]]) -> Hardware:
+def _hardware(manifest: Manifest | None, journal_devices: list[dict[str, Any]]) -> Hardware:
     inventory = None
     if manifest:
-        env = manifest.get("environment") or {}
+        env = manifest.environment
         inventory = env.get("device_inventory") or env.get("devices")
     if not inventory and journal_devices:
         inventory = journal_devices[0]
@@ -124,7 +126,7 @@ def load_evidence(campaign_dir: str | Path) -> Evidence:
     rows = tuple(r for r in table if not r.interrupted)  # what CampaignFolder.counted_rows gives, read once
     state = folder.journal()
     done = state.done_slots()
-    slots = campaign.get("schedule", {}).get("slots", [])
+    slots = campaign.slots
     not_attempted = sum(1 for s in slots if (s["round"], s["position"]) not in done)
     pending = tuple(r.pass_id for r in table if r.interrupted and (r.round, r.position) not in done)
     exclusions = {r.pass_id: r.exclusion_reason or "" for r in rows if r.excluded}

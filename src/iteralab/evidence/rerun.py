@@ -45,8 +45,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from iteralab.campaign.campaignrecord import CampaignRecord
 from iteralab.campaign.folder import (
-    CAMPAIGN, LOCK, MANIFEST, PROTOCOL, TUNING, CampaignFolder, corpus_copy, read_json)
+    CAMPAIGN, LOCK, PROTOCOL, TUNING, CampaignFolder, corpus_copy)
 from iteralab.campaign.manifest import manifest_differences
 from iteralab.campaign.runner import prepare
 from iteralab.campaign.verdict.judge import compare_predictions
@@ -56,7 +57,6 @@ from iteralab.evidence.run import run_campaign
 from iteralab.evidence.table import build_rows
 from iteralab.evidence.verify import audit_campaign
 from iteralab.lock.carry import CARRY_DIR, carried_path, describe_missing
-from iteralab.lock.datasets import source_records
 from iteralab.lock.modules import carried_modules, module_spec
 from iteralab.lock.usercode import QUERIES
 from iteralab.plan.corpus import detect_format
@@ -154,7 +154,7 @@ def _place(target: Path, staged_protocol: Path, what: str) -> Path:
     return target
 
 
-def stage_inputs(source: Path, campaign: dict[str, Any], protocol: Protocol, staging: Path,
+def stage_inputs(source: Path, campaign: CampaignRecord, protocol: Protocol, staging: Path,
                  tuning: Path | None = None) -> Staged:
     """Write the protocol copy, its lock and the inputs it references under ``staging``."""
     spec, model = protocol.corpus, protocol.model
@@ -168,20 +168,20 @@ def stage_inputs(source: Path, campaign: dict[str, Any], protocol: Protocol, sta
     staged = proto_dir / Path(PROTOCOL).name
     shutil.copyfile(source / PROTOCOL, staged)
     shutil.copyfile(source / LOCK, proto_dir / Path(LOCK).name)
-    records = dict(source_records(campaign))
+    records = dict(campaign.sources())
     for corpus in protocol.sources():  # each corpus (K6: each dataset) rebuilt from its own copy
         if _is_relative(corpus.path):
             key = "corpus.path" if corpus.name is None else f"datasets {corpus.name!r} path"
             _write_declared_corpus(source / corpus_copy(corpus.name), _place(resolve(staged, corpus.path), staged, key),
-                                   protocol, records.get(corpus.name, {}).get("id_origin", "data"))
+                                   protocol, getattr(records.get(corpus.name), "id_origin", None) or "data")
     if _is_relative(protocol.metric.queries):  # recall_at_k: the locked queries, from the earlier folder's copy
         shutil.copyfile(source / QUERIES, _place(resolve(staged, protocol.metric.queries), staged, "metric.queries"))
     copied = source / TUNING
     if spec.tuning_path and tuning is None and copied.is_file() and _is_relative(spec.tuning_path):
         _write_declared_corpus(copied, _place(resolve(staged, spec.tuning_path), staged, "corpus.tuning_path"),
-                               protocol, (campaign.get("tuning") or {}).get("id_origin", "data"))
+                               protocol, (campaign.tuning or {}).get("id_origin", "data"))
     elif spec.tuning_path:
-        original = tuning or (copied if copied.is_file() else resolve(Path(campaign["protocol"]["source"]),
+        original = tuning or (copied if copied.is_file() else resolve(Path(campaign.protocol.source or ""),
                                                                       spec.tuning_path))
         if original is None or not Path(original).is_file():
             raise RunError(f"corpus.tuning_path: the tuning data {spec.tuning_path!r} is not part of the bundle and "
@@ -205,7 +205,7 @@ def stage_inputs(source: Path, campaign: dict[str, Any], protocol: Protocol, sta
     return result
 
 
-def _stage_callable(source: Path, campaign: dict[str, Any], ref: str,
+def _stage_callable(source: Path, campaign: CampaignRecord, ref: str,
                     modules: dict[str, Path]) -> dict[str, Any] | None:
     """A callable whose module this machine cannot find is imported from the module file the bundle carries
     (checked against its recorded sha256), as ``verify`` imports a carried metric routine. Returns the record of
@@ -213,7 +213,7 @@ def _stage_callable(source: Path, campaign: dict[str, Any], ref: str,
     module = ref.partition(":")[0]
     if module_spec(module) is not None:
         return None
-    files = (campaign.get("model") or {}).get("files") or {}
+    files = campaign.model.files
     wanted = {n: r for n, r in files.items() if n.startswith("callable/")}
     carried = [p for p in (carried_path(source, n, r) for n, r in wanted.items()) if p is not None]
     if not carried:
@@ -227,9 +227,9 @@ def _stage_callable(source: Path, campaign: dict[str, Any], ref: str,
             "folder": f"{CARRY_DIR}/callable", "files": 1, "staged": str(carried[0])}
 
 
-def _model_input_files(campaign: dict[str, Any], key: str) -> dict[str, dict[str, Any]]:
+def _model_input_files(campaign: CampaignRecord, key: str) -> dict[str, dict[str, Any]]:
     """The recorded files behind ``model.path`` (the folder's files) or ``model.head`` (the head file)."""
-    files = (campaign.get("model") or {}).get("files") or {}
+    files = campaign.model.files
     if key == "head":
         return {n: r for n, r in files.items() if n.startswith("head/")}
     return {n: r for n, r in files.items() if not n.startswith(("head/", "callable/"))}
@@ -261,7 +261,7 @@ def _link_carried(source: Path, key: str, wanted: dict[str, dict[str, Any]], tar
         os.symlink(carried / name, link)
 
 
-def _stage_model_input(source: Path, campaign: dict[str, Any], key: str, ref: str, staged: Path,
+def _stage_model_input(source: Path, campaign: CampaignRecord, key: str, ref: str, staged: Path,
                        staging: Path) -> dict[str, Any] | None:
     """Make ``model.<key>`` resolve from the staged protocol: the carried copy (the locked files themselves)
     when the bundle holds all of them, else the path the earlier campaign recorded, else refuse naming each
@@ -293,7 +293,7 @@ def _stage_model_input(source: Path, campaign: dict[str, Any], key: str, ref: st
     if complete:
         _link_carried(source, key, wanted, target)
         return {**record, "why": "is relative to the original protocol file", "staged": str(target)}
-    recorded = campaign["model"].get(key)
+    recorded = getattr(campaign.model, key)
     if recorded and Path(recorded).exists():
         os.symlink(Path(recorded).resolve(), target)
         return None
@@ -301,7 +301,8 @@ def _stage_model_input(source: Path, campaign: dict[str, Any], key: str, ref: st
                    f"({recorded}) is not on this machine" + _missing_text(wanted, lacking), hint=hint)
 
 
-def _same_question(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+def _same_question(old_record: CampaignRecord, new_record: CampaignRecord) -> list[str]:
+    old, new = old_record.to_json(), new_record.to_json()
     checks = [("protocol sha256", old["protocol"]["sha256"], new["protocol"]["sha256"])]
     for key in ("fingerprint", "order_hash", "size", "file_sha256"):
         checks.append((f"corpus {key}", old["corpus"].get(key), new["corpus"].get(key)))
@@ -328,16 +329,15 @@ def rerun(source: str | os.PathLike[str], out: str | os.PathLike[str], *, isolat
         raise RunError(f"{source}: the earlier campaign does not verify ({report.differences[0]}"
                        + (f"; and {len(report.differences) - 1} more" if len(report.differences) > 1 else "") + ")",
                        hint=f"run: iteralab verify {source}")
-    campaign = read_json(source / CAMPAIGN)
+    campaign = CampaignFolder(source).campaign
     protocol = load_protocol(source / PROTOCOL)
-    for name, record in source_records(campaign):
+    for name, record in campaign.sources():
         relative = corpus_copy(name)
         if scan_corpus(source / relative, classes=list(protocol.corpus.classes),
-                       require_labels=bool(protocol.corpus.classes)).fingerprint != record["fingerprint"]:
+                       require_labels=bool(protocol.corpus.classes)).fingerprint != record.fingerprint:
             raise RunError(f"{source}/{relative}: fingerprint differs from campaign.json")
     if out.exists() and any(out.iterdir()):
-        existing = out / CAMPAIGN
-        if not existing.is_file() or read_json(existing)["protocol"]["sha256"] != campaign["protocol"]["sha256"]:
+        if not (out / CAMPAIGN).is_file() or CampaignFolder(out).campaign.protocol.sha256 != campaign.protocol.sha256:
             raise RunError(f"{out}: exists and is not an earlier rerun of this campaign",
                            hint="choose a new --out folder (an interrupted rerun into it would be resumed)")
     staging = staging_folder(out)
@@ -414,14 +414,14 @@ def compare_campaigns(old: str | os.PathLike[str], new: str | os.PathLike[str]) 
 
     old, new = Path(old), Path(new)
     protocol = load_protocol(new / PROTOCOL)
-    old_campaign, new_campaign = read_json(old / CAMPAIGN), read_json(new / CAMPAIGN)
-    manifests = [read_json(d / MANIFEST) for d in (old, new)]  # None: absent
+    old_campaign, new_campaign = CampaignFolder(old).campaign, CampaignFolder(new).campaign
+    manifests = [CampaignFolder(d).manifest for d in (old, new)]  # None: absent
     if None in manifests:
         changes = [{"key": "manifest.json", "old": "present" if manifests[0] else "absent",
                     "new": "present" if manifests[1] else "absent", "bookkeeping": False}]
     else:
         changes = [{"key": k, "old": a, "new": b, "bookkeeping": k in BOOKKEEPING}
-                   for k, a, b in manifest_differences(manifests[0], manifests[1])]
+                   for k, a, b in manifest_differences(manifests[0].to_json(), manifests[1].to_json())]
     old_rows, new_rows = build_rows(old), build_rows(new)
     old_slots, new_slots = _final_attempts(old_rows), _final_attempts(new_rows)
     target = protocol.reproduction.target
@@ -465,19 +465,19 @@ def compare_campaigns(old: str | os.PathLike[str], new: str | os.PathLike[str]) 
             "median_ratio": (new_median / old_median) if old_median and new_median else None,
             "pairs": pairs,
         }
-        if new_campaign.get("datasets"):  # K6: the per-dataset verdicts carried over
+        if new_campaign.datasets:  # K6: the per-dataset verdicts carried over
             variants[variant]["datasets"] = {
-                d["name"]: _dataset_verdicts([r for r in o_rows if r.get("dataset") == d["name"]],
-                                             [r for r in n_rows if r.get("dataset") == d["name"]])
-                for d in new_campaign["datasets"]}
+                d.name: _dataset_verdicts([r for r in o_rows if r.get("dataset") == d.name],
+                                          [r for r in n_rows if r.get("dataset") == d.name])
+                for d in new_campaign.datasets}
     stack_changed = [c["key"] for c in changes if not c["bookkeeping"]]
     return {
         "schema_version": COMPARISON_SCHEMA,
-        "source": {"folder": str(old), "protocol_sha256": old_campaign["protocol"]["sha256"], "seal_digest": None},
-        "rerun": {"folder": str(new), "protocol_sha256": new_campaign["protocol"]["sha256"]},
+        "source": {"folder": str(old), "protocol_sha256": old_campaign.protocol.sha256, "seal_digest": None},
+        "rerun": {"folder": str(new), "protocol_sha256": new_campaign.protocol.sha256},
         "protocol": {"name": protocol.name, "version": protocol.version, "reproduction_target": target,
                      "bound": bound, "kind": protocol.task.kind},
-        "corpus_fingerprint": new_campaign["corpus"]["fingerprint"],
+        "corpus_fingerprint": new_campaign.corpus.fingerprint,
         "manifest_changes": changes,
         "stack_changed": bool(stack_changed),
         "same_verdicts": all(v["same_verdict"] and all(d["same_verdict"] for d in (v.get("datasets") or {}).values())

@@ -406,7 +406,7 @@ class CampaignStats:
         ev, p = self.evidence, self.evidence.protocol
         return {
             "schema_version": SCHEMA_VERSION, "campaign": str(ev.folder),
-            "protocol": {k: ev.campaign["protocol"].get(k) for k in ("name", "version", "sha256", "locked_at")},
+            "protocol": ev.campaign.protocol.identity(),
             "corpus": {"fingerprint": ev.fingerprint, "size": ev.corpus_size},
             "hardware": ev.hardware.to_dict(), "tail_percentiles": NO_TAIL_PERCENTILE,
             "exclusion_rule": p.run.exclusion_rule,
@@ -425,12 +425,12 @@ class CampaignStats:
 def campaign_stats(campaign_dir: str | Path | Evidence) -> CampaignStats:
     """Statistics and quality per variant of one campaign folder, from its stored files."""
     ev = campaign_dir if isinstance(campaign_dir, Evidence) else load_evidence(campaign_dir)
-    declared = [v["name"] for v in ev.campaign["variants"]]
+    declared = [v["name"] for v in ev.campaign.variants]
     by_variant: dict[str, list[RawRow]] = {name: [] for name in declared}
     for row in ev.rows:
         by_variant.setdefault(row.variant, []).append(row)
     series_of: dict[str, list[str]] = {}
-    for s in ev.campaign.get("series", []):
+    for s in ev.campaign.series:
         for name in s["variants"]:
             series_of.setdefault(name, []).append(s["name"])
     variants = []
@@ -440,7 +440,7 @@ def campaign_stats(campaign_dir: str | Path | Evidence) -> CampaignStats:
         variants.append(VariantTimes(name, tuple(series_of.get(name, [])), passes, stopped))
     index = {v.variant: v for v in variants}
     comparisons = []
-    for s in ev.campaign.get("series", []):
+    for s in ev.campaign.series:
         members = [index[n] for n in s["variants"] if n in index]
         for i, a in enumerate(members):
             for b in members[i + 1:]:
@@ -449,7 +449,7 @@ def campaign_stats(campaign_dir: str | Path | Evidence) -> CampaignStats:
     quality = tuple(_quality(name, rows, ev.exclusions, ev.protocol, refs) for name, rows in by_variant.items())
     notes = []
     excluded_in = sorted({v.variant for v in variants if v.excluded})
-    if ev.campaign.get("datasets"):
+    if ev.campaign.datasets:
         notes.append(JOB_TIME_RULE)
     if excluded_in:
         notes.append(f"exclusions recorded in {', '.join(excluded_in)}; the same rule applies to every variant: "
@@ -477,7 +477,8 @@ def render_quality(stats: CampaignStats) -> list[str]:
     p = stats.evidence.protocol
     rep = p.reproduction
     target = f"{rep.target} (bound {rep.bound:g})" if rep.target == "bounded" and rep.bound else rep.target
-    determinism = ((stats.evidence.manifest or {}).get("environment") or {}).get("determinism") or {}
+    manifest = stats.evidence.manifest
+    determinism = (manifest.environment if manifest else {}).get("determinism") or {}
     torch_det = determinism.get("torch_deterministic_algorithms")
     gating = [s.name for s in p.subgroups if s.gating]
     lines = [
@@ -537,10 +538,10 @@ def render_quality(stats: CampaignStats) -> list[str]:
 def render_stats(stats: CampaignStats) -> str:
     """The text a person reads: every pass time, median/min/max, counts, exclusions, T5 verdicts, quality."""
     ev = stats.evidence
-    proto = ev.campaign["protocol"]
+    proto = ev.campaign.protocol
     lines = [
         f"Statistics: {ev.folder}",
-        f"protocol {proto['name']} version {proto['version']} (sha256 {proto['sha256'][:12]}), corpus "
+        f"protocol {proto.name} version {proto.version} (sha256 {proto.sha256[:12]}), corpus "
         f"{ev.fingerprint[:12]} ({ev.corpus_size} documents), hardware observed: {ev.hardware.label}",
         "pass time = the measured pass (reading, tokenization, transfers, inference, predictions on the host); "
         "start-up phases are listed apart",

@@ -13,9 +13,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from iteralab.campaign.campaignrecord import CampaignRecord
 from iteralab.campaign.folder import (
-    COLUMNS, COSINE_COLUMNS, GENERATION_COLUMNS, GENERATION_RATE_COLUMNS, INTERRUPTED, PHASES, PROTOCOL, TABLE,
-    CampaignFolder, format_cell as _cell, is_embedding_campaign, is_generation_campaign, table_columns)
+    COLUMNS, COSINE_COLUMNS, GENERATION_COLUMNS, INTERRUPTED, PHASES, PROTOCOL, TABLE,
+    CampaignFolder, format_cell as _cell, table_columns)
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
 from iteralab.campaign.manifest import rocm_compatibility_line
 from iteralab.campaign.verdict.judge import judge_campaign
@@ -23,7 +24,6 @@ from iteralab.campaign.verdict.ranking import ranking_note
 from iteralab.common.files import write_text_atomic
 from iteralab.errors import IteraError
 from iteralab.evidence.bundle import refuse_if_sealed
-from iteralab.lock.datasets import source_records
 from iteralab.plan.protocol import load_protocol
 
 #: The note that marks a pass measured while other processes used the machine (read back by stats).
@@ -55,10 +55,10 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
     folder = CampaignFolder.open(campaign_dir)
     campaign_dir, campaign = folder.path, folder.campaign
     state = read_journal(campaign_dir / JOURNAL_NAME)
-    variants = {v["name"]: v for v in campaign["variants"]}
-    sources = dict(source_records(campaign))
+    variants = {v["name"]: v for v in campaign.variants}
+    sources = dict(campaign.sources())
     series_of: dict[str, list[str]] = {}
-    for s in campaign["series"]:
+    for s in campaign.series:
         for name in s["variants"]:
             series_of.setdefault(name, []).append(s["name"])
     finished = _finished_passes(state)
@@ -101,11 +101,11 @@ def _finished_passes(state: Any) -> list[dict[str, Any]]:
     return finished
 
 
-def _row_head(campaign: dict[str, Any], variants: dict[str, Any], sources: dict[str | None, Any],
+def _row_head(campaign: CampaignRecord, variants: dict[str, Any], sources: dict[str | None, Any],
               series_of: dict[str, list[str]], pid: str, start: dict[str, Any]) -> dict[str, Any]:
     """The cells every row has, finished or not: the pass, its variant, the protocol and the pass's corpus."""
     variant = variants.get(start["variant"], {})
-    corpus = sources.get(start.get("dataset")) or campaign["corpus"]  # the pass's own corpus (K6: its dataset)
+    corpus = sources.get(start.get("dataset")) or campaign.corpus  # the pass's own corpus (K6: its dataset)
     row: dict[str, Any] = {
         "pass_id": pid, "variant": start["variant"], "dataset": start.get("dataset"),
         "series": ";".join(series_of.get(start["variant"], [])),
@@ -115,15 +115,13 @@ def _row_head(campaign: dict[str, Any], variants: dict[str, Any], sources: dict[
         "padding": variant.get("padding"), "resume": variant.get("resume"), "compile": variant.get("compile"),
         "data_parallel": variant.get("data_parallel", 1),
         "engine": variant.get("engine", "local"),
-        "protocol_name": campaign["protocol"]["name"], "protocol_version": campaign["protocol"]["version"],
-        "protocol_sha256": campaign["protocol"]["sha256"],
-        "corpus_fingerprint": corpus["fingerprint"],
-        "expected_ids": corpus["size"],
+        "protocol_name": campaign.protocol.name, "protocol_version": campaign.protocol.version,
+        "protocol_sha256": campaign.protocol.sha256,
+        "corpus_fingerprint": corpus.fingerprint,
+        "expected_ids": corpus.size,
     }
-    if is_embedding_campaign(campaign):  # the cosine columns exist (empty until a verdict fills them)
-        row.update(dict.fromkeys(COSINE_COLUMNS))
-    if is_generation_campaign(campaign):  # the generation columns likewise
-        row.update(dict.fromkeys(GENERATION_RATE_COLUMNS + GENERATION_COLUMNS))
+    # the kind's own columns exist (empty until a verdict fills them)
+    row.update(dict.fromkeys(c for c in table_columns(campaign.kind) if c not in COLUMNS))
     return row
 
 
@@ -267,8 +265,8 @@ def _shard_cells(row: dict[str, Any], parallel: dict[str, Any] | None) -> None:
 
 def render_csv(rows: list[dict[str, Any]]) -> str:
     """The raw table's text (every row has a ``dataset`` cell, empty for a one-corpus campaign)."""
-    columns = table_columns({"embedding": any("min_cosine" in row for row in rows),
-                             "generation": any("mean_tokens" in row for row in rows)})
+    columns = table_columns("generation" if any("mean_tokens" in row for row in rows) else
+                            "embedding" if any("min_cosine" in row for row in rows) else "classification")
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(columns)

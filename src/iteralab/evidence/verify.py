@@ -34,7 +34,8 @@ import numpy as np
 import pyarrow.compute as pc
 
 from iteralab.campaign.folder import (
-    CAMPAIGN, CORPUS, JOURNAL, LOCK, MANIFEST, PREDICTIONS, PROTOCOL, TABLE, corpus_copy, corpus_digests)
+    CAMPAIGN, CORPUS, LOCK, MANIFEST, PREDICTIONS, PROTOCOL, TABLE, CampaignFolder, corpus_copy, corpus_digests)
+from iteralab.campaign.campaignrecord import CampaignRecord, SourceRecord
 from iteralab.campaign.journal import JOURNAL_NAME, read_journal
 from iteralab.campaign.kinds.output import is_prediction_name, pass_of
 from iteralab.campaign.verdict.evaluate import EvaluationContext, PredictionReader
@@ -43,7 +44,7 @@ from iteralab.errors import IteraError, VerificationError
 from iteralab.evidence.bundle import SEAL_FILES, SUMS_NAME, check_seal
 from iteralab.evidence.table import COLUMNS, build_rows, render_csv
 from iteralab.lock.carry import CARRY_DIR
-from iteralab.lock.datasets import combined_fingerprint, combined_order_hash, source_records
+from iteralab.lock.datasets import combined_fingerprint, combined_order_hash
 from iteralab.plan.protocol import load_protocol
 from iteralab.plan.schedule import schedule_slots
 
@@ -153,10 +154,13 @@ def audit_campaign(folder: str | Path, *, require_seal: bool = True, expect_seal
     else:
         audit.note(f"not sealed: no {SUMS_NAME}, so added or deleted files cannot be told apart "
                    "(seal it with 'iteralab bundle pack')")
-    campaign = audit.load_json(CAMPAIGN)
-    if not isinstance(campaign, dict):
-        if campaign is not None:
-            audit.diff("campaign.json: not a campaign record")
+    if not (audit.folder / CAMPAIGN).is_file():
+        audit.diff(f"{CAMPAIGN}: missing")
+        return report
+    try:
+        campaign = CampaignFolder(audit.folder).campaign
+    except IteraError as exc:
+        audit.diff(f"{CAMPAIGN}: not a campaign record ({exc})")
         return report
     protocol = audit.stage(PROTOCOL, _check_protocol, audit, campaign)
     if protocol is None:
@@ -169,7 +173,7 @@ def audit_campaign(folder: str | Path, *, require_seal: bool = True, expect_seal
     shared = audit.stage(CORPUS, lambda: (EvaluationContext.of(audit.folder), PredictionReader(protocol)))
     if shared is None:
         return report
-    audit.stage(JOURNAL, _check_journal, audit, campaign, protocol, *shared)
+    audit.stage(JOURNAL_NAME, _check_journal, audit, campaign, protocol, *shared)
     audit.stage(TABLE, _check_table, audit, *shared)
     return report
 
@@ -177,10 +181,10 @@ def audit_campaign(folder: str | Path, *, require_seal: bool = True, expect_seal
 # ------------------------------------------------------------------------------------------------- checks
 
 
-def _check_protocol(audit: _Audit, campaign: dict[str, Any]) -> Any:
+def _check_protocol(audit: _Audit, campaign: CampaignRecord) -> Any:
     path = audit.folder / PROTOCOL
-    recorded = campaign["protocol"]
-    label = f"protocol {recorded.get('name')!r} version {recorded.get('version')}"
+    recorded = campaign.protocol
+    label = f"protocol {recorded.name!r} version {recorded.version}"
     if not path.is_file():
         audit.diff(f"{PROTOCOL}: missing ({label})")
         return None
@@ -192,32 +196,32 @@ def _check_protocol(audit: _Audit, campaign: dict[str, Any]) -> Any:
         entries = None
     if entries is not None:
         if not any(isinstance(e, dict) and e.get("sha256") == digest for e in entries):
-            locked = next((e for e in entries if isinstance(e, dict) and e.get("sha256") == recorded.get("sha256")),
+            locked = next((e for e in entries if isinstance(e, dict) and e.get("sha256") == recorded.sha256),
                           None)
             when = f" at {locked.get('locked_at')}" if locked else ""
             audit.diff(f"{PROTOCOL}: {label} changed after it was locked (lock sha256 "
-                       f"{str(recorded.get('sha256'))[:12]}…{when}, file now {digest[:12]}…): a threshold or "
+                       f"{recorded.sha256[:12]}…{when}, file now {digest[:12]}…): a threshold or "
                        "another pre-registered rule was edited")
-        if not any(isinstance(e, dict) and e.get("sha256") == recorded.get("sha256") for e in entries):
+        if not any(isinstance(e, dict) and e.get("sha256") == recorded.sha256 for e in entries):
             audit.diff(f"{LOCK}: has no lock for the sha256 that campaign.json records for {label}")
-    if recorded.get("sha256") != digest:
-        audit.diff(f"campaign.json: records {label} with sha256 {str(recorded.get('sha256'))[:12]}…, "
+    if recorded.sha256 != digest:
+        audit.diff(f"campaign.json: records {label} with sha256 {recorded.sha256[:12]}…, "
                    f"but {PROTOCOL} has {digest[:12]}…")
     protocol = load_protocol(path)
-    if (protocol.name, protocol.version) != (recorded.get("name"), recorded.get("version")):
+    if (protocol.name, protocol.version) != (recorded.name, recorded.version):
         audit.diff(f"{PROTOCOL}: names protocol {protocol.name!r} version {protocol.version}, "
                    f"campaign.json records {label}")
     return protocol
 
 
-def _check_copy(audit: _Audit, relative: str, recorded: dict[str, Any], protocol: Any) -> None:
+def _check_copy(audit: _Audit, relative: str, recorded: SourceRecord, protocol: Any) -> None:
     """One corpus copy (the corpus, or one dataset of a several-dataset campaign) against its record."""
 
     path = audit.folder / relative
     if not path.is_file():
         audit.diff(f"{relative}: missing")
         return
-    if sha256_file(path) != recorded.get("file_sha256"):
+    if sha256_file(path) != recorded.file_sha256:
         audit.diff(f"{relative}: sha256 differs from campaign.json (a text, id or reference label was edited)")
     corpus = corpus_digests(path, protocol.corpus.classes)
     if corpus.duplicate_ids or corpus.labels_outside:
@@ -225,41 +229,40 @@ def _check_copy(audit: _Audit, relative: str, recorded: dict[str, Any], protocol
                    "labels that are not classes of the protocol)")
     for key, value in (("fingerprint", corpus.fingerprint), ("order_hash", corpus.order_hash),
                        ("size", corpus.size)):
-        if recorded.get(key) != value:
+        if getattr(recorded, key) != value:
             audit.diff(f"{relative}: {key} recomputed as {str(value)[:16]}, campaign.json records "
-                       f"{str(recorded.get(key))[:16]}")
+                       f"{str(getattr(recorded, key))[:16]}")
 
 
-def _check_corpus(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> None:
+def _check_corpus(audit: _Audit, campaign: CampaignRecord, protocol: Any) -> None:
     """Every corpus copy against its record (the one corpus, or each dataset), and, K6, the combined record
     against the datasets'."""
-    recorded = campaign["corpus"]
-    sources = source_records(campaign)
+    recorded = campaign.corpus
+    sources = campaign.sources()
     if [name for name, _ in sources] != [s.name for s in protocol.sources()]:
         audit.diff("campaign.json: the datasets differ from the locked protocol's")
     for name, record in sources:
         _check_copy(audit, corpus_copy(name), record, protocol)
     records = [record for name, record in sources if name is not None]
-    if records and (recorded.get("fingerprint") != combined_fingerprint([r.get("fingerprint") for r in records]) or
-                    recorded.get("order_hash") != combined_order_hash([r.get("order_hash") for r in records]) or
-                    recorded.get("size") != sum(int(r.get("size") or 0) for r in records)):
+    if records and (recorded.fingerprint != combined_fingerprint([r.fingerprint for r in records]) or
+                    recorded.order_hash != combined_order_hash([r.order_hash for r in records]) or
+                    recorded.size != sum(r.size for r in records)):
         audit.diff("campaign.json: the combined corpus record does not match its datasets")
-    manifest_path = audit.folder / MANIFEST
-    if manifest_path.is_file():
-        manifest = audit.load_json(MANIFEST)
-        corpus_part = manifest.get("corpus") if isinstance(manifest, dict) else None
-        if not isinstance(corpus_part, dict):
-            audit.diff("manifest.json: no corpus section")
-            return
+    try:
+        manifest = CampaignFolder(audit.folder).manifest
+    except IteraError as exc:
+        audit.diff(f"{MANIFEST}: {exc}")
+        return
+    if manifest is not None:
         for key in ("fingerprint", "order_hash"):
-            if corpus_part.get(key) != recorded.get(key):
+            if manifest.corpus.get(key) != getattr(recorded, key):
                 audit.diff(f"manifest.json: corpus {key} differs from campaign.json")
 
 
-def _check_carried(audit: _Audit, campaign: dict[str, Any]) -> None:
+def _check_carried(audit: _Audit, campaign: CampaignRecord) -> None:
     """The model files the folder carries are the ones the campaign ran with (campaign.json ``model.files``);
     a file recorded as carried must be there; weights recorded by hash may be absent."""
-    for name, record in sorted(((campaign.get("model") or {}).get("files") or {}).items()):
+    for name, record in sorted(campaign.model.files.items()):
         path = audit.folder / CARRY_DIR / name
         if not path.is_file():
             if record.get("carried"):
@@ -269,14 +272,14 @@ def _check_carried(audit: _Audit, campaign: dict[str, Any]) -> None:
             audit.diff(f"{CARRY_DIR}/{name}: sha256 differs from campaign.json (the model file was edited)")
 
 
-def _check_schedule(audit: _Audit, campaign: dict[str, Any], protocol: Any) -> None:
+def _check_schedule(audit: _Audit, campaign: CampaignRecord, protocol: Any) -> None:
     design, slots = schedule_slots(protocol)
     expected = {"design": design, "slots": [s.record() for s in slots]}
-    if _normal(campaign.get("schedule")) != _normal(expected):
+    if _normal(campaign.schedule) != _normal(expected):
         audit.diff("campaign.json: the schedule is not the one the locked protocol implies")
-    if _normal(campaign.get("variants")) != _normal([v.model_dump() for v in protocol.variants]):
+    if _normal(campaign.variants) != _normal([v.model_dump() for v in protocol.variants]):
         audit.diff("campaign.json: the variants differ from the locked protocol's")
-    if _normal(campaign.get("series")) != _normal([s.model_dump() for s in protocol.series]):
+    if _normal(campaign.series) != _normal([s.model_dump() for s in protocol.series]):
         audit.diff("campaign.json: the series differ from the locked protocol's")
 
 
@@ -286,7 +289,7 @@ def _inside(folder: Path, rel: Any) -> Path | None:
     return folder / rel
 
 
-def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any, context: Any, reader: Any) -> None:
+def _check_journal(audit: _Audit, campaign: CampaignRecord, protocol: Any, context: Any, reader: Any) -> None:
     folder = audit.folder
     if not (folder / JOURNAL_NAME).is_file():
         if any(is_prediction_name(p.name) for p in (folder / PREDICTIONS).glob("*")):
@@ -301,11 +304,11 @@ def _check_journal(audit: _Audit, campaign: dict[str, Any], protocol: Any, conte
     if state.campaign is None:
         audit.diff(f"{JOURNAL_NAME}: no campaign_started record")
     else:
-        for key, recorded in (("protocol_sha256", campaign["protocol"].get("sha256")),
-                              ("corpus_fingerprint", campaign["corpus"].get("fingerprint"))):
+        for key, recorded in (("protocol_sha256", campaign.protocol.sha256),
+                              ("corpus_fingerprint", campaign.corpus.fingerprint)):
             if state.campaign.get(key) != recorded:
                 audit.diff(f"{JOURNAL_NAME}: campaign_started {key} differs from campaign.json")
-    slots = {(s["round"], s["position"]): (s["variant"], s.get("dataset")) for s in campaign["schedule"]["slots"]}
+    slots = {(s["round"], s["position"]): (s["variant"], s.get("dataset")) for s in campaign.slots}
     referenced: set[str] = set()
     for pid in state.order:
         start = state.started[pid]

@@ -15,6 +15,7 @@ Names are those of the lock's model fingerprint (``lock/inputs.py: model_files``
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -91,10 +92,10 @@ def describe_missing(name: str, record: dict[str, Any]) -> str:
     return f"{name} (sha256 {record['sha256']}, {record['bytes']:,} bytes)"
 
 
-def include_weights(campaign_dir: Path, campaign: dict[str, Any]) -> list[str]:
+def include_weights(campaign_dir: Path, model: Mapping[str, Any]) -> list[str]:
     """Add the weight files recorded by hash to ``inputs/model`` from the folders the campaign read them in;
-    each copy must have the recorded hash. Returns the names added (those already present are kept)."""
-    model = campaign.get("model") or {}
+    each copy must have the recorded hash. ``model``: campaign.json's model record. Returns the names added
+    (those already present are kept)."""
     record = (model.get("files") or {})
     added = []
     for name, info in record.items():

@@ -18,8 +18,6 @@ datasets' pass times (:mod:`iteralab.evidence.stats` says so wherever it is show
 
 from __future__ import annotations
 
-from typing import Any
-
 from iteralab.common.digest import string_digest
 from iteralab.errors import CorpusError
 from iteralab.plan.corpus import text_fingerprint
@@ -64,12 +62,4 @@ def combined_order_hash(order_hashes: list[str]) -> str:
     return string_digest(list(order_hashes))
 
 
-def source_records(campaign: dict[str, Any]) -> list[tuple[str | None, dict[str, Any]]]:
-    """Each corpus source of a campaign record with its record, in order: every dataset by name (K6), or the one
-    corpus (named None, its ``corpus`` record). Its copy is ``campaign.folder.corpus_copy(name)``."""
-    datasets = campaign.get("datasets") or []
-    return [(d["name"], d) for d in datasets] if datasets else [(None, campaign["corpus"])]
-
-
-__all__ = ["combined_fingerprint", "combined_order_hash", "source_records",
-           "first_overlap"]
+__all__ = ["combined_fingerprint", "combined_order_hash", "first_overlap"]

@@ -13,7 +13,7 @@ import importlib.util
 import json
 import os
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -34,9 +34,10 @@ from iteralab.models.tokens import PromptLengthCheck, RowStrataCheck, model_labe
 from iteralab.plan.corpus import Pairs, check_disjoint
 from iteralab.plan.engines import ray_gpu_problem
 from iteralab.plan.expenses import check_currency
-from iteralab.plan.lockfile import LockedProtocol, ProtocolFile, as_protocol_file, lock as _record_lock, open_locked
+from iteralab.plan.lockfile import (LockEntry, LockedProtocol, ProtocolFile, as_protocol_file, lock as _record_lock,
+                                     open_locked)
 from iteralab.plan.protocol import CorpusSource, Protocol
-from iteralab.plan.task import prompt_column_error, prompt_columns, reference_column
+from iteralab.plan.task import embedding_spec, prompt_column_error, prompt_columns, reference_column
 from iteralab.plan.scan import Batch, CorpusReader, CorpusScan, Sink, read_options, scan_corpus
 
 INPUTS_SCHEMA = 1
@@ -160,7 +161,7 @@ def _with_routine(inputs: dict[str, Any], protocol_file: ProtocolFile, *, load: 
 
 def lock(protocol: str | os.PathLike[str] | ProtocolFile, *, now: datetime | None = None,
          allow_large: bool = False, cluster_resources: Callable[[Any], dict[str, float]] | None = None
-         ) -> dict[str, Any]:
+         ) -> LockEntry:
     """Check every input, then record the protocol hash and the inputs' fingerprints (P2). Locking the same
     content again returns the existing entry, unless an input changed since: that is refused. The protocol file
     is read once (given as read, or read here). ``cluster_resources``: how the Ray cluster of a GPU variant on Ray
@@ -168,7 +169,9 @@ def lock(protocol: str | os.PathLike[str] | ProtocolFile, *, now: datetime | Non
     protocol_file = as_protocol_file(protocol)
     inputs = fingerprint_inputs(protocol_file)
     check_model_classes(protocol_file)
-    check_pooling(protocol_file.protocol, protocol_file.where(protocol_file.protocol.model.path), protocol_file.source)
+    protocol = protocol_file.protocol
+    check_pooling(embedding_spec(protocol), protocol.model.kind, protocol_file.where(protocol.model.path),
+                  protocol_file.source)
     check_ray_gpus(protocol_file, cluster_resources or ray_cluster_resources)
     entry = _record_lock(protocol_file, now=now, allow_large=allow_large, inputs=inputs)
     _require_fingerprints(protocol_file.path, entry)
@@ -227,7 +230,7 @@ def check_inputs(locked: str | os.PathLike[str] | LockedProtocol, *, rerun: bool
     locked = open_locked(locked)
     path, entry, protocol = locked.path, locked.entry, locked.protocol
     _require_fingerprints(path, entry)
-    fingerprints = entry["inputs"]
+    fingerprints = entry.inputs
     scanned = scans if scans is not None else scan_sources(locked)  # each source in record batches (K6: disjoint)
     locked_sources = corpus_fingerprints(fingerprints)
     paths = {source.name: source.path for source in protocol.sources()}
@@ -398,7 +401,7 @@ NO_TASKS_WARNING = ("calendar: no tasks, so decide will plan no window: it will 
                     "[[calendar.tasks]] (raise 'version' and lock again) to price one")
 
 
-def lock_warnings(protocol_file: ProtocolFile, entry: dict[str, Any]) -> list[str]:
+def lock_warnings(protocol_file: ProtocolFile, entry: LockEntry) -> list[str]:
     """One line for each thing a successful lock records that the decision will not be able to use as the user
     may expect: a calendar without tasks (no window, no rental priced, no deadline checked), and ids derived
     from the texts because a corpus file has no id column and the protocol names none."""
@@ -408,7 +411,7 @@ def lock_warnings(protocol_file: ProtocolFile, entry: dict[str, Any]) -> list[st
         deadline = (f" and cannot check the deadline {protocol.calendar.deadline}" if protocol.calendar.deadline
                     else "")
         lines.append(f"{path}: " + NO_TASKS_WARNING.format(deadline=deadline))
-    inputs = entry.get("inputs") or {}
+    inputs = entry.inputs or {}
     spec = protocol.corpus
     fingerprints = corpus_fingerprints(inputs)
     files = [(s.path, fingerprints.get(s.name)) for s in protocol.sources()]
@@ -489,9 +492,9 @@ def _scanned_fingerprint(locked: dict[str, Any] | None, scan: CorpusScan,
     return fingerprint()
 
 
-def _require_fingerprints(path: Path, entry: dict[str, Any]) -> None:
-    if not isinstance(entry.get("inputs"), dict):
-        raise ProtocolError(f"{path}: the lock of version {entry.get('version')} (at {entry.get('locked_at')}) "
+def _require_fingerprints(path: Path, entry: LockEntry) -> None:
+    if not isinstance(entry.inputs, Mapping):
+        raise ProtocolError(f"{path}: the lock of version {entry.version} (at {entry.locked_at}) "
                             "records no input fingerprints", hint="raise 'version' in the protocol and lock again")
 
 
@@ -565,10 +568,10 @@ def describe_change(locked: dict[str, Any], now: dict[str, Any]) -> str | None:
     return None
 
 
-def compare_inputs(path: Path, entry: dict[str, Any], inputs: dict[str, Any]) -> None:
-    change = describe_change(entry.get("inputs") or {}, inputs)
+def compare_inputs(path: Path, entry: LockEntry, inputs: dict[str, Any]) -> None:
+    change = describe_change(entry.inputs or {}, inputs)
     if change is not None:
-        raise ProtocolError(f"{path}: {change} since the lock at {entry['locked_at']}", hint=AMEND_HINT)
+        raise ProtocolError(f"{path}: {change} since the lock at {entry.locked_at}", hint=AMEND_HINT)
 
 
 __all__ = ["InputScans", "SourceScans", "check_inputs", "check_model_classes", "describe_change",

@@ -19,7 +19,6 @@ from typing import Any
 
 from iteralab.common.files import sha256_file
 from iteralab.errors import ProtocolError, WorkloadError
-from iteralab.plan.task import embedding_spec
 
 __all__ = ["POOLINGS", "FolderPooling", "check_pooling", "folder_pooling", "pooling_hashes", "pooling_problem",
            "resolved_pooling"]
@@ -117,11 +116,12 @@ def pooling_problem(spec: Any, folder: Path | None) -> str | None:
     return None
 
 
-def check_pooling(protocol: Any, folder: Path | None, source: object) -> None:
-    """``lock``: refuse, in one line naming the protocol file, an encoder's ``[embedding]`` that contradicts its
-    folder (:func:`pooling_problem`); any other job or model kind declares nothing to check."""
-    spec = embedding_spec(protocol)
-    if spec is None or protocol.model.kind != "encoder":
+def check_pooling(spec: Any, model_kind: str, folder: Path | None, source: object) -> None:
+    """``lock``: refuse, in one line naming the protocol file, an encoder's ``[embedding]`` (``spec``: None for a
+    job without vectors) that contradicts its folder (:func:`pooling_problem`); any other job or model kind declares
+    nothing to check. (A pass worker imports this module: it takes the protocol's parts, never the protocol's
+    models.)"""
+    if spec is None or model_kind != "encoder":
         return
     try:
         problem = pooling_problem(spec, folder)

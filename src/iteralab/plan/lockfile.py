@@ -62,11 +62,40 @@ class ProtocolFile:
 
 
 @dataclass(frozen=True)
+class LockEntry:
+    """One lock of a protocol version (P2), as the lock file holds it: the protocol's name, version and content
+    hash, the UTC time of the lock, the protocol file's name, the schedule in words, and the input fingerprints
+    (``inputs``: ``lock.lockrecords``'s form; None in an entry written before inputs were fingerprinted)."""
+
+    name: str
+    version: int
+    sha256: str
+    locked_at: str
+    protocol_file: str | None = None
+    schedule: str | None = None
+    inputs: Mapping[str, Any] | None = None
+
+    @classmethod
+    def from_json(cls, record: Any, where: object) -> LockEntry:
+        names = cls.__dataclass_fields__
+        if not isinstance(record, Mapping) or any(k not in record for k in ("name", "version", "sha256", "locked_at")):
+            raise ProtocolError(f"{where}: not a protocol lock file (an entry without name, version, sha256 and "
+                                "locked_at)", hint="restore it from your records")
+        return cls(**{k: v for k, v in record.items() if k in names})
+
+    def to_json(self) -> dict[str, object]:
+        """The JSON form: the keys an entry holds (those of an older entry that lacks one stay absent)."""
+        optional = {"protocol_file": self.protocol_file, "schedule": self.schedule, "inputs": self.inputs}
+        return {"name": self.name, "version": self.version, "sha256": self.sha256, "locked_at": self.locked_at,
+                **{k: v for k, v in optional.items() if v is not None}}
+
+
+@dataclass(frozen=True)
 class LockedProtocol(ProtocolFile):
     """A :class:`ProtocolFile` whose content is locked: its lock entry (hash, time, input fingerprints). Never
     mutated by the stages it is handed to."""
 
-    entry: dict[str, Any]
+    entry: LockEntry
 
 
 def declared_references(protocol: Protocol) -> list[str]:
@@ -105,16 +134,17 @@ def lock_path(protocol_path: str | os.PathLike[str]) -> Path:
     return p.with_name(p.name + LOCK_SUFFIX)
 
 
-def _read_lock(path: Path) -> dict[str, Any]:
+def _read_lock(path: Path) -> tuple[dict[str, Any], list[LockEntry]]:
+    """The lock file as stored (appended to, never rewritten entry by entry) and its entries, typed."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return {"schema_version": SCHEMA_VERSION, "locks": []}
+        return {"schema_version": SCHEMA_VERSION, "locks": []}, []
     except (OSError, ValueError) as exc:
         raise ProtocolError(f"{path}: unreadable lock file ({exc})", hint="restore it from your records") from None
     if not isinstance(data, dict) or not isinstance(data.get("locks"), list):
         raise ProtocolError(f"{path}: not a protocol lock file", hint="restore it from your records")
-    return data
+    return data, [LockEntry.from_json(entry, path) for entry in data["locks"]]
 
 
 #: A schedule larger than this is refused by ``lock`` unless asked for explicitly (a typo such as
@@ -150,7 +180,7 @@ def check_schedule_size(protocol: Protocol, source: str, allow_large: bool) -> N
 
 
 def lock(protocol_file: str | os.PathLike[str] | ProtocolFile, *, now: datetime | None = None,
-         allow_large: bool = False, inputs: dict[str, Any] | None = None) -> dict[str, Any]:
+         allow_large: bool = False, inputs: dict[str, Any] | None = None) -> LockEntry:
     """Record the protocol's content hash, a UTC timestamp and the fingerprints of its ``inputs`` (P2).
 
     Locking the same content again returns the existing entry. Changed content under an already-locked
@@ -162,28 +192,21 @@ def lock(protocol_file: str | os.PathLike[str] | ProtocolFile, *, now: datetime 
     check_series(protocol, str(path))
     check_schedule_size(protocol, str(path), allow_large)
     lpath = lock_path(path)
-    record = _read_lock(lpath)
-    for entry in record["locks"]:
-        if entry["sha256"] == source.sha256:
+    record, entries = _read_lock(lpath)
+    for entry in entries:
+        if entry.sha256 == source.sha256:
             return entry
-        if entry["version"] == protocol.version:
+        if entry.version == protocol.version:
             raise ProtocolError(
-                f"{path}: version {protocol.version} was locked at {entry['locked_at']} with different content",
+                f"{path}: version {protocol.version} was locked at {entry.locked_at} with different content",
                 hint="an amended protocol is a new version: raise 'version' and lock again",
             )
-    entry = {
-        "name": protocol.name,
-        "version": protocol.version,
-        "sha256": source.sha256,
-        "locked_at": (now or datetime.now(timezone.utc)).isoformat(timespec="seconds"),
-        "protocol_file": path.name,
-        "schedule": schedule_line(protocol),
-    }
-    if inputs is not None:
-        entry["inputs"] = inputs
-    record["locks"].append(entry)
+    entry = LockEntry(protocol.name, protocol.version, source.sha256,
+                      (now or datetime.now(timezone.utc)).isoformat(timespec="seconds"), path.name,
+                      schedule_line(protocol), inputs)
+    record["locks"].append(entry.to_json())
     write_json_atomic(lpath, record)
-    return entry
+    return LockEntry.from_json(json.loads(json.dumps(entry.to_json())), lpath)  # as open_locked reads it back
 
 
 def open_locked(protocol: str | os.PathLike[str] | ProtocolFile) -> LockedProtocol:
@@ -192,14 +215,14 @@ def open_locked(protocol: str | os.PathLike[str] | ProtocolFile) -> LockedProtoc
     if isinstance(source, LockedProtocol):
         return source
     path, version = source.path, source.protocol.version
-    record = _read_lock(lock_path(path))
-    for entry in record["locks"]:
-        if entry["sha256"] == source.sha256:
+    _, entries = _read_lock(lock_path(path))
+    for entry in entries:
+        if entry.sha256 == source.sha256:
             return LockedProtocol(**{f: getattr(source, f) for f in _FILE_FIELDS}, entry=entry)
-    for entry in record["locks"]:
-        if entry["version"] == version:
+    for entry in entries:
+        if entry.version == version:
             raise ProtocolError(
-                f"{path}: changed after it was locked (version {version}, locked at {entry['locked_at']})",
+                f"{path}: changed after it was locked (version {version}, locked at {entry.locked_at})",
                 hint="restore the locked content, or raise 'version' and lock the amendment as a new protocol",
             )
     raise ProtocolError(f"{path}: protocol is not locked", hint=f"run: iteralab lock {path}")
@@ -208,12 +231,12 @@ def open_locked(protocol: str | os.PathLike[str] | ProtocolFile) -> LockedProtoc
 _FILE_FIELDS = ("path", "raw", "sha256", "protocol", "paths", "resolved")
 
 
-def check_locked(protocol_path: str | os.PathLike[str]) -> tuple[Protocol, dict[str, Any]]:
+def check_locked(protocol_path: str | os.PathLike[str]) -> tuple[Protocol, LockEntry]:
     """Return the protocol and its lock entry, or refuse an unlocked / changed-after-lock protocol (P2)."""
     locked = open_locked(protocol_path)
     return locked.protocol, locked.entry
 
 
-__all__ = ["MAX_SCHEDULED_PASSES", "LockedProtocol", "ProtocolFile", "as_protocol_file", "check_locked",
+__all__ = ["MAX_SCHEDULED_PASSES", "LockEntry", "LockedProtocol", "ProtocolFile", "as_protocol_file", "check_locked",
            "check_schedule_size", "declared_references", "lock", "lock_path", "open_locked",
            "read_protocol_file", "schedule_line", "scheduled_passes"]

@@ -25,3 +25,9 @@ def kind_named(name: str) -> JobKind:
 def kind_of(protocol: Any) -> JobKind:
     """The kind of a protocol (:class:`~iteralab.plan.protocol.Protocol`): its ``[task] kind``."""
     return kind_named(protocol.task.kind)
+
+
+def kind_of_campaign(campaign: Any) -> JobKind:
+    """The kind recorded in a campaign folder's ``campaign.json`` (:class:`~iteralab.campaign.campaignrecord.
+    CampaignRecord`)."""
+    return kind_named(campaign.kind)

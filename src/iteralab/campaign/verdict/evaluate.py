@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from iteralab.campaign.folder import CAMPAIGN, PROTOCOL, corpus_copy, read_corpus_batches, read_json
+from iteralab.campaign.folder import PROTOCOL, CampaignFolder, corpus_copy, read_corpus_batches
 from iteralab.campaign.kinds.output import IdMatch, coverage_of, prediction_path
 from iteralab.campaign.kinds.classification.output import PredictionSet, code_dtype, read_predictions
 from iteralab.campaign.kinds.embedding.output import read_vectors
@@ -527,15 +527,15 @@ class EvaluationContext:
     @classmethod
     def of(cls, campaign_dir: str | Path) -> EvaluationContext:
         protocol = campaign_protocol(campaign_dir)
-        campaign = read_json(Path(campaign_dir) / CAMPAIGN) or {}
-        routine = load_routine(Path(campaign_dir), protocol, campaign.get("routine"))
-        queries = load_campaign_queries(Path(campaign_dir), campaign.get("queries")) \
+        campaign = CampaignFolder(Path(campaign_dir)).campaign
+        routine = load_routine(Path(campaign_dir), protocol, campaign.routine)
+        queries = load_campaign_queries(Path(campaign_dir), campaign.queries) \
             if protocol.metric.queries else None
         generation = protocol.task.kind == "generation"
         sources = {name: cls(protocol, load_expected(campaign_dir, protocol.corpus.classes, name), routine=routine,
                              queries=queries,
                              references=load_references(Path(campaign_dir), name) if generation else None)
-                   for name in [d["name"] for d in campaign.get("datasets") or []] or [None]}
+                   for name in [d.name for d in campaign.datasets] or [None]}
         if list(sources) == [None]:
             return sources[None]
         return cls(protocol, None, {str(n): c for n, c in sources.items()}, routine, queries)
