@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import test_golden_raw_table as golden
-from iteralab.campaign.verdict.evaluate import Expected, metric_of_codes, subgroup_metrics
+from iteralab.campaign.kinds.classification.verdict import metric_of_codes, subgroup_metrics
+from iteralab.campaign.kinds.expected import Expected
 from iteralab.decision.note import decision_json, render_decision
 from iteralab.decision.report import render_report
 from iteralab.decision.rule import decide

@@ -19,7 +19,7 @@ from iteralab.campaign.folder import (
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
 from iteralab.campaign.manifest import rocm_compatibility_line
 from iteralab.campaign.verdict.judge import judge_campaign
-from iteralab.campaign.verdict.ranking import ranking_note
+from iteralab.campaign.kinds.ranking import ranking_note
 from iteralab.common.files import write_text_atomic
 from iteralab.errors import IteraError
 from iteralab.evidence.bundle import refuse_if_sealed

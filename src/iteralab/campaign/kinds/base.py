@@ -8,12 +8,17 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from iteralab.campaign.kinds.verdictpart import VerdictPart
+
 
 class JobKind:
     """One kind of job: its name as ``[task] kind`` spells it, and its facets (each kind's folder defines them)."""
 
     #: ``[task] kind`` of the protocols this kind judges.
     name: ClassVar[str]
+    #: Its verdict part: how its file is read and hashed, its metric cells, its comparison with the reference pass
+    #: (``<kind>/verdict.py``; what it answers: :class:`~iteralab.campaign.kinds.verdictpart.VerdictPart`).
+    verdict: ClassVar[VerdictPart]
 
     def __repr__(self) -> str:
         return f"JobKind({self.name!r})"

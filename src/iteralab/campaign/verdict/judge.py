@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from iteralab.campaign.verdict.compare import compare_outputs
-from iteralab.campaign.verdict.cosine import (CosineComparison, compare_vector_files, compare_vectors, cosine_cells,
+from iteralab.campaign.kinds.classification.compare import compare_outputs
+from iteralab.campaign.kinds.embedding.cosine import (CosineComparison, compare_vector_files, compare_vectors, cosine_cells,
                                               vector_reproduction)
-from iteralab.campaign.verdict.generation import (TextComparison, compare_text_files, compare_text_sets,
+from iteralab.campaign.kinds.generation.verdict import (TextComparison, compare_text_files, compare_text_sets,
                                                   text_comparison)
 from iteralab.campaign.verdict.evaluate import TOL, EvaluationContext, PredictionReader, missing_verdict
 from iteralab.campaign.kinds.output import prediction_path
@@ -112,14 +112,10 @@ def subgroup_check(protocol: Protocol, key: str, value: float | None, reference:
 
 
 def compare_predictions(a: Path, b: Path, protocol: Protocol) -> dict[str, Any]:
-    """:func:`compare_outputs` of two prediction files (an embedding job's: their vectors, by
-    :func:`~iteralab.campaign.verdict.cosine.compare_vector_files`)."""
+    """How far two prediction files agree, as their kind compares them (``kind.verdict.compare_files``: a
+    classification job's labels and probabilities, an embedding job's vectors, a generation job's texts)."""
     reader = PredictionReader(protocol)
-    if reader.embedding is not None:
-        return compare_vector_files(a, b, reader)
-    if reader.generation is not None:
-        return compare_text_files(a, b, protocol).record()
-    return compare_outputs(reader.read(a)[1], reader.read(b)[1])
+    return reader.kind.verdict.compare_files(a, b, protocol, reader)
 
 
 def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reader: PredictionReader | None = None,
@@ -149,10 +145,9 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
     protocol = context.protocol
     reader = reader or PredictionReader(protocol)
     verdicts, paths = _own_verdicts(campaign_dir, passes, reader, context)
-    ref = _Reference(passes, verdicts, paths, reader, context)
+    ref = ReferencePass(passes, verdicts, paths, reader, context)
     gating = {sg.name: sg for sg in protocol.subgroups if sg.gating}
-    embedding = protocol.task.kind == "embedding"
-    generation = protocol.task.kind == "generation"
+    part = reader.kind.verdict
     for p in passes:
         v = verdicts[p["pass_id"]]
         v["reference_pass"] = ref.pass_id
@@ -170,26 +165,14 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
             if not v.get("threshold_ok"):
                 reasons.append(f"{'below' if protocol.metric.higher_is_better else 'above'} threshold")
             reasons += against
-        # under a ranking metric a subgroup has no metric of its own: its documents' cosines judge it (below)
-        by_cosine = embedding and protocol.metric.name in QUERY_METRICS
         # a group whose value the same error prevented is not evaluated, not a second reason
         unvalued = {k for k, value in v["subgroups"].items() if value is None} if errors else set()
-        failed_subgroups = _subgroup_reasons(v, ref.verdict, protocol, {} if by_cosine else gating, unvalued)
+        failed_subgroups = _subgroup_reasons(v, ref.verdict, protocol,
+                                             gating if part.subgroups_by_metric(protocol) else {}, unvalued)
         reasons += failed_subgroups
-        if embedding:  # the tolerance on vectors: each document's cosine with the reference's vector
-            same = ref.vectors(p)
-            cosine = cosine_cells(v, same, protocol, context.expected)
-            if by_cosine and same is not None:
-                cosine += [f"gating subgroup {name!r} has no groups to evaluate (empty column?)" for name in gating
-                           if not any(key.split(":", 1)[0] == name for key in v["subgroup_cosine"])]
-            reasons += cosine
-            v["tolerance_ok"] = False if cosine else v["tolerance_ok"]
-            failed_subgroups += [r for r in cosine if r.startswith("subgroup ")]
-            vector_reproduction(v, protocol, same)
-        elif generation:  # lengths against their bounds, the texts against the reference pass's
-            reasons += text_comparison(v, ref.verdict, ref.texts(p), protocol)
-        else:
-            _reproduction(v, protocol, ref.same(p))
+        kind_reasons, kind_subgroups = part.compare(v, ref, p, protocol, context.expected)  # the kind's tolerance
+        reasons += kind_reasons
+        failed_subgroups += kind_subgroups
         gated = any(subgroup_check(protocol, k, None, None, True) is not None for k in unvalued)
         v["subgroups_ok"] = False if failed_subgroups else None if gated else True
         if not v["reproduction_ok"]:
@@ -222,9 +205,10 @@ def _own_verdicts(campaign_dir: Path, passes: list[dict[str, Any]], reader: Pred
     return verdicts, paths
 
 
-class _Reference:
-    """The reference variant's first complete pass and its verdict; its predictions are read (once) only when a
-    comparison was not made as the passes were evaluated."""
+class ReferencePass:
+    """The reference variant's first complete pass and its verdict: what a kind's comparison
+    (``kind.verdict.compare``) reads it through (``paths``, ``reader``, ``key``, ``held``); its outputs are read
+    (once) only when a comparison was not made as the passes were evaluated."""
 
     def __init__(self, passes: list[dict[str, Any]], verdicts: dict[str, dict[str, Any]], paths: dict[str, Path],
                  reader: PredictionReader, context: EvaluationContext) -> None:
@@ -237,46 +221,8 @@ class _Reference:
         self.protocol = context.protocol
         self.key = ((paths[self.pass_id].resolve(), reader.sha256(paths[self.pass_id], self.ids))
                     if self.pass_id else None)
-        self.predictions: PredictionSet | None = None
-        #: a generation job: the reference pass's texts (``campaign.kinds.generation.output.TextSet``), read once
-        self.reference_texts: Any = None
-
-    def vectors(self, p: dict[str, Any]) -> CosineComparison | None:
-        """An embedding pass's vectors against the reference pass's; None without either file."""
-        if self.key is None or not p.get("prediction_file"):
-            return None
-        same = compare_vectors(self.paths[p["pass_id"]], self.paths[self.pass_id], self.reader, self.expected)
-        self.reader.drop(self.paths[p["pass_id"]])
-        return same
-
-    def texts(self, p: dict[str, Any]) -> TextComparison | None:
-        """A generation pass's texts against the reference pass's; None without either file. The reference's
-        texts are read once and held (ids and texts as Arrow arrays); the pass's come from the reader, which
-        has them when it read the file for its verdict."""
-        if self.key is None or not p.get("prediction_file"):
-            return None
-        if self.reference_texts is None:
-            entry = self.reader.read(self.paths[self.pass_id], self.ids)
-            if entry is None:
-                return None
-            self.reference_texts = entry[1]
-        entry = self.reader.read(self.paths[p["pass_id"]], self.ids)
-        return compare_text_sets(entry[1], self.reference_texts) if entry is not None else None
-
-    def same(self, p: dict[str, Any]) -> Mapping[str, Any] | None:
-        """:func:`compare_outputs` of the pass's outputs with the reference pass's; None without a reference
-        pass or a prediction file."""
-        if self.key is None or not p.get("prediction_file"):
-            return None
-        path = self.paths[p["pass_id"]]
-        same = self.reader.comparisons.get((path.resolve(), self.reader.sha256(path, self.ids) or "", *self.key))
-        if same is None:
-            entry = self.reader.read(path, self.ids)
-            if self.predictions is None:
-                self.predictions = self.reader.read(self.paths[self.pass_id], self.ids)[1]  # type: ignore[index]
-            same = compare_outputs(entry[1], self.predictions, b_distinct=True) \
-                if entry is not None and len(self.predictions.ids) else None
-        return same
+        #: what the kind's comparison reads of the reference pass once and holds (its predictions, its texts)
+        self.held: dict[str, Any] = {}
 
 
 def _against_reference(v: dict[str, Any], ref_v: dict[str, Any] | None, protocol: Protocol) -> list[str]:
@@ -311,18 +257,3 @@ def _subgroup_reasons(v: dict[str, Any], ref_v: dict[str, Any] | None, protocol:
         if check is not None and check.failed:
             reasons.append(f"subgroup {key}")
     return reasons
-
-
-def _reproduction(v: dict[str, Any], protocol: Protocol, same: Mapping[str, Any] | None) -> None:
-    """``same``: :func:`compare_outputs` of the pass's outputs with the reference pass's (a complete pass: its
-    ids matched the corpus, none is repeated); None when either has none."""
-    target = protocol.reproduction.target
-    v["label_agreement"] = None if same is None else same["label_agreement"]
-    v["max_abs_prob_diff"] = None if same is None else same["max_abs_prob_diff"]
-    if target == "identical":
-        v["reproduction_ok"] = v["label_agreement"] == 1.0 and v["max_abs_prob_diff"] == 0.0
-    elif target == "bounded":
-        v["reproduction_ok"] = v["max_abs_prob_diff"] is not None and \
-            v["max_abs_prob_diff"] <= (protocol.reproduction.bound or 0) + TOL
-    else:
-        v["reproduction_ok"] = True

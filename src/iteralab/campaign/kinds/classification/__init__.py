@@ -1,15 +1,17 @@
 """The classification job: its kind object (:data:`CLASSIFICATION`) and everything it owns.
 
-Reads and writes: its prediction file (``output.py``).
+Reads and writes: its prediction file (``output.py``). Its verdict part: ``verdict.py``.
 """
 
 from __future__ import annotations
 
 from iteralab.campaign.kinds.base import JobKind
+from iteralab.campaign.kinds.classification.verdict import CLASSIFICATION_VERDICT
 
 
 class ClassificationKind(JobKind):
     name = "classification"
+    verdict = CLASSIFICATION_VERDICT
 
 
 CLASSIFICATION = ClassificationKind()

@@ -2,7 +2,7 @@
 reference answers (``corpus.reference_column``, copied as the ``reference`` column).
 
 On its own (``evaluate_texts``, beside the id, format and coverage cells): the metric over the covered documents
-(one of ``verdict.textmetrics``' or the user's routine, higher is better), and inside each group of each planned
+(one of ``generation.textmetrics``' or the user's routine, higher is better), and inside each group of each planned
 stratum subgroup; the mean generated tokens, and the share of outputs that ended on ``length`` with its bound
 (``generation.max_length_share``: a pass above it fails).
 
@@ -32,13 +32,16 @@ import pyarrow.compute as pc
 
 from iteralab.campaign.folder import corpus_copy, read_corpus_batches
 from iteralab.campaign.kinds.generation.output import read_texts
-from iteralab.campaign.verdict.routine import Routine
-from iteralab.campaign.verdict.textmetrics import corpus_score
+from iteralab.campaign.kinds.routine import Routine
+from iteralab.campaign.kinds.generation.textmetrics import corpus_score
+from iteralab.campaign.kinds.expected import file_rows
+from iteralab.campaign.kinds.verdictpart import PassInputs, VerdictPart
+from iteralab.common.files import sha256_file
 from iteralab.errors import RoutineError
 from iteralab.plan.metric import TOL
 from iteralab.plan.protocol import Protocol
 
-__all__ = ["TextComparison", "compare_text_files", "compare_text_sets", "evaluate_texts", "load_references",
+__all__ = ["GENERATION_VERDICT", "GenerationVerdict", "TextComparison", "compare_text_files", "compare_text_sets", "evaluate_texts", "load_references",
            "text_comparison"]
 
 
@@ -189,3 +192,53 @@ def text_comparison(v: dict[str, Any], ref_v: dict[str, Any] | None, same: TextC
         v["reproduction_ok"] = True
     v["label_agreement"], v["max_abs_prob_diff"] = None, None
     return reasons
+
+
+def against_reference(reference: Any, p: dict[str, Any]) -> TextComparison | None:
+    """A generation pass's texts against the reference pass's; None without either file. The reference's texts
+    are read once and held (ids and texts as Arrow arrays); the pass's come from the reader, which has them when
+    it read the file for its verdict."""
+    if reference.key is None or not p.get("prediction_file"):
+        return None
+    reader, ids = reference.reader, reference.ids
+    if "texts" not in reference.held:
+        entry = reader.read(reference.paths[reference.pass_id], ids)
+        if entry is None:
+            return None
+        reference.held["texts"] = entry[1]
+    entry = reader.read(reference.paths[p["pass_id"]], ids)
+    return compare_text_sets(entry[1], reference.held["texts"]) if entry is not None else None
+
+
+class GenerationVerdict(VerdictPart):
+    """The generation kind's answers to the verdict (:class:`~iteralab.campaign.kinds.verdictpart.VerdictPart`):
+    the metric and lengths of its texts (``evaluate_texts``), its texts and lengths against the reference pass's
+    (``text_comparison``)."""
+
+    def read(self, path: Path, protocol: Protocol, like: Any = None) -> tuple[str, Any]:
+        spec = protocol.generation
+        assert spec is not None
+        # a text file, read in record batches
+        return sha256_file(path), read_texts(path, max_new_tokens=spec.max_new_tokens, allow_empty=spec.allow_empty)
+
+    def problems(self, found: Any) -> tuple[tuple[str, ...], int]:
+        return found.problems, found.problem_count
+
+    def metric_cells(self, found: Any, protocol: Protocol, expected: Any, match: Any,
+                     inputs: PassInputs) -> dict[str, Any]:
+        return evaluate_texts(found, protocol, expected, match, file_rows(match, len(expected)), inputs.references,
+                              inputs.routine)
+
+    def references(self, folder: Path, dataset: str | None) -> pa.Array | None:
+        return load_references(folder, dataset)
+
+    def compare(self, v: dict[str, Any], reference: Any, p: dict[str, Any], protocol: Protocol,
+                expected: Any) -> tuple[list[str], list[str]]:
+        """Lengths against their bounds, the texts against the reference pass's."""
+        return text_comparison(v, reference.verdict, against_reference(reference, p), protocol), []
+
+    def compare_files(self, a: Path, b: Path, protocol: Protocol, reader: Any) -> dict[str, Any]:
+        return compare_text_files(a, b, protocol).record()
+
+
+GENERATION_VERDICT = GenerationVerdict()

@@ -1,0 +1,79 @@
+"""What a kind's verdict part answers (:class:`VerdictPart`): how its file is read and hashed, the metric cells of
+a pass's own verdict, and the comparison with the reference pass (tolerance and reproduction rule).
+
+``campaign.verdict`` holds what every kind shares (the id, format and coverage cells, the metric against the
+threshold and the reference's value, the gating subgroups) and asks the pass's kind (``kind.verdict``) for the
+rest; each kind's answer is its folder's ``verdict.py``. Reads and writes nothing itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+from iteralab.plan.protocol import Protocol
+
+__all__ = ["PassInputs", "VerdictPart"]
+
+
+@dataclass(frozen=True)
+class PassInputs:
+    """What a pass's own verdict may need beyond its file and the corpus: the campaign's metric routine, its
+    queries (``metric.queries``), a generation source's reference answers, and where the pass's file is (a
+    kind may read a file beside it)."""
+
+    routine: Any = None
+    queries: Any = None
+    references: pa.Array | None = None
+    path: Path | None = None
+
+
+class VerdictPart:
+    """A kind's verdict: the part of the checks that depends on what its prediction file holds."""
+
+    #: The run compares each pass with the reference pass as it evaluates them (``CampaignReads``); a kind
+    #: whose comparison needs both files whole leaves it to the campaign's verdict (``judge``).
+    compares_while_running: ClassVar[bool] = False
+
+    def read(self, path: Path, protocol: Protocol, like: pa.Array | None = None) -> tuple[str, Any]:
+        """(sha256, the file's arrays) of a stored prediction file; ``like``: the expected ids, which the set
+        may share when the file holds exactly those in that order."""
+        raise NotImplementedError
+
+    def problems(self, found: Any) -> tuple[tuple[str, ...], int]:
+        """The format problems of a read file: the first few lines, and how many there are in all."""
+        raise NotImplementedError
+
+    def metric_cells(self, found: Any, protocol: Protocol, expected: Any, match: Any,
+                     inputs: PassInputs) -> dict[str, Any]:
+        """The cells of a pass's own verdict after the id, format and coverage cells: its metric (``metric_name``,
+        ``metric``, ``threshold_ok``), the planned subgroups' values (``subgroups``) and the kind's own."""
+        raise NotImplementedError
+
+    def side_file(self, path: Path) -> Path | None:
+        """A file beside the pass's prediction file that its verdict also reads (its version is part of the
+        memo's key); None when there is none."""
+        return None
+
+    def references(self, folder: Path, dataset: str | None) -> pa.Array | None:
+        """The reference answers of a source's corpus copy, handed to :meth:`metric_cells` (None: not used)."""
+        return None
+
+    def subgroups_by_metric(self, protocol: Protocol) -> bool:
+        """Whether the gating subgroups are judged by their metric values (else the kind judges them in
+        :meth:`compare`)."""
+        return True
+
+    def compare(self, v: dict[str, Any], reference: Any, p: dict[str, Any], protocol: Protocol,
+                expected: Any) -> tuple[list[str], list[str]]:
+        """The pass's verdict ``v`` against the reference pass (``reference``: the campaign verdict's reference,
+        with its ``verdict``, ``paths``, ``reader`` and ``key``; ``p`` the pass's journal record): sets the
+        kind's comparison cells and ``reproduction_ok``, returns (reasons, failed subgroup reasons)."""
+        raise NotImplementedError
+
+    def compare_files(self, a: Path, b: Path, protocol: Protocol, reader: Any) -> dict[str, Any]:
+        """How far two prediction files of the same protocol agree (``rerun``'s comparison)."""
+        raise NotImplementedError
