@@ -112,26 +112,6 @@ def with_generation(columns: tuple[str, ...]) -> tuple[str, ...]:
     return (*columns[:at], *GENERATION_COLUMNS, *columns[at:])
 
 
-def is_generation_campaign(campaign: dict[str, Any]) -> bool:
-    """Whether campaign.json records a generation job (its model record says how prompts are generated)."""
-    return bool(campaign.get("generation")) or \
-        ((campaign.get("model") or {}).get("generation") or {}).get("task") == "generation"
-
-
-def is_embedding_campaign(campaign: dict[str, Any]) -> bool:
-    """Whether campaign.json records an embedding job (its model record says how vectors are made)."""
-    return bool(campaign.get("embedding") or ((campaign.get("model") or {}).get("embedding") or {}).get("task"))
-
-
-def table_columns(campaign: dict[str, Any]) -> tuple[str, ...]:
-    """The raw-table columns of a campaign: :data:`COLUMNS` (``dataset`` is empty in a one-corpus campaign), with
-    the cosine columns for an embedding job and the generation columns for a generation job."""
-    columns = COLUMNS
-    if is_generation_campaign(campaign):
-        return with_generation(columns)
-    return with_cosines(columns) if is_embedding_campaign(campaign) else columns
-
-
 def format_cell(value: Any) -> str:
     """How a value is written in the raw table (the one writer's rule; :func:`read_raw_rows` inverts it)."""
     if value is None:

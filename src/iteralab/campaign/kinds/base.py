@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from iteralab.campaign.kinds.verdictpart import VerdictPart
+from iteralab.campaign.kinds.verdictpart import QualitySeries, VerdictPart
 
 
 class JobKind:
@@ -19,6 +19,11 @@ class JobKind:
     #: Its verdict part: how its file is read and hashed, its metric cells, its comparison with the reference pass
     #: (``<kind>/verdict.py``; what it answers: :class:`~iteralab.campaign.kinds.verdictpart.VerdictPart`).
     verdict: ClassVar[VerdictPart]
+    #: Its raw table's columns, in order: the common ones (``campaign.folder.COLUMNS``) and its own.
+    table_columns: ClassVar[tuple[str, ...]]
+    #: What the statistics, the decision and the report show of its quality beyond the metric (each a column of
+    #: the raw table, one value per counted pass).
+    quality_series: ClassVar[tuple[QualitySeries, ...]] = ()
 
     def __repr__(self) -> str:
         return f"JobKind({self.name!r})"

@@ -16,7 +16,17 @@ import pyarrow as pa
 
 from iteralab.plan.protocol import Protocol
 
-__all__ = ["PassInputs", "VerdictPart"]
+__all__ = ["NoCells", "PassInputs", "QualitySeries", "VerdictPart"]
+
+
+@dataclass(frozen=True)
+class QualitySeries:
+    """One series of values a kind shows for a variant's quality beside its metric: ``name`` in the statistics and
+    ``decision.json`` (``min_cosines``), read from the raw table's ``column`` of each counted pass (``min_cosine``;
+    a pass whose cell is empty adds no value)."""
+
+    name: str
+    column: str
 
 
 @dataclass(frozen=True)
@@ -31,8 +41,17 @@ class PassInputs:
     path: Path | None = None
 
 
+@dataclass(frozen=True)
+class NoCells:
+    """The cells of a kind that adds none to the common verdict."""
+
+
 class VerdictPart:
     """A kind's verdict: the part of the checks that depends on what its prediction file holds."""
+
+    #: The kind's own cells of a verdict (a frozen dataclass, every field defaulting to None: a cell its JSON
+    #: form lacks), beside the common ones of ``campaign.verdict.record.Verdict``.
+    cells: ClassVar[type] = NoCells
 
     #: The run compares each pass with the reference pass as it evaluates them (``CampaignReads``); a kind
     #: whose comparison needs both files whole leaves it to the campaign's verdict (``judge``).
@@ -73,6 +92,10 @@ class VerdictPart:
         with its ``verdict``, ``paths``, ``reader`` and ``key``; ``p`` the pass's journal record): sets the
         kind's comparison cells and ``reproduction_ok``, returns (reasons, failed subgroup reasons)."""
         raise NotImplementedError
+
+    def row_cells(self, row: dict[str, Any], v: dict[str, Any], notes: list[str]) -> None:
+        """The kind's own raw-table cells of a pass (its ``table_columns`` beyond the common ones) from its
+        verdict ``v``, and the notes they need."""
 
     def compare_files(self, a: Path, b: Path, protocol: Protocol, reader: Any) -> dict[str, Any]:
         """How far two prediction files of the same protocol agree (``rerun``'s comparison)."""

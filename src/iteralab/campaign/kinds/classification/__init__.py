@@ -5,6 +5,7 @@ Reads and writes: its prediction file (``output.py``). Its verdict part: ``verdi
 
 from __future__ import annotations
 
+from iteralab.campaign.folder import COLUMNS
 from iteralab.campaign.kinds.base import JobKind
 from iteralab.campaign.kinds.classification.verdict import CLASSIFICATION_VERDICT
 
@@ -12,6 +13,7 @@ from iteralab.campaign.kinds.classification.verdict import CLASSIFICATION_VERDIC
 class ClassificationKind(JobKind):
     name = "classification"
     verdict = CLASSIFICATION_VERDICT
+    table_columns = COLUMNS
 
 
 CLASSIFICATION = ClassificationKind()

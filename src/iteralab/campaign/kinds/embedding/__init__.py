@@ -5,13 +5,19 @@ Reads and writes: its prediction file (``output.py``). Its verdict part: ``verdi
 
 from __future__ import annotations
 
+from iteralab.campaign.folder import COLUMNS, with_cosines
 from iteralab.campaign.kinds.base import JobKind
 from iteralab.campaign.kinds.embedding.verdict import EMBEDDING_VERDICT
+from iteralab.campaign.kinds.verdictpart import QualitySeries
 
 
 class EmbeddingKind(JobKind):
     name = "embedding"
     verdict = EMBEDDING_VERDICT
+    #: the cosine columns after ``max_abs_prob_diff``
+    table_columns = with_cosines(COLUMNS)
+    #: each counted pass's minimum cosine with the reference pass's vectors
+    quality_series = (QualitySeries("min_cosines", "min_cosine"),)
 
 
 EMBEDDING = EmbeddingKind()

@@ -29,6 +29,7 @@ The metric is one of:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,13 +39,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from iteralab.campaign.folder import COSINE_COLUMNS
 from iteralab.campaign.kinds.output import pass_of
 from iteralab.campaign.kinds.embedding.cosine import (CosineComparison, compare_vector_files, compare_vectors,
                                                       cosine_cells, vector_reproduction)
 from iteralab.campaign.kinds.embedding.output import queries_file_name, read_vectors
 from iteralab.campaign.kinds.embedding.knn import knn_correct, rank_queries
 from iteralab.campaign.kinds.expected import file_rows
-from iteralab.campaign.kinds.ranking import RANKING_METRICS, Ranking, Relevance
+from iteralab.campaign.kinds.ranking import RANKING_METRICS, Ranking, Relevance, ranking_note
 from iteralab.campaign.kinds.routine import EmbeddedQueries, Routine, RoutineValues
 from iteralab.common.files import sha256_file
 from iteralab.campaign.kinds.verdictpart import PassInputs, VerdictPart
@@ -53,8 +55,8 @@ from iteralab.plan.metric import QUERY_METRICS
 from iteralab.plan.queries import Queries, load_queries
 from iteralab.plan.protocol import Protocol
 
-__all__ = ["EMBEDDING_VERDICT", "CampaignQueries", "EmbeddingVerdict", "PassQueries", "load_campaign_queries", "pass_queries", "query_vectors_path",
-           "relevance_of", "vector_metric", "vector_routine_values"]
+__all__ = ["EMBEDDING_VERDICT", "CampaignQueries", "EmbeddingCells", "EmbeddingVerdict", "PassQueries", "load_campaign_queries",
+           "pass_queries", "query_vectors_path", "relevance_of", "vector_metric", "vector_routine_values"]
 
 
 @dataclass(frozen=True)
@@ -256,6 +258,24 @@ def vector_metric(protocol: Protocol, expected: Any, covered: np.ndarray, vector
     return cells
 
 
+@dataclass(frozen=True)
+class EmbeddingCells:
+    """An embedding pass's own verdict cells: its vectors' width, its queries (``metric.queries``), and against
+    the reference pass its documents' cosines (``embedding.cosine``)."""
+
+    vector_dim: int | None = None
+    queries_error: str | None = None
+    queries_sha256: str | None = None
+    #: every ranking value of its queries (``kinds.ranking.Ranking.cells``)
+    ranking: Mapping[str, Any] | None = None
+    min_cosine: float | None = None
+    median_cosine: float | None = None
+    cosine_at_quantile: float | None = None
+    cosine_ok: bool | None = None
+    #: per subgroup group: its cosines' minimum, median, quantile, gating and whether it holds
+    subgroup_cosine: Mapping[str, Any] | None = None
+
+
 def against_reference(reference: Any, p: dict[str, Any], expected: Any) -> CosineComparison | None:
     """An embedding pass's vectors against the reference pass's; None without either file."""
     if reference.key is None or not p.get("prediction_file"):
@@ -270,6 +290,8 @@ class EmbeddingVerdict(VerdictPart):
     """The embedding kind's answers to the verdict (:class:`~iteralab.campaign.kinds.verdictpart.VerdictPart`):
     its metric (module docstring), and against the reference pass each document's cosine with the reference's
     vector (``embedding.cosine``)."""
+
+    cells = EmbeddingCells
 
     def read(self, path: Path, protocol: Protocol, like: Any = None) -> tuple[str, Any]:
         spec = protocol.embedding
@@ -308,6 +330,14 @@ class EmbeddingVerdict(VerdictPart):
         v["tolerance_ok"] = False if cosine else v["tolerance_ok"]
         vector_reproduction(v, protocol, same)
         return cosine, [r for r in cosine if r.startswith("subgroup ")]
+
+    def row_cells(self, row: dict[str, Any], v: dict[str, Any], notes: list[str]) -> None:
+        """The cosine columns; each subgroup's cosines and the queries' ranking metrics as notes."""
+        row.update({key: v.get(key) for key in COSINE_COLUMNS})
+        if v.get("subgroup_cosine"):
+            notes.append("subgroup cosine: " + json.dumps(v["subgroup_cosine"], sort_keys=True))
+        if v.get("ranking"):  # the queries' ranking metrics, each recall named by its definition
+            notes.append(ranking_note(v["ranking"]))
 
     def compare_files(self, a: Path, b: Path, protocol: Protocol, reader: Any) -> dict[str, Any]:
         return compare_vector_files(a, b, reader)

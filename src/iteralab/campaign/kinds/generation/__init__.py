@@ -5,13 +5,21 @@ Reads and writes: its prediction file (``output.py``). Its verdict part: ``verdi
 
 from __future__ import annotations
 
+from iteralab.campaign.folder import COLUMNS, with_generation
 from iteralab.campaign.kinds.base import JobKind
 from iteralab.campaign.kinds.generation.verdict import GENERATION_VERDICT
+from iteralab.campaign.kinds.verdictpart import QualitySeries
 
 
 class GenerationKind(JobKind):
     name = "generation"
     verdict = GENERATION_VERDICT
+    #: tokens per second after ``docs_per_s``; mean tokens, length share, identical share after ``max_abs_prob_diff``
+    table_columns = with_generation(COLUMNS)
+    #: each counted pass's mean generated tokens, share ended on ``length`` and share of texts identical to the
+    #: reference pass's (the measured ones)
+    quality_series = (QualitySeries("mean_tokens", "mean_tokens"), QualitySeries("length_shares", "length_share"),
+                      QualitySeries("identical_shares", "identical_share"))
 
 
 GENERATION = GenerationKind()

@@ -22,6 +22,7 @@ document has none) or None without ``corpus.reference_column``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from iteralab.campaign.folder import corpus_copy, read_corpus_batches
+from iteralab.campaign.folder import GENERATION_COLUMNS, corpus_copy, read_corpus_batches
 from iteralab.campaign.kinds.generation.output import read_texts
 from iteralab.campaign.kinds.routine import Routine
 from iteralab.campaign.kinds.generation.textmetrics import corpus_score
@@ -41,8 +42,8 @@ from iteralab.errors import RoutineError
 from iteralab.plan.metric import TOL
 from iteralab.plan.protocol import Protocol
 
-__all__ = ["GENERATION_VERDICT", "GenerationVerdict", "TextComparison", "compare_text_files", "compare_text_sets", "evaluate_texts", "load_references",
-           "text_comparison"]
+__all__ = ["GENERATION_VERDICT", "GenerationCells", "GenerationVerdict", "TextComparison", "compare_text_files", "compare_text_sets",
+           "evaluate_texts", "load_references", "text_comparison"]
 
 
 def load_references(campaign_dir: Path, dataset: str | None = None) -> pa.Array | None:
@@ -194,6 +195,24 @@ def text_comparison(v: dict[str, Any], ref_v: dict[str, Any] | None, same: TextC
     return reasons
 
 
+@dataclass(frozen=True)
+class GenerationCells:
+    """A generation pass's own verdict cells: its texts' lengths, and against the reference pass its mean tokens
+    and the share of identical texts."""
+
+    #: why its metric has no value when the corpus copy has no reference answers
+    reference_error: str | None = None
+    generated_rows: int | None = None
+    mean_tokens: float | None = None
+    length_share: float | None = None
+    length_ok: bool | None = None
+    #: how many outputs had each generated token count
+    output_lengths: Mapping[str, int] | None = None
+    mean_tokens_ref: float | None = None
+    tokens_ok: bool | None = None
+    identical_share: float | None = None
+
+
 def against_reference(reference: Any, p: dict[str, Any]) -> TextComparison | None:
     """A generation pass's texts against the reference pass's; None without either file. The reference's texts
     are read once and held (ids and texts as Arrow arrays); the pass's come from the reader, which has them when
@@ -215,6 +234,8 @@ class GenerationVerdict(VerdictPart):
     the metric and lengths of its texts (``evaluate_texts``), its texts and lengths against the reference pass's
     (``text_comparison``)."""
 
+    cells = GenerationCells
+
     def read(self, path: Path, protocol: Protocol, like: Any = None) -> tuple[str, Any]:
         spec = protocol.generation
         assert spec is not None
@@ -235,7 +256,21 @@ class GenerationVerdict(VerdictPart):
     def compare(self, v: dict[str, Any], reference: Any, p: dict[str, Any], protocol: Protocol,
                 expected: Any) -> tuple[list[str], list[str]]:
         """Lengths against their bounds, the texts against the reference pass's."""
-        return text_comparison(v, reference.verdict, against_reference(reference, p), protocol), []
+        ref_v = reference.verdict.to_json() if reference.verdict is not None else None
+        return text_comparison(v, ref_v, against_reference(reference, p), protocol), []
+
+    def row_cells(self, row: dict[str, Any], v: dict[str, Any], notes: list[str]) -> None:
+        """The length and identity cells; tokens per second from the measured pass and its file's generated tokens
+        (empty, and said so, when the tokens were not measured)."""
+        row.update({key: v.get(key) for key in GENERATION_COLUMNS})
+        mean, rows = v.get("mean_tokens"), v.get("generated_rows")
+        if mean is not None and rows and row.get("pass_s"):
+            row["tokens_per_s"] = mean * rows / row["pass_s"]
+        elif mean is None and v.get("generated_rows"):
+            notes.append("tokens_per_s, mean_tokens, length_share: not measured (the generator returned no token "
+                         "counts and names no tokenizer)")
+        if v.get("mean_tokens_ref") is not None and v.get("tokens_ok") is False:
+            notes.append(f"mean generated tokens {mean:.2f} against the reference's {v['mean_tokens_ref']:.2f}")
 
     def compare_files(self, a: Path, b: Path, protocol: Protocol, reader: Any) -> dict[str, Any]:
         return compare_text_files(a, b, protocol).record()
