@@ -20,8 +20,8 @@ from iteralab.campaign.journal import read_journal
 from iteralab.lock.inputs import lock
 from iteralab.evidence.run import run_campaign
 from iteralab.evidence.table import COLUMNS, read_raw_table, write_raw_table
-from iteralab.campaign.kinds.expected import campaign_protocol, load_expected
-from iteralab.campaign.verdict.evaluate import evaluate_file
+from iteralab.campaign.kinds.expected import load_expected
+from iteralab.campaign.verdict.evaluate import campaign_protocol, evaluate_file
 from iteralab.campaign.kinds.classification.output import encode, schema
 from protocol_factory import VARIANTS, protocol_toml, write_protocol
 
@@ -111,7 +111,7 @@ def test_ids_mismatch_is_not_accepted(tmp_path, mutate, field):
     protocol = callable_campaign(tmp_path, passes=1)
     out = tmp_path / "out"
     run_campaign(protocol, out)
-    expected = load_expected(out)
+    expected = load_expected(out, campaign_protocol(out).corpus.classes)
     pred = tmp_path / "p.parquet"
     _write_pred(pred, mutate(expected.ids.to_pylist()))
     v = evaluate_file(pred, campaign_protocol(out), expected)
@@ -129,7 +129,7 @@ def test_format_problems_are_named(tmp_path):
     protocol = callable_campaign(tmp_path, passes=1)
     out = tmp_path / "out"
     run_campaign(protocol, out)
-    expected = load_expected(out)
+    expected = load_expected(out, campaign_protocol(out).corpus.classes)
     ids = expected.ids.to_pylist()
     # A label that is no class and probabilities that do not sum to 1, named by row (the labels plain strings,
     # which the reader takes as it takes the writer's dictionary codes).

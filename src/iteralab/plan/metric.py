@@ -20,6 +20,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
+from iteralab.common.tolerance import TOL
 from iteralab.plan.values import Flag, Number, Strict, Text, Whole
 
 __all__ = ["EMBEDDING_METRICS", "GENERATION_METRICS", "METRICS", "QUERY_METRICS", "ROUTINE_FORM", "TOL", "MetricName", "MetricSpec",
@@ -35,8 +36,6 @@ QUERY_METRICS = ("recall_at_k", "mrr", "ndcg_at_k")
 #: A generation job's built-in metrics, on a 0..1 scale against ``corpus.reference_column`` (computed by
 #: ``campaign.kinds.generation.textmetrics``, whose list must equal this one: a test says so).
 GENERATION_METRICS = ("exact_match", "token_f1", "rouge_l", "chrf")
-#: Slack of every comparison with a threshold or a bound (floating-point sums, never a real margin).
-TOL = 1e-12
 #: ``package.module:function``: the form of a routine reference (as a callable model's).
 ROUTINE_FORM = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 

@@ -10,18 +10,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from iteralab.campaign.folder import PROTOCOL, corpus_copy, read_corpus_batches
+from iteralab.campaign.folder import corpus_copy, read_corpus_batches
 from iteralab.campaign.kinds.classification.output import code_dtype
 from iteralab.common.arrow import release_unused
-from iteralab.plan.protocol import Protocol, load_protocol
 
-__all__ = ["READ_BLOCK", "Expected", "IdMatch", "campaign_protocol", "corpus_texts", "file_rows",
+if TYPE_CHECKING:
+    from iteralab.plan.protocol import Protocol
+
+__all__ = ["READ_BLOCK", "Expected", "IdMatch", "corpus_texts", "file_rows",
            "id_cells", "id_examples", "load_expected", "match_ids", "missing_verdict"]
 
 
@@ -59,14 +61,11 @@ class Expected:
         return [self.classes[c] if c >= 0 else "" for c in self.labels[rows]]
 
 
-def load_expected(campaign_dir: str | Path, classes: Sequence[str] | None = None,
-                  dataset: str | None = None) -> Expected:
+def load_expected(campaign_dir: str | Path, classes: Sequence[str], dataset: str | None = None) -> Expected:
     """The expected ids of the corpus copy, or of one dataset's copy (K6), read batch by batch: what is kept
     per record is its id, a class code and a stratum code (the label and stratum strings are never held
     whole)."""
     campaign_dir = Path(campaign_dir)
-    if classes is None:
-        classes = campaign_protocol(campaign_dir).corpus.classes
     copy = corpus_copy(dataset)
     value_set = pa.array(list(classes), pa.string())
     ids: list[pa.Array] = []
@@ -106,10 +105,6 @@ def corpus_texts(campaign_dir: str | Path, wanted: set[str], dataset: str | None
             chosen = batch.filter(mask)
             out.update(zip(chosen.column(0).to_pylist(), chosen.column(1).to_pylist()))
     return out
-
-
-def campaign_protocol(campaign_dir: str | Path) -> Protocol:
-    return load_protocol(Path(campaign_dir) / PROTOCOL)
 
 
 def _first_sorted(values: pa.Array, n: int = 3) -> list[str]:

@@ -26,7 +26,7 @@ import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -34,7 +34,9 @@ import pyarrow as pa
 from iteralab.common.files import sha256_file
 from iteralab.errors import RoutineError, one_line
 from iteralab.lock.modules import load_function
-from iteralab.plan.protocol import Protocol
+
+if TYPE_CHECKING:
+    from iteralab.plan.protocol import Protocol
 
 __all__ = ["ClassificationOutputs", "EmbeddedQueries", "Routine", "RoutineValues", "load_routine", "routine_values"]
 

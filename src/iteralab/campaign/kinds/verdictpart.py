@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
 
-from iteralab.plan.protocol import Protocol
+if TYPE_CHECKING:
+    from iteralab.plan.protocol import Protocol
+
 
 __all__ = ["NoCells", "PassInputs", "QualitySeries", "VerdictPart"]
 
@@ -85,6 +87,16 @@ class VerdictPart:
         """Whether the gating subgroups are judged by their metric values (else the kind judges them in
         :meth:`compare`)."""
         return True
+
+    def running_comparison(self, found: Any, reference: Path | None, protocol: Protocol) -> dict[str, Any] | None:
+        """For a kind that :attr:`compares_while_running`: its comparison (``compare_files``' form) of a read set
+        with the reference pass's file at ``reference``, streamed, both holding the corpus ids in its order (None:
+        of the set with itself, the reference pass's own); None when they cannot be compared that way."""
+        raise NotImplementedError
+
+    def queries(self, folder: Path, protocol: Protocol, record: Any) -> Any:
+        """The campaign's queries its verdict ranks (``metric.queries``; ``record``: campaign.json's), or None."""
+        return None
 
     def compare(self, v: dict[str, Any], reference: Any, p: dict[str, Any], protocol: Protocol,
                 expected: Any) -> tuple[list[str], list[str]]:

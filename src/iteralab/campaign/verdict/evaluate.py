@@ -22,24 +22,21 @@ from typing import Any, Mapping
 
 import pyarrow as pa
 
-from iteralab.campaign.folder import CAMPAIGN, read_json
-from iteralab.campaign.kinds.classification.compare import compare_outputs, compare_rows_with_file
-from iteralab.campaign.kinds.embedding.verdict import CampaignQueries, load_campaign_queries
-from iteralab.campaign.kinds.expected import (Expected, campaign_protocol, id_cells, id_examples, load_expected,
-                                              match_ids, missing_verdict)
+from iteralab.campaign.folder import CAMPAIGN, PROTOCOL, read_json
+from iteralab.campaign.kinds.expected import Expected, id_cells, id_examples, load_expected, match_ids, missing_verdict
 from iteralab.campaign.kinds.output import prediction_path
 from iteralab.campaign.kinds.reader import FileReader, file_stamp
 from iteralab.campaign.kinds.registry import kind_of
 from iteralab.campaign.kinds.routine import Routine, load_routine
 from iteralab.campaign.kinds.verdictpart import PassInputs
 from iteralab.plan.metric import TOL
-from iteralab.plan.protocol import Protocol
+from iteralab.plan.protocol import Protocol, load_protocol
 
-__all__ = ["CampaignReads", "EvaluationContext", "PredictionReader", "evaluate_file", "evaluate_pass", "evaluate_set"]
+__all__ = ["CampaignReads", "EvaluationContext", "PredictionReader", "campaign_protocol", "evaluate_file", "evaluate_pass", "evaluate_set"]
 
 
 def evaluate_set(found: Any, protocol: Protocol, expected: Expected, routine: Routine | None = None,
-                 queries: CampaignQueries | None = None, path: Path | None = None,
+                 queries: Any = None, path: Path | None = None,
                  references: pa.Array | None = None) -> dict[str, Any]:
     """The checks of one pass's output set on its own: ids, format, coverage (every kind alike), then its kind's
     metric cells (metric vs threshold, subgroups: ``kind.verdict.metric_cells``). ``routine``: the campaign's
@@ -66,6 +63,11 @@ def evaluate_file(pred_path: Path, protocol: Protocol, expected: Expected,
     return evaluate_set(entry[1], protocol, expected, routine)
 
 
+def campaign_protocol(campaign_dir: str | Path) -> Protocol:
+    """The folder's locked protocol (``inputs/protocol.toml``)."""
+    return load_protocol(Path(campaign_dir) / PROTOCOL)
+
+
 class PredictionReader(FileReader):
     """Reads the prediction files of one folder once (:class:`~iteralab.campaign.kinds.reader.FileReader`), and
     computes each file's verdict once per file version (size, modification time); verdicts (small) stay for every
@@ -76,7 +78,7 @@ class PredictionReader(FileReader):
         self._verdicts: dict[tuple[Path, str, Any], dict[str, Any]] = {}
 
     def verdict(self, path: Path, protocol: Protocol, expected: Expected, routine: Routine | None = None,
-                queries: CampaignQueries | None = None, references: pa.Array | None = None) -> dict[str, Any] | None:
+                queries: Any = None, references: pa.Array | None = None) -> dict[str, Any] | None:
         """:func:`evaluate_set` of the file (computed once per file version; each caller gets its own copy);
         ``routine``: the campaign's metric routine; ``queries``: its queries (metric.queries: the verdict also reads
         the pass's query vector file, whose version is part of the key)."""
@@ -144,10 +146,10 @@ class CampaignReads:
                     and finished.get("prediction_sha256") == digest):
                 return
             reference = self._references[dataset] = (path.resolve(), digest, file_stamp(path), in_order)
-            same = compare_outputs(preds, preds, b_distinct=True) if len(preds.ids) else None
+            same = self.reader.kind.verdict.running_comparison(preds, None, context.protocol)
         elif reference[3] and in_order and file_stamp(reference[0]) == reference[2]:
             # both in the corpus order: the reference file is streamed against this set, never held whole
-            same = compare_rows_with_file(preds, reference[0], tuple(context.protocol.corpus.classes))
+            same = self.reader.kind.verdict.running_comparison(preds, reference[0], context.protocol)
         else:
             return  # the raw table compares them (it reads the reference whole)
         if same is not None:
@@ -170,7 +172,7 @@ class EvaluationContext:
     #: the protocol's metric routine, imported from the folder's carried copy (None: a built-in metric)
     routine: Routine | None = None
     #: metric.queries: the queries of the folder's copy (None: the protocol names none)
-    queries: CampaignQueries | None = None
+    queries: Any = None
     #: a generation job: the reference answers of the source's copy, in its order (None: none)
     references: pa.Array | None = None
 
@@ -179,8 +181,7 @@ class EvaluationContext:
         protocol = campaign_protocol(campaign_dir)
         campaign = read_json(Path(campaign_dir) / CAMPAIGN) or {}
         routine = load_routine(Path(campaign_dir), protocol, campaign.get("routine"))
-        queries = load_campaign_queries(Path(campaign_dir), campaign.get("queries")) \
-            if protocol.metric.queries else None
+        queries = kind_of(protocol).verdict.queries(Path(campaign_dir), protocol, campaign.get("queries"))
         part = kind_of(protocol).verdict
         sources = {name: cls(protocol, load_expected(campaign_dir, protocol.corpus.classes, name), routine=routine,
                              queries=queries,

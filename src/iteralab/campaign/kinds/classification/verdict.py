@@ -12,16 +12,18 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from iteralab.campaign.kinds.classification.compare import compare_outputs
+from iteralab.campaign.kinds.classification.compare import compare_outputs, compare_rows_with_file
 from iteralab.campaign.kinds.classification.output import PredictionSet, code_dtype, read_predictions
 from iteralab.campaign.kinds.routine import Routine, routine_values
 from iteralab.campaign.kinds.verdictpart import PassInputs, VerdictPart
-from iteralab.plan.metric import TOL
-from iteralab.plan.protocol import Protocol
+from iteralab.common.tolerance import TOL
+
+if TYPE_CHECKING:
+    from iteralab.plan.protocol import Protocol
 
 __all__ = ["CLASSIFICATION_VERDICT", "LABEL_SET_METRICS", "ClassificationVerdict", "counted_codes", "metric_of_codes",
            "metric_value", "subgroup_metrics"]
@@ -207,6 +209,12 @@ class ClassificationVerdict(VerdictPart):
     def metric_cells(self, found: Any, protocol: Protocol, expected: Any, match: Any,
                      inputs: PassInputs) -> dict[str, Any]:
         return metric_cells(found, protocol, expected, match, inputs.routine)
+
+    def running_comparison(self, found: Any, reference: Path | None, protocol: Protocol) -> dict[str, Any] | None:
+        if reference is None:
+            return compare_outputs(found, found, b_distinct=True) if len(found.ids) else None
+        # both in the corpus order: the reference file is streamed against this set, never held whole
+        return compare_rows_with_file(found, reference, tuple(protocol.corpus.classes))
 
     def compare(self, v: dict[str, Any], reference: Any, p: dict[str, Any], protocol: Protocol,
                 expected: Any) -> tuple[list[str], list[str]]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -22,8 +22,10 @@ import pyarrow.compute as pc
 from iteralab.campaign.kinds.embedding import output as vector_files
 from iteralab.campaign.kinds.expected import Expected, file_rows, match_ids
 from iteralab.campaign.kinds.embedding.knn import cosine_rows
-from iteralab.plan.metric import TOL
-from iteralab.plan.protocol import Protocol
+from iteralab.common.tolerance import TOL
+
+if TYPE_CHECKING:
+    from iteralab.plan.protocol import Protocol
 
 
 @dataclass(frozen=True)

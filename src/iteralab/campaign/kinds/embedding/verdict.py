@@ -33,7 +33,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -51,9 +51,10 @@ from iteralab.campaign.kinds.routine import EmbeddedQueries, Routine, RoutineVal
 from iteralab.common.files import sha256_file
 from iteralab.campaign.kinds.verdictpart import PassInputs, VerdictPart
 from iteralab.errors import CorpusError, RoutineError
-from iteralab.plan.metric import QUERY_METRICS
 from iteralab.plan.queries import Queries, load_queries
-from iteralab.plan.protocol import Protocol
+
+if TYPE_CHECKING:
+    from iteralab.plan.protocol import Protocol
 
 __all__ = ["EMBEDDING_VERDICT", "CampaignQueries", "EmbeddingCells", "EmbeddingVerdict", "PassQueries", "load_campaign_queries",
            "pass_queries", "query_vectors_path", "relevance_of", "vector_metric", "vector_routine_values"]
@@ -314,9 +315,12 @@ class EmbeddingVerdict(VerdictPart):
     def side_file(self, path: Path) -> Path | None:
         return query_vectors_path(path)
 
+    def queries(self, folder: Path, protocol: Protocol, record: Any) -> CampaignQueries | None:
+        return load_campaign_queries(folder, record) if protocol.metric.queries else None
+
     def subgroups_by_metric(self, protocol: Protocol) -> bool:
         # under a ranking metric a subgroup has no metric of its own: its documents' cosines judge it
-        return protocol.metric.name not in QUERY_METRICS
+        return protocol.metric.name not in RANKING_METRICS
 
     def compare(self, v: dict[str, Any], reference: Any, p: dict[str, Any], protocol: Protocol,
                 expected: Any) -> tuple[list[str], list[str]]:

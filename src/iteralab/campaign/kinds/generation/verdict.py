@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -39,8 +39,10 @@ from iteralab.campaign.kinds.expected import file_rows
 from iteralab.campaign.kinds.verdictpart import PassInputs, VerdictPart
 from iteralab.common.files import sha256_file
 from iteralab.errors import RoutineError
-from iteralab.plan.metric import TOL
-from iteralab.plan.protocol import Protocol
+from iteralab.common.tolerance import TOL
+
+if TYPE_CHECKING:
+    from iteralab.plan.protocol import Protocol
 
 __all__ = ["GENERATION_VERDICT", "GenerationCells", "GenerationVerdict", "TextComparison", "compare_text_files", "compare_text_sets",
            "evaluate_texts", "load_references", "text_comparison"]
