@@ -1,7 +1,7 @@
-"""The job's own metric of an embedding pass, from its vectors in corpus order: the values ``evaluate_vectors``
-(``verdict.evaluate``) puts into the pass's intrinsic verdict beside the id, format and coverage cells. The
-comparison with the reference pass's vectors (the cosine tolerance) is ``embedding.cosine``'s, joined by
-``verdict.judge``.
+"""The embedding kind's verdict part. The job's own metric of an embedding pass, from its vectors in corpus
+order: the values ``EmbeddingVerdict.metric_cells`` (asked by ``campaign.verdict.evaluate``) puts into the pass's
+intrinsic verdict beside the id, format and coverage cells. The comparison with the reference pass's vectors (the
+cosine tolerance) is ``embedding.cosine``'s, asked by ``campaign.verdict.judge`` (``EmbeddingVerdict.compare``).
 
 The metric is one of:
 
@@ -147,7 +147,7 @@ def embedded_queries(queries: Queries, vectors: np.ndarray) -> EmbeddedQueries:
 def vector_routine_values(routine: Routine, protocol: Protocol, expected: Any, covered: np.ndarray,
                           aligned: np.ndarray | None, queries: EmbeddedQueries | None = None) -> RoutineValues:
     """The routine on the covered documents' vectors, then on those of each group of each gating stratum
-    subgroup (``expected``: the corpus's ``verdict.evaluate.Expected``; arrays per expected document, corpus order;
+    subgroup (``expected``: the corpus's ``kinds.expected.Expected``; arrays per expected document, corpus order;
     ``aligned``: the vectors in that order; ``queries``: handed to every call when the protocol names them)."""
     names = np.asarray([*expected.classes, ""])  # code -1 reads the last name: no label
     labelled = bool(expected.classes)
@@ -193,7 +193,7 @@ def _knn_groups(protocol: Protocol, expected: Any, correct: np.ndarray, usable: 
 
 @dataclass(frozen=True)
 class StoredRows:
-    """An embedding pass's vectors as ``verdict.evaluate`` holds them: the file's rows (``store``: an array or a
+    """An embedding pass's vectors as its verdict holds them: the file's rows (``store``: an array or a
     ``campaign.kinds.embedding.output.RowStore`` kept on disk, file order), the file row of each expected document (``rows``,
     corpus order; -1: none) and whether that document has a finite vector (``finite``)."""
 

@@ -92,7 +92,7 @@ def _score(protocol: Protocol, routine: Routine | None, ids: pa.Array, outputs: 
 def evaluate_texts(texts: Any, protocol: Protocol, expected: Any, match: Any, rows: np.ndarray,
                    references: pa.Array | None, routine: Routine | None = None) -> dict[str, Any]:
     """The metric, length and token cells of a generation pass's verdict (``texts``: its ``TextSet``; ``match``
-    and ``rows``: its ids matched to the corpus by ``verdict.evaluate``)."""
+    and ``rows``: its ids matched to the corpus, ``kinds.expected.match_ids``)."""
     spec = protocol.generation
     assert spec is not None
     covered = match.covered
@@ -140,7 +140,7 @@ class TextComparison:
     same_ids: bool = False
 
     def record(self) -> dict[str, Any]:
-        """The form of ``verdict.compare.compare_outputs`` that rerun reads (texts: no probabilities)."""
+        """The form of ``classification.compare.compare_outputs`` that rerun reads (texts: no probabilities)."""
         return {"common_ids": self.compared, "same_ids": self.same_ids, "identical_share": self.identical_share,
                 "identical": self.same_ids and self.identical_share == 1.0,
                 "label_agreement": self.identical_share, "max_abs_prob_diff": None}
