@@ -96,7 +96,7 @@ def measure(config: dict[str, Any], rounds: int, scratch: Path) -> dict[str, Any
     from iteralab.campaign.engines.embedpass import flush_vectors
     from iteralab.campaign.engines.passes import MeasuredPass
     from iteralab.campaign.kinds.embedding.output import VectorWriter, read_vectors
-    from iteralab.campaign.verdict.knn import cosine_rows
+    from iteralab.campaign.kinds.embedding.knn import cosine_rows
     from iteralab.models.factory import load_workload
     from iteralab.plan.corpus import load_corpus
 

@@ -102,8 +102,8 @@ from pathlib import Path
 import numpy as np
 from iteralab.campaign.kinds.embedding.output import read_vectors
 from iteralab.campaign.verdict.evaluate import PredictionReader, load_expected, match_ids, file_rows, campaign_protocol
-from iteralab.campaign.verdict.cosine import compare_vectors
-from iteralab.campaign.verdict.knn import knn_correct
+from iteralab.campaign.kinds.embedding.cosine import compare_vectors
+from iteralab.campaign.kinds.embedding.knn import knn_correct
 from iteralab.common.files import sha256_file
 
 folder = Path(sys.argv[1])
@@ -140,8 +140,8 @@ print(json.dumps({"split_s": t, "passes": len(finished), "knn_rows": knn_rows,
 
 
 #: Prepended to the run's and verify's code under ``--no-knn``: the verdict's kNN becomes a stub (benchmark only).
-#: The stub replaces the name where the verdict calls it (``campaign.verdict.embedding``).
-NO_KNN = ("import sys\nimport numpy as np\nimport iteralab.campaign.verdict.embedding as _embedding\n"
+#: The stub replaces the name where the verdict calls it (``campaign.kinds.embedding.verdict``).
+NO_KNN = ("import sys\nimport numpy as np\nimport iteralab.campaign.kinds.embedding.verdict as _embedding\n"
           "assert callable(_embedding.knn_correct), 'the kNN stub must replace a name the verdict calls'\n"
           "_embedding.knn_correct = lambda vectors, labels, k, rows=None: np.zeros(len(labels), dtype=bool)\n")
 

@@ -90,8 +90,8 @@ import numpy as np
 import pyarrow as pa
 from iteralab.campaign.kinds.generation.output import read_texts
 from iteralab.campaign.verdict.evaluate import load_expected, match_ids, file_rows, campaign_protocol
-from iteralab.campaign.verdict.generation import compare_text_sets, load_references
-from iteralab.campaign.verdict.textmetrics import corpus_score
+from iteralab.campaign.kinds.generation.verdict import compare_text_sets, load_references
+from iteralab.campaign.kinds.generation.textmetrics import corpus_score
 from iteralab.common.files import sha256_file
 
 folder = Path(sys.argv[1])

@@ -1,6 +1,6 @@
 """Evaluation routines for an embedding job's tests (``[metric] routine`` on vectors): NumPy only, whole arrays.
 
-``knn_accuracy`` re-implements the built-in leave-one-out kNN label accuracy (``verdict.knn``) independently: a full
+``knn_accuracy`` re-implements the built-in leave-one-out kNN label accuracy (``embedding.knn``) independently: a full
 cosine matrix, neighbours by a stable sort, the same vote (one per neighbour, ties to the more similar side)."""
 
 from __future__ import annotations

@@ -14,10 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from iteralab.campaign.kinds.classification import output as predictions
-from iteralab.campaign.verdict import evaluate
-from iteralab.campaign.verdict.evaluate import Expected, evaluate_set, load_expected
-from iteralab.campaign.verdict import compare
-from iteralab.campaign.verdict.compare import compare_outputs, compare_rows_with_file
+from iteralab.campaign.kinds import expected as expected_module
+from iteralab.campaign.kinds.expected import Expected, load_expected
+from iteralab.campaign.verdict.evaluate import evaluate_set
+from iteralab.campaign.kinds.classification import compare
+from iteralab.campaign.kinds.classification.compare import compare_outputs, compare_rows_with_file
 from iteralab.campaign.kinds.classification.output import encode, read_predictions
 from protocol_factory import ids_protocol
 
@@ -85,7 +86,7 @@ def test_expected_ids_labels_and_strata_read_in_small_blocks(tmp_path, monkeypat
         writer = csv.writer(fh, quoting=csv.QUOTE_ALL, lineterminator="\n")
         writer.writerow(["id", "text", "label", "stratum"])
         writer.writerows(rows)
-    monkeypatch.setattr(evaluate, "READ_BLOCK", 64)  # a few records per block; strata first seen in later blocks
+    monkeypatch.setattr(expected_module, "READ_BLOCK", 64)  # a few records per block; strata first seen in later blocks
     got = load_expected(tmp_path, CLASSES)
     want = Expected.of([r[0] for r in rows], {r[0]: r[2] for r in rows}, {r[0]: r[3] for r in rows}, CLASSES)
     assert got.ids.to_pylist() == want.ids.to_pylist()

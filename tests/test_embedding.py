@@ -187,7 +187,7 @@ def test_vector_file_round_trip_and_format_checks(tmp_path):
 
 
 def test_knn_is_leave_one_out_and_blockwise(monkeypatch):
-    from iteralab.campaign.verdict import knn
+    from iteralab.campaign.kinds.embedding import knn
 
     angles = np.radians([0, 10, 20, 90, 80, 33])  # the last row, of class 1, lies among class 0
     vectors = np.stack([np.cos(angles), np.sin(angles)], axis=1).astype(np.float32) * 3.0  # not normalised

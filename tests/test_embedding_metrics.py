@@ -16,9 +16,10 @@ import pytest
 import embedding_routines
 from fake_embedders import word_embedder
 from iteralab.campaign.kinds.embedding.output import VectorWriter, read_vectors
-from iteralab.campaign.verdict.evaluate import Expected, evaluate_vectors
-from iteralab.campaign.verdict.knn import recall_at_k
-from iteralab.campaign.verdict.routine import Routine
+from iteralab.campaign.kinds.expected import Expected
+from iteralab.campaign.verdict.evaluate import evaluate_set as evaluate_vectors
+from iteralab.campaign.kinds.embedding.knn import recall_at_k
+from iteralab.campaign.kinds.routine import Routine
 from iteralab.errors import CorpusError, ProtocolError
 from iteralab.lock.modules import load_function
 from iteralab.plan.protocol import parse_protocol

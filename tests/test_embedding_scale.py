@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from iteralab.campaign.kinds.embedding import output as vec
-from iteralab.campaign.verdict import knn
+from iteralab.campaign.kinds.embedding import knn
 
 
 def _brute_neighbours(vectors: np.ndarray, k: int) -> list[set[int]]:
@@ -169,8 +169,9 @@ def test_a_ray_embedding_pass_writes_the_one_device_file_in_corpus_order(tmp_pat
 def test_cosines_stream_the_reference_against_a_pass_in_another_order(tmp_path, monkeypatch):
     """The pass's file in a shuffled order, one document missing and one id outside the corpus; the reference in
     corpus order, read in batches smaller than the corpus: each document's cosine is its own pair's."""
-    from iteralab.campaign.verdict.cosine import compare_vectors
-    from iteralab.campaign.verdict.evaluate import Expected, PredictionReader
+    from iteralab.campaign.kinds.embedding.cosine import compare_vectors
+    from iteralab.campaign.kinds.expected import Expected
+    from iteralab.campaign.verdict.evaluate import PredictionReader
     from iteralab.plan.protocol import parse_protocol
     from test_embedding import embedding_protocol
 

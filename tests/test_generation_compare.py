@@ -33,7 +33,7 @@ def _rewrite_texts(out, pid, record, rows):
 def test_the_identical_share_counts_differing_texts_and_each_file_is_read_once(tmp_path, monkeypatch):
     from iteralab.campaign.kinds.generation import output as texts_module
     from iteralab.campaign.journal import read_journal
-    from iteralab.campaign.verdict import evaluate, generation
+    from iteralab.campaign.kinds.generation import verdict as generation
     from iteralab.evidence.table import build_rows
 
     out = run_job(tmp_path, 'kind = "callable"\ncallable = "fake_generators:with_counts"', max_new_tokens=8)
@@ -48,7 +48,6 @@ def test_the_identical_share_counts_differing_texts_and_each_file_is_read_once(t
         reads[path.resolve()] += 1
         return texts_module.read_texts(path, **kwargs)
 
-    monkeypatch.setattr(evaluate, "read_texts", counting)
     monkeypatch.setattr(generation, "read_texts", counting)
     rows = {r["pass_id"]: r for r in build_rows(out)}
     assert len(rows) == 4

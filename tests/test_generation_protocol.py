@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from iteralab.campaign.verdict import textmetrics
+from iteralab.campaign.kinds.generation import textmetrics
 from iteralab.errors import ProtocolError
 from iteralab.plan.metric import GENERATION_METRICS
 from iteralab.plan.protocol import parse_protocol

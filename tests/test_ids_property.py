@@ -22,7 +22,8 @@ import pyarrow as pa
 
 from iteralab.campaign.kinds.classification.output import encode, read_predictions
 from protocol_factory import ids_protocol
-from iteralab.campaign.verdict.evaluate import Expected, evaluate_file
+from iteralab.campaign.kinds.expected import Expected
+from iteralab.campaign.verdict.evaluate import evaluate_file
 
 CLASSES = ("plot", "fresh", "rotten")
 PROTOCOL = ids_protocol("ids-properties")

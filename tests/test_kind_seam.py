@@ -39,10 +39,7 @@ KIND_KEYS = frozenset({
 PREDICATES = frozenset({"is_embedding", "is_generation"})
 #: The "which kind?" branches allowed outside the kinds' folder, by module, each with the reason it stays.
 #: Stages below the kinds cannot import them and read a kind off a stored record instead.
-ALLOWED: dict[str, str] = {
-    "campaign/folder.py": "the folder layer (below the kinds) tells a generation or embedding campaign.json from "
-                          "its model record, to name the raw table's columns; it counts once per predicate",
-}
+ALLOWED: dict[str, str] = {}
 #: The most branches allowed outside the kinds' folder, all of them in :data:`ALLOWED`.
 MAX_BRANCHES = 3
 #: The modules whose kind branches are already gone (the rest follow with the engines and the verdict).

@@ -178,7 +178,7 @@ batch_size = 4
 
 
 def test_threshold_measures_a_generation_job_on_its_tuning_split(tmp_path, capsys, answerer):
-    from iteralab.campaign.verdict.textmetrics import corpus_score
+    from iteralab.campaign.kinds.generation.textmetrics import corpus_score
     from iteralab.plan.prepare import suggest_threshold
 
     source = write_answers(tmp_path / "answers.csv", n=30)

@@ -1,4 +1,4 @@
-"""Ranking metrics (``campaign.verdict.ranking``): recall@k by both definitions, MRR@k and nDCG@k on hand-computed
+"""Ranking metrics (``campaign.kinds.ranking``): recall@k by both definitions, MRR@k and nDCG@k on hand-computed
 cases, nDCG against scikit-learn's ``ndcg_score`` where no scores tie, graded relevance from the queries file, and
 an embedding campaign judged by ``ndcg_at_k`` / a routine handed the queries."""
 
@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from iteralab.campaign.verdict.ranking import RANKING_METRICS, Ranking, Relevance, top_k
-from iteralab.campaign.verdict.ranking import rank_block as rank_relevance
+from iteralab.campaign.kinds.ranking import RANKING_METRICS, Ranking, Relevance, top_k
+from iteralab.campaign.kinds.ranking import rank_block as rank_relevance
 from iteralab.errors import CorpusError
 from iteralab.plan.metric import EMBEDDING_METRICS, QUERY_METRICS
 from iteralab.plan.queries import load_queries

@@ -20,7 +20,8 @@ from iteralab.campaign.journal import read_journal
 from iteralab.lock.inputs import lock
 from iteralab.evidence.run import run_campaign
 from iteralab.evidence.table import COLUMNS, read_raw_table, write_raw_table
-from iteralab.campaign.verdict.evaluate import evaluate_file, load_expected, campaign_protocol
+from iteralab.campaign.kinds.expected import load_expected
+from iteralab.campaign.verdict.evaluate import campaign_protocol, evaluate_file
 from iteralab.campaign.kinds.classification.output import encode, schema
 from protocol_factory import VARIANTS, protocol_toml, write_protocol
 
@@ -110,7 +111,7 @@ def test_ids_mismatch_is_not_accepted(tmp_path, mutate, field):
     protocol = callable_campaign(tmp_path, passes=1)
     out = tmp_path / "out"
     run_campaign(protocol, out)
-    expected = load_expected(out)
+    expected = load_expected(out, campaign_protocol(out).corpus.classes)
     pred = tmp_path / "p.parquet"
     _write_pred(pred, mutate(expected.ids.to_pylist()))
     v = evaluate_file(pred, campaign_protocol(out), expected)
@@ -128,7 +129,7 @@ def test_format_problems_are_named(tmp_path):
     protocol = callable_campaign(tmp_path, passes=1)
     out = tmp_path / "out"
     run_campaign(protocol, out)
-    expected = load_expected(out)
+    expected = load_expected(out, campaign_protocol(out).corpus.classes)
     ids = expected.ids.to_pylist()
     # A label that is no class and probabilities that do not sum to 1, named by row (the labels plain strings,
     # which the reader takes as it takes the writer's dictionary codes).
@@ -398,6 +399,7 @@ def test_the_raw_table_reuses_the_reference_comparisons_made_as_passes_were_eval
     """Each pass is compared with the reference pass while the run evaluates it, so the raw table written at the
     end reads again only the passes evaluated before the reference pass existed; its rows equal those of a
     fresh read of the folder."""
+    from iteralab.campaign.kinds.classification import verdict as classification_verdict
     from iteralab.campaign.verdict import evaluate
     from iteralab.campaign.runner import run_passes
     from iteralab.evidence.table import build_rows
@@ -411,12 +413,13 @@ def test_the_raw_table_reuses_the_reference_comparisons_made_as_passes_were_eval
     reference = campaign_protocol(out).metric.reference_variant
     before_reference = order.index(reference)
     files: list[str] = []
-    real = evaluate.read_predictions
-    monkeypatch.setattr(evaluate, "read_predictions", lambda path, *a, **kw: files.append(path.name) or real(path, *a, **kw))
+    real = classification_verdict.read_predictions
+    monkeypatch.setattr(classification_verdict, "read_predictions",
+                        lambda path, *a, **kw: files.append(path.name) or real(path, *a, **kw))
     shared_rows = build_rows(out, reads.reader, reads.context)
     # the passes before the reference, and the reference itself to compare them with (the last file is cached)
     assert len(files) <= before_reference + 1 < len(order)
-    monkeypatch.setattr(evaluate, "read_predictions", real)
+    monkeypatch.setattr(classification_verdict, "read_predictions", real)
     fresh_rows = build_rows(out)
     assert shared_rows == fresh_rows
     assert all(r["label_agreement"] is not None for r in fresh_rows if r["status"] == "ok")

@@ -23,7 +23,7 @@ from iteralab.errors import IteraError
 from iteralab.campaign.journal import read_journal
 from iteralab.evidence.stats import NO_TAIL_PERCENTILE, campaign_stats, compare, render_stats
 from iteralab.evidence.table import exclude_pass
-from iteralab.evidence.table import render_csv
+from iteralab.evidence.table import COLUMNS, render_csv
 from protocol_factory import protocol_toml
 
 GOLDEN = Path(__file__).parent / "golden" / "decision"
@@ -203,7 +203,7 @@ def build_campaign(folder: Path, *, hardware: str = "cpu", variants: dict | None
         rows.append(row)
     (folder / "journal.jsonl").write_text("".join(json.dumps(j, sort_keys=True) + "\n" for j in journal),
                                           encoding="utf-8")
-    (folder / "raw_table.csv").write_text(render_csv(rows), encoding="utf-8")
+    (folder / "raw_table.csv").write_text(render_csv(rows, COLUMNS), encoding="utf-8")
     return folder
 
 

@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 
 import test_golden_raw_table as golden
-from iteralab.campaign.verdict.evaluate import Expected, metric_of_codes, subgroup_metrics
+from iteralab.campaign.kinds.classification.verdict import metric_of_codes, subgroup_metrics
+from iteralab.campaign.kinds.expected import Expected
 from iteralab.decision.note import decision_json, render_decision
 from iteralab.decision.report import render_report
 from iteralab.decision.rule import decide
 from iteralab.evidence.stats import campaign_stats, render_stats
-from iteralab.evidence.table import build_rows, render_csv
+from iteralab.evidence.table import COLUMNS, build_rows, render_csv
 from iteralab.plan.protocol import parse_protocol
 
 CLASSES = ("plot", "fresh", "rotten")
@@ -104,7 +105,7 @@ def test_the_raw_table_and_stats_say_which_classes_a_subgroup_averaged(tmp_path,
     failed = next(r for r in rows if r["pass_id"] == "r02-p02-b4-a1")
     assert failed["subgroup_metrics"]["length:long"] == 1.0
     assert ('{"length:long": ["plot"], "length:short": ["fresh", "rotten"]}' in failed["notes"])
-    (folder / "raw_table.csv").write_text(render_csv(rows), encoding="utf-8")
+    (folder / "raw_table.csv").write_text(render_csv(rows, COLUMNS), encoding="utf-8")
     text = render_stats(campaign_stats(folder))
     assert ("    subgroup classes averaged (a class absent from a subgroup is left out of its metric; the groups not "
             "listed averaged every class): length:short fresh, rotten\n") in text

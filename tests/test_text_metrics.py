@@ -15,8 +15,8 @@ import pytest
 from rouge_score import rouge_scorer
 from sacrebleu.metrics import CHRF
 
-from iteralab.campaign.verdict import textmetrics
-from iteralab.campaign.verdict.textmetrics import (GENERATION_METRICS, corpus_score, document_scores,
+from iteralab.campaign.kinds.generation import textmetrics
+from iteralab.campaign.kinds.generation.textmetrics import (GENERATION_METRICS, corpus_score, document_scores,
                                                    normalize_answer, require_metric_packages)
 from iteralab.errors import ProtocolError
 

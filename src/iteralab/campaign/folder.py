@@ -113,16 +113,6 @@ def with_generation(columns: tuple[str, ...]) -> tuple[str, ...]:
     return (*columns[:at], *GENERATION_COLUMNS, *columns[at:])
 
 
-def table_columns(kind: str) -> tuple[str, ...]:
-    """The raw-table columns of a campaign of a job kind (``CampaignRecord.kind``): :data:`COLUMNS` (``dataset`` is
-    empty in a one-corpus campaign), with the cosine columns for an embedding job and the generation columns for a
-    generation job."""
-    columns = COLUMNS
-    if kind == "generation":
-        return with_generation(columns)
-    return with_cosines(columns) if kind == "embedding" else columns
-
-
 def format_cell(value: Any) -> str:
     """How a value is written in the raw table (the one writer's rule; :func:`read_raw_rows` inverts it)."""
     if value is None:

@@ -12,7 +12,7 @@ reference answers with the protocol's text metric.
 An embedding job judged by a ranking metric (``recall_at_k``, ``mrr``, ``ndcg_at_k``) is measured the same way:
 the tuning split's documents and the tuning queries (``metric.tuning_queries``, whose relevant ids are documents of
 the tuning split; ``iteralab prepare --queries`` writes both) embedded by the model, ranked by cosine and scored
-by the campaign's own ranking code (:mod:`iteralab.campaign.verdict.ranking`); every ranking value is a note.
+by the campaign's own ranking code (:mod:`iteralab.campaign.kinds.ranking`); every ranking value is a note.
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from iteralab.campaign.engines.passes import error_text
-from iteralab.campaign.verdict.embedding import relevance_of
-from iteralab.campaign.verdict.evaluate import Expected, metric_of_codes, subgroup_metrics
-from iteralab.campaign.verdict.knn import rank_queries
-from iteralab.campaign.verdict.textmetrics import corpus_score
+from iteralab.campaign.kinds.embedding.verdict import relevance_of
+from iteralab.campaign.kinds.classification.verdict import metric_of_codes, subgroup_metrics
+from iteralab.campaign.kinds.expected import Expected
+from iteralab.campaign.kinds.embedding.knn import rank_queries
+from iteralab.campaign.kinds.generation.textmetrics import corpus_score
 from iteralab.errors import CorpusError, IteraError, ProtocolError, WorkloadError
 from iteralab.models import factory
 from iteralab.models.generation import GenerationSettings

@@ -25,10 +25,12 @@ import pyarrow.compute as pc
 from iteralab.campaign.folder import RawRow
 from iteralab.campaign.kinds.generation.output import read_texts
 from iteralab.campaign.kinds.registry import kind_of
-from iteralab.campaign.verdict.cosine import compare_vectors
-from iteralab.campaign.verdict.evaluate import TOL, PredictionReader, corpus_texts, load_expected
-from iteralab.campaign.verdict.generation import load_references
-from iteralab.campaign.verdict.textmetrics import GENERATION_METRICS, document_scores
+from iteralab.campaign.kinds.embedding.cosine import compare_vectors
+from iteralab.campaign.kinds.expected import corpus_texts, load_expected
+from iteralab.campaign.verdict.evaluate import PredictionReader
+from iteralab.plan.metric import TOL
+from iteralab.campaign.kinds.generation.verdict import load_references
+from iteralab.campaign.kinds.generation.textmetrics import GENERATION_METRICS, document_scores
 from iteralab.evidence.reads import Evidence
 from iteralab.evidence.stats import reference_rows
 

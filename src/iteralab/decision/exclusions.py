@@ -12,10 +12,11 @@ __all__ = ["generation_exclusions", "quality_exclusions"]
 
 def generation_exclusions(q: VariantQuality, metric: MetricSpec) -> list[str]:
     """A generation job's passes not accepted for their outputs' lengths (the raw table's notes say which bound)."""
-    if not (q.mean_tokens or q.length_shares) or q.accepted == q.completed or q.no_value:
+    mean_tokens, length_shares = q.values_of("mean_tokens"), q.values_of("length_shares")
+    if not (mean_tokens or length_shares) or q.accepted == q.completed or q.no_value:
         return []
-    tokens = f"mean generated tokens {min(q.mean_tokens):.2f}–{max(q.mean_tokens):.2f}" if q.mean_tokens else ""
-    shares = f"; share ended on length up to {max(q.length_shares):.3f}" if q.length_shares else ""
+    tokens = f"mean generated tokens {min(mean_tokens):.2f}–{max(mean_tokens):.2f}" if mean_tokens else ""
+    shares = f"; share ended on length up to {max(length_shares):.3f}" if length_shares else ""
     return [f"{q.completed - q.accepted} of {q.completed} passes not accepted ({tokens}{shares}; the raw "
             "table's notes name the bound)"]
 
@@ -36,8 +37,8 @@ def quality_exclusions(q: VariantQuality, metric: MetricSpec, reference: str = "
     if q.tolerance_ok is False:
         delta = f" ({metric.label} {worst:.4f} vs reference {q.metric_ref:.4f})" if worst is not None and \
             q.metric_ref is not None else ""
-        if q.min_cosines:  # an embedding job: the vectors' own tolerance
-            delta += f" (min cosine with the reference vectors {min(q.min_cosines):.4f})"
+        if q.values_of("min_cosines"):  # an embedding job: the vectors' own tolerance
+            delta += f" (min cosine with the reference vectors {min(q.values_of('min_cosines')):.4f})"
         out.append(f"outside the tolerance{delta}: {Q2_MARK}")
     out += generation_exclusions(q, metric)
     if q.subgroups_ok is False:

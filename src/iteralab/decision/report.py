@@ -24,7 +24,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from iteralab.campaign.folder import CampaignFolder, table_columns
+from iteralab.campaign.folder import CampaignFolder
+from iteralab.campaign.kinds.registry import kind_of
 from iteralab.campaign.verdict.judge import subgroup_check
 from iteralab.common.files import dumps_json, write_text_atomic
 from iteralab.decision.costing import CPU_ONLY
@@ -158,13 +159,13 @@ def plot_quality(configs: list[Config], decision: Decision, merged: bool) -> str
 def plot_cosine(configs: list[Config], decision: Decision, merged: bool) -> str | None:
     """An embedding job: each counted pass's minimum cosine with the reference vectors, per configuration, against
     the declared ``min_cosine`` (None for a classification job, whose report keeps its plots)."""
-    spec = decision.evidence[0].protocol.embedding
-    if decision.evidence[0].protocol.task.kind != "embedding" or spec is None:
+    spec = decision.evidence[0].protocol.embedding  # an [embedding] table: an embedding job's only
+    if spec is None:
         return None
     plt, fig, ax = _figure()
     ax.axhline(spec.min_cosine, color="#c00000", linewidth=1.2, linestyle="--", label=f"min_cosine {spec.min_cosine:g}")
     for i, c in enumerate(configs):
-        values = list(c.quality.min_cosines)
+        values = list(c.quality.values_of("min_cosines"))
         failed = any(v < spec.min_cosine for v in values)
         ax.scatter([i] * len(values), values, color="#c00000" if failed else "#1f77b4", s=30, zorder=3,
                    marker="x" if failed else "o")
@@ -181,25 +182,27 @@ def plot_cosine(configs: list[Config], decision: Decision, merged: bool) -> str 
 def plot_output_lengths(configs: list[Config], decision: Decision, merged: bool) -> str | None:
     """A generation job: each counted pass's mean generated tokens per configuration, with the share of outputs
     ended on ``length`` (None for another job, or when no pass measured its tokens)."""
-    if decision.evidence[0].protocol.task.kind != "generation" or not any(c.quality.mean_tokens for c in configs):
-        return None
     protocol = decision.evidence[0].protocol
+    if protocol.generation is None or not any(c.quality.values_of("mean_tokens") for c in configs):
+        return None  # a [generation] table: a generation job's only
     plt, fig, ax = _figure()
-    refs = [v for c in configs if c.variant == protocol.metric.reference_variant for v in c.quality.mean_tokens]
+    refs = [v for c in configs if c.variant == protocol.metric.reference_variant
+            for v in c.quality.values_of("mean_tokens")]
     if refs and protocol.generation is not None:
         ref, tol = float(np.median(refs)), protocol.generation.tokens_tolerance
         ax.axhspan(ref * (1 - tol), ref * (1 + tol), color="#2ca02c", alpha=0.12,
                    label=f"reference {protocol.metric.reference_variant} (median of its passes) ± {tol:.0%}")
     for i, c in enumerate(configs):
-        values = list(c.quality.mean_tokens)
+        values = list(c.quality.values_of("mean_tokens"))
         ax.scatter([i] * len(values), values, color="#1f77b4", s=30, zorder=3)
-        if c.quality.length_shares:
-            ax.annotate(f"length {max(c.quality.length_shares):.0%}", (i, max(values)), xytext=(0, 6),
+        shares = c.quality.values_of("length_shares")
+        if shares:
+            ax.annotate(f"length {max(shares):.0%}", (i, max(values)), xytext=(0, 6),
                         textcoords="offset points", ha="center", fontsize=8)
     ax.set_xticks(range(len(configs)), [_short(c, merged) for c in configs], fontsize=8)
     ax.set_ylabel("mean generated tokens per document")
     ax.set_ylim(bottom=0, top=max(protocol.generation.max_new_tokens if protocol.generation else 0,
-                                  *(v for c in configs for v in c.quality.mean_tokens)) * 1.1)
+                                  *(v for c in configs for v in c.quality.values_of("mean_tokens"))) * 1.1)
     ax.set_title("Output length per configuration (share ended on max_new_tokens above each)", fontsize=10)
     if refs:
         ax.legend(fontsize=8, loc="best")
@@ -436,7 +439,7 @@ def render_report(decision: Decision, decision_md: str | None = None) -> str:
     proto = decision.evidence[0].campaign.protocol
     return env.get_template(TEMPLATE).render(
         d=decision, proto=proto, question=decision.evidence[0].protocol.question, rows=rows,
-        campaigns=campaigns, columns=table_columns(decision.evidence[0].campaign.kind),
+        campaigns=campaigns, columns=kind_of(decision.evidence[0].protocol).table_columns,
         decision_md=decision_md or render_decision(decision),
         plot_times=plot_times(configs, merged), plot_quality=plot_quality(configs, decision, merged),
         plot_subgroups=plot_subgroups(decision, merged), plot_cosine=plot_cosine(configs, decision, merged),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from iteralab.campaign.verdict.knn import knn_correct
+from iteralab.campaign.kinds.embedding.knn import knn_correct
 from iteralab.demo import DEFAULT_DOCS, DEFAULT_PASSES
 from iteralab.demo.data import DEMO_STRATA, write_demo_data
 from iteralab.demo.protocol import (CLASS_TOLERANCE, CLASSES, JOB_DOCUMENTS, MAX_LENGTH, MODEL_REF, PASS_TIMEOUT,

@@ -12,7 +12,7 @@ from typing import Any
 from iteralab.campaign.kinds.registry import kind_named
 from iteralab.common.files import write_json_atomic, write_text_atomic
 
-__all__ = ["OUTPUT_WORDS", "OutputWords", "carried_line", "render_comparison", "summary_lines", "write_comparison"]
+__all__ = ["carried_line", "render_comparison", "summary_lines", "write_comparison"]
 
 
 def carried_line(record: dict[str, Any]) -> str:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from iteralab.campaign.folder import PHASES, RawRow
+from iteralab.campaign.kinds.registry import kind_of
 from iteralab.campaign.verdict.judge import HASH_PROBLEM, SubgroupCheck, subgroup_check
 from iteralab.evidence.datasets import JOB_TIME_RULE, PassTime, job_rounds
 from iteralab.evidence.reads import Evidence, load_evidence
@@ -227,16 +228,17 @@ class VariantQuality:
     subgroup_failures: tuple[SubgroupCheck, ...] = ()
     #: per group whose metric left some classes out: each distinct set of classes it averaged over
     subgroup_classes: dict[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
-    #: an embedding job: each counted pass's minimum cosine with the reference pass's vectors
-    min_cosines: tuple[float, ...] = ()
-    #: a generation job: each counted pass's mean generated tokens, share ended on ``length`` and share of texts
-    #: identical to the reference pass's (the measured ones)
-    mean_tokens: tuple[float, ...] = ()
-    length_shares: tuple[float, ...] = ()
-    identical_shares: tuple[float, ...] = ()
+    #: the kind's quality series (``kind.quality_series``), by name: each counted pass's value of its column
+    #: (an embedding job: ``min_cosines``; a generation job: ``mean_tokens``, ``length_shares``,
+    #: ``identical_shares``), the measured ones only
+    series: dict[str, tuple[float, ...]] = field(default_factory=dict)
     #: why a counted pass has no metric value (its one reason, as the raw table's notes give it); None when every
     #: counted pass has one
     no_value: str | None = None
+
+    def values_of(self, name: str) -> tuple[float, ...]:
+        """The series ``name`` (empty when the kind shows no such series or no pass measured it)."""
+        return self.series.get(name, ())
 
     def failing_subgroups(self, reference_variant: str) -> list[str]:
         """One line per failing gating group: 'length:long macro_f1 0.7000 in 3 of 3 passes: below 0.7500
@@ -281,10 +283,8 @@ class VariantQuality:
             "subgroup_failures": [c.to_dict() for c in self.subgroup_failures],
             "subgroup_classes": {k: [list(c) for c in v] for k, v in self.subgroup_classes.items()},
             **({"no_value": self.no_value} if self.no_value else {}),
-            **({"min_cosines": list(self.min_cosines)} if self.min_cosines else {}),  # an embedding job only
-            **({"mean_tokens": list(self.mean_tokens), "length_shares": list(self.length_shares),
-                "identical_shares": list(self.identical_shares)} if self.mean_tokens or self.identical_shares
-               else {}),  # a generation job only
+            **({name: list(values) for name, values in self.series.items()} if any(self.series.values())
+               else {}),  # the kind's own series, when some pass has a value
         }
 
 
@@ -362,10 +362,8 @@ def _quality(variant: str, rows: list[RawRow], excluded: dict[str, str], protoco
         reproduction_ok=_all([r.reproduction_ok for r in done]),
         label_agreement=min(agreements) if agreements else None, max_abs_prob_diff=max(diffs) if diffs else None,
         subgroup_failures=_failures(protocol, done, reference), subgroup_classes=_classes_averaged(protocol, done),
-        min_cosines=tuple(r.min_cosine for r in done if r.min_cosine is not None),
-        mean_tokens=tuple(r.mean_tokens for r in done if r.mean_tokens is not None),
-        length_shares=tuple(r.length_share for r in done if r.length_share is not None),
-        identical_shares=tuple(r.identical_share for r in done if r.identical_share is not None),
+        series={s.name: tuple(getattr(r, s.column) for r in done if getattr(r, s.column) is not None)
+                for s in kind_of(protocol).quality_series},
         no_value=next((rejection_of(r.notes) for r in done if r.metric is None and rejection_of(r.notes)), None))
 
 

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from iteralab.campaign.campaignrecord import CampaignRecord
-from iteralab.campaign.folder import (
-    COLUMNS, COSINE_COLUMNS, GENERATION_COLUMNS, INTERRUPTED, PHASES, PROTOCOL, TABLE,
-    CampaignFolder, format_cell as _cell, table_columns)
+from iteralab.campaign.folder import COLUMNS, INTERRUPTED, PHASES, PROTOCOL, TABLE, CampaignFolder, format_cell as _cell
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
 from iteralab.campaign.manifest import rocm_compatibility_line
+from iteralab.campaign.kinds.base import JobKind
+from iteralab.campaign.kinds.registry import kind_of
 from iteralab.campaign.verdict.judge import judge_campaign
-from iteralab.campaign.verdict.ranking import ranking_note
+from iteralab.campaign.verdict.record import Verdict
 from iteralab.common.files import write_text_atomic
 from iteralab.errors import IteraError
 from iteralab.evidence.bundle import refuse_if_sealed
@@ -61,20 +61,23 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
     for s in campaign.series:
         for name in s["variants"]:
             series_of.setdefault(name, []).append(s["name"])
-    finished = _finished_passes(state)
+    finished = finished_passes(state)
     verdicts = judge_campaign(campaign_dir, finished, reader, context) if finished else {}
-    n_classes = len(load_protocol(folder.protocol_path).corpus.classes)
+    protocol = load_protocol(folder.protocol_path)
+    kind, n_classes = kind_of(protocol), len(protocol.corpus.classes)
     c4_line = rocm_compatibility_line(folder.manifest)  # None unless the campaign ran on a ROCm runtime
     rows = []
     for pid in state.order:
         row = _row_head(campaign, variants, sources, series_of, pid, state.started[pid])
+        row.update(dict.fromkeys(c for c in kind.table_columns if c not in COLUMNS))  # the kind's own: empty until
+        # its verdict fills them
         if state.finished.get(pid) is None:
             rows.append(_unfinished_row(row, state.interrupted.get(pid)))
             continue
         fin = state.result(pid)
         notes: list[str] = []
         _pass_cells(row, fin, state.evaluated.get(pid), notes)
-        _verdict_cells(row, verdicts.get(pid, {}), n_classes, notes)
+        _verdict_cells(row, verdicts.get(pid) or Verdict(), kind, n_classes, notes)
         notes.extend(n for n in fin.notes if n)
         if c4_line:
             notes.append(c4_line)
@@ -88,7 +91,7 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
     return rows
 
 
-def _finished_passes(state: Any) -> list[dict[str, Any]]:
+def finished_passes(state: Any) -> list[dict[str, Any]]:
     """The finished passes in journal order, as the verdict stage reads them."""
     finished = []
     for pid in state.order:
@@ -120,8 +123,6 @@ def _row_head(campaign: CampaignRecord, variants: dict[str, Any], sources: dict[
         "corpus_fingerprint": corpus.fingerprint,
         "expected_ids": corpus.size,
     }
-    # the kind's own columns exist (empty until a verdict fills them)
-    row.update(dict.fromkeys(c for c in table_columns(campaign.kind) if c not in COLUMNS))
     return row
 
 
@@ -182,44 +183,23 @@ def _pass_cells(row: dict[str, Any], fin: Any, evaluated: dict[str, Any] | None,
     row["prediction_sha256"] = fin.output.sha256
 
 
-def _verdict_cells(row: dict[str, Any], v: dict[str, Any], n_classes: int, notes: list[str]) -> None:
-    """The verdict stage's cells for the pass, and its reasons and problems as notes."""
+def _verdict_cells(row: dict[str, Any], v: Verdict, kind: JobKind, n_classes: int, notes: list[str]) -> None:
+    """The verdict stage's cells for the pass (the kind's own: ``kind.verdict.row_cells``), and its reasons and
+    problems as notes."""
     for key in ("observed_ids", "ids_match", "duplicates", "missing", "extra", "format_ok", "coverage",
                 "metric_name", "metric", "metric_ref", "metric_delta", "threshold_ok", "tolerance_ok",
                 "subgroups_ok", "label_agreement", "max_abs_prob_diff", "reproduction_ok", "corpus_accepted"):
-        row[key] = v.get(key)
-    if "min_cosine" in row:
-        row.update({key: v.get(key) for key in COSINE_COLUMNS})
-        if v.get("subgroup_cosine"):
-            notes.append("subgroup cosine: " + json.dumps(v["subgroup_cosine"], sort_keys=True))
-    if v.get("ranking"):  # the queries' ranking metrics, each recall named by its definition
-        notes.append(ranking_note(v["ranking"]))
-    row["subgroup_metrics"] = v.get("subgroups")
-    if "mean_tokens" in row:
-        _generation_cells(row, v, notes)
-    if v.get("reasons"):
-        notes.append(NOT_ACCEPTED + ", ".join(v["reasons"]))
-    for problem in (v.get("format_problems") or [])[:2] + (v.get("problems") or [])[:2]:
+        row[key] = v.cell(key)
+    kind.verdict.row_cells(row, v.to_json(), notes)
+    row["subgroup_metrics"] = v.subgroups if v.has("subgroups") else None
+    if v.reasons:
+        notes.append(NOT_ACCEPTED + ", ".join(v.reasons))
+    for problem in (v.format_problems or ())[:2] + (v.problems or ())[:2]:
         notes.append(problem)
-    fewer = {key: names for key, names in (v.get("subgroup_classes") or {}).items()
-             if len(names) < n_classes}
+    fewer = {key: names for key, names in (v.subgroup_classes or {}).items() if len(names) < n_classes}
     if fewer:
         notes.append(f"{SUBGROUP_CLASSES_NOTE} (a class absent from the subgroup is left out of its "
-                     f"{v.get('metric_name')}): {json.dumps(fewer, sort_keys=True, ensure_ascii=False)}")
-
-
-def _generation_cells(row: dict[str, Any], v: dict[str, Any], notes: list[str]) -> None:
-    """A generation pass's length and identity cells; tokens per second from its measured pass and its file's
-    generated tokens (empty, and said so, when the tokens were not measured)."""
-    row.update({key: v.get(key) for key in GENERATION_COLUMNS})
-    mean, rows = v.get("mean_tokens"), v.get("generated_rows")
-    if mean is not None and rows and row.get("pass_s"):
-        row["tokens_per_s"] = mean * rows / row["pass_s"]
-    elif mean is None and v.get("generated_rows"):
-        notes.append("tokens_per_s, mean_tokens, length_share: not measured (the generator returned no token "
-                     "counts and names no tokenizer)")
-    if v.get("mean_tokens_ref") is not None and v.get("tokens_ok") is False:
-        notes.append(f"mean generated tokens {mean:.2f} against the reference's {v['mean_tokens_ref']:.2f}")
+                     f"{v.metric_name}): {json.dumps(fewer, sort_keys=True, ensure_ascii=False)}")
 
 
 def rejection_of(notes: str | None) -> str | None:
@@ -263,10 +243,9 @@ def _shard_cells(row: dict[str, Any], parallel: dict[str, Any] | None) -> None:
     row["shard_memory"] = memory or None
 
 
-def render_csv(rows: list[dict[str, Any]]) -> str:
-    """The raw table's text (every row has a ``dataset`` cell, empty for a one-corpus campaign)."""
-    columns = table_columns("generation" if any("mean_tokens" in row for row in rows) else
-                            "embedding" if any("min_cosine" in row for row in rows) else "classification")
+def render_csv(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
+    """The raw table's text, in the campaign kind's ``columns`` (``kind.table_columns``; every row has a
+    ``dataset`` cell, empty for a one-corpus campaign)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(columns)
@@ -280,7 +259,7 @@ def write_raw_table(campaign_dir: str | Path, reads: Any = None) -> Path:
     campaign_dir = Path(campaign_dir)
     target = campaign_dir / TABLE_NAME
     rows = build_rows(campaign_dir, reads.reader, reads.context) if reads is not None else build_rows(campaign_dir)
-    write_text_atomic(target, render_csv(rows))
+    write_text_atomic(target, render_csv(rows, _kind(campaign_dir).table_columns))
     return target
 
 
@@ -289,12 +268,17 @@ def regenerate_table(campaign_dir: str | Path) -> Path:
     (then nothing is written), otherwise the command refuses rather than break the seal."""
     folder = CampaignFolder.open(campaign_dir).path
     target = folder / TABLE_NAME
-    text = render_csv(build_rows(folder))
+    text = render_csv(build_rows(folder), _kind(folder).table_columns)
     if target.is_file() and target.read_text(encoding="utf-8") == text:
         return target
     refuse_if_sealed(folder, f"regenerating {TABLE_NAME} (it would differ from the sealed one)")
     write_text_atomic(target, text)
     return target
+
+
+def _kind(campaign_dir: str | Path) -> JobKind:
+    """The kind of the campaign's locked protocol."""
+    return kind_of(load_protocol(Path(campaign_dir) / PROTOCOL))
 
 
 def read_raw_table(path: str | Path) -> list[dict[str, str]]:

@@ -417,7 +417,7 @@ def _check_table(audit: _Audit, context: Any, reader: Any) -> None:
             counts = audit.report.datasets.setdefault(str(r["dataset"]), {"passes": 0, "accepted": 0})
             counts["passes"] += 1
             counts["accepted"] += r.get("corpus_accepted") is True
-    fresh = render_csv(rows)
+    fresh = render_csv(rows, reader.kind.table_columns)
     path = audit.folder / TABLE
     if not path.is_file():
         audit.diff(f"{TABLE}: missing")

@@ -10,7 +10,7 @@ built-in in [0, 1] whatever the metric.
 
 An embedding job's ranking metrics (``recall_at_k``, ``mrr``, ``ndcg_at_k``) read a queries file
 (``metric.queries``): its format and reader are :mod:`iteralab.plan.queries`, the metrics'
-definitions :mod:`iteralab.campaign.verdict.ranking`.
+definitions :mod:`iteralab.campaign.kinds.ranking`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
+from iteralab.common.tolerance import TOL
 from iteralab.plan.values import Flag, Number, Strict, Text, Whole
 
 __all__ = ["EMBEDDING_METRICS", "GENERATION_METRICS", "METRICS", "QUERY_METRICS", "ROUTINE_FORM", "TOL", "MetricName", "MetricSpec",
@@ -30,13 +31,11 @@ METRICS = ("accuracy", "macro_f1", "weighted_f1", "balanced_accuracy")
 #: An embedding job's built-in metrics (its threshold), computed from the pass's vectors (``plan/task.py``).
 EMBEDDING_METRICS = ("knn_accuracy", "recall_at_k", "mrr", "ndcg_at_k")
 #: The embedding metrics that rank the queries of ``metric.queries`` among the documents (as
-#: ``campaign.verdict.ranking.RANKING_METRICS``: a test says so).
+#: ``campaign.kinds.ranking.RANKING_METRICS``: a test says so).
 QUERY_METRICS = ("recall_at_k", "mrr", "ndcg_at_k")
 #: A generation job's built-in metrics, on a 0..1 scale against ``corpus.reference_column`` (computed by
-#: ``campaign.verdict.textmetrics``, whose list must equal this one: a test says so).
+#: ``campaign.kinds.generation.textmetrics``, whose list must equal this one: a test says so).
 GENERATION_METRICS = ("exact_match", "token_f1", "rouge_l", "chrf")
-#: Slack of every comparison with a threshold or a bound (floating-point sums, never a real margin).
-TOL = 1e-12
 #: ``package.module:function``: the form of a routine reference (as a callable model's).
 ROUTINE_FORM = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 

@@ -14,8 +14,8 @@ An embedding job (a corpus turned into one vector per document) is judged by:
 - the **threshold**, the job's own metric: ``knn_accuracy`` (leave-one-out label accuracy of the ``metric.k``
   nearest documents by cosine; needs the corpus's labels), ``recall_at_k``, ``mrr`` or ``ndcg_at_k`` (over
   ``metric.queries``, a file of query id, query text and relevant document ids, which each pass embeds with its own
-  variant: ``campaign.verdict.ranking``) or the user's ``metric.routine`` (called on the pass's vectors, and on the
-  queries' with ``metric.queries``: ``campaign.verdict.embedding``); ``metric.tolerance`` bounds how far that metric may move the wrong way from
+  variant: ``campaign.kinds.ranking``) or the user's ``metric.routine`` (called on the pass's vectors, and on the
+  queries' with ``metric.queries``: ``campaign.kinds.embedding.verdict``); ``metric.tolerance`` bounds how far that metric may move the wrong way from
   the reference pass's, as for a classifier.
 
 ``corpus.classes`` belongs to a classification job (at least two); an embedding job's corpus may declare its labels

@@ -27,6 +27,8 @@ class OutputWords:
     #: The per-variant comparison key shown under ``first`` (``evidence.rerun``'s variant record).
     first_key: str
 
+from iteralab.campaign.kinds.verdictpart import QualitySeries, VerdictPart
+
 
 class JobKind:
     """One kind of job: its name as ``[task] kind`` spells it, and its facets (each kind's folder defines them)."""
@@ -55,6 +57,14 @@ class JobKind:
     #: Whether its model keeps a KV cache per prompt position while it runs (the memory estimate adds that term
     #: beside the weights: ``evidence.memory``).
     kv_cache: ClassVar[bool] = False
+    #: Its verdict part: how its file is read and hashed, its metric cells, its comparison with the reference pass
+    #: (``<kind>/verdict.py``; what it answers: :class:`~iteralab.campaign.kinds.verdictpart.VerdictPart`).
+    verdict: ClassVar[VerdictPart]
+    #: Its raw table's columns, in order: the common ones (``campaign.folder.COLUMNS``) and its own.
+    table_columns: ClassVar[tuple[str, ...]]
+    #: What the statistics, the decision and the report show of its quality beyond the metric (each a column of
+    #: the raw table, one value per counted pass).
+    quality_series: ClassVar[tuple[QualitySeries, ...]] = ()
 
     def __repr__(self) -> str:
         return f"JobKind({self.name!r})"

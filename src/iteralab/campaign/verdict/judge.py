@@ -13,15 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from iteralab.campaign.verdict.compare import compare_outputs
-from iteralab.campaign.verdict.cosine import (CosineComparison, compare_vector_files, compare_vectors, cosine_cells,
-                                              vector_reproduction)
-from iteralab.campaign.verdict.generation import (TextComparison, compare_text_files, compare_text_sets,
-                                                  text_comparison)
-from iteralab.campaign.verdict.evaluate import TOL, EvaluationContext, PredictionReader, missing_verdict
+from iteralab.campaign.kinds.expected import missing_verdict
 from iteralab.campaign.kinds.output import prediction_path
-from iteralab.campaign.kinds.classification.output import PredictionSet
-from iteralab.plan.metric import QUERY_METRICS
+from iteralab.campaign.verdict.evaluate import EvaluationContext, PredictionReader
+from iteralab.campaign.verdict.record import Verdict
+from iteralab.plan.metric import TOL
 from iteralab.plan.protocol import Protocol
 
 #: The problem a pass gets when its file is not the one the journal recorded (read back by stats).
@@ -112,18 +108,14 @@ def subgroup_check(protocol: Protocol, key: str, value: float | None, reference:
 
 
 def compare_predictions(a: Path, b: Path, protocol: Protocol) -> dict[str, Any]:
-    """:func:`compare_outputs` of two prediction files (an embedding job's: their vectors, by
-    :func:`~iteralab.campaign.verdict.cosine.compare_vector_files`)."""
+    """How far two prediction files agree, as their kind compares them (``kind.verdict.compare_files``: a
+    classification job's labels and probabilities, an embedding job's vectors, a generation job's texts)."""
     reader = PredictionReader(protocol)
-    if reader.embedding is not None:
-        return compare_vector_files(a, b, reader)
-    if reader.generation is not None:
-        return compare_text_files(a, b, protocol).record()
-    return compare_outputs(reader.read(a)[1], reader.read(b)[1])
+    return reader.kind.verdict.compare_files(a, b, protocol, reader)
 
 
 def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reader: PredictionReader | None = None,
-                   context: EvaluationContext | None = None) -> dict[str, dict[str, Any]]:
+                   context: EvaluationContext | None = None) -> dict[str, Verdict]:
     """Full verdict of each finished pass, including the comparisons with the reference variant.
 
     ``passes`` are the finished passes in journal order, each with ``pass_id``, ``variant``, ``status`` and
@@ -134,7 +126,7 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
     context = context or EvaluationContext.of(campaign_dir)
     groups = list(dict.fromkeys(p.get("dataset") for p in passes))
     if groups != [None] and passes:  # K6: each dataset's passes judged against it, with its own reference pass
-        judged: dict[str, dict[str, Any]] = {}
+        judged: dict[str, Verdict] = {}
         for name in groups:
             mine = [{**p, "dataset": None} for p in passes if p.get("dataset") == name]
             judged.update(judge_campaign(campaign_dir, mine, reader, context.of_dataset(name)))
@@ -149,180 +141,125 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
     protocol = context.protocol
     reader = reader or PredictionReader(protocol)
     verdicts, paths = _own_verdicts(campaign_dir, passes, reader, context)
-    ref = _Reference(passes, verdicts, paths, reader, context)
+    ref = ReferencePass(passes, verdicts, paths, reader, context)
+    return {p["pass_id"]: _judged(verdicts[p["pass_id"]], p, ref, context) for p in passes}
+
+
+#: The cells that hold why a pass's metric could not be computed (the first one present is its reason).
+ERROR_CELLS = ("routine_error", "queries_error", "reference_error")
+
+
+def _judged(v: Verdict, p: dict[str, Any], ref: ReferencePass, context: EvaluationContext) -> Verdict:
+    """A pass's own verdict ``v`` judged against the reference pass: the metric, the subgroups, the kind's
+    comparison (``kind.verdict.compare``), the reproduction target, and the reasons it is not accepted."""
+    protocol, part = context.protocol, ref.reader.kind.verdict
     gating = {sg.name: sg for sg in protocol.subgroups if sg.gating}
-    embedding = protocol.task.kind == "embedding"
-    generation = protocol.task.kind == "generation"
-    for p in passes:
-        v = verdicts[p["pass_id"]]
-        v["reference_pass"] = ref.pass_id
-        # Each reason is a cause, said once: what follows from one (a metric that has no value is neither below
-        # the threshold nor outside the tolerance; a failed pass's missing ids) is not listed beside it.
-        reasons = [label for key, label in FILE_CHECKS if not v.get(key)]
-        errors = [v[key] for key in ("routine_error", "queries_error", "reference_error") if v.get(key)]
-        reasons += errors[:1]
-        against = _against_reference(v, ref.verdict, protocol)
-        if v.get("metric") is None:
-            v["threshold_ok"] = v["tolerance_ok"] = None  # not evaluated: nothing to compare
-            if not reasons:
-                reasons.append(f"no {protocol.metric.label} value")
-        else:
-            if not v.get("threshold_ok"):
-                reasons.append(f"{'below' if protocol.metric.higher_is_better else 'above'} threshold")
-            reasons += against
-        # under a ranking metric a subgroup has no metric of its own: its documents' cosines judge it (below)
-        by_cosine = embedding and protocol.metric.name in QUERY_METRICS
-        # a group whose value the same error prevented is not evaluated, not a second reason
-        unvalued = {k for k, value in v["subgroups"].items() if value is None} if errors else set()
-        failed_subgroups = _subgroup_reasons(v, ref.verdict, protocol, {} if by_cosine else gating, unvalued)
-        reasons += failed_subgroups
-        if embedding:  # the tolerance on vectors: each document's cosine with the reference's vector
-            same = ref.vectors(p)
-            cosine = cosine_cells(v, same, protocol, context.expected)
-            if by_cosine and same is not None:
-                cosine += [f"gating subgroup {name!r} has no groups to evaluate (empty column?)" for name in gating
-                           if not any(key.split(":", 1)[0] == name for key in v["subgroup_cosine"])]
-            reasons += cosine
-            v["tolerance_ok"] = False if cosine else v["tolerance_ok"]
-            failed_subgroups += [r for r in cosine if r.startswith("subgroup ")]
-            vector_reproduction(v, protocol, same)
-        elif generation:  # lengths against their bounds, the texts against the reference pass's
-            reasons += text_comparison(v, ref.verdict, ref.texts(p), protocol)
-        else:
-            _reproduction(v, protocol, ref.same(p))
-        gated = any(subgroup_check(protocol, k, None, None, True) is not None for k in unvalued)
-        v["subgroups_ok"] = False if failed_subgroups else None if gated else True
-        if not v["reproduction_ok"]:
-            reasons.append(f"reproduction target '{protocol.reproduction.target}'")
-        if p.get("status") != "ok":  # the first cause: whatever else fails follows from it
-            reasons = [f"pass {p.get('status', 'failed')}"]
-        v["corpus_accepted"] = not reasons
-        v["reasons"] = reasons
-    return verdicts
+    v = v.with_cells(reference_pass=ref.pass_id)
+    # Each reason is a cause, said once: what follows from one (a metric that has no value is neither below
+    # the threshold nor outside the tolerance; a failed pass's missing ids) is not listed beside it.
+    reasons = [label for key, label in FILE_CHECKS if not v.cell(key)]
+    errors = [v.cell(key) for key in ERROR_CELLS if v.cell(key)]
+    reasons += errors[:1]
+    against, cells = _against_reference(v, ref.verdict, protocol)
+    v = v.with_cells(**cells)
+    if v.metric is None:
+        v = v.with_cells(threshold_ok=None, tolerance_ok=None)  # not evaluated: nothing to compare
+        if not reasons:
+            reasons.append(f"no {protocol.metric.label} value")
+    else:
+        if not v.threshold_ok:
+            reasons.append(f"{'below' if protocol.metric.higher_is_better else 'above'} threshold")
+        reasons += against
+    # a group whose value the same error prevented is not evaluated, not a second reason
+    unvalued = {k for k, value in v.subgroups.items() if value is None} if errors else set()
+    failed_subgroups = _subgroup_reasons(v, ref.verdict, protocol,
+                                         gating if part.subgroups_by_metric(protocol) else {}, unvalued)
+    reasons += failed_subgroups
+    work = v.to_json()  # the kind's comparison sets its cells on the JSON form
+    kind_reasons, kind_subgroups = part.compare(work, ref, p, protocol, context.expected)
+    v = Verdict.from_json(work, ref.reader.kind)
+    reasons += kind_reasons
+    failed_subgroups += kind_subgroups
+    gated = any(subgroup_check(protocol, k, None, None, True) is not None for k in unvalued)
+    v = v.with_cells(subgroups_ok=False if failed_subgroups else None if gated else True)
+    if not v.reproduction_ok:
+        reasons.append(f"reproduction target '{protocol.reproduction.target}'")
+    if p.get("status") != "ok":  # the first cause: whatever else fails follows from it
+        reasons = [f"pass {p.get('status', 'failed')}"]
+    return v.with_cells(corpus_accepted=not reasons, reasons=reasons)
 
 
 def _own_verdicts(campaign_dir: Path, passes: list[dict[str, Any]], reader: PredictionReader,
-                  context: EvaluationContext) -> tuple[dict[str, dict[str, Any]], dict[str, Path]]:
+                  context: EvaluationContext) -> tuple[dict[str, Verdict], dict[str, Path]]:
     """Each pass's verdict on its own prediction file (ids, format, hash, metric), and the file's path."""
     protocol, expected = context.protocol, context.expected
-    verdicts: dict[str, dict[str, Any]] = {}
+    verdicts: dict[str, Verdict] = {}
     paths: dict[str, Path] = {}
     for p in passes:
         path = paths[p["pass_id"]] = (campaign_dir / p["prediction_file"] if p.get("prediction_file")
                                       else prediction_path(campaign_dir, p["pass_id"]))
         digest = reader.sha256(path, expected.ids)
-        v = reader.verdict(path, protocol, expected, context.routine, context.queries, context.references) if digest \
-            else missing_verdict(path.name, protocol, expected)
-        v["hash_ok"] = digest is not None and p.get("prediction_sha256") == digest and (
-            "queries_sha256" not in v or v["queries_sha256"] == p.get("queries_sha256"))  # recall_at_k's query file
-        if digest is not None and not v["hash_ok"]:
-            v.setdefault("problems", []).append(HASH_PROBLEM)
-        v["complete"] = p.get("status") == "ok" and v["ids_match"] and v["format_ok"] and v["hash_ok"]
+        v = Verdict.from_json(reader.verdict(path, protocol, expected, context.routine, context.queries,
+                                             context.references) if digest
+                              else missing_verdict(path.name, protocol, expected), reader.kind)
+        v = v.with_cells(hash_ok=digest is not None and p.get("prediction_sha256") == digest and (
+            not v.has("queries_sha256") or v.cell("queries_sha256") == p.get("queries_sha256")))  # the query file
+        if digest is not None and not v.hash_ok:
+            v = v.with_cells(problems=(*v.problems, HASH_PROBLEM))
+        v = v.with_cells(complete=p.get("status") == "ok" and v.ids_match and v.format_ok and v.hash_ok)
         verdicts[p["pass_id"]] = v
     return verdicts, paths
 
 
-class _Reference:
-    """The reference variant's first complete pass and its verdict; its predictions are read (once) only when a
-    comparison was not made as the passes were evaluated."""
+class ReferencePass:
+    """The reference variant's first complete pass and its verdict: what a kind's comparison
+    (``kind.verdict.compare``) reads it through (``paths``, ``reader``, ``key``, ``held``); its outputs are read
+    (once) only when a comparison was not made as the passes were evaluated."""
 
-    def __init__(self, passes: list[dict[str, Any]], verdicts: dict[str, dict[str, Any]], paths: dict[str, Path],
+    def __init__(self, passes: list[dict[str, Any]], verdicts: dict[str, Verdict], paths: dict[str, Path],
                  reader: PredictionReader, context: EvaluationContext) -> None:
         self.name = context.protocol.metric.reference_variant
         self.pass_id = next((p["pass_id"] for p in passes
-                             if p["variant"] == self.name and verdicts[p["pass_id"]]["complete"]), None)
+                             if p["variant"] == self.name and verdicts[p["pass_id"]].complete), None)
         self.verdict = verdicts.get(self.pass_id) if self.pass_id else None
         self.paths, self.reader, self.ids = paths, reader, context.expected.ids
         self.expected = context.expected
         self.protocol = context.protocol
         self.key = ((paths[self.pass_id].resolve(), reader.sha256(paths[self.pass_id], self.ids))
                     if self.pass_id else None)
-        self.predictions: PredictionSet | None = None
-        #: a generation job: the reference pass's texts (``campaign.kinds.generation.output.TextSet``), read once
-        self.reference_texts: Any = None
-
-    def vectors(self, p: dict[str, Any]) -> CosineComparison | None:
-        """An embedding pass's vectors against the reference pass's; None without either file."""
-        if self.key is None or not p.get("prediction_file"):
-            return None
-        same = compare_vectors(self.paths[p["pass_id"]], self.paths[self.pass_id], self.reader, self.expected)
-        self.reader.drop(self.paths[p["pass_id"]])
-        return same
-
-    def texts(self, p: dict[str, Any]) -> TextComparison | None:
-        """A generation pass's texts against the reference pass's; None without either file. The reference's
-        texts are read once and held (ids and texts as Arrow arrays); the pass's come from the reader, which
-        has them when it read the file for its verdict."""
-        if self.key is None or not p.get("prediction_file"):
-            return None
-        if self.reference_texts is None:
-            entry = self.reader.read(self.paths[self.pass_id], self.ids)
-            if entry is None:
-                return None
-            self.reference_texts = entry[1]
-        entry = self.reader.read(self.paths[p["pass_id"]], self.ids)
-        return compare_text_sets(entry[1], self.reference_texts) if entry is not None else None
-
-    def same(self, p: dict[str, Any]) -> Mapping[str, Any] | None:
-        """:func:`compare_outputs` of the pass's outputs with the reference pass's; None without a reference
-        pass or a prediction file."""
-        if self.key is None or not p.get("prediction_file"):
-            return None
-        path = self.paths[p["pass_id"]]
-        same = self.reader.comparisons.get((path.resolve(), self.reader.sha256(path, self.ids) or "", *self.key))
-        if same is None:
-            entry = self.reader.read(path, self.ids)
-            if self.predictions is None:
-                self.predictions = self.reader.read(self.paths[self.pass_id], self.ids)[1]  # type: ignore[index]
-            same = compare_outputs(entry[1], self.predictions, b_distinct=True) \
-                if entry is not None and len(self.predictions.ids) else None
-        return same
+        #: what the kind's comparison reads of the reference pass once and holds (its predictions, its texts)
+        self.held: dict[str, Any] = {}
 
 
-def _against_reference(v: dict[str, Any], ref_v: dict[str, Any] | None, protocol: Protocol) -> list[str]:
-    """The metric against the reference pass's: ``metric_ref``, ``metric_delta``, ``tolerance_ok``."""
+def _against_reference(v: Verdict, ref_v: Verdict | None, protocol: Protocol) -> tuple[list[str], dict[str, Any]]:
+    """The metric against the reference pass's: the reasons, and the cells ``metric_ref``, ``metric_delta``,
+    ``tolerance_ok``."""
     if ref_v is None:
-        v["metric_ref"] = None
-        v["tolerance_ok"] = False
-        return [f"no complete pass of reference variant {protocol.metric.reference_variant!r}"]
-    v["metric_ref"] = ref_v["metric"]
-    if ref_v["metric"] is None:  # a routine that failed on the reference pass: nothing to compare with
-        v["metric_delta"], v["tolerance_ok"] = None, False
-        return [f"reference pass has no {protocol.metric.label} value"]
-    v["metric_delta"] = None if v["metric"] is None else v["metric"] - ref_v["metric"]
-    allowed = protocol.metric.allowed_drop(ref_v["metric"])  # absolute, or relative to the reference's value
-    v["tolerance_ok"] = v["metric"] is not None and protocol.metric.within(v["metric"], ref_v["metric"], allowed)
-    return [] if v["tolerance_ok"] else ["outside tolerance"]
+        return [f"no complete pass of reference variant {protocol.metric.reference_variant!r}"], \
+            {"metric_ref": None, "tolerance_ok": False}
+    if ref_v.metric is None:  # a routine that failed on the reference pass: nothing to compare with
+        return [f"reference pass has no {protocol.metric.label} value"], \
+            {"metric_ref": None, "metric_delta": None, "tolerance_ok": False}
+    allowed = protocol.metric.allowed_drop(ref_v.metric)  # absolute, or relative to the reference's value
+    ok = v.metric is not None and protocol.metric.within(v.metric, ref_v.metric, allowed)
+    cells = {"metric_ref": ref_v.metric, "metric_delta": None if v.metric is None else v.metric - ref_v.metric,
+             "tolerance_ok": ok}
+    return [] if ok else ["outside tolerance"], cells
 
 
-def _subgroup_reasons(v: dict[str, Any], ref_v: dict[str, Any] | None, protocol: Protocol,
+def _subgroup_reasons(v: Verdict, ref_v: Verdict | None, protocol: Protocol,
                       gating: Mapping[str, Any], unvalued: Collection[str] = ()) -> list[str]:
     """A gating subgroup with no group to evaluate, and each subgroup whose check fails (but the ``unvalued``
     groups, whose value the pass's metric error prevented: that error is their reason)."""
     reasons = []
     for name in gating:
-        if not any(key.split(":", 1)[0] == name for key in v["subgroups"]):
+        if not any(key.split(":", 1)[0] == name for key in v.subgroups):
             reasons.append(f"gating subgroup {name!r} has no groups to evaluate (empty column?)")
-    for key, value in v["subgroups"].items():
+    for key, value in v.subgroups.items():
         if key in unvalued:
             continue
-        check = subgroup_check(protocol, key, value, ref_v["subgroups"].get(key) if ref_v else None,
+        check = subgroup_check(protocol, key, value, ref_v.subgroups.get(key) if ref_v else None,
                                ref_v is not None)
         if check is not None and check.failed:
             reasons.append(f"subgroup {key}")
     return reasons
-
-
-def _reproduction(v: dict[str, Any], protocol: Protocol, same: Mapping[str, Any] | None) -> None:
-    """``same``: :func:`compare_outputs` of the pass's outputs with the reference pass's (a complete pass: its
-    ids matched the corpus, none is repeated); None when either has none."""
-    target = protocol.reproduction.target
-    v["label_agreement"] = None if same is None else same["label_agreement"]
-    v["max_abs_prob_diff"] = None if same is None else same["max_abs_prob_diff"]
-    if target == "identical":
-        v["reproduction_ok"] = v["label_agreement"] == 1.0 and v["max_abs_prob_diff"] == 0.0
-    elif target == "bounded":
-        v["reproduction_ok"] = v["max_abs_prob_diff"] is not None and \
-            v["max_abs_prob_diff"] <= (protocol.reproduction.bound or 0) + TOL
-    else:
-        v["reproduction_ok"] = True

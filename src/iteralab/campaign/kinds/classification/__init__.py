@@ -1,13 +1,16 @@
 """The classification job: its kind object (:data:`CLASSIFICATION`) and everything it owns.
 
-Reads and writes: its prediction file (``output.py``); how its results are shown (``shown.py``).
+Reads and writes: its prediction file (``output.py``). Its verdict part: ``verdict.py``; how its results are shown:
+``shown.py``.
 """
 
 from __future__ import annotations
 
+from iteralab.campaign.folder import COLUMNS
 from iteralab.campaign.kinds.base import JobKind
 from iteralab.campaign.kinds.classification import shown
 from iteralab.campaign.kinds.classification.output import PROBABILITY_FILE
+from iteralab.campaign.kinds.classification.verdict import CLASSIFICATION_VERDICT
 
 
 class ClassificationKind(JobKind):
@@ -15,6 +18,8 @@ class ClassificationKind(JobKind):
     rerun_words = shown.RERUN_WORDS
     examples = shown.EXAMPLES
     output = PROBABILITY_FILE
+    verdict = CLASSIFICATION_VERDICT
+    table_columns = COLUMNS
 
 
 CLASSIFICATION = ClassificationKind()

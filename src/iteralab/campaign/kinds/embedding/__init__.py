@@ -1,13 +1,17 @@
 """The embedding job: its kind object (:data:`EMBEDDING`) and everything it owns.
 
-Reads and writes: its prediction file (``output.py``); how its results are shown (``shown.py``).
+Reads and writes: its prediction file (``output.py``). Its verdict part: ``verdict.py``; how its results are shown:
+``shown.py``.
 """
 
 from __future__ import annotations
 
+from iteralab.campaign.folder import COLUMNS, with_cosines
 from iteralab.campaign.kinds.base import JobKind
 from iteralab.campaign.kinds.embedding import shown
 from iteralab.campaign.kinds.embedding.output import VECTOR_FILE
+from iteralab.campaign.kinds.embedding.verdict import EMBEDDING_VERDICT
+from iteralab.campaign.kinds.verdictpart import QualitySeries
 
 
 class EmbeddingKind(JobKind):
@@ -15,6 +19,11 @@ class EmbeddingKind(JobKind):
     rerun_words = shown.RERUN_WORDS
     examples = shown.EXAMPLES
     output = VECTOR_FILE
+    verdict = EMBEDDING_VERDICT
+    #: the cosine columns after ``max_abs_prob_diff``
+    table_columns = with_cosines(COLUMNS)
+    #: each counted pass's minimum cosine with the reference pass's vectors
+    quality_series = (QualitySeries("min_cosines", "min_cosine"),)
 
 
 EMBEDDING = EmbeddingKind()

@@ -1,13 +1,17 @@
 """The generation job: its kind object (:data:`GENERATION`) and everything it owns.
 
-Reads and writes: its prediction file (``output.py``); how its results are shown (``shown.py``).
+Reads and writes: its prediction file (``output.py``). Its verdict part: ``verdict.py``; how its results are shown:
+``shown.py``.
 """
 
 from __future__ import annotations
 
+from iteralab.campaign.folder import COLUMNS, with_generation
 from iteralab.campaign.kinds.base import JobKind
 from iteralab.campaign.kinds.generation import shown
 from iteralab.campaign.kinds.generation.output import TEXT_FILE
+from iteralab.campaign.kinds.generation.verdict import GENERATION_VERDICT
+from iteralab.campaign.kinds.verdictpart import QualitySeries
 
 
 class GenerationKind(JobKind):
@@ -16,6 +20,13 @@ class GenerationKind(JobKind):
     examples = shown.EXAMPLES
     kv_cache = True  # a generator's attention keeps keys and values of every position of the prompt and text
     output = TEXT_FILE
+    verdict = GENERATION_VERDICT
+    #: tokens per second after ``docs_per_s``; mean tokens, length share, identical share after ``max_abs_prob_diff``
+    table_columns = with_generation(COLUMNS)
+    #: each counted pass's mean generated tokens, share ended on ``length`` and share of texts identical to the
+    #: reference pass's (the measured ones)
+    quality_series = (QualitySeries("mean_tokens", "mean_tokens"), QualitySeries("length_shares", "length_share"),
+                      QualitySeries("identical_shares", "identical_share"))
 
 
 GENERATION = GenerationKind()

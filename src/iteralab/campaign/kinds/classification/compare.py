@@ -2,7 +2,8 @@
 difference over the ids both hold, computed in blocks so that the float64 differences of a whole corpus are
 never held. Reads prediction sets (or one prediction file streamed); writes nothing.
 
-The run (``evaluate.CampaignReads``) and the verdict of a campaign (``judge``) both compare through it.
+The run (``campaign.verdict.evaluate.CampaignReads``, through ``ClassificationVerdict.running_comparison``) and
+the verdict of a campaign (``judge``, through ``ClassificationVerdict.compare``) both compare through it.
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
-"""The job's own metric of an embedding pass, from its vectors in corpus order: the values ``evaluate_vectors``
-(``verdict.evaluate``) puts into the pass's intrinsic verdict beside the id, format and coverage cells. The
-comparison with the reference pass's vectors (the cosine tolerance) is ``verdict.cosine``'s, joined by
-``verdict.judge``.
+"""The embedding kind's verdict part. The job's own metric of an embedding pass, from its vectors in corpus
+order: the values ``EmbeddingVerdict.metric_cells`` (asked by ``campaign.verdict.evaluate``) puts into the pass's
+intrinsic verdict beside the id, format and coverage cells. The comparison with the reference pass's vectors (the
+cosine tolerance) is ``embedding.cosine``'s, asked by ``campaign.verdict.judge`` (``EmbeddingVerdict.compare``).
 
 The metric is one of:
 
 - ``knn_accuracy``: leave-one-out kNN label accuracy over the documents that have a finite vector and a label
-  (``verdict.knn``); a stratum group: the same inside the group; a class group: that class's kNN recall;
+  (``embedding.knn``); a stratum group: the same inside the group; a class group: that class's kNN recall;
 - ``recall_at_k``, ``mrr``, ``ndcg_at_k``: the campaign's queries (its folder's copy of ``metric.queries``),
   embedded by the pass itself into ``predictions/<pass_id>.queries.parquet``, ranked among the pass's document
-  vectors by cosine (``verdict.knn``) and scored by ``verdict.ranking`` (the definitions). Whichever is the metric,
+  vectors by cosine (``embedding.knn``) and scored by ``kinds.ranking`` (the definitions). Whichever is the metric,
   every ranking value goes into the verdict's ``ranking`` cell (and a note of the raw table, each recall named by
   its definition). The value is the whole query set's only: a query is no document of a subgroup, so gating
   subgroups judge a pass under a ranking metric by their documents' cosines with the reference vectors alone;
@@ -21,7 +21,7 @@ The metric is one of:
   ``outputs`` the documents' vectors, float32 ``[n, d]`` (those the pass covered); ``references`` their labels
   (a str array, "" where a document has none) or None for a corpus without labels (``corpus.classes = []``);
   ``queries`` (only when the protocol names ``metric.queries``): the query ids, the pass's query vectors and each
-  query's relevant ids (``verdict.routine.EmbeddedQueries``), the same for every call.
+  query's relevant ids (``kinds.routine.EmbeddedQueries``), the same for every call.
   Called once for the whole corpus and once per group of each gating stratum subgroup; a class subgroup keeps its
   class's kNN recall (``metric.k`` neighbours), as under knn_accuracy. What it raises, or a value that is no finite
   number, is the verdict's ``routine_error`` (one line): that pass fails, never the campaign.
@@ -29,27 +29,35 @@ The metric is one of:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from iteralab.campaign.folder import COSINE_COLUMNS
 from iteralab.campaign.kinds.output import pass_of
+from iteralab.campaign.kinds.embedding.cosine import (CosineComparison, compare_vector_files, compare_vectors,
+                                                      cosine_cells, vector_reproduction)
 from iteralab.campaign.kinds.embedding.output import queries_file_name, read_vectors
-from iteralab.campaign.verdict.knn import knn_correct, rank_queries
-from iteralab.campaign.verdict.ranking import RANKING_METRICS, Ranking, Relevance
-from iteralab.campaign.verdict.routine import EmbeddedQueries, Routine, RoutineValues
+from iteralab.campaign.kinds.embedding.knn import knn_correct, rank_queries
+from iteralab.campaign.kinds.expected import file_rows
+from iteralab.campaign.kinds.ranking import RANKING_METRICS, Ranking, Relevance, ranking_note
+from iteralab.campaign.kinds.routine import EmbeddedQueries, Routine, RoutineValues
 from iteralab.common.files import sha256_file
+from iteralab.campaign.kinds.verdictpart import PassInputs, VerdictPart
 from iteralab.errors import CorpusError, RoutineError
 from iteralab.plan.queries import Queries, load_queries
-from iteralab.plan.protocol import Protocol
 
-__all__ = ["CampaignQueries", "PassQueries", "load_campaign_queries", "pass_queries", "query_vectors_path",
-           "relevance_of", "vector_metric", "vector_routine_values"]
+if TYPE_CHECKING:
+    from iteralab.plan.protocol import Protocol
+
+__all__ = ["EMBEDDING_VERDICT", "CampaignQueries", "EmbeddingCells", "EmbeddingVerdict", "PassQueries", "load_campaign_queries",
+           "pass_queries", "query_vectors_path", "relevance_of", "vector_metric", "vector_routine_values"]
 
 
 @dataclass(frozen=True)
@@ -131,7 +139,7 @@ def pass_queries(path: Path, campaign: CampaignQueries | None, documents: np.nda
 
 
 def embedded_queries(queries: Queries, vectors: np.ndarray) -> EmbeddedQueries:
-    """What a routine is handed of the queries (``verdict.routine.EmbeddedQueries``)."""
+    """What a routine is handed of the queries (``kinds.routine.EmbeddedQueries``)."""
     return EmbeddedQueries(list(queries.ids), vectors, [list(r) for r in queries.relevant],
                            None if queries.grades is None else [list(g) for g in queries.grades])
 
@@ -139,7 +147,7 @@ def embedded_queries(queries: Queries, vectors: np.ndarray) -> EmbeddedQueries:
 def vector_routine_values(routine: Routine, protocol: Protocol, expected: Any, covered: np.ndarray,
                           aligned: np.ndarray | None, queries: EmbeddedQueries | None = None) -> RoutineValues:
     """The routine on the covered documents' vectors, then on those of each group of each gating stratum
-    subgroup (``expected``: the corpus's ``verdict.evaluate.Expected``; arrays per expected document, corpus order;
+    subgroup (``expected``: the corpus's ``kinds.expected.Expected``; arrays per expected document, corpus order;
     ``aligned``: the vectors in that order; ``queries``: handed to every call when the protocol names them)."""
     names = np.asarray([*expected.classes, ""])  # code -1 reads the last name: no label
     labelled = bool(expected.classes)
@@ -185,7 +193,7 @@ def _knn_groups(protocol: Protocol, expected: Any, correct: np.ndarray, usable: 
 
 @dataclass(frozen=True)
 class StoredRows:
-    """An embedding pass's vectors as ``verdict.evaluate`` holds them: the file's rows (``store``: an array or a
+    """An embedding pass's vectors as its verdict holds them: the file's rows (``store``: an array or a
     ``campaign.kinds.embedding.output.RowStore`` kept on disk, file order), the file row of each expected document (``rows``,
     corpus order; -1: none) and whether that document has a finite vector (``finite``)."""
 
@@ -249,3 +257,94 @@ def vector_metric(protocol: Protocol, expected: Any, covered: np.ndarray, vector
         cells.update(metric=values.metric, subgroups={**groups, **values.groups}, routine_error=values.error)
     cells["threshold_ok"] = cells["metric"] is not None and metric.meets(cells["metric"], metric.threshold)
     return cells
+
+
+@dataclass(frozen=True)
+class EmbeddingCells:
+    """An embedding pass's own verdict cells: its vectors' width, its queries (``metric.queries``), and against
+    the reference pass its documents' cosines (``embedding.cosine``)."""
+
+    vector_dim: int | None = None
+    queries_error: str | None = None
+    queries_sha256: str | None = None
+    #: every ranking value of its queries (``kinds.ranking.Ranking.cells``)
+    ranking: Mapping[str, Any] | None = None
+    min_cosine: float | None = None
+    median_cosine: float | None = None
+    cosine_at_quantile: float | None = None
+    cosine_ok: bool | None = None
+    #: per subgroup group: its cosines' minimum, median, quantile, gating and whether it holds
+    subgroup_cosine: Mapping[str, Any] | None = None
+
+
+def against_reference(reference: Any, p: dict[str, Any], expected: Any) -> CosineComparison | None:
+    """An embedding pass's vectors against the reference pass's; None without either file."""
+    if reference.key is None or not p.get("prediction_file"):
+        return None
+    path = reference.paths[p["pass_id"]]
+    same = compare_vectors(path, reference.paths[reference.pass_id], reference.reader, expected)
+    reference.reader.drop(path)
+    return same
+
+
+class EmbeddingVerdict(VerdictPart):
+    """The embedding kind's answers to the verdict (:class:`~iteralab.campaign.kinds.verdictpart.VerdictPart`):
+    its metric (module docstring), and against the reference pass each document's cosine with the reference's
+    vector (``embedding.cosine``)."""
+
+    cells = EmbeddingCells
+
+    def read(self, path: Path, protocol: Protocol, like: Any = None) -> tuple[str, Any]:
+        spec = protocol.embedding
+        assert spec is not None
+        # hashed and read in pieces: a vector file is never held as bytes
+        return sha256_file(path), read_vectors(path, normalize=spec.normalize, dim=spec.dim)
+
+    def problems(self, found: Any) -> tuple[tuple[str, ...], int]:
+        return found.problems, found.problem_count
+
+    def metric_cells(self, found: Any, protocol: Protocol, expected: Any, match: Any,
+                     inputs: PassInputs) -> dict[str, Any]:
+        rows = file_rows(match, len(expected))
+        finite = found.finite[np.maximum(rows, 0)] & (rows >= 0) if found.vectors.size \
+            else np.zeros(len(expected), dtype=bool)
+        return {"vector_dim": found.dim,
+                **vector_metric(protocol, expected, match.covered, StoredRows(found.vectors, rows, finite),
+                                inputs.routine, inputs.queries, inputs.path)}
+
+    def side_file(self, path: Path) -> Path | None:
+        return query_vectors_path(path)
+
+    def queries(self, folder: Path, protocol: Protocol, record: Any) -> CampaignQueries | None:
+        return load_campaign_queries(folder, record) if protocol.metric.queries else None
+
+    def subgroups_by_metric(self, protocol: Protocol) -> bool:
+        # under a ranking metric a subgroup has no metric of its own: its documents' cosines judge it
+        return protocol.metric.name not in RANKING_METRICS
+
+    def compare(self, v: dict[str, Any], reference: Any, p: dict[str, Any], protocol: Protocol,
+                expected: Any) -> tuple[list[str], list[str]]:
+        """The tolerance on vectors: each document's cosine with the reference's vector."""
+        same = against_reference(reference, p, expected)
+        cosine = cosine_cells(v, same, protocol, expected)
+        if not self.subgroups_by_metric(protocol) and same is not None:
+            cosine += [f"gating subgroup {sg.name!r} has no groups to evaluate (empty column?)"
+                       for sg in protocol.subgroups if sg.gating
+                       and not any(key.split(":", 1)[0] == sg.name for key in v["subgroup_cosine"])]
+        v["tolerance_ok"] = False if cosine else v["tolerance_ok"]
+        vector_reproduction(v, protocol, same)
+        return cosine, [r for r in cosine if r.startswith("subgroup ")]
+
+    def row_cells(self, row: dict[str, Any], v: dict[str, Any], notes: list[str]) -> None:
+        """The cosine columns; each subgroup's cosines and the queries' ranking metrics as notes."""
+        row.update({key: v.get(key) for key in COSINE_COLUMNS})
+        if v.get("subgroup_cosine"):
+            notes.append("subgroup cosine: " + json.dumps(v["subgroup_cosine"], sort_keys=True))
+        if v.get("ranking"):  # the queries' ranking metrics, each recall named by its definition
+            notes.append(ranking_note(v["ranking"]))
+
+    def compare_files(self, a: Path, b: Path, protocol: Protocol, reader: Any) -> dict[str, Any]:
+        return compare_vector_files(a, b, reader)
+
+
+EMBEDDING_VERDICT = EmbeddingVerdict()

@@ -2,7 +2,7 @@
 reference answers (``corpus.reference_column``, copied as the ``reference`` column).
 
 On its own (``evaluate_texts``, beside the id, format and coverage cells): the metric over the covered documents
-(one of ``verdict.textmetrics``' or the user's routine, higher is better), and inside each group of each planned
+(one of ``generation.textmetrics``' or the user's routine, higher is better), and inside each group of each planned
 stratum subgroup; the mean generated tokens, and the share of outputs that ended on ``length`` with its bound
 (``generation.max_length_share``: a pass above it fails).
 
@@ -22,24 +22,30 @@ document has none) or None without ``corpus.reference_column``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from iteralab.campaign.folder import corpus_copy, read_corpus_batches
+from iteralab.campaign.folder import GENERATION_COLUMNS, corpus_copy, read_corpus_batches
 from iteralab.campaign.kinds.generation.output import read_texts
-from iteralab.campaign.verdict.routine import Routine
-from iteralab.campaign.verdict.textmetrics import corpus_score
+from iteralab.campaign.kinds.routine import Routine
+from iteralab.campaign.kinds.generation.textmetrics import corpus_score
+from iteralab.campaign.kinds.expected import file_rows
+from iteralab.campaign.kinds.verdictpart import PassInputs, VerdictPart
+from iteralab.common.files import sha256_file
 from iteralab.errors import RoutineError
-from iteralab.plan.metric import TOL
-from iteralab.plan.protocol import Protocol
+from iteralab.common.tolerance import TOL
 
-__all__ = ["TextComparison", "compare_text_files", "compare_text_sets", "evaluate_texts", "load_references",
-           "text_comparison"]
+if TYPE_CHECKING:
+    from iteralab.plan.protocol import Protocol
+
+__all__ = ["GENERATION_VERDICT", "GenerationCells", "GenerationVerdict", "TextComparison", "compare_text_files", "compare_text_sets",
+           "evaluate_texts", "load_references", "text_comparison"]
 
 
 def load_references(campaign_dir: Path, dataset: str | None = None) -> pa.Array | None:
@@ -86,7 +92,7 @@ def _score(protocol: Protocol, routine: Routine | None, ids: pa.Array, outputs: 
 def evaluate_texts(texts: Any, protocol: Protocol, expected: Any, match: Any, rows: np.ndarray,
                    references: pa.Array | None, routine: Routine | None = None) -> dict[str, Any]:
     """The metric, length and token cells of a generation pass's verdict (``texts``: its ``TextSet``; ``match``
-    and ``rows``: its ids matched to the corpus by ``verdict.evaluate``)."""
+    and ``rows``: its ids matched to the corpus, ``kinds.expected.match_ids``)."""
     spec = protocol.generation
     assert spec is not None
     covered = match.covered
@@ -134,7 +140,7 @@ class TextComparison:
     same_ids: bool = False
 
     def record(self) -> dict[str, Any]:
-        """The form of ``verdict.compare.compare_outputs`` that rerun reads (texts: no probabilities)."""
+        """The form of ``classification.compare.compare_outputs`` that rerun reads (texts: no probabilities)."""
         return {"common_ids": self.compared, "same_ids": self.same_ids, "identical_share": self.identical_share,
                 "identical": self.same_ids and self.identical_share == 1.0,
                 "label_agreement": self.identical_share, "max_abs_prob_diff": None}
@@ -189,3 +195,87 @@ def text_comparison(v: dict[str, Any], ref_v: dict[str, Any] | None, same: TextC
         v["reproduction_ok"] = True
     v["label_agreement"], v["max_abs_prob_diff"] = None, None
     return reasons
+
+
+@dataclass(frozen=True)
+class GenerationCells:
+    """A generation pass's own verdict cells: its texts' lengths, and against the reference pass its mean tokens
+    and the share of identical texts."""
+
+    #: why its metric has no value when the corpus copy has no reference answers
+    reference_error: str | None = None
+    generated_rows: int | None = None
+    mean_tokens: float | None = None
+    length_share: float | None = None
+    length_ok: bool | None = None
+    #: how many outputs had each generated token count
+    output_lengths: Mapping[str, int] | None = None
+    mean_tokens_ref: float | None = None
+    tokens_ok: bool | None = None
+    identical_share: float | None = None
+
+
+def against_reference(reference: Any, p: dict[str, Any]) -> TextComparison | None:
+    """A generation pass's texts against the reference pass's; None without either file. The reference's texts
+    are read once and held (ids and texts as Arrow arrays); the pass's come from the reader, which has them when
+    it read the file for its verdict."""
+    if reference.key is None or not p.get("prediction_file"):
+        return None
+    reader, ids = reference.reader, reference.ids
+    if "texts" not in reference.held:
+        entry = reader.read(reference.paths[reference.pass_id], ids)
+        if entry is None:
+            return None
+        reference.held["texts"] = entry[1]
+    entry = reader.read(reference.paths[p["pass_id"]], ids)
+    return compare_text_sets(entry[1], reference.held["texts"]) if entry is not None else None
+
+
+class GenerationVerdict(VerdictPart):
+    """The generation kind's answers to the verdict (:class:`~iteralab.campaign.kinds.verdictpart.VerdictPart`):
+    the metric and lengths of its texts (``evaluate_texts``), its texts and lengths against the reference pass's
+    (``text_comparison``)."""
+
+    cells = GenerationCells
+
+    def read(self, path: Path, protocol: Protocol, like: Any = None) -> tuple[str, Any]:
+        spec = protocol.generation
+        assert spec is not None
+        # a text file, read in record batches
+        return sha256_file(path), read_texts(path, max_new_tokens=spec.max_new_tokens, allow_empty=spec.allow_empty)
+
+    def problems(self, found: Any) -> tuple[tuple[str, ...], int]:
+        return found.problems, found.problem_count
+
+    def metric_cells(self, found: Any, protocol: Protocol, expected: Any, match: Any,
+                     inputs: PassInputs) -> dict[str, Any]:
+        return evaluate_texts(found, protocol, expected, match, file_rows(match, len(expected)), inputs.references,
+                              inputs.routine)
+
+    def references(self, folder: Path, dataset: str | None) -> pa.Array | None:
+        return load_references(folder, dataset)
+
+    def compare(self, v: dict[str, Any], reference: Any, p: dict[str, Any], protocol: Protocol,
+                expected: Any) -> tuple[list[str], list[str]]:
+        """Lengths against their bounds, the texts against the reference pass's."""
+        ref_v = reference.verdict.to_json() if reference.verdict is not None else None
+        return text_comparison(v, ref_v, against_reference(reference, p), protocol), []
+
+    def row_cells(self, row: dict[str, Any], v: dict[str, Any], notes: list[str]) -> None:
+        """The length and identity cells; tokens per second from the measured pass and its file's generated tokens
+        (empty, and said so, when the tokens were not measured)."""
+        row.update({key: v.get(key) for key in GENERATION_COLUMNS})
+        mean, rows = v.get("mean_tokens"), v.get("generated_rows")
+        if mean is not None and rows and row.get("pass_s"):
+            row["tokens_per_s"] = mean * rows / row["pass_s"]
+        elif mean is None and v.get("generated_rows"):
+            notes.append("tokens_per_s, mean_tokens, length_share: not measured (the generator returned no token "
+                         "counts and names no tokenizer)")
+        if v.get("mean_tokens_ref") is not None and v.get("tokens_ok") is False:
+            notes.append(f"mean generated tokens {mean:.2f} against the reference's {v['mean_tokens_ref']:.2f}")
+
+    def compare_files(self, a: Path, b: Path, protocol: Protocol, reader: Any) -> dict[str, Any]:
+        return compare_text_files(a, b, protocol).record()
+
+
+GENERATION_VERDICT = GenerationVerdict()

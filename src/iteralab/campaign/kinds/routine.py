@@ -11,7 +11,7 @@ An embedding job whose protocol names a queries file (``metric.queries``) also h
 
 ``ids`` are the documents' ids; ``outputs`` is the pass's output for its kind of job (for a classification pass,
 :class:`ClassificationOutputs`; for an embedding pass its vectors, one ``[n, d]`` float32 array:
-``verdict.embedding``); ``references`` the reference labels (a str array) or None where the corpus has none. It is
+``embedding.verdict``); ``references`` the reference labels (a str array) or None where the corpus has none. It is
 called once for the whole corpus (the documents the pass covered) and once per group of each gating stratum
 subgroup; class subgroups keep the recall of their class (an embedding job's: its kNN recall). It is imported from
 the campaign folder's carried copy (:mod:`iteralab.lock.usercode`), so ``run``, ``verify`` and ``rerun`` call the
@@ -26,7 +26,7 @@ import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -34,7 +34,9 @@ import pyarrow as pa
 from iteralab.common.files import sha256_file
 from iteralab.errors import RoutineError, one_line
 from iteralab.lock.modules import load_function
-from iteralab.plan.protocol import Protocol
+
+if TYPE_CHECKING:
+    from iteralab.plan.protocol import Protocol
 
 __all__ = ["ClassificationOutputs", "EmbeddedQueries", "Routine", "RoutineValues", "load_routine", "routine_values"]
 

@@ -11,7 +11,7 @@ every block would cost as much as the multiplication). Memory: two blocks of vec
 and ``k`` neighbours per row (12 bytes each). Ties are broken the same way everywhere: the neighbour with the lower row index wins.
 
 Queries among the documents (``rank_queries``): each block of queries' cosines with every document, ranked and
-scored by ``verdict.ranking`` (recall@k, MRR@k, nDCG@k: their definitions are there). The search is exact over
+scored by ``kinds.ranking`` (recall@k, MRR@k, nDCG@k: their definitions are there). The search is exact over
 every document that has a finite vector; a document without one is never retrieved; a tie goes to the document
 that comes first in the corpus.
 """
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from iteralab.campaign.verdict.ranking import Ranking, Relevance, rank_block
+from iteralab.campaign.kinds.ranking import Ranking, Relevance, rank_block
 
 __all__ = ["BLOCK_BYTES", "cosine_rows", "knn_correct", "knn_neighbours", "rank_queries", "recall_at_k", "row_norms"]
 
@@ -159,7 +159,7 @@ def _inverse_norms(vectors: np.ndarray) -> np.ndarray:
 
 
 def rank_queries(documents: np.ndarray, queries: np.ndarray, relevance: Relevance, k: int) -> Ranking | None:
-    """The ranking metrics (``verdict.ranking``) of ``queries`` ``[m, d]`` among ``documents`` ``[n, d]`` (corpus
+    """The ranking metrics (``kinds.ranking``) of ``queries`` ``[m, d]`` among ``documents`` ``[n, d]`` (corpus
     order; a row that is not finite is never retrieved) by cosine; ``relevance``: each query's relevant corpus rows
     and gains. None without a query. The documents are never copied: each block of similarities is divided by their
     norms."""
@@ -182,7 +182,7 @@ def rank_queries(documents: np.ndarray, queries: np.ndarray, relevance: Relevanc
 
 
 def recall_at_k(documents: np.ndarray, queries: np.ndarray, relevant: list[np.ndarray], k: int) -> float | None:
-    """recall@k (``hits / min(k, relevant)``, ``verdict.ranking``) of ``queries`` among ``documents`` under binary
+    """recall@k (``hits / min(k, relevant)``, ``kinds.ranking``) of ``queries`` among ``documents`` under binary
     relevance (``relevant[q]``: the corpus rows relevant to query ``q``); None without a query."""
     found = rank_queries(documents, queries, Relevance.of(relevant), k)
     return None if found is None else found.recall_at_k

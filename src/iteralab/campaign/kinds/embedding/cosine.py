@@ -13,16 +13,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from iteralab.campaign.kinds.embedding import output as vector_files
-from iteralab.campaign.verdict.evaluate import TOL, Expected, PredictionReader, file_rows, match_ids
-from iteralab.campaign.verdict.knn import cosine_rows
-from iteralab.plan.protocol import Protocol
+from iteralab.campaign.kinds.expected import Expected, file_rows, match_ids
+from iteralab.campaign.kinds.embedding.knn import cosine_rows
+from iteralab.common.tolerance import TOL
+
+if TYPE_CHECKING:
+    from iteralab.plan.protocol import Protocol
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,7 @@ class CosineComparison:
     max_abs_diff: float | None
 
 
-def compare_vectors(path: Path, reference: Path, reader: PredictionReader, expected: Expected
+def compare_vectors(path: Path, reference: Path, reader: Any, expected: Expected
                     ) -> CosineComparison | None:
     """The pass's file against the reference file; None without a readable set. Both are read through ``reader``
     (each read and checked once, its vectors then read back from its scratch store a block at a time)."""
@@ -91,7 +94,7 @@ def _corpus_positions(ids: pa.Array, expected: Expected) -> np.ndarray:
     return pc.fill_null(pc.index_in(ids, value_set=expected.ids), -1).to_numpy(zero_copy_only=False)
 
 
-def compare_vector_files(a: Path, b: Path, reader: PredictionReader) -> dict[str, Any]:
+def compare_vector_files(a: Path, b: Path, reader: Any) -> dict[str, Any]:
     """Two vector files of the same corpus (a rerun's pass and the earlier one) compared as ``compare_outputs``
     compares class probabilities: ids in common, whether they are the same, the largest absolute difference, and
     the lowest cosine (``label_agreement`` has no meaning for vectors: None)."""

@@ -1,0 +1,114 @@
+"""What a kind's verdict part answers (:class:`VerdictPart`): how its file is read and hashed, the metric cells of
+a pass's own verdict, and the comparison with the reference pass (tolerance and reproduction rule).
+
+``campaign.verdict`` holds what every kind shares (the id, format and coverage cells, the metric against the
+threshold and the reference's value, the gating subgroups) and asks the pass's kind (``kind.verdict``) for the
+rest; each kind's answer is its folder's ``verdict.py``. Reads and writes nothing itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from iteralab.plan.protocol import Protocol
+
+
+__all__ = ["NoCells", "PassInputs", "QualitySeries", "VerdictPart"]
+
+
+@dataclass(frozen=True)
+class QualitySeries:
+    """One series of values a kind shows for a variant's quality beside its metric: ``name`` in the statistics and
+    ``decision.json`` (``min_cosines``), read from the raw table's ``column`` of each counted pass (``min_cosine``;
+    a pass whose cell is empty adds no value)."""
+
+    name: str
+    column: str
+
+
+@dataclass(frozen=True)
+class PassInputs:
+    """What a pass's own verdict may need beyond its file and the corpus: the campaign's metric routine, its
+    queries (``metric.queries``), a generation source's reference answers, and where the pass's file is (a
+    kind may read a file beside it)."""
+
+    routine: Any = None
+    queries: Any = None
+    references: pa.Array | None = None
+    path: Path | None = None
+
+
+@dataclass(frozen=True)
+class NoCells:
+    """The cells of a kind that adds none to the common verdict."""
+
+
+class VerdictPart:
+    """A kind's verdict: the part of the checks that depends on what its prediction file holds."""
+
+    #: The kind's own cells of a verdict (a frozen dataclass, every field defaulting to None: a cell its JSON
+    #: form lacks), beside the common ones of ``campaign.verdict.record.Verdict``.
+    cells: ClassVar[type] = NoCells
+
+    #: The run compares each pass with the reference pass as it evaluates them (``CampaignReads``); a kind
+    #: whose comparison needs both files whole leaves it to the campaign's verdict (``judge``).
+    compares_while_running: ClassVar[bool] = False
+
+    def read(self, path: Path, protocol: Protocol, like: pa.Array | None = None) -> tuple[str, Any]:
+        """(sha256, the file's arrays) of a stored prediction file; ``like``: the expected ids, which the set
+        may share when the file holds exactly those in that order."""
+        raise NotImplementedError
+
+    def problems(self, found: Any) -> tuple[tuple[str, ...], int]:
+        """The format problems of a read file: the first few lines, and how many there are in all."""
+        raise NotImplementedError
+
+    def metric_cells(self, found: Any, protocol: Protocol, expected: Any, match: Any,
+                     inputs: PassInputs) -> dict[str, Any]:
+        """The cells of a pass's own verdict after the id, format and coverage cells: its metric (``metric_name``,
+        ``metric``, ``threshold_ok``), the planned subgroups' values (``subgroups``) and the kind's own."""
+        raise NotImplementedError
+
+    def side_file(self, path: Path) -> Path | None:
+        """A file beside the pass's prediction file that its verdict also reads (its version is part of the
+        memo's key); None when there is none."""
+        return None
+
+    def references(self, folder: Path, dataset: str | None) -> pa.Array | None:
+        """The reference answers of a source's corpus copy, handed to :meth:`metric_cells` (None: not used)."""
+        return None
+
+    def subgroups_by_metric(self, protocol: Protocol) -> bool:
+        """Whether the gating subgroups are judged by their metric values (else the kind judges them in
+        :meth:`compare`)."""
+        return True
+
+    def running_comparison(self, found: Any, reference: Path | None, protocol: Protocol) -> dict[str, Any] | None:
+        """For a kind that :attr:`compares_while_running`: its comparison (``compare_files``' form) of a read set
+        with the reference pass's file at ``reference``, streamed, both holding the corpus ids in its order (None:
+        of the set with itself, the reference pass's own); None when they cannot be compared that way."""
+        raise NotImplementedError
+
+    def queries(self, folder: Path, protocol: Protocol, record: Any) -> Any:
+        """The campaign's queries its verdict ranks (``metric.queries``; ``record``: campaign.json's), or None."""
+        return None
+
+    def compare(self, v: dict[str, Any], reference: Any, p: dict[str, Any], protocol: Protocol,
+                expected: Any) -> tuple[list[str], list[str]]:
+        """The pass's verdict ``v`` against the reference pass (``reference``: the campaign verdict's reference,
+        with its ``verdict``, ``paths``, ``reader`` and ``key``; ``p`` the pass's journal record): sets the
+        kind's comparison cells and ``reproduction_ok``, returns (reasons, failed subgroup reasons)."""
+        raise NotImplementedError
+
+    def row_cells(self, row: dict[str, Any], v: dict[str, Any], notes: list[str]) -> None:
+        """The kind's own raw-table cells of a pass (its ``table_columns`` beyond the common ones) from its
+        verdict ``v``, and the notes they need."""
+
+    def compare_files(self, a: Path, b: Path, protocol: Protocol, reader: Any) -> dict[str, Any]:
+        """How far two prediction files of the same protocol agree (``rerun``'s comparison)."""
+        raise NotImplementedError
