@@ -7,6 +7,8 @@ import math
 
 import pytest
 
+from iteralab.decision.note import render_decision
+from iteralab.decision.rule import decide
 from iteralab.evidence.datasets import PassTime
 from iteralab.evidence.speed import (LOADED_APART, VariantTimes, compare, passes_needed, rank_counts, rank_test,
                                      set_apart, smallest_p, speedup_interval)
@@ -116,3 +118,36 @@ def test_a_variant_with_only_loaded_passes_is_not_compared():
     loaded = VariantTimes("b1", (), set_apart(times("b1", (9.0, 9.5, 9.2), loaded=(0, 1, 2)).passes, StatsSpec()))
     c = compare(loaded, quiet)
     assert c.verdict == "no comparison" and "3 of them measured under concurrent load and set apart" in c.text
+
+
+FIVE = {"b1": {"batch_size": 1, "passes": [{"s": 10.0}, {"s": 10.4}, {"s": 9.8}, {"s": 10.1}, {"s": 19.0}]},
+        "b4": {"batch_size": 4, "passes": [{"s": 4.0}, {"s": 4.3}, {"s": 3.9}, {"s": 4.1}, {"s": 4.2}]}}
+
+
+def test_decision_states_the_rule_and_the_established_comparisons(tmp_path):
+    decision = decide([build_campaign(tmp_path / "camp", variants=FIVE, series={"batch": ("batch_size",
+                                                                                          ["b1", "b4"])})])
+    record = decision.to_dict()["speed"]
+    assert (record["level"], record["sided"], record["confidence"], record["loaded_passes"]) == \
+        (0.05, "two", 0.95, "apart")
+    assert record["passes_needed"] == 4 and record["established"] == [f"{record['comparisons'][0]['hardware']}, "
+                                                                      "series batch: b1 vs b4"]
+    [c] = record["comparisons"]
+    assert c["verdict"] == "distinguished" and c["n"] == [5, 5] and c["interval"][0] > 1
+    note = render_decision(decision)
+    section = note.split("## Speed comparisons (T5)")[1].split("##")[0]
+    assert "exact rank test of the counted passes at the declared level 0.05 two-sided" in section
+    assert "series batch: b1 vs b4: distinguished at the declared level 0.05 two-sided: b4 is 2.46x faster" in section
+    assert "5 vs 5 passes" in section
+
+
+def test_a_configuration_whose_every_pass_was_loaded_is_left_out_with_what_to_do(tmp_path):
+    variants = {"b1": {"batch_size": 1, "passes": [{"s": 10.0, "loaded": True}, {"s": 10.4, "loaded": True},
+                                                   {"s": 9.8, "loaded": True}]},
+                "b4": {"batch_size": 4, "passes": [{"s": 4.0}, {"s": 4.3}, {"s": 3.9}]}}
+    decision = decide([build_campaign(tmp_path / "camp", variants=variants, reference="b4",
+                                      series={"batch": ("batch_size", ["b1", "b4"])})])
+    b1 = next(c for c in decision.configs if c.variant == "b1")
+    assert any(e.startswith("no quiet pass: its 3 finished passes were measured under concurrent load and set "
+                            "apart") for e in b1.exclusions)
+    assert decision.machines[0].chosen.variant == "b4"  # type: ignore[union-attr]

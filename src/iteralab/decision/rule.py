@@ -28,7 +28,7 @@ from iteralab.economics.pricing import (EXPENSES_APART, EXPENSES_COUNTED, Catalo
                                         count_accepted_results, expenses_of, format_amount)
 from iteralab.plan.expenses import check_currency
 from iteralab.evidence.reads import Evidence, load_evidence
-from iteralab.evidence.speed import Comparison, speed_rule
+from iteralab.evidence.speed import Comparison, loaded_only, speed_rule
 from iteralab.evidence.stats import (MISSING_SUBGROUP, CampaignStats, VariantQuality, VariantTimes,
                                      campaign_stats, compare, fmt_s)
 from iteralab.decision.job import JobPlan, plan_job
@@ -304,6 +304,7 @@ def _config(hw: str, ev: Evidence, st: CampaignStats, times: VariantTimes, plann
     else:
         exclusions = [f"not feasible (M1): {'; '.join(failures)}; never priced"] if failures else []
     exclusions += quality_exclusions(quality, metric, ev.protocol.metric.reference_variant)
+    exclusions += [loaded_only(times)] if loaded_only(times) else []
     verdicts = dataset_verdicts(ev.campaign, [r for r in ev.rows if r.variant == times.variant],
                                 ev.exclusions)
     exclusions += [f"dataset {d.name!r} not verified: {'; '.join(d.reasons) or 'no counted pass'} "

@@ -146,6 +146,17 @@ def set_apart(passes: tuple[PassTime, ...], rule: StatsSpec) -> tuple[PassTime, 
                  for p in passes)
 
 
+def loaded_only(times: VariantTimes) -> str | None:
+    """Why a variant has no time to decide from when every pass it finished was set apart for concurrent load
+    (T4), with what to do; None otherwise."""
+    apart = sum(1 for p in times.passes if p.exclusion_reason == LOADED_APART)
+    if times.times or not apart:
+        return None
+    return (f"no quiet pass: its {apart} finished pass{'es were' if apart != 1 else ' was'} {CONCURRENT_NOTE} and "
+            "set apart (stats.loaded_passes = \"apart\", T4): run the campaign again on a quiet machine; never "
+            "priced")
+
+
 # ------------------------------------------------------------------------------------------ the rank test
 
 
@@ -309,6 +320,6 @@ def fmt_s(seconds: float | None) -> str:
     return f"{seconds:.3f}" if seconds >= 0.01 else f"{seconds:.5f}"
 
 
-__all__ = ["Comparison", "VariantTimes", "INVESTIGATE", "LOADED_APART", "MIN_PASSES_TO_DISTINGUISH", "TEST_NAME", "compare",
-           "fmt_s", "passes_needed", "pct", "rank_cdf", "rank_counts", "rank_test", "set_apart", "smallest_p", "speed_rule",
-           "speed_rule_line", "speedup_interval"]
+__all__ = ["Comparison", "INVESTIGATE", "LOADED_APART", "MIN_PASSES_TO_DISTINGUISH", "TEST_NAME", "VariantTimes",
+           "compare", "fmt_s", "loaded_only", "passes_needed", "pct", "rank_cdf", "rank_counts", "rank_test",
+           "set_apart", "smallest_p", "speed_rule", "speed_rule_line", "speedup_interval"]
