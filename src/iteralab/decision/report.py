@@ -36,7 +36,7 @@ from iteralab.errors import IteraError
 from iteralab.evidence.bundle import out_elsewhere, refuse_if_sealed
 from iteralab.evidence.memory import memory_table
 from iteralab.evidence.reads import Evidence
-from iteralab.evidence.speed import LOADED_APART, Comparison, compare, pct
+from iteralab.evidence.speed import LOADED_APART, Comparison, compare, pct, speed_rule_line
 from iteralab.evidence.stats import fmt_s, reference_rows, render_stats
 from iteralab.evidence.table import CONCURRENT_NOTE
 from iteralab.kit.calcul_forfaits import STANDARD_PACKAGE_DAYS, format_amount, format_hours
@@ -491,6 +491,7 @@ def render_report(decision: Decision, decision_md: str | None = None) -> str:
         plot_memory=plot_memory(memory), memory=memory, memory_notes=memory_notes,
         plot_cost=plot_cost(configs, merged, decision.chosen), cpu_only=cpu, exclusions=exclusions,
         plot_window=plot_window(decision), fmt_s=fmt_s, concurrent_note=CONCURRENT_NOTE,
+        speed_rule=speed_rule_line(decision.evidence[0].protocol.stats),
         datasets=[(c.key, v) for c in configs for v in c.datasets], expense_rows=expense_rows(decision),
         expense_rule=(EXPENSES_COUNTED if decision.costs.counted else EXPENSES_APART) if decision.costs else None,
         corpus_size=decision.evidence[0].corpus_size, fingerprint=decision.evidence[0].fingerprint,
