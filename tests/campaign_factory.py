@@ -56,9 +56,6 @@ def write_corpus_csv(folder: Path, rows=None, name: str = "corpus.csv", strata: 
     return path
 
 
-LOADED_COUNTED = '\n[stats]\nloaded_passes = "counted"\n'
-
-
 def callable_campaign(folder: Path, fn: str = "fake_models:keyword_classifier", locked: bool = True,
                       **kwargs) -> Path:
     by_stratum = 'by = "stratum"' in kwargs.get("subgroups", "")
@@ -68,9 +65,6 @@ def callable_campaign(folder: Path, fn: str = "fake_models:keyword_classifier", 
     kwargs.setdefault("model", f'kind = "callable"\ncallable = "{fn}"{path_line}')
     if by_stratum:
         kwargs["corpus_extra"] = STRATA_TOML
-    if "[stats]" not in kwargs.get("extra", ""):  # these passes really run, on a machine tests share: a pass
-        # flagged as loaded is counted, so what a test checks does not hang on its neighbours' load (T4, T5)
-        kwargs["extra"] = kwargs.get("extra", "") + LOADED_COUNTED
     path = write_protocol(folder, **kwargs)
     if locked:
         lock(path)
