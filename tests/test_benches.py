@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -63,6 +65,7 @@ def test_bench_scale_generation_prints_memory_verify_and_the_metric_apart():
     assert "beside the classification job" not in out
 
 
+@pytest.mark.slow  # a simulation: kept out of the default run
 def test_bench_speed_stats_keeps_false_distinguished_within_the_declared_level():
     out = run_bench("bench_speed_stats.py", "--campaigns", "200", "--json")
     report = json.loads(out)

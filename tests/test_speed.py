@@ -153,14 +153,11 @@ def test_a_configuration_whose_every_pass_was_loaded_is_left_out_with_what_to_do
     assert decision.machines[0].chosen.variant == "b4"  # type: ignore[union-attr]
 
 
-def test_report_states_the_rule_and_draws_the_interval(tmp_path):
-    from iteralab.decision.report import render_report, speedups
+def test_the_chart_draws_the_interval_against_the_machines_fastest(tmp_path):
+    from iteralab.decision.report import speedups
 
     decision = decide([build_campaign(tmp_path / "camp", variants=FIVE, series={"batch": ("batch_size",
                                                                                           ["b1", "b4"])})])
-    html = render_report(decision)
-    assert "Speed comparisons (T5): exact rank test of the counted passes at the declared level 0.05 two-sided" in html
-    assert "established: " in html and "b1 vs b4: distinguished at the declared level" in html
     pairs = speedups(list(decision.configs))  # what the chart draws: b1 against the machine's fastest, b4
     [(best, c)] = [pair for pair in pairs.values() if pair[1].b == "b1"]
     assert best.variant == "b4" and c.distinguished and c.interval[0] > 1  # type: ignore[index,operator]
