@@ -98,7 +98,7 @@ def test_decide_json_states_both_halves(tmp_path, capsys):
     assert main(["decide", str(folder), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     [machine] = data["configuration_per_machine"]
-    assert machine["variant"] == "b8" and machine["not_distinguished_from"] == ["b4"]
+    assert machine["variant"] == "b8" and machine["not_distinguished_from"] == ["b4", "b1"]
     assert data["rental"]["chosen"] is None and data["rental"]["answer"].startswith("not priced: ran on CPU only")
 
 

@@ -1,4 +1,4 @@
-"""The generation benchmarks run end to end on a tiny size and print their figure lines.
+"""The benchmarks run end to end on a tiny size and print their figure lines.
 
 What is checked is that each script works and says what it measured (the ratio line, the memory and verify lines,
 the outputs compared); never a timing: the figures themselves are measured by running the scripts at full size
@@ -6,11 +6,14 @@ on a named machine (docs/performance-generation.md)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,3 +63,13 @@ def test_bench_scale_generation_prints_memory_verify_and_the_metric_apart():
     bytes_per_doc = float(re.search(r"prediction file ([\d.]+) bytes/doc", out).group(1))
     assert bytes_per_doc > 0
     assert "beside the classification job" not in out
+
+
+@pytest.mark.slow  # a simulation: kept out of the default run
+def test_bench_speed_stats_keeps_false_distinguished_within_the_declared_level():
+    out = run_bench("bench_speed_stats.py", "--campaigns", "200", "--json")
+    report = json.loads(out)
+    assert report["campaigns"] == 200 and len(report["settings"]) >= 8
+    assert all(row["within_level"] for row in report["settings"])  # the script also exits 1 otherwise
+    assert {(r["sided"], r["loaded_passes"]) for r in report["settings"]} >= {("two", "apart"), ("two", "counted"),
+                                                                            ("one", "apart")}

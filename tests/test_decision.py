@@ -68,7 +68,7 @@ def test_merging_rtx4090_and_b200_prices_observed_hardware_and_picks_the_cheapes
     assert "`environment.device_inventory.gpus.0.name`" in note
     assert "the comparison concerns exactly the configurations tested" in note
     # b4 and b8 tie on cost and are not distinguished: said, not hidden
-    assert any("NVIDIA GeForce RTX 4090 / b4 (tied on committed cost): not distinguished yet" in u
+    assert any("NVIDIA GeForce RTX 4090 / b4 (tied on committed cost): not distinguished" in u
                for u in decision.uncertain)
 
 
@@ -116,8 +116,8 @@ def test_cpu_only_campaign_is_unpriced_with_its_reason(tmp_path):
     assert decision.chosen is None  # no rental is chosen …
     assert decision.one_line == f"configuration on CPU only (Test CPU 8-core): b8; rental not priced: {CPU_ONLY}"
     [machine] = decision.machines  # … but the configuration on the machine observed is (issue: both halves)
-    assert machine.chosen.variant == "b8" and [c.variant for c in machine.inseparable] == ["b4"]
-    assert "the series does not distinguish it from b4" in machine.line
+    assert machine.chosen.variant == "b8" and [c.variant for c in machine.inseparable] == ["b4", "b1"]
+    assert "the series does not distinguish it from b4, b1" in machine.line
     assert decision.rental_line == f"not priced: {CPU_ONLY}"
     assert all(c.pricing.reason == CPU_ONLY for c in decision.configs if c.feasible)
     reasons = " ".join(decision.reasons)

@@ -1,6 +1,7 @@
 """An interrupted campaign is incomplete, not infeasible; decisions on it are explicit (--partial); a
 difference between variants is never claimed from fewer than three counted passes each."""
 
+import itertools
 import json
 
 import pytest
@@ -103,14 +104,15 @@ def test_commands_that_would_change_a_sealed_folder_refuse(tmp_path, capsys):
     assert audit_campaign(folder).ok  # nothing in the sealed folder changed
 
 
-def test_a_pass_measured_under_concurrent_load_is_flagged(tmp_path, monkeypatch):
+@pytest.mark.real_load
+def test_a_pass_measured_under_concurrent_load_is_flagged_and_set_apart(tmp_path, monkeypatch):
     import iteralab.models.device as dev
     from campaign_factory import callable_campaign
     from iteralab.campaign.folder import CampaignFolder
     from iteralab.evidence.run import run_campaign
 
-    readings = iter([{"busy_s": 100.0, "steal_s": 0.0, "own_s": 10.0}, {"busy_s": 300.0, "steal_s": 1.0,
-                                                                          "own_s": 10.5}] * 8)
+    readings = itertools.cycle([{"busy_s": 100.0, "steal_s": 0.0, "own_s": 10.0},
+                                {"busy_s": 300.0, "steal_s": 1.0, "own_s": 10.5}])
     monkeypatch.setattr(dev, "load_snapshot", lambda: next(readings))
     out = tmp_path / "out"
     run_campaign(callable_campaign(tmp_path, passes=2), out)
@@ -119,13 +121,22 @@ def test_a_pass_measured_under_concurrent_load_is_flagged(tmp_path, monkeypatch)
     stats = campaign_stats(out)
     assert all(p.concurrent for v in stats.variants for p in v.passes)
     assert "[concurrent load]" in render_stats(stats)
+    # by default (stats.loaded_passes = "apart") a loaded pass is an external incident (T4): shown, not counted
+    assert all(p.excluded and not p.counted for v in stats.variants for p in v.passes)
     c = compare(stats.times("b1"), stats.times("b4"))
-    assert "4 of these counted passes were measured under concurrent load" in c.text
+    assert c.verdict == "no comparison" and "2 of them measured under concurrent load and set apart" in c.text
     # the report marks each such pass where its time is shown
     from iteralab.decision.report import render_report
 
-    html = render_report(decide([out]))
-    assert html.count("(under concurrent load)") == 4  # 2 variants x 2 counted passes, in the configurations table
+    decision = decide([out])
+    assert all(any(e.startswith("no quiet pass") for e in c.exclusions) for c in decision.configs)
+    html = render_report(decision)
+    assert html.count("(under concurrent load), set apart") == 4  # 2 variants x 2 passes, in the configurations
+    (tmp_path / "c").mkdir()
+    counted = tmp_path / "counted"  # the other rule, declared before timing: counted, and said
+    run_campaign(callable_campaign(tmp_path / "c", passes=2, extra='[stats]\nloaded_passes = "counted"\n'), counted)
+    c = compare(*(campaign_stats(counted).times(v) for v in ("b1", "b4")))
+    assert "4 of these counted passes were measured under concurrent load" in c.text
 
 
 def test_a_quiet_pass_is_not_flagged(tmp_path):

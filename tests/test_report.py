@@ -54,7 +54,9 @@ def test_report_content(merged_report):
     for expected in ("110.00 USD committed", "2071.00 USD committed", "MARKED", "not feasible",
                      "calendar window against the 3, 7 and 30-day packages", "estimate", "RENT-9",
                      "pass times per configuration, every pass shown", "decision.md (Markdown source)",
-                     "r02-p03-b16-a1", "does not qualify an interactive service"):
+                     "r02-p03-b16-a1", "does not qualify an interactive service",
+                     "Speed comparisons (T5): exact rank test of the counted passes at the declared level 0.05 "
+                     "two-sided", "no speed comparison is established at the declared level"):  # 3 passes each
         assert expected in html
 
 

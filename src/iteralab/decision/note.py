@@ -18,6 +18,7 @@ from iteralab.errors import IteraError
 from iteralab.economics.pricing import EXPENSES_APART, EXPENSES_COUNTED, format_amount
 from iteralab.evidence.bundle import out_elsewhere, refuse_if_sealed
 from iteralab.evidence.datasets import JOB_TIME_RULE
+from iteralab.evidence.speed import speed_rule_line
 from iteralab.evidence.stats import INTERRUPTED_LINE, fmt_s
 from iteralab.kit.calcul_forfaits import format_hours
 
@@ -147,9 +148,21 @@ def render_decision(d: Decision) -> str:
             out += ["No qualifying configuration: nothing to plan.", ""]
     out += ["## Excluded and why", ""]
     out += [f"- {who}: {why}" for who, why in exclusion_lines(d)] or ["- nothing was excluded"]
+    out += speed_lines(d)
     out += _calendar_lines(d)
     out += _closing_lines(d)
     return "\n".join(out) + "\n"
+
+
+def speed_lines(d: Decision) -> list[str]:
+    """T5: the comparison rule declared before timing and the speed comparisons it establishes (the others are
+    under 'What remains uncertain')."""
+    established = [f"- {hw}, {c.scope}: {c.a} vs {c.b}: {c.text}" for hw, c in d.speed_comparisons()
+                   if c.distinguished]
+    others = sum(1 for _, c in d.speed_comparisons() if not c.distinguished)
+    return ["", "## Speed comparisons (T5)", "", f"- rule: {speed_rule_line(d.evidence[0].protocol.stats)}",
+            *(established or ["- no speed comparison is established at the declared level"]),
+            *([f"- {others} not established: listed under 'What remains uncertain'"] if others else [])]
 
 
 def _decision_lines(d: Decision) -> list[str]:

@@ -37,6 +37,7 @@ from iteralab.errors import IteraError
 from iteralab.evidence.bundle import out_elsewhere, refuse_if_sealed
 from iteralab.evidence.memory import memory_table
 from iteralab.evidence.reads import Evidence
+from iteralab.evidence.speed import LOADED_APART, Comparison, compare, pct, speed_rule_line
 from iteralab.evidence.stats import fmt_s, reference_rows, render_stats
 from iteralab.evidence.table import CONCURRENT_NOTE
 from iteralab.kit.calcul_forfaits import STANDARD_PACKAGE_DAYS, format_amount, format_hours
@@ -94,11 +95,51 @@ def _colors(configs: list[Config], merged: bool) -> list[str]:
     return [COLORS[order.index(k) % len(COLORS)] for k in keys]
 
 
+def speedups(configs: list[Config]) -> dict[int, tuple[Config, Comparison]]:
+    """Per configuration (by index), the fastest by median on its machine and their T5 comparison (none for the
+    fastest itself)."""
+    out: dict[int, tuple[Config, Comparison]] = {}
+    for hw in dict.fromkeys(c.hardware for c in configs):
+        timed = [c for c in configs if c.hardware == hw and c.times.median is not None]
+        if not timed:
+            continue
+        best = min(timed, key=lambda c: c.times.median)  # type: ignore[arg-type,return-value]
+        for i, c in enumerate(configs):
+            if c in timed and c is not best:
+                out[i] = (best, compare(best.times, c.times, "chart", names=(best.variant, c.variant)))
+    return out
+
+
+def _draw_interval(ax: Any, i: int, pair: tuple[Config, Comparison] | None) -> None:
+    """The speed-up against the machine's fastest configuration by median, with its interval at the declared
+    level drawn as the pass times it allows (the fastest's median times each bound)."""
+    if pair is None:
+        return
+    best, c = pair
+    low, high = c.interval or (None, None)
+    if c.faster != best.variant or c.ratio is None:
+        return
+    base = best.times.median or 0.0
+    label = f"speed-up interval at {pct(1 - (c.level or 0))} vs the fastest (its median x bounds)"
+    if low is not None and high is not None:
+        ax.vlines(i + 0.3, base * low, base * high, colors="#555555", linewidth=3, alpha=0.6, zorder=2,
+                  label=label)
+    elif low is not None:  # one-sided: a lower bound only
+        ax.scatter([i + 0.3], [base * low], color="#555555", marker="^", s=40, alpha=0.6, zorder=2, label=label)
+    bounds = f"{low:.2f}-{high:.2f}" if low is not None and high is not None else \
+        f">= {low:.2f}" if low is not None else "no interval"
+    ax.annotate(f"x{c.ratio:.2f} ({bounds}){'' if c.distinguished else ' n.d.'}", (i, 1),
+                xycoords=("data", "axes fraction"), xytext=(0, -12), textcoords="offset points", ha="center",
+                fontsize=7, color="#333333")
+
+
 def plot_times(configs: list[Config], merged: bool) -> str:
     plt, fig, ax = _figure()
+    fastest = speedups(configs)
     for i, (c, color) in enumerate(zip(configs, _colors(configs, merged))):
         shown = [p for p in c.times.passes if p.counted]
-        excluded = [p.pass_s for p in c.times.passes if p.excluded and p.pass_s is not None]
+        excluded = [p.pass_s for p in c.times.passes if p.excluded and p.pass_s is not None and not p.concurrent]
+        apart = [p.pass_s for p in c.times.passes if p.excluded and p.pass_s is not None and p.concurrent]
         offsets = [(k - (len(shown) - 1) / 2) * 0.06 for k in range(len(shown))]
         quiet = [(i + o, p.pass_s) for o, p in zip(offsets, shown) if not p.concurrent]
         loaded = [(i + o, p.pass_s) for o, p in zip(offsets, shown) if p.concurrent]
@@ -110,6 +151,10 @@ def plot_times(configs: list[Config], merged: bool) -> str:
         if excluded:
             ax.scatter([i + 0.2] * len(excluded), excluded, facecolors="none", edgecolors="grey", s=34, zorder=3,
                        label="excluded pass")
+        if apart:  # T4: set apart by stats.loaded_passes, the same for every variant
+            ax.scatter([i + 0.2] * len(apart), apart, facecolors="none", edgecolors="grey", marker="^", s=40,
+                       zorder=3, label=f"{CONCURRENT_NOTE}, set apart")
+        _draw_interval(ax, i, fastest.get(i))
         if c.times.median is not None:
             ax.hlines(c.times.median, i - 0.3, i + 0.3, colors="black", linewidth=2, zorder=4,
                       label="median" if i == 0 else None)
@@ -120,7 +165,8 @@ def plot_times(configs: list[Config], merged: bool) -> str:
     ax.set_xticks(range(len(configs)), [_short(c, merged) for c in configs], fontsize=8)
     ax.set_ylabel("measured pass time (s)")
     ax.set_ylim(bottom=0)
-    ax.set_title("Pass times: every pass, median marked", fontsize=10)
+    ax.set_title("Pass times: every pass, median marked; speed-up against the fastest on each machine, with its "
+                 "interval (n.d.: not distinguished at the declared level)", fontsize=10)
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles))  # one entry per kind of mark, however many variants carry it
     ax.legend(unique.values(), unique.keys(), fontsize=8, loc="best")
@@ -378,7 +424,8 @@ def _config_row(c: Config) -> dict[str, Any]:
     return {
         "key": c.key, "feasible": c.feasible, "failures": c.failures, "quality": c.quality,
         "marked": c.quality.mark, "median": fmt_s(c.times.median), "times": ", ".join(fmt_s(p.pass_s) + (" (under concurrent load)" if p.concurrent else "")
-                                                 for p in c.times.passes if p.counted),
+                                                 + ("" if p.counted else ", set apart") for p in c.times.passes
+                                                 if p.counted or p.exclusion_reason == LOADED_APART),
         "window": c.window.describe(), "deadline": c.window.deadline_text(), "meets_deadline": c.window.meets_deadline,
         "package": "not priced: CPU only" if c.pricing.reason == CPU_ONLY else c.pricing.describe(),
         "committed": f"{format_amount(b.total)} {b.currency}" if b else "-",
@@ -447,6 +494,7 @@ def render_report(decision: Decision, decision_md: str | None = None) -> str:
         plot_memory=plot_memory(memory), memory=memory, memory_notes=memory_notes,
         plot_cost=plot_cost(configs, merged, decision.chosen), cpu_only=cpu, exclusions=exclusions,
         plot_window=plot_window(decision), fmt_s=fmt_s, concurrent_note=CONCURRENT_NOTE,
+        speed_rule=speed_rule_line(decision.evidence[0].protocol.stats),
         datasets=[(c.key, v) for c in configs for v in c.datasets], expense_rows=expense_rows(decision),
         expense_rule=(EXPENSES_COUNTED if decision.costs.counted else EXPENSES_APART) if decision.costs else None,
         corpus_size=decision.evidence[0].corpus_size, fingerprint=decision.evidence[0].fingerprint,

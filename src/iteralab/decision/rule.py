@@ -28,6 +28,7 @@ from iteralab.economics.pricing import (EXPENSES_APART, EXPENSES_COUNTED, Catalo
                                         count_accepted_results, expenses_of, format_amount)
 from iteralab.plan.expenses import check_currency
 from iteralab.evidence.reads import Evidence, load_evidence
+from iteralab.evidence.speed import Comparison, loaded_only, speed_rule
 from iteralab.evidence.stats import (MISSING_SUBGROUP, CampaignStats, VariantQuality, VariantTimes,
                                      campaign_stats, compare, fmt_s)
 from iteralab.decision.job import JobPlan, plan_job
@@ -206,6 +207,18 @@ class Decision:
         """The reasons that say how variant-specific expenses would move the winner under the other basis."""
         return tuple(r for r in self.reasons if r.startswith(OTHER_BASIS))
 
+    def speed_comparisons(self) -> list[tuple[str, Comparison]]:
+        """Every series comparison (T5) with the observed machine it was made on."""
+        return [(observed_label(st.evidence), c) for st in self.stats for c in st.comparisons]
+
+    def speed_record(self) -> dict[str, Any]:
+        """The declared rule (n needed, level, sidedness, loaded passes) and every comparison, the established
+        ones listed apart."""
+        return {**speed_rule(self.evidence[0].protocol.stats),
+                "comparisons": [{"hardware": hw, **c.to_dict()} for hw, c in self.speed_comparisons()],
+                "established": [f"{hw}, {c.scope}: {c.a} vs {c.b}" for hw, c in self.speed_comparisons()
+                                if c.distinguished]}
+
     def to_dict(self) -> dict[str, Any]:
         ev = self.evidence[0]
         return {
@@ -227,7 +240,7 @@ class Decision:
             "planned_window": self.planned.to_dict(),
             "observed_spans": [o.to_dict() if o else None for o in self.observed],
             "configurations": [c.to_dict() for c in self.configs],
-            "reasons": list(self.reasons), "uncertain": list(self.uncertain),
+            "reasons": list(self.reasons), "uncertain": list(self.uncertain), "speed": self.speed_record(),
             "manifest_differences": [{"a": a, "b": b, "fields": list(k)} for a, b, k in self.manifest_diffs],
             "scope": SCOPE, "rental_id": self.rental_id, "notes": list(self.notes),
             "other_expenses": None if self.costs is None else
@@ -291,6 +304,7 @@ def _config(hw: str, ev: Evidence, st: CampaignStats, times: VariantTimes, plann
     else:
         exclusions = [f"not feasible (M1): {'; '.join(failures)}; never priced"] if failures else []
     exclusions += quality_exclusions(quality, metric, ev.protocol.metric.reference_variant)
+    exclusions += [loaded_only(times)] if loaded_only(times) else []
     verdicts = dataset_verdicts(ev.campaign, [r for r in ev.rows if r.variant == times.variant],
                                 ev.exclusions)
     exclusions += [f"dataset {d.name!r} not verified: {'; '.join(d.reasons) or 'no counted pass'} "

@@ -13,14 +13,14 @@ distribution: five corpus pass times and one thousand per-request latencies are 
 latency study needs individual request times under an arrival scenario with a stated concurrency, which an
 offline campaign does not measure. A tail percentile of five values would be the maximum under another name.
 
-Two variants of a series are *distinguished* only when the absolute difference of their medians is larger
-than the spread (max - min) of both; otherwise the comparison says the series does not distinguish them yet
-and what to do (T5).
+Two variants of a series are *distinguished* only by the exact rank test at the level the protocol declared
+(:mod:`iteralab.evidence.speed`); otherwise the comparison says the series does not distinguish them and what to
+do (T5). Under ``stats.loaded_passes = "apart"`` (the default) a pass measured under concurrent load is an
+external incident (T4): shown, marked, and not counted.
 """
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,19 +30,19 @@ from iteralab.campaign.kinds.registry import kind_of
 from iteralab.campaign.verdict.judge import HASH_PROBLEM, SubgroupCheck, subgroup_check
 from iteralab.evidence.datasets import JOB_TIME_RULE, PassTime, job_rounds
 from iteralab.evidence.reads import Evidence, load_evidence
+from iteralab.evidence.speed import (Comparison, VariantTimes, compare, fmt_s, pct, set_apart, speed_rule,
+                                     speed_rule_line)
 from iteralab.evidence.table import CONCURRENT_NOTE, SUBGROUP_CLASSES_NOTE, rejection_of, subgroup_classes_of
 from iteralab.plan.protocol import Protocol
+from iteralab.plan.tables import StatsSpec
 
 SCHEMA_VERSION = 1
 NO_TAIL_PERCENTILE = (
     "no p95 or other tail percentile: a few corpus pass times and per-request latencies are different "
     "populations; a latency study needs individual request times under an arrival scenario and concurrency"
 )
-INVESTIGATE = "add passes under the same protocol, or look at loading, input format, compilation, concurrent activity"
 #: The declared reproduction target, named in every verdict (Q3): "held" never reads as "the same result".
 TARGET_NAMES = {"identical": "identical-output", "bounded": "bounded-difference", "acceptable": "acceptable-quality"}
-#: T5: "distinguished" is never claimed from fewer counted passes per variant than this.
-MIN_PASSES_TO_DISTINGUISH = 3
 MISSING_SUBGROUP = "its check was not actually made (look at the stratum column of inputs/corpus.csv)"
 Q2_MARK = "kept in the table, MARKED, excluded from the equivalent-quality comparison (Q2)"
 #: What an attempt a stop signal interrupted is, wherever it is listed (stats, decision, report).
@@ -53,154 +53,6 @@ ZERO_RECALL = "recall 0 in every variant, the reference included"
 
 
 # ---------------------------------------------------------------------------------------------- times
-
-
-@dataclass(frozen=True)
-class VariantTimes:
-    """Every pass of one variant, round by round in the order rounds first ran, and the summary of the counted
-    ones."""
-
-    variant: str
-    series: tuple[str, ...]
-    passes: tuple[PassTime, ...]
-    #: the attempts a stop signal interrupted (not in ``passes``: counted for nothing, their slot runs again)
-    interrupted: tuple[str, ...] = ()
-
-    @property
-    def times(self) -> tuple[float, ...]:
-        return tuple(p.pass_s for p in self.passes if p.counted)  # type: ignore[misc]
-
-    @property
-    def slowest_concurrent(self) -> bool:
-        """T5: the slowest counted pass (what a production plan is checked against) ran under concurrent load."""
-        counted = [p for p in self.passes if p.counted]
-        return bool(counted) and max(counted, key=lambda p: p.pass_s).concurrent  # type: ignore[arg-type,return-value]
-
-    @property
-    def median(self) -> float | None:
-        return statistics.median(self.times) if self.times else None
-
-    @property
-    def minimum(self) -> float | None:
-        return min(self.times) if self.times else None
-
-    @property
-    def maximum(self) -> float | None:
-        return max(self.times) if self.times else None
-
-    @property
-    def spread(self) -> float | None:
-        return None if not self.times else max(self.times) - min(self.times)
-
-    def count(self, status: str) -> int:
-        return sum(1 for p in self.passes if p.status == status and not p.excluded)
-
-    @property
-    def excluded(self) -> tuple[PassTime, ...]:
-        return tuple(p for p in self.passes if p.excluded)
-
-    def phase_median(self, phase: str) -> float | None:
-        values = [p.phases.get(phase) for p in self.passes if p.status == "ok" and not p.excluded]
-        known = [v for v in values if v is not None]
-        return statistics.median(known) if known else None
-
-    @property
-    def total_median(self) -> float | None:
-        """Median over counted passes of the sum of every measured phase (start-up included)."""
-        totals = [sum(v for v in p.phases.values() if v is not None) for p in self.passes if p.counted]
-        return statistics.median(totals) if totals else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "variant": self.variant, "series": list(self.series), "passes": [p.to_dict() for p in self.passes],
-            "times": list(self.times), "median": self.median, "min": self.minimum, "max": self.maximum,
-            "spread": self.spread, "n_ok": self.count("ok"), "n_failed": self.count("failed"),
-            "n_aborted": self.count("aborted"), "n_excluded": len(self.excluded),
-            "n_interrupted": len(self.interrupted), "interrupted": list(self.interrupted),
-            "phase_medians": {p: self.phase_median(p) for p in PHASES},
-        }
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """T5 verdict between two variants: ``distinguished``, ``not distinguished yet`` or ``no comparison``."""
-
-    scope: str
-    a: str
-    b: str
-    verdict: str
-    text: str
-    faster: str | None = None
-    ratio: float | None = None
-
-    @property
-    def distinguished(self) -> bool:
-        return self.verdict == "distinguished"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"scope": self.scope, "a": self.a, "b": self.b, "verdict": self.verdict, "text": self.text,
-                "faster": self.faster, "ratio": self.ratio}
-
-
-def fmt_s(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    return f"{seconds:.3f}" if seconds >= 0.01 else f"{seconds:.5f}"
-
-
-def _pct(fraction: float) -> str:
-    value = 100 * fraction
-    return f"{value:.0f} %" if value >= 1 or value == 0 else f"{value:.1f} %"
-
-
-def compare(a: VariantTimes, b: VariantTimes, scope: str = "", names: tuple[str, str] | None = None) -> Comparison:
-    """The T5 comparison of two variants' counted pass times (failed passes are named after the verdict)."""
-    c = _compare(a, b, scope, names or (a.variant, b.variant))
-    failing = [(n, v.count("failed") + v.count("aborted")) for v, n in zip((a, b), (c.a, c.b))]
-    notes = [f"{n} also has {k} failed or aborted pass{'es' if k != 1 else ''} (see feasibility)"
-             for n, k in failing if k]
-    loaded = sum(1 for v in (a, b) for p in v.passes if p.counted and p.concurrent)
-    if loaded:
-        notes.append(f"{loaded} of these counted passes were {CONCURRENT_NOTE} (see the raw table's notes): "
-                     "repeat them on a quiet machine before trusting this comparison")
-    if notes and c.verdict != "no comparison":
-        return Comparison(c.scope, c.a, c.b, c.verdict, f"{c.text}; {'; '.join(notes)}", c.faster, c.ratio)
-    return c
-
-
-def _compare(a: VariantTimes, b: VariantTimes, scope: str, names: tuple[str, str]) -> Comparison:
-    na, nb = names
-    for v, n in ((a, na), (b, nb)):
-        if not v.times:
-            return Comparison(scope, na, nb, "no comparison",
-                              f"no comparison: {n} has no counted successful pass "
-                              f"({v.count('failed')} failed, {v.count('aborted')} aborted, {len(v.excluded)} excluded)")
-    for v, n in ((a, na), (b, nb)):
-        if len(v.times) < MIN_PASSES_TO_DISTINGUISH:
-            count = f"only {len(v.times)} counted pass{'es' if len(v.times) != 1 else ''}"
-            return Comparison(scope, na, nb, "not distinguished yet",
-                              f"not distinguished yet: {n} has {count}; a difference is never claimed from fewer "
-                              f"than {MIN_PASSES_TO_DISTINGUISH}: {INVESTIGATE}")
-    ma, mb = a.median, b.median
-    assert ma is not None and mb is not None and a.spread is not None and b.spread is not None
-    gap = abs(ma - mb)
-    wide, wide_name = (a, na) if a.spread >= b.spread else (b, nb)
-    spread = wide.spread or 0.0
-    if spread >= gap:
-        base = wide.median or 1.0
-        word = "larger than" if spread > gap else "as large as"
-        return Comparison(
-            scope, na, nb, "not distinguished yet",
-            f"not distinguished yet: spread {_pct(spread / base)} of {wide_name}'s median, {word} the "
-            f"{_pct(gap / base)} gap between {na} and {nb}: {INVESTIGATE}")
-    fast, slow, fast_name, slow_name = (a, b, na, nb) if ma < mb else (b, a, nb, na)
-    ratio = slow.median / fast.median if fast.median else None  # type: ignore[operator]
-    times = "faster" if ratio is None else f"{ratio:.2f}x faster"
-    return Comparison(
-        scope, na, nb, "distinguished",
-        f"distinguished: {fast_name} is {times} than {slow_name} by median ({fmt_s(fast.median)} s vs "
-        f"{fmt_s(slow.median)} s); the {fmt_s(gap)} s gap exceeds both spreads "
-        f"({fmt_s(a.spread)} s, {fmt_s(b.spread)} s)", fast_name, ratio)
 
 
 # -------------------------------------------------------------------------------------------- quality
@@ -407,7 +259,7 @@ class CampaignStats:
             "protocol": ev.campaign.protocol.identity(),
             "corpus": {"fingerprint": ev.fingerprint, "size": ev.corpus_size},
             "hardware": ev.hardware.to_dict(), "tail_percentiles": NO_TAIL_PERCENTILE,
-            "exclusion_rule": p.run.exclusion_rule,
+            "exclusion_rule": p.run.exclusion_rule, "speed_rule": speed_rule(p.stats),
             "variants": [v.to_dict() for v in self.variants],
             "comparisons": [c.to_dict() for c in self.comparisons],
             "quality": {"metric": p.metric.label, "threshold": p.metric.threshold, "tolerance": p.metric.tolerance,
@@ -432,10 +284,11 @@ def campaign_stats(campaign_dir: str | Path | Evidence) -> CampaignStats:
         for name in s["variants"]:
             series_of.setdefault(name, []).append(s["name"])
     variants = []
+    rule = ev.protocol.stats
     for name, rows in by_variant.items():  # K6: job times per round, never pooled passes of datasets
-        passes = job_rounds(ev.campaign, rows, ev.exclusions, CONCURRENT_NOTE)
+        passes = set_apart(job_rounds(ev.campaign, rows, ev.exclusions, CONCURRENT_NOTE), rule)
         stopped = tuple(r.pass_id for r in ev.interrupted if r.variant == name)
-        variants.append(VariantTimes(name, tuple(series_of.get(name, [])), passes, stopped))
+        variants.append(VariantTimes(name, tuple(series_of.get(name, [])), passes, stopped, rule))
     index = {v.variant: v for v in variants}
     comparisons = []
     for s in ev.campaign.series:
@@ -506,7 +359,7 @@ def render_quality(stats: CampaignStats) -> list[str]:
             _flag(q.subgroups_ok, "gating subgroups ok", "GATING SUBGROUP FAILS"),
             f"{TARGET_NAMES.get(rep.target, rep.target)} target {_flag(q.reproduction_ok, 'held', 'NOT HELD')}"
             + ("" if q.label_agreement is None else
-               f" (up to {_pct(1 - q.label_agreement)} of labels differ from the reference in a pass, max |prob diff| "
+               f" (up to {pct(1 - q.label_agreement)} of labels differ from the reference in a pass, max |prob diff| "
                f"{q.max_abs_prob_diff:.2e})"),
         ]
         lines.append(f"  {q.variant}: " + "; ".join(parts))
@@ -563,7 +416,7 @@ def render_stats(stats: CampaignStats) -> str:
             shown.append(f"{p.pass_id} {value}{tag}")
         lines.append("  every pass, in run order: " + ("; ".join(shown) or ("none finished" if v.interrupted else "none attempted")))
         if v.times:
-            spread = f", spread {_pct(v.spread / v.median)} of median" if v.median else ""  # type: ignore[operator]
+            spread = f", spread {pct(v.spread / v.median)} of median" if v.median else ""  # type: ignore[operator]
             lines.append(f"  median {fmt_s(v.median)} s, min {fmt_s(v.minimum)} s, max {fmt_s(v.maximum)} s over "
                          f"{len(v.times)} counted pass{'es' if len(v.times) != 1 else ''}{spread}")
             lines.append("  start-up and other phases (median s): " + ", ".join(
@@ -580,7 +433,7 @@ def render_stats(stats: CampaignStats) -> str:
             lines.append(f"  {p.pass_id} excluded: {p.exclusion_reason}")
         for pass_id in v.interrupted:
             lines.append(f"  {pass_id} {INTERRUPTED_LINE}")
-    lines += ["", "Comparisons within each series (T5):"]
+    lines += ["", f"Comparisons within each series (T5): {speed_rule_line(ev.protocol.stats)}"]
     lines += [f"  {c.scope}: {c.a} vs {c.b}: {c.text}" for c in stats.comparisons] or ["  no series declared"]
     lines += ["", *render_quality(stats)]
     if stats.notes:

@@ -24,7 +24,8 @@ from iteralab.errors import ProtocolError
 from iteralab.plan.expenses import BudgetRule, ExpenseFile, ExpenseLine, expense_problems, keyed_error
 from iteralab.plan.metric import MetricSpec, Subgroup, subgroup_problems
 from iteralab.plan.tables import (Calendar, CatalogSpec, Checks, CorpusSource, CorpusSpec, Dataset, JobSpec, ModelSpec,
-                                  Reproduction, RunSpec, Series, Variant, Warmup, corpus_sources)
+                                  Reproduction, RunSpec, Series, StatsSpec, Variant, Warmup,
+                                  corpus_sources)
 from iteralab.plan.task import EmbeddingSpec, GenerationSpec, TaskSpec, task_problem
 from iteralab.plan.values import Flag, Strict as _Strict, Text, Whole
 
@@ -81,6 +82,9 @@ class Protocol(_Strict):
         "W4: the production job the comparison stands for, planned from observed throughput."))
     run: RunSpec = Field(default=RunSpec(), description=(
         "How the passes run: how many, in which isolation, on which device, with which limits."))
+    stats: StatsSpec = Field(default=StatsSpec(), description=(
+        "T4, T5: how pass times are compared, fixed before timing: the error rate, one- or two-sided, and what "
+        "counts of a pass measured under concurrent load."))
     variants: tuple[Variant, ...] = Field(min_length=1, description=(
         "The configurations compared; each one's passes are rotated with the others'."))
     series: tuple[Series, ...] = Field(default=(), description=(

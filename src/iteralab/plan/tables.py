@@ -197,7 +197,8 @@ class RunSpec(_Strict):
         "The same limit relative to each pass's own warm-up, e.g. \"5x warmup\": the factor x the warm-up's time per "
         "document x the documents of the pass. Give this or pass_timeout_s, not both."))
     exclusion_rule: Text = Field(
-        default="a pass is excluded only for a documented external incident; the same rule applies to every variant",
+        default=("a pass is excluded only for a documented external incident (concurrent load detected by iteralab "
+                 "is one, handled by stats.loaded_passes); the same rule applies to every variant"),
         description="The rule for excluding a pass (iteralab exclude), the same for every variant.")
     ray_address: Text | None = Field(default=None, description=(
         "Ray engine (X4): an existing cluster's address (or \"auto\"); absent: a local Ray of ray_num_cpus CPUs."))
@@ -241,6 +242,19 @@ class RunSpec(_Strict):
         if problem:
             raise ValueError(problem)
         return self
+
+
+class StatsSpec(_Strict):
+    level: Number = Field(default=0.05, gt=0, lt=0.5, description=(
+        "T5: the error rate declared before timing: two variants are called distinguished only when the exact rank "
+        "test of their counted passes gives p at most this (also the speed-up interval's 1 - level)."))
+    sided: Literal["two", "one"] = Field(default="two", description=(
+        "two: the level bounds the chance of calling either of two identical variants faster; one: the level is "
+        "per direction (either of two identical variants is called faster up to twice as often)."))
+    loaded_passes: Literal["apart", "counted"] = Field(default="apart", description=(
+        "A pass measured under concurrent load is an external incident (T4). apart: it stays in the raw table, "
+        "marked, and is not counted (statistics, comparisons and decision use the quiet passes); counted: it is "
+        "counted, and every comparison says how many counted passes were loaded."))
 
 
 _RELATIVE_LIMIT = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*[x×]\s*warm-?up\s*", re.IGNORECASE)
