@@ -6,6 +6,7 @@ the planner is :func:`iteralab.economics.lots.plan_shards`, the same for all thr
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 
 import pytest
@@ -108,3 +109,99 @@ def test_with_nothing_to_beat_the_bar_is_the_cheapest_plan_finishing_before_the_
     # the cheapest plan that can finish: 1 lot of 7 days (150); 1,000,000 documents in 255,600 s: 3.9124 -> 3.92
     result = break_even(base, deadline, catalog, "l40s", 1_000_000, None, range(1, 9))
     assert result.rate == Decimal("3.92") and result.plan.lots == 1 and result.plan.total == Decimal("150.00")
+
+
+# ------------------------------------------------------------------------------------ through decide and verify
+
+from iteralab.cli import main  # noqa: E402
+from iteralab.decision.audit import check_decision  # noqa: E402
+from iteralab.evidence.verify import AuditReport  # noqa: E402
+from iteralab.decision.note import render_decision  # noqa: E402
+from iteralab.decision.rule import decide  # noqa: E402
+from test_answer import _with_job  # noqa: E402
+from test_stats import build_campaign  # noqa: E402
+
+B4 = {"b4": {"batch_size": 4, "passes": [{"s": 4.0}, {"s": 4.3}, {"s": 3.9}]}}
+FAST = {"b4": {"batch_size": 4, "passes": [{"s": 1.0}, {"s": 1.1}, {"s": 0.9}]}}
+
+
+def _catalog_file(tmp_path):
+    path = tmp_path / "rent.csv"
+    path.write_text(HEADER + "\n".join(ROWS) + "\n", encoding="utf-8")
+    return path
+
+
+def test_decide_plans_two_lots_where_one_misses_the_deadline(tmp_path):
+    # the hand-built campaign: 6 documents, slowest b4 pass 4.3 s, start-up 2.5 s (load 2.0 + warm-up 0.5);
+    # the same figures as the first test: 25,000 documents on 2 lots of the 7-day rtx-4090 package, 220.00 USD
+    folder = _with_job(build_campaign(tmp_path / "rtx", hardware="rtx4090", variants=B4), 25_000)
+    decision = decide([folder], catalog=_catalog_file(tmp_path))
+    assert decision.chosen is not None and decision.lots is None and decision.lots_rented == 2
+    assert decision.one_line.startswith("chosen: NVIDIA GeForce RTX 4090 / b4: rtx-4090 7-day package, 2 lots, "
+                                        "220.00 USD committed") or \
+        decision.one_line.startswith("chosen: b4: rtx-4090 7-day package, 2 lots, 220.00 USD committed")
+    note = render_decision(decision)
+    assert "## Rental plans: lots, machines, rates to reach (planned)" in note
+    assert "- lots of b4: 1 lot: misses the deadline" in note and "- lots of b4: 3 lots: commits more (330.00" in note
+    assert "assumed to run as the observed one" in note
+    # the unobserved rows of the catalog get a bar; b200's cheapest package (2071.00) can never beat 220.00
+    assert "b200 (NVIDIA B200), not observed: cannot beat the chosen plan at any rate" in note
+    assert "l40s (NVIDIA L40S), not observed: rent it next only if you expect at least" in note
+    # --lots 1 is a constraint: the job then misses the deadline and nothing qualifies
+    assert decide([folder], catalog=_catalog_file(tmp_path), lots=1).chosen is None
+
+
+def test_decide_over_two_machines_prints_every_part_and_verify_recomputes_it(tmp_path, capsys, monkeypatch):
+    # the second machine's folder: the same protocol, recorded on another device (an H100, 1.1 s at the slowest)
+    monkeypatch.chdir(tmp_path)
+    rtx = _with_job(build_campaign(tmp_path / "rtx", hardware="rtx4090", variants=B4), 70_000)
+    h100 = _with_job(build_campaign(tmp_path / "h100", hardware="h100", variants=FAST), 70_000)
+    catalog = _catalog_file(tmp_path)
+    decision = decide([rtx, h100], catalog=catalog)
+    # the figures of the mix test above: rtx alone 5 lots (550), h100 alone 2 lots (600), the mix 1 + 1 (410)
+    assert decision.chosen.key == "NVIDIA GeForce RTX 4090 / b4" and decision.chosen.committed == Decimal("550.00")
+    assert decision.mix_chosen and decision.plans.mix.total == Decimal("410.00")
+    assert decision.one_line.startswith("chosen: a mix of observed machines: NVIDIA GeForce RTX 4090 / b4: 14259 "
+                                        "documents on 1 lot")
+    assert main(["decide", "rtx", "h100", "--catalog", str(catalog), "--out", "rtx"]) == 0
+    capsys.readouterr()
+    note = (tmp_path / "rtx" / "decision.md").read_text(encoding="utf-8")
+    for part in ("lots of NVIDIA GeForce RTX 4090 / b4: 5 lots", "lots of NVIDIA H100 80GB HBM3 / b4: 2 lots",
+                 "mix of observed machines (chosen: strictly cheaper; best single-machine plan: NVIDIA GeForce RTX "
+                 "4090 / b4, 550.00 USD)", "a corpus processed by two or more configurations",
+                 "l40s (NVIDIA L40S), not observed: rent it next only if you expect at least"):
+        assert part in note, part
+    stored = json.loads((tmp_path / "rtx" / "decision.json").read_text(encoding="utf-8"))
+    assert stored["rental_plans"]["mix"]["chosen"] is True and stored["lots"] is None
+    assert [p["documents"] for p in stored["rental_plans"]["mix"]["parts"]] == [14_259, 55_741]
+    report = AuditReport(tmp_path / "rtx")  # the hand-built folders hold no prediction files to re-verify:
+    check_decision(tmp_path / "rtx", report)  # the decision's own check, on both folders
+    assert report.differences == [] and report.notes == []
+    # an edited pass time in the second machine's folder changes the recomputed decision: verify names it
+    table = tmp_path / "h100" / "raw_table.csv"
+    text = table.read_text(encoding="utf-8")
+    table.write_text(text.replace(",1.100000,", ",3.300000,", 1), encoding="utf-8")
+    assert text != table.read_text(encoding="utf-8")
+    check_decision(tmp_path / "rtx", report)
+    assert report.differences and report.differences[0].startswith("decision.json: differs from the decision "
+                                                                    "recomputed from the folder's files at ")
+    # the second folder moved out of reach: said in a note, never a silent pass
+    (tmp_path / "h100").rename(tmp_path / "elsewhere")
+    later = AuditReport(tmp_path / "rtx")
+    check_decision(tmp_path / "rtx", later)
+    assert later.differences == [] and "'h100' was not found" in later.notes[0]
+
+
+def test_a_cpu_campaign_gets_the_rate_each_row_must_reach_to_finish_before_the_deadline(tmp_path):
+    folder = _with_job(build_campaign(tmp_path / "cpu", variants=B4), 6_000)
+    decision = decide([folder])  # the shipped catalog: rtx-4090 and b200, neither observed
+    assert decision.chosen is None
+    rows = {r.gpu_id: r for r in decision.plans.rows}
+    assert set(rows) == {"rtx-4090", "b200"} and rows["rtx-4090"].beat is None
+    # 3 h = 10,800 s after the planned tasks, 1 lot of the 7-day package: 6,000 / 10,800 = 0.5556 -> 0.556
+    assert rows["rtx-4090"].rate == Decimal("0.556") and rows["rtx-4090"].plan.lots == 1
+    note = render_decision(decision)
+    assert ("rtx-4090 (NVIDIA GeForce RTX 4090), not observed: rent it next only if you expect at least 0.556 "
+            "documents/s per lot: 0.4x the fastest observed (b4, 1.40 documents/s per lot)") in note
+    assert "would finish before the deadline (nothing was priced to beat)" in note
+    assert "a bar to beat, never a price" in note
