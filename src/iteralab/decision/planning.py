@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
 from iteralab.decision.costing import Pricing, cpu_entry, lots_for_cards, match_gpu, price_config
 from iteralab.decision.windows import WindowInfo
@@ -21,8 +21,8 @@ from iteralab.economics.pricing import Catalog
 from iteralab.evidence.reads import Evidence
 from iteralab.evidence.stats import VariantTimes
 
-if TYPE_CHECKING:  # the rule's configuration (decision.rule imports this module)
-    from iteralab.decision.rule import Config
+#: The rule's configuration (``decision.rule.Config``, which imports this module): read by its attributes here.
+Config = Any
 
 __all__ = ["BAR", "MIX_NOTE", "RentalPlans", "lot_choices", "mix_line", "plan_config", "plan_lines", "plan_rental",
            "rate_of", "startup_of"]
