@@ -205,3 +205,48 @@ def test_a_cpu_campaign_gets_the_rate_each_row_must_reach_to_finish_before_the_d
             "documents/s per lot: 0.4x the fastest observed (b4, 1.40 documents/s per lot)") in note
     assert "would finish before the deadline (nothing was priced to beat)" in note
     assert "a bar to beat, never a price" in note
+
+
+def test_verify_recomputes_a_two_machine_decision_from_the_sealed_folders(tmp_path, capsys, monkeypatch):
+    """The same protocol run, its second folder recorded on another machine (the manifest's CPU model): decide over
+    both prints every part, and verify recomputes the decision from both sealed folders."""
+    import shutil
+
+    from campaign_factory import callable_campaign
+    from iteralab.evidence.reads import load_evidence
+    from iteralab.evidence.run import run_campaign
+    from protocol_factory import VARIANTS
+    from test_stats import CALENDAR
+
+    root = tmp_path / "work"
+    root.mkdir()
+    run_campaign(callable_campaign(root, passes=1, variants=VARIANTS + CALENDAR, extra="[job]\ndocuments = 500\n"),
+                 tmp_path / "box-a")
+    shutil.copytree(tmp_path / "box-a", tmp_path / "box-b")
+    manifest = tmp_path / "box-b" / "manifest.json"
+    record = json.loads(manifest.read_text(encoding="utf-8"))
+    record["environment"]["device_inventory"]["cpu"]["model"] = "Second Test CPU"
+    manifest.write_text(json.dumps(record, indent=2, sort_keys=True), encoding="utf-8")
+    hw = load_evidence(tmp_path / "box-a").hardware
+    (tmp_path / "cpus.csv").write_text(
+        HEADER.rstrip("\n") + ",device_match,cpu_cores\n"
+        f"c1,2026-03-01,box-a,{hw.cpu},1,7,40.00,USD,,{hw.cpu_cores}\n"
+        f"c1,2026-03-01,box-b,Second Test CPU,1,7,45.00,USD,,{hw.cpu_cores}\n"
+        "c1,2026-03-01,rtx-4090,NVIDIA GeForce RTX 4090,1,7,110.00,USD,,\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert main(["decide", "box-a", "box-b", "--catalog", "cpus.csv", "--out", "box-a"]) == 0
+    note = (tmp_path / "box-a" / "decision.md").read_text(encoding="utf-8")
+    assert "Second Test CPU" in note and "- lots of " in note
+    assert "mix of observed machines (not chosen: not strictly cheaper" in note
+    assert "rtx-4090 (NVIDIA GeForce RTX 4090), not observed: cannot beat the chosen plan at any rate" in note
+    for folder in ("box-b", "box-a"):
+        assert main(["bundle", "pack", folder]) == 0
+    capsys.readouterr()
+    assert main(["verify", "box-a"]) == 0
+    out = capsys.readouterr().out
+    assert "verified:" in out and "not recomputed" not in out
+    # the second folder edited after sealing: verify of the first names its broken seal
+    stats = tmp_path / "box-b" / "raw_table.csv"
+    stats.write_text(stats.read_text(encoding="utf-8") + "\n", encoding="utf-8")
+    assert main(["verify", "box-a"]) == 1
+    assert "decision.json: merged folder box-b: raw_table.csv: edited" in capsys.readouterr().out
