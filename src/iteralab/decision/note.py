@@ -159,8 +159,12 @@ def _decision_lines(d: Decision) -> list[str]:
     p = d.evidence[0].protocol
     chosen = d.chosen
     out = []
+    if d.mix_chosen and d.plans is not None and d.plans.mix is not None:
+        out.append(f"**Chosen rental: a mix of observed machines**: {d.plans.mix.describe()} (strictly cheaper "
+                   "than the best single-machine plan; see Rental plans).")
     if chosen is not None:
-        out.append(f"**Chosen setting: {chosen.key}**: {package_summary(chosen)}.")
+        out.append(f"**{'Best single-machine plan' if d.mix_chosen else 'Chosen setting'}: {chosen.key}**: "
+                   f"{package_summary(chosen)}.")
         v = p.variant(chosen.variant)
         out.append(f"Setting: {setting_words(p, v)}, {_parallel_words(d, chosen, v)}{d.lots_rented} "
                    f"lot{'s' if d.lots_rented != 1 else ''}.")

@@ -113,7 +113,7 @@ class RentalPlans:
 
     def mix_lines(self) -> list[str]:
         if self.mix is None:
-            return []
+            return list(self.notes)
         single = self.single
         beside = ("no single-machine plan qualifies" if single is None else
                   f"best single-machine plan: {single.key}, {single.committed_text()}")
@@ -188,8 +188,11 @@ def plan_rental(evidence: list[Evidence], configs: list[Config], machines: Itera
         return RentalPlans(chosen, why_none=why)
     choices = lot_choices(lots, ev.protocol.budget.max_lots)
     parts = [p for m in machines if (p := _part([c for c in configs if c.hardware == m.hardware], m.chosen))]
-    mix = None
-    if len(parts) > 1 and not any(c.project is not None and c.project.counted for c in parts):
+    mix, notes = None, ()
+    if len(parts) > 1 and any(c.project is not None and c.project.counted for c in parts):
+        notes = ("no mix of machines is planned: the protocol counts the other expenses ([budget] include_expenses "
+                 "= true), which a mix would share between its parts",)
+    elif len(parts) > 1:
         mix = cheapest_mix(base.window, base.deadline, catalog, job.documents,
                            [Machine(c.key, c.pricing.gpu.gpu_id, rate_of(c.times, ev.corpus_size),  # type: ignore
                                     _per_shard(ev, c.variant, c.pricing)) for c in parts], choices)
@@ -200,7 +203,7 @@ def plan_rental(evidence: list[Evidence], configs: list[Config], machines: Itera
     seen = _observed_rows(evidence, configs, catalog)
     rows = tuple(break_even(base.window, base.deadline, catalog, gpu, job.documents, beat, choices)
                  for gpu in catalog.gpu_ids() if gpu not in seen)
-    return RentalPlans(chosen, mix, mix_chosen, rows, _fastest(configs, ev.corpus_size))
+    return RentalPlans(chosen, mix, mix_chosen, rows, _fastest(configs, ev.corpus_size), notes=notes)
 
 
 def plan_lines(chosen: Config | None, machines: Iterable[Any], plans: RentalPlans | None) -> list[str]:
