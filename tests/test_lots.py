@@ -250,3 +250,24 @@ def test_verify_recomputes_a_two_machine_decision_from_the_sealed_folders(tmp_pa
     stats.write_text(stats.read_text(encoding="utf-8") + "\n", encoding="utf-8")
     assert main(["verify", "box-a"]) == 1
     assert "decision.json: merged folder box-b: raw_table.csv: edited" in capsys.readouterr().out
+
+
+def test_a_decision_written_before_lots_were_planned_still_verifies(tmp_path):
+    """An older decision.json (one lot by default, no planned parts) is recomputed with one lot; the parts it does
+    not hold are named in a note, not reported as differences."""
+    from iteralab.decision.note import write_decision
+
+    folder = _with_job(build_campaign(tmp_path / "rtx", hardware="rtx4090", variants=B4), 6)
+    write_decision(decide([folder], lots=1), folder)
+    path = folder / "decision.json"
+    old = json.loads(path.read_text(encoding="utf-8"))
+    for key in ("max_lots", "rental_plans"):
+        old.pop(key)
+    old["rental"].pop("mix_chosen")
+    for config in old["configurations"]:
+        config.pop("lots_plan", None)
+    path.write_text(json.dumps(old), encoding="utf-8")
+    report = AuditReport(folder)
+    check_decision(folder, report)
+    assert report.differences == []
+    assert any("written before decisions planned lots" in n for n in report.notes)
