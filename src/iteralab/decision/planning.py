@@ -157,8 +157,7 @@ def _part(configs: list[Config], chosen: Config | None) -> Config | None:
     (a smaller share may then meet it); priced on a catalog row, never for a remote service."""
     if chosen is not None:
         return chosen if chosen.pricing.gpu is not None else None
-    late = [c for c in configs if c.exclusions and c.pricing.gpu is not None and c.times.times
-            and all(e.startswith("misses the deadline") for e in c.exclusions)]
+    late = [c for c in configs if c.exclusions and c.pricing.gpu is not None and c.times.times and _deadline_only(c)]
     return min(late, key=lambda c: max(c.times.times)) if late else None
 
 
@@ -171,14 +170,35 @@ def _observed_rows(evidence: Iterable[Evidence], configs: list[Config], catalog:
     return seen
 
 
+def _deadline_only(c: Config) -> bool:
+    """Qualifies but for the deadline (which more lots, or a smaller share, may meet)."""
+    return all(e.startswith("misses the deadline") for e in c.exclusions)
+
+
 def _fastest(configs: list[Config], size: int) -> tuple[str, float] | None:
-    rated = [(c.key, r.docs_per_s) for c in configs if not c.failures and (r := rate_of(c.times, size))]
+    """The fastest observed rate per lot among the configurations that qualify but for the deadline (else among
+    those that completed their passes): what an unobserved row's bar is compared with."""
+    done = [c for c in configs if not c.failures]
+    rated = [(c.key, r.docs_per_s) for c in ([c for c in done if _deadline_only(c)] or done)
+             if (r := rate_of(c.times, size)) is not None]
     return max(rated, key=lambda kr: kr[1]) if rated else None
+
+
+def _distinct(parts: list[Config], size: int) -> list[Config]:
+    """One part per catalog row (two folders of the same hardware are more lots of one package, not a mix): the
+    fastest."""
+    best: dict[str, Config] = {}
+    for c in parts:
+        gpu = c.pricing.gpu.gpu_id
+        if gpu not in best or rate_of(c.times, size).docs_per_s > rate_of(best[gpu].times, size).docs_per_s:
+            best[gpu] = c
+    return list(best.values())
 
 
 def plan_rental(evidence: list[Evidence], configs: list[Config], machines: Iterable[Any], chosen: Config | None,
                 base: WindowInfo, catalog: Catalog, lots: int | None) -> RentalPlans:
-    """The mix across the observed machines and the break-even rate of every unobserved catalog row."""
+    """The mix across the observed machines and the break-even rate of every unobserved catalog row, both planned
+    on the protocol's planned window (``base``) with the production job after it."""
     ev = evidence[0]
     job = ev.protocol.job
     if job is None or base.window is None:
@@ -187,7 +207,8 @@ def plan_rental(evidence: list[Evidence], configs: list[Config], machines: Itera
                "no window is planned (the calendar has no tasks): no rate is asked of an unobserved row")
         return RentalPlans(chosen, why_none=why)
     choices = lot_choices(lots, ev.protocol.budget.max_lots)
-    parts = [p for m in machines if (p := _part([c for c in configs if c.hardware == m.hardware], m.chosen))]
+    parts = _distinct([p for m in machines if (p := _part([c for c in configs if c.hardware == m.hardware],
+                                                          m.chosen))], ev.corpus_size)
     mix, notes = None, ()
     if len(parts) > 1 and any(c.project is not None and c.project.counted for c in parts):
         notes = ("no mix of machines is planned: the protocol counts the other expenses ([budget] include_expenses "
