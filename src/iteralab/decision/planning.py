@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import Any, Iterable
 
 from iteralab.decision.costing import Pricing, cpu_entry, lots_for_cards, match_gpu, price_config
+from iteralab.decision.job import JobPlan, plan_job
 from iteralab.decision.windows import WindowInfo
 from iteralab.economics.lots import ASSUMPTION, LABEL, LotChoice, Rate, choose_lots, plan_shards
 from iteralab.economics.mix import BreakEven, Machine, MixPlan, break_even, cheapest_mix
@@ -24,8 +25,8 @@ from iteralab.evidence.stats import VariantTimes
 #: The rule's configuration (``decision.rule.Config``, which imports this module): read by its attributes here.
 Config = Any
 
-__all__ = ["BAR", "MIX_NOTE", "RentalPlans", "lot_choices", "mix_line", "plan_config", "plan_lines", "plan_rental",
-           "rate_of", "startup_of"]
+__all__ = ["BAR", "MIX_NOTE", "RentalPlans", "lot_choices", "mix_line", "plan_config", "plan_jobs", "plan_lines",
+           "plan_rental", "rate_of", "startup_of"]
 
 #: What a mix of observed machines is, said wherever one is shown.
 MIX_NOTE = ("a mix is a corpus processed by two or more configurations, each part verified on the machine that "
@@ -93,6 +94,17 @@ def plan_config(ev: Evidence, times: VariantTimes, base: WindowInfo, accepted: i
                          per_shard=per, fixed=lots is not None, name=name)
     window = _window(choice.shown, base)
     return window, price_config(ev, times, window, accepted, catalog, choice.shown.lots), choice
+
+
+def plan_jobs(configs: list[Config], ev: Evidence, catalog: Catalog) -> tuple[JobPlan, ...]:
+    """The production job table (one lot each, the throughput it was planned from) of every qualifying
+    configuration; nothing without a ``[job]``."""
+    job = ev.protocol.job
+    if job is None:
+        return ()
+    plans = (plan_job(c.key, job.documents, ev.corpus_size, c.times.times, startup_of(c.times), c.pricing.gpu,
+                      catalog, slowest_concurrent=c.times.slowest_concurrent) for c in configs if not c.exclusions)
+    return tuple(p for p in plans if p is not None)
 
 
 # ------------------------------------------------------------------------------------- across machines

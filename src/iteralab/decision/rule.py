@@ -30,14 +30,14 @@ from iteralab.plan.expenses import check_currency
 from iteralab.evidence.reads import Evidence, load_evidence
 from iteralab.evidence.stats import (MISSING_SUBGROUP, CampaignStats, VariantQuality, VariantTimes,
                                      campaign_stats, compare, fmt_s)
-from iteralab.decision.job import JobPlan, plan_job
+from iteralab.decision.job import JobPlan
 from iteralab.evidence.datasets import DatasetVerdict, dataset_verdicts, feasibility_by_source
 from iteralab.evidence.feasibility import feasibility
 from iteralab.decision.costing import (CPU_ONLY, Pricing, match_gpu, observed_label, pricing_catalog,
                                       remote_work)
 from iteralab.decision.exclusions import quality_exclusions
 from iteralab.decision.windows import WindowInfo, observed_span, planned_window, projected_window
-from iteralab.decision.planning import RentalPlans, mix_line, plan_config, plan_rental, startup_of
+from iteralab.decision.planning import RentalPlans, mix_line, plan_config, plan_jobs, plan_rental
 from iteralab.economics.lots import LotChoice
 
 
@@ -284,7 +284,7 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
     if chosen is not None and chosen.lots_choice is not None and len(chosen.lots_choice.plans) > 1:
         reasons += [f"lots of {chosen.key}: {line}" for line in chosen.lots_choice.lines()]
     one_line = _one_line(machines, chosen, rental_line)
-    jobs = _plan_jobs(configs, evidence[0], cat)
+    jobs = plan_jobs(configs, evidence[0], cat)
     uncertain += _uncertainties(evidence[0], stats, configs, planned, project)
     notes = _decision_notes(evidence, stats, configs, incomplete, cat, lots)
     return Decision(tuple(evidence), tuple(stats), tuple(configs), chosen, one_line, tuple(reasons),
@@ -405,21 +405,6 @@ def _with_expenses(configs: list[Config], ev: Evidence, catalog: Catalog) -> tup
             continue
         out.append(replace(c, project=row, pricing=replace(c.pricing, cost=row.cost) if sheet.counted else c.pricing))
     return out, sheet
-
-
-def _plan_jobs(configs: list[Config], ev: Evidence, catalog: Catalog) -> tuple[JobPlan, ...]:
-    job = ev.protocol.job
-    if job is None:
-        return ()
-    plans = []
-    for c in configs:
-        if c.exclusions:
-            continue
-        plan = plan_job(c.key, job.documents, ev.corpus_size, c.times.times, startup_of(c.times), c.pricing.gpu,
-                        catalog, slowest_concurrent=c.times.slowest_concurrent)
-        if plan is not None:
-            plans.append(plan)
-    return tuple(plans)
 
 
 def _one_line(machines: tuple[MachineChoice, ...], chosen: Config | None, rental_line: str) -> str:
