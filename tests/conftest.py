@@ -112,15 +112,13 @@ def _one_ray_at_a_time(request, tmp_path_factory):
         yield
 
 
-@pytest.fixture(autouse=True)
-def _quiet_machine(request, monkeypatch):
+@pytest.fixture(scope="session", autouse=True)
+def _quiet_machine():
     """Passes run for real here, on a machine the suite shares with other jobs, and a pass measured under load is
     set apart by default (stats.loaded_passes, T4): so that what a test checks does not hang on its neighbours'
-    load, each pass's load is measured and recorded as usual but never flagged, except in a test marked
-    ``real_load`` (which reads the flag it sets up). Pass workers are forked, so they see the same reading."""
-    if request.node.get_closest_marker("real_load"):
-        yield
-        return
+    load, each pass's load is measured and recorded as usual but never flagged, for the whole session (campaigns
+    run once by module- and session-scoped fixtures included), except in a test marked ``real_load`` (which reads
+    the flag it sets up: :func:`_real_load`). Yields the product's own measure."""
     import iteralab.models.device as dev
 
     measured = dev.concurrent_load
@@ -129,7 +127,19 @@ def _quiet_machine(request, monkeypatch):
         load = measured(before, after, seconds)
         return None if load is None else {**load, "flagged": False}
 
-    monkeypatch.setattr(dev, "concurrent_load", unflagged)
+    patch = pytest.MonkeyPatch()
+    patch.setattr(dev, "concurrent_load", unflagged)
+    yield measured
+    patch.undo()
+
+
+@pytest.fixture(autouse=True)
+def _real_load(request, monkeypatch, _quiet_machine):
+    """A test marked ``real_load`` sees the product's own flag of a pass measured under load."""
+    if request.node.get_closest_marker("real_load"):
+        import iteralab.models.device as dev
+
+        monkeypatch.setattr(dev, "concurrent_load", _quiet_machine)
     yield
 
 

@@ -342,16 +342,18 @@ CatalogFile = Annotated[Optional[Path], typer.Option(
     "--catalog", help="Catalog CSV (default: the one the folder's stored decision priced from, "
                       "decision-catalog.csv; else the protocol's, else the shipped one). Written with the "
                       "decision, it is copied beside it.")]
-Lots = Annotated[str, typer.Option("--lots", metavar="LOTS", help="Number of lots rented (default 1).")]
+Lots = Annotated[Optional[str], typer.Option("--lots", metavar="LOTS", help=(
+    "Number of lots rented (default: the rule plans 1 to the protocol's [budget] max_lots for the production job "
+    "and keeps the cheapest that finishes before the deadline)."))]
 Partial = Annotated[bool, typer.Option("--partial", help="Decide on an incomplete campaign (the note records it).")]
 
 
-def _decision_options(rental_id: str | None, project: bool, catalog: Path | None, lots: str,
+def _decision_options(rental_id: str | None, project: bool, catalog: Path | None, lots: str | None,
                       partial: bool = False) -> dict:
     from iteralab.economics.pricing import parse_whole
 
-    return {"rental_id": rental_id, "project": project, "catalog": catalog, "lots": parse_whole(lots, "--lots", 1),
-            "partial": partial}
+    return {"rental_id": rental_id, "project": project, "catalog": catalog,
+            "lots": None if lots is None else parse_whole(lots, "--lots", 1), "partial": partial}
 
 
 @app.command("decide")
@@ -361,7 +363,7 @@ def decide_cmd(
     rental_id: RentalId = None,
     project: Project = False,
     catalog: CatalogFile = None,
-    lots: Lots = "1",
+    lots: Lots = None,
     partial: Partial = False,
     as_json: bool = typer.Option(False, "--json", help="Print the decision as JSON."),
 ) -> None:
@@ -391,7 +393,7 @@ def report_cmd(
     rental_id: RentalId = None,
     project: Project = False,
     catalog: CatalogFile = None,
-    lots: Lots = "1",
+    lots: Lots = None,
     partial: Partial = False,
 ) -> None:
     """Write report.html (self-contained), decision.md/.json and stats.txt/.json."""

@@ -12,9 +12,10 @@ from typing import Any
 
 from iteralab.campaign.folder import CATALOG, DECISION_CATALOG, PROTOCOL, CampaignFolder
 from iteralab.decision.windows import WindowInfo
+from iteralab.economics.lots import cheapest_covering
 from iteralab.economics.pricing import (DEFAULT_CATALOG, Catalog, CatalogEntry, CostPerResult, PackageBudget,
-                                        cost_per_result, format_amount, load_catalog, package_budget)
-from iteralab.economics.window import WindowQuote, quote_calendar
+                                        cost_per_result, format_amount, load_catalog)
+from iteralab.economics.window import WindowQuote
 from iteralab.evidence.reads import Evidence
 from iteralab.evidence.stats import VariantTimes
 from iteralab.kit.calcul_forfaits import find_entry, format_hours
@@ -171,15 +172,12 @@ def price_config(ev: Evidence, times: VariantTimes, window: WindowInfo, accepted
     lots, note = _cards_note(times.variant, workers, entry, lots)
     if window.window is None:
         return Pricing(gpu=entry, reason=f"no window to cover: {window.reason}", note=note)
-    quote = quote_calendar(window.window, catalog, entry.gpu_id, lots)
-    covering = [o for o in quote.options if o.covers and o.in_catalog]
-    if not covering:
+    quote, budget = cheapest_covering(catalog, entry.gpu_id, window.window, lots)
+    if budget is None:
         return Pricing(gpu=entry, quote=quote, note=note,
                        reason=f"no listed package of {entry.gpu_id} covers the {window.label} window of "
                               f"{format_hours(window.window.span_hours)} h: change the schedule, or price extra "
                               "periods explicitly (never an automatic extension)")
-    best = min(covering, key=lambda o: (o.total, o.package_days))
-    budget = package_budget(catalog.entry(entry.gpu_id, best.package_days), lots)
     return Pricing(entry, quote, budget, cost_per_result(budget.total, accepted, budget.currency), note=note)
 
 

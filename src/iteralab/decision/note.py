@@ -13,6 +13,7 @@ from iteralab.campaign.manifest import rocm_compatibility, rocm_compatibility_li
 from iteralab.common.files import dumps_json, sha256_file, write_bytes_atomic, write_text_atomic
 from iteralab.decision.costing import CPU_ONLY, observed_line, remote_work
 from iteralab.decision.job import render_job
+from iteralab.decision.planning import plan_lines
 from iteralab.decision.rule import SCOPE, Config, Decision, package_summary
 from iteralab.errors import IteraError
 from iteralab.economics.pricing import EXPENSES_APART, EXPENSES_COUNTED, format_amount
@@ -146,6 +147,7 @@ def render_decision(d: Decision) -> str:
         out += render_job(list(d.jobs), p.job.documents)
         if not d.jobs:
             out += ["No qualifying configuration: nothing to plan.", ""]
+        out += render_plans(d)
     out += ["## Excluded and why", ""]
     out += [f"- {who}: {why}" for who, why in exclusion_lines(d)] or ["- nothing was excluded"]
     out += speed_lines(d)
@@ -170,11 +172,15 @@ def _decision_lines(d: Decision) -> list[str]:
     p = d.evidence[0].protocol
     chosen = d.chosen
     out = []
+    if d.mix_chosen and d.plans is not None and d.plans.mix is not None:
+        out.append(f"**Chosen rental: a mix of observed machines**: {d.plans.mix.describe()} (strictly cheaper "
+                   "than the best single-machine plan; see Rental plans).")
     if chosen is not None:
-        out.append(f"**Chosen setting: {chosen.key}**: {package_summary(chosen)}.")
+        out.append(f"**{'Best single-machine plan' if d.mix_chosen else 'Chosen setting'}: {chosen.key}**: "
+                   f"{package_summary(chosen)}.")
         v = p.variant(chosen.variant)
-        out.append(f"Setting: {setting_words(p, v)}, {_parallel_words(d, chosen, v)}{d.lots} "
-                   f"lot{'s' if d.lots != 1 else ''}.")
+        out.append(f"Setting: {setting_words(p, v)}, {_parallel_words(d, chosen, v)}{d.lots_rented} "
+                   f"lot{'s' if d.lots_rented != 1 else ''}.")
     else:
         out.append(f"**{d.one_line[0].upper()}{d.one_line[1:]}.**")
     out += ["", "Both halves of the answer:", "", "- **Configuration on each observed machine** (no price is needed "
@@ -279,6 +285,16 @@ def _closing_lines(d: Decision) -> list[str]:
     if d.notes:
         out += ["", "## Notes", "", *(f"- {n}" for n in d.notes)]
     return out
+
+
+def render_plans(d: Decision) -> list[str]:
+    """The rental plans of the production job (Markdown): the lots, the mix of observed machines, the rate each
+    unobserved catalog row must reach (a bar, never a price)."""
+    lines = plan_lines(d.chosen, d.machines, d.plans)
+    if not lines:
+        return []
+    return ["## Rental plans: lots, machines, rates to reach (planned)", "",
+            *(f"- {_cell(line)}" for line in lines), ""]
 
 
 def render_expenses(d: Decision) -> list[str]:

@@ -30,6 +30,7 @@ from iteralab.campaign.verdict.judge import subgroup_check
 from iteralab.common.files import dumps_json, write_text_atomic
 from iteralab.decision.costing import CPU_ONLY
 from iteralab.decision.examples import wrong_examples, wrong_predictions
+from iteralab.decision.planning import plan_lines
 from iteralab.decision.note import cpu_only, exclusion_lines, render_decision, write_decision
 from iteralab.decision.rule import Config, Decision, decide
 from iteralab.economics.pricing import EXPENSES_APART, EXPENSES_COUNTED
@@ -383,7 +384,7 @@ def plot_window(decision: Decision) -> str | None:
     for e in sorted(decision.catalog.entries, key=lambda e: (e.gpu_id, e.package_days)):
         if quoted and e.gpu_id not in quoted:
             continue
-        total = e.price_per_lot * decision.lots
+        total = e.price_per_lot * decision.lots_rented
         prices.setdefault(e.package_days, []).append(f"{e.gpu_id} {format_amount(total)} {decision.catalog.currency}")
     if not quoted:
         for days in prices:
@@ -495,6 +496,8 @@ def render_report(decision: Decision, decision_md: str | None = None) -> str:
         plot_cost=plot_cost(configs, merged, decision.chosen), cpu_only=cpu, exclusions=exclusions,
         plot_window=plot_window(decision), fmt_s=fmt_s, concurrent_note=CONCURRENT_NOTE,
         speed_rule=speed_rule_line(decision.evidence[0].protocol.stats),
+        plan_lines=plan_lines(decision.chosen, decision.machines, decision.plans)
+        if decision.evidence[0].protocol.job is not None else [],
         datasets=[(c.key, v) for c in configs for v in c.datasets], expense_rows=expense_rows(decision),
         expense_rule=(EXPENSES_COUNTED if decision.costs.counted else EXPENSES_APART) if decision.costs else None,
         corpus_size=decision.evidence[0].corpus_size, fingerprint=decision.evidence[0].fingerprint,
@@ -509,7 +512,7 @@ def render_all_stats(decision: Decision) -> tuple[str, dict[str, Any]]:
 
 
 def finalize(campaign_dirs: list[Path], out: Path | None = None, *, rental_id: str | None = None,
-             project: bool = False, catalog: str | Path | None = None, lots: int = 1,
+             project: bool = False, catalog: str | Path | None = None, lots: int | None = None,
              partial: bool = False) -> dict[str, Any]:
     """Write stats.txt, stats.json, decision.md, decision.json and report.html into ``out`` (default: the
     campaign folder, when there is only one). Returns the paths written and the one-line decision.

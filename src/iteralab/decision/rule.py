@@ -31,13 +31,15 @@ from iteralab.evidence.reads import Evidence, load_evidence
 from iteralab.evidence.speed import Comparison, loaded_only, speed_rule
 from iteralab.evidence.stats import (MISSING_SUBGROUP, CampaignStats, VariantQuality, VariantTimes,
                                      campaign_stats, compare, fmt_s)
-from iteralab.decision.job import JobPlan, plan_job
+from iteralab.decision.job import JobPlan
 from iteralab.evidence.datasets import DatasetVerdict, dataset_verdicts, feasibility_by_source
 from iteralab.evidence.feasibility import feasibility
-from iteralab.decision.costing import (CPU_ONLY, Pricing, match_gpu, observed_label, price_config, pricing_catalog,
+from iteralab.decision.costing import (CPU_ONLY, Pricing, match_gpu, observed_label, pricing_catalog,
                                       remote_work)
 from iteralab.decision.exclusions import quality_exclusions
-from iteralab.decision.windows import WindowInfo, job_window, observed_span, planned_window, projected_window
+from iteralab.decision.windows import WindowInfo, observed_span, planned_window, projected_window
+from iteralab.decision.planning import RentalPlans, mix_line, plan_config, plan_jobs, plan_rental
+from iteralab.economics.lots import LotChoice
 
 
 SCHEMA_VERSION = 1
@@ -76,6 +78,8 @@ class Config:
     datasets: tuple[DatasetVerdict, ...] = ()
     #: K5: the package fee with the other expenses that apply to this variant (None: no expenses, or not priced).
     project: VariantCost | None = None
+    #: the numbers of lots tried for the production job and the one chosen (None: no job, or nothing to rent)
+    lots_choice: LotChoice | None = None
 
     @property
     def key(self) -> str:
@@ -119,6 +123,7 @@ class Config:
             **({"datasets": [d.to_dict() for d in self.datasets]} if self.datasets else {}),
             "project_budget": None if self.project is None else
             {k: v for k, v in self.project.to_dict().items() if k not in ("variant", "budget")},
+            **({"lots_plan": self.lots_choice.to_dict()} if self.lots_choice is not None else {}),
         }
 
 
@@ -189,7 +194,8 @@ class Decision:
     catalog_source: str = ""
     rental_id: str | None = None
     project: bool = False
-    lots: int = 1
+    #: the number of lots given with --lots; None: the rule chose 1 … [budget] max_lots
+    lots: int | None = None
     notes: tuple[str, ...] = field(default=())
     machines: tuple[MachineChoice, ...] = field(default=())
     rental_line: str = ""
@@ -197,6 +203,18 @@ class Decision:
     costs: CostSheet | None = None
     #: the catalog file the decision priced from (copied beside decision.json when it is not the folder's own)
     catalog_file: Path | None = None
+    #: the mix of observed machines and the break-even rates of the unobserved catalog rows
+    plans: RentalPlans | None = None
+
+    @property
+    def lots_rented(self) -> int:
+        """The lots of the chosen plan (the rule's choice, or --lots), else the lots given, else one."""
+        b = self.chosen.pricing.budget if self.chosen is not None else None
+        return b.lots if b is not None else (self.lots or 1)
+
+    @property
+    def mix_chosen(self) -> bool:
+        return self.plans is not None and self.plans.mix_chosen
 
     @property
     def catalog_sha256(self) -> str | None:
@@ -224,7 +242,8 @@ class Decision:
         return {
             "schema_version": SCHEMA_VERSION, "decision": self.one_line,
             "configuration_per_machine": [m.to_dict() for m in self.machines],
-            "rental": {"chosen": self.chosen.key if self.chosen else None, "answer": self.rental_line},
+            "rental": {"chosen": self.chosen.key if self.chosen else None, "answer": self.rental_line,
+                       "mix_chosen": self.mix_chosen},
             "production_job": [j.to_dict() for j in self.jobs],
             "chosen": self.chosen.key if self.chosen else None, "rule": RULE,
             "protocol": ev.campaign.protocol.identity(),
@@ -236,7 +255,8 @@ class Decision:
                            "work_ran_on": {"runs_on": e.protocol.model.runs_on,
                                            "service": e.protocol.model.remote_service}} for e in self.evidence],
             "catalog": {**self.catalog.to_dict(), "source": self.catalog_source, "sha256": self.catalog_sha256},
-            "lots": self.lots, "project": self.project,
+            "lots": self.lots, "max_lots": ev.protocol.budget.max_lots, "project": self.project,
+            "rental_plans": None if self.plans is None else self.plans.to_dict(),
             "planned_window": self.planned.to_dict(),
             "observed_spans": [o.to_dict() if o else None for o in self.observed],
             "configurations": [c.to_dict() for c in self.configs],
@@ -250,9 +270,10 @@ class Decision:
 
 
 def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, project: bool = False,
-           catalog: str | Path | None = None, lots: int = 1, partial: bool = False) -> Decision:
+           catalog: str | Path | None = None, lots: int | None = None, partial: bool = False) -> Decision:
     """Merge campaign folders and apply the rule (D1). Raises IteraError on folders that cannot be merged,
-    and on an incomplete campaign unless ``partial`` (then the note records it)."""
+    and on an incomplete campaign unless ``partial`` (then the note records it). ``lots`` fixes the number of lots;
+    None lets the rule plan 1 … ``[budget] max_lots`` of each machine's package for the production job."""
     if not campaign_dirs:
         raise IteraError("no campaign folder given", hint="pass at least one folder written by 'iteralab run'")
     evidence = [load_evidence(d) for d in campaign_dirs]
@@ -270,31 +291,32 @@ def decide(campaign_dirs: list[str | Path], *, rental_id: str | None = None, pro
     chosen, rental_line, reasons, uncertain = _apply_rule(configs, evidence[0], costs)
     machines = tuple(choose_on_machine([c for c in configs if c.hardware == hw], evidence[0])
                      for hw in dict.fromkeys(c.hardware for c in configs))
+    plans = plan_rental(evidence, configs, machines, chosen, planned, cat, lots)
+    if plans.mix_chosen:
+        rental_line = mix_line(plans)
+    if chosen is not None and chosen.lots_choice is not None and len(chosen.lots_choice.plans) > 1:
+        reasons += [f"lots of {chosen.key}: {line}" for line in chosen.lots_choice.lines()]
     one_line = _one_line(machines, chosen, rental_line)
-    jobs = _plan_jobs(configs, evidence[0], cat)
+    jobs = plan_jobs(configs, evidence[0], cat)
     uncertain += _uncertainties(evidence[0], stats, configs, planned, project)
     notes = _decision_notes(evidence, stats, configs, incomplete, cat, lots)
     return Decision(tuple(evidence), tuple(stats), tuple(configs), chosen, one_line, tuple(reasons),
                     tuple(uncertain), tuple(_manifest_diffs(evidence)), planned,
                     tuple(observed_span(ev) for ev in evidence), cat, cat_source, rental_id, project, lots,
-                    tuple(notes), machines, rental_line, jobs, costs, cat_file)
+                    tuple(notes), machines, rental_line, jobs, costs, cat_file, plans)
 
 
 def _config(hw: str, ev: Evidence, st: CampaignStats, times: VariantTimes, planned: WindowInfo, cat: Catalog, *,
-            project: bool, lots: int, merged: bool) -> Config:
+            project: bool, lots: int | None, merged: bool) -> Config:
     """One variant on one machine: accepted deliveries, window, failures, exclusions, pricing."""
     metric = ev.protocol.metric
     quality = st.quality_of(times.variant)
     pairs = [(r.corpus_fingerprint or ev.fingerprint, r.accepted)
              for r in ev.rows if r.variant == times.variant and r.pass_id not in ev.exclusions]
     accepted = count_accepted_results(pairs)
-    window = projected_window(ev, planned, times) if project else planned
-    job = ev.protocol.job
-    plan = plan_job(times.variant, job.documents, ev.corpus_size, times.times, _startup(times), None, cat,
-                    slowest_concurrent=times.slowest_concurrent) \
-        if job is not None else None
-    if plan is not None:  # the rental must cover the production job too, and the deadline allow it
-        window = job_window(window, times.variant, plan.hours_slowest)
+    base = projected_window(ev, planned, times) if project else planned
+    # the rental must cover the production job too, on the lots planned for it, and the deadline allow it
+    window, priced, lot_choice = plan_config(ev, times, base, accepted, cat, lots)
     failures = _failures(ev, times)
     if not times.passes and ev.not_attempted:
         failures = ()  # never attempted: not a failure of the configuration
@@ -314,9 +336,10 @@ def _config(hw: str, ev: Evidence, st: CampaignStats, times: VariantTimes, plann
         exclusions.append(f"misses the deadline: {window.deadline_text()}")
     pricing = (Pricing(reason=NOT_FEASIBLE) if failures else
                Pricing(reason="not attempted yet") if not times.passes else
-               price_config(ev, times, window, accepted, cat, lots))
+               priced)
     return Config(hw, times.variant, ev.folder, times, quality, accepted, window, pricing, failures,
-                  tuple(exclusions), merged=merged, datasets=verdicts)
+                  tuple(exclusions), merged=merged, datasets=verdicts,
+                  lots_choice=lot_choice if pricing is priced else None)
 
 
 def _uncertainties(ev: Evidence, stats: list[CampaignStats], configs: list[Config], planned: WindowInfo,
@@ -358,7 +381,7 @@ def _manifest_diffs(evidence: list[Evidence]) -> list[tuple[str, str, tuple[str,
 
 
 def _decision_notes(evidence: list[Evidence], stats: list[CampaignStats], configs: list[Config], incomplete: list[str],
-                    cat: Catalog, lots: int) -> list[str]:
+                    cat: Catalog, lots: int | None) -> list[str]:
     """The statistics' notes, the pricing notes (X3), a partial decision, and cards seen against cards rented."""
     notes = [n for st in stats for n in st.notes]
     notes += list(dict.fromkeys(c.pricing.note for c in configs if c.pricing.note))  # X3: cards and lots
@@ -369,9 +392,10 @@ def _decision_notes(evidence: list[Evidence], stats: list[CampaignStats], config
         for name in sorted(set(ev.hardware.gpus)):
             entry = match_gpu(name, cat)
             seen = ev.hardware.gpus.count(name)
-            if entry is not None and seen != entry.cards_per_lot * lots:
-                notes.append(f"{ev.folder}: the campaign saw {seen} x {name}; {lots} lot{'s' if lots != 1 else ''} "
-                             f"of {entry.gpu_id} hold{'s' if lots == 1 else ''} {entry.cards_per_lot * lots} cards: "
+            if entry is not None and seen != entry.cards_per_lot * (lots or 1):
+                held = lots or 1
+                notes.append(f"{ev.folder}: the campaign saw {seen} x {name}; {held} lot{'s' if held != 1 else ''} "
+                             f"of {entry.gpu_id} hold{'s' if held == 1 else ''} {entry.cards_per_lot * held} cards: "
                              "the times measure the cards seen, extra cards are never assumed to speed anything up")
     return notes
 
@@ -395,26 +419,6 @@ def _with_expenses(configs: list[Config], ev: Evidence, catalog: Catalog) -> tup
             continue
         out.append(replace(c, project=row, pricing=replace(c.pricing, cost=row.cost) if sheet.counted else c.pricing))
     return out, sheet
-
-
-def _startup(times: VariantTimes) -> float:
-    """Median start-up phases of a variant's passes (load, compilation, warm-up), 0 where not measured."""
-    return sum(times.phase_median(ph) or 0.0 for ph in ("load_s", "compile_s", "warmup_s"))
-
-
-def _plan_jobs(configs: list[Config], ev: Evidence, catalog: Catalog) -> tuple[JobPlan, ...]:
-    job = ev.protocol.job
-    if job is None:
-        return ()
-    plans = []
-    for c in configs:
-        if c.exclusions:
-            continue
-        plan = plan_job(c.key, job.documents, ev.corpus_size, c.times.times, _startup(c.times), c.pricing.gpu,
-                        catalog, slowest_concurrent=c.times.slowest_concurrent)
-        if plan is not None:
-            plans.append(plan)
-    return tuple(plans)
 
 
 def _one_line(machines: tuple[MachineChoice, ...], chosen: Config | None, rental_line: str) -> str:

@@ -76,19 +76,6 @@ def planned_window(ev: Evidence) -> WindowInfo:
     return WindowInfo(build_window(tasks, "planned", cal.timezone), None, _deadline(ev))
 
 
-def job_window(planned: WindowInfo, variant: str, hours: float) -> WindowInfo:
-    """Planned window + the production job (planned from the slowest counted pass's throughput, W4) as a
-    planned task after its end: the window the rental must cover and the deadline must allow."""
-    if planned.window is None:
-        return planned
-    seconds = max(1, math.ceil(hours * 3600))
-    task = Task(f"production job of {variant} (planned from observed throughput, slowest pass)",
-                planned.window.end, planned.window.end + timedelta(seconds=seconds))
-    window = build_window([*planned.window.tasks, task], "planned", planned.window.timezone)
-    return WindowInfo(window, None, planned.deadline,
-                      f"planned tasks + the production job, {hours:.1f} h planned from the slowest counted pass")
-
-
 def projected_window(ev: Evidence, planned: WindowInfo, times: VariantTimes) -> WindowInfo:
     """Planned window + the measured total of all phases x scheduled passes, appended after its end."""
     if planned.window is None:

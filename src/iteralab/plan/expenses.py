@@ -23,9 +23,9 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from iteralab.errors import ProtocolError
-from iteralab.plan.values import Flag, Number, Strict, Text, value_kind
+from iteralab.plan.values import Flag, Number, Strict, Text, Whole, value_kind
 
-__all__ = ["ALL", "BudgetRule", "ExpenseFile", "ExpenseLine", "check_currency", "expense_problems",
+__all__ = ["ALL", "DEFAULT_MAX_LOTS", "BudgetRule", "ExpenseFile", "ExpenseLine", "check_currency", "expense_problems",
            "keyed_error"]
 
 #: ``applies_to`` value of a line that applies to every configuration.
@@ -97,12 +97,21 @@ class ExpenseLine(Strict):
         return None if self.applies_to == ALL else tuple(self.applies_to)
 
 
+#: How many lots of one machine's package the rule may plan at most, where the protocol does not say.
+DEFAULT_MAX_LOTS = 8
+
+
 class BudgetRule(Strict):
-    """``[budget]``: whether the expenses enter the ranking and the cost per verified corpus (default: no)."""
+    """``[budget]``: whether the expenses enter the ranking and the cost per verified corpus (default: no), and the
+    most lots of one machine's package the rule may plan for the production job (default 8)."""
 
     include_expenses: Flag = Field(default=False, description=(
         "true: the ranking and the cost per verified corpus use the project total; false: the package fee alone, "
         "expenses listed apart."))
+    max_lots: Whole = Field(default=DEFAULT_MAX_LOTS, ge=1, le=64, description=(
+        "The most lots of one observed machine's package the rule plans: it tries 1 to max_lots, each lot a disjoint "
+        "shard of the [job] at the rate observed on one lot, and keeps the cheapest that finishes before the "
+        "deadline (a plan, never a result); decide --lots fixes the number instead."))
 
 
 def keyed_error(key: str, problem: str) -> PydanticCustomError:
