@@ -7,12 +7,19 @@ holding the corpus's ids in corpus order, and ``iteralab verify`` passing.
 
 The module knows nothing of the engines' or the verdict's code: it writes a protocol, calls ``iteralab.cli.main``
 and reads the stored files (the raw table through the campaign folder layer, the prediction files as Parquet).
-Kept cheap: 10 documents, one pass per variant, no warm-up, a Ray of 2 CPUs with one actor."""
+Kept cheap: 10 documents, one pass per variant, no warm-up, and one local Ray of 2 CPUs (one actor) started once
+for the module, which each campaign joins by ``run.ray_address`` instead of starting a Ray of its own."""
 
 from __future__ import annotations
 
 import csv
+import importlib.util
 import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -22,7 +29,9 @@ import iteralab
 from iteralab.campaign.folder import CampaignFolder
 from iteralab.cli import main
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray,
+              pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                                 reason="Ray is not installed (pip install iteralab[ray])")]
 
 TESTS = Path(__file__).resolve().parent
 SRC = Path(iteralab.__file__).resolve().parents[1]
@@ -51,7 +60,7 @@ RUN = """[run]
 passes = 1
 isolation = "inprocess"
 device = "cpu"
-ray_num_cpus = 2
+ray_address = "{address}"
 ray_actors = 1
 ray_cpus_per_actor = 1
 ray_no_progress_timeout_s = 120
@@ -78,7 +87,7 @@ KINDS = {
 }
 
 
-def _protocol(kind: str, model: str) -> str:
+def _protocol(kind: str, model: str, address: str) -> str:
     spec = KINDS[kind]
     columns = ('classes = []\nreference_column = "answer"' if kind == "generation" else
                f"classes = [{', '.join(f'{c!r}' for c in CLASSES)}]".replace("'", '"'))
@@ -107,7 +116,7 @@ reference_variant = "{REFERENCE}"
 inputs = 0
 passes = 0
 
-{RUN}
+{RUN.format(address=address)}
 {VARIANTS}
 """
 
@@ -122,18 +131,69 @@ def _write_corpus(folder: Path, kind: str) -> None:
             writer.writerow([doc, text, CLASSES[i % len(CLASSES)] if labelled else text.split()[-1]])
 
 
-@pytest.fixture(autouse=True)
-def _worker_path(monkeypatch):
+def _worker_path() -> str:
     """The data-parallel workers and Ray's workers are fresh interpreters: they import this checkout's code."""
-    paths = [str(SRC), str(TESTS), os.environ.get("PYTHONPATH", "")]
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
+    return os.pathsep.join(p for p in (str(SRC), str(TESTS), os.environ.get("PYTHONPATH", "")) if p)
 
 
-def _campaign(folder: Path, kind: str, model: str, capsys) -> CampaignFolder:
+#: The module's Ray and its driver (the runner) agree on no token: Ray 2.5x turns token authentication on for a
+#: cluster started where a token file exists (~/.ray/auth_token) and the driver would need that token.
+NO_TOKEN = {"RAY_AUTH_MODE": "disabled"}
+
+
+@pytest.fixture(autouse=True)
+def _workers_import_this_checkout(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", _worker_path())
+    for name, value in NO_TOKEN.items():
+        monkeypatch.setenv(name, value)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory):
+    """One local Ray of 2 CPUs for the module's campaigns (each connects to it by ``run.ray_address``), instead of
+    a Ray started and stopped by every campaign: ``ray start --head --block`` in a process group of its own, on free
+    ports (other Rays may run on the machine), stopped by signalling that group (killed when it is still draining
+    after a few seconds: nothing of it is kept)."""
+    port, log = _free_port(), tmp_path_factory.mktemp("ray") / "head.log"
+    command = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", "--num-cpus=2",
+               "--num-gpus=0", f"--port={port}", f"--dashboard-agent-listen-port={_free_port()}",
+               "--include-dashboard=false", "--disable-usage-stats"]
+    with open(log, "w") as out:
+        head = subprocess.Popen(command, env=dict(os.environ, PYTHONPATH=_worker_path(), **NO_TOKEN), stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while "Ray runtime started" not in log.read_text() and head.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert "Ray runtime started" in log.read_text(), log.read_text()[-3000:]
+        yield f"127.0.0.1:{port}"
+    finally:
+        _signal_group(head.pid, signal.SIGTERM)
+        try:
+            head.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            _signal_group(head.pid, signal.SIGKILL)
+            head.wait()
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:  # the group has ended already
+        pass
+
+
+def _campaign(folder: Path, kind: str, model: str, address: str, capsys) -> CampaignFolder:
     """lock → run → verify through the CLI; the campaign folder it wrote."""
     _write_corpus(folder, kind)
     protocol = folder / "protocol.toml"
-    protocol.write_text(_protocol(kind, model), encoding="utf-8")
+    protocol.write_text(_protocol(kind, model, address), encoding="utf-8")
     out = folder / "out"
     assert main(["lock", str(protocol)]) == 0, capsys.readouterr()
     assert main(["run", str(protocol), "--out", str(out)]) == 0, capsys.readouterr()
@@ -164,9 +224,9 @@ def _column(campaign: CampaignFolder, row, name: str) -> list:
     return pq.read_table(campaign.prediction_path(row.prediction_file), columns=[name]).column(name).to_pylist()
 
 
-def test_classification_on_every_engine_gives_the_reference_labels(tmp_path, capsys, tiny_classifier_dir):
+def test_classification_on_every_engine_gives_the_reference_labels(tmp_path, capsys, ray_cluster, tiny_classifier_dir):
     campaign = _campaign(tmp_path, "classification", f'kind = "hf_classifier"\npath = "{tiny_classifier_dir}"',
-                         capsys)
+                         ray_cluster, capsys)
     rows = _judged(campaign)
     labels = {name: _column(campaign, row, "label") for name, row in rows.items()}
     for name in ("dp2", "ray"):
@@ -174,10 +234,12 @@ def test_classification_on_every_engine_gives_the_reference_labels(tmp_path, cap
         assert labels[name] == labels[REFERENCE], name
 
 
-def test_embedding_on_every_engine_stays_within_min_cosine_of_the_reference(tmp_path, capsys, tiny_encoder_dir):
+def test_embedding_on_every_engine_stays_within_min_cosine_of_the_reference(tmp_path, capsys, ray_cluster,
+                                                                           tiny_encoder_dir):
     import numpy as np
 
-    campaign = _campaign(tmp_path, "embedding", f'kind = "encoder"\npath = "{tiny_encoder_dir}"', capsys)
+    campaign = _campaign(tmp_path, "embedding", f'kind = "encoder"\npath = "{tiny_encoder_dir}"', ray_cluster,
+                         capsys)
     rows = _judged(campaign)
     vectors = {name: np.asarray(_column(campaign, row, "vector"), dtype=np.float64) for name, row in rows.items()}
     for name in ("dp2", "ray"):
@@ -186,8 +248,9 @@ def test_embedding_on_every_engine_stays_within_min_cosine_of_the_reference(tmp_
         assert cosines.min() >= 0.999 and cosines.min() == pytest.approx(rows[name].min_cosine, abs=1e-5), name
 
 
-def test_generation_on_every_engine_gives_the_reference_texts(tmp_path, capsys, tiny_causal_lm):
-    campaign = _campaign(tmp_path, "generation", f'kind = "hf_causal_lm"\npath = "{tiny_causal_lm}"', capsys)
+def test_generation_on_every_engine_gives_the_reference_texts(tmp_path, capsys, ray_cluster, tiny_causal_lm):
+    campaign = _campaign(tmp_path, "generation", f'kind = "hf_causal_lm"\npath = "{tiny_causal_lm}"', ray_cluster,
+                         capsys)
     rows = _judged(campaign)
     texts = {name: _column(campaign, row, "text") for name, row in rows.items()}
     assert any(texts[REFERENCE]), "the tiny model generated nothing: the comparison would prove nothing"
