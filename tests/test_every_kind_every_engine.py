@@ -205,8 +205,9 @@ def _campaign(folder: Path, kind: str, model: str, address: str, capsys) -> Camp
 
 def _judged(campaign: CampaignFolder) -> dict[str, object]:
     """The one row of each engine's variant, each ok, complete and accepted; each prediction file in corpus order."""
-    rows = {r.variant: r for r in campaign.raw_rows()}
-    assert sorted(rows) == sorted(ENGINES) and len(campaign.raw_rows()) == len(ENGINES)
+    table = campaign.raw_rows()
+    rows = {r.variant: r for r in table}
+    assert sorted(rows) == sorted(ENGINES) and len(table) == len(ENGINES)
     assert (rows["local"].engine, rows["dp2"].engine, rows["ray"].engine) == ("local", "local", "ray")
     assert (rows["local"].data_parallel, rows["dp2"].data_parallel) == (1, 2)
     for name, row in rows.items():
