@@ -32,14 +32,13 @@ from typing import Any, Callable
 
 from iteralab.campaign.corpuscopy import write_corpus_copies
 from iteralab.campaign.engines import local
-from iteralab.campaign.engines.embedpass import embedding_record
-from iteralab.campaign.engines.genpass import generation_record
 from iteralab.campaign.engines.prefork import Templates, available
 from iteralab.campaign.engines.raypass import RayEngine, require_ray
 from iteralab.campaign.engines.registry import Engine, engine_name, engines
 from iteralab.campaign.folder import (
     CAMPAIGN, CATALOG, INPUTS, LOCK, MANIFEST, PREDICTIONS, PROTOCOL, TABLE, corpus_copy)
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
+from iteralab.campaign.kinds.registry import kind_of
 from iteralab.campaign.manifest import (
     campaign_manifest, check_resume_environment, diff_manifests, env_summary, load_observed)
 from iteralab.campaign.preflight import preflight
@@ -156,7 +155,7 @@ def prepare(locked: str | os.PathLike[str] | LockedProtocol, out: str | os.PathL
                   "head": _as_text(locked.where(model.head)),
                   "callable": model.callable, "max_length": model.max_length, "truncation": model.truncation,
                   "trust_remote_code": model.trust_remote_code, "files": carried["files"],
-                  **embedding_record(protocol, locked.where(model.path)), **generation_record(protocol)},
+                  **kind_of(protocol).model_record(protocol, locked.where(model.path))},
         "tuning": tuning,
         "catalog": catalog,
         "schedule": {"design": design, "slots": [s.record() for s in slots]},
@@ -181,6 +180,7 @@ def pass_spec(campaign: dict[str, Any], protocol: Protocol, out: Path, slot: Slo
     out = out.resolve()  # absolute: a Ray cluster's workers do not run in the runner's working directory
     return PassSpec(
         pass_id=pass_id,
+        kind=kind_of(protocol).name,
         variant=protocol.variant(slot.variant).model_dump(),
         model=campaign["model"],
         classes=tuple(protocol.corpus.classes),

@@ -6,8 +6,10 @@ import ``base``; each subclass is imported when its kind is asked for, so a call
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from iteralab.errors import WorkloadError
 from iteralab.models.base import KINDS, Settings, Workload, check_settings, model_folder
@@ -15,7 +17,6 @@ from iteralab.models.callable import CallableWorkload, check_callable_settings
 from iteralab.models.device import resolve_device
 from iteralab.models.embedding import load_callable_embedding
 from iteralab.models.generation import GenerationSettings, check_generation, load_callable_generator
-from iteralab.models.lazy import torch  # imported on first use: a callable workload never loads it
 
 #: The model kinds that give what each task needs.
 TASK_MODEL_KINDS = {
@@ -25,17 +26,57 @@ TASK_MODEL_KINDS = {
 }
 
 
-def load_workload(kind: str, *, path: str | Path | None = None, head: str | Path | None = None,
-                  callable_ref: str | None = None, classes: Sequence[str] | None = None, precision: str = "fp32",
-                  device: str | torch.device = "cpu", max_length: int = 256, truncation: bool = True,
-                  padding: str = "longest", compile: bool = False, trust_remote_code: bool = False,
-                  task: str = "classification", pooling: str = "mean", normalize: bool = True,
-                  generation: GenerationSettings | None = None) -> Workload:
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """Everything one load of the model under test needs: the declared model (``kind``, its files or callable,
+    ``max_length``, ``truncation``, ``trust_remote_code``), the variant's settings (``precision``, ``padding``,
+    ``compile``) on a ``device``, the classes (the order of a classifier's probability columns) and the job's task
+    with its own options (an embedding job's ``pooling`` and ``normalize``, a generation job's ``generation``)."""
+
+    kind: str
+    path: str | Path | None = None
+    head: str | Path | None = None
+    callable_ref: str | None = None
+    classes: tuple[str, ...] | None = None
+    precision: str = "fp32"
+    device: str = "cpu"
+    max_length: int = 256
+    truncation: bool = True
+    padding: str = "longest"
+    compile: bool = False
+    trust_remote_code: bool = False
+    task: str = "classification"
+    pooling: str = "mean"
+    normalize: bool = True
+    generation: GenerationSettings | None = None
+
+    @classmethod
+    def of(cls, model: Mapping[str, Any], variant: Mapping[str, Any], classes: Sequence[str] | None, device: Any,
+           options: Mapping[str, Any]) -> WorkloadSpec:
+        """Built from a model record (``campaign.json``'s ``model``: kind, path, head, callable, max_length,
+        truncation, trust_remote_code), a variant's settings (precision, padding, compile: the defaults where it
+        names none), the device and the task's options (the job kind's ``workload_options``)."""
+        return cls(model["kind"], path=model.get("path"), head=model.get("head"), callable_ref=model.get("callable"),
+                   classes=None if classes is None else tuple(classes),
+                   precision=variant.get("precision", "fp32"), device=str(device),
+                   max_length=int(model["max_length"]), truncation=bool(model["truncation"]),
+                   padding=variant.get("padding", "longest"), compile=bool(variant.get("compile", False)),
+                   trust_remote_code=bool(model.get("trust_remote_code", False)), **options)
+
+    def with_changes(self, **changes: Any) -> WorkloadSpec:
+        return replace(self, **changes)
+
+
+def load_workload(spec: WorkloadSpec) -> Workload:
     """Build the declared workload. Every refusal is a :class:`WorkloadError` naming the field. ``task``
     "embedding": an ``encoder`` folder pooled by ``pooling`` (normalised when ``normalize``) or a callable
     returning vectors (:mod:`iteralab.models.embedding`); "generation": an ``hf_causal_lm`` or ``hf_seq2seq``
     folder or a callable generator, run as ``generation`` declares (its ``prompt_max_length`` and
     ``allow_truncation`` replace ``max_length`` and ``truncation``; :mod:`iteralab.models.generation`)."""
+    kind, path, head, callable_ref, task = spec.kind, spec.path, spec.head, spec.callable_ref, spec.task
+    classes = None if spec.classes is None else list(spec.classes)
+    precision, compile, padding = spec.precision, spec.compile, spec.padding
+    max_length, truncation, generation = spec.max_length, spec.truncation, spec.generation
     if kind not in KINDS:
         raise WorkloadError(f"kind: {kind!r} is not one of {', '.join(KINDS)}")
     if task not in TASK_MODEL_KINDS:
@@ -59,15 +100,15 @@ def load_workload(kind: str, *, path: str | Path | None = None, head: str | Path
             raise WorkloadError("classes: required for a callable workload (the order of its probability columns)")
 
         return CallableWorkload(callable_ref, classes, Path(path) if path is not None else None)
-    settings = Settings(precision=precision, device=resolve_device(device), max_length=max_length,
+    settings = Settings(precision=precision, device=resolve_device(spec.device), max_length=max_length,
                         truncation=bool(truncation), padding=padding, compile=bool(compile),
-                        trust_remote_code=bool(trust_remote_code))
+                        trust_remote_code=bool(spec.trust_remote_code))
     check_settings(settings)
     folder = model_folder(path, kind)
     if kind == "encoder":
         from iteralab.models.encoder import EncoderWorkload
 
-        return EncoderWorkload(folder, settings, pooling, normalize)
+        return EncoderWorkload(folder, settings, spec.pooling, spec.normalize)
     if task == "generation":
         from iteralab.models.generation_hf import HFCausalLMWorkload, HFSeq2SeqWorkload
 
