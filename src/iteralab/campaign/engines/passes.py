@@ -152,6 +152,7 @@ class MeasuredPass:
         self.sink = sink
         #: what turns each record batch read into (id, the model's text) as it is read (``kind.prompts``), or None
         self.prompts = prompts
+        self._ordered: tuple[Any, Any] | None = None  # (what it was built from, the ids in pass order)
         self.beacon = beacon  # documents done, shown while the pass runs (``campaign.progress.Beacon``), or None
 
     def run(self, workload: Any, corpus_path: str, corpus_kwargs: dict[str, Any], batch_size: int,
@@ -219,10 +220,14 @@ class MeasuredPass:
         return sum(len(c) for c in self.id_chunks)
 
     def ordered_ids(self) -> Any:
-        """Every id of the corpus, in pass order (an Arrow string array)."""
-
-        ids = pa.concat_arrays([c.cast(pa.string()) for c in self.id_chunks]) if self.id_chunks else string_array([])
-        return ids if self.order is None else ids.take(numpy_array(self.order))
+        """Every id read so far, in pass order (an Arrow string array); built once for the ids read (the writer,
+        the order hash and a failure's document all ask for it after the pass)."""
+        key = (len(self.id_chunks), self.order is None)
+        if self._ordered is None or self._ordered[0] != key:
+            ids = pa.concat_arrays([c.cast(pa.string()) for c in self.id_chunks]) if self.id_chunks else \
+                string_array([])
+            self._ordered = (key, ids if self.order is None else ids.take(numpy_array(self.order)))
+        return self._ordered[1]
 
     @property
     def probs(self) -> np.ndarray:
@@ -523,10 +528,12 @@ def worker_main(argv: list[str], startup: dict[str, Any] | None = None) -> int:
         startup = {"process_start_s": _IMPORT_WALL - spawned if isinstance(spawned, (int, float)) else None,
                    "imports_s": started - _IMPORT_START}
     t0 = time.perf_counter()
+    environment: dict[str, Any] | None = None
+    unread = None
     try:
         environment = environment_manifest(runtime=not owns_device(spec.model["kind"]), git=spec.record_git)
-    except Exception as exc:
-        environment = {"error": error_text(exc)}
+    except Exception as exc:  # the pass still runs; its row says the environment was not read, and why
+        unread = error_text(exc)
     startup["environment_s"] = time.perf_counter() - t0
     record_runtime_memory(spec, startup)
     try:
@@ -534,7 +541,9 @@ def worker_main(argv: list[str], startup: dict[str, Any] | None = None) -> int:
     except Exception as exc:  # unexpected: still leave a failure record behind
         result = failure(spec.pass_id, error_text(exc), "internal", completed=None, retries=None,
                          notes=[traceback.format_exc(limit=3).replace("\n", " | ")])
-    if isinstance(environment.get("determinism"), dict) and "torch" in sys.modules:
+    if unread is not None:
+        result["notes"].append(f"environment: not read ({unread})")
+    if environment is not None and isinstance(environment.get("determinism"), dict) and "torch" in sys.modules:
         # read after the pass applied the protocol's determinism options, not before (as configured, not default)
 
         environment["determinism"] = determinism_settings()

@@ -85,7 +85,7 @@ def corpus_lengths(spec: PassSpec) -> tuple[np.ndarray, str]:
         return np.full(count, max_length, dtype=np.int64), "tokens"
 
     tokenizer = load_tokenizer(folder)
-    chat = bool(model["generation"]["chat_template"]) if prompts else False
+    chat = prompts.chat_template if prompts else False
     counter = (lambda items: count_prompt_tokens(tokenizer, items, chat)) if prompts else token_counter(tokenizer)
     chunks = [np.asarray(counter(t.to_pylist()), dtype=np.int64) for t in texts]
     lengths = np.concatenate(chunks) if chunks else np.zeros(0, np.int64)

@@ -5,9 +5,8 @@ Reads and writes: its prediction file (``output.py``), streamed or written by it
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from iteralab.campaign.kinds.base import JobKind
 from iteralab.campaign.kinds.classification.sink import ProbabilitySink

@@ -27,7 +27,7 @@ class GenerationKind(JobKind):
         return generation_options(model)
 
     def prompts(self, model: Mapping[str, Any]) -> PromptRenderer:
-        return PromptRenderer(model["generation"]["prompt"])
+        return PromptRenderer(model["generation"]["prompt"], bool(model["generation"]["chat_template"]))
 
     def pass_workload(self, workload: Any, model: Mapping[str, Any]) -> PromptWorkload:
         return PromptWorkload(workload, model["generation"]["prompt"])  # prompts rendered, generated greedily

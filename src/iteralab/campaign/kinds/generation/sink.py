@@ -54,8 +54,10 @@ class PromptRenderer:
     (id, text and the copy's cells of each column the template names), and each record batch read becomes the
     record batch (id, text = the document's rendered prompt)."""
 
-    def __init__(self, template: str) -> None:
+    def __init__(self, template: str, chat_template: bool = False) -> None:
         self.template = template
+        #: whether the model reads each prompt through its tokenizer's chat template (what its token count is of)
+        self.chat_template = chat_template
         self.names = [name for name in template_fields(template) if name != TEXT_FIELD]
         self.columns = ["id", "text", *(copy_column(name) for name in self.names)]
 
