@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     from iteralab.campaign.folder import CampaignFolder
     from iteralab.campaign.engines.passes import MeasuredPass
     from iteralab.decision.rule import decide
-    from iteralab.models.factory import load_workload
+    from iteralab.models.factory import WorkloadSpec, load_workload
     from iteralab.models.device import cpu_flags, device_inventory
     from iteralab.models.head import load_head
 
@@ -58,9 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     variant = protocol.variant(chosen.variant)
     model = folder.campaign["model"]
     classes = list(protocol.corpus.classes)
-    workload = load_workload(model["kind"], path=model["path"], head=model["head"], classes=classes,
-                             precision=variant.precision, device="cpu", max_length=model["max_length"],
-                             truncation=model["truncation"], padding=variant.padding)
+    workload = load_workload(WorkloadSpec.of(model, {"precision": variant.precision, "padding": variant.padding}, classes,
+                                             "cpu", {}))
     kwargs = dict(id_column="id", text_column="text", label_column="label", classes=classes)
     corpus = str(folder.corpus_path)
 

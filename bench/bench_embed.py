@@ -93,18 +93,18 @@ def measure(config: dict[str, Any], rounds: int, scratch: Path) -> dict[str, Any
     """Interleaved medians of ours and encode, and the two sets of vectors compared document by document."""
     from sentence_transformers import SentenceTransformer
 
-    from iteralab.campaign.engines.embedpass import flush_vectors
     from iteralab.campaign.engines.passes import MeasuredPass
-    from iteralab.campaign.kinds.embedding.output import VectorWriter, read_vectors
+    from iteralab.campaign.kinds.embedding.output import read_vectors
+    from iteralab.campaign.kinds.embedding.sink import VectorSink
     from iteralab.campaign.kinds.embedding.knn import cosine_rows
-    from iteralab.models.factory import load_workload
+    from iteralab.models.factory import WorkloadSpec, load_workload
     from iteralab.plan.corpus import load_corpus
 
     model, embedding = config["model"], config["embedding"]
-    workload = load_workload("encoder", path=model["path"], precision=config["precision"], device="cpu",
-                             max_length=model["max_length"], truncation=model["truncation"],
-                             padding=config["padding"], task="embedding", pooling=embedding["pooling"],
-                             normalize=embedding["normalize"])
+    workload = load_workload(WorkloadSpec("encoder", path=model["path"], precision=config["precision"], device="cpu",
+                                          max_length=model["max_length"], truncation=model["truncation"],
+                                          padding=config["padding"], task="embedding", pooling=embedding["pooling"],
+                                          normalize=embedding["normalize"]))
     corpus = load_corpus(config["corpus"], id_column="id", text_column="text", require_labels=False)
     ids, texts = list(corpus.ids), list(corpus.texts)
     st = SentenceTransformer(str(model["path"]), device="cpu")
@@ -112,15 +112,15 @@ def measure(config: dict[str, Any], rounds: int, scratch: Path) -> dict[str, Any
     files: list[Path] = []
 
     def ours() -> float:
-        pass_run = MeasuredPass()
-        pass_run.sink = VectorWriter(scratch / f"ours-{len(files)}.parquet")
+        sink = VectorSink(scratch / f"ours-{len(files)}.parquet", [])
+        pass_run = MeasuredPass(sink=sink)
         t0 = time.perf_counter()
         pass_run.run(workload, config["corpus"], {"id_column": "id", "text_column": "text", "require_labels": False},
                      batch, config["bucketing"], False, 0)
         seconds = time.perf_counter() - t0
-        flush_vectors(pass_run, final=True)  # a campaign closes the file after the measured region, as here
-        pass_run.sink.close()
-        files.append(pass_run.sink.path)
+        sink.flush(pass_run, final=True)  # a campaign closes the file after the measured region, as here
+        sink.writer.close()
+        files.append(sink.writer.path)
         return seconds
 
     encoded: list[np.ndarray] = []

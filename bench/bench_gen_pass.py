@@ -74,11 +74,11 @@ def measure(args: argparse.Namespace, scratch: Path) -> dict:
     import torch
     from transformers import GenerationConfig
 
-    from iteralab.campaign.engines.genpass import PromptWorkload, finish_texts, flush_texts
+    from iteralab.campaign.kinds.generation.sink import PromptWorkload, TextSink
     from iteralab.campaign.engines.passes import MeasuredPass
-    from iteralab.campaign.kinds.generation.output import TextWriter, read_texts
+    from iteralab.campaign.kinds.generation.output import read_texts
     from iteralab.models import device as dev
-    from iteralab.models.factory import load_workload
+    from iteralab.models.factory import WorkloadSpec, load_workload
     from iteralab.models.generation import GenerationSettings
 
     folder = causal_lm.causal_lm_dir(scratch / "lm", layers=args.layers, hidden=args.hidden, heads=args.heads)
@@ -87,9 +87,9 @@ def measure(args: argparse.Namespace, scratch: Path) -> dict:
     warm_corpus = write_corpus(scratch / "warm.csv", prompts[:2 * args.batch_size])
     device = dev.resolve_device(args.device)
     settings = GenerationSettings(max_new_tokens=args.max_new_tokens, prompt_max_length=args.max_length)
-    generator = load_workload("hf_causal_lm", path=folder, precision=args.precision, device=str(device),
-                              max_length=args.max_length, truncation=False, padding="longest", task="generation",
-                              generation=settings)
+    generator = load_workload(WorkloadSpec("hf_causal_lm", path=folder, precision=args.precision, device=str(device),
+                                           max_length=args.max_length, truncation=False, padding="longest",
+                                           task="generation", generation=settings))
     workload = PromptWorkload(generator, "{text}")
     kwargs = {"id_column": "id", "text_column": "text", "require_labels": False}
     lengths = workload.token_lengths(prompts)
@@ -151,9 +151,8 @@ def measure(args: argparse.Namespace, scratch: Path) -> dict:
             wrapper[0] += time.perf_counter() - entered
             return out
 
-        pass_run = MeasuredPass()
-        pass_run.sink = TextWriter(scratch / f"ours-{order_name}-{round_}.parquet")
-        pass_run.flush, pass_run.finish = flush_texts, finish_texts
+        sink = TextSink(scratch / f"ours-{order_name}-{round_}.parquet", [])
+        pass_run = MeasuredPass(sink=sink)
         model.generate = paired_generate
         dev.synchronize(device)
         t0 = time.perf_counter()
@@ -161,11 +160,11 @@ def measure(args: argparse.Namespace, scratch: Path) -> dict:
         dev.synchronize(device)
         wall = time.perf_counter() - t0
         del model.generate  # back to the model's own method
-        finish_texts(pass_run, {"notes": []})  # after the measured region, as a campaign closes the file
+        sink.finish(pass_run, {"notes": []})  # after the measured region, as a campaign closes the file
         inside = sum(c[0] for c in calls)
         ours = wall - wrapper[0] + inside  # the pass without the bare batches (and this wrapper's checks)
         return {"ours_s": ours, "bare_s": sum(c[1] for c in calls), "inside_generate_s": inside,
-                "file": pass_run.sink.path, "bare_ids": kept}
+                "file": sink.writer.path, "bare_ids": kept}
 
     for order_name in orders:  # an untimed warm-up of each order: two batches
         paired(order_name, 0, warm_up=True)

@@ -76,15 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     from iteralab.plan.corpus import load_corpus
     from iteralab.demo.run import CLASSES
     from iteralab.campaign.engines.passes import MeasuredPass
-    from iteralab.models.factory import load_workload
+    from iteralab.models.factory import WorkloadSpec, load_workload
     from iteralab.models.head import load_head
 
     with tempfile.TemporaryDirectory(prefix="iteralab-bench-") as tmp_name:
         tmp = Path(tmp_name)
         corpus_path, head_path, model_path = _prepare(tmp, args.docs, args.seed)
         device = dev.resolve_device(args.device)
-        workload = load_workload("encoder_head", path=model_path, head=head_path, classes=CLASSES, precision="fp32",
-                                 device=str(device), max_length=args.max_length, truncation=True, padding="longest")
+        workload = load_workload(WorkloadSpec("encoder_head", path=model_path, head=head_path, classes=tuple(CLASSES),
+                                              device=str(device), max_length=args.max_length))
         kwargs = dict(id_column="id", text_column="text", label_column="label", classes=list(CLASSES))
         texts = list(load_corpus(corpus_path, **kwargs).texts)
         lengths = workload.token_lengths(texts)

@@ -4,11 +4,11 @@ Session-scoped fixtures (each a folder under pytest's temporary directory; treat
 
 - ``tiny_classifier_dir`` → ``Path``: a ``BertForSequenceClassification`` folder (safetensors weights,
   ``config.json`` with ``id2label`` 0 plot / 1 fresh / 2 rotten, and a WordPiece tokenizer). Loads with
-  ``load_workload("hf_classifier", path=...)`` and every default (max_length 256 fits its 512 positions).
+  ``load_workload(WorkloadSpec("hf_classifier", path=...))`` and every default (max_length 256 fits its 512 positions).
 - ``tiny_encoder_dir`` → ``Path``: a bare ``BertModel`` folder (safetensors + the same tokenizer), hidden size 32.
 - ``tiny_head_path`` → ``Path``: a ``head.safetensors`` trained with ``train_linear_head`` on mean-pooled,
   L2-normalised embeddings of ``tiny_encoder_dir`` (classes plot/fresh/rotten, ``normalize`` true). Use with
-  ``load_workload("encoder_head", path=tiny_encoder_dir, head=tiny_head_path)``.
+  ``load_workload(WorkloadSpec("encoder_head", path=tiny_encoder_dir, head=tiny_head_path))``.
 - ``tiny_vocab`` → ``list[str]``: the tokenizer's vocabulary (lowercase words, letters and ``##`` pieces,
   so any ASCII text tokenizes without a flood of ``[UNK]``).
 
@@ -193,8 +193,8 @@ def tiny_head_path(tiny_encoder_dir, tmp_path_factory) -> Path:
 # ------------------------------------------------------------------------------------------ generation models
 # ``tiny_causal_lm`` / ``tiny_chain_lm`` / ``tiny_seq2seq`` → ``Path``: the folders of tests/tiny_generators.py
 # (a random GPT-2-shaped causal LM, the same shape rigged to follow ``CHAIN``, a random T5-shaped seq2seq), built
-# once per session. Load with ``load_workload("hf_causal_lm" | "hf_seq2seq", path=..., task="generation",
-# generation=GenerationSettings(max_new_tokens=...))``.
+# once per session. Load with ``load_workload(WorkloadSpec("hf_causal_lm" | "hf_seq2seq", path=..., task="generation",
+# generation=GenerationSettings(max_new_tokens=...)))``.
 
 
 @pytest.fixture(scope="session")

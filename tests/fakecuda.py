@@ -356,8 +356,8 @@ def patch_factory(fake: FakeCuda, monkeypatch: Any = None, **workload: Any) -> N
     """``models.factory.load_workload`` returns a :class:`FakeGpuWorkload` on the fake card."""
     from iteralab.models import factory
 
-    def load(kind: str, **kwargs: Any) -> FakeGpuWorkload:
-        return FakeGpuWorkload(fake, kwargs["device"], kwargs["classes"], **workload)
+    def load(spec: Any) -> FakeGpuWorkload:
+        return FakeGpuWorkload(fake, spec.device, list(spec.classes), **workload)
 
     (monkeypatch.setattr if monkeypatch is not None else setattr)(factory, "load_workload", load)
 

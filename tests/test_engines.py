@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from iteralab.campaign.engines import registry
-from iteralab.campaign.engines.parallel import run_data_parallel
+from iteralab.campaign.engines import local, registry
+from iteralab.campaign.records import PassResult, PassSpec
 
 
 def _variant(engine: str = "local", data_parallel: int = 1) -> SimpleNamespace:
@@ -21,15 +21,23 @@ def test_a_variant_names_its_engine():
     assert {registry.engine_name(_variant(e, d)) for e in ("local", "ray") for d in (1, 2)} == set(registry.NAMES)
 
 
-def test_a_run_registers_ray_only_when_it_started_it():
-    def local(spec):
-        return {"pass_id": spec}
+def test_a_run_registers_ray_only_when_it_started_it(monkeypatch):
+    seen = []
 
-    def ray(spec):
-        return {"ray": spec}
+    def run_in_worker(spec, templates=None):
+        seen.append((spec.pass_id, templates))
+        return {"pass_id": spec.pass_id, "status": "ok"}
 
-    plain = registry.engines(local)
-    assert plain == {"local": local, "parallel": run_data_parallel}
-    with_ray = registry.engines(local, ray)
-    assert set(with_ray) == set(registry.NAMES) and with_ray["ray"] is ray
-    assert with_ray["local"]("p1") == {"pass_id": "p1"}
+    monkeypatch.setattr(local, "run_in_worker", run_in_worker)
+    ray = SimpleNamespace(run_pass=lambda spec: {"pass_id": spec.pass_id, "status": "failed", "error": "on ray"})
+    spec = PassSpec("p1", variant={}, model={}, classes=(), corpus_path="", prediction_dir="", warmup={})
+
+    plain = registry.engines("process", "the templates")
+    assert set(plain) == {"local", "parallel"}
+    result = plain["local"](spec)  # every engine's result reaches the runner typed
+    assert isinstance(result, PassResult) and result.ok and result.pass_id == "p1"
+    assert seen == [("p1", "the templates")]
+    with_ray = registry.engines("process", None, ray, prepare=lambda s: s.with_changes(pass_id="p2"))
+    assert set(with_ray) == set(registry.NAMES)
+    assert with_ray["ray"](spec).error == "on ray"
+    assert with_ray["local"](spec).pass_id == "p2"  # the runner's last word on a local pass's spec

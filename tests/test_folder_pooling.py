@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from iteralab.campaign.engines.embedpass import embedding_record
+from iteralab.campaign.kinds.embedding.sink import embedding_record
 from iteralab.errors import ProtocolError, WorkloadError
 from iteralab.models.stfolder import folder_pooling, pooling_problem, resolved_pooling
 from iteralab.plan.protocol import parse_protocol

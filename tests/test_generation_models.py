@@ -12,7 +12,7 @@ import pytest
 
 from iteralab.common.files import sha256_file
 from iteralab.errors import WorkloadError
-from iteralab.models.factory import load_workload
+from iteralab.models.factory import WorkloadSpec, load_workload
 from iteralab.models.generation import FINISH_REASONS, GeneratedBatch, GenerationSettings, check_prompts
 
 SHORT = "the cat sat"
@@ -21,8 +21,8 @@ PROMPTS = [SHORT, "what is the answer to the question of the long story ?", "tra
 
 def _load(kind: str, path: Path, **generation) -> object:
     precision = generation.pop("precision", "fp32")
-    return load_workload(kind, path=path, task="generation", precision=precision,
-                         generation=GenerationSettings(**generation))
+    return load_workload(WorkloadSpec(kind, path=path, task="generation", precision=precision,
+                         generation=GenerationSettings(**generation)))
 
 
 def _check_batch(batch: GeneratedBatch, n: int, max_new_tokens: int) -> None:
@@ -152,22 +152,22 @@ def test_the_seq2seq_model_generates_with_the_same_interface(tiny_seq2seq):
 
 
 def test_a_callable_returning_texts_is_counted_by_its_tokenizer_folder(tiny_causal_lm):
-    model = load_workload("callable", callable_ref="fake_generators:echo_words", path=tiny_causal_lm,
-                          task="generation", generation=GenerationSettings(max_new_tokens=3))
+    model = load_workload(WorkloadSpec("callable", callable_ref="fake_generators:echo_words", path=tiny_causal_lm,
+                          task="generation", generation=GenerationSettings(max_new_tokens=3)))
     batch = model.generate(["the cat sat", "red", "one two"])
     assert batch.texts == ["the cat sat", "red", "one two"]
     assert batch.tokens.tolist() == [3, 1, 2] and batch.finish == ["length", "eos", "eos"]
     assert model.prompt_token_counts(["the cat sat"]) == [4]
-    stopping = load_workload("callable", callable_ref="fake_generators:last_words", path=tiny_causal_lm,
-                             task="generation", generation=GenerationSettings(max_new_tokens=8, stop=("end",)))
+    stopping = load_workload(WorkloadSpec("callable", callable_ref="fake_generators:last_words", path=tiny_causal_lm,
+                             task="generation", generation=GenerationSettings(max_new_tokens=8, stop=("end",))))
     batch = stopping.generate(["the cat sat on the mat"])
     # counted on the stored text: "end ." was cut off with the stop string
     assert batch.texts == ["on the mat "] and batch.finish == ["stop"] and batch.tokens.tolist() == [3]
 
 
 def test_a_callable_without_a_tokenizer_leaves_tokens_not_measured():
-    model = load_workload("callable", callable_ref="fake_generators:echo_words", task="generation",
-                          generation=GenerationSettings(max_new_tokens=3))
+    model = load_workload(WorkloadSpec("callable", callable_ref="fake_generators:echo_words", task="generation",
+                          generation=GenerationSettings(max_new_tokens=3)))
     batch = model.generate(["the cat sat", "red"])
     assert batch.tokens is None and batch.finish == ["eos", "eos"] and batch.texts == ["the cat sat", "red"]
     assert check_prompts(model, ["the cat sat"]) == []
@@ -177,15 +177,15 @@ def test_a_callable_without_a_tokenizer_leaves_tokens_not_measured():
 
 
 def test_a_callable_may_return_its_own_counts_and_finish_reasons():
-    model = load_workload("callable", callable_ref="fake_generators:with_counts", task="generation",
-                          generation=GenerationSettings(max_new_tokens=5))
+    model = load_workload(WorkloadSpec("callable", callable_ref="fake_generators:with_counts", task="generation",
+                          generation=GenerationSettings(max_new_tokens=5)))
     batch = model.generate(["the cat sat", "red"])
     assert batch.texts == ["THE CAT SAT", "RED"] and batch.tokens.tolist() == [4, 2] and batch.finish == ["eos"] * 2
     assert batch.tokens.dtype == np.int32
     with pytest.raises(WorkloadError, match=r"returned 5 generated tokens for the batch's row 0, outside "
                                             r"0…max_new_tokens 4"):
-        load_workload("callable", callable_ref="fake_generators:with_counts", task="generation",
-                      generation=GenerationSettings(max_new_tokens=4)).generate(["one two three four", "red"])
+        load_workload(WorkloadSpec("callable", callable_ref="fake_generators:with_counts", task="generation",
+                      generation=GenerationSettings(max_new_tokens=4))).generate(["one two three four", "red"])
 
 
 @pytest.mark.parametrize(("name", "message"), [
@@ -194,23 +194,23 @@ def test_a_callable_may_return_its_own_counts_and_finish_reasons():
     ("bad_finish", r"returned finish reason 'done' for the batch's row 0"),
 ])
 def test_a_callable_returning_the_wrong_shape_is_a_one_line_error(name, message):
-    model = load_workload("callable", callable_ref=f"fake_generators:{name}", task="generation",
-                          generation=GenerationSettings(max_new_tokens=4))
+    model = load_workload(WorkloadSpec("callable", callable_ref=f"fake_generators:{name}", task="generation",
+                          generation=GenerationSettings(max_new_tokens=4)))
     with pytest.raises(WorkloadError, match=message) as exc:
         model.generate(["the cat", "red"])
     assert _one_line(exc).startswith(f"callable: fake_generators:{name}")
 
 
 def test_a_callable_counted_over_the_limit_is_cut_there_and_finishes_length(tiny_causal_lm):
-    model = load_workload("callable", callable_ref="fake_generators:echo_words", path=tiny_causal_lm,
-                          task="generation", generation=GenerationSettings(max_new_tokens=2))
+    model = load_workload(WorkloadSpec("callable", callable_ref="fake_generators:echo_words", path=tiny_causal_lm,
+                          task="generation", generation=GenerationSettings(max_new_tokens=2)))
     batch = model.generate(["red", "the cat sat"])
     assert batch.texts == ["red", "the cat"] and batch.tokens.tolist() == [1, 2] and batch.finish == ["eos", "length"]
 
 
 def test_a_stop_string_is_cut_before_the_tokens_are_counted(tiny_causal_lm):
-    model = load_workload("callable", callable_ref="fake_generators:junk_after_newline", path=tiny_causal_lm,
-                          task="generation", generation=GenerationSettings(max_new_tokens=8, stop=("\n",)))
+    model = load_workload(WorkloadSpec("callable", callable_ref="fake_generators:junk_after_newline", path=tiny_causal_lm,
+                          task="generation", generation=GenerationSettings(max_new_tokens=8, stop=("\n",))))
     batch = model.generate(["why is the sky blue", "red"])
     # the six words after the newline are neither stored nor counted
     assert batch.texts == ["the sky blue", "red"] and batch.tokens.tolist() == [3, 1]
@@ -219,15 +219,15 @@ def test_a_stop_string_is_cut_before_the_tokens_are_counted(tiny_causal_lm):
 
 def test_a_text_ended_by_no_stop_string_and_no_limit_finishes_eos(tiny_causal_lm):
     for path in (tiny_causal_lm, None):  # counted or not
-        model = load_workload("callable", callable_ref="fake_generators:last_words", path=path, task="generation",
-                              generation=GenerationSettings(max_new_tokens=8, stop=("mat",)))
+        model = load_workload(WorkloadSpec("callable", callable_ref="fake_generators:last_words", path=path, task="generation",
+                              generation=GenerationSettings(max_new_tokens=8, stop=("mat",))))
         batch = model.generate(["the cat sat on the mat", "red green blue"])
         assert batch.finish == ["stop", "eos"], path
 
 
 def test_a_callable_answer_over_the_limit_is_cut_at_max_new_tokens(tiny_causal_lm):
-    model = load_workload("callable", callable_ref="fake_generators:rambling", path=tiny_causal_lm,
-                          task="generation", generation=GenerationSettings(max_new_tokens=4))
+    model = load_workload(WorkloadSpec("callable", callable_ref="fake_generators:rambling", path=tiny_causal_lm,
+                          task="generation", generation=GenerationSettings(max_new_tokens=4)))
     batch = model.generate(["the cat", "red"])
     assert batch.texts == ["the cat la la", "red la la la"] and batch.tokens.tolist() == [4, 4]
     assert batch.finish == ["length", "length"]
@@ -236,8 +236,8 @@ def test_a_callable_answer_over_the_limit_is_cut_at_max_new_tokens(tiny_causal_l
 def test_a_callable_count_over_the_limit_names_the_row_for_the_pass_to_name_its_document():
     from iteralab.errors import RowError
 
-    model = load_workload("callable", callable_ref="fake_generators:over_counted", task="generation",
-                          generation=GenerationSettings(max_new_tokens=4))
+    model = load_workload(WorkloadSpec("callable", callable_ref="fake_generators:over_counted", task="generation",
+                          generation=GenerationSettings(max_new_tokens=4)))
     with pytest.raises(RowError) as info:
         model.generate(["a", "b", "c"])
     assert info.value.row == 2 and "the batch's row 2" in info.value.message
@@ -274,8 +274,8 @@ def test_describe_and_file_hashes_name_the_model_files(causal, tiny_causal_lm):
     assert generation["generation_config"]["do_sample"] is False and generation["generation_config"]["num_beams"] == 1
     assert causal.tokenizer_folder == tiny_causal_lm
     json.dumps(info)
-    model = load_workload("callable", callable_ref="fake_generators:echo_words", path=tiny_causal_lm,
-                          task="generation", generation=GenerationSettings(max_new_tokens=3))
+    model = load_workload(WorkloadSpec("callable", callable_ref="fake_generators:echo_words", path=tiny_causal_lm,
+                          task="generation", generation=GenerationSettings(max_new_tokens=3)))
     assert "callable/fake_generators.py" in model.file_hashes() and "tokenizer/tokenizer.json" in model.file_hashes()
     assert model.describe()["callable"] == "fake_generators:echo_words"
 
@@ -285,12 +285,12 @@ def test_describe_and_file_hashes_name_the_model_files(causal, tiny_causal_lm):
 
 def test_refusals_name_the_field(tiny_causal_lm, tiny_seq2seq):
     with pytest.raises(WorkloadError, match="does not give what a classification job needs"):
-        load_workload("hf_causal_lm", path=tiny_causal_lm)
+        load_workload(WorkloadSpec("hf_causal_lm", path=tiny_causal_lm))
     with pytest.raises(WorkloadError, match="does not give what a generation job needs"):
-        load_workload("hf_classifier", path=tiny_causal_lm, task="generation",
-                      generation=GenerationSettings(max_new_tokens=2))
+        load_workload(WorkloadSpec("hf_classifier", path=tiny_causal_lm, task="generation",
+                      generation=GenerationSettings(max_new_tokens=2)))
     with pytest.raises(WorkloadError, match="^generation: settings are required"):
-        load_workload("hf_causal_lm", path=tiny_causal_lm, task="generation")
+        load_workload(WorkloadSpec("hf_causal_lm", path=tiny_causal_lm, task="generation"))
     with pytest.raises(WorkloadError, match="^max_new_tokens: 0 must be an integer"):
         _load("hf_causal_lm", tiny_causal_lm, max_new_tokens=0)
     with pytest.raises(WorkloadError, match="^max_new_tokens: prompt_max_length \\+ max_new_tokens = 1124 exceeds"):
@@ -298,13 +298,13 @@ def test_refusals_name_the_field(tiny_causal_lm, tiny_seq2seq):
     with pytest.raises(WorkloadError, match="^chat_template: the tokenizer in .* has no chat template"):
         _load("hf_seq2seq", tiny_seq2seq, max_new_tokens=2, chat_template=True)
     with pytest.raises(WorkloadError, match="^padding: 'max_length': a generation job pads"):
-        load_workload("hf_causal_lm", path=tiny_causal_lm, task="generation", padding="max_length",
-                      generation=GenerationSettings(max_new_tokens=2))
+        load_workload(WorkloadSpec("hf_causal_lm", path=tiny_causal_lm, task="generation", padding="max_length",
+                      generation=GenerationSettings(max_new_tokens=2)))
     with pytest.raises(WorkloadError, match="^stop: "):
         _load("hf_causal_lm", tiny_causal_lm, max_new_tokens=2, stop=("",))
     with pytest.raises(WorkloadError, match="^precision/compile"):
-        load_workload("callable", callable_ref="fake_generators:echo_words", task="generation", precision="bf16",
-                      generation=GenerationSettings(max_new_tokens=2))
+        load_workload(WorkloadSpec("callable", callable_ref="fake_generators:echo_words", task="generation", precision="bf16",
+                      generation=GenerationSettings(max_new_tokens=2)))
 
 
 def test_a_compiled_generator_gives_the_same_greedy_outputs(tiny_chain_lm, monkeypatch):
@@ -313,8 +313,8 @@ def test_a_compiled_generator_gives_the_same_greedy_outputs(tiny_chain_lm, monke
     from iteralab.models import hf
 
     monkeypatch.setattr(hf, "COMPILE_BACKEND", "eager")
-    model = load_workload("hf_causal_lm", path=tiny_chain_lm, task="generation", compile=True,
-                          generation=GenerationSettings(max_new_tokens=4))
+    model = load_workload(WorkloadSpec("hf_causal_lm", path=tiny_chain_lm, task="generation", compile=True,
+                          generation=GenerationSettings(max_new_tokens=4)))
     batch = model.generate(["sat on one", "red"])
     assert batch.texts == ["two three", "la la la la"] and batch.finish == ["eos", "length"]
     record = model.describe()["compile"]

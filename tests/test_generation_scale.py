@@ -134,7 +134,7 @@ def test_a_scan_tallies_only_the_columns_it_is_asked_to(tmp_path):
 def test_the_measured_pass_renders_each_batch_as_it_reads(tmp_path, bucketing):
     """The prompts are rendered by the measured pass's own run (the region the pass time covers), from the copy's
     prompt columns; the workload is handed the rendered prompts only."""
-    from iteralab.campaign.engines.genpass import PromptRenderer
+    from iteralab.campaign.kinds.generation.sink import PromptRenderer
     from iteralab.campaign.engines.passes import MeasuredPass
     from iteralab.models.generation import GeneratedBatch
 
@@ -181,7 +181,7 @@ def test_the_shard_plan_weighs_each_rendered_prompt(tmp_path, tiny_causal_lm):
     generation = {"task": "generation", "prompt": "{text} : {title}", "chat_template": False}
 
     def lengths(**model):
-        spec = PassSpec("p", variant={"padding": "longest"}, model={"max_length": 64, "generation": generation,
+        spec = PassSpec("p", kind="generation", variant={"padding": "longest"}, model={"max_length": 64, "generation": generation,
                                                                       **model},
                         classes=(), corpus_path=str(copy), prediction_dir=str(tmp_path), warmup={})
         found, unit = corpus_lengths(spec)

@@ -104,8 +104,8 @@ def _spec(tmp_path, precision="fp32", batch_size=4):
 
 
 def _run(monkeypatch, tmp_path, rec: Recorder, workload: FakeWorkload):
-    def loader(kind, **kwargs):
-        rec.calls.append(f"load_workload device={kwargs['device']} precision={kwargs['precision']}")
+    def loader(spec):
+        rec.calls.append(f"load_workload device={spec.device} precision={spec.precision}")
         return workload
 
     monkeypatch.setattr(factory, "load_workload", loader)
@@ -248,7 +248,7 @@ def test_gpu_events_on_cpu_record_nothing_and_say_why():
 def test_cpu_pass_has_no_gpu_scope(tmp_path, monkeypatch):
     rec = Recorder()
     workload = FakeWorkload(rec)
-    monkeypatch.setattr(factory, "load_workload", lambda kind, **kw: workload)
+    monkeypatch.setattr(factory, "load_workload", lambda spec: workload)
     spec = _spec(tmp_path)
     spec["variant"]["device"] = "cpu"
     result = execute_pass(spec, clock=types.SimpleNamespace(now=rec.now))

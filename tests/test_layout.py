@@ -315,7 +315,7 @@ def test_the_import_scan_sees_function_level_imports(tmp_path):
     """The scanner itself: relative, aliased and nested imports resolve to absolute module names, and an import
     inside a function (or a method's nested block) is told from one at module level."""
     imports = {m for _, m, _ in _imports(PKG / "campaign" / "runner.py")}
-    assert {"iteralab.plan.protocol", "iteralab.campaign.engines.registry", "iteralab.campaign.engines.local"} <= imports
+    assert {"iteralab.plan.protocol", "iteralab.campaign.engines.registry", "iteralab.campaign.kinds.registry"} <= imports
     top = {(m, at_top) for _, m, at_top in _imports(PKG / "campaign" / "engines" / "passes.py")}
     assert ("iteralab.models.device", True) in top  # ``from iteralab.models import device as dev``
     module = PKG / "campaign" / "engines" / "made_up_for_the_scan.py"  # a path inside the package, never written

@@ -131,7 +131,7 @@ def test_merged_file_holds_exactly_the_corpus_ids(tmp_path, worker_path, workers
 
 def test_tiny_bert_in_two_processes_shards_by_tokens_and_predicts_like_one(tmp_path, worker_path,
                                                                             tiny_classifier_dir):
-    from iteralab.models.factory import load_workload
+    from iteralab.models.factory import WorkloadSpec, load_workload
     from iteralab.models.tokens import load_tokenizer, token_counter
 
     rows = _rows(13)
@@ -146,7 +146,7 @@ def test_tiny_bert_in_two_processes_shards_by_tokens_and_predicts_like_one(tmp_p
     table = pq.read_table(tmp_path / result["prediction_file"])
     assert table.column("id").to_pylist() == [r[0] for r in rows]
     merged = table.column("probs").combine_chunks().values.to_numpy().reshape(len(rows), 3)
-    single = load_workload("hf_classifier", path=tiny_classifier_dir, classes=CLASSES, max_length=32)
+    single = load_workload(WorkloadSpec("hf_classifier", path=tiny_classifier_dir, classes=CLASSES, max_length=32))
     np.testing.assert_allclose(merged, single.predict([r[1] for r in rows]), atol=1e-5)
     # memory: each device's peak on its own; the row's cell is the largest of them, never their sum
     peaks = [d["memory"]["cpu_peak_rss_bytes"] for d in parallel["devices"]]

@@ -21,7 +21,7 @@ import fake_embedders
 import fake_models
 import iteralab
 from campaign_factory import TEXTS, write_corpus_csv, write_tokenizer
-from iteralab.campaign.engines import corpusorder
+from iteralab.campaign.kinds import corpusorder
 from iteralab.campaign.engines.passes import execute_pass, order_hash
 from iteralab.campaign.kinds.embedding.output import VectorWriter, read_vectors
 from iteralab.campaign.kinds.generation.output import TextWriter, read_texts
@@ -55,7 +55,7 @@ def _spec(folder: Path, kind: str, *, bucketing: bool = True, workers: int = 1, 
         model["generation"] = {"task": "generation", "prompt": "{text}", "max_new_tokens": 64, "stop": [],
                                "chat_template": False, "allow_truncation": False, "allow_empty": False,
                                "reference_column": None}
-    return {"pass_id": "p1",
+    return {"pass_id": "p1", "kind": kind,
             "variant": {"name": "v", "batch_size": 2, "precision": "fp32", "bucketing": bucketing,
                         "padding": "longest", "resume": False, "compile": False, "device": "cpu",
                         "data_parallel": workers},
@@ -216,7 +216,7 @@ def test_verify_refuses_a_prediction_file_whose_rows_are_not_in_corpus_order(tmp
     with every hash consistent: verify names the file and the first row out of order."""
     from campaign_factory import callable_campaign
 
-    from iteralab.campaign.engines import passes
+    from iteralab.campaign.kinds.classification import sink as classification_sink
     from iteralab.evidence.run import run_campaign
     from iteralab.evidence.verify import audit_campaign
 
@@ -243,7 +243,7 @@ variants = ["b4", "b4-sorted"]
     report = audit_campaign(tmp_path / "fair" / "out", require_seal=False)
     assert report.ok, report.differences
 
-    monkeypatch.setattr(passes, "in_corpus_order", lambda ids, probs, positions: (ids, probs))  # the old writer
+    monkeypatch.setattr(classification_sink, "in_corpus_order", lambda ids, probs, positions: (ids, probs))  # the old writer
     shuffled = callable_campaign(tmp_path / "shuffled", model=model, variants=variants, passes=1)
     run_campaign(shuffled, tmp_path / "shuffled" / "out")
     report = audit_campaign(tmp_path / "shuffled" / "out", require_seal=False)

@@ -87,7 +87,7 @@ def test_a_callable_on_a_draft_json_with_subgroups_and_nothing_written(tmp_path,
 
 
 def test_an_hf_classifier_on_the_draft_prepare_writes_names_the_command(tmp_path, tiny_classifier_dir, capsys):
-    from iteralab.models.factory import load_workload
+    from iteralab.models.factory import WorkloadSpec, load_workload
     from iteralab.plan.corpus import load_corpus
 
     source = _write_csv(tmp_path / "src.csv", _rows())
@@ -102,7 +102,7 @@ def test_an_hf_classifier_on_the_draft_prepare_writes_names_the_command(tmp_path
     assert rc == 0, err
     tuning = load_corpus(tmp_path / "p" / "tuning.csv", extra_columns=["stratum"])
     classes = ["plot", "fresh", "rotten"]  # the classifier's own order, as the draft declares it
-    model = load_workload("hf_classifier", path=tiny_classifier_dir, classes=classes, max_length=64)
+    model = load_workload(WorkloadSpec("hf_classifier", path=tiny_classifier_dir, classes=classes, max_length=64))
     probs = np.concatenate([model.predict(list(tuning.texts)[i:i + 8]) for i in range(0, len(tuning), 8)])
     predicted = [classes[i] for i in probs.argmax(axis=1)]
     macro = f1_score(list(tuning.labels), predicted, labels=classes, average="macro", zero_division=0)

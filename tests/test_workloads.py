@@ -16,7 +16,7 @@ from iteralab.models import base as wl
 from iteralab.errors import WorkloadError
 from iteralab.models import head as head_module
 from iteralab.models.base import Settings
-from iteralab.models.factory import load_workload
+from iteralab.models.factory import WorkloadSpec, load_workload
 from iteralab.models.head import load_head, mean_pool, save_head, train_linear_head
 
 CLASSES = ("plot", "fresh", "rotten")
@@ -32,12 +32,12 @@ def _check_probs(probs: np.ndarray, n: int) -> None:
 
 @pytest.fixture(scope="module")
 def classifier(tiny_classifier_dir):
-    return load_workload("hf_classifier", path=tiny_classifier_dir, max_length=64)
+    return load_workload(WorkloadSpec("hf_classifier", path=tiny_classifier_dir, max_length=64))
 
 
 @pytest.fixture(scope="module")
 def encoder_head(tiny_encoder_dir, tiny_head_path):
-    return load_workload("encoder_head", path=tiny_encoder_dir, head=tiny_head_path, max_length=128)
+    return load_workload(WorkloadSpec("encoder_head", path=tiny_encoder_dir, head=tiny_head_path, max_length=128))
 
 
 # ------------------------------------------------------------------------------------------ HF classifier
@@ -56,9 +56,9 @@ def test_classifier_probabilities_and_description(classifier, tiny_classifier_di
 
 
 def test_classifier_checks_declared_classes(tiny_classifier_dir):
-    load_workload("hf_classifier", path=tiny_classifier_dir, classes=list(CLASSES))
+    load_workload(WorkloadSpec("hf_classifier", path=tiny_classifier_dir, classes=list(CLASSES)))
     with pytest.raises(WorkloadError, match="id2label"):
-        load_workload("hf_classifier", path=tiny_classifier_dir, classes=["fresh", "rotten", "plot"])
+        load_workload(WorkloadSpec("hf_classifier", path=tiny_classifier_dir, classes=["fresh", "rotten", "plot"]))
 
 
 def test_infer_equals_predict_and_forward_device_stays_on_device(classifier):
@@ -74,7 +74,7 @@ def test_infer_equals_predict_and_forward_device_stays_on_device(classifier):
 def test_padding_policies_and_truncation(tiny_classifier_dir, classifier):
     longest = classifier.tokenize(["a movie", "a good fun movie"])["input_ids"]
     assert longest.shape == (2, 6)  # [CLS] a good fun movie [SEP]
-    fixed = load_workload("hf_classifier", path=tiny_classifier_dir, max_length=32, padding="max_length")
+    fixed = load_workload(WorkloadSpec("hf_classifier", path=tiny_classifier_dir, max_length=32, padding="max_length"))
     assert fixed.tokenize(["a movie"])["input_ids"].shape == (1, 32)
     assert classifier.tokenize([LONG])["input_ids"].shape == (1, 64)  # truncated to max_length
     full = len(classifier.tokenizer(LONG)["input_ids"])
@@ -83,21 +83,21 @@ def test_padding_policies_and_truncation(tiny_classifier_dir, classifier):
 
 
 def test_no_truncation_refuses_a_text_longer_than_the_model(tiny_classifier_dir):
-    w = load_workload("hf_classifier", path=tiny_classifier_dir, truncation=False)
+    w = load_workload(WorkloadSpec("hf_classifier", path=tiny_classifier_dir, truncation=False))
     with pytest.raises(WorkloadError, match="truncation is off"):
         w.tokenize([LONG * 4])
     with pytest.raises(WorkloadError, match="needs truncation"):
-        load_workload("hf_classifier", path=tiny_classifier_dir, truncation=False, padding="max_length")
+        load_workload(WorkloadSpec("hf_classifier", path=tiny_classifier_dir, truncation=False, padding="max_length"))
 
 
 def test_max_length_beyond_positions_refused(tiny_classifier_dir):
     with pytest.raises(WorkloadError, match="exceeds the model's 512 positions"):
-        load_workload("hf_classifier", path=tiny_classifier_dir, max_length=1024)
+        load_workload(WorkloadSpec("hf_classifier", path=tiny_classifier_dir, max_length=1024))
 
 
 def test_bare_encoder_is_not_a_classifier(tiny_encoder_dir):
     with pytest.raises(WorkloadError, match="lacks trained weights for classifier"):
-        load_workload("hf_classifier", path=tiny_encoder_dir)
+        load_workload(WorkloadSpec("hf_classifier", path=tiny_encoder_dir))
 
 
 # ------------------------------------------------------------------------------------------ precision
@@ -108,13 +108,13 @@ def test_bf16_and_int8_dynamic_run_on_cpu_and_are_recorded(kind, tiny_classifier
                                                            tiny_head_path):
     path = tiny_classifier_dir if kind == "hf_classifier" else tiny_encoder_dir
     head = tiny_head_path if kind == "encoder_head" else None
-    ref = load_workload(kind, path=path, head=head).predict(TEXTS)
-    bf16 = load_workload(kind, path=path, head=head, precision="bf16")
+    ref = load_workload(WorkloadSpec(kind, path=path, head=head)).predict(TEXTS)
+    bf16 = load_workload(WorkloadSpec(kind, path=path, head=head, precision="bf16"))
     probs = bf16.predict(TEXTS)
     _check_probs(probs, len(TEXTS))
     assert bf16.describe()["precision"] == "bf16" and "bfloat16" in bf16.describe()["param_dtypes"]
     np.testing.assert_allclose(probs, ref, atol=0.05)
-    int8 = load_workload(kind, path=path, head=head, precision="int8-dynamic")
+    int8 = load_workload(WorkloadSpec(kind, path=path, head=head, precision="int8-dynamic"))
     probs = int8.predict(TEXTS)
     _check_probs(probs, len(TEXTS))
     quant = int8.describe()["quantization"]
@@ -126,12 +126,12 @@ def test_bf16_and_int8_dynamic_run_on_cpu_and_are_recorded(kind, tiny_classifier
 
 def test_fp16_on_cpu_and_int8_on_gpu_are_refused(tiny_classifier_dir):
     with pytest.raises(WorkloadError, match="fp16 is refused on CPU") as info:
-        load_workload("hf_classifier", path=tiny_classifier_dir, precision="fp16")
+        load_workload(WorkloadSpec("hf_classifier", path=tiny_classifier_dir, precision="fp16"))
     assert "bf16" in info.value.hint
     with pytest.raises(WorkloadError, match="int8-dynamic runs on CPU only"):
         wl.check_settings(Settings(precision="int8-dynamic", device=torch.device("cuda", 0)))
     with pytest.raises(WorkloadError, match="precision: 'fp8'"):
-        load_workload("hf_classifier", path=tiny_classifier_dir, precision="fp8")
+        load_workload(WorkloadSpec("hf_classifier", path=tiny_classifier_dir, precision="fp8"))
 
 
 def test_compile_is_recorded_and_used(tiny_classifier_dir, monkeypatch):
@@ -142,7 +142,7 @@ def test_compile_is_recorded_and_used(tiny_classifier_dir, monkeypatch):
         return module
 
     monkeypatch.setattr(torch, "compile", fake_compile)
-    w = load_workload("hf_classifier", path=tiny_classifier_dir, compile=True)
+    w = load_workload(WorkloadSpec("hf_classifier", path=tiny_classifier_dir, compile=True))
     assert len(compiled) == 1 and compiled[0][1] == {"backend": "inductor", "mode": None}
     record = w.describe()["compile"]
     assert {k: record[k] for k in ("enabled", "backend", "mode")} == {"enabled": True, "backend": "inductor",
@@ -267,9 +267,9 @@ def test_bad_heads_are_refused(tmp_path, tiny_encoder_dir):
         load_head(garbage)
     wrong_width = save_head(tmp_path / "w16.safetensors", np.zeros((3, 16)), np.zeros(3), CLASSES, normalize=False)
     with pytest.raises(WorkloadError, match="expects 16-dim embeddings, the encoder gives 32"):
-        load_workload("encoder_head", path=tiny_encoder_dir, head=wrong_width)
+        load_workload(WorkloadSpec("encoder_head", path=tiny_encoder_dir, head=wrong_width))
     with pytest.raises(WorkloadError, match="head: required"):
-        load_workload("encoder_head", path=tiny_encoder_dir)
+        load_workload(WorkloadSpec("encoder_head", path=tiny_encoder_dir))
     with pytest.raises(WorkloadError, match="do not agree"):
         save_head(tmp_path / "x.safetensors", np.zeros((3, 4)), np.zeros(2), CLASSES, normalize=False)
 
@@ -309,11 +309,11 @@ def callables(tmp_path, monkeypatch):
 
 
 def test_callable_probability_rows_and_labels(callables):
-    w = load_workload("callable", callable_ref=f"{callables}:probs", classes=CLASSES)
+    w = load_workload(WorkloadSpec("callable", callable_ref=f"{callables}:probs", classes=CLASSES))
     probs = w.predict(["good", "bad"])
     _check_probs(probs, 2)
     np.testing.assert_allclose(probs[1], [0.2, 0.3, 0.5], atol=1e-7)
-    w = load_workload("callable", callable_ref=f"{callables}:labels", classes=CLASSES)
+    w = load_workload(WorkloadSpec("callable", callable_ref=f"{callables}:labels", classes=CLASSES))
     np.testing.assert_array_equal(w.predict(["good", "bad"]), [[0, 1, 0], [0, 0, 1]])
     assert w.describe()["callable"] == f"{callables}:labels" and w.describe()["precision"] is None
     assert list(w.file_hashes()) == [f"callable/{callables}.py"]
@@ -328,26 +328,26 @@ def test_callable_probability_rows_and_labels(callables):
     ("nothing", "returned None, expected"),
 ])
 def test_callable_bad_returns_are_refused(callables, name, message):
-    w = load_workload("callable", callable_ref=f"{callables}:{name}", classes=CLASSES)
+    w = load_workload(WorkloadSpec("callable", callable_ref=f"{callables}:{name}", classes=CLASSES))
     with pytest.raises(WorkloadError, match=message):
         w.predict(["good", "bad"])
 
 
 def test_callable_declaration_errors(callables, tiny_classifier_dir):
     with pytest.raises(WorkloadError, match="classes: required"):
-        load_workload("callable", callable_ref=f"{callables}:probs")
+        load_workload(WorkloadSpec("callable", callable_ref=f"{callables}:probs"))
     with pytest.raises(WorkloadError, match="package.module:function"):
-        load_workload("callable", callable_ref="no_colon", classes=CLASSES)
+        load_workload(WorkloadSpec("callable", callable_ref="no_colon", classes=CLASSES))
     with pytest.raises(WorkloadError, match="cannot import"):
-        load_workload("callable", callable_ref="iteralab_no_such_module:f", classes=CLASSES)
+        load_workload(WorkloadSpec("callable", callable_ref="iteralab_no_such_module:f", classes=CLASSES))
     with pytest.raises(WorkloadError, match="is not callable"):
-        load_workload("callable", callable_ref=f"{callables}:NOT_CALLABLE", classes=CLASSES)
+        load_workload(WorkloadSpec("callable", callable_ref=f"{callables}:NOT_CALLABLE", classes=CLASSES))
     with pytest.raises(WorkloadError, match="cannot be applied to a callable"):
-        load_workload("callable", callable_ref=f"{callables}:probs", classes=CLASSES, precision="bf16")
-    w = load_workload("callable", callable_ref=f"{callables}:probs", classes=CLASSES)
+        load_workload(WorkloadSpec("callable", callable_ref=f"{callables}:probs", classes=CLASSES, precision="bf16"))
+    w = load_workload(WorkloadSpec("callable", callable_ref=f"{callables}:probs", classes=CLASSES))
     with pytest.raises(WorkloadError, match="no tokenizer"):
         w.token_lengths(["a"])
-    w = load_workload("callable", callable_ref=f"{callables}:probs", classes=CLASSES, path=tiny_classifier_dir)
+    w = load_workload(WorkloadSpec("callable", callable_ref=f"{callables}:probs", classes=CLASSES, path=tiny_classifier_dir))
     assert w.token_lengths(["a good movie"]) == [5]
 
 
@@ -365,9 +365,9 @@ def test_folder_without_safetensors_is_refused(tmp_path, tiny_classifier_dir, mo
     (folder / "model.safetensors").unlink()
     (folder / "pytorch_model.bin").write_bytes(b"\x80\x04pickle")
     with pytest.raises(WorkloadError, match="no safetensors weights .*pytorch_model.bin: pickled weights are refused"):
-        load_workload("hf_classifier", path=folder)
+        load_workload(WorkloadSpec("hf_classifier", path=folder))
     with pytest.raises(WorkloadError, match="does not exist"):
-        load_workload("hf_classifier", path=tmp_path / "missing")
+        load_workload(WorkloadSpec("hf_classifier", path=tmp_path / "missing"))
 
 
 def test_no_pickle_loading_in_the_source():
@@ -379,7 +379,7 @@ def test_no_pickle_loading_in_the_source():
 
 
 def test_trust_remote_code_is_off_by_default(tmp_path, tiny_classifier_dir):
-    assert inspect.signature(load_workload).parameters["trust_remote_code"].default is False
+    assert inspect.signature(WorkloadSpec).parameters["trust_remote_code"].default is False
     folder = _copy(tiny_classifier_dir, tmp_path / "custom")
     config = json.loads((folder / "config.json").read_text())
     config.update(model_type="iteralab-custom", auto_map={"AutoConfig": "custom.CustomConfig",
@@ -388,7 +388,7 @@ def test_trust_remote_code_is_off_by_default(tmp_path, tiny_classifier_dir):
     sentinel = tmp_path / "code-ran"
     (folder / "custom.py").write_text(f"open({str(sentinel)!r}, 'w').write('ran')\n")
     with pytest.raises(WorkloadError, match="cannot load") as info:
-        load_workload("hf_classifier", path=folder)
+        load_workload(WorkloadSpec("hf_classifier", path=folder))
     assert "trust_remote_code" in info.value.hint
     assert not sentinel.exists()
 
@@ -396,7 +396,7 @@ def test_trust_remote_code_is_off_by_default(tmp_path, tiny_classifier_dir):
 def test_file_hashes_follow_the_files(tmp_path, tiny_classifier_dir, tiny_encoder_dir, tiny_head_path):
     folder = _copy(tiny_classifier_dir, tmp_path / "clf")
     (folder / "README.md").write_text("docs are not hashed")
-    w = load_workload("hf_classifier", path=folder)
+    w = load_workload(WorkloadSpec("hf_classifier", path=folder))
     before = w.file_hashes()
     assert {"model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json"} <= set(before)
     assert "README.md" not in before and all(len(h) == 64 for h in before.values())
@@ -404,14 +404,14 @@ def test_file_hashes_follow_the_files(tmp_path, tiny_classifier_dir, tiny_encode
         fh.write(b"\0")
     after = w.file_hashes()
     assert [k for k in before if before[k] != after[k]] == ["model.safetensors"]
-    eh = load_workload("encoder_head", path=tiny_encoder_dir, head=tiny_head_path)
+    eh = load_workload(WorkloadSpec("encoder_head", path=tiny_encoder_dir, head=tiny_head_path))
     assert "head/head.safetensors" in eh.file_hashes()
 
 
 def test_hub_revision_from_a_cache_snapshot(tmp_path, tiny_classifier_dir):
     revision = "0123456789abcdef0123456789abcdef01234567"
     folder = _copy(tiny_classifier_dir, tmp_path / "models--x--tiny" / "snapshots" / revision)
-    assert load_workload("hf_classifier", path=folder).describe()["hub_revision"] == revision
+    assert load_workload(WorkloadSpec("hf_classifier", path=folder)).describe()["hub_revision"] == revision
     local = _copy(tiny_classifier_dir, tmp_path / "local-dir")
     meta = local / ".cache" / "huggingface" / "download"
     meta.mkdir(parents=True)
@@ -421,9 +421,9 @@ def test_hub_revision_from_a_cache_snapshot(tmp_path, tiny_classifier_dir):
 
 def test_unknown_kind_and_missing_path():
     with pytest.raises(WorkloadError, match="kind: 'onnx'"):
-        load_workload("onnx", path=".")
+        load_workload(WorkloadSpec("onnx", path="."))
     with pytest.raises(WorkloadError, match="path: a local model folder is required"):
-        load_workload("hf_classifier")
+        load_workload(WorkloadSpec("hf_classifier"))
 
 
 # ------------------------------------------------------------------------------------------ real model
@@ -436,7 +436,7 @@ def test_real_minilm_encoder_head(tmp_path):
     rng = np.random.default_rng(0)
     head = save_head(tmp_path / "head.safetensors", rng.normal(size=(3, 384)), np.zeros(3), CLASSES,
                      normalize=True)
-    w = load_workload("encoder_head", path=folder, head=head)
+    w = load_workload(WorkloadSpec("encoder_head", path=folder, head=head))
     _check_probs(w.predict(TEXTS), len(TEXTS))
     np.testing.assert_allclose(w.predict([TEXTS[0], LONG])[0], w.predict([TEXTS[0]])[0], atol=1e-5)
     assert "model.safetensors" in w.file_hashes() and w.describe()["model_type"] == "bert"

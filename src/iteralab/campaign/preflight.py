@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from iteralab.campaign.engines.embedpass import embedding_options, embedding_record
-from iteralab.campaign.engines.genpass import generation_options, generation_record
 from iteralab.campaign.engines.shards import worker_layout
+from iteralab.campaign.kinds.registry import kind_of
 from iteralab.errors import WorkloadError
 from iteralab.kit.memoire import precision_refusal
 from iteralab.models import factory
+from iteralab.models.factory import WorkloadSpec
 from iteralab.models.device import resolve_device
 from iteralab.plan.lockfile import ProtocolFile
 from iteralab.plan.protocol import Protocol
@@ -65,12 +65,13 @@ def preflight(protocol_file: ProtocolFile) -> Preflight:
 
     protocol = protocol_file.protocol
     model = protocol.model
-    factory.load_workload(model.kind, path=protocol_file.where(model.path), head=protocol_file.where(model.head),
-                  callable_ref=model.callable,
-                  classes=list(protocol.corpus.classes), precision="fp32", device="cpu",
-                  max_length=model.max_length, truncation=model.truncation,
-                  trust_remote_code=model.trust_remote_code, **embedding_options(embedding_record(protocol, protocol_file.where(model.path))),
-                          **generation_options({**generation_record(protocol), "max_length": model.max_length}))
+    kind = kind_of(protocol)
+    record = {"kind": model.kind, "path": protocol_file.where(model.path), "head": protocol_file.where(model.head),
+              "callable": model.callable, "max_length": model.max_length, "truncation": model.truncation,
+              "trust_remote_code": model.trust_remote_code,
+              **kind.model_record(protocol, protocol_file.where(model.path))}
+    factory.load_workload(WorkloadSpec.of(record, {"precision": "fp32"}, protocol.corpus.classes, "cpu",
+                                          kind.workload_options(record)))
     unrunnable = {}
     for variant in protocol.variants:
         problem = _variant_problem(protocol, variant)

@@ -60,6 +60,9 @@ class PassSpec:
     prediction_dir: str
     #: the protocol's warm-up rule: ``{"inputs": n, "passes": m}``
     warmup: Mapping[str, Any]
+    #: the job's kind (``kind_of(protocol).name``, :mod:`iteralab.campaign.kinds`): what the pass writes; the
+    #: engines find the kind object by this name and never ask which kind it is
+    kind: str = "classification"
     pass_timeout_s: float | None = None
     pass_timeout: str | None = None
     pass_timeout_factor: float | None = None
@@ -75,7 +78,7 @@ class PassSpec:
     collect_environment: bool = False
     #: wall-clock time at which the runner started the worker (its process start is measured from it)
     spawned_at: float | None = None
-    #: recall_at_k: the campaign's copy of the queries file, embedded after the measured pass (``engines.embedpass``)
+    #: recall_at_k: the campaign's copy of the queries file, embedded after the measured pass (``kinds.embedding.sink``)
     queries_path: str | None = None
     #: the keywords naming its id and text columns (``lock.usercode.queries_columns``); None: the default names
     queries_columns: Mapping[str, str] | None = None

@@ -32,12 +32,8 @@ from typing import Any, Callable
 from iteralab.campaign.campaignrecord import (CampaignRecord, ModelRecord, ProtocolStamp, read_campaign,
                                               write_campaign)
 from iteralab.campaign.corpuscopy import write_corpus_copies
-from iteralab.campaign.engines import local
-from iteralab.campaign.engines.embedpass import embedding_record
-from iteralab.campaign.engines.genpass import generation_record
-from iteralab.campaign.engines.prefork import Templates, available
-from iteralab.campaign.engines.raypass import RayEngine, require_ray
-from iteralab.campaign.engines.registry import Engine, engine_name, engines
+from iteralab.campaign.engines.registry import (Engine, check_engines, engine_name, engines, start_ray,
+                                                worker_templates)
 from iteralab.campaign.folder import (
     CAMPAIGN, CATALOG, INPUTS, LOCK, MANIFEST, PREDICTIONS, PROTOCOL, TABLE, corpus_copy)
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
@@ -155,8 +151,7 @@ def prepare(locked: str | os.PathLike[str] | LockedProtocol, out: str | os.PathL
         corpus=corpus_record,
         model=ModelRecord(model.kind, _as_text(locked.where(model.path)), _as_text(locked.where(model.head)),
                           model.callable, model.max_length, model.truncation, model.trust_remote_code,
-                          carried["files"], {**embedding_record(protocol, locked.where(model.path)),
-                                             **generation_record(protocol)}),
+                          carried["files"], kind_of(protocol).model_record(protocol, locked.where(model.path))),
         tuning=tuning, catalog=catalog, schedule={"design": design, "slots": [s.record() for s in slots]},
         variants=tuple(v.model_dump() for v in protocol.variants),
         series=tuple(s.model_dump() for s in protocol.series),
@@ -173,6 +168,7 @@ def pass_spec(campaign: CampaignRecord, protocol: Protocol, out: Path, slot: Slo
     out = out.resolve()  # absolute: a Ray cluster's workers do not run in the runner's working directory
     return PassSpec(
         pass_id=pass_id,
+        kind=kind_of(protocol).name,
         variant=protocol.variant(slot.variant).model_dump(),
         model=campaign.model.to_json(),
         classes=tuple(protocol.corpus.classes),
@@ -288,17 +284,15 @@ def _run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os
     run.watch = _watch(run, todo, progress, progress_every_s)
     mode = isolation or run.protocol.run.isolation
     templates = _templates(mode, out)  # process isolation: each pass forked from a worker template (prefork)
-    in_process = local.FreshAfterDeviceError()  # in-process isolation, until a pass breaks the device
 
-    def local_pass(spec: PassSpec) -> dict[str, Any]:
+    def with_git(spec: PassSpec) -> PassSpec:
         # the code version (git) is read by the pass whose environment becomes the campaign's manifest;
         # later passes are compared without it (_manifest_fields), so they do not run git again
-        spec = spec.with_changes(record_git=run.reference_manifest is None)
-        return local.run_in_worker(spec, templates) if mode == "process" else in_process(spec)
+        return spec.with_changes(record_git=run.reference_manifest is None)
 
-    run.engines = engines(local_pass, run.engine.run_pass if run.engine is not None else None)
+    run.engines = engines(mode, templates, run.engine, prepare=with_git)
     try:
-        _check_first_batch(run, todo, local_pass, locked.source, created if fresh else None, templates)
+        _check_first_batch(run, todo, run.engines["local"], locked.source, created if fresh else None, templates)
         run.emit("start", {"total": len(slots), "todo": len(todo), "done": len(slots) - len(todo)})
         for slot in todo:
             _run_slot(run, slot)
@@ -321,7 +315,7 @@ def _preflight(locked: LockedProtocol, keep_unrunnable: bool) -> Any:
         raise RunError(f"{locked.source}: {flight.summary()}",
                        hint="remove them in a new protocol version, run on a machine that can, or run anyway with "
                             "--keep-unrunnable (they are recorded as failed rows)")
-    require_ray(locked.protocol, locked.source)
+    check_engines(locked.protocol, locked.source)
     return flight
 
 
@@ -346,10 +340,10 @@ def _check_first_batch(run: _Run, todo: list[Slot], run_pass: Engine, source: An
                              warmup={"inputs": inputs, "passes": 1}, check_only=True, record_git=False)
     result = run_pass(spec)
     run.stop.check()
-    error = result.get("error")
+    error = result.error
     # journaled: its worker's start-up (a worker template's own, when it served the check first) is rental time
     run.journal.append("first_batch_checked", variant=slot.variant, documents=inputs, error=error,
-                       startup=result.get("startup"), warmup_s=(result.get("phases") or {}).get("warmup_s"))
+                       startup=result.startup, warmup_s=result.phase("warmup_s"))
     if not error:
         return
     if run.engine is not None:
@@ -397,7 +391,7 @@ def _open_run(protocol: Protocol, campaign: CampaignRecord, out: Path, flight: A
     reference_manifest = load_observed(out / MANIFEST)
     if reference_manifest is not None and todo:
         check_resume_environment(out, reference_manifest)  # before anything is appended to the journal
-    engine = RayEngine.for_slots(protocol, [s.variant for s in todo if s.variant not in flight.unrunnable])
+    engine = start_ray(protocol, [s.variant for s in todo if s.variant not in flight.unrunnable])
     if engine is not None:
         stop.install()  # ray.init replaced the SIGTERM handler with its own
     if state.campaign is None:
@@ -440,7 +434,7 @@ def _templates(mode: str, out: Path) -> Any:
     # before the scan they raise the run's peak by the scan's batches (bench/bench_scale.py).
     import sklearn.metrics  # noqa: F401
 
-    return Templates(out / SCRATCH) if available() else None
+    return worker_templates(out / SCRATCH)
 
 
 def _run_slot(run: _Run, slot: Slot) -> None:
@@ -496,28 +490,29 @@ def _watched_result(run: _Run, slot: Slot, pass_id: str) -> PassResult:
     beacons go when it ends, interrupted or not (an interrupted run leaves no scratch file of its own)."""
     try:
         if run.watch is None:
-            return PassResult.from_json(_slot_result(run, slot, pass_id))
+            return _slot_result(run, slot, pass_id)
         run.watch.pass_started(pass_id, slot.variant, slot_documents(run.campaign, slot.dataset))
         with run.watch.running():
-            result = PassResult.from_json(_slot_result(run, slot, pass_id))
+            result = _slot_result(run, slot, pass_id)
         run.watch.pass_ended(result.phase("pass_s"), result.completed)
         return result
     finally:
         remove_beacons(run.out / SCRATCH, pass_id)
 
 
-def _slot_result(run: _Run, slot: Slot, pass_id: str) -> dict[str, Any]:
+def _slot_result(run: _Run, slot: Slot, pass_id: str) -> PassResult:
     """The pass of a slot, on the engine its variant names, or the record of a slot not run (unrunnable on this
     machine, or its variant stopped by the pass time limit)."""
     protocol = run.protocol
     if slot.variant in run.flight.unrunnable:
-        return _not_run(pass_id, f"not runnable on this machine: {run.flight.unrunnable[slot.variant]}",
-                        "unrunnable")
+        return PassResult.from_json(_not_run(
+            pass_id, f"not runnable on this machine: {run.flight.unrunnable[slot.variant]}", "unrunnable"))
     if slot.variant in run.timed_out:
         limit = (f"the pass time limit of {protocol.run.pass_timeout_s:g} s"
                  if protocol.run.pass_timeout_s is not None else
                  f"its pass time limit ({protocol.run.pass_timeout})")
-        return _not_run(pass_id, f"not run: {slot.variant} exceeded {limit} in {run.timed_out[slot.variant]}")
+        return PassResult.from_json(_not_run(
+            pass_id, f"not run: {slot.variant} exceeded {limit} in {run.timed_out[slot.variant]}"))
     assert run.engines is not None
     engine = run.engines[engine_name(protocol.variant(slot.variant))]
     return engine(pass_spec(run.campaign, protocol, run.out, slot, pass_id))

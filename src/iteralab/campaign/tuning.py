@@ -35,6 +35,7 @@ from iteralab.campaign.kinds.embedding.knn import rank_queries
 from iteralab.campaign.kinds.generation.textmetrics import corpus_score
 from iteralab.errors import CorpusError, IteraError, ProtocolError, WorkloadError
 from iteralab.models import factory
+from iteralab.models.factory import WorkloadSpec
 from iteralab.models.generation import GenerationSettings
 from iteralab.plan.corpus import check_disjoint_from_file, load_corpus
 from iteralab.plan.metric import EMBEDDING_METRICS, QUERY_METRICS, MetricName, Subgroup
@@ -297,18 +298,19 @@ def _load(path: Path, view: TuningView) -> tuple[Any, dict[str, Any]]:
                 "batch_size": reference.batch_size if reference else DEFAULT_BATCH,
                 "device": (reference.device if reference and reference.device else view.run.device)}
     where = model.callable if model.kind == "callable" else model.path
+    record = {"kind": model.kind, "path": resolve(path, model.path), "head": resolve(path, model.head),
+              "callable": model.callable, "max_length": model.max_length, "truncation": model.truncation,
+              "trust_remote_code": model.trust_remote_code}
     generation = view.generation if view.task.kind == "generation" else None
-    options: dict[str, Any] = {} if generation is None else {"generation": GenerationSettings(
-        max_new_tokens=generation.max_new_tokens, stop=generation.stop, chat_template=generation.chat_template,
-        allow_truncation=generation.allow_truncation, prompt_max_length=model.max_length)}
+    options: dict[str, Any] = {"task": view.task.kind, "pooling": view.embedding.pooling,
+                               "normalize": view.embedding.normalize}
+    if generation is not None:
+        options["generation"] = GenerationSettings(
+            max_new_tokens=generation.max_new_tokens, stop=generation.stop, chat_template=generation.chat_template,
+            allow_truncation=generation.allow_truncation, prompt_max_length=model.max_length)
     try:
-        workload = factory.load_workload(
-            model.kind, path=resolve(path, model.path), head=resolve(path, model.head), callable_ref=model.callable,
-            classes=view.corpus.classes, precision=settings["precision"], task=view.task.kind,
-            pooling=view.embedding.pooling, normalize=view.embedding.normalize,
-            device="cpu" if model.kind == "callable" else settings["device"], max_length=model.max_length,
-            truncation=model.truncation, padding=settings["padding"], trust_remote_code=model.trust_remote_code,
-            **options)
+        workload = factory.load_workload(WorkloadSpec.of(
+            record, settings, view.corpus.classes, "cpu" if model.kind == "callable" else settings["device"], options))
     except IteraError as exc:
         raise WorkloadError(f"{path}: model ({model.kind}, {where}) not loadable: {exc.message}",
                             hint=exc.hint or "check the [model] table") from None

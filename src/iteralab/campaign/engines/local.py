@@ -3,6 +3,7 @@ process of its own (``process``), forked from a worker template (:mod:`iteralab.
 there is one, else a new interpreter (``python -m iteralab.campaign.engines.passes SPEC RESULT``).
 
 Reads the pass spec; the worker writes the pass's prediction file. Returns the pass's result record.
+:func:`local_engine` is the local engine of one run, by its isolation.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from iteralab.campaign.engines.passes import ended_without_result, execute_pass
 from iteralab.campaign.engines.prefork import TemplateGone
@@ -24,7 +25,7 @@ from iteralab.campaign.records import PassSpec, failure
 def run_in_process(spec: PassSpec) -> dict[str, Any]:
     """One pass in the runner's own process, its environment recorded as the pass saw it. A pass that left its
     device unusable (``device_error``: a sticky CUDA error) has no environment read: every device call of this
-    process would raise; the runner gives the next passes fresh processes (:class:`FreshAfterDeviceError`)."""
+    process would raise; the runner gives the next passes fresh processes (:class:`InProcessEngine`)."""
 
     result = execute_pass(spec)
     if spec.check_only:  # the runner's first-batch check records no environment
@@ -37,10 +38,10 @@ def run_in_process(spec: PassSpec) -> dict[str, Any]:
     return result
 
 
-class FreshAfterDeviceError:
-    """In-process isolation that survives a broken device: passes run in the runner's process until one leaves its
-    device unusable (a sticky CUDA error poisons the whole process), then each later pass runs in a fresh
-    interpreter (never forked from this process, whose CUDA state is broken), and says so. A device that stays
+class InProcessEngine:
+    """The local engine of in-process isolation, which survives a broken device: passes run in the runner's process
+    until one leaves its device unusable (a sticky CUDA error poisons the whole process), then each later pass runs
+    in a fresh interpreter (never forked from this process, whose CUDA state is broken), and says so. A device that stays
     broken then fails those passes as rows, one by one; the campaign goes on."""
 
     def __init__(self) -> None:
@@ -56,6 +57,14 @@ class FreshAfterDeviceError:
         result.setdefault("notes", []).append(f"isolation: a fresh process, not the runner's: the device became "
                                               f"unusable in the runner's process in {self.broken_by}")
         return result
+
+
+def local_engine(isolation: str, templates: Any = None) -> Callable[[PassSpec], dict[str, Any]]:
+    """The local engine of a run: each pass in a worker process of its own (``process``: forked from ``templates``
+    where there are some), or in the runner's own process (``inprocess``) until a pass breaks the device."""
+    if isolation != "process":
+        return InProcessEngine()
+    return lambda spec: run_in_worker(spec, templates)
 
 
 def run_in_worker(spec: PassSpec, templates: Any = None) -> dict[str, Any]:

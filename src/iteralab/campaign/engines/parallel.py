@@ -43,16 +43,13 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from iteralab.campaign.kinds.classification import output as predictions  # noqa: F401  # imported at start-up, never in the writing phase
 from iteralab.campaign.engines import passes
-from iteralab.campaign.engines.embedpass import is_embedding, merge_vector_files
-from iteralab.campaign.engines.genpass import is_generation, merge_text_files
 from iteralab.campaign.engines.passes import ended_without_result, error_text, order_hash
 from iteralab.campaign.engines.shards import corpus_lengths, imbalance, plan_shards, shard_tokens, worker_layout
-from iteralab.campaign.folder import PREDICTIONS, read_corpus_batches
-from iteralab.campaign.manifest import determinism_settings, environment_manifest, owns_device
+from iteralab.campaign.folder import read_corpus_batches
 from iteralab.campaign.kinds.output import file_name
-from iteralab.campaign.kinds.classification.output import write_predictions
+from iteralab.campaign.kinds.registry import kind_named  # every kind's sink imported at start-up, never in writing
+from iteralab.campaign.manifest import determinism_settings, environment_manifest, owns_device
 from iteralab.campaign.records import STARTUP_PHASES, WORKER_PHASES, PassSpec, failure, started
 from iteralab.common.files import write_json_atomic
 from iteralab.errors import IteraError
@@ -537,30 +534,15 @@ def _memory(records: list[dict[str, Any]], workers: list[_Worker]) -> dict[str, 
 
 
 def _merge(spec: PassSpec, result: dict[str, Any], workers: list[_Worker]) -> None:
-    """Concatenate the shards' prediction files in shard order into the pass's file (atomically)."""
+    """The shards' prediction files, in shard order, into the pass's file (atomically, by the kind's sink); the
+    pass order is the shards' orders, one after the other."""
 
-    classes = list(spec.classes)
-    target = Path(spec.prediction_dir) / file_name(spec.pass_id)
-    ids, probs, order = [], [], []
-    embedding, generation = is_embedding(spec.model), is_generation(spec.model)
+    sink = kind_named(spec.kind).sink(Path(spec.prediction_dir) / file_name(spec.pass_id), spec.classes)
+    sink.merge([w.folder / file_name(f"w{w.k}") for w in workers], result)
+    order = []
     for w in workers:
-        path = w.folder / file_name(f"w{w.k}")
-        if path.is_file() and not embedding and not generation:
-            table = pq.read_table(path)
-            ids.append(table.column("id").combine_chunks())
-            values = table.column("probs").combine_chunks().values.to_numpy(zero_copy_only=False)
-            probs.append(values.reshape(table.num_rows, len(classes)))
         order_path = w.folder / f"w{w.k}.order.parquet"
         order.append(pq.read_table(order_path).column("id").combine_chunks() if order_path.is_file() else None)
-    if embedding:  # vector files are streamed into one, never held (campaign.engines.embedpass)
-        merge_vector_files([w.folder / file_name(f"w{w.k}") for w in workers], target, result)
-    elif generation:  # text files likewise (campaign.engines.genpass)
-        merge_text_files([w.folder / file_name(f"w{w.k}") for w in workers], target, result)
-    else:
-        merged_ids = pa.concat_arrays(ids) if ids else pa.array([], pa.string())
-        merged_probs = np.concatenate(probs) if probs else np.zeros((0, len(classes)), np.float32)
-        result["prediction_sha256"] = write_predictions(target, merged_ids, classes, merged_probs)
-        result["prediction_file"] = f"{PREDICTIONS}/{target.name}"
     if all(o is not None for o in order):
         full = pa.concat_arrays(order) if order else pa.array([], pa.string())
         result["expected"] = len(full)

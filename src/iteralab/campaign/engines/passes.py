@@ -20,7 +20,7 @@ import json
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -32,19 +32,14 @@ import pyarrow as pa
 from iteralab.campaign import folder as _folder  # noqa: F401  # the pass reads the corpus with it: imported at
 from iteralab.campaign.kinds.classification import output as _predictions  # noqa: F401  # start-up, never inside a timed phase
 from iteralab.campaign.engines import documents
-from iteralab.campaign.engines.corpusorder import in_corpus_order
-from iteralab.campaign.engines.embedpass import (embed_queries, embedding_options, finish_vectors, flush_vectors,
-                                                is_embedding)
-from iteralab.campaign.engines.genpass import (PromptWorkload, generation_options, is_generation,
-                                              prompt_renderer, stream_texts)
 from iteralab.campaign.engines.passlimit import Limit, PassTimeout, limit_basis, pass_limit
-from iteralab.campaign.folder import PREDICTIONS, read_corpus_batches
+from iteralab.campaign.folder import read_corpus_batches
+from iteralab.campaign.kinds.output import file_name
+from iteralab.campaign.kinds.registry import kind_named
+from iteralab.campaign.kinds.sink import PassSink
 from iteralab.campaign.manifest import determinism_settings, environment_manifest, owns_device
 from iteralab.campaign.progress import Beacon
-from iteralab.campaign.kinds.output import file_name
-from iteralab.campaign.kinds.classification.output import write_predictions
 from iteralab.campaign.records import PassSpec, failure, started
-from iteralab.campaign.kinds.embedding.output import VectorWriter
 from iteralab.common.arrow import numpy_array, string_array
 from iteralab.common.digest import string_digest
 from iteralab.common.files import write_json_atomic
@@ -52,6 +47,7 @@ from iteralab.errors import RowError
 from iteralab.kit.memoire import runtime_imports, runtime_overhead
 from iteralab.lock.modules import carried_modules
 from iteralab.models import device as dev, factory
+from iteralab.models.factory import WorkloadSpec
 from iteralab.plan.scan import CorpusReader, read_options
 
 READ_BLOCK = 1 << 22  # bytes of corpus file per record batch (a pass holds O(block + batch) texts)
@@ -144,23 +140,19 @@ class MeasuredPass:
     whole corpus by length first, so it keeps the text column as one Arrow array (bytes, not Python strings).
     Its state stays readable after a failure, so the caller can report how many inputs were completed."""
 
-    def __init__(self, beacon: Any = None) -> None:
+    def __init__(self, beacon: Any = None, sink: PassSink | None = None, prompts: Any = None) -> None:
         self.id_chunks: list[Any] = []
         self.order: np.ndarray | None = None  # None: file order
         self.outputs: list[np.ndarray] = []
         self.progress = _Progress()
         self.n_classes = 0
         self.limit: Limit | None = None
-        #: an embedding pass: the vector file the rows stream to (``campaign.kinds.embedding.output.VectorWriter``), the rows
-        #: written so far and the seconds the writes took inside the measured region
-        self.sink: Any = None
-        #: how the rows reach the sink, and how the file is finished (vectors by default; texts for generation)
-        self.flush: Any = flush_vectors
-        self.finish: Any = finish_vectors
-        self.flushed = 0
-        self.stream_s = 0.0
-        #: a generation pass: what renders each record batch's prompts as it is read (``genpass.PromptRenderer``)
-        self.prompts: Any = None
+        #: where the outputs go (the kind's pass sink, ``campaign.kinds.sink``): a streaming sink is handed the
+        #: completed rows after every batch, inside the measured region; the file is finished after it
+        self.sink = sink
+        #: what turns each record batch read into (id, the model's text) as it is read (``kind.prompts``), or None
+        self.prompts = prompts
+        self._ordered: tuple[Any, Any] | None = None  # (what it was built from, the ids in pass order)
         self.beacon = beacon  # documents done, shown while the pass runs (``campaign.progress.Beacon``), or None
 
     def run(self, workload: Any, corpus_path: str, corpus_kwargs: dict[str, Any], batch_size: int,
@@ -193,8 +185,8 @@ class MeasuredPass:
     def _check_limit(self) -> None:
         if self.beacon is not None:  # documents done, for the person waiting (one store into mapped memory)
             self.beacon.done(self.progress.completed)
-        if self.sink is not None:
-            self.flush(self)
+        if self.sink is not None and self.sink.streams:
+            self.sink.flush(self)
         if self.limit is not None:
             self.limit.check()
 
@@ -228,10 +220,14 @@ class MeasuredPass:
         return sum(len(c) for c in self.id_chunks)
 
     def ordered_ids(self) -> Any:
-        """Every id of the corpus, in pass order (an Arrow string array)."""
-
-        ids = pa.concat_arrays([c.cast(pa.string()) for c in self.id_chunks]) if self.id_chunks else string_array([])
-        return ids if self.order is None else ids.take(numpy_array(self.order))
+        """Every id read so far, in pass order (an Arrow string array); built once for the ids read (the writer,
+        the order hash and a failure's document all ask for it after the pass)."""
+        key = (len(self.id_chunks), self.order is None)
+        if self._ordered is None or self._ordered[0] != key:
+            ids = pa.concat_arrays([c.cast(pa.string()) for c in self.id_chunks]) if self.id_chunks else \
+                string_array([])
+            self._ordered = (key, ids if self.order is None else ids.take(numpy_array(self.order)))
+        return self._ordered[1]
 
     @property
     def probs(self) -> np.ndarray:
@@ -305,7 +301,7 @@ def execute_pass(spec: PassSpec | dict[str, Any], clock: Any = None, startup: di
     _record_outcome(result, pass_run, measured_error)
     _write_predictions(spec, pass_run, clock, result)
     if measured_error is None:
-        embed_queries(spec, workload, clock, result)  # recall_at_k: after the measured region and the file
+        pass_run.sink.after_pass(spec, workload, clock, result)  # e.g. recall_at_k's queries: after the file
         result["status"] = "ok"
     return result
 
@@ -327,8 +323,11 @@ def _corpus_kwargs(spec: PassSpec) -> dict[str, Any]:
     return dict(id_column="id", text_column="text", label_column="label", classes=list(spec.classes))
 
 
-def seeded_device(spec: PassSpec, startup: dict[str, Any]) -> Any:
-    """Seeds the generators and resolves the device; the time it takes is the start-up's ``runtime_s``."""
+def seeded_device(spec: PassSpec, startup: dict[str, Any], threads: int | None = None,
+                  assigned: Callable[[], Any] | None = None) -> Any:
+    """Seeds the generators and resolves the device; the time it takes is the start-up's ``runtime_s``.
+    ``threads``: torch's thread count, set first (a Ray actor's); ``assigned``: the device, asked of the cluster
+    that assigned it (a Ray actor's card) instead of resolved from the variant's name."""
 
     seed = int(spec.seed)
     t0 = time.perf_counter()
@@ -339,57 +338,65 @@ def seeded_device(spec: PassSpec, startup: dict[str, Any]) -> Any:
     else:
         import torch
 
+        if threads:
+            torch.set_num_threads(int(threads))
         torch.manual_seed(seed)
         if spec.deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
-        device = dev.resolve_device(spec.variant.get("device") or spec.device)
+        device = assigned() if assigned is not None else dev.resolve_device(spec.variant.get("device") or spec.device)
     startup["runtime_s"] = time.perf_counter() - t0
     return device
 
 
-def load_timed(spec: PassSpec, device: Any, clock: Any, result: dict[str, Any]) -> Any:
-    """The timed load phase: the workload, described and its files hashed into the result."""
+def workload_spec(spec: PassSpec, device: Any) -> WorkloadSpec:
+    """The one description of the pass's model load: the campaign's model record, the variant's settings, the
+    device, and the task's options as the job's kind gives them."""
+    return WorkloadSpec.of(spec.model, spec.variant, spec.classes, device,
+                           kind_named(spec.kind).workload_options(spec.model))
 
-    model, variant = spec.model, spec.variant
+
+def load_timed(spec: PassSpec, device: Any, clock: Any, result: dict[str, Any]) -> Any:
+    """The timed load phase: the workload (as the job's kind has a pass drive it), described and its files hashed
+    into the result."""
+
     # a rerun's carried callable module is imported inside the load phase, as the module found here would be
     with dev.timed(device, clock) as loading, carried_modules(spec.carried_modules or {}):
-        workload = factory.load_workload(
-            model["kind"], path=model.get("path"), head=model.get("head"), callable_ref=model.get("callable"),
-            classes=list(spec.classes), precision=variant["precision"], device=str(device),
-            max_length=model["max_length"], truncation=model["truncation"], padding=variant["padding"],
-            compile=variant["compile"], trust_remote_code=model["trust_remote_code"],
-            **embedding_options(model), **generation_options(model),
-        )
-        if is_generation(model):  # prompts rendered from the template, generated greedily
-            workload = PromptWorkload(workload, model["generation"]["prompt"])
+        workload = kind_named(spec.kind).pass_workload(factory.load_workload(workload_spec(spec, device)), spec.model)
     result["phases"]["load_s"] = loading.seconds
-    if model["kind"] != "callable":  # a callable owns its device and precision: nothing the harness can say
-        result["notes"].extend(filter(None, [dev.precision_note(variant["precision"], device)]))
+    if spec.model["kind"] != "callable":  # a callable owns its device and precision: nothing the harness can say
+        result["notes"].extend(filter(None, [dev.precision_note(spec.variant["precision"], device)]))
     result["workload"] = workload.describe()
     result["file_hashes"] = workload.file_hashes()
     return workload
 
 
-def warm_up(spec: PassSpec, workload: Any, device: Any, clock: Any,
-            result: dict[str, Any]) -> tuple[list[str], float | None]:
-    """Warm-up (R5): the first `inputs` texts of the corpus, `passes` times, with the variant's batch size. Returns
+def warm_up(spec: PassSpec, workload: Any, device: Any, clock: Any, result: dict[str, Any],
+            warm_texts: list[str] | None = None) -> tuple[list[str], float | None]:
+    """Warm-up (R5): the first `inputs` texts of the corpus (``warm_texts``: already read, by a Ray driver), `passes`
+    times, with the variant's batch size; the first repetition of a compiled variant is its ``compile_s``. Returns
     the texts and the last repetition's time: what the pass time limit projects from (run.pass_timeout)."""
 
     variant, phases, notes = spec.variant, result["phases"], result["notes"]
     batch_size = int(variant["batch_size"])
     warm = spec.warmup
-    warm_texts: list[str] = []
     last_warm_s = None
-    if warm["inputs"] > 0 and warm["passes"] > 0:
+    declared = warm["inputs"] > 0 and warm["passes"] > 0
+    if warm_texts is None:
         warm_texts = first_texts(spec.corpus_path, _corpus_kwargs(spec), int(warm["inputs"]),
-                                 prompt_renderer(spec.model))
+                                 kind_named(spec.kind).prompts(spec.model)) if declared else []
+        where: str | None = spec.corpus_path  # an error names its document, read from the corpus copy
+    else:
+        declared, where = declared and bool(warm_texts), None
+    if declared:
         for i in range(warm["passes"]):
             with dev.timed(device, clock) as warming:
                 for start in range(0, len(warm_texts), batch_size):
                     try:
                         workload.infer(workload.tokenize(warm_texts[start:start + batch_size]))
                     except RowError as exc:  # the warm-up has failed: its time no longer matters
-                        raise documents.in_warmup(exc, spec.corpus_path, start) from None
+                        if where is None:
+                            raise
+                        raise documents.in_warmup(exc, where, start) from None
             elapsed = last_warm_s = warming.seconds
             if i == 0 and variant["compile"]:
                 phases["compile_s"] = elapsed  # first warm-up call compiles: recorded as compilation
@@ -425,12 +432,9 @@ def _measure(spec: PassSpec, workload: Any, device: Any, clock: Any, result: dic
     measured_error: BaseException | None = None
     corpus_kwargs = _corpus_kwargs(spec)
     batch_size = int(variant["batch_size"])
-    pass_run = MeasuredPass(beacon)
-    if is_embedding(spec.model):  # vectors stream to their file as the pass runs
-
-        pass_run.sink = VectorWriter(Path(spec.prediction_dir) / file_name(spec.pass_id))
-    elif is_generation(spec.model):  # prompts rendered as they are read, texts streamed to their file
-        stream_texts(pass_run, spec)
+    kind = kind_named(spec.kind)  # what the pass reads (its prompts) and writes (its sink)
+    pass_run = MeasuredPass(beacon, kind.sink(Path(spec.prediction_dir) / file_name(spec.pass_id), spec.classes),
+                            kind.prompts(spec.model))
     gpu_scope = dev.GpuEvents(device)  # CUDA events, created outside the timed region; a labelled GPU scope
     machine_before = dev.load_snapshot()  # what else uses the machine: read outside the timed region
     dev.reset_peaks(device)
@@ -481,30 +485,17 @@ def _record_outcome(result: dict[str, Any], pass_run: MeasuredPass, measured_err
 
 
 def _write_predictions(spec: PassSpec, pass_run: MeasuredPass, clock: Any, result: dict[str, Any]) -> None:
-    """Writing (outside the measured region): the completed rows, in corpus order, from the arrays, atomically;
-    the order hash is the pass order's."""
+    """Writing (outside the measured region): the sink finishes the file of the completed rows, in corpus order,
+    atomically; the order hash is the pass order's."""
 
     t0 = clock.now()
     ids = pass_run.ordered_ids()
     result["expected"] = len(ids)
-    target = Path(spec.prediction_dir) / file_name(spec.pass_id)
-    if pass_run.sink is not None:
-        pass_run.finish(pass_run, result)
-        result["order_hash"] = order_hash(ids) if len(ids) else None
-        result["phases"]["writing_s"] = clock.now() - t0
-        return
-    probs = pass_run.probs
-    pass_run.outputs.clear()  # the batches' rows now live in `probs` only: one copy per document, not two
-    done = ids.slice(0, pass_run.progress.completed)
-    if pass_run.order is not None:  # bucketed: the file in corpus order (engines.corpusorder)
-        done, probs = in_corpus_order(done, probs, pass_run.order[:len(done)])
-    # The pass order is hashed on a second thread while the file is encoded (both run outside the GIL, and
+    # The pass order is hashed on a second thread while the file is finished (both run outside the GIL, and
     # nothing is measured any more): the wall time of the two is that of the longer.
     with ThreadPoolExecutor(max_workers=1) as pool:
         hashed = pool.submit(order_hash, ids) if len(ids) else None
-        result["prediction_sha256"] = write_predictions(target, done, list(spec.classes), probs)
-        del probs
-        result["prediction_file"] = f"{PREDICTIONS}/{target.name}"
+        pass_run.sink.finish(pass_run, result)
         result["phases"]["writing_s"] = clock.now() - t0
         result["order_hash"] = hashed.result() if hashed is not None else None
 
@@ -537,10 +528,12 @@ def worker_main(argv: list[str], startup: dict[str, Any] | None = None) -> int:
         startup = {"process_start_s": _IMPORT_WALL - spawned if isinstance(spawned, (int, float)) else None,
                    "imports_s": started - _IMPORT_START}
     t0 = time.perf_counter()
+    environment: dict[str, Any] | None = None
+    unread = None
     try:
         environment = environment_manifest(runtime=not owns_device(spec.model["kind"]), git=spec.record_git)
-    except Exception as exc:
-        environment = {"error": error_text(exc)}
+    except Exception as exc:  # the pass still runs; its row says the environment was not read, and why
+        unread = error_text(exc)
     startup["environment_s"] = time.perf_counter() - t0
     record_runtime_memory(spec, startup)
     try:
@@ -548,7 +541,9 @@ def worker_main(argv: list[str], startup: dict[str, Any] | None = None) -> int:
     except Exception as exc:  # unexpected: still leave a failure record behind
         result = failure(spec.pass_id, error_text(exc), "internal", completed=None, retries=None,
                          notes=[traceback.format_exc(limit=3).replace("\n", " | ")])
-    if isinstance(environment.get("determinism"), dict) and "torch" in sys.modules:
+    if unread is not None:
+        result["notes"].append(f"environment: not read ({unread})")
+    if environment is not None and isinstance(environment.get("determinism"), dict) and "torch" in sys.modules:
         # read after the pass applied the protocol's determinism options, not before (as configured, not default)
 
         environment["determinism"] = determinism_settings()

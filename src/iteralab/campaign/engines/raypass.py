@@ -6,18 +6,19 @@ leaves no CPU for the read tasks, and shuts Ray down at the end; both times are 
 
     read the campaign's corpus copy with Ray Data → streaming repartition into at least ``BLOCKS_PER_ACTOR``
     blocks per actor → ``map_batches`` with the variant's batch size on ``ActorPoolStrategy(size=actors)``:
-    each actor loads the workload (``models.factory.load_workload``) and warms up by the protocol's rule in its
-    constructor, timed there (the pass's start-up phases) → the driver gathers the (id, probabilities) blocks
-    in the order they arrive → completeness from the ids → the prediction file, written atomically.
+    each actor seeds, loads the workload and warms up by the protocol's rule in its constructor, with the pass
+    core of a local pass (``engines.passes``), timed there (the pass's start-up phases) → the driver hands the
+    blocks, in the order they arrive, to the kind's pass sink → completeness from the ids → the prediction file,
+    written atomically.
 
 Ray does not promise row order, so nothing relies on it: a classification pass's blocks are taken in the order
 they arrive (the order hash records that order), and its file is written in the corpus copy's order, after the
-measured region (``engines.corpusorder``). An embedding or generation job's pass asks Ray to keep the corpus order
+measured region (``kinds.corpusorder``). An embedding or generation job's pass asks Ray to keep the corpus order
 (``preserve_order``), so its vector or text file is the one a single-device pass writes, and the driver streams
 the vectors or texts to the file block by block as they arrive (as a local pass does; never a corpus of outputs
 held). The engine does not bucket: a bucketed Ray variant is refused when the protocol is read
 (``plan.tables.Variant``). A generation job's actors read the columns its prompt names besides and render each
-batch's prompts (``engines.genpass``). Ray's unit of failure is the block: any error ends the pass as a failed
+batch's prompts (``kinds.generation.sink``). Ray's unit of failure is the block: any error ends the pass as a failed
 row with the inputs received (R8); ``max_errored_blocks`` is forced to 0, and a run that ends without an error
 but without every expected id exactly once is a failed row too, never a success.
 Ray is imported only when a pass runs on it.
@@ -35,27 +36,21 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from iteralab.campaign.engines.corpusorder import in_corpus_order, received_positions
-from iteralab.campaign.engines.embedpass import embedding_options, is_embedding
-from iteralab.campaign.engines.genpass import (PromptWorkload, generation_options, generated_columns, is_generation,
-                                              prompt_renderer)
-from iteralab.campaign.engines.passes import error_text as text, first_texts, order_hash
+from iteralab.campaign.engines.passes import (error_text as text, first_texts, load_timed, order_hash, seeded_device,
+                                              warm_up)
 from iteralab.campaign.engines.passlimit import PassTimeout, limit_basis, pass_limit
-from iteralab.campaign.folder import PREDICTIONS, read_corpus_batches
-from iteralab.campaign.manifest import determinism_settings, environment_manifest, owns_device
+from iteralab.campaign.folder import read_corpus_batches
 from iteralab.campaign.kinds.output import file_name
-from iteralab.campaign.kinds.classification.output import write_predictions
-from iteralab.campaign.records import EMBEDDING_VECTORS, STARTUP_PHASES, WORKER_PHASES, PassSpec, started
-from iteralab.campaign.kinds.generation.output import TextWriter
-from iteralab.campaign.kinds.embedding.output import VectorWriter, vector_column
+from iteralab.campaign.kinds.registry import kind_named
+from iteralab.campaign.kinds.sink import PassSink
+from iteralab.campaign.manifest import determinism_settings, environment_manifest, owns_device
+from iteralab.campaign.records import STARTUP_PHASES, WORKER_PHASES, PassSpec, started
 from iteralab.errors import RunError
-from iteralab.lock.modules import carried_modules
-from iteralab.models import device as dev, factory
+from iteralab.models import device as dev
 from iteralab.models.cards import card_identity, is_rocm, physical_ids
 from iteralab.models.device import resolve_device
 from iteralab.plan.engines import layout_problem, ray_gpu_problem, ray_wants_gpu
@@ -162,8 +157,9 @@ class RayEngine:
         where = run.ray_address
         if where is None:
             # The local cluster's workers see the driver's import path (the workload's callable, the code).
+            # address="local": always a Ray of its own, never a cluster another job left running on this machine.
             paths = [p for p in (os.environ.get("PYTHONPATH"), os.getcwd()) if p]
-            ray.init(num_cpus=run.ray_num_cpus or os.cpu_count(), runtime_env={"env_vars": {
+            ray.init(address="local", num_cpus=run.ray_num_cpus or os.cpu_count(), runtime_env={"env_vars": {
                 "PYTHONPATH": os.pathsep.join(paths)}}, **common)
         else:
             try:
@@ -214,6 +210,9 @@ class RayEngine:
 class _RayPass:
     def __init__(self, engine: RayEngine, spec: PassSpec) -> None:
         self.engine, self.spec, self.run = engine, spec, engine.run
+        self.kind = kind_named(spec.kind)
+        #: where the blocks go (the kind's pass sink): streamed to the file as they arrive, or held
+        self.sink = self.kind.sink(Path(spec.prediction_dir) / file_name(spec.pass_id), spec.classes)
         self.phases: dict[str, float | None] = dict.fromkeys(WORKER_PHASES)
         self.notes: list[str] = []
         self.startup: dict[str, Any] = {}
@@ -226,17 +225,16 @@ class _RayPass:
         ctx.raise_original_map_exception = True
         ctx.enable_progress_bars = False
         ctx.print_on_execution_start = False
-        # an embedding job's vectors and a generation job's texts in corpus order (the same file as a single-device
-        # pass); a classifier's rows stay in the order received
-        ctx.execution_options.preserve_order = _in_corpus_order(self.spec.model)
+        # a streamed file (an embedding job's vectors, a generation job's texts) in corpus order (the same file as a
+        # single-device pass); held outputs (a classifier's) stay in the order received
+        ctx.execution_options.preserve_order = self.sink.streams
 
     def _dataset(self, ray_data: Any, expected: int, warm_texts: list[str]) -> Any:
         run, spec = self.run, self.spec
         rows_per_block = max(1, min(MAX_ROWS_PER_BLOCK, math.ceil(expected / (run.ray_actors * BLOCKS_PER_ACTOR))))
-        as_json = spec.to_json()  # the actors' constructor arguments: plain values
-        actor_spec = {k: as_json[k] for k in ("variant", "model", "classes", "seed", "deterministic", "device",
-                                              "warmup", "carried_modules")}
-        actor_spec["threads"] = run.ray_threads_per_actor
+        # the actors' constructor arguments, plain values: the pass spec, the threads, the file's path
+        actor_spec: dict[str, Any] = {"pass": spec.to_json(), "threads": run.ray_threads_per_actor,
+                                      "target": str(self.sink.target)}
         # A GPU variant's actors ask Ray for their cards: Ray reserves them and shows each actor the card it assigned
         actor_spec["gpu"] = gpu = ray_wants_gpu(spec.variant.get("device") or spec.device, self.engine.gpus)
         # The actor runs like a local pass worker: at the runner's priority (Ray starts its workers at nice 15 so
@@ -253,7 +251,7 @@ class _RayPass:
             # Ray 2.60 has no named parameter for it yet: without max_restarts=0 a lost actor is replaced and its
             # tasks silently retried (R8: a lost actor fails the pass). Ray warns this form goes in Ray 2.64.
             warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
-            renderer = prompt_renderer(spec.model)
+            renderer = self.kind.prompts(spec.model)
             return read_corpus(ray_data, spec.corpus_path, renderer.columns if renderer else None).repartition(
                 target_num_rows_per_block=rows_per_block).map_batches(
                 RayPredictor, fn_constructor_kwargs={"spec": actor_spec, "warm_texts": warm_texts},
@@ -269,18 +267,12 @@ class _RayPass:
         limit = spec.pass_timeout_s
         relative = WarmupLimit(spec, len(warm_texts), len(expected_ids)) \
             if spec.pass_timeout_factor is not None else None
-        target = Path(spec.prediction_dir) / file_name(spec.pass_id)
-        sink = VectorWriter(target) if is_embedding(spec.model) else TextWriter(target) \
-            if is_generation(spec.model) else None
-        id_chunks, prob_chunks, meta_chunks, error, submitted, finished = _receive(dataset, limit, relative, sink)
+        id_chunks, meta_chunks, error, submitted, finished = _receive(dataset, limit, relative, self.sink)
         actors = _actor_records(meta_chunks)
         self._startup_phases(actors, submitted)
         if relative is not None and relative.record is not None:
             result["pass_limit"] = relative.record
         ids = pa.chunked_array(id_chunks, pa.string()).combine_chunks() if id_chunks else pa.array([], pa.string())
-        k = len(spec.classes)
-        probs = (np.concatenate([c.combine_chunks().flatten().to_numpy(zero_copy_only=False) for c in prob_chunks])
-                 .reshape(-1, k) if prob_chunks and sink is None else np.zeros((0, k), np.float32))
         result["completed"] = len(ids)
         ready = [a["startup"]["ready_at"] for a in actors.values() if a.get("startup")]
         if error is None and len(actors) > run.ray_actors:
@@ -288,7 +280,7 @@ class _RayPass:
                                  "was lost and replaced, its tasks retried")
         self._outcome(result, ids, expected_ids, error, finished, ready)
         _actor_cells(result, actors)
-        self._write(result, ids, probs, sink, expected_ids)
+        self._write(result, ids, expected_ids)
         return result
 
     def _before_measuring(self) -> tuple[dict[str, Any], Any, list[str]]:
@@ -299,7 +291,7 @@ class _RayPass:
         ray = self.engine.ray
         layout = (f"{run.ray_actors} actor{'s' if run.ray_actors != 1 else ''} × {run.ray_cpus_per_actor:g} CPU, "
                   f"torch threads {run.ray_threads_per_actor or 'by Ray (floor of the CPUs)'}")
-        order = "corpus order (Ray's preserve_order)" if _in_corpus_order(spec.model) else \
+        order = "corpus order (Ray's preserve_order)" if self.sink.streams else \
             "as received by the driver, the file in corpus order"
         notes.append(f"engine: ray {ray.__version__} ({self.engine.started.get('address')}), {layout}; row order "
                      f"{order}")
@@ -309,7 +301,7 @@ class _RayPass:
         corpus_kwargs = {"id_column": "id", "text_column": "text", "label_column": "label",
                          "classes": list(spec.classes)}
         warm = spec.warmup
-        warm_texts = first_texts(spec.corpus_path, corpus_kwargs, int(warm["inputs"]), prompt_renderer(spec.model)) \
+        warm_texts = first_texts(spec.corpus_path, corpus_kwargs, int(warm["inputs"]), self.kind.prompts(spec.model)) \
             if warm["inputs"] > 0 and warm["passes"] > 0 else []
         if not warm_texts:
             notes.append("warm-up: none (protocol declares 0 warm-up inputs or passes)")
@@ -342,23 +334,12 @@ class _RayPass:
         notes.append("concurrent load: not measured for a Ray pass (its work runs in Ray's processes, which the "
                      "machine-wide reading cannot tell from other load)")
 
-    def _write(self, result: dict[str, Any], ids: Any, probs: np.ndarray, sink: Any = None,
-               expected_ids: Any = None) -> None:
-        """Writing (outside the measured region): the prediction file in corpus order (an embedding or generation
-        job's file, streamed in corpus order during the pass, closed), and the order hash of the order received."""
+    def _write(self, result: dict[str, Any], ids: Any, expected_ids: Any) -> None:
+        """Writing (outside the measured region): the prediction file in corpus order (the sink's: a streamed
+        file closed, held outputs written), and the order hash of the order received."""
 
-        spec = self.spec
         t0 = time.perf_counter()
-        target = Path(spec.prediction_dir) / file_name(spec.pass_id)
-        if sink is not None:
-            result["prediction_sha256"] = sink.close()
-            result["output_kind"] = sink.output_kind
-            if sink.output_kind == EMBEDDING_VECTORS:
-                result["vector_dim"] = sink.dim
-        else:
-            in_order, probs = in_corpus_order(ids, probs, received_positions(ids, expected_ids))
-            result["prediction_sha256"] = write_predictions(target, in_order, list(spec.classes), probs)
-        result["prediction_file"] = f"{PREDICTIONS}/{target.name}"
+        self.sink.finish_received(result, ids, expected_ids)
         self.phases["writing_s"] = time.perf_counter() - t0
         result["order_hash"] = order_hash(ids) if len(ids) else None
 
@@ -436,23 +417,19 @@ def _actor_records(meta_chunks: list[Any]) -> dict[str, dict[str, Any]]:
     return actors
 
 def _receive(dataset: Any, limit: float | None, relative: WarmupLimit | None,
-             sink: Any = None) -> tuple[list[Any], list[Any], list[Any], BaseException | None, float, float | None]:
-    """The measured region on the driver: every block as Ray returns it, until the last one or the first error (or
-    the pass time limit). Returns the ids, probabilities and actor records received, the error, and the wall-clock
-    submission and end. An embedding pass (``sink``: its vector file) writes each block's vectors as it arrives."""
+             sink: PassSink) -> tuple[list[Any], list[Any], BaseException | None, float, float | None]:
+    """The measured region on the driver: every block as Ray returns it, handed to the pass's sink, until the last
+    one or the first error (or the pass time limit). Returns the ids and actor records received, the error, and
+    the wall-clock submission and end."""
 
     id_chunks: list[Any] = []
-    prob_chunks: list[Any] = []
     meta_chunks: list[Any] = []
     error: BaseException | None = None
     submitted = time.time()  # wall clock: compared with the actors' own readings (one machine for a local Ray)
     try:
         for block in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
             id_chunks.append(block.column("id"))
-            if sink is not None:  # an embedding job's vectors, a generation job's texts: to their file
-                sink.write_block(block)
-            else:
-                prob_chunks.append(block.column("probs"))
+            sink.receive(block)
             meta_chunks.append(block.column(META))
             if relative is not None:
                 relative.check(block.column(META))
@@ -462,7 +439,7 @@ def _receive(dataset: Any, limit: float | None, relative: WarmupLimit | None,
     except Exception as exc:  # Ray's unit of failure is the block: the pass fails with what was received
         error = exc
         finished = None
-    return id_chunks, prob_chunks, meta_chunks, error, submitted, finished
+    return id_chunks, meta_chunks, error, submitted, finished
 
 
 def _actor_cells(result: dict[str, Any], actors: dict[str, dict[str, Any]]) -> None:
@@ -510,11 +487,6 @@ def ray_assigned_device(assigned: list[str] | None = None) -> Any:
     return resolve_device(f"cuda:{visible.index(assigned[0])}")
 
 
-def _in_corpus_order(model: Any) -> bool:
-    """Whether a pass's rows are kept in corpus order (an embedding or generation job's stream to their file)."""
-    return is_embedding(model) or is_generation(model)
-
-
 class RayPredictor:
     """The map_batches UDF: one per actor. Loads the workload and warms up in the constructor (timed here, the
     pass's start-up phases), then turns each (id, text) batch into (id, probs) with the same workload code as
@@ -522,62 +494,35 @@ class RayPredictor:
 
     def __init__(self, spec: dict[str, Any], warm_texts: list[str]) -> None:
         created = time.time()
-        t0 = time.perf_counter()
-
-        model, variant = spec["model"], spec["variant"]
-        seed = int(spec.get("seed", 0))
-        np.random.seed(seed % (2**32))
-        threads = None
-        if model["kind"] == "callable":
-            device: Any = dev.HOST  # the callable owns its model, device and seeds
-        else:
-            import torch
-
-            if spec.get("threads"):
-                torch.set_num_threads(int(spec["threads"]))
-            threads = torch.get_num_threads()
-            torch.manual_seed(seed)
-            if spec.get("deterministic"):
-                torch.use_deterministic_algorithms(True, warn_only=True)
-            device = ray_assigned_device() if spec.get("gpu") else \
-                dev.resolve_device(variant.get("device") or spec.get("device", "auto"))
-        runtime_s = time.perf_counter() - t0
-        with dev.timed(device, dev.PERF_CLOCK) as loading, carried_modules(spec.get("carried_modules") or {}):
-            self.workload = factory.load_workload(
-                model["kind"], path=model.get("path"), head=model.get("head"), callable_ref=model.get("callable"),
-                classes=spec["classes"], precision=variant["precision"], device=str(device),
-                max_length=model["max_length"], truncation=model["truncation"], padding=variant["padding"],
-                compile=variant["compile"], trust_remote_code=model["trust_remote_code"], **embedding_options(model),
-                **generation_options(model))
-        self.embedding = is_embedding(model)
-        self.prompts = prompt_renderer(model)  # a generation job: prompts rendered from each batch's columns
-        if self.prompts is not None:
-            self.workload = PromptWorkload(self.workload, self.prompts.template)
-        times: dict[str, float | None] = {"load_s": loading.seconds, "compile_s": None, "warmup_s": None,
-                                          "last_warmup_s": None}
-        batch_size = int(variant["batch_size"])
-        for i in range(int(spec["warmup"]["passes"]) if warm_texts else 0):  # the protocol's rule (R5)
-            with dev.timed(device, dev.PERF_CLOCK) as warming:
-                for start in range(0, len(warm_texts), batch_size):
-                    self.workload.infer(self.workload.tokenize(warm_texts[start:start + batch_size]))
-            key = "compile_s" if i == 0 and variant["compile"] else "warmup_s"
-            times[key] = (times[key] or 0.0) + warming.seconds
-            times["last_warmup_s"] = warming.seconds  # what run.pass_timeout projects from (WarmupLimit)
-        self.k = len(spec["classes"])
+        # ``spec``: the pass spec's JSON form, the torch threads, whether Ray assigned a card, the file's path
+        pass_spec = PassSpec.from_json(spec["pass"], "Ray actor's pass spec")
+        startup: dict[str, Any] = {}
+        device = seeded_device(pass_spec, startup, threads=spec.get("threads"),
+                               assigned=ray_assigned_device if spec.get("gpu") else None)
+        record = started(pass_spec.pass_id)  # the pass core's phases and notes, this actor's own
+        self.workload = load_timed(pass_spec, device, dev.PERF_CLOCK, record)
+        _, last_warmup_s = warm_up(pass_spec, self.workload, device, dev.PERF_CLOCK, record, warm_texts)
+        kind = kind_named(pass_spec.kind)
+        self.prompts = kind.prompts(pass_spec.model)  # e.g. a generation job: each batch's prompts rendered
+        self.sink = kind.sink(Path(spec["target"]), pass_spec.classes)  # what a batch's outputs become (columns)
         self.key = f"{os.getpid()}-{id(self)}"
         ready = time.time()
-        runtime = None
-        if threads is not None:
+        runtime = threads = None
+        if "torch" in sys.modules and pass_spec.model["kind"] != "callable":
+            torch = sys.modules["torch"]
+            threads = torch.get_num_threads()
             runtime = {"torch_threads": threads, "interop": torch.get_num_interop_threads(),
                        "determinism": determinism_settings()}
         priority = {"nice": os.nice(0), "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
         if spec.get("gpu"):  # the card Ray assigned, as Ray names it and as the card identifies itself
 
             priority["card"] = {"ray_gpu_ids": _ray_gpu_ids(), **card_identity(device.index or 0)}
+        phases = record["phases"]
         self.startup: dict[str, Any] | None = {
-            "created_at": created, "runtime_s": runtime_s, **times, "threads": threads, "ready_at": ready,
-            "workload": self.workload.describe(), "file_hashes": self.workload.file_hashes(), "runtime": runtime,
-            **priority}
+            "created_at": created, "runtime_s": startup["runtime_s"], "load_s": phases["load_s"],
+            "compile_s": phases["compile_s"], "warmup_s": phases["warmup_s"], "last_warmup_s": last_warmup_s,
+            "threads": threads, "ready_at": ready, "workload": record["workload"],
+            "file_hashes": record["file_hashes"], "runtime": runtime, **priority}
 
     def __call__(self, batch: Any) -> Any:
         if self.prompts is not None:
@@ -589,11 +534,4 @@ class RayPredictor:
             meta["startup"], self.startup = self.startup, None
         cells = pa.array([json.dumps(meta)] + [None] * (len(texts) - 1), pa.string()) if texts else \
             pa.array([], pa.string())
-        if self.prompts is not None:  # id, text, tokens, finish: the text file's columns
-            return pa.table({"id": batch.column("id").cast(pa.string()), **generated_columns(out), META: cells})
-        out = np.asarray(out, dtype=np.float32)
-        probs = out if self.embedding else out.reshape(-1, self.k)
-        column = vector_column(probs) if self.embedding else \
-            pa.FixedSizeListArray.from_arrays(pa.array(probs.reshape(-1)), self.k)
-        return pa.table({"id": batch.column("id").cast(pa.string()), "vector" if self.embedding else "probs": column,
-                         META: cells})
+        return pa.table({"id": batch.column("id").cast(pa.string()), **self.sink.ray_columns(out), META: cells})

@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from iteralab.campaign.engines.genpass import prompt_renderer
 from iteralab.campaign.folder import read_corpus_batches
+from iteralab.campaign.kinds.registry import kind_named
 from iteralab.campaign.records import PassSpec
 from iteralab.errors import WorkloadError
 from iteralab.models.cards import is_rocm, one_card_env, physical_ids
@@ -74,7 +74,7 @@ def corpus_lengths(spec: PassSpec) -> tuple[np.ndarray, str]:
     model, variant = spec.model, spec.variant
     max_length = int(model["max_length"])
     folder = model.get("path")
-    prompts = prompt_renderer(model)  # a generation job: each document's rendered prompt
+    prompts = kind_named(spec.kind).prompts(model)  # e.g. a generation job: each document's rendered prompt
     texts = (prompts(b).column("text") if prompts else b.column(0)  # streamed: one record batch at a time
              for b in read_corpus_batches(spec.corpus_path, prompts.columns if prompts else ["text"]))
     if model["kind"] == "callable" and not folder:
@@ -85,7 +85,7 @@ def corpus_lengths(spec: PassSpec) -> tuple[np.ndarray, str]:
         return np.full(count, max_length, dtype=np.int64), "tokens"
 
     tokenizer = load_tokenizer(folder)
-    chat = bool(model["generation"]["chat_template"]) if prompts else False
+    chat = prompts.chat_template if prompts else False
     counter = (lambda items: count_prompt_tokens(tokenizer, items, chat)) if prompts else token_counter(tokenizer)
     chunks = [np.asarray(counter(t.to_pylist()), dtype=np.int64) for t in texts]
     lengths = np.concatenate(chunks) if chunks else np.zeros(0, np.int64)

@@ -6,6 +6,7 @@ outside the kinds' folders holds a ``JobKind`` and asks it; it never compares ``
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -13,6 +14,8 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from iteralab.campaign.kinds.output import OutputFile, OutputSet
+from iteralab.campaign.kinds.sink import PassSink
+from iteralab.campaign.kinds.verdictpart import QualitySeries, VerdictPart
 
 
 @dataclass(frozen=True)
@@ -26,8 +29,6 @@ class OutputWords:
     bound: str
     #: The per-variant comparison key shown under ``first`` (``evidence.rerun``'s variant record).
     first_key: str
-
-from iteralab.campaign.kinds.verdictpart import QualitySeries, VerdictPart
 
 
 class JobKind:
@@ -68,3 +69,26 @@ class JobKind:
 
     def __repr__(self) -> str:
         return f"JobKind({self.name!r})"
+
+    def sink(self, target: Path, classes: Sequence[str]) -> PassSink:
+        """A new sink for one pass's outputs, bound for the prediction file ``target`` (``<kind>/sink.py``)."""
+        raise NotImplementedError
+
+    def model_record(self, protocol: Any, folder: Path | None) -> dict[str, Any]:
+        """What the kind adds to the campaign's model record (``campaign.json``'s ``model``), from the locked
+        protocol and the model's folder (``folder``; None for a callable); default: nothing."""
+        return {}
+
+    def workload_options(self, model: Mapping[str, Any]) -> dict[str, Any]:
+        """The kind's options of the workload (:class:`~iteralab.models.factory.WorkloadSpec`'s ``task`` and the
+        task's own fields), from the campaign's model record; default: none (a classifier)."""
+        return {}
+
+    def prompts(self, model: Mapping[str, Any]) -> Any:
+        """What turns each record batch the pass reads into (id, the text the model is handed), with its
+        ``columns`` (the corpus copy's columns it reads); None: the pass reads (id, text) as they are."""
+        return None
+
+    def pass_workload(self, workload: Any, model: Mapping[str, Any]) -> Any:
+        """The loaded workload as a pass drives it (tokenize, infer, token_lengths); default: itself."""
+        return workload

@@ -386,7 +386,7 @@ class StreamWriter:
 
     def finish_temporary(self) -> Path:
         """Finish the file under its temporary name without publishing it (a pass-order file that is rewritten in
-        corpus order, ``campaign.engines.corpusorder``); its path."""
+        corpus order, ``campaign.kinds.corpusorder``); its path."""
         self.flush()
         self.parquet.close()
         self.parquet = None

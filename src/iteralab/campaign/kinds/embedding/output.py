@@ -8,7 +8,7 @@ A vector file is Parquet with exactly two columns, one row per completed input i
 The pass writes it while it runs, one record batch of :data:`FLUSH_ROWS` rows at a time (a pass never holds a
 corpus of vectors: 200,000 × 384 float32 is 307 MB), to a hidden temporary name that is renamed once the file is
 complete (its sha256 is computed from the file, after the measured region); a bucketed pass's file, streamed in
-length order, is rewritten in corpus order after the measured region (``campaign.engines.corpusorder``).
+length order, is rewritten in corpus order after the measured region (``campaign.kinds.corpusorder``).
 :func:`read_vectors` reads it in record batches and checks each row: an id, a vector of the declared (or
 observed) size, finite values, and a unit norm within :data:`NORM_TOLERANCE` when the protocol declares
 ``normalize = true``; the rows it reads go to a scratch file (:class:`RowStore`) that the checks read back a block

@@ -1,15 +1,21 @@
 """The generation job: its kind object (:data:`GENERATION`) and everything it owns.
 
-Reads and writes: its prediction file (``output.py``). Its verdict part: ``verdict.py``; how its results are shown:
-``shown.py``.
+Reads and writes: its prediction file (``output.py``), streamed or written by its pass sink (``sink.py``). Its
+verdict part: ``verdict.py``; how its results are shown: ``shown.py``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 from iteralab.campaign.folder import COLUMNS, with_generation
 from iteralab.campaign.kinds.base import JobKind
 from iteralab.campaign.kinds.generation import shown
 from iteralab.campaign.kinds.generation.output import TEXT_FILE
+from iteralab.campaign.kinds.generation.sink import (PromptRenderer, PromptWorkload, TextSink,
+                                                    generation_options, generation_record)
 from iteralab.campaign.kinds.generation.verdict import GENERATION_VERDICT
 from iteralab.campaign.kinds.verdictpart import QualitySeries
 
@@ -27,6 +33,21 @@ class GenerationKind(JobKind):
     #: reference pass's (the measured ones)
     quality_series = (QualitySeries("mean_tokens", "mean_tokens"), QualitySeries("length_shares", "length_share"),
                       QualitySeries("identical_shares", "identical_share"))
+
+    def sink(self, target: Path, classes: Sequence[str]) -> TextSink:
+        return TextSink(target, classes)
+
+    def model_record(self, protocol: Any, folder: Path | None) -> dict[str, Any]:
+        return generation_record(protocol)
+
+    def workload_options(self, model: Mapping[str, Any]) -> dict[str, Any]:
+        return generation_options(model)
+
+    def prompts(self, model: Mapping[str, Any]) -> PromptRenderer:
+        return PromptRenderer(model["generation"]["prompt"], bool(model["generation"]["chat_template"]))
+
+    def pass_workload(self, workload: Any, model: Mapping[str, Any]) -> PromptWorkload:
+        return PromptWorkload(workload, model["generation"]["prompt"])  # prompts rendered, generated greedily
 
 
 GENERATION = GenerationKind()

@@ -14,7 +14,7 @@ The file's metadata names the output kind (``generated_texts``). The pass hands 
 come; the writer keeps them as Arrow arrays and writes a record batch of at least :data:`FLUSH_ROWS` rows at a
 time, to a hidden temporary name that is renamed once the file is complete (its sha256 is computed from the
 file, after the measured region; a bucketed pass's file, written in length order, is rewritten in corpus order
-then, ``campaign.engines.corpusorder``). :func:`read_texts` reads it in record batches of :data:`READ_ROWS` rows
+then, ``campaign.kinds.corpusorder``). :func:`read_texts` reads it in record batches of :data:`READ_ROWS` rows
 and checks every row on Arrow and NumPy arrays: the texts stay an Arrow array, so a file of a million rows never
 becomes a Python list of strings.
 """

@@ -88,11 +88,11 @@ def rewrite_in_corpus_order(sink: Any, positions: np.ndarray) -> Any:
     return fresh
 
 
-def restore_streamed(pass_run: Any) -> None:
-    """After the measured region, once its last rows are flushed: a bucketed pass's streamed file rewritten in
-    corpus order (``pass_run.order``: the corpus position of each row in pass order; None: file order already)."""
-    if pass_run.order is not None:
-        pass_run.sink = rewrite_in_corpus_order(pass_run.sink, pass_run.order[:pass_run.flushed])
+def restore_streamed(writer: Any, order: np.ndarray | None, rows: int) -> Any:
+    """After the measured region, once its last ``rows`` are flushed: a bucketed pass's streamed file rewritten in
+    corpus order (``order``: the corpus position of each row in pass order; None: file order already). Returns
+    the writer that now holds the file."""
+    return writer if order is None else rewrite_in_corpus_order(writer, order[:rows])
 
 
 def _route(source: Path, scratch: Path, place: np.ndarray) -> list[list[int]]:

@@ -1,7 +1,7 @@
-"""What a generation pass adds to a measured pass (``engines.passes``): the model's generation settings, each
+"""A generation pass's sink (:class:`TextSink`) and model options: the model's generation settings, each
 document's prompt rendered from the protocol's template as the corpus copy is read (its text, and the cells of
 the other columns the template names, kept in the copy as ``prompt.<name>``), and the generated texts streamed to
-the text file (``campaign.kinds.generation.output``) while the pass runs, so that a pass never holds a corpus of texts. A
+the text file (``output.py``) while the pass runs, so that a pass never holds a corpus of texts. A
 data-parallel pass (``engines.parallel``) streams its shards' text files into the pass's one file in shard order;
 a Ray pass (``engines.raypass``) renders in its actors and streams the blocks to the file in corpus order.
 
@@ -9,7 +9,7 @@ The measured region runs from the first prompt read to the last decoded text on 
 generating and decoding are inside it, as is streaming the texts to their file (the same work for every
 generation variant; its seconds are said in a note of the pass). A bucketed pass orders the documents by their
 rendered prompt's token count; its text file is rewritten in corpus order after the measured region
-(``engines.corpusorder``).
+(``kinds.corpusorder``).
 """
 
 from __future__ import annotations
@@ -22,12 +22,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from iteralab.campaign.engines.corpusorder import restore_streamed
-from iteralab.campaign.engines.embedpass import pending_ids
-from iteralab.campaign.folder import PREDICTIONS
-from iteralab.campaign.kinds.output import file_name
-from iteralab.campaign.records import GENERATED_TEXTS
+from iteralab.campaign.kinds.corpusorder import restore_streamed
 from iteralab.campaign.kinds.generation.output import TextWriter, text_batches
+from iteralab.campaign.kinds.sink import PassSink, pending_ids
+from iteralab.campaign.records import GENERATED_TEXTS
 from iteralab.models.generation import GeneratedBatch, GenerationSettings
 from iteralab.plan.prompting import TEXT_FIELD, copy_column, render_prompts, template_fields
 
@@ -43,15 +41,8 @@ def generation_record(protocol: Any) -> dict[str, Any]:
                            "reference_column": protocol.corpus.reference_column}}
 
 
-def is_generation(model: Any) -> bool:
-    """Whether the campaign's model record (``campaign.json``'s ``model``) is a generation job's."""
-    return (model.get("generation") or {}).get("task") == "generation"
-
-
 def generation_options(model: Any) -> dict[str, Any]:
-    """The factory's keywords of a generation job's model (none for another job)."""
-    if not is_generation(model):
-        return {}
+    """The factory's keywords of a generation job's model: its task and generation settings."""
     spec = model["generation"]
     return {"task": "generation", "generation": GenerationSettings(
         max_new_tokens=int(spec["max_new_tokens"]), stop=tuple(spec["stop"]), chat_template=bool(spec["chat_template"]),
@@ -63,8 +54,10 @@ class PromptRenderer:
     (id, text and the copy's cells of each column the template names), and each record batch read becomes the
     record batch (id, text = the document's rendered prompt)."""
 
-    def __init__(self, template: str) -> None:
+    def __init__(self, template: str, chat_template: bool = False) -> None:
         self.template = template
+        #: whether the model reads each prompt through its tokenizer's chat template (what its token count is of)
+        self.chat_template = chat_template
         self.names = [name for name in template_fields(template) if name != TEXT_FIELD]
         self.columns = ["id", "text", *(copy_column(name) for name in self.names)]
 
@@ -75,11 +68,6 @@ class PromptRenderer:
         ids = batch.column("id")
         ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
         return pa.record_batch([ids, pa.array(prompts, pa.string())], names=["id", "text"])
-
-
-def prompt_renderer(model: Any) -> PromptRenderer | None:
-    """The renderer of a generation job's prompts (None for another job: its texts are read as they are)."""
-    return PromptRenderer(model["generation"]["prompt"]) if is_generation(model) else None
 
 
 class PromptWorkload:
@@ -122,54 +110,57 @@ def generated_columns(batch: GeneratedBatch) -> dict[str, pa.Array]:
     return {"text": pa.array(batch.texts, pa.string()), "tokens": tokens, "finish": pa.array(batch.finish, pa.string())}
 
 
-def stream_texts(pass_run: Any, spec: Any) -> None:
-    """A generation pass reads its prompts rendered and streams its texts to the pass's text file."""
-    pass_run.sink = TextWriter(Path(spec.prediction_dir) / file_name(spec.pass_id))
-    pass_run.flush, pass_run.finish = flush_texts, finish_texts
-    pass_run.prompts = prompt_renderer(spec.model)
+class TextSink(PassSink):
+    """Generated texts, handed to the text file as the pass runs (the file writes record batches of its own
+    size; never a corpus of texts held)."""
 
+    output_kind = GENERATED_TEXTS
+    streams = True
 
-def flush_texts(pass_run: Any, final: bool = False) -> None:
-    """The completed rows' texts handed to the text file (which writes record batches of its own size), in pass
-    order (a bucketed pass: its length order, the ids taken in that order)."""
-    pending = pass_run.progress.completed - pass_run.flushed
-    if not pending:
-        return
-    t0 = time.perf_counter()
-    batches: list[GeneratedBatch] = list(pass_run.outputs)
-    pass_run.outputs.clear()
-    texts = [t for b in batches for t in b.texts]
-    finish = [f for b in batches for f in b.finish]
-    tokens = None if any(b.tokens is None for b in batches) else np.concatenate(
-        [np.asarray(b.tokens, dtype=np.int32) for b in batches]) if batches else None
-    ids = pending_ids(pass_run, pending)
-    pass_run.sink.write(ids, texts, tokens, finish)
-    pass_run.flushed += pending
-    pass_run.stream_s += time.perf_counter() - t0
+    def __init__(self, target: Path, classes: Any) -> None:
+        super().__init__(target, classes)
+        self.writer = TextWriter(self.target)
 
+    def flush(self, pass_run: Any, final: bool = False) -> None:
+        """The completed rows' texts handed to the text file, in pass order (a bucketed pass: its length order, the
+        ids taken in that order)."""
+        pending = pass_run.progress.completed - self.flushed
+        if not pending:
+            return
+        t0 = time.perf_counter()
+        batches: list[GeneratedBatch] = list(pass_run.outputs)
+        pass_run.outputs.clear()
+        texts = [t for b in batches for t in b.texts]
+        finish = [f for b in batches for f in b.finish]
+        tokens = None if any(b.tokens is None for b in batches) else np.concatenate(
+            [np.asarray(b.tokens, dtype=np.int32) for b in batches]) if batches else None
+        self.writer.write(pending_ids(pass_run, self.flushed, pending), texts, tokens, finish)
+        self.flushed += pending
+        self.stream_s += time.perf_counter() - t0
 
-def finish_texts(pass_run: Any, result: dict[str, Any]) -> None:
-    """After the measured region: the last rows written, the file put in corpus order (a bucketed pass), closed and
-    renamed, its hash."""
-    flush_texts(pass_run, final=True)
-    restore_streamed(pass_run)  # a bucketed pass's file, streamed in length order, rewritten in corpus order
-    sink = pass_run.sink
-    result["output_kind"] = GENERATED_TEXTS
-    result["prediction_sha256"] = sink.close()
-    result["prediction_file"] = f"{PREDICTIONS}/{sink.path.name}"
-    result["notes"].append(f"pass_s includes rendering the prompts and streaming the texts to the prediction file "
-                           f"({pass_run.stream_s:.3f} s of writing), as every generation variant's pass does")
+    def finish(self, pass_run: Any, result: dict[str, Any]) -> None:
+        """After the measured region: the last rows written, the file put in corpus order (a bucketed pass),
+        closed and renamed, its hash."""
+        self.flush(pass_run, final=True)
+        # a bucketed pass's file, streamed in length order, rewritten in corpus order
+        self.writer = restore_streamed(self.writer, pass_run.order, self.flushed)
+        self.publish(result, self.writer.close())
+        result["notes"].append(f"pass_s includes rendering the prompts and streaming the texts to the prediction "
+                               f"file ({self.stream_s:.3f} s of writing), as every generation variant's pass does")
 
+    def merge(self, parts: list[Path], result: dict[str, Any]) -> None:
+        """The shards' text files, streamed record batch by record batch into the pass's one text file."""
+        for part in parts:
+            if part.is_file():
+                for batch in text_batches(part):
+                    self.writer.write_block(batch)
+        self.publish(result, self.writer.close())
 
-def merge_text_files(parts: list[Path], target: Path, result: dict[str, Any]) -> None:
-    """A data-parallel pass's file (``campaign.engines.parallel``): the shards' text files, in shard order,
-    streamed record batch by record batch into the pass's one text file (a missing shard file adds nothing); the
-    file and its hash go into ``result``."""
-    sink = TextWriter(target)
-    for part in parts:
-        if part.is_file():
-            for batch in text_batches(part):
-                sink.write_block(batch)
-    result["output_kind"] = GENERATED_TEXTS
-    result["prediction_sha256"] = sink.close()
-    result["prediction_file"] = f"{PREDICTIONS}/{target.name}"
+    def ray_columns(self, out: Any) -> dict[str, pa.Array]:
+        return generated_columns(out)
+
+    def receive(self, block: Any) -> None:
+        self.writer.write_block(block)
+
+    def finish_received(self, result: dict[str, Any], ids: pa.Array, corpus_ids: pa.Array) -> None:
+        self.publish(result, self.writer.close())  # streamed in corpus order (Ray's preserve_order)
