@@ -42,7 +42,7 @@ PREDICATES = frozenset({"is_embedding", "is_generation"})
 ALLOWED: dict[str, str] = {}
 #: The most branches allowed outside the kinds' folder, all of them in :data:`ALLOWED`.
 MAX_BRANCHES = 3
-#: The modules whose kind branches are already gone (the rest follow with the engines and the verdict).
+#: Modules that must hold no branch at all (none allowed in ALLOWED either): the stages that ask the kind first.
 CLEARED = (
     "plan/", "models/", "lock/", "commands/", "cli.py", "demo/",
     "evidence/memory.py", "evidence/rerun.py", "evidence/verify.py", "evidence/comparison.py", "evidence/run.py",
@@ -149,8 +149,6 @@ def test_allowed_entries_are_real():
     assert not set(ALLOWED) - set(found), "an allowed module no longer branches on the kind: drop it from ALLOWED"
 
 
-@pytest.mark.xfail(strict=False, reason="the engines' and the verdict's kind branches go with their own change "
-                                        "of issue 40; remove this mark once it is merged")
 def test_at_most_a_few_kind_branches_outside_the_kinds():
     found = seam_branches()
     total = sum(len(hits) for hits in found.values())

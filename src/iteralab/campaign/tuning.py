@@ -44,7 +44,7 @@ from iteralab.plan.prepare import suggest_threshold
 from iteralab.plan.protocol import CorpusSpec, Dataset, ModelSpec, Variant, parse_toml, read_protocol_text, refusal
 from iteralab.plan.queries import load_queries, unknown_relevant
 from iteralab.plan.tables import corpus_sources
-from iteralab.plan.task import GenerationSpec, TaskSpec
+from iteralab.plan.task import GenerationSpec, TaskSpec, prompt_spec, rules_of
 from iteralab.plan.values import Text, Whole
 
 #: Batch size when the protocol names no reference variant to take it from.
@@ -95,7 +95,7 @@ class TuningView(_Loose):
     def _strata(self) -> TuningView:
         if any(s.by == "stratum" for s in self.subgroups) and not self.corpus.stratum_column:
             raise ValueError("a subgroup by 'stratum' needs corpus.stratum_column")
-        if self.task.kind == "generation" and (self.generation is None or not self.corpus.reference_column):
+        if rules_of(self).prompts and (prompt_spec(self) is None or not self.corpus.reference_column):
             raise ValueError("a generation job's tuning measurement needs the [generation] table (the prompt and "
                              "max_new_tokens) and corpus.reference_column (the reference answers it is scored on)")
         if self.metric.name in EMBEDDING_METRICS and self.metric.name not in QUERY_METRICS:
@@ -173,7 +173,7 @@ def measure_tuning(protocol_path: str | os.PathLike[str], *, progress: Progress 
                             "model on", hint="declare the tuning split (iteralab prepare writes tuning.csv); the "
                                              "threshold is never chosen on the final corpus (P4)")
     tuning_file = resolve(path, spec.tuning_path)
-    if view.task.kind == "generation":
+    if rules_of(view).prompts:  # documents become prompts, scored against reference answers
         return _measure_generation(path, view, tuning_file, progress)
     split = _tuning_split(path, view, tuning_file)
     if view.ranking:
@@ -301,7 +301,7 @@ def _load(path: Path, view: TuningView) -> tuple[Any, dict[str, Any]]:
     record = {"kind": model.kind, "path": resolve(path, model.path), "head": resolve(path, model.head),
               "callable": model.callable, "max_length": model.max_length, "truncation": model.truncation,
               "trust_remote_code": model.trust_remote_code}
-    generation = view.generation if view.task.kind == "generation" else None
+    generation = view.generation if rules_of(view).prompts else None
     options: dict[str, Any] = {"task": view.task.kind, "pooling": view.embedding.pooling,
                                "normalize": view.embedding.normalize}
     if generation is not None:
