@@ -207,7 +207,8 @@ class MeasuredPass:
         any other workload counts tokens here and tokenizes each batch again."""
         chunks: list[Any] = []
         lengths: list[Any] = []
-        rows = getattr(workload, "token_rows", None)
+        # the workload's own class, not what a wrapper forwards (a generation job's prompts are not token rows)
+        rows = workload.token_rows if hasattr(type(workload), "token_rows") else None
         for record_batch in batches:
             self.id_chunks.append(record_batch.column(0))
             texts = record_batch.column(1).to_pylist()
