@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from iteralab.errors import WorkloadError
@@ -132,6 +134,44 @@ class HFText(Workload):
             raise WorkloadError(f"texts: a text has {width} tokens, more than the model's {self.position_limit} "
                                 "positions, and truncation is off", hint="enable truncation or shorten the texts")
         return dict(encoded.items())
+
+    def token_rows(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
+        """Every text's token ids as :meth:`tokenize` makes them, unpadded: one flat int32 array and each text's
+        length (a bucketed pass sorts by these lengths and pads each batch with :meth:`pad_rows`, so each text is
+        tokenized once). None, for every text, where ids alone do not make a batch: no pad token, or token types
+        other than 0 for one text."""
+        items = text_list(texts)
+        pad_id = self.tokenizer.pad_token_id
+        if not items or pad_id is None or any(self.tokenizer("a").get("token_type_ids") or ()):
+            return None
+        s = self.settings
+        ids = self.tokenizer(items, padding=False, truncation=s.truncation,
+                             max_length=s.max_length if s.truncation else None, return_attention_mask=False,
+                             return_token_type_ids=False)["input_ids"]
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        return np.fromiter(chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum())), lengths
+
+    def pad_rows(self, rows: Sequence[np.ndarray]) -> dict[str, torch.Tensor]:
+        """One batch from :meth:`token_rows`' rows, padded as :meth:`tokenize` pads: the same tensors."""
+        if not rows:
+            raise WorkloadError("texts: empty batch")
+        s = self.settings
+        width = s.max_length if s.padding == "max_length" else max(len(r) for r in rows)
+        if self.position_limit is not None and width > self.position_limit:
+            raise WorkloadError(f"texts: a text has {width} tokens, more than the model's {self.position_limit} "
+                                "positions, and truncation is off", hint="enable truncation or shorten the texts")
+        ids = np.full((len(rows), width), self.tokenizer.pad_token_id, dtype=np.int64)
+        mask = np.zeros((len(rows), width), dtype=np.int64)
+        left = self.tokenizer.padding_side == "left"
+        for i, row in enumerate(rows):
+            place = slice(width - len(row), width) if left else slice(0, len(row))
+            ids[i, place] = row
+            mask[i, place] = 1
+        encoded = {"input_ids": torch.from_numpy(ids)}
+        if "token_type_ids" in self.tokenizer.model_input_names:
+            encoded["token_type_ids"] = torch.zeros_like(encoded["input_ids"])
+        encoded["attention_mask"] = torch.from_numpy(mask)
+        return encoded
 
     def to_device(self, encoded: Mapping[str, Any]) -> dict[str, Any]:
         non_blocking = self.device.type == "cuda"

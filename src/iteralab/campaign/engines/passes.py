@@ -115,17 +115,20 @@ def _row_range(batches: Iterator[Any], start: int, stop: int) -> Iterator[Any]:
             return
 
 
-def _run_one(workload: Any, texts: list[str], resume: bool, outputs: list[np.ndarray], progress: _Progress) -> None:
+def _run_one(workload: Any, texts: list[Any], resume: bool, outputs: list[np.ndarray], progress: _Progress,
+             tokenize: Any = None) -> None:
+    """One batch: ``texts`` tokenized (or token rows padded: ``tokenize`` is then ``workload.pad_rows``), inferred."""
+    tokenize = tokenize or workload.tokenize
     try:
-        probs = workload.infer(workload.tokenize(texts))
+        probs = workload.infer(tokenize(texts))
     except Exception:
         if not resume or len(texts) == 1:
             raise
         # Declared resume variant only: the failing part is retried in halves, and every retry is counted.
         progress.retries += 1
         half = len(texts) // 2
-        _run_one(workload, texts[:half], resume, outputs, progress)
-        _run_one(workload, texts[half:], resume, outputs, progress)
+        _run_one(workload, texts[:half], resume, outputs, progress, tokenize)
+        _run_one(workload, texts[half:], resume, outputs, progress, tokenize)
         return
     outputs.append(probs)
     progress.completed += len(texts)
@@ -191,17 +194,35 @@ class MeasuredPass:
             self.limit.check()
 
     def _run_bucketed(self, workload: Any, batches: Iterator[Any], batch_size: int, resume: bool) -> None:
-        text_chunks = []
-        lengths: list[int] = []
+        """Sorted by token count, then run in batches. A workload that hands out its token rows
+        (``models.hf.HFText.token_rows``) tokenizes each text once, here, and pads each batch from the rows;
+        any other workload counts tokens here and tokenizes each batch again."""
+        chunks: list[Any] = []
+        lengths: list[Any] = []
+        # the workload's own class, not what a wrapper forwards (a generation job's prompts are not token rows)
+        rows = workload.token_rows if hasattr(type(workload), "token_rows") else None
         for record_batch in batches:
             self.id_chunks.append(record_batch.column(0))
-            text_chunks.append(record_batch.column(1))
-            lengths.extend(workload.token_lengths(record_batch.column(1).to_pylist()))
-        texts = pa.chunked_array(text_chunks, pa.string())
-        self.order = np.argsort(np.asarray(lengths, dtype=np.int64), kind="stable")
-        for start in range(0, len(self.order), batch_size):
-            chunk = texts.take(pa.array(self.order[start:start + batch_size])).to_pylist()
-            _run_one(workload, chunk, resume, self.outputs, self.progress)
+            texts = record_batch.column(1).to_pylist()
+            counted = rows(texts) if rows is not None and texts else None
+            if counted is not None:
+                chunks.append(counted[0])
+                lengths.append(counted[1])
+            elif texts:  # None holds for the whole workload: the first texts decide
+                rows = None
+                chunks.append(record_batch.column(1))
+                lengths.append(np.asarray(workload.token_lengths(texts), dtype=np.int64))
+        sizes = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+        self.order = np.argsort(sizes, kind="stable")
+        if rows is None:
+            column = pa.chunked_array(chunks, pa.string()).take(numpy_array(self.order))
+            batched = (column.slice(i, batch_size).to_pylist() for i in range(0, len(column), batch_size))
+        else:  # each text's ids: flat[ends[i] - sizes[i]:ends[i]]
+            flat, ends = np.concatenate(chunks), np.cumsum(sizes)
+            batched = ([flat[e - n:e] for e, n in zip(ends[part].tolist(), sizes[part].tolist())]
+                       for part in (self.order[i:i + batch_size] for i in range(0, len(self.order), batch_size)))
+        for chunk in batched:
+            _run_one(workload, chunk, resume, self.outputs, self.progress, None if rows is None else workload.pad_rows)
             self._check_limit()
 
     def read_remaining_ids(self) -> None:
