@@ -11,13 +11,13 @@ import torch
 from campaign_factory import TEXTS, write_corpus_csv
 from conftest import TINY_CLASSES
 from iteralab.campaign.engines.passes import MeasuredPass
-from iteralab.models.factory import load_workload
+from iteralab.models.factory import WorkloadSpec, load_workload
 
 KWARGS = dict(id_column="id", text_column="text", label_column="label", classes=list(TINY_CLASSES))
 
 
 def _classifier(folder, **settings):
-    return load_workload("hf_classifier", path=folder, classes=TINY_CLASSES, device="cpu", **settings)
+    return load_workload(WorkloadSpec("hf_classifier", path=folder, classes=tuple(TINY_CLASSES), device="cpu", **settings))
 
 
 @pytest.mark.parametrize("settings", [dict(padding="longest", max_length=64), dict(padding="longest", max_length=5),
