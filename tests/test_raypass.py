@@ -130,6 +130,7 @@ def test_ray_and_local_engines_in_one_campaign_lock_run_verify_decide(tmp_path, 
     assert machine["variant"] in ("b4", "b4-ray")
 
 
+@pytest.mark.ray  # a local Ray of its own: CI's one-process step runs it (.ci/run); test_raypass keeps one in the default run
 @needs_ray
 def test_a_failing_batch_or_a_lost_actor_fails_the_ray_pass_with_the_inputs_received(tmp_path):
     # the lost actor's pass may end only by the no-progress timeout: a short one keeps the test short
