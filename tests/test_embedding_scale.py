@@ -159,6 +159,7 @@ def test_a_data_parallel_embedding_pass_writes_the_one_device_file(tmp_path, wor
     assert finished["output_kind"] == "embedding_vectors"
 
 
+@pytest.mark.ray  # a local Ray of its own: CI's one-process step runs it (.ci/run); test_raypass keeps one in the default run
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed (pip install iteralab[ray])")
 def test_a_ray_embedding_pass_writes_the_one_device_file_in_corpus_order(tmp_path, worker_path):
     ids, files, rows, _ = _campaign_files(tmp_path, RAY_VARIANTS, "b4-ray")

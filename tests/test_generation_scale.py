@@ -307,6 +307,7 @@ def test_a_data_parallel_pass_of_a_greedy_model_writes_the_one_device_file(tmp_p
                              generation=TEMPLATE + "\nallow_empty = true")
 
 
+@pytest.mark.ray  # a local Ray of its own: CI's one-process step runs it (.ci/run); test_raypass keeps one in the default run
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed (pip install iteralab[ray])")
 def test_a_ray_generation_pass_writes_the_one_device_file_in_corpus_order(tmp_path, worker_path):
     rows, _ = _same_file_as_one_device(tmp_path, RAY_VARIANTS, "b4-ray")

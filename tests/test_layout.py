@@ -32,6 +32,7 @@ Fast and import-free: every check parses the source with ``ast``; no module of t
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from pathlib import Path
 
@@ -108,8 +109,20 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _tree(path: Path) -> ast.Module:
+def _stamp(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_mtime_ns, stat.st_size
+
+
+@functools.lru_cache(maxsize=None)
+def _parsed(path: Path, stamp: tuple[int, int]) -> ast.Module:
     return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def _tree(path: Path) -> ast.Module:
+    """The file's syntax tree, parsed once per version of the file (the checks read every module several times);
+    shared between callers: read it, never change it."""
+    return _parsed(path, _stamp(path))
 
 
 def _package(path: Path) -> str:
@@ -132,7 +145,17 @@ def _imports_of_source(source: str, path: Path) -> set[tuple[str, bool]]:
 def _imports(path: Path, tree: ast.Module | None = None) -> list[tuple[int, str, bool]]:
     """Every import in the file: (line, absolute module name, at module level?). ``from X import a, b`` gives
     ``X.a`` and ``X.b`` when X is a package of ours, at any depth (a name may be a sub-module), else ``X``."""
-    tree = tree or _tree(path)
+    if tree is None:
+        return list(_file_imports(path, _stamp(path)))
+    return _scan_imports(path, tree)
+
+
+@functools.lru_cache(maxsize=None)
+def _file_imports(path: Path, stamp: tuple[int, int]) -> tuple[tuple[int, str, bool], ...]:
+    return tuple(_scan_imports(path, _parsed(path, stamp)))
+
+
+def _scan_imports(path: Path, tree: ast.Module) -> list[tuple[int, str, bool]]:
     package = _package(path)
     nested: set[int] = set()
     for node in ast.walk(tree):

@@ -311,6 +311,7 @@ def _dp_workers(pid: int) -> list[psutil.Process]:
     return workers
 
 
+@pytest.mark.slow  # a signal timed against a running pass (a runner process and its two data-parallel workers)
 def test_sigkill_during_a_data_parallel_pass_leaves_an_aborted_row_and_resumes(tmp_path):
     protocol = callable_campaign(tmp_path, fn="fake_models:slow_classifier", passes=1, variants=DP_VARIANTS,
                                  warmup="inputs = 0\npasses = 0")

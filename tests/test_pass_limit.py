@@ -188,6 +188,7 @@ def test_a_data_parallel_pass_keeps_each_workers_projection(tmp_path, monkeypatc
     assert result["pass_limit"] == devices[0]["pass_limit"]
 
 
+@pytest.mark.ray  # a local Ray of its own: CI's one-process step runs it (.ci/run); test_raypass keeps one in the default run
 @pytest.mark.skipif(not ray_installed(), reason="Ray is not installed (pip install iteralab[ray])")
 def test_a_ray_pass_applies_and_records_its_projection(tmp_path, monkeypatch):
     import iteralab

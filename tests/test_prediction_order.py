@@ -146,6 +146,7 @@ def test_a_streamed_file_is_rewritten_in_corpus_order_chunk_by_chunk(tmp_path, m
 # ----------------------------------------------------------------------------------------------------- Ray
 
 
+@pytest.mark.ray  # a local Ray of its own: CI's one-process step runs it (.ci/run); test_raypass keeps one in the default run
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed (pip install iteralab[ray])")
 def test_a_ray_pass_of_every_kind_writes_its_file_in_corpus_order(tmp_path, worker_path, monkeypatch):
     """One local Ray, two actors, blocks of two documents; the actor that gets the first block holds it back until

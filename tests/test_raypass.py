@@ -130,6 +130,7 @@ def test_ray_and_local_engines_in_one_campaign_lock_run_verify_decide(tmp_path, 
     assert machine["variant"] in ("b4", "b4-ray")
 
 
+@pytest.mark.ray  # a local Ray of its own: CI's one-process step runs it (.ci/run); test_raypass keeps one in the default run
 @needs_ray
 def test_a_failing_batch_or_a_lost_actor_fails_the_ray_pass_with_the_inputs_received(tmp_path):
     # the lost actor's pass may end only by the no-progress timeout: a short one keeps the test short
@@ -166,6 +167,7 @@ def _run_cli(args, env):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow  # a signal timed against a running Ray pass (a runner process, killed, then resumed)
 @needs_ray
 def test_kill_9_during_a_ray_pass_leaves_an_aborted_row_and_resumes(tmp_path):
     protocol = callable_campaign(tmp_path, fn="fake_models:marking_slow_classifier", passes=1, variants=RAY_ONLY,
