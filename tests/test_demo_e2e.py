@@ -71,6 +71,13 @@ def test_demo_quick_try_end_to_end(demo_run):
     decision = json.loads((campaign / "decision.json").read_text())
     [machine] = decision["configuration_per_machine"]
     assert machine["hardware"].startswith("CPU only")
+    if machine["chosen"] is None and all("measured under concurrent load" in r["notes"] for r in rows
+                                         if r["precision"] == "fp32"):
+        # The demo runs in a process of its own, where the tests' quiet-machine patch does not reach: on a machine
+        # that other jobs load, every pass is set apart (stats.loaded_passes = "apart", T4). The answer must then
+        # name that cause and what to do, not a quality or deadline failure.
+        assert "no quiet pass" in decision["decision"] and "quiet machine" in decision["decision"]
+        return
     if machine["chosen"] is None:
         # The demo plans a 2 M-document job from the observed throughput: a machine slow enough (or loaded enough)
         # misses the deadline with every configuration. That is a speed outcome, not a defect, and no test may

@@ -440,7 +440,7 @@ def choose_on_machine(configs: list[Config], ev: Evidence) -> MachineChoice:
     eligible = [c for c in configs if not c.exclusions and c.times.median is not None]
     if not eligible:
         return MachineChoice(hw, None, (), f"no configuration on {hw} processes all documents at the minimum "
-                             "quality before the deadline", ())
+                             f"quality before the deadline{_load_cause(configs)}", ())
 
     def cost(c: Config) -> tuple[int, Decimal]:
         return (0, c.committed) if c.committed is not None else (1, Decimal(0))
@@ -471,6 +471,16 @@ def choose_on_machine(configs: list[Config], ev: Evidence) -> MachineChoice:
         line += " (distinguished from every other qualifying configuration)" if peers else \
             " (the only qualifying configuration)"
     return MachineChoice(hw, best, tuple(inseparable), line, tuple(reasons))
+
+
+def _load_cause(configs: list[Config]) -> str:
+    """When configurations are left out because every pass they finished was measured under concurrent load (T4):
+    how many, and what to do (the headline names the cause, not only its consequence)."""
+    loaded = sum(1 for c in configs if loaded_only(c.times))
+    if not loaded:
+        return ""
+    return (f" ({loaded} of {len(configs)} configuration(s) have no quiet pass: every pass they finished was measured "
+            "under concurrent load and set apart, T4; run the campaign again on a quiet machine)")
 
 
 def _apply_rule(configs: list[Config], ev: Evidence,
@@ -507,7 +517,7 @@ def _apply_rule(configs: list[Config], ev: Evidence,
             reasons += [f"{c.key}: {c.pricing.reason}" for c in eligible]
         else:
             line = ("no choice possible: no configuration processes all documents at the minimum quality before "
-                    "the deadline")
+                    f"the deadline{_load_cause(configs)}")
             reasons.append("every configuration is left out for a reason listed under 'Excluded and why'")
         return None, line, reasons, uncertain
     ranked = sorted(candidates, key=lambda c: (c.committed, c.n_failures,
