@@ -116,12 +116,12 @@ def test_outputs_compared_in_blocks_agree_with_one_block(tmp_path, monkeypatch, 
         monkeypatch.setattr(compare, "label_prob_batches", lambda path, classes, rows: predictions.label_prob_batches(
             path, classes, rows=3))
         streamed = compare_rows_with_file(sa, pb, CLASSES)
-        assert {k: streamed[k] for k in whole} == whole
-        assert compare_rows_with_file(read_predictions(pa_, CLASSES, 1e-3), pa_, CLASSES)["identical"]
+        assert streamed == whole
+        assert compare_rows_with_file(read_predictions(pa_, CLASSES, 1e-3), pa_, CLASSES).identical
     labels_a, labels_b = a.argmax(axis=1), b.argmax(axis=1)
-    assert blocks["label_agreement"] == float(np.mean(labels_a == labels_b)) < 1.0
-    assert blocks["max_abs_prob_diff"] == float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max())
-    assert blocks["same_ids"] and not blocks["identical"]
+    assert blocks.label_agreement == float(np.mean(labels_a == labels_b)) < 1.0
+    assert blocks.max_abs_prob_diff == float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max())
+    assert blocks.same_ids and not blocks.identical
 
 
 @pytest.mark.parametrize("change", [None, 0, 4, 9, "null", "shorter"])

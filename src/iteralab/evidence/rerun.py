@@ -50,6 +50,7 @@ from iteralab.campaign.folder import (
     CAMPAIGN, LOCK, PROTOCOL, TUNING, CampaignFolder, corpus_copy)
 from iteralab.campaign.manifest import manifest_differences
 from iteralab.campaign.runner import prepare
+from iteralab.campaign.kinds.verdictpart import FileComparison
 from iteralab.campaign.verdict.judge import compare_predictions
 from iteralab.evidence.comparison import carried_line, write_comparison
 from iteralab.errors import ProtocolError, RunError
@@ -398,13 +399,13 @@ def _median_time(rows: list[dict[str, Any]]) -> float | None:
     return statistics.median(times) if times else None
 
 
-def _outcome(pair: dict[str, Any], new_accepted: bool, bound: float | None) -> str:
-    if pair is None or not pair["common_ids"]:
+def _outcome(pair: FileComparison | None, new_accepted: bool, bound: float | None) -> str:
+    if pair is None or not pair.common_ids:
         return "not comparable"
-    if pair["identical"]:
+    if pair.identical:
         return "identical"
-    if bound is not None and pair["same_ids"] and pair["max_abs_prob_diff"] is not None \
-            and pair["max_abs_prob_diff"] <= bound:
+    if bound is not None and pair.same_ids and pair.max_abs_prob_diff is not None \
+            and pair.max_abs_prob_diff <= bound:
         return "within bound"
     return "acceptable only" if new_accepted else "not acceptable"
 
@@ -442,7 +443,7 @@ def compare_campaigns(old: str | os.PathLike[str], new: str | os.PathLike[str]) 
                                            protocol)
             outcome = _outcome(pair, bool(n_row.get("corpus_accepted")), bound)
             pairs.append({"round": key[0], "position": key[1], "old_pass": o_row["pass_id"] if o_row else None,
-                          "new_pass": n_row["pass_id"], "outcome": outcome, **(pair or {})})
+                          "new_pass": n_row["pass_id"], "outcome": outcome, **(pair.to_json() if pair else {})})
         worst = max((OUTCOMES.index(p["outcome"]) for p in pairs), default=OUTCOMES.index("not comparable"))
         agreements = [p["label_agreement"] for p in pairs if p.get("label_agreement") is not None]
         diffs = [p["max_abs_prob_diff"] for p in pairs if p.get("max_abs_prob_diff") is not None]

@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from iteralab.campaign.kinds.base import JobKind
 from iteralab.campaign.kinds.registry import kind_of
+from iteralab.campaign.kinds.verdictpart import FileComparison
 from iteralab.common.arrow import release_unused
 from iteralab.plan.protocol import Protocol
 
@@ -40,7 +41,7 @@ class FileReader:
         self._hashes: dict[Path, tuple[tuple[int, int], str]] = {}
         self._sets: OrderedDict[Path, tuple[tuple[int, int], Any]] = OrderedDict()
         #: (file, its sha256, reference file, its sha256) -> the kind's comparison of the two (kept small)
-        self.comparisons: dict[tuple[Path, str, Path, str], dict[str, Any]] = {}
+        self.comparisons: dict[tuple[Path, str, Path, str], FileComparison] = {}
 
     def drop(self, path: Path) -> None:
         """Let go of a file's arrays (its sha256 stays known)."""

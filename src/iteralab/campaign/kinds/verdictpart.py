@@ -8,7 +8,7 @@ rest; each kind's answer is its folder's ``verdict.py``. Reads and writes nothin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from iteralab.plan.protocol import Protocol
 
 
-__all__ = ["NoCells", "PassInputs", "QualitySeries", "VerdictPart"]
+__all__ = ["FileComparison", "KindComparison", "NoCells", "PassInputs", "QualitySeries", "VerdictPart"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,38 @@ class PassInputs:
 @dataclass(frozen=True)
 class NoCells:
     """The cells of a kind that adds none to the common verdict."""
+
+
+@dataclass(frozen=True)
+class FileComparison:
+    """How far two prediction files (or sets) of the same protocol agree over the ids both hold: how many,
+    whether both hold the same ids, whether they are identical, the share of equal labels (a kind without labels:
+    its own share, or None) and the largest absolute difference of its values (None: not comparable). A kind adds
+    its own fields; the JSON form (``comparison.json``'s pairs) holds every field."""
+
+    common_ids: int
+    same_ids: bool
+    identical: bool
+    label_agreement: float | None = None
+    max_abs_prob_diff: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class KindComparison:
+    """What a kind's comparison of a pass with the reference pass gives (:meth:`VerdictPart.compare`): the cells it
+    sets (``cells``: a frozen dataclass of the kind, its fields common cells of the verdict or the kind's own, set
+    in their order), the reasons the pass fails, and those of them that are failed subgroups."""
+
+    cells: Any
+    reasons: tuple[str, ...] = ()
+    subgroup_reasons: tuple[str, ...] = ()
+
+    def cell_values(self) -> dict[str, Any]:
+        """The cells by name, in their order (what ``Verdict.with_cells`` takes)."""
+        return {f.name: getattr(self.cells, f.name) for f in fields(self.cells)}
 
 
 class VerdictPart:
@@ -88,7 +120,7 @@ class VerdictPart:
         :meth:`compare`)."""
         return True
 
-    def running_comparison(self, found: Any, reference: Path | None, protocol: Protocol) -> dict[str, Any] | None:
+    def running_comparison(self, found: Any, reference: Path | None, protocol: Protocol) -> FileComparison | None:
         """For a kind that :attr:`compares_while_running`: its comparison (``compare_files``' form) of a read set
         with the reference pass's file at ``reference``, streamed, both holding the corpus ids in its order (None:
         of the set with itself, the reference pass's own); None when they cannot be compared that way."""
@@ -98,17 +130,18 @@ class VerdictPart:
         """The campaign's queries its verdict ranks (``metric.queries``; ``record``: campaign.json's), or None."""
         return None
 
-    def compare(self, v: dict[str, Any], reference: Any, p: dict[str, Any], protocol: Protocol,
-                expected: Any) -> tuple[list[str], list[str]]:
-        """The pass's verdict ``v`` against the reference pass (``reference``: the campaign verdict's reference,
-        with its ``verdict``, ``paths``, ``reader`` and ``key``; ``p`` the pass's journal record): sets the
-        kind's comparison cells and ``reproduction_ok``, returns (reasons, failed subgroup reasons)."""
+    def compare(self, v: Any, reference: Any, path: Path | None, protocol: Protocol,
+                expected: Any) -> KindComparison:
+        """The pass's verdict ``v`` (a ``campaign.verdict.record.Verdict``) against the reference pass
+        (``reference``: the campaign verdict's reference, with its ``verdict``, ``paths``, ``reader`` and ``key``;
+        ``path``: the pass's prediction file, None when it recorded none): the kind's comparison cells and
+        ``reproduction_ok``, and the reasons."""
         raise NotImplementedError
 
     def row_cells(self, row: dict[str, Any], v: dict[str, Any], notes: list[str]) -> None:
         """The kind's own raw-table cells of a pass (its ``table_columns`` beyond the common ones) from its
         verdict ``v``, and the notes they need."""
 
-    def compare_files(self, a: Path, b: Path, protocol: Protocol, reader: Any) -> dict[str, Any]:
+    def compare_files(self, a: Path, b: Path, protocol: Protocol, reader: Any) -> FileComparison:
         """How far two prediction files of the same protocol agree (``rerun``'s comparison)."""
         raise NotImplementedError

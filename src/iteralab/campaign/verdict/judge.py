@@ -15,6 +15,7 @@ from typing import Any
 
 from iteralab.campaign.kinds.expected import missing_verdict
 from iteralab.campaign.kinds.output import prediction_path
+from iteralab.campaign.kinds.verdictpart import FileComparison
 from iteralab.campaign.verdict.evaluate import EvaluationContext, PredictionReader
 from iteralab.campaign.verdict.record import Verdict
 from iteralab.plan.metric import TOL
@@ -107,7 +108,7 @@ def subgroup_check(protocol: Protocol, key: str, value: float | None, reference:
                          has_reference, pass_id, protocol.metric.higher_is_better if by_metric else True)
 
 
-def compare_predictions(a: Path, b: Path, protocol: Protocol) -> dict[str, Any]:
+def compare_predictions(a: Path, b: Path, protocol: Protocol) -> FileComparison:
     """How far two prediction files agree, as their kind compares them (``kind.verdict.compare_files``: a
     classification job's labels and probabilities, an embedding job's vectors, a generation job's texts)."""
     reader = PredictionReader(protocol)
@@ -175,11 +176,11 @@ def _judged(v: Verdict, p: dict[str, Any], ref: ReferencePass, context: Evaluati
     failed_subgroups = _subgroup_reasons(v, ref.verdict, protocol,
                                          gating if part.subgroups_by_metric(protocol) else {}, unvalued)
     reasons += failed_subgroups
-    work = v.to_json()  # the kind's comparison sets its cells on the JSON form
-    kind_reasons, kind_subgroups = part.compare(work, ref, p, protocol, context.expected)
-    v = Verdict.from_json(work, ref.reader.kind)
-    reasons += kind_reasons
-    failed_subgroups += kind_subgroups
+    compared = part.compare(v, ref, ref.paths[p["pass_id"]] if p.get("prediction_file") else None, protocol,
+                            context.expected)
+    v = v.with_cells(**compared.cell_values())
+    reasons += compared.reasons
+    failed_subgroups += compared.subgroup_reasons
     gated = any(subgroup_check(protocol, k, None, None, True) is not None for k in unvalued)
     v = v.with_cells(subgroups_ok=False if failed_subgroups else None if gated else True)
     if not v.reproduction_ok:

@@ -10,22 +10,22 @@ most k² rows. Reads a pass's prediction file (``output``); writes nothing.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from iteralab.campaign.kinds.classification.compare import compare_outputs, compare_rows_with_file
+from iteralab.campaign.kinds.classification.compare import Agreement, compare_outputs, compare_rows_with_file
 from iteralab.campaign.kinds.classification.output import PredictionSet, code_dtype, read_predictions
 from iteralab.campaign.kinds.routine import Routine, routine_values
-from iteralab.campaign.kinds.verdictpart import PassInputs, VerdictPart
+from iteralab.campaign.kinds.verdictpart import KindComparison, PassInputs, VerdictPart
 from iteralab.common.tolerance import TOL
 
 if TYPE_CHECKING:
     from iteralab.plan.protocol import Protocol
 
-__all__ = ["CLASSIFICATION_VERDICT", "LABEL_SET_METRICS", "ClassificationVerdict", "counted_codes", "metric_of_codes",
+__all__ = ["CLASSIFICATION_VERDICT", "LABEL_SET_METRICS", "ClassificationComparison", "ClassificationVerdict", "counted_codes", "metric_of_codes",
            "metric_value", "subgroup_metrics"]
 
 #: Rows per step where a per-record computation would otherwise make a whole-corpus temporary array.
@@ -158,28 +158,37 @@ def metric_cells(preds: PredictionSet, protocol: Protocol, expected: Any, match:
     return cells
 
 
-def reproduction(v: dict[str, Any], protocol: Protocol, same: Mapping[str, Any] | None) -> None:
+@dataclass(frozen=True)
+class ClassificationComparison:
+    """A classification pass's cells against the reference pass: the share of equal labels, the largest absolute
+    probability difference, and whether the declared reproduction target holds."""
+
+    label_agreement: float | None
+    max_abs_prob_diff: float | None
+    reproduction_ok: bool
+
+
+def reproduction(protocol: Protocol, same: Agreement | None) -> ClassificationComparison:
     """``same``: :func:`compare_outputs` of the pass's outputs with the reference pass's (a complete pass: its
     ids matched the corpus, none is repeated); None when either has none."""
     target = protocol.reproduction.target
-    v["label_agreement"] = None if same is None else same["label_agreement"]
-    v["max_abs_prob_diff"] = None if same is None else same["max_abs_prob_diff"]
+    agreement = None if same is None else same.label_agreement
+    worst = None if same is None else same.max_abs_prob_diff
     if target == "identical":
-        v["reproduction_ok"] = v["label_agreement"] == 1.0 and v["max_abs_prob_diff"] == 0.0
+        ok = agreement == 1.0 and worst == 0.0
     elif target == "bounded":
-        v["reproduction_ok"] = v["max_abs_prob_diff"] is not None and \
-            v["max_abs_prob_diff"] <= (protocol.reproduction.bound or 0) + TOL
+        ok = worst is not None and worst <= (protocol.reproduction.bound or 0) + TOL
     else:
-        v["reproduction_ok"] = True
+        ok = True
+    return ClassificationComparison(agreement, worst, ok)
 
 
-def against_reference(reference: Any, p: dict[str, Any]) -> Mapping[str, Any] | None:
-    """:func:`compare_outputs` of the pass's outputs with the reference pass's (the run's comparison when it made
-    one, ``reader.comparisons``); None without a reference pass or a prediction file."""
-    if reference.key is None or not p.get("prediction_file"):
+def against_reference(reference: Any, path: Path | None) -> Agreement | None:
+    """:func:`compare_outputs` of the pass's outputs (its file at ``path``) with the reference pass's (the run's
+    comparison when it made one, ``reader.comparisons``); None without a reference pass or a prediction file."""
+    if reference.key is None or path is None:
         return None
     reader, ids = reference.reader, reference.ids
-    path = reference.paths[p["pass_id"]]
     same = reader.comparisons.get((path.resolve(), reader.sha256(path, ids) or "", *reference.key))
     if same is None:
         entry = reader.read(path, ids)
@@ -210,18 +219,17 @@ class ClassificationVerdict(VerdictPart):
                      inputs: PassInputs) -> dict[str, Any]:
         return metric_cells(found, protocol, expected, match, inputs.routine)
 
-    def running_comparison(self, found: Any, reference: Path | None, protocol: Protocol) -> dict[str, Any] | None:
+    def running_comparison(self, found: Any, reference: Path | None, protocol: Protocol) -> Agreement | None:
         if reference is None:
             return compare_outputs(found, found, b_distinct=True) if len(found.ids) else None
         # both in the corpus order: the reference file is streamed against this set, never held whole
         return compare_rows_with_file(found, reference, tuple(protocol.corpus.classes))
 
-    def compare(self, v: dict[str, Any], reference: Any, p: dict[str, Any], protocol: Protocol,
-                expected: Any) -> tuple[list[str], list[str]]:
-        reproduction(v, protocol, against_reference(reference, p))
-        return [], []
+    def compare(self, v: Any, reference: Any, path: Path | None, protocol: Protocol,
+                expected: Any) -> KindComparison:
+        return KindComparison(reproduction(protocol, against_reference(reference, path)))
 
-    def compare_files(self, a: Path, b: Path, protocol: Protocol, reader: Any) -> dict[str, Any]:
+    def compare_files(self, a: Path, b: Path, protocol: Protocol, reader: Any) -> Agreement:
         return compare_outputs(reader.read(a)[1], reader.read(b)[1])
 
 

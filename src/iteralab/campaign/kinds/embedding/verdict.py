@@ -41,15 +41,15 @@ import pyarrow.compute as pc
 
 from iteralab.campaign.folder import COSINE_COLUMNS
 from iteralab.campaign.kinds.output import pass_of
-from iteralab.campaign.kinds.embedding.cosine import (CosineComparison, compare_vector_files, compare_vectors,
-                                                      cosine_cells, vector_reproduction)
+from iteralab.campaign.kinds.embedding.cosine import (CosineComparison, VectorAgreement, compare_vector_files,
+                                                      compare_vectors, cosine_cells, vector_reproduction)
 from iteralab.campaign.kinds.embedding.output import queries_file_name, read_vectors
 from iteralab.campaign.kinds.embedding.knn import knn_correct, rank_queries
 from iteralab.campaign.kinds.expected import file_rows
 from iteralab.campaign.kinds.ranking import RANKING_METRICS, Ranking, Relevance, ranking_note
 from iteralab.campaign.kinds.routine import EmbeddedQueries, Routine, RoutineValues
 from iteralab.common.files import sha256_file
-from iteralab.campaign.kinds.verdictpart import PassInputs, VerdictPart
+from iteralab.campaign.kinds.verdictpart import KindComparison, PassInputs, VerdictPart
 from iteralab.errors import CorpusError, RoutineError
 from iteralab.plan.queries import Queries, load_queries
 
@@ -277,11 +277,26 @@ class EmbeddingCells:
     subgroup_cosine: Mapping[str, Any] | None = None
 
 
-def against_reference(reference: Any, p: dict[str, Any], expected: Any) -> CosineComparison | None:
-    """An embedding pass's vectors against the reference pass's; None without either file."""
-    if reference.key is None or not p.get("prediction_file"):
+@dataclass(frozen=True)
+class EmbeddingComparison:
+    """An embedding pass's cells against the reference pass: its documents' cosines (``CosineCells``' fields),
+    the tolerance (failed by a cosine that fails) and the reproduction cells."""
+
+    min_cosine: float | None
+    median_cosine: float | None
+    cosine_at_quantile: float | None
+    subgroup_cosine: Mapping[str, Mapping[str, float | bool | None]]
+    cosine_ok: bool
+    tolerance_ok: bool | None
+    label_agreement: None
+    max_abs_prob_diff: float | None
+    reproduction_ok: bool
+
+
+def against_reference(reference: Any, path: Path | None, expected: Any) -> CosineComparison | None:
+    """An embedding pass's vectors (its file at ``path``) against the reference pass's; None without either file."""
+    if reference.key is None or path is None:
         return None
-    path = reference.paths[p["pass_id"]]
     same = compare_vectors(path, reference.paths[reference.pass_id], reference.reader, expected)
     reference.reader.drop(path)
     return same
@@ -322,18 +337,20 @@ class EmbeddingVerdict(VerdictPart):
         # under a ranking metric a subgroup has no metric of its own: its documents' cosines judge it
         return protocol.metric.name not in RANKING_METRICS
 
-    def compare(self, v: dict[str, Any], reference: Any, p: dict[str, Any], protocol: Protocol,
-                expected: Any) -> tuple[list[str], list[str]]:
+    def compare(self, v: Any, reference: Any, path: Path | None, protocol: Protocol,
+                expected: Any) -> KindComparison:
         """The tolerance on vectors: each document's cosine with the reference's vector."""
-        same = against_reference(reference, p, expected)
-        cosine = cosine_cells(v, same, protocol, expected)
+        same = against_reference(reference, path, expected)
+        cosine, reasons = cosine_cells(same, protocol, expected)
         if not self.subgroups_by_metric(protocol) and same is not None:
-            cosine += [f"gating subgroup {sg.name!r} has no groups to evaluate (empty column?)"
-                       for sg in protocol.subgroups if sg.gating
-                       and not any(key.split(":", 1)[0] == sg.name for key in v["subgroup_cosine"])]
-        v["tolerance_ok"] = False if cosine else v["tolerance_ok"]
-        vector_reproduction(v, protocol, same)
-        return cosine, [r for r in cosine if r.startswith("subgroup ")]
+            reasons += [f"gating subgroup {sg.name!r} has no groups to evaluate (empty column?)"
+                        for sg in protocol.subgroups if sg.gating
+                        and not any(key.split(":", 1)[0] == sg.name for key in cosine.subgroup_cosine)]
+        again = vector_reproduction(protocol, same)
+        cells = EmbeddingComparison(cosine.min_cosine, cosine.median_cosine, cosine.cosine_at_quantile,
+                                    cosine.subgroup_cosine, cosine.cosine_ok, False if reasons else v.tolerance_ok,
+                                    again.label_agreement, again.max_abs_prob_diff, again.reproduction_ok)
+        return KindComparison(cells, tuple(reasons), tuple(r for r in reasons if r.startswith("subgroup ")))
 
     def row_cells(self, row: dict[str, Any], v: dict[str, Any], notes: list[str]) -> None:
         """The cosine columns; each subgroup's cosines and the queries' ranking metrics as notes."""
@@ -343,7 +360,7 @@ class EmbeddingVerdict(VerdictPart):
         if v.get("ranking"):  # the queries' ranking metrics, each recall named by its definition
             notes.append(ranking_note(v["ranking"]))
 
-    def compare_files(self, a: Path, b: Path, protocol: Protocol, reader: Any) -> dict[str, Any]:
+    def compare_files(self, a: Path, b: Path, protocol: Protocol, reader: Any) -> VectorAgreement:
         return compare_vector_files(a, b, reader)
 
 
