@@ -73,7 +73,7 @@ def test_a_duplicated_id_in_another_batch_is_still_named(tmp_path, monkeypatch):
                             np.tile(np.asarray([0.8, 0.1, 0.1], np.float32), (len(observed), 1))))
     monkeypatch.setattr(predictions, "READ_BATCH", 3)
     verdict = evaluate_set(read_predictions(path, CLASSES, 1e-3), PROTOCOL,
-                           Expected.of(ids, {i: "plot" for i in ids}, {}, CLASSES))
+                           Expected.of(ids, {i: "plot" for i in ids}, {}, CLASSES)).to_json()
     assert (verdict["ids_match"], verdict["duplicates"], verdict["missing"], verdict["extra"]) == (False, 1, 0, 0)
     assert verdict["examples"]["duplicates"] == ["d2"]
 
@@ -144,7 +144,7 @@ def test_ids_read_against_the_corpus_ids_are_the_files_own(tmp_path, monkeypatch
     assert preds.records == len(ids) and len(preds.labels) == len(preds.probs) == len(preds.ids)
     if change is None:
         assert preds.ids is like  # the same ids in the same order: the corpus array is shared, not copied
-    verdict = evaluate_set(preds, PROTOCOL, Expected.of(corpus, {i: "plot" for i in corpus}, {}, CLASSES))
+    verdict = evaluate_set(preds, PROTOCOL, Expected.of(corpus, {i: "plot" for i in corpus}, {}, CLASSES)).to_json()
     assert verdict["ids_match"] == (change is None)
 
 

@@ -114,7 +114,7 @@ def test_ids_mismatch_is_not_accepted(tmp_path, mutate, field):
     expected = load_expected(out, campaign_protocol(out).corpus.classes)
     pred = tmp_path / "p.parquet"
     _write_pred(pred, mutate(expected.ids.to_pylist()))
-    v = evaluate_file(pred, campaign_protocol(out), expected)
+    v = evaluate_file(pred, campaign_protocol(out), expected).to_json()
     assert v["ids_match"] is False and v[field] == 1
     # The same through the table: edit a stored prediction file -> its row is no longer accepted.
     state = read_journal(out / "journal.jsonl")
@@ -141,7 +141,7 @@ def test_format_problems_are_named(tmp_path):
                                   pa.FixedSizeListArray.from_arrays(pa.array(probs.reshape(-1)), 3)],
                                  schema=schema(3).set(1, pa.field("label", pa.string())))
     pq.write_table(table, tmp_path / "p.parquet")
-    v = evaluate_file(tmp_path / "p.parquet", campaign_protocol(out), expected)
+    v = evaluate_file(tmp_path / "p.parquet", campaign_protocol(out), expected).to_json()
     assert v["format_ok"] is False and v["n_format_problems"] == 2
     assert v["format_problems"] == ["row 4: label 'meh' is not one of the classes", "row 6: probs sum to 0.700000, not 1"]
 

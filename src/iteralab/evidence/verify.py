@@ -347,8 +347,8 @@ def _check_journal(audit: _Audit, campaign: CampaignRecord, protocol: Any, conte
             audit.note(f"{JOURNAL_NAME}: pass {pid} has no recorded evaluation yet (interrupted); its verdict "
                        "is recomputed from its stored file")
             continue
-        recomputed = _normal(reader.verdict(path, protocol, expected, context.routine, context.queries,
-                                            context.references))
+        own = reader.verdict(path, protocol, expected, context.routine, context.queries, context.references)
+        recomputed = _normal(own.to_json() if own is not None else {})
         recorded = _normal(intrinsic)
         for key in INTRINSIC_KEYS:
             if key in recorded and recorded.get(key) != recomputed.get(key):

@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from iteralab.campaign.kinds.expected import missing_verdict
 from iteralab.campaign.kinds.output import prediction_path
 from iteralab.campaign.kinds.verdictpart import FileComparison
-from iteralab.campaign.verdict.evaluate import EvaluationContext, PredictionReader
+from iteralab.campaign.verdict.evaluate import EvaluationContext, PredictionReader, missing_verdict
 from iteralab.campaign.verdict.record import Verdict
 from iteralab.plan.metric import TOL
 from iteralab.plan.protocol import Protocol
@@ -200,9 +199,9 @@ def _own_verdicts(campaign_dir: Path, passes: list[dict[str, Any]], reader: Pred
         path = paths[p["pass_id"]] = (campaign_dir / p["prediction_file"] if p.get("prediction_file")
                                       else prediction_path(campaign_dir, p["pass_id"]))
         digest = reader.sha256(path, expected.ids)
-        v = Verdict.from_json(reader.verdict(path, protocol, expected, context.routine, context.queries,
-                                             context.references) if digest
-                              else missing_verdict(path.name, protocol, expected), reader.kind)
+        v = reader.verdict(path, protocol, expected, context.routine, context.queries, context.references) \
+            if digest else None
+        v = v or missing_verdict(path.name, protocol, expected)
         v = v.with_cells(hash_ok=digest is not None and p.get("prediction_sha256") == digest and (
             not v.has("queries_sha256") or v.cell("queries_sha256") == p.get("queries_sha256")))  # the query file
         if digest is not None and not v.hash_ok:
