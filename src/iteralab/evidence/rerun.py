@@ -38,7 +38,7 @@ import os
 import posixpath
 import shutil
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -427,50 +427,9 @@ def compare_campaigns(old: str | os.PathLike[str], new: str | os.PathLike[str]) 
     old_slots, new_slots = _final_attempts(old_rows), _final_attempts(new_rows)
     target = protocol.reproduction.target
     bound = protocol.reproduction.bound
-    variants: dict[str, Any] = {}
-    for variant in [v.name for v in protocol.variants]:
-        o_rows = [r for k, r in sorted(old_slots.items()) if r["variant"] == variant]
-        n_rows = [r for k, r in sorted(new_slots.items()) if r["variant"] == variant]
-        pairs = []
-        for key, n_row in sorted(new_slots.items()):
-            if n_row["variant"] != variant:
-                continue
-            o_row = old_slots.get(key)
-            pair = None
-            if o_row and o_row.get("prediction_file") and n_row.get("prediction_file") \
-                    and (old / o_row["prediction_file"]).is_file() and (new / n_row["prediction_file"]).is_file():
-                pair = compare_predictions(old / o_row["prediction_file"], new / n_row["prediction_file"],
-                                           protocol)
-            outcome = _outcome(pair, bool(n_row.get("corpus_accepted")), bound)
-            pairs.append({"round": key[0], "position": key[1], "old_pass": o_row["pass_id"] if o_row else None,
-                          "new_pass": n_row["pass_id"], "outcome": outcome, **(pair.to_json() if pair else {})})
-        worst = max((OUTCOMES.index(p["outcome"]) for p in pairs), default=OUTCOMES.index("not comparable"))
-        agreements = [p["label_agreement"] for p in pairs if p.get("label_agreement") is not None]
-        diffs = [p["max_abs_prob_diff"] for p in pairs if p.get("max_abs_prob_diff") is not None]
-        cosines = [p["min_cosine"] for p in pairs if p.get("min_cosine") is not None]  # an embedding job's
-        old_median, new_median = _median_time(o_rows), _median_time(n_rows)
-        old_verdict, new_verdict = _verdict(o_rows), _verdict(n_rows)
-        outputs = OUTCOMES[worst]
-        met = {"identical": outputs == "identical",
-               "bounded": outputs in ("identical", "within bound"),
-               "acceptable": new_verdict == "accepted"}[target]
-        variants[variant] = {
-            "old_verdict": old_verdict, "new_verdict": new_verdict, "same_verdict": old_verdict == new_verdict,
-            "old_accepted": sum(bool(r.get("corpus_accepted")) for r in o_rows), "old_passes": len(o_rows),
-            "new_accepted": sum(bool(r.get("corpus_accepted")) for r in n_rows), "new_passes": len(n_rows),
-            "outputs": outputs, "reproduction_target_met": met,
-            "min_label_agreement": min(agreements) if agreements else None,
-            "max_abs_prob_diff": max(diffs) if diffs else None,
-            "min_cosine": min(cosines) if cosines else None,
-            "old_median_pass_s": old_median, "new_median_pass_s": new_median,
-            "median_ratio": (new_median / old_median) if old_median and new_median else None,
-            "pairs": pairs,
-        }
-        if new_campaign.datasets:  # K6: the per-dataset verdicts carried over
-            variants[variant]["datasets"] = {
-                d.name: _dataset_verdicts([r for r in o_rows if r.get("dataset") == d.name],
-                                          [r for r in n_rows if r.get("dataset") == d.name])
-                for d in new_campaign.datasets}
+    variants = {variant.name: _variant_comparison(variant.name, old, new, old_slots, new_slots, protocol,
+                                                  [d.name for d in new_campaign.datasets])
+                for variant in protocol.variants}
     stack_changed = [c["key"] for c in changes if not c["bookkeeping"]]
     return {
         "schema_version": COMPARISON_SCHEMA,
@@ -481,18 +440,121 @@ def compare_campaigns(old: str | os.PathLike[str], new: str | os.PathLike[str]) 
         "corpus_fingerprint": new_campaign.corpus.fingerprint,
         "manifest_changes": changes,
         "stack_changed": bool(stack_changed),
-        "same_verdicts": all(v["same_verdict"] and all(d["same_verdict"] for d in (v.get("datasets") or {}).values())
+        "same_verdicts": all(v.verdicts.same_verdict and all(d.same_verdict for d in v.datasets.values())
                              for v in variants.values()),
-        "variants": variants,
+        "variants": {name: v.to_json() for name, v in variants.items()},
     }
 
 
-def _dataset_verdicts(o_rows: list[dict[str, Any]], n_rows: list[dict[str, Any]]) -> dict[str, Any]:
-    old, new = _verdict(o_rows), _verdict(n_rows)
-    return {"old_verdict": old, "new_verdict": new, "same_verdict": old == new,
-            "old_accepted": sum(bool(r.get("corpus_accepted")) for r in o_rows), "old_passes": len(o_rows),
-            "new_accepted": sum(bool(r.get("corpus_accepted")) for r in n_rows), "new_passes": len(n_rows),
-            "old_median_pass_s": _median_time(o_rows), "new_median_pass_s": _median_time(n_rows)}
+def _variant_comparison(variant: str, old: Path, new: Path, old_slots: dict[tuple[Any, Any], dict[str, Any]],
+                        new_slots: dict[tuple[Any, Any], dict[str, Any]], protocol: Protocol,
+                        datasets: list[str]) -> VariantComparison:
+    """One variant's passes in the two campaigns: each pair of matching passes' outputs compared, the verdicts."""
+    o_rows = [r for k, r in sorted(old_slots.items()) if r["variant"] == variant]
+    n_rows = [r for k, r in sorted(new_slots.items()) if r["variant"] == variant]
+    pairs = []
+    for key, n_row in sorted(new_slots.items()):
+        if n_row["variant"] != variant:
+            continue
+        o_row = old_slots.get(key)
+        pair = None
+        if o_row and o_row.get("prediction_file") and n_row.get("prediction_file") \
+                and (old / o_row["prediction_file"]).is_file() and (new / n_row["prediction_file"]).is_file():
+            pair = compare_predictions(old / o_row["prediction_file"], new / n_row["prediction_file"], protocol)
+        pairs.append(PassPair(key[0], key[1], o_row["pass_id"] if o_row else None, n_row["pass_id"],
+                              _outcome(pair, bool(n_row.get("corpus_accepted")), protocol.reproduction.bound),
+                              pair))
+    worst = max((OUTCOMES.index(p.outcome) for p in pairs), default=OUTCOMES.index("not comparable"))
+    found = [p.comparison for p in pairs if p.comparison is not None]
+    agreements = [c.label_agreement for c in found if c.label_agreement is not None]
+    diffs = [c.max_abs_prob_diff for c in found if c.max_abs_prob_diff is not None]
+    cosines = [c.lowest_cosine() for c in found if c.lowest_cosine() is not None]  # an embedding job's
+    verdicts = VerdictChange.of(o_rows, n_rows)
+    outputs = OUTCOMES[worst]
+    met = {"identical": outputs == "identical",
+           "bounded": outputs in ("identical", "within bound"),
+           "acceptable": verdicts.new_verdict == "accepted"}[protocol.reproduction.target]
+    return VariantComparison(
+        verdicts, outputs, met, min(agreements) if agreements else None, max(diffs) if diffs else None,
+        min(cosines) if cosines else None, tuple(pairs),
+        {name: VerdictChange.of([r for r in o_rows if r.get("dataset") == name],
+                                [r for r in n_rows if r.get("dataset") == name]) for name in datasets})
+
+
+@dataclass(frozen=True)
+class VerdictChange:
+    """The verdicts of one variant's passes (or of one dataset's, K6) in the earlier campaign and in the rerun:
+    each campaign's verdict, accepted and finished passes, median measured pass time."""
+
+    old_verdict: str
+    new_verdict: str
+    old_accepted: int
+    old_passes: int
+    new_accepted: int
+    new_passes: int
+    old_median_pass_s: float | None
+    new_median_pass_s: float | None
+
+    @classmethod
+    def of(cls, o_rows: list[dict[str, Any]], n_rows: list[dict[str, Any]]) -> VerdictChange:
+        return cls(_verdict(o_rows), _verdict(n_rows), sum(bool(r.get("corpus_accepted")) for r in o_rows),
+                   len(o_rows), sum(bool(r.get("corpus_accepted")) for r in n_rows), len(n_rows),
+                   _median_time(o_rows), _median_time(n_rows))
+
+    @property
+    def same_verdict(self) -> bool:
+        return self.old_verdict == self.new_verdict
+
+    def to_json(self) -> dict[str, Any]:
+        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "same_verdict": self.same_verdict}
+
+
+@dataclass(frozen=True)
+class PassPair:
+    """Two matching passes (same round and position) and how their outputs compare (None: not comparable)."""
+
+    round: int
+    position: int
+    old_pass: str | None
+    new_pass: str
+    outcome: str
+    comparison: FileComparison | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"round": self.round, "position": self.position, "old_pass": self.old_pass,
+                "new_pass": self.new_pass, "outcome": self.outcome,
+                **(self.comparison.to_json() if self.comparison is not None else {})}
+
+
+@dataclass(frozen=True)
+class VariantComparison:
+    """One variant in the rerun against the earlier campaign: its verdicts, the worst outcome of its pairs of
+    passes, whether the declared reproduction target is met, the extremes of its pairs' comparisons, its pairs and
+    (K6) each dataset's verdicts."""
+
+    verdicts: VerdictChange
+    outputs: str
+    reproduction_target_met: bool
+    min_label_agreement: float | None
+    max_abs_prob_diff: float | None
+    min_cosine: float | None
+    pairs: tuple[PassPair, ...]
+    datasets: dict[str, VerdictChange]
+
+    @property
+    def median_ratio(self) -> float | None:
+        old, new = self.verdicts.old_median_pass_s, self.verdicts.new_median_pass_s
+        return new / old if old and new else None
+
+    def to_json(self) -> dict[str, Any]:
+        out = {**self.verdicts.to_json(), "outputs": self.outputs,
+               "reproduction_target_met": self.reproduction_target_met,
+               "min_label_agreement": self.min_label_agreement, "max_abs_prob_diff": self.max_abs_prob_diff,
+               "min_cosine": self.min_cosine, "median_ratio": self.median_ratio,
+               "pairs": [p.to_json() for p in self.pairs]}
+        if self.datasets:  # K6: the per-dataset verdicts carried over
+            out["datasets"] = {name: d.to_json() for name, d in self.datasets.items()}
+        return out
 
 
 __all__ = ["COMPARISON_SCHEMA", "OUTCOMES", "Staged", "compare_campaigns", "compare_predictions", "rerun",
