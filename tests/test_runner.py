@@ -399,7 +399,7 @@ def test_the_raw_table_reuses_the_reference_comparisons_made_as_passes_were_eval
     """Each pass is compared with the reference pass while the run evaluates it, so the raw table written at the
     end reads again only the passes evaluated before the reference pass existed; its rows equal those of a
     fresh read of the folder."""
-    from iteralab.campaign.kinds.classification import verdict as classification_verdict
+    from iteralab.campaign.kinds.classification import output as classification_output
     from iteralab.campaign.verdict import evaluate
     from iteralab.campaign.runner import run_passes
     from iteralab.evidence.table import build_rows
@@ -413,13 +413,13 @@ def test_the_raw_table_reuses_the_reference_comparisons_made_as_passes_were_eval
     reference = campaign_protocol(out).metric.reference_variant
     before_reference = order.index(reference)
     files: list[str] = []
-    real = classification_verdict.read_predictions
-    monkeypatch.setattr(classification_verdict, "read_predictions",
+    real = classification_output.read_predictions
+    monkeypatch.setattr(classification_output, "read_predictions",
                         lambda path, *a, **kw: files.append(path.name) or real(path, *a, **kw))
     shared_rows = build_rows(out, reads.reader, reads.context)
     # the passes before the reference, and the reference itself to compare them with (the last file is cached)
     assert len(files) <= before_reference + 1 < len(order)
-    monkeypatch.setattr(classification_verdict, "read_predictions", real)
+    monkeypatch.setattr(classification_output, "read_predictions", real)
     fresh_rows = build_rows(out)
     assert shared_rows == fresh_rows
     assert all(r["label_agreement"] is not None for r in fresh_rows if r["status"] == "ok")

@@ -1,5 +1,5 @@
 """Reads the prediction files of one folder once (:class:`FileReader`): one read gives a file's sha256 and its
-arrays, through the file's kind (``kind.verdict.read``). Every kind's comparison with a reference file reads
+arrays, through the file's kind (``kind.output.read_with_sha256``, the one reader of its file). Every kind's comparison with a reference file reads
 through it, so no file is decoded twice for one campaign's verdict. Writes nothing.
 """
 
@@ -62,7 +62,7 @@ class FileReader:
         self._sets.pop(key, None)
         while len(self._sets) >= max(self.keep, 1):  # room made before the read: the sets dropped are not held
             self._sets.popitem(last=False)            # while the new one is built
-        digest, found = self.kind.verdict.read(path, self.protocol, like)
+        digest, found = self.kind.output.read_with_sha256(path, self.protocol, like)
         release_unused()
         self._hashes[key] = (stamp, digest)
         if self.keep:

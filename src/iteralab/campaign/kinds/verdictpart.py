@@ -1,5 +1,6 @@
-"""What a kind's verdict part answers (:class:`VerdictPart`): how its file is read and hashed, the metric cells of
-a pass's own verdict, and the comparison with the reference pass (tolerance and reproduction rule).
+"""What a kind's verdict part answers (:class:`VerdictPart`): the metric cells of a pass's own verdict, and the
+comparison with the reference pass (tolerance and reproduction rule). Its file is read by the kind's output file
+(``kind.output.read_with_sha256``, the one reader of a kind's file).
 
 ``campaign.verdict`` holds what every kind shares (the id, format and coverage cells, the metric against the
 threshold and the reference's value, the gating subgroups) and asks the pass's kind (``kind.verdict``) for the
@@ -64,6 +65,10 @@ class FileComparison:
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+    def lowest_cosine(self) -> float | None:
+        """The lowest cosine of a document's two vectors, for a kind whose outputs are vectors (else None)."""
+        return None
+
 
 @dataclass(frozen=True)
 class KindComparison:
@@ -90,15 +95,6 @@ class VerdictPart:
     #: The run compares each pass with the reference pass as it evaluates them (``CampaignReads``); a kind
     #: whose comparison needs both files whole leaves it to the campaign's verdict (``judge``).
     compares_while_running: ClassVar[bool] = False
-
-    def read(self, path: Path, protocol: Protocol, like: pa.Array | None = None) -> tuple[str, Any]:
-        """(sha256, the file's arrays) of a stored prediction file; ``like``: the expected ids, which the set
-        may share when the file holds exactly those in that order."""
-        raise NotImplementedError
-
-    def problems(self, found: Any) -> tuple[tuple[str, ...], int]:
-        """The format problems of a read file: the first few lines, and how many there are in all."""
-        raise NotImplementedError
 
     def metric_cells(self, found: Any, protocol: Protocol, expected: Any, match: Any,
                      inputs: PassInputs) -> dict[str, Any]:

@@ -45,8 +45,7 @@ def evaluate_set(found: Any, protocol: Protocol, expected: Expected, routine: Ro
     ``references``: a generation source's reference answers."""
     kind = kind_of(protocol)
     match = match_ids(found.ids, expected)
-    problems, n_problems = kind.verdict.problems(found)
-    ids = id_cells(match, found.records, len(found.ids), expected, problems, n_problems)
+    ids = id_cells(match, found.records, len(found.ids), expected, found.problems, found.problem_count)
     verdict = Verdict.of(kind, **ids.cell_values(), coverage_ok=ids.coverage + TOL >= protocol.checks.coverage)
     verdict = verdict.with_cells(**kind.verdict.metric_cells(found, protocol, expected, match,
                                                              PassInputs(routine, queries, references, path)))

@@ -9,7 +9,7 @@ folder: a comparison the run already made while it evaluated the passes is not m
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,22 @@ HASH_PROBLEM = "prediction file does not match its recorded sha256"
 #: A pass's own file checks and the reason each gives when it fails.
 FILE_CHECKS = (("ids_match", "ids do not match"), ("format_ok", "format"), ("hash_ok", "hash"),
                ("coverage_ok", "coverage"))
+
+
+@dataclass(frozen=True)
+class FinishedPass:
+    """A finished pass as the verdict reads it from the journal: its id and variant, how it ended, its prediction
+    file and the sha256s recorded for it (``queries_sha256``: its query vector file's, metric.queries), its dataset
+    (K6) and seed (Q3)."""
+
+    pass_id: str
+    variant: str
+    status: str | None
+    prediction_file: str | None
+    prediction_sha256: str | None
+    queries_sha256: str | None = None
+    dataset: str | None = None
+    seed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -114,7 +130,7 @@ def compare_predictions(a: Path, b: Path, protocol: Protocol) -> FileComparison:
     return reader.kind.verdict.compare_files(a, b, protocol, reader)
 
 
-def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reader: PredictionReader | None = None,
+def judge_campaign(campaign_dir: str | Path, passes: list[FinishedPass], reader: PredictionReader | None = None,
                    context: EvaluationContext | None = None) -> dict[str, Verdict]:
     """Full verdict of each finished pass, including the comparisons with the reference variant.
 
@@ -124,32 +140,32 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
     """
     campaign_dir = Path(campaign_dir)
     context = context or EvaluationContext.of(campaign_dir)
-    groups = list(dict.fromkeys(p.get("dataset") for p in passes))
+    groups = list(dict.fromkeys(p.dataset for p in passes))
     if groups != [None] and passes:  # K6: each dataset's passes judged against it, with its own reference pass
         judged: dict[str, Verdict] = {}
         for name in groups:
-            mine = [{**p, "dataset": None} for p in passes if p.get("dataset") == name]
+            mine = [replace(p, dataset=None) for p in passes if p.dataset == name]
             judged.update(judge_campaign(campaign_dir, mine, reader, context.of_dataset(name)))
         return judged
-    seeds = list(dict.fromkeys(p.get("seed") for p in passes))
+    seeds = list(dict.fromkeys(p.seed for p in passes))
     if len(seeds) > 1:  # Q3: several seeds kept apart, each seed's passes judged against its own reference pass
         judged = {}
         for seed in seeds:
-            judged.update(judge_campaign(campaign_dir, [{**p, "seed": None} for p in passes if p.get("seed") == seed],
+            judged.update(judge_campaign(campaign_dir, [replace(p, seed=None) for p in passes if p.seed == seed],
                                          reader, context))
         return judged
     protocol = context.protocol
     reader = reader or PredictionReader(protocol)
     verdicts, paths = _own_verdicts(campaign_dir, passes, reader, context)
     ref = ReferencePass(passes, verdicts, paths, reader, context)
-    return {p["pass_id"]: _judged(verdicts[p["pass_id"]], p, ref, context) for p in passes}
+    return {p.pass_id: _judged(verdicts[p.pass_id], p, ref, context) for p in passes}
 
 
 #: The cells that hold why a pass's metric could not be computed (the first one present is its reason).
 ERROR_CELLS = ("routine_error", "queries_error", "reference_error")
 
 
-def _judged(v: Verdict, p: dict[str, Any], ref: ReferencePass, context: EvaluationContext) -> Verdict:
+def _judged(v: Verdict, p: FinishedPass, ref: ReferencePass, context: EvaluationContext) -> Verdict:
     """A pass's own verdict ``v`` judged against the reference pass: the metric, the subgroups, the kind's
     comparison (``kind.verdict.compare``), the reproduction target, and the reasons it is not accepted."""
     protocol, part = context.protocol, ref.reader.kind.verdict
@@ -175,7 +191,7 @@ def _judged(v: Verdict, p: dict[str, Any], ref: ReferencePass, context: Evaluati
     failed_subgroups = _subgroup_reasons(v, ref.verdict, protocol,
                                          gating if part.subgroups_by_metric(protocol) else {}, unvalued)
     reasons += failed_subgroups
-    compared = part.compare(v, ref, ref.paths[p["pass_id"]] if p.get("prediction_file") else None, protocol,
+    compared = part.compare(v, ref, ref.paths[p.pass_id] if p.prediction_file else None, protocol,
                             context.expected)
     v = v.with_cells(**compared.cell_values())
     reasons += compared.reasons
@@ -184,30 +200,30 @@ def _judged(v: Verdict, p: dict[str, Any], ref: ReferencePass, context: Evaluati
     v = v.with_cells(subgroups_ok=False if failed_subgroups else None if gated else True)
     if not v.reproduction_ok:
         reasons.append(f"reproduction target '{protocol.reproduction.target}'")
-    if p.get("status") != "ok":  # the first cause: whatever else fails follows from it
-        reasons = [f"pass {p.get('status', 'failed')}"]
+    if p.status != "ok":  # the first cause: whatever else fails follows from it
+        reasons = [f"pass {p.status or 'failed'}"]
     return v.with_cells(corpus_accepted=not reasons, reasons=reasons)
 
 
-def _own_verdicts(campaign_dir: Path, passes: list[dict[str, Any]], reader: PredictionReader,
+def _own_verdicts(campaign_dir: Path, passes: list[FinishedPass], reader: PredictionReader,
                   context: EvaluationContext) -> tuple[dict[str, Verdict], dict[str, Path]]:
     """Each pass's verdict on its own prediction file (ids, format, hash, metric), and the file's path."""
     protocol, expected = context.protocol, context.expected
     verdicts: dict[str, Verdict] = {}
     paths: dict[str, Path] = {}
     for p in passes:
-        path = paths[p["pass_id"]] = (campaign_dir / p["prediction_file"] if p.get("prediction_file")
-                                      else prediction_path(campaign_dir, p["pass_id"]))
+        path = paths[p.pass_id] = (campaign_dir / p.prediction_file if p.prediction_file
+                                   else prediction_path(campaign_dir, p.pass_id))
         digest = reader.sha256(path, expected.ids)
         v = reader.verdict(path, protocol, expected, context.routine, context.queries, context.references) \
             if digest else None
         v = v or missing_verdict(path.name, protocol, expected)
-        v = v.with_cells(hash_ok=digest is not None and p.get("prediction_sha256") == digest and (
-            not v.has("queries_sha256") or v.cell("queries_sha256") == p.get("queries_sha256")))  # the query file
+        v = v.with_cells(hash_ok=digest is not None and p.prediction_sha256 == digest and (
+            not v.has("queries_sha256") or v.cell("queries_sha256") == p.queries_sha256))  # the query file
         if digest is not None and not v.hash_ok:
             v = v.with_cells(problems=(*v.problems, HASH_PROBLEM))
-        v = v.with_cells(complete=p.get("status") == "ok" and v.ids_match and v.format_ok and v.hash_ok)
-        verdicts[p["pass_id"]] = v
+        v = v.with_cells(complete=p.status == "ok" and v.ids_match and v.format_ok and v.hash_ok)
+        verdicts[p.pass_id] = v
     return verdicts, paths
 
 
@@ -216,11 +232,11 @@ class ReferencePass:
     (``kind.verdict.compare``) reads it through (``paths``, ``reader``, ``key``, ``held``); its outputs are read
     (once) only when a comparison was not made as the passes were evaluated."""
 
-    def __init__(self, passes: list[dict[str, Any]], verdicts: dict[str, Verdict], paths: dict[str, Path],
+    def __init__(self, passes: list[FinishedPass], verdicts: dict[str, Verdict], paths: dict[str, Path],
                  reader: PredictionReader, context: EvaluationContext) -> None:
         self.name = context.protocol.metric.reference_variant
-        self.pass_id = next((p["pass_id"] for p in passes
-                             if p["variant"] == self.name and verdicts[p["pass_id"]].complete), None)
+        self.pass_id = next((p.pass_id for p in passes if p.variant == self.name and verdicts[p.pass_id].complete),
+                            None)
         self.verdict = verdicts.get(self.pass_id) if self.pass_id else None
         self.paths, self.reader, self.ids = paths, reader, context.expected.ids
         self.expected = context.expected

@@ -9,7 +9,6 @@ most k² rows. Reads a pass's prediction file (``output``); writes nothing.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from iteralab.campaign.kinds.classification.compare import Agreement, compare_outputs, compare_rows_with_file
-from iteralab.campaign.kinds.classification.output import PredictionSet, code_dtype, read_predictions
+from iteralab.campaign.kinds.classification.output import PredictionSet, code_dtype
 from iteralab.campaign.kinds.routine import Routine, routine_values
 from iteralab.campaign.kinds.verdictpart import KindComparison, PassInputs, VerdictPart
 from iteralab.common.tolerance import TOL
@@ -203,17 +202,6 @@ class ClassificationVerdict(VerdictPart):
     """The classification kind's answers to the verdict (:class:`~iteralab.campaign.kinds.verdictpart.VerdictPart`)."""
 
     compares_while_running = True
-
-    def read(self, path: Path, protocol: Protocol, like: Any = None) -> tuple[str, Any]:
-        data = path.read_bytes()
-        digest = hashlib.sha256(data).hexdigest()
-        preds = read_predictions(path, tuple(protocol.corpus.classes), protocol.checks.probability_sum_tolerance,
-                                 data, like)
-        del data
-        return digest, preds
-
-    def problems(self, found: Any) -> tuple[tuple[str, ...], int]:
-        return found.problems, found.problem_count
 
     def metric_cells(self, found: Any, protocol: Protocol, expected: Any, match: Any,
                      inputs: PassInputs) -> dict[str, Any]:

@@ -47,6 +47,9 @@ class VectorAgreement(FileComparison):
     ids_b: int = 0
     min_cosine: float | None = None
 
+    def lowest_cosine(self) -> float | None:
+        return self.min_cosine
+
 
 @dataclass(frozen=True)
 class CosineCells:

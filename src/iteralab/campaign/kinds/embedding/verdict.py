@@ -309,15 +309,6 @@ class EmbeddingVerdict(VerdictPart):
 
     cells = EmbeddingCells
 
-    def read(self, path: Path, protocol: Protocol, like: Any = None) -> tuple[str, Any]:
-        spec = protocol.embedding
-        assert spec is not None
-        # hashed and read in pieces: a vector file is never held as bytes
-        return sha256_file(path), read_vectors(path, normalize=spec.normalize, dim=spec.dim)
-
-    def problems(self, found: Any) -> tuple[tuple[str, ...], int]:
-        return found.problems, found.problem_count
-
     def metric_cells(self, found: Any, protocol: Protocol, expected: Any, match: Any,
                      inputs: PassInputs) -> dict[str, Any]:
         rows = file_rows(match, len(expected))

@@ -37,7 +37,6 @@ from iteralab.campaign.kinds.routine import Routine
 from iteralab.campaign.kinds.generation.textmetrics import corpus_score
 from iteralab.campaign.kinds.expected import file_rows
 from iteralab.campaign.kinds.verdictpart import FileComparison, KindComparison, PassInputs, VerdictPart
-from iteralab.common.files import sha256_file
 from iteralab.errors import RoutineError
 from iteralab.common.tolerance import TOL
 
@@ -252,15 +251,6 @@ class GenerationVerdict(VerdictPart):
     (``text_comparison``)."""
 
     cells = GenerationCells
-
-    def read(self, path: Path, protocol: Protocol, like: Any = None) -> tuple[str, Any]:
-        spec = protocol.generation
-        assert spec is not None
-        # a text file, read in record batches
-        return sha256_file(path), read_texts(path, max_new_tokens=spec.max_new_tokens, allow_empty=spec.allow_empty)
-
-    def problems(self, found: Any) -> tuple[tuple[str, ...], int]:
-        return found.problems, found.problem_count
 
     def metric_cells(self, found: Any, protocol: Protocol, expected: Any, match: Any,
                      inputs: PassInputs) -> dict[str, Any]:
