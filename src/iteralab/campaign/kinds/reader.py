@@ -1,6 +1,7 @@
 """Reads the prediction files of one folder once (:class:`FileReader`): one read gives a file's sha256 and its
-arrays, through the file's kind (``kind.output.read_with_sha256``, the one reader of its file). Every kind's comparison with a reference file reads
-through it, so no file is decoded twice for one campaign's verdict. Writes nothing.
+arrays, through the file's kind (``kind.output.read_with_sha256``, the one reader of its file). Every kind's
+comparison with a reference file reads through it, so no file is decoded twice for one campaign's verdict. Writes
+nothing.
 """
 
 from __future__ import annotations

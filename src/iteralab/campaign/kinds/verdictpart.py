@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import pyarrow as pa
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from iteralab.plan.protocol import Protocol
 
 
-__all__ = ["FileComparison", "KindComparison", "NoCells", "PassInputs", "QualitySeries", "VerdictPart"]
+__all__ = ["Cells", "FileComparison", "KindComparison", "NoCells", "PassInputs", "QualitySeries", "VerdictPart"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,18 @@ class PassInputs:
 @dataclass(frozen=True)
 class NoCells:
     """The cells of a kind that adds none to the common verdict."""
+
+
+class Cells(Protocol):
+    """What a kind's verdict part sees of a pass's verdict (``campaign.verdict.record.Verdict``, a room above the
+    kinds): its cells by name, and a new verdict with some cells set (a name that is no cell of the verdict nor
+    of the kind's :attr:`VerdictPart.cells` is refused)."""
+
+    def cell(self, key: str) -> Any: ...
+
+    def has(self, key: str) -> bool: ...
+
+    def with_cells(self, **cells: Any) -> Cells: ...
 
 
 @dataclass(frozen=True)
@@ -96,10 +108,11 @@ class VerdictPart:
     #: whose comparison needs both files whole leaves it to the campaign's verdict (``judge``).
     compares_while_running: ClassVar[bool] = False
 
-    def metric_cells(self, found: Any, protocol: Protocol, expected: Any, match: Any,
-                     inputs: PassInputs) -> dict[str, Any]:
-        """The cells of a pass's own verdict after the id, format and coverage cells: its metric (``metric_name``,
-        ``metric``, ``threshold_ok``), the planned subgroups' values (``subgroups``) and the kind's own."""
+    def metric_cells(self, v: Cells, found: Any, protocol: Protocol, expected: Any, match: Any,
+                     inputs: PassInputs) -> Cells:
+        """The pass's own verdict ``v`` (its id, format and coverage cells) with its metric cells set: its metric
+        (``metric_name``, ``metric``, ``threshold_ok``), the planned subgroups' values (``subgroups``) and the
+        kind's own."""
         raise NotImplementedError
 
     def side_file(self, path: Path) -> Path | None:
@@ -126,7 +139,7 @@ class VerdictPart:
         """The campaign's queries its verdict ranks (``metric.queries``; ``record``: campaign.json's), or None."""
         return None
 
-    def compare(self, v: Any, reference: Any, path: Path | None, protocol: Protocol,
+    def compare(self, v: Cells, reference: Any, path: Path | None, protocol: Protocol,
                 expected: Any) -> KindComparison:
         """The pass's verdict ``v`` (a ``campaign.verdict.record.Verdict``) against the reference pass
         (``reference``: the campaign verdict's reference, with its ``verdict``, ``paths``, ``reader`` and ``key``;

@@ -32,8 +32,8 @@ from iteralab.campaign.verdict.record import Verdict
 from iteralab.plan.metric import TOL
 from iteralab.plan.protocol import Protocol, load_protocol
 
-__all__ = ["CampaignReads", "EvaluationContext", "PredictionReader", "campaign_protocol", "evaluate_file", "evaluate_pass", "evaluate_set",
-           "missing_verdict"]
+__all__ = ["CampaignReads", "EvaluationContext", "PredictionReader", "campaign_protocol", "evaluate_file",
+           "evaluate_pass", "evaluate_set", "missing_verdict"]
 
 
 def evaluate_set(found: Any, protocol: Protocol, expected: Expected, routine: Routine | None = None,
@@ -47,8 +47,9 @@ def evaluate_set(found: Any, protocol: Protocol, expected: Expected, routine: Ro
     match = match_ids(found.ids, expected)
     ids = id_cells(match, found.records, len(found.ids), expected, found.problems, found.problem_count)
     verdict = Verdict.of(kind, **ids.cell_values(), coverage_ok=ids.coverage + TOL >= protocol.checks.coverage)
-    verdict = verdict.with_cells(**kind.verdict.metric_cells(found, protocol, expected, match,
-                                                             PassInputs(routine, queries, references, path)))
+    verdict = kind.verdict.metric_cells(verdict, found, protocol, expected, match,
+                                        PassInputs(routine, queries, references, path))
+    assert isinstance(verdict, Verdict)
     if not verdict.has("subgroup_classes"):
         verdict = verdict.with_cells(subgroup_classes={})
     return verdict.with_cells(examples=id_examples(match, expected))

@@ -18,14 +18,14 @@ import numpy as np
 from iteralab.campaign.kinds.classification.compare import Agreement, compare_outputs, compare_rows_with_file
 from iteralab.campaign.kinds.classification.output import PredictionSet, code_dtype
 from iteralab.campaign.kinds.routine import Routine, routine_values
-from iteralab.campaign.kinds.verdictpart import KindComparison, PassInputs, VerdictPart
+from iteralab.campaign.kinds.verdictpart import Cells, KindComparison, PassInputs, VerdictPart
 from iteralab.common.tolerance import TOL
 
 if TYPE_CHECKING:
     from iteralab.plan.protocol import Protocol
 
-__all__ = ["CLASSIFICATION_VERDICT", "LABEL_SET_METRICS", "ClassificationComparison", "ClassificationVerdict", "counted_codes", "metric_of_codes",
-           "metric_value", "subgroup_metrics"]
+__all__ = ["CLASSIFICATION_VERDICT", "LABEL_SET_METRICS", "ClassificationComparison", "ClassificationVerdict",
+           "counted_codes", "metric_of_codes", "metric_value", "subgroup_metrics"]
 
 #: Rows per step where a per-record computation would otherwise make a whole-corpus temporary array.
 BLOCK = 1 << 16
@@ -123,10 +123,10 @@ def subgroup_metrics(protocol: Protocol, expected: Any, covered: np.ndarray, y_p
 
 
 
-def metric_cells(preds: PredictionSet, protocol: Protocol, expected: Any, match: Any,
-                 routine: Routine | None = None) -> dict[str, Any]:
-    """The metric cells of a classification pass's verdict: its metric against the threshold, the subgroups (with
-    a metric routine, ``routine``, the metric and the gating stratum groups are its values, and
+def metric_cells(v: Cells, preds: PredictionSet, protocol: Protocol, expected: Any, match: Any,
+                 routine: Routine | None = None) -> Cells:
+    """A classification pass's verdict ``v`` with its metric cells: its metric against the threshold, the
+    subgroups (with a metric routine, ``routine``, the metric and the gating stratum groups are its values, and
     ``routine_error`` its first failure, one line, or None)."""
     covered = match.covered
     if match.last is None:
@@ -134,27 +134,22 @@ def metric_cells(preds: PredictionSet, protocol: Protocol, expected: Any, match:
     else:
         y_pred = np.full(len(expected), -1, dtype=code_dtype(len(expected.classes)))
         y_pred[covered] = preds.labels[match.last[covered]]
-    cells: dict[str, Any] = {"metric_name": protocol.metric.label}
     counted: dict[str, list[str]] = {}
     subgroups = subgroup_metrics(protocol, expected, covered, y_pred, counted)
     if protocol.metric.routine is not None:
         values = routine_values(routine or Routine(protocol.metric.routine, None), protocol, expected.ids,
                                 expected.labels, expected.strata, expected.stratum_names, covered, y_pred,
                                 preds.probs if match.last is None else preds.probs[match.last[covered]])
-        cells["metric"] = values.metric
+        metric = values.metric
         subgroups.update(values.groups)
     else:
         every = bool(covered.all())
-        cells["metric"] = metric_of_codes(protocol.metric.label, expected.labels if every
-                                          else expected.labels[covered], y_pred if every else y_pred[covered],
-                                          len(expected.classes))
-    cells["threshold_ok"] = cells["metric"] is not None and protocol.metric.meets(cells["metric"],
-                                                                                 protocol.metric.threshold)
-    cells["subgroups"] = subgroups
-    cells["subgroup_classes"] = counted
-    if protocol.metric.routine is not None:
-        cells["routine_error"] = values.error
-    return cells
+        metric = metric_of_codes(protocol.metric.label, expected.labels if every else expected.labels[covered],
+                                 y_pred if every else y_pred[covered], len(expected.classes))
+    v = v.with_cells(metric_name=protocol.metric.label, metric=metric,
+                     threshold_ok=metric is not None and protocol.metric.meets(metric, protocol.metric.threshold),
+                     subgroups=subgroups, subgroup_classes=counted)
+    return v.with_cells(routine_error=values.error) if protocol.metric.routine is not None else v
 
 
 @dataclass(frozen=True)
@@ -203,9 +198,9 @@ class ClassificationVerdict(VerdictPart):
 
     compares_while_running = True
 
-    def metric_cells(self, found: Any, protocol: Protocol, expected: Any, match: Any,
-                     inputs: PassInputs) -> dict[str, Any]:
-        return metric_cells(found, protocol, expected, match, inputs.routine)
+    def metric_cells(self, v: Cells, found: Any, protocol: Protocol, expected: Any, match: Any,
+                     inputs: PassInputs) -> Cells:
+        return metric_cells(v, found, protocol, expected, match, inputs.routine)
 
     def running_comparison(self, found: Any, reference: Path | None, protocol: Protocol) -> Agreement | None:
         if reference is None:
@@ -213,7 +208,7 @@ class ClassificationVerdict(VerdictPart):
         # both in the corpus order: the reference file is streamed against this set, never held whole
         return compare_rows_with_file(found, reference, tuple(protocol.corpus.classes))
 
-    def compare(self, v: Any, reference: Any, path: Path | None, protocol: Protocol,
+    def compare(self, v: Cells, reference: Any, path: Path | None, protocol: Protocol,
                 expected: Any) -> KindComparison:
         return KindComparison(reproduction(protocol, against_reference(reference, path)))
 

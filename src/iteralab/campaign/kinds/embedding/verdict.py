@@ -49,7 +49,7 @@ from iteralab.campaign.kinds.expected import file_rows
 from iteralab.campaign.kinds.ranking import RANKING_METRICS, Ranking, Relevance, ranking_note
 from iteralab.campaign.kinds.routine import EmbeddedQueries, Routine, RoutineValues
 from iteralab.common.files import sha256_file
-from iteralab.campaign.kinds.verdictpart import KindComparison, PassInputs, VerdictPart
+from iteralab.campaign.kinds.verdictpart import Cells, KindComparison, PassInputs, VerdictPart
 from iteralab.errors import CorpusError, RoutineError
 from iteralab.plan.queries import Queries, load_queries
 
@@ -212,16 +212,16 @@ class StoredRows:
         return out
 
 
-def vector_metric(protocol: Protocol, expected: Any, covered: np.ndarray, vectors: StoredRows,
+def vector_metric(v: Cells, protocol: Protocol, expected: Any, covered: np.ndarray, vectors: StoredRows,
                   routine: Routine | None = None, queries: CampaignQueries | None = None,
-                  path: Path | None = None) -> dict[str, Any]:
-    """The verdict's metric cells of an embedding pass (module docstring): ``metric_name``, ``metric``,
+                  path: Path | None = None) -> Cells:
+    """An embedding pass's verdict ``v`` with its metric cells (module docstring): ``metric_name``, ``metric``,
     ``threshold_ok``, ``subgroups``, ``routine_error`` (a routine), and with ``metric.queries`` ``queries_error``,
     ``queries_sha256`` and ``ranking`` (from the query vectors the pass whose vector file is ``path`` wrote).
     ``covered``: the expected documents the pass has a vector for; kNN reads the vectors block by block from their
     store."""
     metric = protocol.metric
-    cells: dict[str, Any] = {"metric_name": metric.label}
+    v = v.with_cells(metric_name=metric.label)
     usable = covered & (expected.labels >= 0) & vectors.finite
     correct = np.zeros(len(expected), dtype=bool)
     wants_knn = metric.name == "knn_accuracy" or (metric.routine is not None and metric.k is not None)
@@ -229,20 +229,20 @@ def vector_metric(protocol: Protocol, expected: Any, covered: np.ndarray, vector
         correct[usable] = knn_correct(vectors.store, expected.labels[usable].astype(np.int64), int(metric.k or 1),
                                       rows=vectors.rows[usable])
     if metric.name == "knn_accuracy":
-        cells["metric"] = float(correct[usable].mean()) if usable.any() else None
-        cells["subgroups"] = _knn_groups(protocol, expected, correct, usable, ("stratum", "label"))
+        v = v.with_cells(metric=float(correct[usable].mean()) if usable.any() else None,
+                         subgroups=_knn_groups(protocol, expected, correct, usable, ("stratum", "label")))
     found = None
     if metric.queries is not None:  # the queries' vectors and ranking: a ranking metric's value, a routine's input
         assert protocol.embedding is not None
         found = pass_queries(query_vectors_path(path), queries, vectors.aligned(), expected.ids, metric.k,
                              protocol.embedding.normalize, protocol.embedding.dim) if path is not None \
             else PassQueries(None, None, "queries: no query vector file", None)
-        cells.update(queries_error=found.error, queries_sha256=found.sha256)
+        v = v.with_cells(queries_error=found.error, queries_sha256=found.sha256)
         if found.ranking is not None:
-            cells["ranking"] = found.ranking.cells()
+            v = v.with_cells(ranking=found.ranking.cells())
     if metric.name in RANKING_METRICS:
         assert found is not None
-        cells.update(metric=found.ranking.value(metric.name) if found.ranking else None, subgroups={})
+        v = v.with_cells(metric=found.ranking.value(metric.name) if found.ranking else None, subgroups={})
     elif metric.name != "knn_accuracy":
         aligned = vectors.aligned() if len(vectors.store) else None
         handed = None
@@ -254,9 +254,9 @@ def vector_metric(protocol: Protocol, expected: Any, covered: np.ndarray, vector
             values = vector_routine_values(routine or Routine(str(metric.routine), None), protocol, expected,
                                            covered, aligned, handed)
         groups = _knn_groups(protocol, expected, correct, usable, ("label",)) if metric.k is not None else {}
-        cells.update(metric=values.metric, subgroups={**groups, **values.groups}, routine_error=values.error)
-    cells["threshold_ok"] = cells["metric"] is not None and metric.meets(cells["metric"], metric.threshold)
-    return cells
+        v = v.with_cells(metric=values.metric, subgroups={**groups, **values.groups}, routine_error=values.error)
+    value = v.cell("metric")
+    return v.with_cells(threshold_ok=value is not None and metric.meets(value, metric.threshold))
 
 
 @dataclass(frozen=True)
@@ -309,14 +309,13 @@ class EmbeddingVerdict(VerdictPart):
 
     cells = EmbeddingCells
 
-    def metric_cells(self, found: Any, protocol: Protocol, expected: Any, match: Any,
-                     inputs: PassInputs) -> dict[str, Any]:
+    def metric_cells(self, v: Cells, found: Any, protocol: Protocol, expected: Any, match: Any,
+                     inputs: PassInputs) -> Cells:
         rows = file_rows(match, len(expected))
         finite = found.finite[np.maximum(rows, 0)] & (rows >= 0) if found.vectors.size \
             else np.zeros(len(expected), dtype=bool)
-        return {"vector_dim": found.dim,
-                **vector_metric(protocol, expected, match.covered, StoredRows(found.vectors, rows, finite),
-                                inputs.routine, inputs.queries, inputs.path)}
+        return vector_metric(v.with_cells(vector_dim=found.dim), protocol, expected, match.covered,
+                             StoredRows(found.vectors, rows, finite), inputs.routine, inputs.queries, inputs.path)
 
     def side_file(self, path: Path) -> Path | None:
         return query_vectors_path(path)
@@ -328,7 +327,7 @@ class EmbeddingVerdict(VerdictPart):
         # under a ranking metric a subgroup has no metric of its own: its documents' cosines judge it
         return protocol.metric.name not in RANKING_METRICS
 
-    def compare(self, v: Any, reference: Any, path: Path | None, protocol: Protocol,
+    def compare(self, v: Cells, reference: Any, path: Path | None, protocol: Protocol,
                 expected: Any) -> KindComparison:
         """The tolerance on vectors: each document's cosine with the reference's vector."""
         same = against_reference(reference, path, expected)
@@ -338,8 +337,9 @@ class EmbeddingVerdict(VerdictPart):
                         for sg in protocol.subgroups if sg.gating
                         and not any(key.split(":", 1)[0] == sg.name for key in cosine.subgroup_cosine)]
         again = vector_reproduction(protocol, same)
+        tolerance_ok = False if reasons else v.cell("tolerance_ok")
         cells = EmbeddingComparison(cosine.min_cosine, cosine.median_cosine, cosine.cosine_at_quantile,
-                                    cosine.subgroup_cosine, cosine.cosine_ok, False if reasons else v.tolerance_ok,
+                                    cosine.subgroup_cosine, cosine.cosine_ok, tolerance_ok,
                                     again.label_agreement, again.max_abs_prob_diff, again.reproduction_ok)
         return KindComparison(cells, tuple(reasons), tuple(r for r in reasons if r.startswith("subgroup ")))
 

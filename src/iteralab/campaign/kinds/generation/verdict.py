@@ -36,7 +36,7 @@ from iteralab.campaign.kinds.generation.output import read_texts
 from iteralab.campaign.kinds.routine import Routine
 from iteralab.campaign.kinds.generation.textmetrics import corpus_score
 from iteralab.campaign.kinds.expected import file_rows
-from iteralab.campaign.kinds.verdictpart import FileComparison, KindComparison, PassInputs, VerdictPart
+from iteralab.campaign.kinds.verdictpart import Cells, FileComparison, KindComparison, PassInputs, VerdictPart
 from iteralab.errors import RoutineError
 from iteralab.common.tolerance import TOL
 
@@ -89,37 +89,33 @@ def _score(protocol: Protocol, routine: Routine | None, ids: pa.Array, outputs: 
         return None
 
 
-def evaluate_texts(texts: Any, protocol: Protocol, expected: Any, match: Any, rows: np.ndarray,
-                   references: pa.Array | None, routine: Routine | None = None) -> dict[str, Any]:
-    """The metric, length and token cells of a generation pass's verdict (``texts``: its ``TextSet``; ``match``
-    and ``rows``: its ids matched to the corpus, ``kinds.expected.match_ids``)."""
+def evaluate_texts(v: Cells, texts: Any, protocol: Protocol, expected: Any, match: Any, rows: np.ndarray,
+                   references: pa.Array | None, routine: Routine | None = None) -> Cells:
+    """A generation pass's verdict ``v`` with its metric, length and token cells (``texts``: its ``TextSet``;
+    ``match`` and ``rows``: its ids matched to the corpus, ``kinds.expected.match_ids``)."""
     spec = protocol.generation
     assert spec is not None
     covered = match.covered
     outputs = _aligned(texts, rows)
     errors: list[str] = []
-    cells: dict[str, Any] = {"metric_name": protocol.metric.label}
-    cells["metric"] = _score(protocol, routine, expected.ids, outputs, references, covered, errors)
+    metric = _score(protocol, routine, expected.ids, outputs, references, covered, errors)
     groups: dict[str, float | None] = {}
     for sg in protocol.subgroups:
         if sg.by == "stratum":
             for i, name in enumerate(expected.stratum_names):
                 groups[f"{sg.name}:{name}"] = _score(protocol, routine, expected.ids, outputs, references,
                                                      covered & (expected.strata == i), errors)
-    cells["subgroups"] = groups
-    cells["routine_error"] = errors[0] if errors and protocol.metric.routine is not None else None
+    v = v.with_cells(metric_name=protocol.metric.label, metric=metric, subgroups=groups,
+                     routine_error=errors[0] if errors and protocol.metric.routine is not None else None)
     if errors and protocol.metric.routine is None:
-        cells["reference_error"] = errors[0]
-    cells["threshold_ok"] = cells["metric"] is not None and protocol.metric.meets(cells["metric"],
-                                                                                   protocol.metric.threshold)
-    cells["generated_rows"] = len(texts.ids)
-    cells["mean_tokens"] = texts.mean_tokens if len(texts.ids) else None
-    cells["length_share"] = texts.length_share if len(texts.ids) and texts.tokens_measured else None
+        v = v.with_cells(reference_error=errors[0])
+    share = texts.length_share if len(texts.ids) and texts.tokens_measured else None
     bound = spec.max_length_share
-    cells["length_ok"] = bound is None or (cells["length_share"] is not None
-                                           and cells["length_share"] <= bound + TOL)
-    cells["output_lengths"] = _length_histogram(texts)
-    return cells
+    return v.with_cells(
+        threshold_ok=metric is not None and protocol.metric.meets(metric, protocol.metric.threshold),
+        generated_rows=len(texts.ids), mean_tokens=texts.mean_tokens if len(texts.ids) else None,
+        length_share=share, length_ok=bound is None or (share is not None and share <= bound + TOL),
+        output_lengths=_length_histogram(texts))
 
 
 def _length_histogram(texts: Any) -> dict[str, int]:
@@ -188,7 +184,7 @@ class GenerationComparison:
     max_abs_prob_diff: None = None
 
 
-def text_comparison(v: Any, ref_v: Any, same: TextComparison | None,
+def text_comparison(v: Cells, ref_v: Cells | None, same: TextComparison | None,
                     protocol: Protocol) -> KindComparison:
     """The generation cells of a pass judged against the reference pass (``v``: its verdict; ``ref_v``: the
     reference pass's, or None) and the reasons it fails: the length share above its bound, mean tokens outside the
@@ -252,15 +248,15 @@ class GenerationVerdict(VerdictPart):
 
     cells = GenerationCells
 
-    def metric_cells(self, found: Any, protocol: Protocol, expected: Any, match: Any,
-                     inputs: PassInputs) -> dict[str, Any]:
-        return evaluate_texts(found, protocol, expected, match, file_rows(match, len(expected)), inputs.references,
-                              inputs.routine)
+    def metric_cells(self, v: Cells, found: Any, protocol: Protocol, expected: Any, match: Any,
+                     inputs: PassInputs) -> Cells:
+        return evaluate_texts(v, found, protocol, expected, match, file_rows(match, len(expected)),
+                              inputs.references, inputs.routine)
 
     def references(self, folder: Path, dataset: str | None) -> pa.Array | None:
         return load_references(folder, dataset)
 
-    def compare(self, v: Any, reference: Any, path: Path | None, protocol: Protocol,
+    def compare(self, v: Cells, reference: Any, path: Path | None, protocol: Protocol,
                 expected: Any) -> KindComparison:
         """Lengths against their bounds, the texts against the reference pass's."""
         return text_comparison(v, reference.verdict, against_reference(reference, path), protocol)
