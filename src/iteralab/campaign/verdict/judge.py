@@ -176,8 +176,9 @@ def _judged(v: Verdict, p: FinishedPass, ref: ReferencePass, context: Evaluation
     reasons = [label for key, label in FILE_CHECKS if not v.cell(key)]
     errors = [v.cell(key) for key in ERROR_CELLS if v.cell(key)]
     reasons += errors[:1]
-    against, cells = _against_reference(v, ref.verdict, protocol)
-    v = v.with_cells(**cells)
+    against = _against_reference(v, ref.verdict, protocol)
+    v = v.with_cells(metric_ref=against.metric_ref, metric_delta=against.metric_delta,
+                     tolerance_ok=against.tolerance_ok)
     if v.metric is None:
         v = v.with_cells(threshold_ok=None, tolerance_ok=None)  # not evaluated: nothing to compare
         if not reasons:
@@ -185,7 +186,7 @@ def _judged(v: Verdict, p: FinishedPass, ref: ReferencePass, context: Evaluation
     else:
         if not v.threshold_ok:
             reasons.append(f"{'below' if protocol.metric.higher_is_better else 'above'} threshold")
-        reasons += against
+        reasons += against.reasons
     # a group whose value the same error prevented is not evaluated, not a second reason
     unvalued = {k for k, value in v.subgroups.items() if value is None} if errors else set()
     failed_subgroups = _subgroup_reasons(v, ref.verdict, protocol,
@@ -247,20 +248,28 @@ class ReferencePass:
         self.held: dict[str, Any] = {}
 
 
-def _against_reference(v: Verdict, ref_v: Verdict | None, protocol: Protocol) -> tuple[list[str], dict[str, Any]]:
-    """The metric against the reference pass's: the reasons, and the cells ``metric_ref``, ``metric_delta``,
-    ``tolerance_ok``."""
+@dataclass(frozen=True)
+class AgainstReference:
+    """A pass's metric against the reference pass's: the reference's value, the difference (None: either has
+    none), whether it is within the tolerance, and the reasons it is not."""
+
+    metric_ref: float | None
+    metric_delta: float | None
+    tolerance_ok: bool
+    reasons: tuple[str, ...] = ()
+
+
+def _against_reference(v: Verdict, ref_v: Verdict | None, protocol: Protocol) -> AgainstReference:
+    """The metric against the reference pass's (the cells ``metric_ref``, ``metric_delta``, ``tolerance_ok``)."""
     if ref_v is None:
-        return [f"no complete pass of reference variant {protocol.metric.reference_variant!r}"], \
-            {"metric_ref": None, "tolerance_ok": False}
+        return AgainstReference(None, None, False,
+                                (f"no complete pass of reference variant {protocol.metric.reference_variant!r}",))
     if ref_v.metric is None:  # a routine that failed on the reference pass: nothing to compare with
-        return [f"reference pass has no {protocol.metric.label} value"], \
-            {"metric_ref": None, "metric_delta": None, "tolerance_ok": False}
+        return AgainstReference(None, None, False, (f"reference pass has no {protocol.metric.label} value",))
     allowed = protocol.metric.allowed_drop(ref_v.metric)  # absolute, or relative to the reference's value
     ok = v.metric is not None and protocol.metric.within(v.metric, ref_v.metric, allowed)
-    cells = {"metric_ref": ref_v.metric, "metric_delta": None if v.metric is None else v.metric - ref_v.metric,
-             "tolerance_ok": ok}
-    return [] if ok else ["outside tolerance"], cells
+    return AgainstReference(ref_v.metric, None if v.metric is None else v.metric - ref_v.metric, ok,
+                            () if ok else ("outside tolerance",))
 
 
 def _subgroup_reasons(v: Verdict, ref_v: Verdict | None, protocol: Protocol,
