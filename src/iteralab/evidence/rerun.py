@@ -52,7 +52,7 @@ from iteralab.campaign.manifest import manifest_differences
 from iteralab.campaign.runner import prepare
 from iteralab.campaign.kinds.verdictpart import FileComparison
 from iteralab.campaign.verdict.judge import compare_predictions
-from iteralab.evidence.comparison import carried_line, write_comparison
+from iteralab.evidence.comparison import CarriedInput, carried_line, write_comparison
 from iteralab.errors import ProtocolError, RunError
 from iteralab.evidence.run import run_campaign
 from iteralab.evidence.table import build_rows
@@ -84,7 +84,7 @@ class Staged:
 
     protocol: Path
     stand_ins: dict[str, Path] = field(default_factory=dict)
-    model_inputs: list[dict[str, Any]] = field(default_factory=list)
+    model_inputs: list[CarriedInput] = field(default_factory=list)
     #: a callable's module this machine lacks -> the copy the bundle carries (``lock.usercode.carried_modules``)
     modules: dict[str, Path] = field(default_factory=dict)
 
@@ -198,7 +198,7 @@ def stage_inputs(source: Path, campaign: CampaignRecord, protocol: Protocol, sta
             if record is not None:
                 result.model_inputs.append(record)
                 if not _is_relative(ref):
-                    result.stand_ins[ref] = Path(record["staged"])
+                    result.stand_ins[ref] = Path(str(record.staged))
     if model.callable:
         record = _stage_callable(source, campaign, model.callable, result.modules)
         if record is not None:
@@ -207,7 +207,7 @@ def stage_inputs(source: Path, campaign: CampaignRecord, protocol: Protocol, sta
 
 
 def _stage_callable(source: Path, campaign: CampaignRecord, ref: str,
-                    modules: dict[str, Path]) -> dict[str, Any] | None:
+                    modules: dict[str, Path]) -> CarriedInput | None:
     """A callable whose module this machine cannot find is imported from the module file the bundle carries
     (checked against its recorded sha256), as ``verify`` imports a carried metric routine. Returns the record of
     that use; None when the module is found here (it is used as written)."""
@@ -224,8 +224,8 @@ def _stage_callable(source: Path, campaign: CampaignRecord, ref: str,
                        hint="install the module's package or put its folder on PYTHONPATH, or rerun from the "
                             "bundle the campaign was packed into")
     modules[module] = carried[0].resolve()
-    return {"key": "model.callable", "reference": ref, "why": "is not on this machine",
-            "folder": f"{CARRY_DIR}/callable", "files": 1, "staged": str(carried[0])}
+    return CarriedInput("model.callable", ref, "is not on this machine", f"{CARRY_DIR}/callable", 1,
+                        str(carried[0]))
 
 
 def _model_input_files(campaign: CampaignRecord, key: str) -> dict[str, dict[str, Any]]:
@@ -263,7 +263,7 @@ def _link_carried(source: Path, key: str, wanted: dict[str, dict[str, Any]], tar
 
 
 def _stage_model_input(source: Path, campaign: CampaignRecord, key: str, ref: str, staged: Path,
-                       staging: Path) -> dict[str, Any] | None:
+                       staging: Path) -> CarriedInput | None:
     """Make ``model.<key>`` resolve from the staged protocol: the carried copy (the locked files themselves)
     when the bundle holds all of them, else the path the earlier campaign recorded, else refuse naming each
     missing file and its hash. A ``package:`` or absolute reference resolves on this machine as written; where
@@ -274,7 +274,6 @@ def _stage_model_input(source: Path, campaign: CampaignRecord, key: str, ref: st
     complete = bool(wanted) and not lacking
     hint = ("copy the files with those hashes to this machine, or pack the earlier campaign with "
             "'iteralab bundle pack --include-weights'")
-    record = {"key": f"model.{key}", "reference": ref, "folder": CARRY_DIR, "files": len(wanted)}
     if not _is_relative(ref):
         try:
             found = resolve(staged, ref)
@@ -289,11 +288,12 @@ def _stage_model_input(source: Path, campaign: CampaignRecord, key: str, ref: st
         name = next(iter(wanted)).removeprefix("head/") if key == "head" else "model"
         target = _place(staging / f".carried-{key}" / name, staged, f"model.{key}")
         _link_carried(source, key, wanted, target)
-        return {**record, "why": "is not on this machine", "staged": str(target)}
+        return CarriedInput(f"model.{key}", ref, "is not on this machine", CARRY_DIR, len(wanted), str(target))
     target = _place(resolve(staged, ref), staged, f"model.{key}")
     if complete:
         _link_carried(source, key, wanted, target)
-        return {**record, "why": "is relative to the original protocol file", "staged": str(target)}
+        return CarriedInput(f"model.{key}", ref, "is relative to the original protocol file", CARRY_DIR, len(wanted),
+                            str(target))
     recorded = getattr(campaign.model, key)
     if recorded and Path(recorded).exists():
         os.symlink(Path(recorded).resolve(), target)
@@ -359,8 +359,7 @@ def rerun(source: str | os.PathLike[str], out: str | os.PathLike[str], *, isolat
         shutil.rmtree(staging, ignore_errors=True)
     comparison = compare_campaigns(source, out)
     comparison["source"]["seal_digest"] = report.seal_digest
-    comparison["rerun"]["model_inputs"] = [{k: v for k, v in r.items() if k != "staged"}
-                                           for r in staged.model_inputs]
+    comparison["rerun"]["model_inputs"] = [r.to_json() for r in staged.model_inputs]
     paths = write_comparison(out, comparison)
     return {**summary, "comparison": comparison, "comparison_files": [str(p) for p in paths]}
 
