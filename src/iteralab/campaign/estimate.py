@@ -38,7 +38,7 @@ class VariantEstimate:
     notes: tuple[str, ...] = ()
     passes: int = 0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, float | int | list[str] | None]:
         return {"setup_s": self.setup_s, "per_document_s": self.per_document_s, "notes": list(self.notes),
                 **({"passes": self.passes} if self.passes else {})}
 

@@ -504,7 +504,7 @@ class VerdictChange:
     def same_verdict(self) -> bool:
         return self.old_verdict == self.new_verdict
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, str | int | float | bool | None]:
         return {**{f.name: getattr(self, f.name) for f in fields(self)}, "same_verdict": self.same_verdict}
 
 
@@ -519,7 +519,7 @@ class PassPair:
     outcome: str
     comparison: FileComparison | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, str | int | float | bool | None]:
         return {"round": self.round, "position": self.position, "old_pass": self.old_pass,
                 "new_pass": self.new_pass, "outcome": self.outcome,
                 **(self.comparison.to_json() if self.comparison is not None else {})}

@@ -74,7 +74,7 @@ class FileComparison:
     label_agreement: float | None = None
     max_abs_prob_diff: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, int | float | bool | None]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def lowest_cosine(self) -> float | None:
