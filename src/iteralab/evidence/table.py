@@ -189,7 +189,7 @@ def _verdict_cells(row: dict[str, Any], v: Verdict, kind: JobKind, n_classes: in
                 "metric_name", "metric", "metric_ref", "metric_delta", "threshold_ok", "tolerance_ok",
                 "subgroups_ok", "label_agreement", "max_abs_prob_diff", "reproduction_ok", "corpus_accepted"):
         row[key] = v.cell(key)
-    kind.verdict.row_cells(row, v.to_json(), notes)
+    kind.verdict.row_cells(row, v, notes)
     row["subgroup_metrics"] = v.subgroups if v.has("subgroups") else None
     if v.reasons:
         notes.append(NOT_ACCEPTED + ", ".join(v.reasons))

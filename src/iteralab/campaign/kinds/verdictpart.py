@@ -147,7 +147,7 @@ class VerdictPart:
         ``reproduction_ok``, and the reasons."""
         raise NotImplementedError
 
-    def row_cells(self, row: dict[str, Any], v: dict[str, Any], notes: list[str]) -> None:
+    def row_cells(self, row: dict[str, Any], v: Cells, notes: list[str]) -> None:
         """The kind's own raw-table cells of a pass (its ``table_columns`` beyond the common ones) from its
         verdict ``v``, and the notes they need."""
 

@@ -343,13 +343,13 @@ class EmbeddingVerdict(VerdictPart):
                                     again.label_agreement, again.max_abs_prob_diff, again.reproduction_ok)
         return KindComparison(cells, tuple(reasons), tuple(r for r in reasons if r.startswith("subgroup ")))
 
-    def row_cells(self, row: dict[str, Any], v: dict[str, Any], notes: list[str]) -> None:
+    def row_cells(self, row: dict[str, Any], v: Cells, notes: list[str]) -> None:
         """The cosine columns; each subgroup's cosines and the queries' ranking metrics as notes."""
-        row.update({key: v.get(key) for key in COSINE_COLUMNS})
-        if v.get("subgroup_cosine"):
-            notes.append("subgroup cosine: " + json.dumps(v["subgroup_cosine"], sort_keys=True))
-        if v.get("ranking"):  # the queries' ranking metrics, each recall named by its definition
-            notes.append(ranking_note(v["ranking"]))
+        row.update({key: v.cell(key) for key in COSINE_COLUMNS})
+        if v.cell("subgroup_cosine"):
+            notes.append("subgroup cosine: " + json.dumps(v.cell("subgroup_cosine"), sort_keys=True))
+        if v.cell("ranking"):  # the queries' ranking metrics, each recall named by its definition
+            notes.append(ranking_note(v.cell("ranking")))
 
     def compare_files(self, a: Path, b: Path, protocol: Protocol, reader: Any) -> VectorAgreement:
         return compare_vector_files(a, b, reader)

@@ -261,18 +261,18 @@ class GenerationVerdict(VerdictPart):
         """Lengths against their bounds, the texts against the reference pass's."""
         return text_comparison(v, reference.verdict, against_reference(reference, path), protocol)
 
-    def row_cells(self, row: dict[str, Any], v: dict[str, Any], notes: list[str]) -> None:
+    def row_cells(self, row: dict[str, Any], v: Cells, notes: list[str]) -> None:
         """The length and identity cells; tokens per second from the measured pass and its file's generated tokens
         (empty, and said so, when the tokens were not measured)."""
-        row.update({key: v.get(key) for key in GENERATION_COLUMNS})
-        mean, rows = v.get("mean_tokens"), v.get("generated_rows")
+        row.update({key: v.cell(key) for key in GENERATION_COLUMNS})
+        mean, rows = v.cell("mean_tokens"), v.cell("generated_rows")
         if mean is not None and rows and row.get("pass_s"):
             row["tokens_per_s"] = mean * rows / row["pass_s"]
-        elif mean is None and v.get("generated_rows"):
+        elif mean is None and v.cell("generated_rows"):
             notes.append("tokens_per_s, mean_tokens, length_share: not measured (the generator returned no token "
                          "counts and names no tokenizer)")
-        if v.get("mean_tokens_ref") is not None and v.get("tokens_ok") is False:
-            notes.append(f"mean generated tokens {mean:.2f} against the reference's {v['mean_tokens_ref']:.2f}")
+        if v.cell("mean_tokens_ref") is not None and v.cell("tokens_ok") is False:
+            notes.append(f"mean generated tokens {mean:.2f} against the reference's {v.cell('mean_tokens_ref'):.2f}")
 
     def compare_files(self, a: Path, b: Path, protocol: Protocol, reader: Any) -> TextAgreement:
         return compare_text_files(a, b, protocol).agreement()
