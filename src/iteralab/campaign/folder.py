@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from functools import cached_property
 from pathlib import Path
@@ -218,6 +219,12 @@ class RawRow:
     mean_tokens: float | None = None
     length_share: float | None = None
     identical_share: float | None = None
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> RawRow:
+        """The typed row of a raw-table row as the table builds it (``evidence.table.build_rows``: its cells
+        already real values); a column it lacks reads None."""
+        return cls(**{f.name: row.get(f.name) for f in fields(cls)})
 
     @property
     def ok(self) -> bool:

@@ -47,7 +47,7 @@ import pyarrow.parquet as pq
 
 from iteralab.campaign.campaignrecord import CampaignRecord
 from iteralab.campaign.folder import (
-    CAMPAIGN, LOCK, PROTOCOL, TUNING, CampaignFolder, corpus_copy)
+    CAMPAIGN, LOCK, PROTOCOL, TUNING, CampaignFolder, RawRow, corpus_copy)
 from iteralab.campaign.manifest import manifest_differences
 from iteralab.campaign.runner import prepare
 from iteralab.campaign.kinds.verdictpart import FileComparison
@@ -367,34 +367,34 @@ def rerun(source: str | os.PathLike[str], out: str | os.PathLike[str], *, isolat
 # ------------------------------------------------------------------------------------------ comparison
 
 
-def _final_attempts(rows: list[dict[str, Any]]) -> dict[tuple[Any, Any], dict[str, Any]]:
+def _final_attempts(rows: list[RawRow]) -> dict[tuple[int | None, int | None], RawRow]:
     """Per scheduled slot, the last attempt that finished (success or recorded failure)."""
-    slots: dict[tuple[Any, Any], dict[str, Any]] = {}
+    slots: dict[tuple[int | None, int | None], RawRow] = {}
     for row in rows:  # (round, position) is unique across datasets too: one slot per (variant, dataset, round)
-        if row.get("status") not in ("aborted", "interrupted"):
-            slots[(row["round"], row["position"])] = row
+        if row.status not in ("aborted", "interrupted"):
+            slots[(row.round, row.position)] = row
     return slots
 
 
-def _verdict(rows: list[dict[str, Any]]) -> str:
+def _verdict(rows: list[RawRow]) -> str:
     if not rows:
         return "no finished pass"
-    accepted = sum(bool(r.get("corpus_accepted")) for r in rows)
+    accepted = sum(r.accepted for r in rows)
     return "accepted" if accepted == len(rows) else "not accepted" if accepted == 0 else "mixed"
 
 
-def _median_time(rows: list[dict[str, Any]]) -> float | None:
+def _median_time(rows: list[RawRow]) -> float | None:
     """Median measured pass; with several datasets (K6), median over rounds of the job time (the sum of a
     round's dataset passes, counted only when every dataset's pass of that round was), never pooled passes."""
-    good = [r for r in rows if r.get("status") == "ok" and not r.get("excluded") and r.get("pass_s")]
-    if any(r.get("dataset") for r in rows):
-        names = {r.get("dataset") for r in rows}
+    good = [r for r in rows if r.ok and not r.excluded and r.pass_s]
+    if any(r.dataset for r in rows):
+        names = {r.dataset for r in rows}
         rounds: dict[tuple[Any, Any], dict[Any, float]] = {}
         for r in good:
-            rounds.setdefault((r["round"], r.get("seed")), {})[r.get("dataset")] = r["pass_s"]
+            rounds.setdefault((r.round, r.seed), {})[r.dataset] = r.pass_s
         times = [sum(t.values()) for t in rounds.values() if set(t) == names]
     else:
-        times = [r["pass_s"] for r in good]
+        times = [r.pass_s for r in good]
     return statistics.median(times) if times else None
 
 
@@ -422,7 +422,7 @@ def compare_campaigns(old: str | os.PathLike[str], new: str | os.PathLike[str]) 
     else:
         changes = [{"key": k, "old": a, "new": b, "bookkeeping": k in BOOKKEEPING}
                    for k, a, b in manifest_differences(manifests[0].to_json(), manifests[1].to_json())]
-    old_rows, new_rows = build_rows(old), build_rows(new)
+    old_rows, new_rows = [RawRow.of(r) for r in build_rows(old)], [RawRow.of(r) for r in build_rows(new)]
     old_slots, new_slots = _final_attempts(old_rows), _final_attempts(new_rows)
     target = protocol.reproduction.target
     bound = protocol.reproduction.bound
@@ -445,23 +445,23 @@ def compare_campaigns(old: str | os.PathLike[str], new: str | os.PathLike[str]) 
     }
 
 
-def _variant_comparison(variant: str, old: Path, new: Path, old_slots: dict[tuple[Any, Any], dict[str, Any]],
-                        new_slots: dict[tuple[Any, Any], dict[str, Any]], protocol: Protocol,
+def _variant_comparison(variant: str, old: Path, new: Path, old_slots: dict[tuple[int | None, int | None], RawRow],
+                        new_slots: dict[tuple[int | None, int | None], RawRow], protocol: Protocol,
                         datasets: list[str]) -> VariantComparison:
     """One variant's passes in the two campaigns: each pair of matching passes' outputs compared, the verdicts."""
-    o_rows = [r for k, r in sorted(old_slots.items()) if r["variant"] == variant]
-    n_rows = [r for k, r in sorted(new_slots.items()) if r["variant"] == variant]
+    o_rows = [r for k, r in sorted(old_slots.items()) if r.variant == variant]
+    n_rows = [r for k, r in sorted(new_slots.items()) if r.variant == variant]
     pairs = []
     for key, n_row in sorted(new_slots.items()):
-        if n_row["variant"] != variant:
+        if n_row.variant != variant:
             continue
         o_row = old_slots.get(key)
         pair = None
-        if o_row and o_row.get("prediction_file") and n_row.get("prediction_file") \
-                and (old / o_row["prediction_file"]).is_file() and (new / n_row["prediction_file"]).is_file():
-            pair = compare_predictions(old / o_row["prediction_file"], new / n_row["prediction_file"], protocol)
-        pairs.append(PassPair(key[0], key[1], o_row["pass_id"] if o_row else None, n_row["pass_id"],
-                              _outcome(pair, bool(n_row.get("corpus_accepted")), protocol.reproduction.bound),
+        if o_row and o_row.prediction_file and n_row.prediction_file \
+                and (old / o_row.prediction_file).is_file() and (new / n_row.prediction_file).is_file():
+            pair = compare_predictions(old / o_row.prediction_file, new / n_row.prediction_file, protocol)
+        pairs.append(PassPair(key[0], key[1], o_row.pass_id if o_row else None, n_row.pass_id,
+                              _outcome(pair, n_row.accepted, protocol.reproduction.bound),
                               pair))
     worst = max((OUTCOMES.index(p.outcome) for p in pairs), default=OUTCOMES.index("not comparable"))
     found = [p.comparison for p in pairs if p.comparison is not None]
@@ -476,8 +476,8 @@ def _variant_comparison(variant: str, old: Path, new: Path, old_slots: dict[tupl
     return VariantComparison(
         verdicts, outputs, met, min(agreements) if agreements else None, max(diffs) if diffs else None,
         min(cosines) if cosines else None, tuple(pairs),
-        {name: VerdictChange.of([r for r in o_rows if r.get("dataset") == name],
-                                [r for r in n_rows if r.get("dataset") == name]) for name in datasets})
+        {name: VerdictChange.of([r for r in o_rows if r.dataset == name],
+                                [r for r in n_rows if r.dataset == name]) for name in datasets})
 
 
 @dataclass(frozen=True)
@@ -495,9 +495,9 @@ class VerdictChange:
     new_median_pass_s: float | None
 
     @classmethod
-    def of(cls, o_rows: list[dict[str, Any]], n_rows: list[dict[str, Any]]) -> VerdictChange:
-        return cls(_verdict(o_rows), _verdict(n_rows), sum(bool(r.get("corpus_accepted")) for r in o_rows),
-                   len(o_rows), sum(bool(r.get("corpus_accepted")) for r in n_rows), len(n_rows),
+    def of(cls, o_rows: list[RawRow], n_rows: list[RawRow]) -> VerdictChange:
+        return cls(_verdict(o_rows), _verdict(n_rows), sum(r.accepted for r in o_rows),
+                   len(o_rows), sum(r.accepted for r in n_rows), len(n_rows),
                    _median_time(o_rows), _median_time(n_rows))
 
     @property
