@@ -73,7 +73,7 @@ def test_a_duplicated_id_in_another_batch_is_still_named(tmp_path, monkeypatch):
                             np.tile(np.asarray([0.8, 0.1, 0.1], np.float32), (len(observed), 1))))
     monkeypatch.setattr(predictions, "READ_BATCH", 3)
     verdict = evaluate_set(read_predictions(path, CLASSES, 1e-3), PROTOCOL,
-                           Expected.of(ids, {i: "plot" for i in ids}, {}, CLASSES))
+                           Expected.of(ids, {i: "plot" for i in ids}, {}, CLASSES)).to_json()
     assert (verdict["ids_match"], verdict["duplicates"], verdict["missing"], verdict["extra"]) == (False, 1, 0, 0)
     assert verdict["examples"]["duplicates"] == ["d2"]
 
@@ -116,12 +116,12 @@ def test_outputs_compared_in_blocks_agree_with_one_block(tmp_path, monkeypatch, 
         monkeypatch.setattr(compare, "label_prob_batches", lambda path, classes, rows: predictions.label_prob_batches(
             path, classes, rows=3))
         streamed = compare_rows_with_file(sa, pb, CLASSES)
-        assert {k: streamed[k] for k in whole} == whole
-        assert compare_rows_with_file(read_predictions(pa_, CLASSES, 1e-3), pa_, CLASSES)["identical"]
+        assert streamed == whole
+        assert compare_rows_with_file(read_predictions(pa_, CLASSES, 1e-3), pa_, CLASSES).identical
     labels_a, labels_b = a.argmax(axis=1), b.argmax(axis=1)
-    assert blocks["label_agreement"] == float(np.mean(labels_a == labels_b)) < 1.0
-    assert blocks["max_abs_prob_diff"] == float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max())
-    assert blocks["same_ids"] and not blocks["identical"]
+    assert blocks.label_agreement == float(np.mean(labels_a == labels_b)) < 1.0
+    assert blocks.max_abs_prob_diff == float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max())
+    assert blocks.same_ids and not blocks.identical
 
 
 @pytest.mark.parametrize("change", [None, 0, 4, 9, "null", "shorter"])
@@ -144,7 +144,7 @@ def test_ids_read_against_the_corpus_ids_are_the_files_own(tmp_path, monkeypatch
     assert preds.records == len(ids) and len(preds.labels) == len(preds.probs) == len(preds.ids)
     if change is None:
         assert preds.ids is like  # the same ids in the same order: the corpus array is shared, not copied
-    verdict = evaluate_set(preds, PROTOCOL, Expected.of(corpus, {i: "plot" for i in corpus}, {}, CLASSES))
+    verdict = evaluate_set(preds, PROTOCOL, Expected.of(corpus, {i: "plot" for i in corpus}, {}, CLASSES)).to_json()
     assert verdict["ids_match"] == (change is None)
 
 

@@ -264,9 +264,9 @@ def test_rerun_compares_vectors(tmp_path):
     files = sorted((out / "predictions").glob("*.parquet"))
     b2, b4 = [f for f in files if "-b2-" in f.name][0], [f for f in files if "-b4-" in f.name][0]
     same = compare_predictions(b2, b2, protocol)
-    assert same["identical"] and same["max_abs_prob_diff"] == 0.0 and same["common_ids"] == 40
+    assert same.identical and same.max_abs_prob_diff == 0.0 and same.common_ids == 40
     other = compare_predictions(b4, b2, protocol)
-    assert not other["identical"] and other["same_ids"] and other["min_cosine"] < 0.99
+    assert not other.identical and other.same_ids and other.min_cosine < 0.99
     from iteralab.decision.report import finalize
 
     finalize([out])

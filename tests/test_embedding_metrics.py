@@ -82,8 +82,8 @@ def test_a_routine_on_vectors_agrees_with_knn_accuracy_overall_and_is_called_per
                           .replace('stratum_column = ""', 'stratum_column = "stratum"'))
     routine = Routine("embedding_routines:knn_accuracy",
                       load_function(ROUTINES, "embedding_routines:knn_accuracy"))
-    built_in = evaluate_vectors(vectors, knn, expected)
-    by_routine = evaluate_vectors(vectors, mine, expected, routine)
+    built_in = evaluate_vectors(vectors, knn, expected).to_json()
+    by_routine = evaluate_vectors(vectors, mine, expected, routine).to_json()
     assert by_routine["routine_error"] is None and by_routine["metric_name"] == "embedding_routines:knn_accuracy"
     assert by_routine["metric"] == pytest.approx(built_in["metric"], abs=1e-9)
     assert by_routine["threshold_ok"] == built_in["threshold_ok"]
@@ -108,7 +108,7 @@ def test_a_lower_is_better_routine_turns_the_threshold_into_a_maximum(tmp_path):
         protocol = parse_protocol(embedding_protocol(
             EMBEDDER, variants=BATCH_VARIANTS, reference="b2", threshold=threshold,
             metric='routine = "embedding_routines:spread"\nhigher_is_better = false'))
-        verdict = evaluate_vectors(vectors, protocol, expected, routine)
+        verdict = evaluate_vectors(vectors, protocol, expected, routine).to_json()
         assert verdict["metric"] == pytest.approx(value, abs=1e-9) and verdict["threshold_ok"] is ok
 
 
@@ -304,7 +304,7 @@ def test_a_routine_returning_no_finite_number_fails_that_verdict_in_one_line(tmp
     vectors = _vector_set(tmp_path, ids, word_embedder(texts))
     protocol = parse_protocol(embedding_protocol(EMBEDDER, variants=BATCH_VARIANTS, reference="b2",
                                                  metric='routine = "r:nan"'))
-    verdict = evaluate_vectors(vectors, protocol, expected, Routine("r:nan", lambda **_: float("nan")))
+    verdict = evaluate_vectors(vectors, protocol, expected, Routine("r:nan", lambda **_: float("nan"))).to_json()
     assert verdict["metric"] is None and verdict["threshold_ok"] is False
     assert verdict["routine_error"] == "metric routine r:nan returned nan, not a finite number"
 

@@ -48,7 +48,7 @@ def expected_of(ids: list[str]) -> Expected:
 def check(tmp_path: Path, expected_ids: list[str], observed: list[str]) -> dict:
     path = tmp_path / "pass.parquet"
     path.write_bytes(prediction_bytes(observed))
-    return evaluate_file(path, PROTOCOL, expected_of(expected_ids))
+    return evaluate_file(path, PROTOCOL, expected_of(expected_ids)).to_json()
 
 
 def counts(verdict: dict) -> tuple:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from iteralab.campaign.manifest import (
     MANIFEST_SCHEMA_VERSION,
+    GitState,
     campaign_manifest,
     code_version,
     diff_manifests,
@@ -53,7 +54,7 @@ def test_environment_manifest_reads_the_runtime(tmp_path, monkeypatch):
     assert env["device_inventory"]["torch"] == torch.__version__
     assert env["determinism"]["torch_deterministic_algorithms"] == torch.are_deterministic_algorithms_enabled()
     assert env["torch_threads"] == torch.get_num_threads()
-    assert env["git"] == code_version()
+    assert env["git"] == code_version().to_json()
     text = json.dumps(env)
     host = platform.node()
     if len(host) >= 4:
@@ -73,15 +74,15 @@ def _git_repo(folder):
 @pytest.mark.skipif(not HAS_GIT, reason="git is not installed")
 def test_git_commit_and_dirty_flag(tmp_path):
     git = _git_repo(tmp_path)
-    assert git_state(tmp_path) == {"commit": None, "dirty": None, "reason": "the repository has no commit yet"}
+    assert git_state(tmp_path) == GitState(None, None, "the repository has no commit yet")
     (tmp_path / "a.txt").write_text("one")
     git("add", "a.txt")
     git("commit", "-q", "-m", "first")
     clean = git_state(tmp_path)
-    assert len(clean["commit"]) == 40 and clean["dirty"] is False and clean["reason"] is None
+    assert len(clean.commit) == 40 and clean.dirty is False and clean.reason is None
     (tmp_path / "a.txt").write_text("two")
     dirty = git_state(tmp_path / ".")
-    assert dirty["commit"] == clean["commit"] and dirty["dirty"] is True
+    assert dirty.commit == clean.commit and dirty.dirty is True
 
 
 @pytest.mark.skipif(not HAS_GIT, reason="git is not installed")
@@ -100,25 +101,24 @@ def test_the_code_version_is_that_of_the_package_source_tree_whatever_the_curren
     git = _git_repo(repo)
     git("add", ".")
     git("commit", "-q", "-m", "first")
-    commit = git_state(repo)["commit"]
+    commit = git_state(repo).commit
     monkeypatch.setattr(iteralab, "__file__", str(repo / "src" / "iteralab" / "__init__.py"))
     for cwd in (elsewhere, repo, repo / ".venv"):
         monkeypatch.chdir(cwd)
-        assert code_version() == {"commit": commit, "dirty": False, "reason": None}
+        assert code_version() == GitState(commit, False, None)
     monkeypatch.setattr(iteralab, "__file__", str(repo / ".venv" / "iteralab" / "__init__.py"))
     for cwd in (elsewhere, repo):
         monkeypatch.chdir(cwd)
-        assert code_version() == {"commit": None, "dirty": None,
-                                  "reason": "the installed iteralab package is not part of a git work tree"}
+        assert code_version() == GitState(None, None, "the installed iteralab package is not part of a git work tree")
     monkeypatch.setattr(iteralab, "__file__", str(elsewhere / "iteralab" / "__init__.py"))
     (elsewhere / "iteralab").mkdir()
-    assert code_version()["reason"] == "the installed iteralab package is not part of a git work tree"
+    assert code_version().reason == "the installed iteralab package is not part of a git work tree"
 
 
 def test_git_missing_is_reported(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert git_state(tmp_path) == {"commit": None, "dirty": None, "reason": "git is not installed"}
-    assert git_state(tmp_path / "nope")["reason"].endswith("is not a folder")
+    assert git_state(tmp_path) == GitState(None, None, "git is not installed")
+    assert git_state(tmp_path / "nope").reason.endswith("is not a folder")
 
 
 # ------------------------------------------------------------------------------------------ campaign

@@ -158,7 +158,7 @@ def test_the_code_version_is_read_once_by_the_pass_that_makes_the_manifest(tmp_p
     run_campaign(protocol, out)
     assert len(reads) == 1
     git = json.loads((out / "manifest.json").read_text())["environment"]["git"]
-    assert set(git) == {"commit", "dirty", "reason"} and git != manifest.GIT_NOT_READ
+    assert set(git) == {"commit", "dirty", "reason"} and git != manifest.GIT_NOT_READ.to_json()
 
 
 def test_a_run_whose_template_cannot_start_runs_fresh_interpreters_and_says_why(tmp_path, monkeypatch,

@@ -177,4 +177,4 @@ def test_a_rerun_started_outside_the_source_tree_reports_no_stack_change(tmp_pat
 
     recorded = [json.loads((tmp_path / d / "manifest.json").read_text())["environment"]["git"]
                 for d in ("first", "second")]
-    assert recorded[0] == recorded[1] == code_version()
+    assert recorded[0] == recorded[1] == code_version().to_json()

@@ -114,7 +114,7 @@ def test_ids_mismatch_is_not_accepted(tmp_path, mutate, field):
     expected = load_expected(out, campaign_protocol(out).corpus.classes)
     pred = tmp_path / "p.parquet"
     _write_pred(pred, mutate(expected.ids.to_pylist()))
-    v = evaluate_file(pred, campaign_protocol(out), expected)
+    v = evaluate_file(pred, campaign_protocol(out), expected).to_json()
     assert v["ids_match"] is False and v[field] == 1
     # The same through the table: edit a stored prediction file -> its row is no longer accepted.
     state = read_journal(out / "journal.jsonl")
@@ -141,7 +141,7 @@ def test_format_problems_are_named(tmp_path):
                                   pa.FixedSizeListArray.from_arrays(pa.array(probs.reshape(-1)), 3)],
                                  schema=schema(3).set(1, pa.field("label", pa.string())))
     pq.write_table(table, tmp_path / "p.parquet")
-    v = evaluate_file(tmp_path / "p.parquet", campaign_protocol(out), expected)
+    v = evaluate_file(tmp_path / "p.parquet", campaign_protocol(out), expected).to_json()
     assert v["format_ok"] is False and v["n_format_problems"] == 2
     assert v["format_problems"] == ["row 4: label 'meh' is not one of the classes", "row 6: probs sum to 0.700000, not 1"]
 
@@ -401,7 +401,7 @@ def test_the_raw_table_reuses_the_reference_comparisons_made_as_passes_were_eval
     """Each pass is compared with the reference pass while the run evaluates it, so the raw table written at the
     end reads again only the passes evaluated before the reference pass existed; its rows equal those of a
     fresh read of the folder."""
-    from iteralab.campaign.kinds.classification import verdict as classification_verdict
+    from iteralab.campaign.kinds.classification import output as classification_output
     from iteralab.campaign.verdict import evaluate
     from iteralab.campaign.runner import run_passes
     from iteralab.evidence.table import build_rows
@@ -415,13 +415,13 @@ def test_the_raw_table_reuses_the_reference_comparisons_made_as_passes_were_eval
     reference = campaign_protocol(out).metric.reference_variant
     before_reference = order.index(reference)
     files: list[str] = []
-    real = classification_verdict.read_predictions
-    monkeypatch.setattr(classification_verdict, "read_predictions",
+    real = classification_output.read_predictions
+    monkeypatch.setattr(classification_output, "read_predictions",
                         lambda path, *a, **kw: files.append(path.name) or real(path, *a, **kw))
     shared_rows = build_rows(out, reads.reader, reads.context)
     # the passes before the reference, and the reference itself to compare them with (the last file is cached)
     assert len(files) <= before_reference + 1 < len(order)
-    monkeypatch.setattr(classification_verdict, "read_predictions", real)
+    monkeypatch.setattr(classification_output, "read_predictions", real)
     fresh_rows = build_rows(out)
     assert shared_rows == fresh_rows
     assert all(r["label_agreement"] is not None for r in fresh_rows if r["status"] == "ok")

@@ -440,7 +440,8 @@ def _print_estimate(protocol: Path, out: Path, as_json: bool) -> None:
     from iteralab.campaign.estimate import estimate_campaign, estimate_lines
 
     result = estimate_campaign(protocol, out)
-    typer.echo(json.dumps(result, indent=2, sort_keys=True) if as_json else "\n".join(estimate_lines(result)))
+    typer.echo(json.dumps(result.to_json(), indent=2, sort_keys=True) if as_json
+               else "\n".join(estimate_lines(result)))
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

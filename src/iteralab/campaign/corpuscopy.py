@@ -119,9 +119,9 @@ class CorpusCopy:
                 pass
 
 
-def tuning_record(copy: CorpusCopy | None, scan: Any) -> dict[str, Any] | None:
-    """The campaign's record of its tuning split copy (``inputs/tuning.csv``): committed when the scan read the
-    split, discarded otherwise."""
+def tuning_record(copy: CorpusCopy | None, scan: Any) -> dict[str, str | int] | None:
+    """The campaign's record of its tuning split copy (``inputs/tuning.csv``; campaign.json's ``tuning``: its file,
+    id origin, size, fingerprint and sha256): committed when the scan read the split, discarded otherwise."""
     if copy is None:
         return None
     if scan is None:
@@ -132,7 +132,8 @@ def tuning_record(copy: CorpusCopy | None, scan: Any) -> dict[str, Any] | None:
 
 
 def write_corpus_copies(locked: LockedProtocol, out: Path, *, rerun: bool = False
-                        ) -> tuple[tuple[SourceRecord, ...], SourceRecord, dict[str, Any] | None, dict[str, str] | None]:
+                        ) -> tuple[tuple[SourceRecord, ...], SourceRecord, dict[str, str | int] | None,
+                                   dict[str, str] | None]:
     """Copy every corpus source (:meth:`Protocol.sources`: the one corpus into ``inputs/corpus.csv``, or each
     dataset into ``inputs/datasets/``) and the tuning split into ``inputs/tuning.csv``, each written while it is
     read in record batches (:func:`scan_sources`), and check that read against the lock (``check_inputs`` with

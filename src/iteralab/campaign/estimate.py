@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,37 @@ from iteralab.plan.lockfile import LockedProtocol, open_locked
 from iteralab.plan.schedule import Slot
 
 
-def warm_up_only(spec: PassSpec, clock: Any = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class VariantEstimate:
+    """One variant's load and warm-up: their seconds, the warm-up's seconds per document (None: not estimated,
+    ``notes`` say why), and how many of the passes still to run are that variant's (counted in the projection)."""
+
+    setup_s: float | None
+    per_document_s: float | None
+    notes: tuple[str, ...] = ()
+    passes: int = 0
+
+    def to_json(self) -> dict[str, float | int | list[str] | None]:
+        return {"setup_s": self.setup_s, "per_document_s": self.per_document_s, "notes": list(self.notes),
+                **({"passes": self.passes} if self.passes else {})}
+
+
+@dataclass(frozen=True)
+class CampaignEstimate:
+    """The projected duration of the passes a campaign still has to run (None: some variant not estimated)."""
+
+    passes: int
+    passes_done: int
+    campaign_s: float | None
+    variants: dict[str, VariantEstimate]
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``iteralab run --estimate --json`` prints."""
+        return {"passes": self.passes, "passes_done": self.passes_done, "campaign_s": self.campaign_s,
+                "variants": {name: v.to_json() for name, v in self.variants.items()}}
+
+
+def warm_up_only(spec: PassSpec, clock: Any = None) -> VariantEstimate:
     """A pass's load and warm-up (the same functions a pass runs), nothing measured and nothing written: the
     load's and the warm-up's seconds and the warm-up's seconds per document."""
     clock = clock or dev.PERF_CLOCK
@@ -37,12 +68,12 @@ def warm_up_only(spec: PassSpec, clock: Any = None) -> dict[str, Any]:
     texts, last_warm_s = passes.warm_up(spec, workload, device, clock, result)
     phases = result["phases"]
     setup = sum(phases.get(k) or 0.0 for k in ("load_s", "compile_s", "warmup_s"))
-    return {"setup_s": setup, "per_document_s": last_warm_s / len(texts) if last_warm_s and texts else None,
-            "notes": [n for n in result["notes"] if not n.startswith("compile_s:")]}
+    return VariantEstimate(setup, last_warm_s / len(texts) if last_warm_s and texts else None,
+                           tuple(n for n in result["notes"] if not n.startswith("compile_s:")))
 
 
 def estimate_campaign(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os.PathLike[str], *,
-                      clock: Any = None) -> dict[str, Any]:
+                      clock: Any = None) -> CampaignEstimate:
     """The projected duration of the passes ``out`` still has to run (all of them for a new campaign), from one
     load and warm-up of each of their variants. Leaves nothing behind (see the module's text)."""
     locked = open_locked(protocol)
@@ -59,21 +90,22 @@ def estimate_campaign(protocol: str | os.PathLike[str] | LockedProtocol, out: st
         slots = [Slot(**s) for s in campaign.slots]
         done = read_journal(out / JOURNAL_NAME).done_slots() if existing else set()
         todo = [s for s in slots if (s.round, s.position) not in done]
-        variants: dict[str, dict[str, Any]] = {}
+        variants: dict[str, VariantEstimate] = {}
         for slot in todo:
             if slot.variant in variants:
                 continue
             variant = protocol_.variant(slot.variant)
             if engine_name(variant) == "ray":
-                variants[slot.variant] = {"setup_s": None, "per_document_s": None,
-                                          "notes": ["not estimated: a Ray variant's warm-up runs on the cluster"]}
+                variants[slot.variant] = VariantEstimate(
+                    None, None, ("not estimated: a Ray variant's warm-up runs on the cluster",))
                 continue
             spec = pass_spec(campaign, protocol_, folder, slot, f"estimate-{slot.variant}")
             spec = spec.with_changes(scratch_dir=None)
             figures = warm_up_only(spec, clock)
             if variant.data_parallel > 1:  # one worker warmed up; the pass shares its documents among them
-                figures["per_document_s"] = (figures["per_document_s"] or 0.0) / variant.data_parallel
-                figures["notes"].append(f"one worker's warm-up, its pace shared among {variant.data_parallel}")
+                figures = replace(figures, per_document_s=(figures.per_document_s or 0.0) / variant.data_parallel,
+                                  notes=(*figures.notes,
+                                         f"one worker's warm-up, its pace shared among {variant.data_parallel}"))
             variants[slot.variant] = figures
     finally:
         if not existing:
@@ -81,25 +113,25 @@ def estimate_campaign(protocol: str | os.PathLike[str] | LockedProtocol, out: st
     total: float | None = 0.0
     for slot in todo:
         v = variants[slot.variant]
-        if v["per_document_s"] is None or total is None:
+        if v.per_document_s is None or v.setup_s is None or total is None:
             total = None
             continue
-        v["passes"] = v.get("passes", 0) + 1
-        total += v["setup_s"] + v["per_document_s"] * (slot_documents(campaign, slot.dataset) or 0)
-    return {"passes": len(todo), "passes_done": len(slots) - len(todo), "campaign_s": total, "variants": variants}
+        variants[slot.variant] = replace(v, passes=v.passes + 1)
+        total += v.setup_s + v.per_document_s * (slot_documents(campaign, slot.dataset) or 0)
+    return CampaignEstimate(len(todo), len(slots) - len(todo), total, variants)
 
 
-def estimate_lines(estimate: dict[str, Any]) -> list[str]:
+def estimate_lines(estimate: CampaignEstimate) -> list[str]:
     """What ``iteralab run --estimate`` prints."""
-    lines = [f"estimate: one load and warm-up per variant; nothing was recorded ({estimate['passes']} passes to run"
-             + (f", {estimate['passes_done']} done" if estimate["passes_done"] else "") + ")"]
-    for name, v in estimate["variants"].items():
-        if v["per_document_s"] is None:
-            lines.append(f"  {name}: " + "; ".join(v["notes"]))
+    lines = [f"estimate: one load and warm-up per variant; nothing was recorded ({estimate.passes} passes to run"
+             + (f", {estimate.passes_done} done" if estimate.passes_done else "") + ")"]
+    for name, v in estimate.variants.items():
+        if v.per_document_s is None or v.setup_s is None:
+            lines.append(f"  {name}: " + "; ".join(v.notes))
             continue
-        rate = 1.0 / v["per_document_s"] if v["per_document_s"] else float("inf")
-        lines.append(f"  {name}: load and warm-up {v['setup_s']:.2f} s, {rate:,.1f} documents/s"
-                     + "".join(f"; {n}" for n in v["notes"]))
-    lines.append(f"projected: {estimate['passes']} passes in about {duration(estimate['campaign_s'])}, plus each "
+        rate = 1.0 / v.per_document_s if v.per_document_s else float("inf")
+        lines.append(f"  {name}: load and warm-up {v.setup_s:.2f} s, {rate:,.1f} documents/s"
+                     + "".join(f"; {n}" for n in v.notes))
+    lines.append(f"projected: {estimate.passes} passes in about {duration(estimate.campaign_s)}, plus each "
                  "pass's process start-up, prediction file and evaluation (a few seconds a pass)")
     return lines

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from functools import cached_property
 from pathlib import Path
@@ -185,7 +186,8 @@ class RawRow:
     threshold_ok: bool | None
     tolerance_ok: bool | None
     subgroups_ok: bool | None
-    subgroup_metrics: dict[str, Any] | None
+    #: each planned subgroup group's metric value, keyed ``<subgroup>:<group>``
+    subgroup_metrics: dict[str, float | None] | None
     label_agreement: float | None
     max_abs_prob_diff: float | None
     reproduction_ok: bool | None
@@ -198,10 +200,10 @@ class RawRow:
     memory_scope: str | None
     #: data-parallel passes only: pass time per device, slowest/fastest shard time, largest/smallest shard token
     #: count, and each device's memory peaks (the memory columns above hold the largest per-device peak)
-    shard_pass_s: dict[str, Any] | None
+    shard_pass_s: dict[str, float] | None
     shard_time_imbalance: float | None
     shard_token_imbalance: float | None
-    shard_memory: dict[str, Any] | None
+    shard_memory: dict[str, dict[str, int | None]] | None
     manifest_diff: str | None
     prediction_file: str | None
     prediction_sha256: str | None
@@ -217,6 +219,12 @@ class RawRow:
     mean_tokens: float | None = None
     length_share: float | None = None
     identical_share: float | None = None
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> RawRow:
+        """The typed row of a raw-table row as the table builds it (``evidence.table.build_rows``: its cells
+        already real values); a column it lacks reads None."""
+        return cls(**{f.name: row.get(f.name) for f in fields(cls)})
 
     @property
     def ok(self) -> bool:

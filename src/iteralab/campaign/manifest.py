@@ -28,10 +28,11 @@ from iteralab.common.files import sha256_file, write_json_atomic
 from iteralab.errors import RunError
 from iteralab.models.device import device_inventory, host_inventory
 
-__all__ = ["MANIFEST_SCHEMA_VERSION", "PACKAGES", "RESUME_KEYS", "Manifest", "campaign_manifest",
-           "check_resume_environment", "code_version", "determinism_settings", "diff_manifests", "env_summary",
-           "environment_manifest", "flatten", "load_observed", "manifest_differences", "read_manifest",
-           "rocm_compatibility", "rocm_compatibility_line", "sha256_file", "write_json_atomic", "write_manifest"]
+__all__ = ["GIT_NOT_READ", "MANIFEST_SCHEMA_VERSION", "PACKAGES", "RESUME_KEYS", "GitState", "Manifest",
+           "campaign_manifest", "check_resume_environment", "code_version", "determinism_settings",
+           "diff_manifests", "env_summary", "environment_manifest", "flatten", "git_state", "load_observed",
+           "manifest_differences", "read_manifest", "rocm_compatibility", "rocm_compatibility_line", "sha256_file",
+           "write_json_atomic", "write_manifest"]
 
 MANIFEST_SCHEMA_VERSION = 1
 PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "scikit-learn", "iteralab",
@@ -51,12 +52,25 @@ def _git(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["git", "-C", str(workdir), *args], capture_output=True, text=True, timeout=30, env=env)
 
 
-def _unknown(reason: str) -> dict[str, Any]:
-    return {"commit": None, "dirty": None, "reason": reason}
+@dataclass(frozen=True)
+class GitState:
+    """The state of a git work tree: its HEAD commit and whether it holds changes (None + ``reason`` where it
+    could not be read); the manifest's ``git`` record (:meth:`to_json`)."""
+
+    commit: str | None
+    dirty: bool | None
+    reason: str | None
+
+    def to_json(self) -> dict[str, str | bool | None]:
+        return {"commit": self.commit, "dirty": self.dirty, "reason": self.reason}
 
 
-def git_state(workdir: Path) -> dict[str, Any]:
-    """``{"commit", "dirty", "reason"}`` of the git work tree holding ``workdir``; None + reason otherwise."""
+def _unknown(reason: str) -> GitState:
+    return GitState(None, None, reason)
+
+
+def git_state(workdir: Path) -> GitState:
+    """The commit, dirty flag and reason of the git work tree holding ``workdir``; None + reason otherwise."""
     if not workdir.is_dir():
         return _unknown(f"{workdir} is not a folder")
     try:
@@ -72,9 +86,8 @@ def git_state(workdir: Path) -> dict[str, Any]:
         return _unknown("the repository has no commit yet")
     status = _git(workdir, "status", "--porcelain", "--untracked-files=normal")
     if status.returncode != 0:
-        return {"commit": head.stdout.strip(), "dirty": None,
-                "reason": f"git status failed: {status.stderr.strip()[:200]}"}
-    return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip()), "reason": None}
+        return GitState(head.stdout.strip(), None, f"git status failed: {status.stderr.strip()[:200]}")
+    return GitState(head.stdout.strip(), bool(status.stdout.strip()), None)
 
 
 def determinism_settings() -> dict[str, Any]:
@@ -90,7 +103,7 @@ def determinism_settings() -> dict[str, Any]:
     }
 
 
-def code_version() -> dict[str, Any]:
+def code_version() -> GitState:
     """The code version (C3): the git state of the tree the imported iteralab package is a tracked part of, read
     from the package's own folder, so a run started in any folder records the same. None + reason where the
     package is not tracked by git (an installed wheel, even inside another project's tree)."""
@@ -108,8 +121,7 @@ def code_version() -> dict[str, Any]:
 
 
 #: The code version of a pass that does not read it (``git=False``): only the campaign's manifest keeps it.
-GIT_NOT_READ = {"commit": None, "dirty": None,
-                "reason": "not read: the campaign's manifest records the code version of its first pass"}
+GIT_NOT_READ = GitState(None, None, "not read: the campaign's manifest records the code version of its first pass")
 
 
 def environment_manifest(*, runtime: bool = True, git: bool = True) -> dict[str, Any]:
@@ -132,7 +144,7 @@ def environment_manifest(*, runtime: bool = True, git: bool = True) -> dict[str,
         "packages": versions,
         # torch already imported in this process (an in-process campaign): its runtime facts cost nothing more
         "device_inventory": device_inventory() if runtime or "torch" in sys.modules else host_inventory(),
-        "git": code_version() if git else dict(GIT_NOT_READ),
+        "git": (code_version() if git else GIT_NOT_READ).to_json(),
     }
     if runtime:
         import torch

@@ -6,18 +6,42 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from iteralab.campaign.kinds.registry import kind_named
 from iteralab.common.files import write_json_atomic, write_text_atomic
 
-__all__ = ["carried_line", "render_comparison", "summary_lines", "write_comparison"]
+__all__ = ["CarriedInput", "carried_line", "render_comparison", "summary_lines", "write_comparison"]
 
 
-def carried_line(record: dict[str, Any]) -> str:
-    return (f"{record['key']}: {record['reference']!r} {record['why']}: using the copy the bundle carries "
-            f"({record['folder']}, {record['files']} file(s) with their recorded sha256)")
+@dataclass(frozen=True)
+class CarriedInput:
+    """A model input a rerun took from the files the bundle carries: the protocol key and the reference as written,
+    why the carried copy stands in, the carried folder and how many of its files, and where it was staged (not
+    part of ``comparison.json``'s ``rerun.model_inputs``)."""
+
+    key: str
+    reference: str
+    why: str
+    folder: str
+    files: int
+    staged: str | None = None
+
+    def to_json(self) -> dict[str, str | int]:
+        return {"key": self.key, "reference": self.reference, "why": self.why, "folder": self.folder,
+                "files": self.files}
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, Any]) -> CarriedInput:
+        return cls(record["key"], record["reference"], record["why"], record["folder"], record["files"])
+
+
+def carried_line(record: CarriedInput) -> str:
+    return (f"{record.key}: {record.reference!r} {record.why}: using the copy the bundle carries "
+            f"({record.folder}, {record.files} file(s) with their recorded sha256)")
 
 
 def _value(value: Any, limit: int = 48) -> str:
@@ -54,7 +78,7 @@ def render_comparison(c: dict[str, Any]) -> str:
         f"- earlier campaign: `{c['source']['folder']}`" +
         (f" (seal digest `{c['source']['seal_digest']}`)" if c["source"].get("seal_digest") else ""),
         f"- rerun: `{c['rerun']['folder']}`",
-        *(f"- {carried_line(r)}" for r in c["rerun"].get("model_inputs") or []),
+        *(f"- {carried_line(CarriedInput.from_json(r))}" for r in c["rerun"].get("model_inputs") or []),
         f"- same locked protocol (sha256 `{c['rerun']['protocol_sha256'][:16]}…`), same corpus "
         f"(fingerprint `{c['corpus_fingerprint'][:16]}…`), same variants and schedule",
         f"- declared reproduction target: **{p['reproduction_target']}**{bound}",

@@ -38,7 +38,7 @@ import os
 import posixpath
 import shutil
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +47,12 @@ import pyarrow.parquet as pq
 
 from iteralab.campaign.campaignrecord import CampaignRecord
 from iteralab.campaign.folder import (
-    CAMPAIGN, LOCK, PROTOCOL, TUNING, CampaignFolder, corpus_copy)
+    CAMPAIGN, LOCK, PROTOCOL, TUNING, CampaignFolder, RawRow, corpus_copy)
 from iteralab.campaign.manifest import manifest_differences
 from iteralab.campaign.runner import prepare
+from iteralab.campaign.kinds.verdictpart import FileComparison
 from iteralab.campaign.verdict.judge import compare_predictions
-from iteralab.evidence.comparison import carried_line, write_comparison
+from iteralab.evidence.comparison import CarriedInput, carried_line, write_comparison
 from iteralab.errors import ProtocolError, RunError
 from iteralab.evidence.run import run_campaign
 from iteralab.evidence.table import build_rows
@@ -83,7 +84,7 @@ class Staged:
 
     protocol: Path
     stand_ins: dict[str, Path] = field(default_factory=dict)
-    model_inputs: list[dict[str, Any]] = field(default_factory=list)
+    model_inputs: list[CarriedInput] = field(default_factory=list)
     #: a callable's module this machine lacks -> the copy the bundle carries (``lock.usercode.carried_modules``)
     modules: dict[str, Path] = field(default_factory=dict)
 
@@ -197,7 +198,7 @@ def stage_inputs(source: Path, campaign: CampaignRecord, protocol: Protocol, sta
             if record is not None:
                 result.model_inputs.append(record)
                 if not _is_relative(ref):
-                    result.stand_ins[ref] = Path(record["staged"])
+                    result.stand_ins[ref] = Path(str(record.staged))
     if model.callable:
         record = _stage_callable(source, campaign, model.callable, result.modules)
         if record is not None:
@@ -206,7 +207,7 @@ def stage_inputs(source: Path, campaign: CampaignRecord, protocol: Protocol, sta
 
 
 def _stage_callable(source: Path, campaign: CampaignRecord, ref: str,
-                    modules: dict[str, Path]) -> dict[str, Any] | None:
+                    modules: dict[str, Path]) -> CarriedInput | None:
     """A callable whose module this machine cannot find is imported from the module file the bundle carries
     (checked against its recorded sha256), as ``verify`` imports a carried metric routine. Returns the record of
     that use; None when the module is found here (it is used as written)."""
@@ -223,8 +224,8 @@ def _stage_callable(source: Path, campaign: CampaignRecord, ref: str,
                        hint="install the module's package or put its folder on PYTHONPATH, or rerun from the "
                             "bundle the campaign was packed into")
     modules[module] = carried[0].resolve()
-    return {"key": "model.callable", "reference": ref, "why": "is not on this machine",
-            "folder": f"{CARRY_DIR}/callable", "files": 1, "staged": str(carried[0])}
+    return CarriedInput("model.callable", ref, "is not on this machine", f"{CARRY_DIR}/callable", 1,
+                        str(carried[0]))
 
 
 def _model_input_files(campaign: CampaignRecord, key: str) -> dict[str, dict[str, Any]]:
@@ -262,7 +263,7 @@ def _link_carried(source: Path, key: str, wanted: dict[str, dict[str, Any]], tar
 
 
 def _stage_model_input(source: Path, campaign: CampaignRecord, key: str, ref: str, staged: Path,
-                       staging: Path) -> dict[str, Any] | None:
+                       staging: Path) -> CarriedInput | None:
     """Make ``model.<key>`` resolve from the staged protocol: the carried copy (the locked files themselves)
     when the bundle holds all of them, else the path the earlier campaign recorded, else refuse naming each
     missing file and its hash. A ``package:`` or absolute reference resolves on this machine as written; where
@@ -273,7 +274,6 @@ def _stage_model_input(source: Path, campaign: CampaignRecord, key: str, ref: st
     complete = bool(wanted) and not lacking
     hint = ("copy the files with those hashes to this machine, or pack the earlier campaign with "
             "'iteralab bundle pack --include-weights'")
-    record = {"key": f"model.{key}", "reference": ref, "folder": CARRY_DIR, "files": len(wanted)}
     if not _is_relative(ref):
         try:
             found = resolve(staged, ref)
@@ -288,11 +288,12 @@ def _stage_model_input(source: Path, campaign: CampaignRecord, key: str, ref: st
         name = next(iter(wanted)).removeprefix("head/") if key == "head" else "model"
         target = _place(staging / f".carried-{key}" / name, staged, f"model.{key}")
         _link_carried(source, key, wanted, target)
-        return {**record, "why": "is not on this machine", "staged": str(target)}
+        return CarriedInput(f"model.{key}", ref, "is not on this machine", CARRY_DIR, len(wanted), str(target))
     target = _place(resolve(staged, ref), staged, f"model.{key}")
     if complete:
         _link_carried(source, key, wanted, target)
-        return {**record, "why": "is relative to the original protocol file", "staged": str(target)}
+        return CarriedInput(f"model.{key}", ref, "is relative to the original protocol file", CARRY_DIR, len(wanted),
+                            str(target))
     recorded = getattr(campaign.model, key)
     if recorded and Path(recorded).exists():
         os.symlink(Path(recorded).resolve(), target)
@@ -358,8 +359,7 @@ def rerun(source: str | os.PathLike[str], out: str | os.PathLike[str], *, isolat
         shutil.rmtree(staging, ignore_errors=True)
     comparison = compare_campaigns(source, out)
     comparison["source"]["seal_digest"] = report.seal_digest
-    comparison["rerun"]["model_inputs"] = [{k: v for k, v in r.items() if k != "staged"}
-                                           for r in staged.model_inputs]
+    comparison["rerun"]["model_inputs"] = [r.to_json() for r in staged.model_inputs]
     paths = write_comparison(out, comparison)
     return {**summary, "comparison": comparison, "comparison_files": [str(p) for p in paths]}
 
@@ -367,44 +367,44 @@ def rerun(source: str | os.PathLike[str], out: str | os.PathLike[str], *, isolat
 # ------------------------------------------------------------------------------------------ comparison
 
 
-def _final_attempts(rows: list[dict[str, Any]]) -> dict[tuple[Any, Any], dict[str, Any]]:
+def _final_attempts(rows: list[RawRow]) -> dict[tuple[int | None, int | None], RawRow]:
     """Per scheduled slot, the last attempt that finished (success or recorded failure)."""
-    slots: dict[tuple[Any, Any], dict[str, Any]] = {}
+    slots: dict[tuple[int | None, int | None], RawRow] = {}
     for row in rows:  # (round, position) is unique across datasets too: one slot per (variant, dataset, round)
-        if row.get("status") not in ("aborted", "interrupted"):
-            slots[(row["round"], row["position"])] = row
+        if row.status not in ("aborted", "interrupted"):
+            slots[(row.round, row.position)] = row
     return slots
 
 
-def _verdict(rows: list[dict[str, Any]]) -> str:
+def _verdict(rows: list[RawRow]) -> str:
     if not rows:
         return "no finished pass"
-    accepted = sum(bool(r.get("corpus_accepted")) for r in rows)
+    accepted = sum(r.accepted for r in rows)
     return "accepted" if accepted == len(rows) else "not accepted" if accepted == 0 else "mixed"
 
 
-def _median_time(rows: list[dict[str, Any]]) -> float | None:
+def _median_time(rows: list[RawRow]) -> float | None:
     """Median measured pass; with several datasets (K6), median over rounds of the job time (the sum of a
     round's dataset passes, counted only when every dataset's pass of that round was), never pooled passes."""
-    good = [r for r in rows if r.get("status") == "ok" and not r.get("excluded") and r.get("pass_s")]
-    if any(r.get("dataset") for r in rows):
-        names = {r.get("dataset") for r in rows}
+    good = [r for r in rows if r.ok and not r.excluded and r.pass_s]
+    if any(r.dataset for r in rows):
+        names = {r.dataset for r in rows}
         rounds: dict[tuple[Any, Any], dict[Any, float]] = {}
         for r in good:
-            rounds.setdefault((r["round"], r.get("seed")), {})[r.get("dataset")] = r["pass_s"]
+            rounds.setdefault((r.round, r.seed), {})[r.dataset] = r.pass_s
         times = [sum(t.values()) for t in rounds.values() if set(t) == names]
     else:
-        times = [r["pass_s"] for r in good]
+        times = [r.pass_s for r in good]
     return statistics.median(times) if times else None
 
 
-def _outcome(pair: dict[str, Any], new_accepted: bool, bound: float | None) -> str:
-    if pair is None or not pair["common_ids"]:
+def _outcome(pair: FileComparison | None, new_accepted: bool, bound: float | None) -> str:
+    if pair is None or not pair.common_ids:
         return "not comparable"
-    if pair["identical"]:
+    if pair.identical:
         return "identical"
-    if bound is not None and pair["same_ids"] and pair["max_abs_prob_diff"] is not None \
-            and pair["max_abs_prob_diff"] <= bound:
+    if bound is not None and pair.same_ids and pair.max_abs_prob_diff is not None \
+            and pair.max_abs_prob_diff <= bound:
         return "within bound"
     return "acceptable only" if new_accepted else "not acceptable"
 
@@ -422,54 +422,13 @@ def compare_campaigns(old: str | os.PathLike[str], new: str | os.PathLike[str]) 
     else:
         changes = [{"key": k, "old": a, "new": b, "bookkeeping": k in BOOKKEEPING}
                    for k, a, b in manifest_differences(manifests[0].to_json(), manifests[1].to_json())]
-    old_rows, new_rows = build_rows(old), build_rows(new)
+    old_rows, new_rows = [RawRow.of(r) for r in build_rows(old)], [RawRow.of(r) for r in build_rows(new)]
     old_slots, new_slots = _final_attempts(old_rows), _final_attempts(new_rows)
     target = protocol.reproduction.target
     bound = protocol.reproduction.bound
-    variants: dict[str, Any] = {}
-    for variant in [v.name for v in protocol.variants]:
-        o_rows = [r for k, r in sorted(old_slots.items()) if r["variant"] == variant]
-        n_rows = [r for k, r in sorted(new_slots.items()) if r["variant"] == variant]
-        pairs = []
-        for key, n_row in sorted(new_slots.items()):
-            if n_row["variant"] != variant:
-                continue
-            o_row = old_slots.get(key)
-            pair = None
-            if o_row and o_row.get("prediction_file") and n_row.get("prediction_file") \
-                    and (old / o_row["prediction_file"]).is_file() and (new / n_row["prediction_file"]).is_file():
-                pair = compare_predictions(old / o_row["prediction_file"], new / n_row["prediction_file"],
-                                           protocol)
-            outcome = _outcome(pair, bool(n_row.get("corpus_accepted")), bound)
-            pairs.append({"round": key[0], "position": key[1], "old_pass": o_row["pass_id"] if o_row else None,
-                          "new_pass": n_row["pass_id"], "outcome": outcome, **(pair or {})})
-        worst = max((OUTCOMES.index(p["outcome"]) for p in pairs), default=OUTCOMES.index("not comparable"))
-        agreements = [p["label_agreement"] for p in pairs if p.get("label_agreement") is not None]
-        diffs = [p["max_abs_prob_diff"] for p in pairs if p.get("max_abs_prob_diff") is not None]
-        cosines = [p["min_cosine"] for p in pairs if p.get("min_cosine") is not None]  # an embedding job's
-        old_median, new_median = _median_time(o_rows), _median_time(n_rows)
-        old_verdict, new_verdict = _verdict(o_rows), _verdict(n_rows)
-        outputs = OUTCOMES[worst]
-        met = {"identical": outputs == "identical",
-               "bounded": outputs in ("identical", "within bound"),
-               "acceptable": new_verdict == "accepted"}[target]
-        variants[variant] = {
-            "old_verdict": old_verdict, "new_verdict": new_verdict, "same_verdict": old_verdict == new_verdict,
-            "old_accepted": sum(bool(r.get("corpus_accepted")) for r in o_rows), "old_passes": len(o_rows),
-            "new_accepted": sum(bool(r.get("corpus_accepted")) for r in n_rows), "new_passes": len(n_rows),
-            "outputs": outputs, "reproduction_target_met": met,
-            "min_label_agreement": min(agreements) if agreements else None,
-            "max_abs_prob_diff": max(diffs) if diffs else None,
-            "min_cosine": min(cosines) if cosines else None,
-            "old_median_pass_s": old_median, "new_median_pass_s": new_median,
-            "median_ratio": (new_median / old_median) if old_median and new_median else None,
-            "pairs": pairs,
-        }
-        if new_campaign.datasets:  # K6: the per-dataset verdicts carried over
-            variants[variant]["datasets"] = {
-                d.name: _dataset_verdicts([r for r in o_rows if r.get("dataset") == d.name],
-                                          [r for r in n_rows if r.get("dataset") == d.name])
-                for d in new_campaign.datasets}
+    variants = {variant.name: _variant_comparison(variant.name, old, new, old_slots, new_slots, protocol,
+                                                  [d.name for d in new_campaign.datasets])
+                for variant in protocol.variants}
     stack_changed = [c["key"] for c in changes if not c["bookkeeping"]]
     return {
         "schema_version": COMPARISON_SCHEMA,
@@ -480,18 +439,121 @@ def compare_campaigns(old: str | os.PathLike[str], new: str | os.PathLike[str]) 
         "corpus_fingerprint": new_campaign.corpus.fingerprint,
         "manifest_changes": changes,
         "stack_changed": bool(stack_changed),
-        "same_verdicts": all(v["same_verdict"] and all(d["same_verdict"] for d in (v.get("datasets") or {}).values())
+        "same_verdicts": all(v.verdicts.same_verdict and all(d.same_verdict for d in v.datasets.values())
                              for v in variants.values()),
-        "variants": variants,
+        "variants": {name: v.to_json() for name, v in variants.items()},
     }
 
 
-def _dataset_verdicts(o_rows: list[dict[str, Any]], n_rows: list[dict[str, Any]]) -> dict[str, Any]:
-    old, new = _verdict(o_rows), _verdict(n_rows)
-    return {"old_verdict": old, "new_verdict": new, "same_verdict": old == new,
-            "old_accepted": sum(bool(r.get("corpus_accepted")) for r in o_rows), "old_passes": len(o_rows),
-            "new_accepted": sum(bool(r.get("corpus_accepted")) for r in n_rows), "new_passes": len(n_rows),
-            "old_median_pass_s": _median_time(o_rows), "new_median_pass_s": _median_time(n_rows)}
+def _variant_comparison(variant: str, old: Path, new: Path, old_slots: dict[tuple[int | None, int | None], RawRow],
+                        new_slots: dict[tuple[int | None, int | None], RawRow], protocol: Protocol,
+                        datasets: list[str]) -> VariantComparison:
+    """One variant's passes in the two campaigns: each pair of matching passes' outputs compared, the verdicts."""
+    o_rows = [r for k, r in sorted(old_slots.items()) if r.variant == variant]
+    n_rows = [r for k, r in sorted(new_slots.items()) if r.variant == variant]
+    pairs = []
+    for key, n_row in sorted(new_slots.items()):
+        if n_row.variant != variant:
+            continue
+        o_row = old_slots.get(key)
+        pair = None
+        if o_row and o_row.prediction_file and n_row.prediction_file \
+                and (old / o_row.prediction_file).is_file() and (new / n_row.prediction_file).is_file():
+            pair = compare_predictions(old / o_row.prediction_file, new / n_row.prediction_file, protocol)
+        pairs.append(PassPair(key[0], key[1], o_row.pass_id if o_row else None, n_row.pass_id,
+                              _outcome(pair, n_row.accepted, protocol.reproduction.bound),
+                              pair))
+    worst = max((OUTCOMES.index(p.outcome) for p in pairs), default=OUTCOMES.index("not comparable"))
+    found = [p.comparison for p in pairs if p.comparison is not None]
+    agreements = [c.label_agreement for c in found if c.label_agreement is not None]
+    diffs = [c.max_abs_prob_diff for c in found if c.max_abs_prob_diff is not None]
+    cosines = [c.lowest_cosine() for c in found if c.lowest_cosine() is not None]  # an embedding job's
+    verdicts = VerdictChange.of(o_rows, n_rows)
+    outputs = OUTCOMES[worst]
+    met = {"identical": outputs == "identical",
+           "bounded": outputs in ("identical", "within bound"),
+           "acceptable": verdicts.new_verdict == "accepted"}[protocol.reproduction.target]
+    return VariantComparison(
+        verdicts, outputs, met, min(agreements) if agreements else None, max(diffs) if diffs else None,
+        min(cosines) if cosines else None, tuple(pairs),
+        {name: VerdictChange.of([r for r in o_rows if r.dataset == name],
+                                [r for r in n_rows if r.dataset == name]) for name in datasets})
+
+
+@dataclass(frozen=True)
+class VerdictChange:
+    """The verdicts of one variant's passes (or of one dataset's, K6) in the earlier campaign and in the rerun:
+    each campaign's verdict, accepted and finished passes, median measured pass time."""
+
+    old_verdict: str
+    new_verdict: str
+    old_accepted: int
+    old_passes: int
+    new_accepted: int
+    new_passes: int
+    old_median_pass_s: float | None
+    new_median_pass_s: float | None
+
+    @classmethod
+    def of(cls, o_rows: list[RawRow], n_rows: list[RawRow]) -> VerdictChange:
+        return cls(_verdict(o_rows), _verdict(n_rows), sum(r.accepted for r in o_rows),
+                   len(o_rows), sum(r.accepted for r in n_rows), len(n_rows),
+                   _median_time(o_rows), _median_time(n_rows))
+
+    @property
+    def same_verdict(self) -> bool:
+        return self.old_verdict == self.new_verdict
+
+    def to_json(self) -> dict[str, str | int | float | bool | None]:
+        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "same_verdict": self.same_verdict}
+
+
+@dataclass(frozen=True)
+class PassPair:
+    """Two matching passes (same round and position) and how their outputs compare (None: not comparable)."""
+
+    round: int
+    position: int
+    old_pass: str | None
+    new_pass: str
+    outcome: str
+    comparison: FileComparison | None
+
+    def to_json(self) -> dict[str, str | int | float | bool | None]:
+        return {"round": self.round, "position": self.position, "old_pass": self.old_pass,
+                "new_pass": self.new_pass, "outcome": self.outcome,
+                **(self.comparison.to_json() if self.comparison is not None else {})}
+
+
+@dataclass(frozen=True)
+class VariantComparison:
+    """One variant in the rerun against the earlier campaign: its verdicts, the worst outcome of its pairs of
+    passes, whether the declared reproduction target is met, the extremes of its pairs' comparisons, its pairs and
+    (K6) each dataset's verdicts."""
+
+    verdicts: VerdictChange
+    outputs: str
+    reproduction_target_met: bool
+    min_label_agreement: float | None
+    max_abs_prob_diff: float | None
+    min_cosine: float | None
+    pairs: tuple[PassPair, ...]
+    datasets: dict[str, VerdictChange]
+
+    @property
+    def median_ratio(self) -> float | None:
+        old, new = self.verdicts.old_median_pass_s, self.verdicts.new_median_pass_s
+        return new / old if old and new else None
+
+    def to_json(self) -> dict[str, Any]:
+        out = {**self.verdicts.to_json(), "outputs": self.outputs,
+               "reproduction_target_met": self.reproduction_target_met,
+               "min_label_agreement": self.min_label_agreement, "max_abs_prob_diff": self.max_abs_prob_diff,
+               "min_cosine": self.min_cosine, "median_ratio": self.median_ratio,
+               "pairs": [p.to_json() for p in self.pairs]}
+        if self.datasets:  # K6: the per-dataset verdicts carried over
+            out["datasets"] = {name: d.to_json() for name, d in self.datasets.items()}
+        return out
 
 
 __all__ = ["COMPARISON_SCHEMA", "OUTCOMES", "Staged", "compare_campaigns", "compare_predictions", "rerun",

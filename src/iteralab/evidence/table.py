@@ -19,7 +19,7 @@ from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
 from iteralab.campaign.manifest import rocm_compatibility_line
 from iteralab.campaign.kinds.base import JobKind
 from iteralab.campaign.kinds.registry import kind_of
-from iteralab.campaign.verdict.judge import judge_campaign
+from iteralab.campaign.verdict.judge import FinishedPass, judge_campaign
 from iteralab.campaign.verdict.record import Verdict
 from iteralab.common.files import write_text_atomic
 from iteralab.errors import IteraError
@@ -91,16 +91,15 @@ def build_rows(campaign_dir: str | Path, reader: Any = None, context: Any = None
     return rows
 
 
-def finished_passes(state: Any) -> list[dict[str, Any]]:
+def finished_passes(state: Any) -> list[FinishedPass]:
     """The finished passes in journal order, as the verdict stage reads them."""
     finished = []
     for pid in state.order:
         if pid in state.finished:
             f = state.result(pid)
-            finished.append({"pass_id": pid, "variant": state.started[pid]["variant"], "status": f.status,
-                             "prediction_file": f.output.file, "prediction_sha256": f.output.sha256,
-                             "queries_sha256": f.extra.get("queries_sha256"),
-                             "dataset": state.started[pid].get("dataset"), "seed": state.started[pid].get("seed")})
+            finished.append(FinishedPass(pid, state.started[pid]["variant"], f.status, f.output.file, f.output.sha256,
+                                         f.extra.get("queries_sha256"), state.started[pid].get("dataset"),
+                                         state.started[pid].get("seed")))
     return finished
 
 
@@ -190,7 +189,7 @@ def _verdict_cells(row: dict[str, Any], v: Verdict, kind: JobKind, n_classes: in
                 "metric_name", "metric", "metric_ref", "metric_delta", "threshold_ok", "tolerance_ok",
                 "subgroups_ok", "label_agreement", "max_abs_prob_diff", "reproduction_ok", "corpus_accepted"):
         row[key] = v.cell(key)
-    kind.verdict.row_cells(row, v.to_json(), notes)
+    kind.verdict.row_cells(row, v, notes)
     row["subgroup_metrics"] = v.subgroups if v.has("subgroups") else None
     if v.reasons:
         notes.append(NOT_ACCEPTED + ", ".join(v.reasons))

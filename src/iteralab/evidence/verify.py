@@ -55,6 +55,24 @@ INTRINSIC_KEYS = ("expected_ids", "observed_ids", "unique_ids", "duplicates", "m
                   "threshold_ok", "subgroups", "subgroup_classes", "routine_error", "queries_error")
 
 
+@dataclass(frozen=True)
+class PassVerdict:
+    """One pass's verdict as the audit recomputed it from the stored files (the audit record's ``verdicts``)."""
+
+    pass_id: str
+    variant: str
+    status: str | None
+    corpus_accepted: bool
+    prediction_file: str | None
+    #: K6: its dataset (None: the campaign's one corpus; then absent from the record)
+    dataset: str | None = None
+
+    def to_json(self) -> dict[str, str | bool | None]:
+        return {"pass_id": self.pass_id, "variant": self.variant, "status": self.status,
+                "corpus_accepted": self.corpus_accepted, "prediction_file": self.prediction_file,
+                **({"dataset": self.dataset} if self.dataset is not None else {})}
+
+
 @dataclass
 class AuditReport:
     folder: Path
@@ -64,7 +82,7 @@ class AuditReport:
     accepted: int = 0
     files_hashed: int = 0
     seal_digest: str | None = None
-    verdicts: list[dict[str, Any]] = field(default_factory=list)
+    verdicts: list[PassVerdict] = field(default_factory=list)
     #: K6: per dataset, the passes and accepted passes recomputed from the stored files (empty for one corpus).
     datasets: dict[str, dict[str, int]] = field(default_factory=dict)
 
@@ -81,7 +99,8 @@ class AuditReport:
         return {"schema_version": AUDIT_SCHEMA, "folder": str(self.folder), "ok": self.ok,
                 "differences": list(self.differences), "notes": list(self.notes), "passes": self.passes,
                 "accepted": self.accepted, "files_hashed": self.files_hashed, "seal_digest": self.seal_digest,
-                "verdicts": self.verdicts, **({"datasets": self.datasets} if self.datasets else {})}
+                "verdicts": [v.to_json() for v in self.verdicts],
+                **({"datasets": self.datasets} if self.datasets else {})}
 
     def never_sealed(self) -> bool:
         """The only difference is a missing hash list: the folder was never sealed (nothing was changed)."""
@@ -347,8 +366,8 @@ def _check_journal(audit: _Audit, campaign: CampaignRecord, protocol: Any, conte
             audit.note(f"{JOURNAL_NAME}: pass {pid} has no recorded evaluation yet (interrupted); its verdict "
                        "is recomputed from its stored file")
             continue
-        recomputed = _normal(reader.verdict(path, protocol, expected, context.routine, context.queries,
-                                            context.references))
+        own = reader.verdict(path, protocol, expected, context.routine, context.queries, context.references)
+        recomputed = _normal(own.to_json() if own is not None else {})
         recorded = _normal(intrinsic)
         for key in INTRINSIC_KEYS:
             if key in recorded and recorded.get(key) != recomputed.get(key):
@@ -408,10 +427,8 @@ def _check_table(audit: _Audit, context: Any, reader: Any) -> None:
     rows = build_rows(audit.folder, reader, context)
     audit.report.passes = len(rows)
     audit.report.accepted = sum(1 for r in rows if r.get("corpus_accepted") is True)
-    audit.report.verdicts = [{"pass_id": r["pass_id"], "variant": r["variant"], "status": r.get("status"),
-                              "corpus_accepted": bool(r.get("corpus_accepted")),
-                              "prediction_file": r.get("prediction_file"),
-                              **({"dataset": r["dataset"]} if r["dataset"] is not None else {})} for r in rows]
+    audit.report.verdicts = [PassVerdict(r["pass_id"], r["variant"], r.get("status"), bool(r.get("corpus_accepted")),
+                                         r.get("prediction_file"), r["dataset"]) for r in rows]
     for r in rows:
         if r["dataset"] is not None:  # K6: the per-dataset verdicts, recomputed
             counts = audit.report.datasets.setdefault(str(r["dataset"]), {"passes": 0, "accepted": 0})
@@ -465,4 +482,4 @@ def _short(value: str | None, limit: int = 40) -> str:
     return repr(value if len(value) <= limit else value[:limit] + "…")
 
 
-__all__ = ["AUDIT_SCHEMA", "AuditReport", "SEAL_FILES", "audit_campaign"]
+__all__ = ["AUDIT_SCHEMA", "AuditReport", "PassVerdict", "SEAL_FILES", "audit_campaign"]

@@ -58,7 +58,7 @@ class JobKind:
     #: Whether its model keeps a KV cache per prompt position while it runs (the memory estimate adds that term
     #: beside the weights: ``evidence.memory``).
     kv_cache: ClassVar[bool] = False
-    #: Its verdict part: how its file is read and hashed, its metric cells, its comparison with the reference pass
+    #: Its verdict part: its metric cells, its comparison with the reference pass
     #: (``<kind>/verdict.py``; what it answers: :class:`~iteralab.campaign.kinds.verdictpart.VerdictPart`).
     verdict: ClassVar[VerdictPart]
     #: Its raw table's columns, in order: the common ones (``campaign.folder.COLUMNS``) and its own.

@@ -8,9 +8,9 @@ Every kind's verdict part (``<kind>/verdict.py``) and ``campaign.verdict`` build
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -23,8 +23,8 @@ from iteralab.common.arrow import release_unused
 if TYPE_CHECKING:
     from iteralab.plan.protocol import Protocol
 
-__all__ = ["READ_BLOCK", "Expected", "IdMatch", "corpus_texts", "file_rows",
-           "id_cells", "id_examples", "load_expected", "match_ids", "missing_verdict"]
+__all__ = ["READ_BLOCK", "Expected", "IdCells", "IdMatch", "corpus_texts", "file_rows",
+           "id_cells", "id_examples", "load_expected", "match_ids"]
 
 
 #: Bytes of the corpus copy parsed at a time when its ids and labels are read (each piece's parsing
@@ -113,12 +113,6 @@ def _first_sorted(values: pa.Array, n: int = 3) -> list[str]:
     return values.take(pc.array_sort_indices(values)[:n]).to_pylist()
 
 
-def missing_verdict(name: str, protocol: Protocol, expected: Expected) -> dict[str, Any]:
-    return {"expected_ids": len(expected), "observed_ids": None, "ids_match": False, "format_ok": False,
-            "coverage": 0.0, "coverage_ok": False, "metric_name": protocol.metric.label, "metric": None,
-            "threshold_ok": False, "subgroups": {}, "problems": [f"prediction file {name} is missing"]}
-
-
 @dataclass(frozen=True)
 class IdMatch:
     """How a file's ids meet the expected ids: which expected rows are ``covered``, the file row of each (``last``:
@@ -154,19 +148,35 @@ def match_ids(ids: pa.Array, expected: Expected) -> IdMatch:
     return IdMatch(per_expected > 0, last, repeated, extra_unique)
 
 
+@dataclass(frozen=True)
+class IdCells:
+    """The verdict's id, format and coverage cells of a file (:func:`id_cells`)."""
+
+    expected_ids: int
+    observed_ids: int
+    unique_ids: int
+    duplicates: int
+    missing: int
+    extra: int
+    ids_match: bool
+    format_ok: bool
+    format_problems: tuple[str, ...]
+    n_format_problems: int
+    coverage: float
+
+    def cell_values(self) -> dict[str, object]:
+        """The cells by name, in their order (what ``Verdict.with_cells`` takes)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
 def id_cells(match: IdMatch, records: int, rows: int, expected: Expected, problems: tuple[str, ...],
-             n_problems: int) -> dict[str, Any]:
+             n_problems: int) -> IdCells:
     """The verdict's id, format and coverage cells of a file (``records`` read, ``rows`` with an id)."""
     covered, n_expected = match.covered, len(expected)
     duplicates, missing, extra = len(match.repeated), int(n_expected - covered.sum()), len(match.extra_unique)
-    return {
-        "expected_ids": n_expected, "observed_ids": records, "unique_ids": int(covered.sum()) + extra,
-        "duplicates": duplicates, "missing": missing, "extra": extra,
-        "ids_match": not duplicates and not missing and not extra and rows == n_expected,
-        "format_ok": not n_problems, "format_problems": list(problems),
-        "n_format_problems": n_problems,
-        "coverage": int(covered.sum()) / n_expected if n_expected else 0.0,
-    }
+    return IdCells(n_expected, records, int(covered.sum()) + extra, duplicates, missing, extra,
+                   not duplicates and not missing and not extra and rows == n_expected, not n_problems,
+                   tuple(problems), n_problems, int(covered.sum()) / n_expected if n_expected else 0.0)
 
 
 def id_examples(match: IdMatch, expected: Expected) -> dict[str, list[str]]:

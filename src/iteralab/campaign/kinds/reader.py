@@ -1,6 +1,7 @@
 """Reads the prediction files of one folder once (:class:`FileReader`): one read gives a file's sha256 and its
-arrays, through the file's kind (``kind.verdict.read``). Every kind's comparison with a reference file reads
-through it, so no file is decoded twice for one campaign's verdict. Writes nothing.
+arrays, through the file's kind (``kind.output.read_with_sha256``, the one reader of its file). Every kind's
+comparison with a reference file reads through it, so no file is decoded twice for one campaign's verdict. Writes
+nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pyarrow as pa
 
 from iteralab.campaign.kinds.base import JobKind
 from iteralab.campaign.kinds.registry import kind_of
+from iteralab.campaign.kinds.verdictpart import FileComparison
 from iteralab.common.arrow import release_unused
 from iteralab.plan.protocol import Protocol
 
@@ -40,7 +42,7 @@ class FileReader:
         self._hashes: dict[Path, tuple[tuple[int, int], str]] = {}
         self._sets: OrderedDict[Path, tuple[tuple[int, int], Any]] = OrderedDict()
         #: (file, its sha256, reference file, its sha256) -> the kind's comparison of the two (kept small)
-        self.comparisons: dict[tuple[Path, str, Path, str], dict[str, Any]] = {}
+        self.comparisons: dict[tuple[Path, str, Path, str], FileComparison] = {}
 
     def drop(self, path: Path) -> None:
         """Let go of a file's arrays (its sha256 stays known)."""
@@ -61,7 +63,7 @@ class FileReader:
         self._sets.pop(key, None)
         while len(self._sets) >= max(self.keep, 1):  # room made before the read: the sets dropped are not held
             self._sets.popitem(last=False)            # while the new one is built
-        digest, found = self.kind.verdict.read(path, self.protocol, like)
+        digest, found = self.kind.output.read_with_sha256(path, self.protocol, like)
         release_unused()
         self._hashes[key] = (stamp, digest)
         if self.keep:

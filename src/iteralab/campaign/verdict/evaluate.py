@@ -15,7 +15,6 @@ per file gives its sha256 and its arrays).
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -23,38 +22,49 @@ from typing import Any, Mapping
 import pyarrow as pa
 
 from iteralab.campaign.folder import PROTOCOL, CampaignFolder
-from iteralab.campaign.kinds.expected import Expected, id_cells, id_examples, load_expected, match_ids, missing_verdict
+from iteralab.campaign.kinds.expected import Expected, id_cells, id_examples, load_expected, match_ids
 from iteralab.campaign.kinds.output import prediction_path
 from iteralab.campaign.kinds.reader import FileReader, file_stamp
 from iteralab.campaign.kinds.registry import kind_of
 from iteralab.campaign.kinds.routine import Routine, load_routine
 from iteralab.campaign.kinds.verdictpart import PassInputs
+from iteralab.campaign.verdict.record import Verdict
 from iteralab.plan.metric import TOL
 from iteralab.plan.protocol import Protocol, load_protocol
 
-__all__ = ["CampaignReads", "EvaluationContext", "PredictionReader", "campaign_protocol", "evaluate_file", "evaluate_pass", "evaluate_set"]
+__all__ = ["CampaignReads", "EvaluationContext", "PredictionReader", "campaign_protocol", "evaluate_file",
+           "evaluate_pass", "evaluate_set", "missing_verdict"]
 
 
 def evaluate_set(found: Any, protocol: Protocol, expected: Expected, routine: Routine | None = None,
                  queries: Any = None, path: Path | None = None,
-                 references: pa.Array | None = None) -> dict[str, Any]:
+                 references: pa.Array | None = None) -> Verdict:
     """The checks of one pass's output set on its own: ids, format, coverage (every kind alike), then its kind's
     metric cells (metric vs threshold, subgroups: ``kind.verdict.metric_cells``). ``routine``: the campaign's
     metric routine; ``queries``: an embedding job's queries, whose vectors the pass wrote beside ``path``;
     ``references``: a generation source's reference answers."""
-    part = kind_of(protocol).verdict
+    kind = kind_of(protocol)
     match = match_ids(found.ids, expected)
-    problems, n_problems = part.problems(found)
-    verdict = id_cells(match, found.records, len(found.ids), expected, problems, n_problems)
-    verdict["coverage_ok"] = verdict["coverage"] + TOL >= protocol.checks.coverage
-    verdict.update(part.metric_cells(found, protocol, expected, match, PassInputs(routine, queries, references, path)))
-    verdict.setdefault("subgroup_classes", {})
-    verdict["examples"] = id_examples(match, expected)
-    return verdict
+    ids = id_cells(match, found.records, len(found.ids), expected, found.problems, found.problem_count)
+    verdict = Verdict.of(kind, **ids.cell_values(), coverage_ok=ids.coverage + TOL >= protocol.checks.coverage)
+    verdict = kind.verdict.metric_cells(verdict, found, protocol, expected, match,
+                                        PassInputs(routine, queries, references, path))
+    assert isinstance(verdict, Verdict)
+    if not verdict.has("subgroup_classes"):
+        verdict = verdict.with_cells(subgroup_classes={})
+    return verdict.with_cells(examples=id_examples(match, expected))
+
+
+def missing_verdict(name: str, protocol: Protocol, expected: Expected) -> Verdict:
+    """The verdict of a pass whose prediction file is missing: every check fails."""
+    return Verdict.of(kind_of(protocol), expected_ids=len(expected), observed_ids=None, ids_match=False,
+                      format_ok=False, coverage=0.0, coverage_ok=False, metric_name=protocol.metric.label,
+                      metric=None, threshold_ok=False, subgroups={},
+                      problems=(f"prediction file {name} is missing",))
 
 
 def evaluate_file(pred_path: Path, protocol: Protocol, expected: Expected,
-                  reader: PredictionReader | None = None, routine: Routine | None = None) -> dict[str, Any]:
+                  reader: PredictionReader | None = None, routine: Routine | None = None) -> Verdict:
     """:func:`evaluate_set` of a stored prediction file (a missing file fails every check)."""
     reader = reader or PredictionReader(protocol)
     entry = reader.read(pred_path, expected.ids)
@@ -75,11 +85,11 @@ class PredictionReader(FileReader):
 
     def __init__(self, protocol: Protocol, keep: int = 4) -> None:
         super().__init__(protocol, keep)
-        self._verdicts: dict[tuple[Path, str, Any], dict[str, Any]] = {}
+        self._verdicts: dict[tuple[Path, str, Any], Verdict] = {}
 
     def verdict(self, path: Path, protocol: Protocol, expected: Expected, routine: Routine | None = None,
-                queries: Any = None, references: pa.Array | None = None) -> dict[str, Any] | None:
-        """:func:`evaluate_set` of the file (computed once per file version; each caller gets its own copy);
+                queries: Any = None, references: pa.Array | None = None) -> Verdict | None:
+        """:func:`evaluate_set` of the file (computed once per file version; a verdict is never changed);
         ``routine``: the campaign's metric routine; ``queries``: its queries (metric.queries: the verdict also reads
         the pass's query vector file, whose version is part of the key)."""
         digest = self.sha256(path, expected.ids)
@@ -91,7 +101,7 @@ class PredictionReader(FileReader):
             if entry is None:
                 return None
             self._verdicts[key] = evaluate_set(entry[1], protocol, expected, routine, queries, path, references)
-        return copy.deepcopy(self._verdicts[key])
+        return self._verdicts[key]
 
     def _side(self, path: Path) -> tuple[int, int] | None:
         """The version of the file beside ``path`` that the kind's verdict also reads (None: none)."""
@@ -124,7 +134,7 @@ class CampaignReads:
             self._reader = PredictionReader(self.context.protocol, keep=1)
         return self._reader
 
-    def compare_with_reference(self, path: Path, finished: Mapping[str, Any], verdict: Mapping[str, Any],
+    def compare_with_reference(self, path: Path, finished: Mapping[str, Any], verdict: Verdict,
                                dataset: str | None) -> None:
         """After a pass's evaluation: remember it as its dataset's reference when it is the first complete pass
         of the reference variant (``finished``: its ``variant``, ``status`` and recorded ``prediction_sha256``),
@@ -142,7 +152,7 @@ class CampaignReads:
         reference = self._references.get(dataset)
         if reference is None:
             if finished.get("variant") != context.protocol.metric.reference_variant or not (
-                    finished.get("status") == "ok" and verdict.get("ids_match") and verdict.get("format_ok")
+                    finished.get("status") == "ok" and verdict.ids_match and verdict.format_ok
                     and finished.get("prediction_sha256") == digest):
                 return
             reference = self._references[dataset] = (path.resolve(), digest, file_stamp(path), in_order)
@@ -201,8 +211,9 @@ class EvaluationContext:
 
 def evaluate_pass(campaign_dir: str | Path, pass_id: str, reads: CampaignReads | None = None,
                   dataset: str | None = None, finished: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The checks of one pass's file on its own; with ``finished`` (the pass's record and variant), also its
-    comparison with the reference pass (:meth:`CampaignReads.compare_with_reference`)."""
+    """The checks of one pass's file on its own, in the JSON form the journal holds (``pass_evaluated``'s
+    ``intrinsic``); with ``finished`` (the pass's record and variant), also its comparison with the reference pass
+    (:meth:`CampaignReads.compare_with_reference`)."""
     campaign_dir = Path(campaign_dir)
     reads = reads or CampaignReads(campaign_dir)
     path = prediction_path(campaign_dir, pass_id)
@@ -210,8 +221,8 @@ def evaluate_pass(campaign_dir: str | Path, pass_id: str, reads: CampaignReads |
     verdict = reads.reader.verdict(path, context.protocol, context.expected, context.routine, context.queries,
                                    context.references)
     if verdict is None:
-        return missing_verdict(path.name, context.protocol, context.expected)
+        return missing_verdict(path.name, context.protocol, context.expected).to_json()
     if finished is not None:
         reads.compare_with_reference(path, finished, verdict, dataset)
-    return verdict
+    return verdict.to_json()
 

@@ -9,13 +9,13 @@ folder: a comparison the run already made while it evaluated the passes is not m
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from iteralab.campaign.kinds.expected import missing_verdict
 from iteralab.campaign.kinds.output import prediction_path
-from iteralab.campaign.verdict.evaluate import EvaluationContext, PredictionReader
+from iteralab.campaign.kinds.verdictpart import FileComparison
+from iteralab.campaign.verdict.evaluate import EvaluationContext, PredictionReader, missing_verdict
 from iteralab.campaign.verdict.record import Verdict
 from iteralab.plan.metric import TOL
 from iteralab.plan.protocol import Protocol
@@ -25,6 +25,22 @@ HASH_PROBLEM = "prediction file does not match its recorded sha256"
 #: A pass's own file checks and the reason each gives when it fails.
 FILE_CHECKS = (("ids_match", "ids do not match"), ("format_ok", "format"), ("hash_ok", "hash"),
                ("coverage_ok", "coverage"))
+
+
+@dataclass(frozen=True)
+class FinishedPass:
+    """A finished pass as the verdict reads it from the journal: its id and variant, how it ended, its prediction
+    file and the sha256s recorded for it (``queries_sha256``: its query vector file's, metric.queries), its dataset
+    (K6) and seed (Q3)."""
+
+    pass_id: str
+    variant: str
+    status: str | None
+    prediction_file: str | None
+    prediction_sha256: str | None
+    queries_sha256: str | None = None
+    dataset: str | None = None
+    seed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -107,14 +123,14 @@ def subgroup_check(protocol: Protocol, key: str, value: float | None, reference:
                          has_reference, pass_id, protocol.metric.higher_is_better if by_metric else True)
 
 
-def compare_predictions(a: Path, b: Path, protocol: Protocol) -> dict[str, Any]:
+def compare_predictions(a: Path, b: Path, protocol: Protocol) -> FileComparison:
     """How far two prediction files agree, as their kind compares them (``kind.verdict.compare_files``: a
     classification job's labels and probabilities, an embedding job's vectors, a generation job's texts)."""
     reader = PredictionReader(protocol)
     return reader.kind.verdict.compare_files(a, b, protocol, reader)
 
 
-def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reader: PredictionReader | None = None,
+def judge_campaign(campaign_dir: str | Path, passes: list[FinishedPass], reader: PredictionReader | None = None,
                    context: EvaluationContext | None = None) -> dict[str, Verdict]:
     """Full verdict of each finished pass, including the comparisons with the reference variant.
 
@@ -124,32 +140,32 @@ def judge_campaign(campaign_dir: str | Path, passes: list[dict[str, Any]], reade
     """
     campaign_dir = Path(campaign_dir)
     context = context or EvaluationContext.of(campaign_dir)
-    groups = list(dict.fromkeys(p.get("dataset") for p in passes))
+    groups = list(dict.fromkeys(p.dataset for p in passes))
     if groups != [None] and passes:  # K6: each dataset's passes judged against it, with its own reference pass
         judged: dict[str, Verdict] = {}
         for name in groups:
-            mine = [{**p, "dataset": None} for p in passes if p.get("dataset") == name]
+            mine = [replace(p, dataset=None) for p in passes if p.dataset == name]
             judged.update(judge_campaign(campaign_dir, mine, reader, context.of_dataset(name)))
         return judged
-    seeds = list(dict.fromkeys(p.get("seed") for p in passes))
+    seeds = list(dict.fromkeys(p.seed for p in passes))
     if len(seeds) > 1:  # Q3: several seeds kept apart, each seed's passes judged against its own reference pass
         judged = {}
         for seed in seeds:
-            judged.update(judge_campaign(campaign_dir, [{**p, "seed": None} for p in passes if p.get("seed") == seed],
+            judged.update(judge_campaign(campaign_dir, [replace(p, seed=None) for p in passes if p.seed == seed],
                                          reader, context))
         return judged
     protocol = context.protocol
     reader = reader or PredictionReader(protocol)
     verdicts, paths = _own_verdicts(campaign_dir, passes, reader, context)
     ref = ReferencePass(passes, verdicts, paths, reader, context)
-    return {p["pass_id"]: _judged(verdicts[p["pass_id"]], p, ref, context) for p in passes}
+    return {p.pass_id: _judged(verdicts[p.pass_id], p, ref, context) for p in passes}
 
 
 #: The cells that hold why a pass's metric could not be computed (the first one present is its reason).
 ERROR_CELLS = ("routine_error", "queries_error", "reference_error")
 
 
-def _judged(v: Verdict, p: dict[str, Any], ref: ReferencePass, context: EvaluationContext) -> Verdict:
+def _judged(v: Verdict, p: FinishedPass, ref: ReferencePass, context: EvaluationContext) -> Verdict:
     """A pass's own verdict ``v`` judged against the reference pass: the metric, the subgroups, the kind's
     comparison (``kind.verdict.compare``), the reproduction target, and the reasons it is not accepted."""
     protocol, part = context.protocol, ref.reader.kind.verdict
@@ -160,8 +176,9 @@ def _judged(v: Verdict, p: dict[str, Any], ref: ReferencePass, context: Evaluati
     reasons = [label for key, label in FILE_CHECKS if not v.cell(key)]
     errors = [v.cell(key) for key in ERROR_CELLS if v.cell(key)]
     reasons += errors[:1]
-    against, cells = _against_reference(v, ref.verdict, protocol)
-    v = v.with_cells(**cells)
+    against = _against_reference(v, ref.verdict, protocol)
+    v = v.with_cells(metric_ref=against.metric_ref, metric_delta=against.metric_delta,
+                     tolerance_ok=against.tolerance_ok)
     if v.metric is None:
         v = v.with_cells(threshold_ok=None, tolerance_ok=None)  # not evaluated: nothing to compare
         if not reasons:
@@ -169,45 +186,45 @@ def _judged(v: Verdict, p: dict[str, Any], ref: ReferencePass, context: Evaluati
     else:
         if not v.threshold_ok:
             reasons.append(f"{'below' if protocol.metric.higher_is_better else 'above'} threshold")
-        reasons += against
+        reasons += against.reasons
     # a group whose value the same error prevented is not evaluated, not a second reason
     unvalued = {k for k, value in v.subgroups.items() if value is None} if errors else set()
     failed_subgroups = _subgroup_reasons(v, ref.verdict, protocol,
                                          gating if part.subgroups_by_metric(protocol) else {}, unvalued)
     reasons += failed_subgroups
-    work = v.to_json()  # the kind's comparison sets its cells on the JSON form
-    kind_reasons, kind_subgroups = part.compare(work, ref, p, protocol, context.expected)
-    v = Verdict.from_json(work, ref.reader.kind)
-    reasons += kind_reasons
-    failed_subgroups += kind_subgroups
+    compared = part.compare(v, ref, ref.paths[p.pass_id] if p.prediction_file else None, protocol,
+                            context.expected)
+    v = v.with_cells(**compared.cell_values())
+    reasons += compared.reasons
+    failed_subgroups += compared.subgroup_reasons
     gated = any(subgroup_check(protocol, k, None, None, True) is not None for k in unvalued)
     v = v.with_cells(subgroups_ok=False if failed_subgroups else None if gated else True)
     if not v.reproduction_ok:
         reasons.append(f"reproduction target '{protocol.reproduction.target}'")
-    if p.get("status") != "ok":  # the first cause: whatever else fails follows from it
-        reasons = [f"pass {p.get('status', 'failed')}"]
+    if p.status != "ok":  # the first cause: whatever else fails follows from it
+        reasons = [f"pass {p.status or 'failed'}"]
     return v.with_cells(corpus_accepted=not reasons, reasons=reasons)
 
 
-def _own_verdicts(campaign_dir: Path, passes: list[dict[str, Any]], reader: PredictionReader,
+def _own_verdicts(campaign_dir: Path, passes: list[FinishedPass], reader: PredictionReader,
                   context: EvaluationContext) -> tuple[dict[str, Verdict], dict[str, Path]]:
     """Each pass's verdict on its own prediction file (ids, format, hash, metric), and the file's path."""
     protocol, expected = context.protocol, context.expected
     verdicts: dict[str, Verdict] = {}
     paths: dict[str, Path] = {}
     for p in passes:
-        path = paths[p["pass_id"]] = (campaign_dir / p["prediction_file"] if p.get("prediction_file")
-                                      else prediction_path(campaign_dir, p["pass_id"]))
+        path = paths[p.pass_id] = (campaign_dir / p.prediction_file if p.prediction_file
+                                   else prediction_path(campaign_dir, p.pass_id))
         digest = reader.sha256(path, expected.ids)
-        v = Verdict.from_json(reader.verdict(path, protocol, expected, context.routine, context.queries,
-                                             context.references) if digest
-                              else missing_verdict(path.name, protocol, expected), reader.kind)
-        v = v.with_cells(hash_ok=digest is not None and p.get("prediction_sha256") == digest and (
-            not v.has("queries_sha256") or v.cell("queries_sha256") == p.get("queries_sha256")))  # the query file
+        v = reader.verdict(path, protocol, expected, context.routine, context.queries, context.references) \
+            if digest else None
+        v = v or missing_verdict(path.name, protocol, expected)
+        v = v.with_cells(hash_ok=digest is not None and p.prediction_sha256 == digest and (
+            not v.has("queries_sha256") or v.cell("queries_sha256") == p.queries_sha256))  # the query file
         if digest is not None and not v.hash_ok:
             v = v.with_cells(problems=(*v.problems, HASH_PROBLEM))
-        v = v.with_cells(complete=p.get("status") == "ok" and v.ids_match and v.format_ok and v.hash_ok)
-        verdicts[p["pass_id"]] = v
+        v = v.with_cells(complete=p.status == "ok" and v.ids_match and v.format_ok and v.hash_ok)
+        verdicts[p.pass_id] = v
     return verdicts, paths
 
 
@@ -216,11 +233,11 @@ class ReferencePass:
     (``kind.verdict.compare``) reads it through (``paths``, ``reader``, ``key``, ``held``); its outputs are read
     (once) only when a comparison was not made as the passes were evaluated."""
 
-    def __init__(self, passes: list[dict[str, Any]], verdicts: dict[str, Verdict], paths: dict[str, Path],
+    def __init__(self, passes: list[FinishedPass], verdicts: dict[str, Verdict], paths: dict[str, Path],
                  reader: PredictionReader, context: EvaluationContext) -> None:
         self.name = context.protocol.metric.reference_variant
-        self.pass_id = next((p["pass_id"] for p in passes
-                             if p["variant"] == self.name and verdicts[p["pass_id"]].complete), None)
+        self.pass_id = next((p.pass_id for p in passes if p.variant == self.name and verdicts[p.pass_id].complete),
+                            None)
         self.verdict = verdicts.get(self.pass_id) if self.pass_id else None
         self.paths, self.reader, self.ids = paths, reader, context.expected.ids
         self.expected = context.expected
@@ -231,20 +248,28 @@ class ReferencePass:
         self.held: dict[str, Any] = {}
 
 
-def _against_reference(v: Verdict, ref_v: Verdict | None, protocol: Protocol) -> tuple[list[str], dict[str, Any]]:
-    """The metric against the reference pass's: the reasons, and the cells ``metric_ref``, ``metric_delta``,
-    ``tolerance_ok``."""
+@dataclass(frozen=True)
+class AgainstReference:
+    """A pass's metric against the reference pass's: the reference's value, the difference (None: either has
+    none), whether it is within the tolerance, and the reasons it is not."""
+
+    metric_ref: float | None
+    metric_delta: float | None
+    tolerance_ok: bool
+    reasons: tuple[str, ...] = ()
+
+
+def _against_reference(v: Verdict, ref_v: Verdict | None, protocol: Protocol) -> AgainstReference:
+    """The metric against the reference pass's (the cells ``metric_ref``, ``metric_delta``, ``tolerance_ok``)."""
     if ref_v is None:
-        return [f"no complete pass of reference variant {protocol.metric.reference_variant!r}"], \
-            {"metric_ref": None, "tolerance_ok": False}
+        return AgainstReference(None, None, False,
+                                (f"no complete pass of reference variant {protocol.metric.reference_variant!r}",))
     if ref_v.metric is None:  # a routine that failed on the reference pass: nothing to compare with
-        return [f"reference pass has no {protocol.metric.label} value"], \
-            {"metric_ref": None, "metric_delta": None, "tolerance_ok": False}
+        return AgainstReference(None, None, False, (f"reference pass has no {protocol.metric.label} value",))
     allowed = protocol.metric.allowed_drop(ref_v.metric)  # absolute, or relative to the reference's value
     ok = v.metric is not None and protocol.metric.within(v.metric, ref_v.metric, allowed)
-    cells = {"metric_ref": ref_v.metric, "metric_delta": None if v.metric is None else v.metric - ref_v.metric,
-             "tolerance_ok": ok}
-    return [] if ok else ["outside tolerance"], cells
+    return AgainstReference(ref_v.metric, None if v.metric is None else v.metric - ref_v.metric, ok,
+                            () if ok else ("outside tolerance",))
 
 
 def _subgroup_reasons(v: Verdict, ref_v: Verdict | None, protocol: Protocol,

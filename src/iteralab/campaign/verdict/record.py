@@ -65,6 +65,11 @@ class Verdict:
     keys: tuple[str, ...] = ()
 
     @classmethod
+    def of(cls, kind: JobKind, **cells: Any) -> Verdict:
+        """A verdict of a pass of ``kind`` holding these cells (common or the kind's own), in this order."""
+        return cls(own=kind.verdict.cells()).with_cells(**cells)
+
+    @classmethod
     def from_json(cls, data: Mapping[str, Any], kind: JobKind) -> Verdict:
         """The verdict of its JSON form (``kind``: the pass's kind, whose cells the form may hold)."""
         own_type = kind.verdict.cells

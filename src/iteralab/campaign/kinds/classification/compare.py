@@ -9,15 +9,16 @@ the verdict of a campaign (``judge``, through ``ClassificationVerdict.compare``)
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow.compute as pc
 
 from iteralab.campaign.kinds.classification.output import PredictionSet, label_prob_batches
+from iteralab.campaign.kinds.verdictpart import FileComparison
 
-__all__ = ["BLOCK", "BLOCK_BYTES", "block_rows", "compare_outputs", "compare_rows_with_file"]
+__all__ = ["BLOCK", "BLOCK_BYTES", "Agreement", "block_rows", "compare_outputs", "compare_rows_with_file"]
 
 #: Rows compared at a time (a prediction file's row group), at most :data:`BLOCK_BYTES` of float64 differences
 #: (rows × classes × 8 bytes): what a comparison holds beyond its two sets.
@@ -25,12 +26,21 @@ BLOCK = 1 << 15
 BLOCK_BYTES = 1 << 22
 
 
+@dataclass(frozen=True)
+class Agreement(FileComparison):
+    """Two prediction sets compared (:func:`compare_outputs`): beside the shared cells, how many distinct ids each
+    holds."""
+
+    ids_a: int = 0
+    ids_b: int = 0
+
+
 def block_rows(k: int) -> int:
     """Rows per block for ``k`` classes."""
     return max(1, min(BLOCK, BLOCK_BYTES // (8 * max(k, 1))))
 
 
-def compare_outputs(a: PredictionSet, b: PredictionSet, b_distinct: bool = False) -> dict[str, Any]:
+def compare_outputs(a: PredictionSet, b: PredictionSet, b_distinct: bool = False) -> Agreement:
     """Label agreement and largest absolute probability difference over the ids both output sets hold (a
     repeated id: its last record). ``b_distinct``: the caller knows ``b`` repeats no id (a pass whose ids
     matched the corpus), which spares counting distinct ids when both hold the same ids in the same order."""
@@ -43,13 +53,9 @@ def compare_outputs(a: PredictionSet, b: PredictionSet, b_distinct: bool = False
     common = where >= 0
     n_common = int(common.sum())
     same_ids = n_common == len(ua) == len(ub)
-    result: dict[str, Any] = {"ids_a": len(ua), "ids_b": len(ub), "common_ids": n_common, "same_ids": same_ids,
-                              "label_agreement": None, "max_abs_prob_diff": None}
-    if n_common:
-        result["label_agreement"], result["max_abs_prob_diff"] = _agreement(a, b, la[common], lb[where[common]])
-    result["identical"] = bool(same_ids and n_common and result["label_agreement"] == 1.0
-                               and result["max_abs_prob_diff"] == 0.0)
-    return result
+    agreement, worst = _agreement(a, b, la[common], lb[where[common]]) if n_common else (None, None)
+    return Agreement(n_common, same_ids, bool(same_ids and n_common and agreement == 1.0 and worst == 0.0),
+                     agreement, worst, len(ua), len(ub))
 
 
 def _agreement(a: PredictionSet, b: PredictionSet, ra: np.ndarray | None = None, rb: np.ndarray | None = None
@@ -85,7 +91,7 @@ def _agreement_of(blocks: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray, np.
     return same / n, None if nan or not comparable else worst
 
 
-def compare_rows_with_file(a: PredictionSet, path: Path, classes: tuple[str, ...]) -> dict[str, Any] | None:
+def compare_rows_with_file(a: PredictionSet, path: Path, classes: tuple[str, ...]) -> Agreement | None:
     """:func:`compare_outputs` of ``a`` with the prediction file at ``path`` when both hold the same distinct ids
     in the same order (the corpus order), the file read :func:`block_rows` records at a time: never held whole. None
     when the file's row count is not ``a``'s."""
@@ -105,13 +111,12 @@ def compare_rows_with_file(a: PredictionSet, path: Path, classes: tuple[str, ...
     return _row_result(n, agreement) if read == n else None
 
 
-def _compare_rows(a: PredictionSet, b: PredictionSet) -> dict[str, Any]:
+def _compare_rows(a: PredictionSet, b: PredictionSet) -> Agreement:
     n = len(a.ids)
     return _row_result(n, _agreement(a, b) if n else (None, None))
 
 
-def _row_result(n: int, agreement: tuple[float | None, float | None]) -> dict[str, Any]:
+def _row_result(n: int, agreement: tuple[float | None, float | None]) -> Agreement:
     """:func:`compare_outputs`'s result for two sets of the same ``n`` distinct ids in the same order."""
     label_agreement, worst = agreement
-    return {"ids_a": n, "ids_b": n, "common_ids": n, "same_ids": True, "label_agreement": label_agreement,
-            "max_abs_prob_diff": worst, "identical": bool(n and label_agreement == 1.0 and worst == 0.0)}
+    return Agreement(n, True, bool(n and label_agreement == 1.0 and worst == 0.0), label_agreement, worst, n, n)

@@ -9,24 +9,23 @@ most k² rows. Reads a pass's prediction file (``output``); writes nothing.
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from iteralab.campaign.kinds.classification.compare import compare_outputs, compare_rows_with_file
-from iteralab.campaign.kinds.classification.output import PredictionSet, code_dtype, read_predictions
+from iteralab.campaign.kinds.classification.compare import Agreement, compare_outputs, compare_rows_with_file
+from iteralab.campaign.kinds.classification.output import PredictionSet, code_dtype
 from iteralab.campaign.kinds.routine import Routine, routine_values
-from iteralab.campaign.kinds.verdictpart import PassInputs, VerdictPart
+from iteralab.campaign.kinds.verdictpart import Cells, KindComparison, PassInputs, VerdictPart
 from iteralab.common.tolerance import TOL
 
 if TYPE_CHECKING:
     from iteralab.plan.protocol import Protocol
 
-__all__ = ["CLASSIFICATION_VERDICT", "LABEL_SET_METRICS", "ClassificationVerdict", "counted_codes", "metric_of_codes",
-           "metric_value", "subgroup_metrics"]
+__all__ = ["CLASSIFICATION_VERDICT", "LABEL_SET_METRICS", "ClassificationComparison", "ClassificationVerdict",
+           "counted_codes", "metric_of_codes", "metric_value", "subgroup_metrics"]
 
 #: Rows per step where a per-record computation would otherwise make a whole-corpus temporary array.
 BLOCK = 1 << 16
@@ -124,10 +123,10 @@ def subgroup_metrics(protocol: Protocol, expected: Any, covered: np.ndarray, y_p
 
 
 
-def metric_cells(preds: PredictionSet, protocol: Protocol, expected: Any, match: Any,
-                 routine: Routine | None = None) -> dict[str, Any]:
-    """The metric cells of a classification pass's verdict: its metric against the threshold, the subgroups (with
-    a metric routine, ``routine``, the metric and the gating stratum groups are its values, and
+def metric_cells(v: Cells, preds: PredictionSet, protocol: Protocol, expected: Any, match: Any,
+                 routine: Routine | None = None) -> Cells:
+    """A classification pass's verdict ``v`` with its metric cells: its metric against the threshold, the
+    subgroups (with a metric routine, ``routine``, the metric and the gating stratum groups are its values, and
     ``routine_error`` its first failure, one line, or None)."""
     covered = match.covered
     if match.last is None:
@@ -135,51 +134,55 @@ def metric_cells(preds: PredictionSet, protocol: Protocol, expected: Any, match:
     else:
         y_pred = np.full(len(expected), -1, dtype=code_dtype(len(expected.classes)))
         y_pred[covered] = preds.labels[match.last[covered]]
-    cells: dict[str, Any] = {"metric_name": protocol.metric.label}
     counted: dict[str, list[str]] = {}
     subgroups = subgroup_metrics(protocol, expected, covered, y_pred, counted)
     if protocol.metric.routine is not None:
         values = routine_values(routine or Routine(protocol.metric.routine, None), protocol, expected.ids,
                                 expected.labels, expected.strata, expected.stratum_names, covered, y_pred,
                                 preds.probs if match.last is None else preds.probs[match.last[covered]])
-        cells["metric"] = values.metric
+        metric = values.metric
         subgroups.update(values.groups)
     else:
         every = bool(covered.all())
-        cells["metric"] = metric_of_codes(protocol.metric.label, expected.labels if every
-                                          else expected.labels[covered], y_pred if every else y_pred[covered],
-                                          len(expected.classes))
-    cells["threshold_ok"] = cells["metric"] is not None and protocol.metric.meets(cells["metric"],
-                                                                                 protocol.metric.threshold)
-    cells["subgroups"] = subgroups
-    cells["subgroup_classes"] = counted
-    if protocol.metric.routine is not None:
-        cells["routine_error"] = values.error
-    return cells
+        metric = metric_of_codes(protocol.metric.label, expected.labels if every else expected.labels[covered],
+                                 y_pred if every else y_pred[covered], len(expected.classes))
+    v = v.with_cells(metric_name=protocol.metric.label, metric=metric,
+                     threshold_ok=metric is not None and protocol.metric.meets(metric, protocol.metric.threshold),
+                     subgroups=subgroups, subgroup_classes=counted)
+    return v.with_cells(routine_error=values.error) if protocol.metric.routine is not None else v
 
 
-def reproduction(v: dict[str, Any], protocol: Protocol, same: Mapping[str, Any] | None) -> None:
+@dataclass(frozen=True)
+class ClassificationComparison:
+    """A classification pass's cells against the reference pass: the share of equal labels, the largest absolute
+    probability difference, and whether the declared reproduction target holds."""
+
+    label_agreement: float | None
+    max_abs_prob_diff: float | None
+    reproduction_ok: bool
+
+
+def reproduction(protocol: Protocol, same: Agreement | None) -> ClassificationComparison:
     """``same``: :func:`compare_outputs` of the pass's outputs with the reference pass's (a complete pass: its
     ids matched the corpus, none is repeated); None when either has none."""
     target = protocol.reproduction.target
-    v["label_agreement"] = None if same is None else same["label_agreement"]
-    v["max_abs_prob_diff"] = None if same is None else same["max_abs_prob_diff"]
+    agreement = None if same is None else same.label_agreement
+    worst = None if same is None else same.max_abs_prob_diff
     if target == "identical":
-        v["reproduction_ok"] = v["label_agreement"] == 1.0 and v["max_abs_prob_diff"] == 0.0
+        ok = agreement == 1.0 and worst == 0.0
     elif target == "bounded":
-        v["reproduction_ok"] = v["max_abs_prob_diff"] is not None and \
-            v["max_abs_prob_diff"] <= (protocol.reproduction.bound or 0) + TOL
+        ok = worst is not None and worst <= (protocol.reproduction.bound or 0) + TOL
     else:
-        v["reproduction_ok"] = True
+        ok = True
+    return ClassificationComparison(agreement, worst, ok)
 
 
-def against_reference(reference: Any, p: dict[str, Any]) -> Mapping[str, Any] | None:
-    """:func:`compare_outputs` of the pass's outputs with the reference pass's (the run's comparison when it made
-    one, ``reader.comparisons``); None without a reference pass or a prediction file."""
-    if reference.key is None or not p.get("prediction_file"):
+def against_reference(reference: Any, path: Path | None) -> Agreement | None:
+    """:func:`compare_outputs` of the pass's outputs (its file at ``path``) with the reference pass's (the run's
+    comparison when it made one, ``reader.comparisons``); None without a reference pass or a prediction file."""
+    if reference.key is None or path is None:
         return None
     reader, ids = reference.reader, reference.ids
-    path = reference.paths[p["pass_id"]]
     same = reader.comparisons.get((path.resolve(), reader.sha256(path, ids) or "", *reference.key))
     if same is None:
         entry = reader.read(path, ids)
@@ -195,33 +198,21 @@ class ClassificationVerdict(VerdictPart):
 
     compares_while_running = True
 
-    def read(self, path: Path, protocol: Protocol, like: Any = None) -> tuple[str, Any]:
-        data = path.read_bytes()
-        digest = hashlib.sha256(data).hexdigest()
-        preds = read_predictions(path, tuple(protocol.corpus.classes), protocol.checks.probability_sum_tolerance,
-                                 data, like)
-        del data
-        return digest, preds
+    def metric_cells(self, v: Cells, found: Any, protocol: Protocol, expected: Any, match: Any,
+                     inputs: PassInputs) -> Cells:
+        return metric_cells(v, found, protocol, expected, match, inputs.routine)
 
-    def problems(self, found: Any) -> tuple[tuple[str, ...], int]:
-        return found.problems, found.problem_count
-
-    def metric_cells(self, found: Any, protocol: Protocol, expected: Any, match: Any,
-                     inputs: PassInputs) -> dict[str, Any]:
-        return metric_cells(found, protocol, expected, match, inputs.routine)
-
-    def running_comparison(self, found: Any, reference: Path | None, protocol: Protocol) -> dict[str, Any] | None:
+    def running_comparison(self, found: Any, reference: Path | None, protocol: Protocol) -> Agreement | None:
         if reference is None:
             return compare_outputs(found, found, b_distinct=True) if len(found.ids) else None
         # both in the corpus order: the reference file is streamed against this set, never held whole
         return compare_rows_with_file(found, reference, tuple(protocol.corpus.classes))
 
-    def compare(self, v: dict[str, Any], reference: Any, p: dict[str, Any], protocol: Protocol,
-                expected: Any) -> tuple[list[str], list[str]]:
-        reproduction(v, protocol, against_reference(reference, p))
-        return [], []
+    def compare(self, v: Cells, reference: Any, path: Path | None, protocol: Protocol,
+                expected: Any) -> KindComparison:
+        return KindComparison(reproduction(protocol, against_reference(reference, path)))
 
-    def compare_files(self, a: Path, b: Path, protocol: Protocol, reader: Any) -> dict[str, Any]:
+    def compare_files(self, a: Path, b: Path, protocol: Protocol, reader: Any) -> Agreement:
         return compare_outputs(reader.read(a)[1], reader.read(b)[1])
 
 

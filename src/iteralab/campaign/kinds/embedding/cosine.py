@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from iteralab.campaign.kinds.embedding import output as vector_files
 from iteralab.campaign.kinds.expected import Expected, file_rows, match_ids
 from iteralab.campaign.kinds.embedding.knn import cosine_rows
+from iteralab.campaign.kinds.verdictpart import FileComparison
 from iteralab.common.tolerance import TOL
 
 if TYPE_CHECKING:
@@ -35,6 +36,40 @@ class CosineComparison:
 
     cosines: np.ndarray
     max_abs_diff: float | None
+
+
+@dataclass(frozen=True)
+class VectorAgreement(FileComparison):
+    """Two vector files compared (:func:`compare_vector_files`): beside the shared cells, how many ids each holds
+    and the lowest cosine of a document's two vectors."""
+
+    ids_a: int = 0
+    ids_b: int = 0
+    min_cosine: float | None = None
+
+    def lowest_cosine(self) -> float | None:
+        return self.min_cosine
+
+
+@dataclass(frozen=True)
+class CosineCells:
+    """A pass's documents' cosines with the reference pass's vectors against the declared bounds: overall, per
+    subgroup group (its minimum, median, quantile, gating and whether it holds), and whether all hold."""
+
+    min_cosine: float | None
+    median_cosine: float | None
+    cosine_at_quantile: float | None
+    subgroup_cosine: dict[str, dict[str, float | bool | None]]
+    cosine_ok: bool
+
+
+@dataclass(frozen=True)
+class VectorReproduction:
+    """The reproduction cells of an embedding pass (no labels: ``label_agreement`` None)."""
+
+    label_agreement: None
+    max_abs_prob_diff: float | None
+    reproduction_ok: bool
 
 
 def compare_vectors(path: Path, reference: Path, reader: Any, expected: Expected
@@ -94,7 +129,7 @@ def _corpus_positions(ids: pa.Array, expected: Expected) -> np.ndarray:
     return pc.fill_null(pc.index_in(ids, value_set=expected.ids), -1).to_numpy(zero_copy_only=False)
 
 
-def compare_vector_files(a: Path, b: Path, reader: Any) -> dict[str, Any]:
+def compare_vector_files(a: Path, b: Path, reader: Any) -> VectorAgreement:
     """Two vector files of the same corpus (a rerun's pass and the earlier one) compared as ``compare_outputs``
     compares class probabilities: ids in common, whether they are the same, the largest absolute difference, and
     the lowest cosine (``label_agreement`` has no meaning for vectors: None)."""
@@ -105,10 +140,8 @@ def compare_vector_files(a: Path, b: Path, reader: Any) -> dict[str, Any]:
     cosines = same.cosines[~np.isnan(same.cosines)] if same is not None else np.zeros(0)
     worst = same.max_abs_diff if same is not None else None
     same_ids = common == len(ids_a) == len(ids_b)
-    return {"ids_a": len(ids_a), "ids_b": len(ids_b), "common_ids": common, "same_ids": same_ids,
-            "label_agreement": None, "max_abs_prob_diff": worst,
-            "min_cosine": float(cosines.min()) if len(cosines) else None,
-            "identical": bool(same_ids and common and worst == 0.0)}
+    return VectorAgreement(common, same_ids, bool(same_ids and common and worst == 0.0), None, worst,
+                           len(ids_a), len(ids_b), float(cosines.min()) if len(cosines) else None)
 
 
 def _bounds(values: np.ndarray, protocol: Protocol) -> tuple[float | None, float | None, float | None, list[str]]:
@@ -130,18 +163,15 @@ def _bounds(values: np.ndarray, protocol: Protocol) -> tuple[float | None, float
     return low, median, quantile, failed
 
 
-def cosine_cells(v: dict[str, Any], same: CosineComparison | None, protocol: Protocol, expected: Expected,
-                 covered: np.ndarray | None = None) -> list[str]:
-    """The verdict's cosine cells (``min_cosine``, ``median_cosine``, ``cosine_at_quantile``, ``cosine_ok``,
-    ``subgroup_cosine``) and the reasons it fails: overall, then each gating subgroup's group."""
+def cosine_cells(same: CosineComparison | None, protocol: Protocol, expected: Expected,
+                 covered: np.ndarray | None = None) -> tuple[CosineCells, list[str]]:
+    """The verdict's cosine cells and the reasons it fails: overall, then each gating subgroup's group."""
     if same is None:
-        v.update(min_cosine=None, median_cosine=None, cosine_at_quantile=None, cosine_ok=False, subgroup_cosine={})
-        return ["no vectors to compare with the reference pass"]
+        return CosineCells(None, None, None, {}, False), ["no vectors to compare with the reference pass"]
     rows = covered if covered is not None else np.ones(len(expected), dtype=bool)
     low, median, quantile, failed = _bounds(same.cosines[rows], protocol)
-    v.update(min_cosine=low, median_cosine=median, cosine_at_quantile=quantile)
     reasons = [f"cosine with the reference: {', '.join(failed)}"] if failed else []
-    groups: dict[str, Any] = {}
+    groups: dict[str, dict[str, float | bool | None]] = {}
     for sg in protocol.subgroups:
         names = expected.stratum_names if sg.by == "stratum" else expected.classes
         codes = expected.strata if sg.by == "stratum" else expected.labels
@@ -154,21 +184,18 @@ def cosine_cells(v: dict[str, Any], same: CosineComparison | None, protocol: Pro
                                            "gating": sg.gating, "ok": not g_failed}
             if sg.gating and g_failed:
                 reasons.append(f"subgroup {sg.name}:{name} cosine ({', '.join(g_failed)})")
-    v["subgroup_cosine"] = groups
-    v["cosine_ok"] = not reasons
-    return reasons
+    return CosineCells(low, median, quantile, groups, not reasons), reasons
 
 
-def vector_reproduction(v: dict[str, Any], protocol: Protocol, same: CosineComparison | None) -> None:
+def vector_reproduction(protocol: Protocol, same: CosineComparison | None) -> VectorReproduction:
     """The declared reproduction target on vectors: ``identical`` (every value equal), ``bounded`` (largest
     absolute difference ≤ the bound), ``acceptable`` (the checks above)."""
     target = protocol.reproduction.target
-    v["label_agreement"] = None
-    v["max_abs_prob_diff"] = None if same is None else same.max_abs_diff
-    worst = v["max_abs_prob_diff"]
+    worst = None if same is None else same.max_abs_diff
     if target == "identical":
-        v["reproduction_ok"] = worst == 0.0
+        ok = worst == 0.0
     elif target == "bounded":
-        v["reproduction_ok"] = worst is not None and worst <= (protocol.reproduction.bound or 0) + TOL
+        ok = worst is not None and worst <= (protocol.reproduction.bound or 0) + TOL
     else:
-        v["reproduction_ok"] = True
+        ok = True
+    return VectorReproduction(None, worst, ok)

@@ -41,15 +41,15 @@ import pyarrow.compute as pc
 
 from iteralab.campaign.folder import COSINE_COLUMNS
 from iteralab.campaign.kinds.output import pass_of
-from iteralab.campaign.kinds.embedding.cosine import (CosineComparison, compare_vector_files, compare_vectors,
-                                                      cosine_cells, vector_reproduction)
+from iteralab.campaign.kinds.embedding.cosine import (CosineComparison, VectorAgreement, compare_vector_files,
+                                                      compare_vectors, cosine_cells, vector_reproduction)
 from iteralab.campaign.kinds.embedding.output import queries_file_name, read_vectors
 from iteralab.campaign.kinds.embedding.knn import knn_correct, rank_queries
 from iteralab.campaign.kinds.expected import file_rows
 from iteralab.campaign.kinds.ranking import RANKING_METRICS, Ranking, Relevance, ranking_note
 from iteralab.campaign.kinds.routine import EmbeddedQueries, Routine, RoutineValues
 from iteralab.common.files import sha256_file
-from iteralab.campaign.kinds.verdictpart import PassInputs, VerdictPart
+from iteralab.campaign.kinds.verdictpart import Cells, KindComparison, PassInputs, VerdictPart
 from iteralab.errors import CorpusError, RoutineError
 from iteralab.plan.queries import Queries, load_queries
 
@@ -212,16 +212,16 @@ class StoredRows:
         return out
 
 
-def vector_metric(protocol: Protocol, expected: Any, covered: np.ndarray, vectors: StoredRows,
+def vector_metric(v: Cells, protocol: Protocol, expected: Any, covered: np.ndarray, vectors: StoredRows,
                   routine: Routine | None = None, queries: CampaignQueries | None = None,
-                  path: Path | None = None) -> dict[str, Any]:
-    """The verdict's metric cells of an embedding pass (module docstring): ``metric_name``, ``metric``,
+                  path: Path | None = None) -> Cells:
+    """An embedding pass's verdict ``v`` with its metric cells (module docstring): ``metric_name``, ``metric``,
     ``threshold_ok``, ``subgroups``, ``routine_error`` (a routine), and with ``metric.queries`` ``queries_error``,
     ``queries_sha256`` and ``ranking`` (from the query vectors the pass whose vector file is ``path`` wrote).
     ``covered``: the expected documents the pass has a vector for; kNN reads the vectors block by block from their
     store."""
     metric = protocol.metric
-    cells: dict[str, Any] = {"metric_name": metric.label}
+    v = v.with_cells(metric_name=metric.label)
     usable = covered & (expected.labels >= 0) & vectors.finite
     correct = np.zeros(len(expected), dtype=bool)
     wants_knn = metric.name == "knn_accuracy" or (metric.routine is not None and metric.k is not None)
@@ -229,20 +229,20 @@ def vector_metric(protocol: Protocol, expected: Any, covered: np.ndarray, vector
         correct[usable] = knn_correct(vectors.store, expected.labels[usable].astype(np.int64), int(metric.k or 1),
                                       rows=vectors.rows[usable])
     if metric.name == "knn_accuracy":
-        cells["metric"] = float(correct[usable].mean()) if usable.any() else None
-        cells["subgroups"] = _knn_groups(protocol, expected, correct, usable, ("stratum", "label"))
+        v = v.with_cells(metric=float(correct[usable].mean()) if usable.any() else None,
+                         subgroups=_knn_groups(protocol, expected, correct, usable, ("stratum", "label")))
     found = None
     if metric.queries is not None:  # the queries' vectors and ranking: a ranking metric's value, a routine's input
         assert protocol.embedding is not None
         found = pass_queries(query_vectors_path(path), queries, vectors.aligned(), expected.ids, metric.k,
                              protocol.embedding.normalize, protocol.embedding.dim) if path is not None \
             else PassQueries(None, None, "queries: no query vector file", None)
-        cells.update(queries_error=found.error, queries_sha256=found.sha256)
+        v = v.with_cells(queries_error=found.error, queries_sha256=found.sha256)
         if found.ranking is not None:
-            cells["ranking"] = found.ranking.cells()
+            v = v.with_cells(ranking=found.ranking.cells())
     if metric.name in RANKING_METRICS:
         assert found is not None
-        cells.update(metric=found.ranking.value(metric.name) if found.ranking else None, subgroups={})
+        v = v.with_cells(metric=found.ranking.value(metric.name) if found.ranking else None, subgroups={})
     elif metric.name != "knn_accuracy":
         aligned = vectors.aligned() if len(vectors.store) else None
         handed = None
@@ -254,9 +254,9 @@ def vector_metric(protocol: Protocol, expected: Any, covered: np.ndarray, vector
             values = vector_routine_values(routine or Routine(str(metric.routine), None), protocol, expected,
                                            covered, aligned, handed)
         groups = _knn_groups(protocol, expected, correct, usable, ("label",)) if metric.k is not None else {}
-        cells.update(metric=values.metric, subgroups={**groups, **values.groups}, routine_error=values.error)
-    cells["threshold_ok"] = cells["metric"] is not None and metric.meets(cells["metric"], metric.threshold)
-    return cells
+        v = v.with_cells(metric=values.metric, subgroups={**groups, **values.groups}, routine_error=values.error)
+    value = v.cell("metric")
+    return v.with_cells(threshold_ok=value is not None and metric.meets(value, metric.threshold))
 
 
 @dataclass(frozen=True)
@@ -277,11 +277,26 @@ class EmbeddingCells:
     subgroup_cosine: Mapping[str, Any] | None = None
 
 
-def against_reference(reference: Any, p: dict[str, Any], expected: Any) -> CosineComparison | None:
-    """An embedding pass's vectors against the reference pass's; None without either file."""
-    if reference.key is None or not p.get("prediction_file"):
+@dataclass(frozen=True)
+class EmbeddingComparison:
+    """An embedding pass's cells against the reference pass: its documents' cosines (``CosineCells``' fields),
+    the tolerance (failed by a cosine that fails) and the reproduction cells."""
+
+    min_cosine: float | None
+    median_cosine: float | None
+    cosine_at_quantile: float | None
+    subgroup_cosine: Mapping[str, Mapping[str, float | bool | None]]
+    cosine_ok: bool
+    tolerance_ok: bool | None
+    label_agreement: None
+    max_abs_prob_diff: float | None
+    reproduction_ok: bool
+
+
+def against_reference(reference: Any, path: Path | None, expected: Any) -> CosineComparison | None:
+    """An embedding pass's vectors (its file at ``path``) against the reference pass's; None without either file."""
+    if reference.key is None or path is None:
         return None
-    path = reference.paths[p["pass_id"]]
     same = compare_vectors(path, reference.paths[reference.pass_id], reference.reader, expected)
     reference.reader.drop(path)
     return same
@@ -294,23 +309,13 @@ class EmbeddingVerdict(VerdictPart):
 
     cells = EmbeddingCells
 
-    def read(self, path: Path, protocol: Protocol, like: Any = None) -> tuple[str, Any]:
-        spec = protocol.embedding
-        assert spec is not None
-        # hashed and read in pieces: a vector file is never held as bytes
-        return sha256_file(path), read_vectors(path, normalize=spec.normalize, dim=spec.dim)
-
-    def problems(self, found: Any) -> tuple[tuple[str, ...], int]:
-        return found.problems, found.problem_count
-
-    def metric_cells(self, found: Any, protocol: Protocol, expected: Any, match: Any,
-                     inputs: PassInputs) -> dict[str, Any]:
+    def metric_cells(self, v: Cells, found: Any, protocol: Protocol, expected: Any, match: Any,
+                     inputs: PassInputs) -> Cells:
         rows = file_rows(match, len(expected))
         finite = found.finite[np.maximum(rows, 0)] & (rows >= 0) if found.vectors.size \
             else np.zeros(len(expected), dtype=bool)
-        return {"vector_dim": found.dim,
-                **vector_metric(protocol, expected, match.covered, StoredRows(found.vectors, rows, finite),
-                                inputs.routine, inputs.queries, inputs.path)}
+        return vector_metric(v.with_cells(vector_dim=found.dim), protocol, expected, match.covered,
+                             StoredRows(found.vectors, rows, finite), inputs.routine, inputs.queries, inputs.path)
 
     def side_file(self, path: Path) -> Path | None:
         return query_vectors_path(path)
@@ -322,28 +327,31 @@ class EmbeddingVerdict(VerdictPart):
         # under a ranking metric a subgroup has no metric of its own: its documents' cosines judge it
         return protocol.metric.name not in RANKING_METRICS
 
-    def compare(self, v: dict[str, Any], reference: Any, p: dict[str, Any], protocol: Protocol,
-                expected: Any) -> tuple[list[str], list[str]]:
+    def compare(self, v: Cells, reference: Any, path: Path | None, protocol: Protocol,
+                expected: Any) -> KindComparison:
         """The tolerance on vectors: each document's cosine with the reference's vector."""
-        same = against_reference(reference, p, expected)
-        cosine = cosine_cells(v, same, protocol, expected)
+        same = against_reference(reference, path, expected)
+        cosine, reasons = cosine_cells(same, protocol, expected)
         if not self.subgroups_by_metric(protocol) and same is not None:
-            cosine += [f"gating subgroup {sg.name!r} has no groups to evaluate (empty column?)"
-                       for sg in protocol.subgroups if sg.gating
-                       and not any(key.split(":", 1)[0] == sg.name for key in v["subgroup_cosine"])]
-        v["tolerance_ok"] = False if cosine else v["tolerance_ok"]
-        vector_reproduction(v, protocol, same)
-        return cosine, [r for r in cosine if r.startswith("subgroup ")]
+            reasons += [f"gating subgroup {sg.name!r} has no groups to evaluate (empty column?)"
+                        for sg in protocol.subgroups if sg.gating
+                        and not any(key.split(":", 1)[0] == sg.name for key in cosine.subgroup_cosine)]
+        again = vector_reproduction(protocol, same)
+        tolerance_ok = False if reasons else v.cell("tolerance_ok")
+        cells = EmbeddingComparison(cosine.min_cosine, cosine.median_cosine, cosine.cosine_at_quantile,
+                                    cosine.subgroup_cosine, cosine.cosine_ok, tolerance_ok,
+                                    again.label_agreement, again.max_abs_prob_diff, again.reproduction_ok)
+        return KindComparison(cells, tuple(reasons), tuple(r for r in reasons if r.startswith("subgroup ")))
 
-    def row_cells(self, row: dict[str, Any], v: dict[str, Any], notes: list[str]) -> None:
+    def row_cells(self, row: dict[str, Any], v: Cells, notes: list[str]) -> None:
         """The cosine columns; each subgroup's cosines and the queries' ranking metrics as notes."""
-        row.update({key: v.get(key) for key in COSINE_COLUMNS})
-        if v.get("subgroup_cosine"):
-            notes.append("subgroup cosine: " + json.dumps(v["subgroup_cosine"], sort_keys=True))
-        if v.get("ranking"):  # the queries' ranking metrics, each recall named by its definition
-            notes.append(ranking_note(v["ranking"]))
+        row.update({key: v.cell(key) for key in COSINE_COLUMNS})
+        if v.cell("subgroup_cosine"):
+            notes.append("subgroup cosine: " + json.dumps(v.cell("subgroup_cosine"), sort_keys=True))
+        if v.cell("ranking"):  # the queries' ranking metrics, each recall named by its definition
+            notes.append(ranking_note(v.cell("ranking")))
 
-    def compare_files(self, a: Path, b: Path, protocol: Protocol, reader: Any) -> dict[str, Any]:
+    def compare_files(self, a: Path, b: Path, protocol: Protocol, reader: Any) -> VectorAgreement:
         return compare_vector_files(a, b, reader)
 
 

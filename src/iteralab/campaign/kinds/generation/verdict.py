@@ -36,15 +36,15 @@ from iteralab.campaign.kinds.generation.output import read_texts
 from iteralab.campaign.kinds.routine import Routine
 from iteralab.campaign.kinds.generation.textmetrics import corpus_score
 from iteralab.campaign.kinds.expected import file_rows
-from iteralab.campaign.kinds.verdictpart import PassInputs, VerdictPart
-from iteralab.common.files import sha256_file
+from iteralab.campaign.kinds.verdictpart import Cells, FileComparison, KindComparison, PassInputs, VerdictPart
 from iteralab.errors import RoutineError
 from iteralab.common.tolerance import TOL
 
 if TYPE_CHECKING:
     from iteralab.plan.protocol import Protocol
 
-__all__ = ["GENERATION_VERDICT", "GenerationCells", "GenerationVerdict", "TextComparison", "compare_text_files", "compare_text_sets",
+__all__ = ["GENERATION_VERDICT", "GenerationCells", "GenerationComparison", "GenerationVerdict", "TextAgreement",
+           "TextComparison", "compare_text_files", "compare_text_sets",
            "evaluate_texts", "load_references", "text_comparison"]
 
 
@@ -89,37 +89,33 @@ def _score(protocol: Protocol, routine: Routine | None, ids: pa.Array, outputs: 
         return None
 
 
-def evaluate_texts(texts: Any, protocol: Protocol, expected: Any, match: Any, rows: np.ndarray,
-                   references: pa.Array | None, routine: Routine | None = None) -> dict[str, Any]:
-    """The metric, length and token cells of a generation pass's verdict (``texts``: its ``TextSet``; ``match``
-    and ``rows``: its ids matched to the corpus, ``kinds.expected.match_ids``)."""
+def evaluate_texts(v: Cells, texts: Any, protocol: Protocol, expected: Any, match: Any, rows: np.ndarray,
+                   references: pa.Array | None, routine: Routine | None = None) -> Cells:
+    """A generation pass's verdict ``v`` with its metric, length and token cells (``texts``: its ``TextSet``;
+    ``match`` and ``rows``: its ids matched to the corpus, ``kinds.expected.match_ids``)."""
     spec = protocol.generation
     assert spec is not None
     covered = match.covered
     outputs = _aligned(texts, rows)
     errors: list[str] = []
-    cells: dict[str, Any] = {"metric_name": protocol.metric.label}
-    cells["metric"] = _score(protocol, routine, expected.ids, outputs, references, covered, errors)
+    metric = _score(protocol, routine, expected.ids, outputs, references, covered, errors)
     groups: dict[str, float | None] = {}
     for sg in protocol.subgroups:
         if sg.by == "stratum":
             for i, name in enumerate(expected.stratum_names):
                 groups[f"{sg.name}:{name}"] = _score(protocol, routine, expected.ids, outputs, references,
                                                      covered & (expected.strata == i), errors)
-    cells["subgroups"] = groups
-    cells["routine_error"] = errors[0] if errors and protocol.metric.routine is not None else None
+    v = v.with_cells(metric_name=protocol.metric.label, metric=metric, subgroups=groups,
+                     routine_error=errors[0] if errors and protocol.metric.routine is not None else None)
     if errors and protocol.metric.routine is None:
-        cells["reference_error"] = errors[0]
-    cells["threshold_ok"] = cells["metric"] is not None and protocol.metric.meets(cells["metric"],
-                                                                                   protocol.metric.threshold)
-    cells["generated_rows"] = len(texts.ids)
-    cells["mean_tokens"] = texts.mean_tokens if len(texts.ids) else None
-    cells["length_share"] = texts.length_share if len(texts.ids) and texts.tokens_measured else None
+        v = v.with_cells(reference_error=errors[0])
+    share = texts.length_share if len(texts.ids) and texts.tokens_measured else None
     bound = spec.max_length_share
-    cells["length_ok"] = bound is None or (cells["length_share"] is not None
-                                           and cells["length_share"] <= bound + TOL)
-    cells["output_lengths"] = _length_histogram(texts)
-    return cells
+    return v.with_cells(
+        threshold_ok=metric is not None and protocol.metric.meets(metric, protocol.metric.threshold),
+        generated_rows=len(texts.ids), mean_tokens=texts.mean_tokens if len(texts.ids) else None,
+        length_share=share, length_ok=bound is None or (share is not None and share <= bound + TOL),
+        output_lengths=_length_histogram(texts))
 
 
 def _length_histogram(texts: Any) -> dict[str, int]:
@@ -139,11 +135,18 @@ class TextComparison:
     #: both files hold the same ids (each once)
     same_ids: bool = False
 
-    def record(self) -> dict[str, Any]:
+    def agreement(self) -> TextAgreement:
         """The form of ``classification.compare.compare_outputs`` that rerun reads (texts: no probabilities)."""
-        return {"common_ids": self.compared, "same_ids": self.same_ids, "identical_share": self.identical_share,
-                "identical": self.same_ids and self.identical_share == 1.0,
-                "label_agreement": self.identical_share, "max_abs_prob_diff": None}
+        return TextAgreement(self.compared, self.same_ids, self.same_ids and self.identical_share == 1.0,
+                             self.identical_share, None, self.identical_share)
+
+
+@dataclass(frozen=True)
+class TextAgreement(FileComparison):
+    """Two text files compared: beside the shared cells (``label_agreement``: the share of identical texts), that
+    share under its own name."""
+
+    identical_share: float | None = None
 
 
 def compare_text_files(a: Path, b: Path, protocol: Protocol) -> TextComparison:
@@ -168,33 +171,40 @@ def compare_text_sets(left: Any, right: Any) -> TextComparison:
     return TextComparison(same / int(both.sum()), int(both.sum()), same_ids)
 
 
-def text_comparison(v: dict[str, Any], ref_v: dict[str, Any] | None, same: TextComparison | None,
-                    protocol: Protocol) -> list[str]:
-    """The generation cells of a pass judged against the reference pass (``v``: its verdict, updated) and the
-    reasons it fails: the length share above its bound, mean tokens outside the tolerance, and under
-    ``reproduction.target = "identical"`` any text differing from the reference pass's."""
+@dataclass(frozen=True)
+class GenerationComparison:
+    """A generation pass's cells against the reference pass: the reference's mean tokens and whether its own are
+    within the tolerance, the share of identical texts, and the reproduction cells (no labels, no probabilities)."""
+
+    mean_tokens_ref: float | None
+    tokens_ok: bool | None
+    identical_share: float | None
+    reproduction_ok: bool
+    label_agreement: None = None
+    max_abs_prob_diff: None = None
+
+
+def text_comparison(v: Cells, ref_v: Cells | None, same: TextComparison | None,
+                    protocol: Protocol) -> KindComparison:
+    """The generation cells of a pass judged against the reference pass (``v``: its verdict; ``ref_v``: the
+    reference pass's, or None) and the reasons it fails: the length share above its bound, mean tokens outside the
+    tolerance, and under ``reproduction.target = "identical"`` any text differing from the reference pass's."""
     spec = protocol.generation
     assert spec is not None
     reasons = []
-    if not v.get("length_ok", True):
-        reasons.append(f"length share {v.get('length_share')} above generation.max_length_share "
+    if v.cell("length_ok") is False:
+        reasons.append(f"length share {v.cell('length_share')} above generation.max_length_share "
                        f"{spec.max_length_share:g}")
-    mine, theirs = v.get("mean_tokens"), (ref_v or {}).get("mean_tokens")
-    v["mean_tokens_ref"] = theirs
-    if mine is None or theirs is None:
-        v["tokens_ok"] = None  # not measured: shown as such, never guessed
-    else:
-        v["tokens_ok"] = abs(mine - theirs) <= spec.tokens_tolerance * theirs + TOL
-        if not v["tokens_ok"]:
+    mine, theirs = v.cell("mean_tokens"), ref_v.cell("mean_tokens") if ref_v is not None else None
+    tokens_ok = None  # not measured: shown as such, never guessed
+    if mine is not None and theirs is not None:
+        tokens_ok = abs(mine - theirs) <= spec.tokens_tolerance * theirs + TOL
+        if not tokens_ok:
             reasons.append(f"mean generated tokens {mine:.2f} outside ±{spec.tokens_tolerance:g} of the "
                            f"reference's {theirs:.2f}")
-    v["identical_share"] = same.identical_share if same is not None else None
-    if protocol.reproduction.target == "identical":
-        v["reproduction_ok"] = v["identical_share"] is not None and v["identical_share"] >= 1.0 - TOL
-    else:
-        v["reproduction_ok"] = True
-    v["label_agreement"], v["max_abs_prob_diff"] = None, None
-    return reasons
+    share = same.identical_share if same is not None else None
+    ok = share is not None and share >= 1.0 - TOL if protocol.reproduction.target == "identical" else True
+    return KindComparison(GenerationComparison(theirs, tokens_ok, share, ok), tuple(reasons))
 
 
 @dataclass(frozen=True)
@@ -215,11 +225,11 @@ class GenerationCells:
     identical_share: float | None = None
 
 
-def against_reference(reference: Any, p: dict[str, Any]) -> TextComparison | None:
+def against_reference(reference: Any, path: Path | None) -> TextComparison | None:
     """A generation pass's texts against the reference pass's; None without either file. The reference's texts
     are read once and held (ids and texts as Arrow arrays); the pass's come from the reader, which has them when
     it read the file for its verdict."""
-    if reference.key is None or not p.get("prediction_file"):
+    if reference.key is None or path is None:
         return None
     reader, ids = reference.reader, reference.ids
     if "texts" not in reference.held:
@@ -227,7 +237,7 @@ def against_reference(reference: Any, p: dict[str, Any]) -> TextComparison | Non
         if entry is None:
             return None
         reference.held["texts"] = entry[1]
-    entry = reader.read(reference.paths[p["pass_id"]], ids)
+    entry = reader.read(path, ids)
     return compare_text_sets(entry[1], reference.held["texts"]) if entry is not None else None
 
 
@@ -238,44 +248,34 @@ class GenerationVerdict(VerdictPart):
 
     cells = GenerationCells
 
-    def read(self, path: Path, protocol: Protocol, like: Any = None) -> tuple[str, Any]:
-        spec = protocol.generation
-        assert spec is not None
-        # a text file, read in record batches
-        return sha256_file(path), read_texts(path, max_new_tokens=spec.max_new_tokens, allow_empty=spec.allow_empty)
-
-    def problems(self, found: Any) -> tuple[tuple[str, ...], int]:
-        return found.problems, found.problem_count
-
-    def metric_cells(self, found: Any, protocol: Protocol, expected: Any, match: Any,
-                     inputs: PassInputs) -> dict[str, Any]:
-        return evaluate_texts(found, protocol, expected, match, file_rows(match, len(expected)), inputs.references,
-                              inputs.routine)
+    def metric_cells(self, v: Cells, found: Any, protocol: Protocol, expected: Any, match: Any,
+                     inputs: PassInputs) -> Cells:
+        return evaluate_texts(v, found, protocol, expected, match, file_rows(match, len(expected)),
+                              inputs.references, inputs.routine)
 
     def references(self, folder: Path, dataset: str | None) -> pa.Array | None:
         return load_references(folder, dataset)
 
-    def compare(self, v: dict[str, Any], reference: Any, p: dict[str, Any], protocol: Protocol,
-                expected: Any) -> tuple[list[str], list[str]]:
+    def compare(self, v: Cells, reference: Any, path: Path | None, protocol: Protocol,
+                expected: Any) -> KindComparison:
         """Lengths against their bounds, the texts against the reference pass's."""
-        ref_v = reference.verdict.to_json() if reference.verdict is not None else None
-        return text_comparison(v, ref_v, against_reference(reference, p), protocol), []
+        return text_comparison(v, reference.verdict, against_reference(reference, path), protocol)
 
-    def row_cells(self, row: dict[str, Any], v: dict[str, Any], notes: list[str]) -> None:
+    def row_cells(self, row: dict[str, Any], v: Cells, notes: list[str]) -> None:
         """The length and identity cells; tokens per second from the measured pass and its file's generated tokens
         (empty, and said so, when the tokens were not measured)."""
-        row.update({key: v.get(key) for key in GENERATION_COLUMNS})
-        mean, rows = v.get("mean_tokens"), v.get("generated_rows")
+        row.update({key: v.cell(key) for key in GENERATION_COLUMNS})
+        mean, rows = v.cell("mean_tokens"), v.cell("generated_rows")
         if mean is not None and rows and row.get("pass_s"):
             row["tokens_per_s"] = mean * rows / row["pass_s"]
-        elif mean is None and v.get("generated_rows"):
+        elif mean is None and v.cell("generated_rows"):
             notes.append("tokens_per_s, mean_tokens, length_share: not measured (the generator returned no token "
                          "counts and names no tokenizer)")
-        if v.get("mean_tokens_ref") is not None and v.get("tokens_ok") is False:
-            notes.append(f"mean generated tokens {mean:.2f} against the reference's {v['mean_tokens_ref']:.2f}")
+        if v.cell("mean_tokens_ref") is not None and v.cell("tokens_ok") is False:
+            notes.append(f"mean generated tokens {mean:.2f} against the reference's {v.cell('mean_tokens_ref'):.2f}")
 
-    def compare_files(self, a: Path, b: Path, protocol: Protocol, reader: Any) -> dict[str, Any]:
-        return compare_text_files(a, b, protocol).record()
+    def compare_files(self, a: Path, b: Path, protocol: Protocol, reader: Any) -> TextAgreement:
+        return compare_text_files(a, b, protocol).agreement()
 
 
 GENERATION_VERDICT = GenerationVerdict()
