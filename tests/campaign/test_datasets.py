@@ -11,67 +11,31 @@ from __future__ import annotations
 import csv
 import json
 from dataclasses import fields
-from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from stats_campaigns import check_golden, normalised
 
+from dataset_jobs import GOOD, LOCKED_AT, dataset_protocol, datasets_toml, write_dataset_csv
 from iteralab.campaign.campaignrecord import CampaignRecord, ModelRecord, ProtocolStamp, SourceRecord
 from iteralab.campaign.folder import COLUMNS, RawRow
-from iteralab.lock.inputs import lock
 from iteralab.cli import main
 from iteralab.decision.note import decision_json, render_decision
 from iteralab.decision.rule import decide
 from iteralab.errors import CorpusError, ProtocolError
-from iteralab.evidence.run import run_campaign
 from iteralab.evidence.datasets import job_rounds
 from iteralab.evidence.reads import load_evidence
+from iteralab.evidence.run import run_campaign
 from iteralab.evidence.stats import campaign_stats, render_stats
 from iteralab.evidence.verify import audit_campaign
+from iteralab.lock.inputs import lock
 from iteralab.plan.protocol import parse_protocol
-from protocol_factory import VARIANTS, protocol_toml
-from test_stats import CALENDAR, check_golden, normalised
+from protocol_factory import protocol_toml
 
-LOCKED_AT = datetime(2026, 3, 20, 8, 0, tzinfo=timezone.utc)
-GOOD = {
-    "2026-10": [("o1", "a story about a bank", "plot"), ("o2", "good fun", "fresh"), ("o3", "boring", "rotten")],
-    "2026-11": [("n1", "the story of a dog", "plot"), ("n2", "good acting", "fresh"), ("n3", "a mess", "rotten"),
-                ("n4", "really good", "fresh")],
-    "2026-12": [("d1", "story of two cities", "plot"), ("d2", "weak script", "rotten"), ("d3", "good, not great",
-                                                                                        "fresh")],
-}
 #: A dataset on which b4 (batched) misses one text: its macro F1 falls below the threshold.
 TRICKY = [("t1", "the story of a cat", "plot"), ("t2", "a tricky good one", "fresh"), ("t3", "dull and long", "rotten"),
           ("t4", "good acting again", "fresh")]
-
-
-def _write_csv(path: Path, rows) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(["id", "text", "label"])
-        w.writerows(rows)
-
-
-def datasets_toml(names) -> str:
-    return "".join(f'[[datasets]]\nname = "{n}"\npath = "{n}.csv"\n\n' for n in names)
-
-
-def dataset_protocol(folder: Path, datasets: dict, *, passes: int = 2, tuning=None, calendar: bool = True) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, rows in datasets.items():
-        _write_csv(folder / f"{name}.csv", rows)
-    text = protocol_toml(model='kind = "callable"\ncallable = "fake_models_datasets:batch_sensitive"',
-                         threshold=0.9, reference="b1", passes=passes,
-                         variants=VARIANTS + (CALENDAR if calendar else ""))
-    tuning_line = ""
-    if tuning is not None:
-        _write_csv(folder / "tuning.csv", tuning)
-        tuning_line = 'tuning_path = "tuning.csv"\n'
-    text = text.replace('[corpus]\npath = "corpus.csv"\n', datasets_toml(datasets) + "[corpus]\n" + tuning_line)
-    path = folder / "protocol.toml"
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def run_datasets(folder: Path, datasets: dict, **kwargs) -> Path:
@@ -145,7 +109,7 @@ def test_a_changed_dataset_after_the_lock_is_named(tmp_path):
     entry = lock(path, now=LOCKED_AT)
     assert sorted(entry.inputs["datasets"]) == ["2026-10", "2026-11"] and entry.inputs["corpus"] is None
     assert entry.schedule == "2 variants × 2 passes × 2 datasets = 8 measured passes, rotated"
-    _write_csv(tmp_path / "2026-11.csv", GOOD["2026-11"][:-1])
+    write_dataset_csv(tmp_path / "2026-11.csv", GOOD["2026-11"][:-1])
     with pytest.raises(ProtocolError, match="dataset '2026-11': 1 id missing \\(e.g. 'n4'\\) since the lock"):
         run_campaign(path, tmp_path / "out")
 
@@ -172,7 +136,7 @@ def test_a_dataset_changed_after_the_lock_leaves_no_folder_and_no_copy(tmp_path)
 
     path = dataset_protocol(tmp_path, {"2026-10": GOOD["2026-10"], "2026-11": GOOD["2026-11"]})
     lock(path, now=LOCKED_AT)
-    _write_csv(tmp_path / "2026-11.csv", GOOD["2026-11"][:-1])
+    write_dataset_csv(tmp_path / "2026-11.csv", GOOD["2026-11"][:-1])
     with pytest.raises(ProtocolError, match="dataset '2026-11'"):
         prepare(path, tmp_path / "out")
     assert not (tmp_path / "out").exists()
@@ -280,7 +244,7 @@ def test_one_corpus_campaign_has_the_same_columns_with_empty_dataset_cells(tmp_p
 def test_a_generation_job_over_two_datasets_is_judged_against_each_datasets_references(tmp_path):
     """The copy of each dataset carries its reference answers and the column its prompt names, as the one
     corpus's copy does: every pass of a right generator is accepted on its own dataset."""
-    from test_generation import WORDS, generation_toml
+    from generation_jobs import WORDS, generation_toml
 
     for name in ("a", "b"):
         with open(tmp_path / f"{name}.csv", "w", newline="", encoding="utf-8") as fh:

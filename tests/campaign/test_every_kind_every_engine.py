@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.ray,
 
 TESTS = (Path(__file__).resolve().parents[1] / "support")
 SRC = Path(iteralab.__file__).resolve().parents[1]
-#: Words both tiny tokenizers know (tests/conftest.py's WordPiece, tests/tiny_generators.py's word level).
+#: Words both tiny tokenizers know (tests/conftest.py's WordPiece, tests/support/tiny_generators.py's word level).
 TEXTS = ("the cat sat on the mat", "what is the answer", "a good movie", "the dog and the cat", "one two three",
          "a short story of a day", "a bad film", "the red cat and the blue dog", "a great story", "why the night")
 CLASSES = ("plot", "fresh", "rotten")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from test_stats import build_campaign
+from stats_campaigns import build_campaign
 from iteralab.cli import main
 from iteralab.decision.note import render_decision
 from iteralab.decision.rule import decide

@@ -143,15 +143,15 @@ def test_sigterm_and_sighup_stop_the_run_like_ctrl_c(tmp_path, signum, group, co
 
 @pytest.mark.slow  # a signal timed against a running pass: run with no other test beside it
 def test_ctrl_c_during_a_data_parallel_pass_is_an_interrupt(tmp_path):
-    from test_parallel import DP_VARIANTS, _dp_workers
+    from parallel_jobs import DP_VARIANTS, dp_workers
 
     protocol = callable_campaign(tmp_path, fn="fake_models:marking_slow_classifier", passes=1,
                                  variants=DP_VARIANTS, warmup=NO_WARMUP)
     out, mark = tmp_path / "out", tmp_path / "batch-running"
     proc = _start(protocol, out, FAKE_MODEL_DELAY="0.5", FAKE_MODEL_MARK=str(mark))
-    _wait_for(proc, lambda: any("dp2" in p for p in _running(out)) and len(_dp_workers(proc.pid)) == 2
+    _wait_for(proc, lambda: any("dp2" in p for p in _running(out)) and len(dp_workers(proc.pid)) == 2
               and mark.exists())
-    workers = _dp_workers(proc.pid)
+    workers = dp_workers(proc.pid)
     [stopped] = _running(out)
     code, err = _stop(proc, signal.SIGINT)
     assert code == 130, err
@@ -194,7 +194,7 @@ def test_an_interrupt_reported_as_an_error_by_the_code_that_caught_it_is_still_a
 @pytest.mark.slow  # a signal timed against a running pass: run with no other test beside it
 @pytest.mark.skipif(not ray_installed(), reason="Ray is not installed (pip install iteralab[ray])")
 def test_ctrl_c_during_a_ray_pass_is_an_interrupt(tmp_path):
-    from test_raypass import RAY_ONLY
+    from ray_jobs import RAY_ONLY
 
     protocol = callable_campaign(tmp_path, fn="fake_models:marking_slow_classifier", passes=1, variants=RAY_ONLY,
                                  reference="b4-ray", warmup=NO_WARMUP)

@@ -1,7 +1,7 @@
 """One account of an attempt a stop signal interrupted (docs/running.md): the raw table keeps it as
 ``interrupted``; stats, the decision note and report.html list it as such (counted for nothing, its slot runs
 again), before and after the campaign is resumed. The interrupt is written into the journal as ``run`` writes it
-(a real Ctrl-C is tests/test_interrupt.py's), so the test needs no subprocess."""
+(a real Ctrl-C is tests/campaign/test_interrupt.py's), so the test needs no subprocess."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Kills: a campaign runner (the real ``iteralab run`` entry point, in a forked pro
 a chosen moment and killed with SIGKILL; the folder must then be consistent (``iteralab table`` regenerates
 it, the interrupted pass is an aborted row, no temporary or half-written prediction file is counted, every
 referenced file matches its hash, ``iteralab verify --unsealed`` passes) and ``iteralab run`` must resume to
-completion without touching a finished pass. See ``tests/reliability_support.py`` for the harness and
+completion without touching a finished pass. See ``tests/support/reliability_support.py`` for the harness and
 ``scripts/reliability.py`` for the long randomized loop.
 """
 

@@ -14,8 +14,8 @@ from iteralab.decision.rule import decide
 from iteralab.errors import ProtocolError
 from iteralab.plan.protocol import parse_protocol
 from protocol_factory import protocol_toml
-from test_answer import _catalog
-from test_stats import build_campaign
+from answer_inputs import write_catalog
+from stats_campaigns import build_campaign
 
 CALLABLE = 'kind = "callable"\ncallable = "fake_models:keyword_classifier"'
 SERVICE = "vLLM on the team's A100 server"
@@ -58,13 +58,13 @@ def test_a_wrong_runs_on_is_one_line_naming_the_key(model, message):
 def test_a_local_callable_on_a_priced_gpu_is_priced_as_that_gpu(tmp_path):
     # the counterpart of the next test: the same folder without runs_on is priced from the observed H100
     folder = remote_campaign(tmp_path, service=None)
-    decision = decide([folder], catalog=_catalog(tmp_path, [H100_ROW]))
+    decision = decide([folder], catalog=write_catalog(tmp_path, [H100_ROW]))
     assert decision.chosen is not None and decision.chosen.pricing.gpu.gpu_id == "h100"
 
 
 def test_a_remote_callable_is_never_priced_as_the_local_machine(tmp_path):
     folder = remote_campaign(tmp_path)
-    decision = decide([folder], catalog=_catalog(tmp_path, [H100_ROW]))
+    decision = decide([folder], catalog=write_catalog(tmp_path, [H100_ROW]))
     assert decision.chosen is None
     assert all(c.pricing.budget is None and c.pricing.gpu is None for c in decision.configs)
     assert all(f"the model's work ran on the remote service {SERVICE!r}" in c.pricing.reason

@@ -11,7 +11,7 @@ from sklearn.metrics import accuracy_score, f1_score
 from campaign_factory import TEXTS, write_corpus_csv
 from iteralab.cli import main
 from iteralab.plan.prepare import suggest_threshold
-from test_prepare import STRATA, _rows, _write_csv
+from strata_rows import STRATA, strata_rows, write_strata_csv
 
 CLASSES = ["plot", "fresh", "rotten"]
 
@@ -90,7 +90,7 @@ def test_an_hf_classifier_on_the_draft_prepare_writes_names_the_command(tmp_path
     from iteralab.models.factory import WorkloadSpec, load_workload
     from iteralab.plan.corpus import load_corpus
 
-    source = _write_csv(tmp_path / "src.csv", _rows())
+    source = write_strata_csv(tmp_path / "src.csv", strata_rows())
     assert main(["prepare", str(source), "--model", str(tiny_classifier_dir), "--out", str(tmp_path / "p"),
                  "--strata", STRATA, "--sample", "short=12,long=8", "--max-length", "64"]) == 0
     capsys.readouterr()
@@ -212,12 +212,12 @@ def test_an_embedding_draft_is_measured_by_its_ranking_metric_on_the_tuning_quer
     """A ranking metric on the tuning split (documents + tuning queries), never the final corpus, and a suggested
     threshold by head train's rule; every ranking value beside it."""
     from fake_embedders import word_embedder
-    from test_embedding import corpus_rows
-    from test_embedding_metrics import QUERIES, write_queries
+    from embedding_jobs import corpus_rows
+    from recall_jobs import QUERIES, write_queries
 
     docs = [(i, t) for i, t, _ in corpus_rows()]
-    _write_csv(tmp_path / "tuning.csv", docs, header=("id", "text"))
-    _write_csv(tmp_path / "final.csv", [(f"f{i}", f"{t} final") for i, t in docs], header=("id", "text"))
+    write_strata_csv(tmp_path / "tuning.csv", docs, header=("id", "text"))
+    write_strata_csv(tmp_path / "final.csv", [(f"f{i}", f"{t} final") for i, t in docs], header=("id", "text"))
     write_queries(tmp_path / "tuning_queries.csv")
     protocol = _embedding_draft(tmp_path, metric)
     rc, out, err = _run(capsys, protocol, "--json")
@@ -248,7 +248,7 @@ def test_an_embedding_draft_is_measured_by_its_ranking_metric_on_the_tuning_quer
 
 
 def test_an_embedding_draft_without_tuning_queries_is_told_what_to_declare(tmp_path, capsys):
-    _write_csv(tmp_path / "tuning.csv", [("d1", "good fun")], header=("id", "text"))
+    write_strata_csv(tmp_path / "tuning.csv", [("d1", "good fun")], header=("id", "text"))
     protocol = _embedding_draft(tmp_path, "recall_at_k", extra="k = 3")
     rc, _, err = _run(capsys, protocol)
     assert rc == 2 and err.splitlines()[0] == (

@@ -4,24 +4,17 @@ catalog row prices the observed device exactly (a GPU, or a CPU server package o
 import json
 
 import pytest
+from stats_campaigns import build_campaign
 
-from test_stats import build_campaign
+from answer_inputs import with_job, write_catalog
 from iteralab.cli import main
 from iteralab.decision.note import render_decision
 from iteralab.decision.rule import decide
 from iteralab.kit.calcul_forfaits import CatalogError, find_entry, load_catalog
 
-HEADER = "catalog_version,catalog_date,gpu_id,gpu_name,cards_per_lot,package_days,price_per_lot,currency"
-
-
-def _catalog(tmp_path, rows: list[str], extra_columns: str = "") -> str:
-    path = tmp_path / "user-catalog.csv"
-    path.write_text("\n".join([HEADER + extra_columns, *rows]) + "\n", encoding="utf-8")
-    return str(path)
-
 
 def test_names_match_exactly_never_by_shared_words(tmp_path):
-    cat = load_catalog(_catalog(tmp_path, ["u1,2026-12-01,rtx-4090,NVIDIA GeForce RTX 4090,1,7,110.00,USD"]))
+    cat = load_catalog(write_catalog(tmp_path, ["u1,2026-12-01,rtx-4090,NVIDIA GeForce RTX 4090,1,7,110.00,USD"]))
     assert find_entry(cat, "NVIDIA GeForce RTX 4090").gpu_id == "rtx-4090"
     assert find_entry(cat, "  nvidia geforce   RTX 4090 ").gpu_id == "rtx-4090"  # whitespace and case only
     assert find_entry(cat, "NVIDIA GeForce RTX 4090 D") is None  # contains the words, is another card
@@ -29,7 +22,7 @@ def test_names_match_exactly_never_by_shared_words(tmp_path):
 
 
 def test_device_match_names_and_patterns(tmp_path):
-    cat = load_catalog(_catalog(tmp_path, [
+    cat = load_catalog(write_catalog(tmp_path, [
         'u1,2026-12-01,rtx-4090,RTX 4090,1,7,110.00,USD,NVIDIA GeForce RTX 4090;re:NVIDIA GeForce RTX 4090 Laptop GPU,'],
         ",device_match,cpu_cores"))
     assert find_entry(cat, "NVIDIA GeForce RTX 4090").gpu_id == "rtx-4090"
@@ -40,9 +33,9 @@ def test_device_match_names_and_patterns(tmp_path):
 
 def test_catalog_refuses_bad_optional_cells(tmp_path):
     with pytest.raises(CatalogError, match=r"line 2, field device_match: 're:\(' is not a regular expression"):
-        load_catalog(_catalog(tmp_path, ["u1,2026-12-01,x,X,1,7,1.00,USD,re:(,"], ",device_match,cpu_cores"))
+        load_catalog(write_catalog(tmp_path, ["u1,2026-12-01,x,X,1,7,1.00,USD,re:(,"], ",device_match,cpu_cores"))
     with pytest.raises(CatalogError, match="line 2, field cards_per_lot: '2' must be 1 for a CPU server package"):
-        load_catalog(_catalog(tmp_path, ["u1,2026-12-01,cpu-x,X,2,7,1.00,USD,,16"], ",device_match,cpu_cores"))
+        load_catalog(write_catalog(tmp_path, ["u1,2026-12-01,cpu-x,X,2,7,1.00,USD,,16"], ",device_match,cpu_cores"))
 
 
 def _set_cores(folder, cores):
@@ -60,7 +53,7 @@ CPU_ROW = "u1,2026-12-01,cpu-test-8c,Test CPU 8-core,1,7,50.00,USD,,8"
 def test_a_cpu_server_package_prices_the_observed_cpu_and_cores(tmp_path):
     folder = build_campaign(tmp_path / "camp")
     _set_cores(folder, 8)
-    catalog = _catalog(tmp_path, [CPU_ROW], ",device_match,cpu_cores")
+    catalog = write_catalog(tmp_path, [CPU_ROW], ",device_match,cpu_cores")
     decision = decide([folder], catalog=catalog)
     assert decision.chosen is not None and decision.chosen.variant == "b8"
     assert decision.one_line == ("chosen: b8: cpu-test-8c 7-day package, 1 lot, 50.00 USD committed, 50.00 USD per "
@@ -74,8 +67,8 @@ def test_a_cpu_server_package_prices_the_observed_cpu_and_cores(tmp_path):
 def test_a_two_core_measurement_never_prices_a_sixteen_core_package(tmp_path):
     folder = build_campaign(tmp_path / "camp")
     _set_cores(folder, 2)
-    catalog = _catalog(tmp_path, ["u1,2026-12-01,cpu-test-16c,Test CPU 8-core,1,7,50.00,USD,,16"],
-                       ",device_match,cpu_cores")
+    catalog = write_catalog(tmp_path, ["u1,2026-12-01,cpu-test-16c,Test CPU 8-core,1,7,50.00,USD,,16"],
+                            ",device_match,cpu_cores")
     decision = decide([folder], catalog=catalog)
     assert decision.chosen is None
     assert decision.one_line.startswith("configuration on CPU only (Test CPU 8-core, 2 logical cores): b8; "
@@ -84,7 +77,7 @@ def test_a_two_core_measurement_never_prices_a_sixteen_core_package(tmp_path):
 
 def test_gpu_row_whose_name_only_shares_words_is_not_used(tmp_path):
     folder = build_campaign(tmp_path / "h100", hardware="h100")
-    catalog = _catalog(tmp_path, ["u1,2026-12-01,h100,NVIDIA H100,1,7,900.00,USD"])
+    catalog = write_catalog(tmp_path, ["u1,2026-12-01,h100,NVIDIA H100,1,7,900.00,USD"])
     decision = decide([folder], catalog=catalog)
     assert decision.chosen is None
     reason = next(c for c in decision.configs if c.variant == "b8").pricing.reason
@@ -159,9 +152,9 @@ def test_production_job_is_planned_for_every_qualifying_configuration(tmp_path):
 def test_job_packages_that_cover_the_plan(tmp_path):
     from iteralab.decision.job import plan_job, render_job
 
-    cat = load_catalog(_catalog(tmp_path, ["u1,2026-12-01,cpu-8c,Test CPU,1,3,20.00,USD,,8",
+    cat = load_catalog(write_catalog(tmp_path, ["u1,2026-12-01,cpu-8c,Test CPU,1,3,20.00,USD,,8",
                                            "u1,2026-12-01,cpu-8c,Test CPU,1,7,40.00,USD,,8"],
-                                ",device_match,cpu_cores"))
+                                     ",device_match,cpu_cores"))
     entry = cat.entries[0]
     # 1,000 documents in 10 s (slowest): 100 docs/s; 30,000,000 documents = 300,000 s = 83.3 h > 72 h
     plan = plan_job("b8", 30_000_000, 1000, (8.0, 10.0), 0.0, entry, cat)
@@ -223,25 +216,16 @@ def test_a_variant_stopped_by_the_limit_is_not_run_again_and_says_so(tmp_path, m
     assert report.ok, report.differences
 
 
-def _with_job(folder, documents):
-    """The same hand-built campaign, its protocol declaring a production job."""
-    path = folder / "inputs" / "protocol.toml"
-    text = path.read_text(encoding="utf-8")
-    head, sep, rest = text.partition("[corpus]")
-    path.write_text(head + f"[job]\ndocuments = {documents}\n\n" + sep + rest, encoding="utf-8")
-    return folder
-
-
 def test_the_production_job_enters_the_window_the_deadline_and_the_package(tmp_path):
     # 6 documents in ~10 s (b1) vs ~3.8 s (b8): 50,000 documents = ~23 h for b1 and ~9 h for b8 after the
     # planned tasks; the hand-built calendar leaves 3 h before the deadline, so every configuration misses it
-    folder = _with_job(build_campaign(tmp_path / "camp"), 50_000)
+    folder = with_job(build_campaign(tmp_path / "camp"), 50_000)
     decision = decide([folder])
     b1 = next(c for c in decision.configs if c.variant == "b1")
     assert b1.window.window is not None and "production job of b1" in " ".join(t.name for t in b1.window.window.tasks)
     assert any(e.startswith("misses the deadline") for e in b1.exclusions)
     assert decision.one_line.startswith("no choice possible")
-    small = decide([_with_job(build_campaign(tmp_path / "small"), 6)])  # a job of one corpus fits
+    small = decide([with_job(build_campaign(tmp_path / "small"), 6)])  # a job of one corpus fits
     assert small.machines[0].chosen is not None
 
 
@@ -249,7 +233,7 @@ def test_a_row_without_cpu_cores_never_prices_a_cpu_run(tmp_path):
     """Named exactly as the observed CPU, but no core count: it could be a 64-core server (issue 24, item 3)."""
     folder = build_campaign(tmp_path / "camp")
     _set_cores(folder, 2)
-    catalog = _catalog(tmp_path, ["u1,2026-12-01,epyc,Test CPU 8-core,1,7,50.00,USD"])
+    catalog = write_catalog(tmp_path, ["u1,2026-12-01,epyc,Test CPU 8-core,1,7,50.00,USD"])
     decision = decide([folder], catalog=catalog)
     assert decision.chosen is None
     assert decision.rental_line.startswith("not priced: ran on CPU only")
@@ -257,6 +241,6 @@ def test_a_row_without_cpu_cores_never_prices_a_cpu_run(tmp_path):
             "the same model and core count")
     assert line in decision.notes and f"- {line}" in render_decision(decision)
     # the same row beside an exact CPU server row: only that one prices the run
-    both = _catalog(tmp_path, ["u1,2026-12-01,epyc,Test CPU 8-core,1,7,50.00,USD,,",
+    both = write_catalog(tmp_path, ["u1,2026-12-01,epyc,Test CPU 8-core,1,7,50.00,USD,,",
                                "u1,2026-12-01,cpu-test-2c,Test CPU 8-core,1,7,20.00,USD,,2"], ",device_match,cpu_cores")
     assert decide([folder], catalog=both).one_line.startswith("chosen: b8: cpu-test-2c 7-day package, 1 lot, 20.00 USD")

@@ -20,7 +20,7 @@ from iteralab.cli import main
 from iteralab.evidence.run import run_campaign
 from iteralab.evidence.reads import load_evidence
 from protocol_factory import VARIANTS
-from test_stats import CALENDAR
+from stats_campaigns import CALENDAR
 
 HEADER = ("catalog_version,catalog_date,gpu_id,gpu_name,cards_per_lot,package_days,price_per_lot,currency,"
           "device_match,cpu_cores\n")

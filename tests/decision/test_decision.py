@@ -11,7 +11,7 @@ from iteralab.decision.costing import CPU_ONLY
 from iteralab.decision.note import render_decision, write_decision
 from iteralab.decision.rule import decide
 from iteralab.errors import IteraError
-from test_stats import CALENDAR, build_campaign, check_golden, normalised
+from stats_campaigns import CALENDAR, build_campaign, check_golden, normalised
 from protocol_factory import LARGE_BATCH_EXPENSE
 
 

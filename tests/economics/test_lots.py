@@ -118,8 +118,8 @@ from iteralab.decision.audit import check_decision  # noqa: E402
 from iteralab.evidence.verify import AuditReport  # noqa: E402
 from iteralab.decision.note import render_decision  # noqa: E402
 from iteralab.decision.rule import decide  # noqa: E402
-from test_answer import _with_job  # noqa: E402
-from test_stats import build_campaign  # noqa: E402
+from answer_inputs import with_job  # noqa: E402
+from stats_campaigns import build_campaign  # noqa: E402
 
 B4 = {"b4": {"batch_size": 4, "passes": [{"s": 4.0}, {"s": 4.3}, {"s": 3.9}]}}
 FAST = {"b4": {"batch_size": 4, "passes": [{"s": 1.0}, {"s": 1.1}, {"s": 0.9}]}}
@@ -134,7 +134,7 @@ def _catalog_file(tmp_path):
 def test_decide_plans_two_lots_where_one_misses_the_deadline(tmp_path):
     # the hand-built campaign: 6 documents, slowest b4 pass 4.3 s, start-up 2.5 s (load 2.0 + warm-up 0.5);
     # the same figures as the first test: 25,000 documents on 2 lots of the 7-day rtx-4090 package, 220.00 USD
-    folder = _with_job(build_campaign(tmp_path / "rtx", hardware="rtx4090", variants=B4), 25_000)
+    folder = with_job(build_campaign(tmp_path / "rtx", hardware="rtx4090", variants=B4), 25_000)
     decision = decide([folder], catalog=_catalog_file(tmp_path))
     assert decision.chosen is not None and decision.lots is None and decision.lots_rented == 2
     assert decision.one_line.startswith("chosen: NVIDIA GeForce RTX 4090 / b4: rtx-4090 7-day package, 2 lots, "
@@ -154,8 +154,8 @@ def test_decide_plans_two_lots_where_one_misses_the_deadline(tmp_path):
 def test_decide_over_two_machines_prints_every_part_and_verify_recomputes_it(tmp_path, capsys, monkeypatch):
     # the second machine's folder: the same protocol, recorded on another device (an H100, 1.1 s at the slowest)
     monkeypatch.chdir(tmp_path)
-    rtx = _with_job(build_campaign(tmp_path / "rtx", hardware="rtx4090", variants=B4), 70_000)
-    h100 = _with_job(build_campaign(tmp_path / "h100", hardware="h100", variants=FAST), 70_000)
+    rtx = with_job(build_campaign(tmp_path / "rtx", hardware="rtx4090", variants=B4), 70_000)
+    h100 = with_job(build_campaign(tmp_path / "h100", hardware="h100", variants=FAST), 70_000)
     catalog = _catalog_file(tmp_path)
     decision = decide([rtx, h100], catalog=catalog)
     # the figures of the mix test above: rtx alone 5 lots (550), h100 alone 2 lots (600), the mix 1 + 1 (410)
@@ -193,7 +193,7 @@ def test_decide_over_two_machines_prints_every_part_and_verify_recomputes_it(tmp
 
 
 def test_a_cpu_campaign_gets_the_rate_each_row_must_reach_to_finish_before_the_deadline(tmp_path):
-    folder = _with_job(build_campaign(tmp_path / "cpu", variants=B4), 6_000)
+    folder = with_job(build_campaign(tmp_path / "cpu", variants=B4), 6_000)
     decision = decide([folder])  # the shipped catalog: rtx-4090 and b200, neither observed
     assert decision.chosen is None
     rows = {r.gpu_id: r for r in decision.plans.rows}
@@ -216,7 +216,7 @@ def test_verify_recomputes_a_two_machine_decision_from_the_sealed_folders(tmp_pa
     from iteralab.evidence.reads import load_evidence
     from iteralab.evidence.run import run_campaign
     from protocol_factory import VARIANTS
-    from test_stats import CALENDAR
+    from stats_campaigns import CALENDAR
 
     root = tmp_path / "work"
     root.mkdir()
@@ -257,7 +257,7 @@ def test_a_decision_written_before_lots_were_planned_still_verifies(tmp_path):
     not hold are named in a note, not reported as differences."""
     from iteralab.decision.note import write_decision
 
-    folder = _with_job(build_campaign(tmp_path / "rtx", hardware="rtx4090", variants=B4), 6)
+    folder = with_job(build_campaign(tmp_path / "rtx", hardware="rtx4090", variants=B4), 6)
     write_decision(decide([folder], lots=1), folder)
     path = folder / "decision.json"
     old = json.loads(path.read_text(encoding="utf-8"))

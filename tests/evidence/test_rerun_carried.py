@@ -97,7 +97,7 @@ GENERATOR = "carried_answerer_for_rerun"
 
 
 def test_a_generation_callable_the_bundle_carries_reruns_without_its_folder(tmp_path, capsys):
-    from test_generation import write_job
+    from generation_jobs import write_job
 
     code = tmp_path / "code"
     code.mkdir()

@@ -12,13 +12,13 @@ from iteralab.evidence.rerun import compare_campaigns
 @pytest.mark.parametrize("kind", ["embedding", "generation"])
 def test_the_comparison_page_speaks_of_the_job_s_own_outputs(tmp_path, kind):
     if kind == "embedding":
-        import test_embedding as te
+        import embedding_jobs as te
 
-        out = te._campaign(tmp_path, 'kind = "callable"\ncallable = "fake_embedders:word_embedder"',
-                           te.BATCH_VARIANTS, "b2")
+        out = te.embedding_campaign(tmp_path, 'kind = "callable"\ncallable = "fake_embedders:word_embedder"',
+                                    te.BATCH_VARIANTS, "b2")
         words, column = "same ids and vectors", "| min cosine |"
     else:
-        import test_generation as tg
+        import generation_jobs as tg
 
         out = tg.run_job(tmp_path, 'kind = "callable"\ncallable = "fake_generators:last_words"')
         words, column = "same ids and texts", "| identical texts (min share) |"

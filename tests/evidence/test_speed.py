@@ -14,7 +14,7 @@ from iteralab.evidence.speed import (LOADED_APART, VariantTimes, compare, passes
                                      set_apart, smallest_p, speedup_interval)
 from iteralab.evidence.stats import campaign_stats, render_stats
 from iteralab.plan.tables import StatsSpec
-from test_stats import build_campaign
+from stats_campaigns import build_campaign
 
 # The new user's campaign: a shared 2-core machine, 3 passes a variant (issue 42)
 B1_FP32 = (106.6, 202.1, 112.1)

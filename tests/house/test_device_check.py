@@ -1,7 +1,7 @@
 """``scripts/device_check.py``: its CPU self-test runs every check's code path (the GPU parts on the fake CUDA of
-tests/fakecuda.py: 2 cards for data-parallel, a Ray actor given a GPU) and prints one line per check; a failing check
-makes the exit code non-zero; on a GPU machine, a check that does not apply says why; without a GPU the plain command
-refuses in one line with exit 2."""
+tests/support/fakecuda.py: 2 cards for data-parallel, a Ray actor given a GPU) and prints one line per check; a
+failing check makes the exit code non-zero; on a GPU machine, a check that does not apply says why; without a GPU the
+plain command refuses in one line with exit 2."""
 
 from __future__ import annotations
 
@@ -168,7 +168,7 @@ def test_a_precision_the_card_cannot_run_does_not_apply_and_says_why(monkeypatch
 def test_the_gpu_run_plans_and_checks_fp16_and_data_parallel_on_fake_cards(monkeypatch, capsys, tmp_path):
     """The plain command (not the self-test) on a machine of 2 fake cards: its GPU protocols lock and run through
     the runner, fp16 is measured rather than refused, and the GPU invariants hold on the fake's timers and peaks.
-    The workers run the fake's workload (tests/fakecuda.py), which knows no attention or compile: those checks
+    The workers run the fake's workload (tests/support/fakecuda.py), which knows no attention or compile: those checks
     are left to the self-test's real model."""
     for name in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
         monkeypatch.delenv(name, raising=False)

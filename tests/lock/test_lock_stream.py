@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from test_datasets import LOCKED_AT, _write_csv, dataset_protocol
+from dataset_jobs import LOCKED_AT, dataset_protocol, write_dataset_csv
 
 from oracles import check_datasets_disjoint, corpus_fingerprint, load_inputs
 
@@ -71,7 +71,7 @@ def test_one_corpus_lock_records_equal_those_of_the_whole_read(tmp_path):
     rows = _rows("a", 45, seed=3)
     changed = rows[40]
     rows[40] = (changed[0], changed[1], next(c for c in CLASSES if c != changed[2]))
-    _write_csv(tmp_path / "a.csv", rows)
+    write_dataset_csv(tmp_path / "a.csv", rows)
     with pytest.raises(ProtocolError, match=f"corpus: 1 reference label changed \\(e.g. '{changed[0]}'"):
         check_inputs(open_locked(path))
 
@@ -165,7 +165,7 @@ def test_tuning_digests_colliding_without_an_overlap_lock_as_usual(tmp_path, mon
 
 def test_lock_records_of_unlabelled_rows_and_unordered_ids_equal_the_whole_read(tmp_path):
     rows = [(r[0], r[1], "" if i % 4 == 0 else r[2]) for i, r in enumerate(_rows("u", 33, seed=18))]
-    _write_csv(tmp_path / "u.csv", rows)
+    write_dataset_csv(tmp_path / "u.csv", rows)
     records = lockrecords.LockRecords()
     scanned = scan.scan_corpus(tmp_path / "u.csv", require_labels=False, sinks=[records])
     assert records.fingerprint(scanned) == corpus_fingerprint(load_corpus(tmp_path / "u.csv", require_labels=False))

@@ -20,7 +20,7 @@ LINUX_PROC = Path("/proc/self/status").exists()
 
 
 def _fake_gpu(monkeypatch, count: int = 2, **card) -> FakeCuda:
-    """``count`` cards through the faithful fake (tests/fakecuda.py), every card visible."""
+    """``count`` cards through the faithful fake (tests/support/fakecuda.py), every card visible."""
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     return FakeCuda(cards=cards(count, **card), block=4_096).install(monkeypatch)
 

@@ -1,4 +1,5 @@
-"""The fake CUDA of the tests behaves like the real runtime where the product depends on it (tests/fakecuda.py)."""
+"""The fake CUDA of the tests behaves like the real runtime where the product depends on it
+(tests/support/fakecuda.py)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from iteralab.campaign.kinds.embedding.sink import embedding_record
 from iteralab.errors import ProtocolError, WorkloadError
 from iteralab.models.stfolder import folder_pooling, pooling_problem, resolved_pooling
 from iteralab.plan.protocol import parse_protocol
-from test_embedding import corpus_rows, embedding_protocol
+from embedding_jobs import corpus_rows, embedding_protocol
 
 VARIANTS = """
 [[variants]]
@@ -92,7 +92,7 @@ def test_a_protocol_that_omits_pooling_takes_the_folders(tmp_path):
 
 
 def _protocol_file(tmp_path: Path, embedding: str) -> Path:
-    from test_embedding import write_corpus
+    from embedding_jobs import write_corpus
 
     write_corpus(tmp_path)
     one = VARIANTS.split("\n\n[[variants]]")[0]  # one variant: the vectors, not a comparison, are under test

@@ -1,5 +1,5 @@
 """Generation models: greedy outputs, finish reasons and token counts, prompt limits, the seq2seq kind, callable
-generators, bf16 and the manifest's facts — on the tiny models of tests/tiny_generators.py."""
+generators, bf16 and the manifest's facts — on the tiny models of tests/support/tiny_generators.py."""
 
 from __future__ import annotations
 

@@ -214,7 +214,7 @@ COUNTED = "\n[budget]\ninclude_expenses = true\n"
 
 def _decide(tmp_path, extra: str):
     from iteralab.decision.rule import decide
-    from test_stats import build_campaign
+    from stats_campaigns import build_campaign
 
     return decide([build_campaign(tmp_path / "rtx", hardware="rtx4090", extra=extra)])
 
@@ -289,7 +289,7 @@ def test_declared_switch_counts_the_expenses_in_the_cost_and_the_ranking_and_the
 
 
 def test_decide_refuses_expenses_in_another_currency_than_the_catalog_used(tmp_path, capsys):
-    from test_stats import build_campaign
+    from stats_campaigns import build_campaign
 
     folder = build_campaign(tmp_path / "rtx", hardware="rtx4090", extra=STORAGE)
     catalog = tmp_path / "eur.csv"
@@ -304,7 +304,7 @@ def test_report_shows_the_expenses_per_configuration(tmp_path):
     import html as html_lib
 
     from iteralab.decision.report import finalize
-    from test_stats import build_campaign
+    from stats_campaigns import build_campaign
 
     folder = build_campaign(tmp_path / "rtx", hardware="rtx4090", extra=STORAGE + LARGE_BATCH)
     finalize([folder], tmp_path / "out")

@@ -123,7 +123,7 @@ def test_classes_belong_to_a_classification_job_only():
     generation = parse_protocol(generation_protocol(('classes = []\n', '')))
     assert generation.corpus.classes == () and "classes" not in generation.corpus.model_fields_set
     assert parse_protocol(generation_protocol()).corpus.classes == ()
-    from test_embedding import BATCH_VARIANTS, embedding_protocol
+    from embedding_jobs import BATCH_VARIANTS, embedding_protocol
 
     embedding = embedding_protocol('kind = "callable"\ncallable = "fake_embedders:batch4_perturbed"',
                                    variants=BATCH_VARIANTS, reference="b2", metric='routine = "m:f"')

@@ -1,7 +1,6 @@
 """``iteralab prepare`` (C2, P4) on corpora written here, with a tiny WordPiece tokenizer; ``head train``; and the
 README's "Your own corpus" walk end to end on a tiny model."""
 
-import csv
 import json
 import shutil
 from collections import Counter
@@ -13,28 +12,7 @@ from iteralab.cli import main
 from iteralab.models.tokens import load_tokenizer, token_counter
 from iteralab.plan.corpus import check_disjoint, load_corpus, text_fingerprint
 from iteralab.plan.strata import largest_remainder
-
-WORDS = ["good", "bad", "story", "movie", "fun", "dull", "great", "plot", "mess", "fine"]
-STRATA = "short=0-8,long=9-"
-
-
-def _rows(n=90):
-    """Texts of 1..14 words (3..16 tokens with [CLS]/[SEP]); classes in a mix that differs by length."""
-    rows = []
-    for i in range(n):
-        k = 1 + i % 14
-        words = " ".join(WORDS[(i + j) % len(WORDS)] for j in range(k))
-        label = "plot" if i % 5 == 0 else ("fresh" if (i // 3) % 2 else "rotten")
-        rows.append((f"doc-{i:03d}", f"{words} {i}", label))
-    return rows
-
-
-def _write_csv(path, rows, header=("id", "text", "label")):
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(header)
-        w.writerows(rows)
-    return path
+from strata_rows import STRATA, strata_rows, write_strata_csv
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +27,7 @@ def _prepare(capsys, source, tok, out, *extra):
 
 
 def test_strata_class_mix_files_and_reproducibility(tmp_path, tok, capsys):
-    source = _write_csv(tmp_path / "src.csv", _rows())
+    source = write_strata_csv(tmp_path / "src.csv", strata_rows())
     rc, out, err = _prepare(capsys, source, tok, tmp_path / "a", "--sample", "short=20,long=12", "--tuning", "30")
     assert rc == 0, err
     final = load_corpus(tmp_path / "a" / "final.csv", extra_columns=["stratum"])
@@ -82,7 +60,7 @@ def test_strata_class_mix_files_and_reproducibility(tmp_path, tok, capsys):
 
 
 def test_draft_protocol_has_corpus_filled_and_choices_marked(tmp_path, tok, capsys):
-    source = _write_csv(tmp_path / "src.csv", _rows())
+    source = write_strata_csv(tmp_path / "src.csv", strata_rows())
     _prepare(capsys, source, tok, tmp_path / "p", "--sample", "short=10,long=10")
     draft = (tmp_path / "p" / "protocol.toml").read_text()
     assert 'classes = ["fresh", "plot", "rotten"]' in draft and "strata = { short = [0, 8], long = [9] }" in draft
@@ -108,7 +86,8 @@ def test_draft_carries_a_commented_calendar_and_catalog(tmp_path, tok, capsys):
     """Without dated tasks no rental is priced: the draft shows where they go (issue 24, item 6)."""
     from iteralab.plan.protocol import CatalogSpec, Calendar, tomllib
 
-    _prepare(capsys, _write_csv(tmp_path / "src.csv", _rows()), tok, tmp_path / "p", "--sample", "short=10,long=10")
+    _prepare(capsys, write_strata_csv(tmp_path / "src.csv", strata_rows()), tok, tmp_path / "p", "--sample",
+             "short=10,long=10")
     lines = (tmp_path / "p" / "protocol.toml").read_text().splitlines()
     start, catalog = lines.index("# [calendar]"), lines.index("# [catalog]")
     assert "decide plans no window, so it prices no rental" in lines[start - 2]
@@ -121,7 +100,7 @@ def test_draft_carries_a_commented_calendar_and_catalog(tmp_path, tok, capsys):
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
 def test_other_formats_without_id_column(tmp_path, tok, capsys, fmt):
-    rows = [{"review": t, "sentiment": l} for _, t, l in _rows(40)]
+    rows = [{"review": t, "sentiment": l} for _, t, l in strata_rows(40)]
     source = tmp_path / f"src.{fmt}"
     if fmt == "jsonl":
         source.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
@@ -141,9 +120,9 @@ def test_other_formats_without_id_column(tmp_path, tok, capsys, fmt):
 
 
 def test_repeated_texts_never_land_on_both_sides(tmp_path, tok, capsys):
-    rows = _rows(40)
+    rows = strata_rows(40)
     dupes = [(f"dup-{i}", "  " + t.upper().lower() + "  ", l) for i, (_, t, l) in enumerate(rows[:20])]
-    source = _write_csv(tmp_path / "src.csv", rows + dupes)
+    source = write_strata_csv(tmp_path / "src.csv", rows + dupes)
     rc, out, err = _prepare(capsys, source, tok, tmp_path / "o", "--sample", "short=10,long=10")
     assert rc == 0, err
     final, tuning = load_corpus(tmp_path / "o" / "final.csv"), load_corpus(tmp_path / "o" / "tuning.csv")
@@ -152,8 +131,8 @@ def test_repeated_texts_never_land_on_both_sides(tmp_path, tok, capsys):
     assert len(record["left_out"]) == 20 and record["left_out"][0]["reason"] == "same text as doc-000"
     assert "left out: 20 repeated texts" in out
     # without an id column, a repeated text is left out too (its derived id would repeat)
-    plain = _write_csv(tmp_path / "plain.csv", [(t, l) for _, t, l in rows + dupes[:3]] + [(rows[0][1], "plot")],
-                       header=("text", "label"))
+    plain = write_strata_csv(tmp_path / "plain.csv", [(t, l) for _, t, l in rows + dupes[:3]] + [(rows[0][1], "plot")],
+                             header=("text", "label"))
     rc, _, err = _prepare(capsys, plain, tok, tmp_path / "p", "--sample", "short=10,long=10")
     assert rc == 0, err
     assert len(json.loads((tmp_path / "p" / "prepare.json").read_text())["left_out"]) == 4
@@ -162,7 +141,7 @@ def test_repeated_texts_never_land_on_both_sides(tmp_path, tok, capsys):
 def test_unicode_texts(tmp_path, tok, capsys):
     rows = [(f"u{i}", f"café naïve 東京 {'good ' * (i % 12)}🎬 {i}", "fresh" if i % 2 else "rotten")
             for i in range(40)]
-    source = _write_csv(tmp_path / "src.csv", rows)
+    source = write_strata_csv(tmp_path / "src.csv", rows)
     rc, _, err = _prepare(capsys, source, tok, tmp_path / "o", "--strata", "all=0-", "--sample", "all=14")
     assert rc == 0, err
     texts = set(load_corpus(tmp_path / "o" / "final.csv").texts)
@@ -170,8 +149,8 @@ def test_unicode_texts(tmp_path, tok, capsys):
 
 
 def test_refusals_name_stratum_and_numbers(tmp_path, tok, capsys):
-    source = _write_csv(tmp_path / "src.csv", _rows())
-    long_count = sum(1 for n in token_counter(load_tokenizer(tok))([t for _, t, _ in _rows()]) if n >= 9)
+    source = write_strata_csv(tmp_path / "src.csv", strata_rows())
+    long_count = sum(1 for n in token_counter(load_tokenizer(tok))([t for _, t, _ in strata_rows()]) if n >= 9)
     rc, _, err = _prepare(capsys, source, tok, tmp_path / "o", "--sample", f"short=10,long={long_count + 50}")
     assert rc == 2
     assert err == [f"Error: {source}: long: {long_count + 50} wanted, {long_count} texts have ≥ 9 tokens; lower the "
@@ -180,7 +159,7 @@ def test_refusals_name_stratum_and_numbers(tmp_path, tok, capsys):
     empty.write_text("id,text,label\n", encoding="utf-8")
     assert _prepare(capsys, empty, tok, tmp_path / "o", "--sample", "short=1,long=1")[2][0] == (
         f"Error: {empty}: no records after the header (line 1)")
-    one = _write_csv(tmp_path / "one.csv", [(i, t, "fresh") for i, t, _ in _rows()])
+    one = write_strata_csv(tmp_path / "one.csv", [(i, t, "fresh") for i, t, _ in strata_rows()])
     assert _prepare(capsys, one, tok, tmp_path / "o", "--sample", "short=1,long=1")[2][0] == (
         f"Error: {one}: label column 'label' holds a single class ('fresh'); a comparison of classifiers needs at "
         "least two")
@@ -190,7 +169,7 @@ def test_refusals_name_stratum_and_numbers(tmp_path, tok, capsys):
 
 
 def test_head_train_suggests_a_threshold_and_refuses_overlap(tmp_path, tiny_encoder_dir, capsys):
-    source = _write_csv(tmp_path / "src.csv", _rows())
+    source = write_strata_csv(tmp_path / "src.csv", strata_rows())
     assert main(["prepare", str(source), "--model", str(tiny_encoder_dir), "--out", str(tmp_path / "p"),
                  "--strata", STRATA, "--sample", "short=20,long=12"]) == 0
     capsys.readouterr()
@@ -212,7 +191,7 @@ def test_head_train_suggests_a_threshold_and_refuses_overlap(tmp_path, tiny_enco
 def test_readme_walk_from_csv_to_decision(tmp_path, tiny_classifier_dir, capsys, monkeypatch):
     """README "Your own corpus": prepare → edit the draft → lock → run → decide, on a tiny classifier."""
     monkeypatch.chdir(tmp_path)
-    _write_csv(tmp_path / "reviews.csv", [(t, l) for _, t, l in _rows()], header=("review", "sentiment"))
+    write_strata_csv(tmp_path / "reviews.csv", [(t, l) for _, t, l in strata_rows()], header=("review", "sentiment"))
     assert main(["prepare", "reviews.csv", "--model", str(tiny_classifier_dir), "--out", "prep", "--text-column",
                  "review", "--label-column", "sentiment", "--strata", STRATA, "--sample", "short=12,long=8"]) == 0
     draft = tmp_path / "prep" / "protocol.toml"
@@ -235,7 +214,7 @@ def test_readme_walk_from_csv_to_decision(tmp_path, tiny_classifier_dir, capsys,
 
 def test_a_named_id_column_the_file_lacks_is_refused(tmp_path, tok, capsys):
     """``--id-column`` names a column on purpose: a misspelt header never turns into ids derived from the texts."""
-    source = _write_csv(tmp_path / "src.csv", _rows(), header=("review_id", "text", "label"))
+    source = write_strata_csv(tmp_path / "src.csv", strata_rows(), header=("review_id", "text", "label"))
     rc, _, err = _prepare(capsys, source, tok, tmp_path / "p", "--sample", "short=10,long=10", "--id-column",
                           "reviewid")
     assert rc == 2 and err[0].startswith(f"Error: {source}") and "'reviewid'" in err[0], err
@@ -248,7 +227,7 @@ def test_a_named_id_column_the_file_lacks_is_refused(tmp_path, tok, capsys):
 
 
 def test_prepare_never_writes_over_an_edited_or_locked_protocol(tmp_path, tok, capsys):
-    source = _write_csv(tmp_path / "src.csv", _rows())
+    source = write_strata_csv(tmp_path / "src.csv", strata_rows())
     out = tmp_path / "p"
     assert _prepare(capsys, source, tok, out, "--sample", "short=10,long=10")[0] == 0
     assert _prepare(capsys, source, tok, out, "--sample", "short=10,long=10")[0] == 0  # unedited: the same files
@@ -272,8 +251,8 @@ def test_prepare_an_embedding_job_on_a_corpus_without_labels(tmp_path, tok, caps
 
     from iteralab.lock.inputs import lock
 
-    rows = [(i, t) for i, t, _ in _rows()]
-    source = _write_csv(tmp_path / "docs.csv", rows, header=("id", "text"))
+    rows = [(i, t) for i, t, _ in strata_rows()]
+    source = write_strata_csv(tmp_path / "docs.csv", rows, header=("id", "text"))
     out = tmp_path / "prep"
     rc, stdout, err = _prepare(capsys, source, tok, out, "--sample", "short=20,long=20", "--task", "embedding")
     assert rc == 0, err
@@ -288,7 +267,7 @@ def test_prepare_an_embedding_job_on_a_corpus_without_labels(tmp_path, tok, caps
     assert json.loads((out / "prepare.json").read_text(encoding="utf-8"))["task"] == "embedding"
     # the choices made, the queries written: the draft locks
     chosen = final.ids[:3]
-    _write_csv(out / "queries.csv", [("q1", "good story", ";".join(chosen))], header=("query_id", "text",
+    write_strata_csv(out / "queries.csv", [("q1", "good story", ";".join(chosen))], header=("query_id", "text",
                                                                                          "relevant_ids"))
     made = draft.replace('min_cosine = "CHOOSE"', "min_cosine = 0.99").replace(
         'threshold = "CHOOSE"', "threshold = 0.5").replace('tolerance = "CHOOSE"', "tolerance = 0.05")
@@ -302,7 +281,7 @@ def test_prepare_an_embedding_job_on_a_corpus_without_labels(tmp_path, tok, caps
 def test_prepare_an_embedding_job_keeps_complete_labels(tmp_path, tok, capsys):
     import tomllib
 
-    source = _write_csv(tmp_path / "docs.csv", _rows())
+    source = write_strata_csv(tmp_path / "docs.csv", strata_rows())
     out = tmp_path / "prep"
     rc, _, err = _prepare(capsys, source, tok, out, "--sample", "short=20,long=20", "--task", "embedding")
     assert rc == 0, err
@@ -321,11 +300,11 @@ def test_prepare_cuts_a_corpus_together_with_its_queries(tmp_path, tok, capsys):
     from iteralab.lock.inputs import lock
     from iteralab.plan.queries import load_queries
 
-    rows = [(i, t) for i, t, _ in _rows()]
-    source = _write_csv(tmp_path / "docs.csv", rows, header=("id", "text"))
+    rows = [(i, t) for i, t, _ in strata_rows()]
+    source = write_strata_csv(tmp_path / "docs.csv", rows, header=("id", "text"))
     queries = [(f"q{n}", f"query {n}", ";".join(rows[j][0] for j in (3 * n, 3 * n + 1))) for n in range(10)]
     queries.append(("q-gone", "names no document", "doc-999"))
-    qfile = _write_csv(tmp_path / "queries.csv", queries, header=("query_id", "text", "relevant_ids"))
+    qfile = write_strata_csv(tmp_path / "queries.csv", queries, header=("query_id", "text", "relevant_ids"))
     out = tmp_path / "prep"
     rc, stdout, err = _prepare(capsys, source, tok, out, "--task", "embedding", "--queries", str(qfile),
                                "--query-sample", "6", "--tuning-queries", "2", "--distractors", "12")
@@ -365,10 +344,10 @@ def test_prepare_drafts_ndcg_for_graded_queries_and_refuses_queries_without_the_
                                                                                                capsys):
     import tomllib
 
-    rows = [(i, t) for i, t, _ in _rows()]
-    source = _write_csv(tmp_path / "docs.csv", rows, header=("id", "text"))
-    qfile = _write_csv(tmp_path / "q.csv", [(f"q{n}", f"query {n}", rows[n][0], "2") for n in range(5)],
-                       header=("query_id", "text", "relevant_ids", "grades"))
+    rows = [(i, t) for i, t, _ in strata_rows()]
+    source = write_strata_csv(tmp_path / "docs.csv", rows, header=("id", "text"))
+    qfile = write_strata_csv(tmp_path / "q.csv", [(f"q{n}", f"query {n}", rows[n][0], "2") for n in range(5)],
+                             header=("query_id", "text", "relevant_ids", "grades"))
     out = tmp_path / "prep"
     rc, _, err = _prepare(capsys, source, tok, out, "--task", "embedding", "--queries", str(qfile))
     assert rc == 0, err

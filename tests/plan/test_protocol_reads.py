@@ -17,7 +17,7 @@ from campaign_factory import callable_campaign
 from iteralab.lock.inputs import lock
 from iteralab.cli import main
 from iteralab.evidence.rerun import staging_folder
-from test_datasets import GOOD, dataset_protocol
+from dataset_jobs import GOOD, dataset_protocol
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,7 @@ import pytest
 from iteralab.errors import CorpusError, ProtocolError
 from iteralab.plan.protocol import parse_protocol
 from iteralab.plan.queries import load_queries
-from test_embedding_metrics import QUERIES, _lock_and_run, recall_protocol, write_queries, write_unlabelled_corpus
+from recall_jobs import QUERIES, lock_and_run, recall_protocol, write_queries, write_unlabelled_corpus
 
 RENAMED = 'queries = "queries.csv"\nqueries_id_column = "qid"\nqueries_text_column = "question"'
 
@@ -67,7 +67,7 @@ def test_a_recall_campaign_reads_the_queries_by_the_protocols_column_names(tmp_p
 
     write_unlabelled_corpus(tmp_path)
     write_queries(tmp_path / "queries.csv", header=("qid", "question", "relevant_ids"))
-    out = _lock_and_run(tmp_path, _renamed_protocol())
+    out = lock_and_run(tmp_path, _renamed_protocol())
     record = json.loads((out / "campaign.json").read_text(encoding="utf-8"))["queries"]
     assert record["columns"] == {"id_column": "qid", "text_column": "question"}
     rows = list(read_raw_rows(out / "raw_table.csv"))

@@ -1,6 +1,6 @@
 """The one corpus reader (``plan/scan.py``), as ``lock`` and ``run`` use it (``scan_corpus`` with a ``CorpusCopy``
 sink) and as the stages that need every text use it (``load_corpus``, a collect-all over it), fuzzed with the
-strategies of ``tests/corpus_strategies.py`` against the whole read it replaced (``oracles.whole_read_corpus``):
+strategies of ``tests/support/corpus_strategies.py`` against the whole read it replaced (``oracles.whole_read_corpus``):
 
 - both accept or both refuse, and a refusal is the whole read's one-line error, word for word;
 - what both accept gives the same records (ids, texts, labels, stratum cells, lines, in file order) to the sinks

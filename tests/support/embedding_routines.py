@@ -50,7 +50,7 @@ def spread(*, ids, outputs, references):
 def raises_on_batch4(*, ids, outputs, references):
     """Raises on a pass of ``fake_embedders.batch4_perturbed`` whose vectors moved (the b4 variant)."""
     import fake_embedders
-    from test_embedding import corpus_rows
+    from embedding_jobs import corpus_rows
 
     texts = {i: t for i, t, _ in corpus_rows()}
     exact = fake_embedders.word_embedder([texts[i] for i in ids])

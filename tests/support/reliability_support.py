@@ -1,6 +1,6 @@
 """Fault injection for the reliability checks (R8, R9, D3 and the bad-input standard).
 
-Used by ``tests/test_reliability.py`` (a few kill points, quick) and ``scripts/reliability.py`` (many).
+Used by ``tests/campaign/test_reliability.py`` (a few kill points, quick) and ``scripts/reliability.py`` (many).
 
 How a campaign is killed at a precise moment
 --------------------------------------------

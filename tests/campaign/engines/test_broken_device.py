@@ -1,7 +1,7 @@
 """A device-side failure (a kernel assert, an illegal address) is sticky on a real card: every later CUDA call of the
-process raises. Proven against the faithful fake (tests/fakecuda.py): such a pass is a failed row with its completed
-count, in the runner's process, in a worker process and on data-parallel workers; the next pass gets a fresh
-process, and a device that stays broken fails the following passes as rows, never the campaign."""
+process raises. Proven against the faithful fake (tests/support/fakecuda.py): such a pass is a failed row with its
+completed count, in the runner's process, in a worker process and on data-parallel workers; the next pass gets a
+fresh process, and a device that stays broken fails the following passes as rows, never the campaign."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from campaign_factory import write_corpus_csv
+from device_passes import cuda_pass_spec
 from fakecuda import DEVICE_ASSERT, FakeCuda, cards, patch_factory, worker_path
 from iteralab.campaign.engines import local
 from iteralab.campaign.engines.passes import execute_pass
@@ -17,7 +18,6 @@ from iteralab.evidence.run import run_campaign
 from iteralab.lock.inputs import lock
 from protocol_factory import write_protocol
 
-CLASSES = ["plot", "fresh", "rotten"]
 #: warm-up: 2 inputs, one batch of 4; the measured pass: 12 inputs in 3 batches; batch 4 is the measured pass's 3rd
 FAIL_AT = 4
 
@@ -26,20 +26,6 @@ FAIL_AT = 4
 def visible(monkeypatch):
     for name in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
         monkeypatch.delenv(name, raising=False)
-
-
-def _spec(tmp_path, **variant):
-    corpus = write_corpus_csv(tmp_path)  # 12 texts
-    (tmp_path / "predictions").mkdir(exist_ok=True)
-    return {
-        "pass_id": "r01-p01-b4-a1", "seed": 0, "deterministic": False, "classes": CLASSES,
-        "variant": {"name": "b4", "device": "cuda", "precision": "fp32", "batch_size": 4, "bucketing": False,
-                    "resume": False, "compile": False, "padding": "longest", "data_parallel": 1, **variant},
-        "model": {"kind": "hf_classifier", "path": None, "head": None, "callable": None, "max_length": 32,
-                  "truncation": True, "trust_remote_code": False},
-        "corpus_path": str(corpus), "prediction_dir": str(tmp_path / "predictions"),
-        "warmup": {"inputs": 2, "passes": 1}, "scratch_dir": str(tmp_path / ".tmp"),
-    }
 
 
 def _assert_failed_row_after_two_batches(result, tmp_path):
@@ -57,13 +43,13 @@ def test_a_sticky_error_in_the_runners_process_is_a_failed_row_with_its_complete
                                                                                         visible):
     fake = FakeCuda(cards=cards(1)).install(monkeypatch)
     patch_factory(fake, monkeypatch, fail_at=FAIL_AT)
-    result = execute_pass(_spec(tmp_path))
+    result = execute_pass(cuda_pass_spec(tmp_path))
     _assert_failed_row_after_two_batches(result, tmp_path)
     assert fake.calls.count("FAIL " + DEVICE_ASSERT) == 1
     # in-process isolation: nothing more is asked of the broken device, the environment included
     fake = FakeCuda(cards=cards(1)).install(monkeypatch)
     patch_factory(fake, monkeypatch, fail_at=FAIL_AT)
-    again = local.run_in_process(local.PassSpec.from_json(_spec(tmp_path)))
+    again = local.run_in_process(local.PassSpec.from_json(cuda_pass_spec(tmp_path)))
     assert again["status"] == "failed" and again["environment"] is None
     assert "environment: not read, the device is unusable in this process after the error" in again["notes"]
 
@@ -73,7 +59,7 @@ def test_a_sticky_error_in_a_worker_process_is_a_failed_row_with_its_completed_c
     for key, value in fake.env(fail_at=FAIL_AT).items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("PYTHONPATH", worker_path(tmp_path / "site"))
-    result = local.run_in_worker(local.PassSpec.from_json(_spec(tmp_path)), None)
+    result = local.run_in_worker(local.PassSpec.from_json(cuda_pass_spec(tmp_path)), None)
     _assert_failed_row_after_two_batches(result, tmp_path)
     assert result["environment"]["device_inventory"]["gpu_count"] == 1  # read by the worker before the pass
 

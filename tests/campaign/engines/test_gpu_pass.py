@@ -41,7 +41,7 @@ class Recorder:
 
 
 def fake_cuda(monkeypatch, rec: Recorder, capability=(9, 0), name="Fake H200") -> FakeCuda:
-    """The faithful fake (tests/fakecuda.py), its calls logged into the recorder's list; events are named by the
+    """The faithful fake (tests/support/fakecuda.py), its calls logged into the recorder's list; events are named by the
     order the pass creates them (start, then stop)."""
     fake = FakeCuda(cards=(Card(name=name, major=capability[0], minor=capability[1]),),
                     ms_per_batch=EVENT_MS / 3, block=4_096,

@@ -19,46 +19,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import iteralab
 from campaign_factory import TEXTS, callable_campaign, write_corpus_csv
 from iteralab.campaign.engines import shards
-from iteralab.campaign.journal import read_journal
 from iteralab.campaign.engines.parallel import run_data_parallel
 from iteralab.campaign.engines.shards import plan_shards, shard_tokens, worker_layout
+from iteralab.campaign.journal import read_journal
 from iteralab.cli import main
 from iteralab.errors import ProtocolError, WorkloadError
 from iteralab.evidence.table import read_raw_table, write_raw_table
 from iteralab.plan.protocol import parse_protocol, series_violations
+from parallel_jobs import DP_VARIANTS, dp_workers, worker_pythonpath
 from protocol_factory import protocol_toml
 
-TESTS = (Path(__file__).resolve().parents[2] / "support")
-SRC = Path(iteralab.__file__).resolve().parents[1]
 CLASSES = ["plot", "fresh", "rotten"]
-DP_VARIANTS = """
-[[variants]]
-name = "b4"
-batch_size = 4
-
-[[variants]]
-name = "b4-dp2"
-batch_size = 4
-data_parallel = 2
-
-[[series]]
-name = "cards"
-factor = "data_parallel"
-variants = ["b4", "b4-dp2"]
-"""
-
-
-def _worker_path() -> str:
-    """Workers are fresh interpreters: they must import this iteralab and the tests' models."""
-    return os.pathsep.join(p for p in (str(TESTS), str(SRC), os.environ.get("PYTHONPATH", "")) if p)
 
 
 @pytest.fixture
 def worker_path(monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", _worker_path())
+    monkeypatch.setenv("PYTHONPATH", worker_pythonpath())
 
 
 def _rows(n: int) -> list[tuple[str, str, str]]:
@@ -248,7 +226,7 @@ def test_data_parallel_is_a_factor_of_its_own_series():
 def test_a_lot_is_priced_once_and_more_cards_than_a_lot_holds_need_more_lots(tmp_path):
     from iteralab.decision.note import render_decision
     from iteralab.decision.rule import decide
-    from test_stats import build_campaign
+    from stats_campaigns import build_campaign
 
     times = [{"s": 4.0}, {"s": 4.1}, {"s": 3.9}]
     variants = {"b4": {"batch_size": 4, "passes": times},
@@ -292,23 +270,8 @@ def test_campaign_lock_run_verify_decide_with_a_dp2_variant(tmp_path, worker_pat
 
 def _cli(args: list[str], **env: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "iteralab.cli", *args],
-                            env=dict(os.environ, PYTHONPATH=_worker_path(), **env),
+                            env=dict(os.environ, PYTHONPATH=worker_pythonpath(), **env),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _dp_workers(pid: int) -> list[psutil.Process]:
-    try:
-        children = psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-    workers = []
-    for child in children:
-        try:
-            if "iteralab.campaign.engines.parallel" in " ".join(child.cmdline()):
-                workers.append(child)
-        except psutil.Error:  # a short-lived helper process that already ended
-            continue
-    return workers
 
 
 @pytest.mark.slow  # a signal timed against a running pass (a runner process and its two data-parallel workers)
@@ -322,7 +285,7 @@ def test_sigkill_during_a_data_parallel_pass_leaves_an_aborted_row_and_resumes(t
     while time.time() < deadline and proc.poll() is None:
         state = read_journal(out / "journal.jsonl") if (out / "journal.jsonl").exists() else None
         running = [p for p in (state.order if state else []) if p not in state.finished]
-        workers = _dp_workers(proc.pid)
+        workers = dp_workers(proc.pid)
         if running and "dp2" in running[0] and len(workers) == 2:
             break
         time.sleep(0.05)

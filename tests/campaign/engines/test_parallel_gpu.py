@@ -1,7 +1,7 @@
-"""Data-parallel passes on GPUs, against the faithful fake (tests/fakecuda.py) in the runner and in every worker:
-each worker gets one physical card in the variable its runtime reads (CUDA or ROCm), records which card it ran on,
-the pass's manifest shows the machine as the runner sees it (so a data-parallel row is no manifest difference and a
-resume is not refused), and a sticky device error on a worker is a failed row with the inputs completed."""
+"""Data-parallel passes on GPUs, against the faithful fake (tests/support/fakecuda.py) in the runner and in every
+worker: each worker gets one physical card in the variable its runtime reads (CUDA or ROCm), records which card it
+ran on, the pass's manifest shows the machine as the runner sees it (so a data-parallel row is no manifest difference
+and a resume is not refused), and a sticky device error on a worker is a failed row with the inputs completed."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from fakecuda import worker_path as fake_worker_path
 from iteralab.campaign.engines.parallel import run_data_parallel
 from iteralab.campaign.engines.shards import worker_layout
 from iteralab.campaign.manifest import check_resume_environment, environment_manifest, manifest_differences
-from test_broken_device import _spec  # the shards are planned by max_length: the fake model has no tokenizer
+from device_passes import cuda_pass_spec  # the shards are planned by max_length: the fake model has no tokenizer
 
 VISIBILITY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 
@@ -65,7 +65,7 @@ def test_each_worker_gets_one_physical_card_in_its_runtimes_variable(monkeypatch
 ])
 def test_a_gpu_data_parallel_pass_records_each_card_and_the_runners_view(machine, tmp_path, hip, env, physical):
     fake = machine(hip=hip, **env)
-    result = run_data_parallel(_spec(tmp_path, data_parallel=2, padding="max_length"))
+    result = run_data_parallel(cuda_pass_spec(tmp_path, data_parallel=2, padding="max_length"))
     assert result["status"] == "ok" and result["completed"] == 12
     devices = result["parallel"]["devices"]
     assert [d["physical_id"] for d in devices] == [str(p) for p in physical]
@@ -84,14 +84,14 @@ def test_the_runners_view_holds_the_values_a_stored_manifest_reads_back(machine,
     data-parallel pass records must read back as the same facts (torch's version a plain string, not the runtime's
     TorchVersion object, which the manifest comparison takes for another fact)."""
     machine(CUDA_VISIBLE_DEVICES="0,1")
-    environment = run_data_parallel(_spec(tmp_path, data_parallel=2, padding="max_length"))["environment"]
+    environment = run_data_parallel(cuda_pass_spec(tmp_path, data_parallel=2, padding="max_length"))["environment"]
     stored = json.loads(json.dumps(environment))
     assert manifest_differences(stored, environment) == []
 
 
 def test_a_sticky_error_on_the_workers_is_a_failed_row_with_the_inputs_completed(machine, tmp_path):
     machine(fail_at=3, CUDA_VISIBLE_DEVICES="0,1")  # each worker: 1 warm-up batch, then its shard's 2nd batch fails
-    result = run_data_parallel(_spec(tmp_path, data_parallel=2, padding="max_length"))
+    result = run_data_parallel(cuda_pass_spec(tmp_path, data_parallel=2, padding="max_length"))
     assert result["status"] == "failed" and result["error_kind"] == "pass"
     assert result["error"] == f"cuda:0: AcceleratorError: {DEVICE_ASSERT}"
     assert [d["completed"] for d in result["parallel"]["devices"]] == [4, 4] and result["completed"] == 8

@@ -172,9 +172,9 @@ def test_the_demo_protocol_states_its_limit_relative_to_the_warm_up():
 
 def test_a_data_parallel_pass_keeps_each_workers_projection(tmp_path, monkeypatch):
     from iteralab.campaign.engines.parallel import run_data_parallel
-    from test_parallel import _worker_path
+    from parallel_jobs import worker_pythonpath
 
-    monkeypatch.setenv("PYTHONPATH", _worker_path())
+    monkeypatch.setenv("PYTHONPATH", worker_pythonpath())
     spec = _spec(tmp_path, {"pass_timeout": "100x warmup", "pass_timeout_factor": 100.0})
     spec["model"]["callable"] = "fake_models:slow_warmup_classifier"
     spec["variant"] = {**spec["variant"], "data_parallel": 2}
@@ -192,7 +192,7 @@ def test_a_data_parallel_pass_keeps_each_workers_projection(tmp_path, monkeypatc
 @pytest.mark.skipif(not ray_installed(), reason="Ray is not installed (pip install iteralab[ray])")
 def test_a_ray_pass_applies_and_records_its_projection(tmp_path, monkeypatch):
     import iteralab
-    from test_raypass import RAY_ONLY, TESTS
+    from ray_jobs import RAY_ONLY, TESTS
 
     monkeypatch.setenv("PYTHONPATH", f"{TESTS}:{Path(iteralab.__file__).parents[1]}")
     protocol = callable_campaign(tmp_path, fn="fake_models:slow_warmup_classifier", passes=1, reference="b4-ray",

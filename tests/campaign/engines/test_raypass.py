@@ -14,25 +14,24 @@ import sys
 import time
 from pathlib import Path
 
-import fake_models
 import pyarrow.parquet as pq
 import pytest
-from campaign_factory import callable_campaign
-from protocol_factory import protocol_toml
 
-from iteralab.campaign.journal import read_journal
+from campaign_factory import callable_campaign
+import fake_models
 from iteralab.campaign.engines.raypass import ray_installed
+from iteralab.campaign.journal import read_journal
 from iteralab.cli import main
 from iteralab.errors import ProtocolError
 from iteralab.evidence.run import run_campaign
 from iteralab.evidence.table import read_raw_table, write_raw_table
 from iteralab.plan.engines import layout_problem
 from iteralab.plan.protocol import parse_protocol
+from protocol_factory import protocol_toml
+from ray_jobs import RAY_ONLY, RAY_RUN, TESTS
 
-TESTS = (Path(__file__).resolve().parents[2] / "support")
 needs_ray = pytest.mark.skipif(not ray_installed(), reason="Ray is not installed (pip install iteralab[ray])")
 
-RAY_RUN = "ray_num_cpus = 2\nray_actors = 1\nray_cpus_per_actor = 1\nray_no_progress_timeout_s = 60\n"
 TWO_ENGINES = RAY_RUN + """
 [[variants]]
 name = "b4"
@@ -48,17 +47,11 @@ name = "engine"
 factor = "engine"
 variants = ["b4", "b4-ray"]
 """
-RAY_ONLY = RAY_RUN + """
-[[variants]]
-name = "b4-ray"
-batch_size = 4
-engine = "ray"
-"""
 
 
 @pytest.fixture(autouse=True)
 def _worker_path(monkeypatch):
-    """Ray's workers import the callable (tests/fake_models.py) and this checkout's code from PYTHONPATH."""
+    """Ray's workers import the callable (tests/support/fake_models.py) and this checkout's code from PYTHONPATH."""
     import iteralab
 
     src = str(Path(iteralab.__file__).parents[1])

@@ -3,95 +3,12 @@ verify, tabulate and decide on vectors — a variant whose vectors leave the cos
 
 from __future__ import annotations
 
-import csv
-from pathlib import Path
-
 import numpy as np
 import pytest
 
+from embedding_jobs import BATCH_VARIANTS, corpus_rows, embedding_campaign, embedding_protocol
 from iteralab.errors import ProtocolError
 from iteralab.plan.protocol import parse_protocol
-
-#: 40 short texts in 2 classes whose words make their vectors (tests/fake_embedders.py) cluster by class.
-POSITIVE = ["good fun", "really good", "good acting", "great fun film", "good great cast", "loved it, good",
-            "great acting", "fun and good", "a good film", "great great fun"]
-NEGATIVE = ["dull and long", "boring mess", "a dull script", "weak script", "boring and dull",
-            "a mess of a film", "long boring film", "dull cast", "weak and dull", "mess, boring"]
-
-
-def corpus_rows() -> list[tuple[str, str, str]]:
-    texts = [(t, "fresh") for t in POSITIVE] + [(t, "rotten") for t in NEGATIVE]
-    texts += [(f"{t} again", label) for t, label in texts]
-    return [(f"d{i:02d}", text, label) for i, (text, label) in enumerate(texts)]
-
-
-def embedding_protocol(model: str, *, variants: str, reference: str, min_cosine: float = 0.99,
-                       extra_embedding: str = "", metric: str = 'name = "knn_accuracy"\nk = 3',
-                       threshold: float = 0.5, subgroups: str = "", reproduction: str = "") -> str:
-    return f"""schema_version = 1
-name = "embed-test"
-question = "Which batch size embeds the corpus for the least money with the same vectors?"
-
-[task]
-kind = "embedding"
-
-[embedding]
-pooling = "mean"
-normalize = true
-min_cosine = {min_cosine}
-{extra_embedding}
-
-[corpus]
-path = "corpus.csv"
-classes = ["fresh", "rotten"]
-stratum_column = ""
-
-[model]
-{model}
-max_length = 32
-
-[metric]
-{metric}
-threshold = {threshold}
-tolerance = 0.05
-reference_variant = "{reference}"
-{subgroups}
-{reproduction}
-[warmup]
-inputs = 2
-passes = 1
-
-[run]
-passes = 1
-isolation = "inprocess"
-device = "cpu"
-{variants}
-"""
-
-
-def write_corpus(folder: Path) -> Path:
-    path = folder / "corpus.csv"
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(["id", "text", "label"])
-        w.writerows(corpus_rows())
-    return path
-
-
-BATCH_VARIANTS = """
-[[variants]]
-name = "b2"
-batch_size = 2
-
-[[variants]]
-name = "b4"
-batch_size = 4
-
-[[series]]
-name = "batch"
-factor = "batch_size"
-variants = ["b2", "b4"]
-"""
 
 
 # ------------------------------------------------------------------------------------------------ protocol
@@ -202,28 +119,15 @@ def test_knn_is_leave_one_out_and_blockwise(monkeypatch):
 # ------------------------------------------------------------------------------------------------ campaigns
 
 
-def _campaign(tmp_path: Path, model: str, variants: str, reference: str, **kwargs) -> Path:
-    from iteralab.evidence.run import run_campaign
-    from iteralab.lock.inputs import lock
-
-    write_corpus(tmp_path)
-    protocol = tmp_path / "protocol.toml"
-    protocol.write_text(embedding_protocol(model, variants=variants, reference=reference, **kwargs), encoding="utf-8")
-    lock(protocol)
-    out = tmp_path / "camp"
-    run_campaign(protocol, out)
-    return out
-
-
 def test_a_variant_outside_min_cosine_is_rejected_and_never_chosen(tmp_path):
     from iteralab.campaign.folder import read_raw_rows
     from iteralab.decision.rule import decide
     from iteralab.evidence.bundle import seal
     from iteralab.evidence.verify import audit_campaign
 
-    out = _campaign(tmp_path, 'kind = "callable"\ncallable = "fake_embedders:batch4_perturbed"', BATCH_VARIANTS,
-                    "b2", subgroups='[[subgroups]]\nname = "class"\nby = "label"\n',
-                    reproduction='[reproduction]\ntarget = "bounded"\nbound = 0.001\n')
+    out = embedding_campaign(tmp_path, 'kind = "callable"\ncallable = "fake_embedders:batch4_perturbed"',
+                             BATCH_VARIANTS, "b2", subgroups='[[subgroups]]\nname = "class"\nby = "label"\n',
+                             reproduction='[reproduction]\ntarget = "bounded"\nbound = 0.001\n')
     rows = {r.variant: r for r in read_raw_rows(out / "raw_table.csv")}
     header = (out / "raw_table.csv").read_text(encoding="utf-8").splitlines()[0].split(",")
     assert header[header.index("max_abs_prob_diff") + 1:header.index("max_abs_prob_diff") + 4] == [
@@ -258,8 +162,8 @@ def test_rerun_compares_vectors(tmp_path):
     from iteralab.campaign.verdict.judge import compare_predictions
     from iteralab.plan.protocol import load_protocol
 
-    out = _campaign(tmp_path, 'kind = "callable"\ncallable = "fake_embedders:batch4_perturbed"', BATCH_VARIANTS,
-                    "b2")
+    out = embedding_campaign(tmp_path, 'kind = "callable"\ncallable = "fake_embedders:batch4_perturbed"',
+                             BATCH_VARIANTS, "b2")
     protocol = load_protocol(out / "inputs" / "protocol.toml")
     files = sorted((out / "predictions").glob("*.parquet"))
     b2, b4 = [f for f in files if "-b2-" in f.name][0], [f for f in files if "-b4-" in f.name][0]
@@ -298,8 +202,8 @@ name = "b4-bucketed"
 batch_size = 4
 bucketing = true
 """
-    out = _campaign(tmp_path, 'kind = "encoder"\npath = "model"', variants, "b1", min_cosine=0.999,
-                    threshold=0.0)
+    out = embedding_campaign(tmp_path, 'kind = "encoder"\npath = "model"', variants, "b1", min_cosine=0.999,
+                             threshold=0.0)
     rows = {r.variant: r for r in read_raw_rows(out / "raw_table.csv")}
     assert all(r.ids_match and r.format_ok and r.corpus_accepted for r in rows.values()), rows
     assert rows["b4-bucketed"].min_cosine > 0.999

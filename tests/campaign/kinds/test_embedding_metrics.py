@@ -1,35 +1,31 @@
 """An embedding job judged by its own metric: the user's routine on the pass's vectors, and retrieval recall@k over
 a queries file that every pass embeds with its own variant — locked, carried, run, verified. Fake embedders only
-(``tests/fake_embedders.py``), small corpora written here; no figure is hard-coded: each expected value is
+(``tests/support/fake_embedders.py``), small corpora written here; no figure is hard-coded: each expected value is
 recomputed from the stored files by an independent NumPy implementation."""
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
+from embedding_jobs import BATCH_VARIANTS, corpus_rows, embedding_protocol
 
 import embedding_routines
 from fake_embedders import word_embedder
+from iteralab.campaign.kinds.embedding.knn import recall_at_k
 from iteralab.campaign.kinds.embedding.output import VectorWriter, read_vectors
 from iteralab.campaign.kinds.expected import Expected
-from iteralab.campaign.verdict.evaluate import evaluate_set as evaluate_vectors
-from iteralab.campaign.kinds.embedding.knn import recall_at_k
 from iteralab.campaign.kinds.routine import Routine
+from iteralab.campaign.verdict.evaluate import evaluate_set as evaluate_vectors
 from iteralab.errors import CorpusError, ProtocolError
 from iteralab.lock.modules import load_function
 from iteralab.plan.protocol import parse_protocol
-from test_embedding import BATCH_VARIANTS, corpus_rows, embedding_protocol
+from recall_jobs import EMBEDDER, QUERIES, lock_and_run, recall_protocol, write_queries, write_unlabelled_corpus
 
-EMBEDDER = 'kind = "callable"\ncallable = "fake_embedders:batch4_perturbed"'
 ROUTINES = Path(embedding_routines.__file__)
-#: Queries over the test corpus: a word shared with the relevant documents.
-QUERIES = [("q1", "good fun", "d00;d03;d07"), ("q2", "boring and dull", "d14;d16;d10"),
-           ("q3", "weak script", "d13;d18"), ("q4", "great acting", "d06"), ("q5", "a mess", "d15;d11;d35")]
 
 
 # ------------------------------------------------------------------------------------------------ recall@k
@@ -115,39 +111,6 @@ def test_a_lower_is_better_routine_turns_the_threshold_into_a_maximum(tmp_path):
 # ------------------------------------------------------------------------------------------------ campaigns
 
 
-def write_unlabelled_corpus(folder: Path) -> None:
-    with open(folder / "corpus.csv", "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(["id", "text"])
-        w.writerows((i, t) for i, t, _ in corpus_rows())
-
-
-def write_queries(path: Path, rows=QUERIES, header=("query_id", "text", "relevant_ids")) -> Path:
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(header)
-        w.writerows(rows)
-    return path
-
-
-def recall_protocol(**kwargs) -> str:
-    text = embedding_protocol(EMBEDDER, variants=BATCH_VARIANTS, reference="b2", threshold=0.0,
-                              metric='name = "recall_at_k"\nk = 3\nqueries = "queries.csv"', **kwargs)
-    return text.replace('classes = ["fresh", "rotten"]', "classes = []")
-
-
-def _lock_and_run(tmp_path: Path, protocol_text: str) -> Path:
-    from iteralab.evidence.run import run_campaign
-    from iteralab.lock.inputs import lock
-
-    protocol = tmp_path / "protocol.toml"
-    protocol.write_text(protocol_text, encoding="utf-8")
-    lock(protocol)
-    out = tmp_path / "camp"
-    run_campaign(protocol, out)
-    return out
-
-
 def _independent_recall(folder: Path, pass_file: str, k: int) -> float:
     """recall@k from the stored files, by a full sort (no shared code with the verdict)."""
     docs = read_vectors(folder / pass_file, normalize=True)
@@ -169,7 +132,7 @@ def test_recall_at_k_on_a_corpus_without_labels_locks_runs_and_verifies(tmp_path
 
     write_unlabelled_corpus(tmp_path)
     write_queries(tmp_path / "queries.csv")
-    out = _lock_and_run(tmp_path, recall_protocol())
+    out = lock_and_run(tmp_path, recall_protocol())
     campaign = json.loads((out / "campaign.json").read_text(encoding="utf-8"))
     assert campaign["queries"]["file"] == "inputs/queries.csv" and campaign["queries"]["queries"] == len(QUERIES)
     assert (out / "inputs" / "queries.csv").read_bytes() == (tmp_path / "queries.csv").read_bytes()
@@ -192,7 +155,7 @@ def test_verify_finds_an_edited_query_vector_file(tmp_path):
 
     write_unlabelled_corpus(tmp_path)
     write_queries(tmp_path / "queries.csv")
-    out = _lock_and_run(tmp_path, recall_protocol())
+    out = lock_and_run(tmp_path, recall_protocol())
     row = next(r for r in read_raw_rows(out / "raw_table.csv") if r.variant == "b2")
     qfile = out / row.prediction_file.replace(".parquet", ".queries.parquet")
     stored = read_vectors(qfile, normalize=True)
@@ -207,10 +170,10 @@ def test_verify_finds_an_edited_query_vector_file(tmp_path):
 def test_a_routine_that_raises_fails_only_that_pass_in_one_line(tmp_path):
     from iteralab.campaign.folder import read_raw_rows
     from iteralab.evidence.verify import audit_campaign
-    from test_embedding import write_corpus
+    from embedding_jobs import write_corpus
 
     write_corpus(tmp_path)
-    out = _lock_and_run(tmp_path, embedding_protocol(
+    out = lock_and_run(tmp_path, embedding_protocol(
         EMBEDDER, variants=BATCH_VARIANTS, reference="b2", min_cosine=0.5, threshold=0.5,
         metric='routine = "embedding_routines:raises_on_batch4"\nk = 3',
         subgroups='[[subgroups]]\nname = "class"\nby = "label"\ntolerance = 0.5\n'))
@@ -278,7 +241,7 @@ def test_a_recall_campaign_decides_reports_seals_and_reruns_from_its_carried_que
 
     write_unlabelled_corpus(tmp_path)
     write_queries(tmp_path / "queries.csv")
-    out = _lock_and_run(tmp_path, recall_protocol())
+    out = lock_and_run(tmp_path, recall_protocol())
     machine = decide([out]).machines[0]
     assert machine.chosen is not None and machine.chosen.variant == "b2"
     finalize([out])
@@ -327,10 +290,10 @@ def test_verify_and_rerun_call_the_carried_routine_on_vectors(tmp_path):
     from iteralab.campaign.folder import read_raw_rows
     from iteralab.evidence.rerun import rerun
     from iteralab.evidence.verify import audit_campaign
-    from test_embedding import write_corpus
+    from embedding_jobs import write_corpus
 
     write_corpus(tmp_path)
-    out = _lock_and_run(tmp_path, embedding_protocol(
+    out = lock_and_run(tmp_path, embedding_protocol(
         EMBEDDER, variants=BATCH_VARIANTS, reference="b2", min_cosine=0.5, threshold=20.0,  # spread is at most 20
         metric='routine = "embedding_routines:spread"\nhigher_is_better = false'))
     rows = {r.variant: r for r in read_raw_rows(out / "raw_table.csv")}

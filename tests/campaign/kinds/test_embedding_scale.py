@@ -116,7 +116,8 @@ variants = ["b4", "b4-ray"]
 
 @pytest.fixture
 def worker_path(monkeypatch):
-    """Pass workers and Ray actors are fresh interpreters: they import this checkout and tests/fake_embedders.py."""
+    """Pass workers and Ray actors are fresh interpreters: they import this checkout and
+    tests/support/fake_embedders.py."""
     from pathlib import Path
 
     import iteralab
@@ -129,10 +130,10 @@ def _campaign_files(tmp_path, variants: str, other: str):
     """Run a campaign of the deterministic word embedder with the one-device variant ``b4`` and ``other``; return
     the corpus ids, the stored vector files of both, and their raw-table rows."""
     from iteralab.campaign.folder import read_raw_rows
-    from test_embedding import _campaign, corpus_rows
+    from embedding_jobs import corpus_rows, embedding_campaign
 
-    out = _campaign(tmp_path, 'kind = "callable"\ncallable = "fake_embedders:word_embedder"', variants, "b4",
-                    min_cosine=0.999999)
+    out = embedding_campaign(tmp_path, 'kind = "callable"\ncallable = "fake_embedders:word_embedder"', variants, "b4",
+                             min_cosine=0.999999)
     rows = {r.variant: r for r in read_raw_rows(out / "raw_table.csv")}
     files = {name: vec.read_vectors(out / rows[name].prediction_file, normalize=True) for name in ("b4", other)}
     return [i for i, _, _ in corpus_rows()], files, rows, out
@@ -174,7 +175,7 @@ def test_cosines_stream_the_reference_against_a_pass_in_another_order(tmp_path, 
     from iteralab.campaign.kinds.expected import Expected
     from iteralab.campaign.verdict.evaluate import PredictionReader
     from iteralab.plan.protocol import parse_protocol
-    from test_embedding import embedding_protocol
+    from embedding_jobs import embedding_protocol
 
     rng = np.random.default_rng(11)
     n, dim = 50, 8

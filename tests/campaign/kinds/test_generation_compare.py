@@ -9,7 +9,7 @@ from collections import Counter
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from test_generation import run_job
+from generation_jobs import run_job
 
 
 def _rewrite_texts(out, pid, record, rows):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from iteralab.errors import ProtocolError, RunError
-from test_generation import rows_of, write_job
+from generation_jobs import rows_of, write_job
 
 COUNTS = 'kind = "callable"\ncallable = "fake_generators:{}"'
 

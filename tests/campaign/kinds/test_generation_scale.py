@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from iteralab.errors import CorpusError
-from test_generation import causal, generation_toml, rows_of
+from generation_jobs import causal, generation_toml, rows_of
 
 TITLES = ("rain", "one", "a day", "one", "the cat", "blue")
 TEMPLATE = 'prompt = "Q: {text} T: {title}"'
@@ -247,7 +247,8 @@ engine = "ray"
 
 @pytest.fixture
 def worker_path(monkeypatch):
-    """Pass workers and Ray actors are fresh interpreters: they import this checkout and tests/fake_generators.py."""
+    """Pass workers and Ray actors are fresh interpreters: they import this checkout and
+    tests/support/fake_generators.py."""
     import iteralab
 
     tests, src = (Path(__file__).resolve().parents[2] / "support"), Path(iteralab.__file__).resolve().parents[1]

@@ -2,8 +2,8 @@
 
 The verdict tests use the golden raw-table campaign (``test_golden_raw_table.build_folder``: prediction files with
 a wrong label, a duplicate, missing ids …, judged by the real code, nothing run), its metric replaced by a routine
-of ``tests/metric_routines.py`` carried into the folder as ``run`` carries it. The lock, verify and rerun tests run
-small callable campaigns in process.
+of ``tests/support/metric_routines.py`` carried into the folder as ``run`` carries it. The lock, verify and rerun tests
+run small callable campaigns in process.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-import test_golden_raw_table as golden
+import golden_table as golden
 from campaign_factory import callable_campaign
 from iteralab.cli import main
 from iteralab.common.files import sha256_file

@@ -14,7 +14,7 @@ from iteralab.campaign.kinds.ranking import rank_block as rank_relevance
 from iteralab.errors import CorpusError
 from iteralab.plan.metric import EMBEDDING_METRICS, QUERY_METRICS
 from iteralab.plan.queries import load_queries
-from test_embedding_metrics import QUERIES, _lock_and_run, recall_protocol, write_queries, write_unlabelled_corpus
+from recall_jobs import QUERIES, lock_and_run, recall_protocol, write_queries, write_unlabelled_corpus
 
 L2, L3 = 1.0, math.log2(3)  # the discounts' logarithms at ranks 1..3: log2(2), log2(3), log2(4) = 2
 
@@ -117,7 +117,7 @@ def test_an_embedding_campaign_judged_by_ndcg_over_graded_queries_names_every_ra
     graded = [(q, t, r, ";".join(str(i + 1) for i in range(len(r.split(";"))))) for q, t, r in QUERIES]
     write_queries(tmp_path / "queries.csv", graded, header=("query_id", "text", "relevant_ids", "grades"))
     grades = {q: {d: float(i + 1) for i, d in enumerate(r.split(";"))} for q, _, r in QUERIES}
-    out = _lock_and_run(tmp_path, recall_protocol().replace('name = "recall_at_k"', 'name = "ndcg_at_k"'))
+    out = lock_and_run(tmp_path, recall_protocol().replace('name = "recall_at_k"', 'name = "ndcg_at_k"'))
     for row in read_raw_rows(out / "raw_table.csv"):
         assert row.status == "ok" and row.metric_name == "ndcg_at_k", row.notes
         assert row.metric == pytest.approx(_independent_ndcg(out, row.prediction_file, 3, grades), abs=1e-6)
@@ -133,7 +133,7 @@ def test_a_routine_of_an_embedding_job_is_handed_the_queries_and_agrees_with_the
     write_unlabelled_corpus(tmp_path)
     write_queries(tmp_path / "queries.csv")
     text = recall_protocol().replace('name = "recall_at_k"', 'routine = "embedding_routines:mrr_at_3"')
-    out = _lock_and_run(tmp_path, text)
+    out = lock_and_run(tmp_path, text)
     rows = read_raw_rows(out / "raw_table.csv")
     assert rows
     for row in rows:

@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 
-import test_golden_raw_table as golden
+import golden_table as golden
 from iteralab.campaign.kinds.classification.verdict import metric_of_codes, subgroup_metrics
 from iteralab.campaign.kinds.expected import Expected
 from iteralab.decision.note import decision_json, render_decision
@@ -146,10 +146,10 @@ def test_the_failing_gating_subgroup_is_named_with_its_value_bound_and_reference
 def test_a_class_no_variant_finds_is_said(tmp_path, monkeypatch):
     """plot is never predicted, in the reference either: its gate compares 0 with 0 and passes."""
     monkeypatch.setattr(golden, "PROTOCOL", golden.PROTOCOL.replace("gating = false", "gating = true"))
-    perfect, shifted = golden._perfect, golden._shifted
-    monkeypatch.setattr(golden, "_perfect", lambda: [(i, "fresh", golden._probs("fresh")) if label == "plot"
+    perfect, shifted = golden.perfect_predictions, golden.shifted_predictions
+    monkeypatch.setattr(golden, "perfect_predictions", lambda: [(i, "fresh", golden.label_probs("fresh")) if label == "plot"
                                                      else (i, label, p) for i, label, p in perfect()])
-    monkeypatch.setattr(golden, "_shifted", lambda: [(i, "fresh", [0.1, 0.79, 0.11]) if label == "plot"
+    monkeypatch.setattr(golden, "shifted_predictions", lambda: [(i, "fresh", [0.1, 0.79, 0.11]) if label == "plot"
                                                      else (i, label, p) for i, label, p in shifted()])
     folder = golden.build_folder(tmp_path / "camp")
     stats = campaign_stats(folder)
