@@ -1,7 +1,7 @@
 """A causal language model for the generation benchmarks, built here from a config with random, seeded weights
 (nothing is downloaded): GPT-2's shape at a size where the model, not the harness's fixed costs, takes the time
 (6 layers, hidden size 512, 8 heads by default), and a word-level tokenizer built the way the tests build theirs
-(``tests/tiny_generators.py``: whitespace split, ``<bos>`` before every text, ``<pad>`` and ``<eos>``).
+(``tests/support/tiny_generators.py``: whitespace split, ``<bos>`` before every text, ``<pad>`` and ``<eos>``).
 
 The folder holds safetensors weights, ``config.json``, ``generation_config.json`` and the tokenizer files, as
 ``iteralab``'s ``hf_causal_lm`` kind reads them. Greedy outputs are deterministic for a given set-up but

@@ -17,14 +17,14 @@ beside the CUDA-event GPU scope and the memory peaks, then one line per check:
     manifest       the device inventory read from the runtime, and no pass differs from the campaign's manifest
     data-parallel  a pass over 2 cards, each worker on its own card (UUID); n/a with fewer than 2 cards
     ray            a Ray pass with one GPU actor on the card Ray assigned; n/a when ray is not installed
-    generation     the tiny causal LM of tests/tiny_generators.py (random weights, a tokenizer built locally) as a
-                   generation job in fp32, bf16 and fp16 (fp16 refused on CPU): every pass ok, its texts complete,
-                   generated tokens per second measured; with vllm importable, the same job through a callable
-                   calling vLLM's LLM.generate with greedy SamplingParams
+    generation     the tiny causal LM of tests/support/tiny_generators.py (random weights, a tokenizer built locally) as
+                   a generation job in fp32, bf16 and fp16 (fp16 refused on CPU): every pass ok, its texts complete,
+                   generated tokens per second measured; with vllm importable, the same job through a callable calling
+                   vLLM's LLM.generate with greedy SamplingParams
 
 ``--cpu-self-test`` runs the same checks on the CPU: the real model on the CPU for process, precisions, attention,
 compile and manifest, and the GPU parts (event scope, device peaks, 2 cards for data-parallel, a Ray actor given a
-GPU) against the fake CUDA of ``tests/fakecuda.py``. It proves the check's code, not the card.
+GPU) against the fake CUDA of ``tests/support/fakecuda.py``. It proves the check's code, not the card.
 
 Exit 0 when every applicable check holds, 1 when one fails, 2 when it cannot run (no GPU visible without
 --cpu-self-test, an unknown check name in --only, a --keep folder that is not empty). A check that does not apply
@@ -52,7 +52,7 @@ WORDS = ("the a an and but or not no very so too is was it this that of to in on
 CLASSES = ("plot", "fresh", "rotten")
 CHECKS = ("process", "fp32", "bf16", "fp16", "sdpa", "eager", "compile", "manifest", "data-parallel", "ray",
           "generation")
-TESTS = Path(__file__).resolve().parents[1] / "tests"
+TESTS = Path(__file__).resolve().parents[1] / "tests" / "support"
 #: The variants the campaigns may hold, beside the protocol's batch size (fp32 is every campaign's reference).
 VARIANTS = {
     "fp32": {"name": "fp32"},
@@ -247,8 +247,8 @@ class _Patches:
 
 
 def _install_fake(root: Path, patches: _Patches) -> None:
-    """The self-test's GPU machine: two fake cards (tests/fakecuda.py) here, in every worker process (its site folder
-    on PYTHONPATH) and for Ray, told by RAY_OVERRIDE_RESOURCES that the node has one GPU for the actor."""
+    """The self-test's GPU machine: two fake cards (tests/support/fakecuda.py) here, in every worker process (its
+    site folder on PYTHONPATH) and for Ray, told by RAY_OVERRIDE_RESOURCES that the node has one GPU for the actor."""
     sys.path.insert(0, str(TESTS))
     patches.undo.append(lambda: sys.path.remove(str(TESTS)))
     import fakecuda
@@ -727,7 +727,7 @@ def _refused_here() -> dict[str, str]:
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="What users run, on the rental's first GPU: one line per check.")
     parser.add_argument("--cpu-self-test", action="store_true",
-                        help="every check's code path on the CPU, the GPU parts on the fake CUDA of tests/")
+                        help="every check's code path on the CPU, the GPU parts on the fake CUDA of tests/support/")
     parser.add_argument("--keep", type=Path, help="write the campaigns here instead of a temporary folder")
     parser.add_argument("--only", default=",".join(CHECKS),
                         help=f"comma-separated checks to run (default: all of {', '.join(CHECKS)})")

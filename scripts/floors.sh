@@ -10,9 +10,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 VENV="${ITERALAB_FLOOR_VENV:-.venv-floor}"
-SMOKE=(tests/test_workloads.py tests/test_gpu_pass.py tests/test_broken_device.py tests/test_protocol.py
-       tests/test_cli_help.py tests/test_window.py tests/test_device_check.py
-       tests/test_runner.py::test_tiny_hf_model_campaign tests/test_runner.py::test_campaign_rows_verdicts_and_files)
+SMOKE=(tests/models/test_workloads.py tests/campaign/engines/test_gpu_pass.py
+       tests/campaign/engines/test_broken_device.py tests/plan/test_protocol.py tests/cli/test_cli_help.py
+       tests/economics/test_window.py tests/house/test_device_check.py
+       tests/campaign/test_runner.py::test_tiny_hf_model_campaign
+       tests/campaign/test_runner.py::test_campaign_rows_verdicts_and_files)
 
 rm -rf "$VENV"
 if "$PY" -c "import torch" >/dev/null 2>&1; then

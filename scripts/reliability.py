@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests" / "support"))
 
 import reliability_support as rs  # noqa: E402
 from iteralab.campaign.journal import read_journal  # noqa: E402

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up ./.venv (scripts/setup.sh) and runs the whole test suite, end-to-end demo test included. The docs extra is
-# installed by setup, so the suite also builds the documentation site with warnings as errors (tests/test_docs.py).
+# installed by setup, so the suite also builds the documentation site with warnings as errors
+# (tests/house/test_docs.py).
 #
 # The tests run on pytest-xdist workers, one per CPU core (at most 8; ITERALAB_TEST_WORKERS sets the number), with
 # --dist loadfile (a module's tests on one worker, its fixtures built once); the tests that start a local Ray wait

@@ -14,7 +14,7 @@ Session-scoped fixtures (each a folder under pytest's temporary directory; treat
 
 The weights are random (seeded): outputs are deterministic but meaningless as classifications.
 
-Generation models (tests/tiny_generators.py, built once per session): ``tiny_causal_lm`` (a random GPT-2-shaped
+Generation models (tests/support/tiny_generators.py, built once per session): ``tiny_causal_lm`` (a random GPT-2-shaped
 causal LM with a chat template), ``tiny_chain_lm`` (the same shape rigged so that greedy decoding follows
 ``tiny_generators.CHAIN``) and ``tiny_seq2seq`` (a random T5-shaped encoder-decoder), each a ``Path``.
 """
@@ -23,9 +23,17 @@ from __future__ import annotations
 
 import os
 import string
+import sys
 from pathlib import Path
 
 import pytest
+
+# The suite's support modules (fakes, factories, routines, golden data) live in tests/support: on ``sys.path`` for
+# every test folder and for the ``module:function`` callables the protocols name; tests that start worker
+# processes put the same folder on their PYTHONPATH.
+SUPPORT = Path(__file__).resolve().parent / "support"
+if str(SUPPORT) not in sys.path:
+    sys.path.insert(0, str(SUPPORT))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -191,7 +199,7 @@ def tiny_head_path(tiny_encoder_dir, tmp_path_factory) -> Path:
 
 
 # ------------------------------------------------------------------------------------------ generation models
-# ``tiny_causal_lm`` / ``tiny_chain_lm`` / ``tiny_seq2seq`` → ``Path``: the folders of tests/tiny_generators.py
+# ``tiny_causal_lm`` / ``tiny_chain_lm`` / ``tiny_seq2seq`` → ``Path``: the folders of tests/support/tiny_generators.py
 # (a random GPT-2-shaped causal LM, the same shape rigged to follow ``CHAIN``, a random T5-shaped seq2seq), built
 # once per session. Load with ``load_workload(WorkloadSpec("hf_causal_lm" | "hf_seq2seq", path=..., task="generation",
 # generation=GenerationSettings(max_new_tokens=...)))``.

@@ -3,7 +3,7 @@
 Both are sinks of :func:`iteralab.plan.scan.scan_corpus`. :class:`LockRecords` keeps per document the id, the
 16-hex digest of its text and its label as Arrow and NumPy arrays (bytes, not a Python object per document),
 then writes the lock's compressed records (:data:`RECORDS_ENCODING`) in id order, chunk by chunk (the tests
-compare them with a whole-read oracle, ``tests/oracles.py``). :class:`OverlapKeys`
+compare them with a whole-read oracle, ``tests/support/oracles.py``). :class:`OverlapKeys`
 keeps a 64-bit digest of each id and of each whitespace-normalised text (NumPy arrays), so that datasets are
 checked disjoint by comparing sorted digests; the texts are read again only to name a collision the digests
 point at.
