@@ -79,7 +79,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> dict:
     from iteralab.campaign.kinds.generation.output import read_texts
     from iteralab.models import device as dev
     from iteralab.models.factory import WorkloadSpec, load_workload
-    from iteralab.models.generation import GenerationSettings
+    from iteralab.models.generated import GenerationSettings
 
     folder = causal_lm.causal_lm_dir(scratch / "lm", layers=args.layers, hidden=args.hidden, heads=args.heads)
     prompts = causal_lm.prompts(args.docs, seed=args.seed)

@@ -286,7 +286,9 @@ class Campaign:
         from iteralab.campaign.folder import CampaignFolder
 
         camp = CampaignFolder.open(self.folder)
-        self.rows, self.finished, self.manifest = camp.raw_rows(), camp.journal().finished, camp.manifest or {}
+        manifest = camp.manifest
+        self.rows, self.finished = camp.raw_rows(), camp.journal().finished
+        self.manifest = manifest.to_json() if manifest is not None else {}
         return self
 
     def of(self, variant: str) -> list[Any]:

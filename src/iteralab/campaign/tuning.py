@@ -36,7 +36,7 @@ from iteralab.campaign.kinds.generation.textmetrics import corpus_score
 from iteralab.errors import CorpusError, IteraError, ProtocolError, WorkloadError
 from iteralab.models import factory
 from iteralab.models.factory import WorkloadSpec
-from iteralab.models.generation import GenerationSettings
+from iteralab.models.generated import GenerationSettings
 from iteralab.plan.corpus import check_disjoint_from_file, load_corpus
 from iteralab.plan.metric import EMBEDDING_METRICS, QUERY_METRICS, MetricName, Subgroup
 from iteralab.plan.paths import resolve

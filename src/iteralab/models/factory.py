@@ -16,7 +16,8 @@ from iteralab.models.base import KINDS, Settings, Workload, check_settings, mode
 from iteralab.models.callable import CallableWorkload, check_callable_settings
 from iteralab.models.device import resolve_device
 from iteralab.models.embedding import load_callable_embedding
-from iteralab.models.generation import GenerationSettings, check_generation, load_callable_generator
+from iteralab.models.generated import GenerationSettings, check_generation
+from iteralab.models.generation import load_callable_generator
 
 @dataclass(frozen=True)
 class WorkloadSpec:

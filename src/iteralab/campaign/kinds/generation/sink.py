@@ -26,7 +26,7 @@ from iteralab.campaign.kinds.corpusorder import restore_streamed
 from iteralab.campaign.kinds.generation.output import TextWriter, text_batches
 from iteralab.campaign.kinds.sink import PassSink, pending_ids
 from iteralab.campaign.records import GENERATED_TEXTS
-from iteralab.models.generation import GeneratedBatch, GenerationSettings
+from iteralab.models.generated import GeneratedBatch, GenerationSettings
 from iteralab.plan.prompting import TEXT_FIELD, copy_column, render_prompts, template_fields
 
 
