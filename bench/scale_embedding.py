@@ -101,7 +101,8 @@ import json, resource, sys, time
 from pathlib import Path
 import numpy as np
 from iteralab.campaign.kinds.embedding.output import read_vectors
-from iteralab.campaign.verdict.evaluate import PredictionReader, load_expected, match_ids, file_rows, campaign_protocol
+from iteralab.campaign.kinds.expected import file_rows, load_expected, match_ids
+from iteralab.campaign.verdict.evaluate import PredictionReader, campaign_protocol
 from iteralab.campaign.kinds.embedding.cosine import compare_vectors
 from iteralab.campaign.kinds.embedding.knn import knn_correct
 from iteralab.common.files import sha256_file

@@ -89,7 +89,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 from iteralab.campaign.kinds.generation.output import read_texts
-from iteralab.campaign.verdict.evaluate import load_expected, match_ids, file_rows, campaign_protocol
+from iteralab.campaign.kinds.expected import load_expected, match_ids, file_rows
+from iteralab.campaign.verdict.evaluate import campaign_protocol
 from iteralab.campaign.kinds.generation.verdict import compare_text_sets, load_references
 from iteralab.campaign.kinds.generation.textmetrics import corpus_score
 from iteralab.common.files import sha256_file

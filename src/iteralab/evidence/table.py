@@ -18,7 +18,7 @@ from iteralab.campaign.folder import COLUMNS, INTERRUPTED, PHASES, PROTOCOL, TAB
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
 from iteralab.campaign.manifest import rocm_compatibility_line
 from iteralab.campaign.kinds.base import JobKind
-from iteralab.campaign.kinds.registry import kind_of
+from iteralab.campaign.kinds.registry import kind_of, kind_of_campaign
 from iteralab.campaign.verdict.judge import FinishedPass, judge_campaign
 from iteralab.campaign.verdict.record import Verdict
 from iteralab.common.files import write_text_atomic
@@ -276,8 +276,8 @@ def regenerate_table(campaign_dir: str | Path) -> Path:
 
 
 def _kind(campaign_dir: str | Path) -> JobKind:
-    """The kind of the campaign's locked protocol."""
-    return kind_of(load_protocol(Path(campaign_dir) / PROTOCOL))
+    """The kind recorded in the campaign's ``campaign.json`` (the protocol file is not read again for it)."""
+    return kind_of_campaign(CampaignFolder(Path(campaign_dir)).campaign)
 
 
 def read_raw_table(path: str | Path) -> list[dict[str, str]]:
