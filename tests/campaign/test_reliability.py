@@ -125,7 +125,6 @@ def test_sigkill_twice_in_a_row_keeps_both_aborted_rows(tmp_path, reaper):
 # ------------------------------------------------------------------------------ kills, worker processes
 
 
-@pytest.mark.slow  # three runner processes, each killed with (or without) its pass worker process
 def test_sigkill_with_worker_processes_parent_then_both_then_worker(tmp_path, reaper):
     """``isolation = "process"``: (1) the runner is killed while its worker is in the measured pass, the
     orphaned worker finishes later and writes its file — which must never be counted; (2) runner and worker

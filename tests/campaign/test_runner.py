@@ -196,7 +196,6 @@ def _run_cli(args, env=None):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-@pytest.mark.slow  # a signal timed against a running pass (a runner process, killed, then resumed)
 def test_kill_9_mid_pass_leaves_aborted_row_and_resumes(tmp_path):
     protocol = callable_campaign(tmp_path, fn="fake_models:slow_classifier", passes=2,
                                  warmup="inputs = 0\npasses = 0")
@@ -356,7 +355,6 @@ def test_a_callable_pass_never_imports_torch_and_reports_its_start_up(tmp_path):
     assert "callable" in result["environment"]["device_inventory"]["runtime_reason"]
 
 
-@pytest.mark.slow  # a signal timed against a running pass (a runner process and its worker)
 def test_sigterm_to_run_kills_its_pass_worker(tmp_path):
     """SIGTERM (what a scheduler or `kill` sends) ends the runner and its worker: no orphan writes later."""
     import reliability_support as rs

@@ -274,7 +274,6 @@ def _cli(args: list[str], **env: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-@pytest.mark.slow  # a signal timed against a running pass (a runner process and its two data-parallel workers)
 def test_sigkill_during_a_data_parallel_pass_leaves_an_aborted_row_and_resumes(tmp_path):
     protocol = callable_campaign(tmp_path, fn="fake_models:slow_classifier", passes=1, variants=DP_VARIANTS,
                                  warmup="inputs = 0\npasses = 0")

@@ -160,7 +160,6 @@ def _run_cli(args, env):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-@pytest.mark.slow  # a signal timed against a running Ray pass (a runner process, killed, then resumed)
 @needs_ray
 def test_kill_9_during_a_ray_pass_leaves_an_aborted_row_and_resumes(tmp_path):
     protocol = callable_campaign(tmp_path, fn="fake_models:marking_slow_classifier", passes=1, variants=RAY_ONLY,
