@@ -10,8 +10,7 @@
 # the plugin (then no -n is given).
 #
 # Without a -m of its own, the run leaves out the slow tier: the end-to-end runs on the real demo packages (e2e),
-# the whole CPU self-test, the signals timed against a running pass and the runner processes killed with their pass
-# workers (slow), several minutes on 2 cores, and all but one of the tests that start a local Ray (ray: the default
+# the whole CPU self-test and the signals timed against a running pass (slow), several minutes on 2 cores, and all but one of the tests that start a local Ray (ray: the default
 # run keeps test_raypass's campaign on both engines).
 # `-m "e2e or slow or ray" -n 0` runs that tier alone, in one process (CI runs it after this command, .ci/run), and `-m ""`
 # runs everything.
