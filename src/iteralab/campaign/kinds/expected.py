@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from iteralab.campaign.folder import corpus_copy, read_corpus_batches
 from iteralab.campaign.kinds.classification.output import code_dtype
+from iteralab.campaign.kinds.output import IdMatch, coverage_of
 from iteralab.common.arrow import release_unused
 
 if TYPE_CHECKING:
@@ -113,39 +114,9 @@ def _first_sorted(values: pa.Array, n: int = 3) -> list[str]:
     return values.take(pc.array_sort_indices(values)[:n]).to_pylist()
 
 
-@dataclass(frozen=True)
-class IdMatch:
-    """How a file's ids meet the expected ids: which expected rows are ``covered``, the file row of each (``last``:
-    a repeated id's last record; -1 where uncovered; None when the file holds the expected ids in their order),
-    the repeated ids and the ids that are not expected."""
-
-    covered: np.ndarray
-    last: np.ndarray | None
-    repeated: pa.Array
-    extra_unique: pa.Array
-
-
 def match_ids(ids: pa.Array, expected: Expected) -> IdMatch:
     """One hash lookup of every record's id among the expected ids (none when the file is in corpus order)."""
-    n_expected, rows = len(expected), len(ids)
-    if rows == n_expected and ids.equals(expected.ids):  # a fixed-order pass: the corpus order, no lookup
-        empty = pa.array([], pa.string())
-        return IdMatch(np.ones(n_expected, dtype=bool), None, empty, empty)
-    where = pc.fill_null(pc.index_in(ids, value_set=expected.ids), -1).to_numpy(zero_copy_only=False)
-    known = where >= 0
-    per_expected = np.bincount(where[known], minlength=n_expected)
-    last = np.full(n_expected, -1, dtype=np.int64)
-    if per_expected.max(initial=0) <= 1:
-        last[where[known]] = np.flatnonzero(known)
-    else:
-        np.maximum.at(last, where[known], np.arange(rows, dtype=np.int64)[known])
-    extra_ids = ids.filter(pa.array(~known)) if not known.all() else pa.array([], pa.string())
-    extra_counts = pc.value_counts(extra_ids) if len(extra_ids) else None
-    extra_unique = extra_counts.field("values") if extra_counts is not None else extra_ids
-    extra_repeated = extra_unique.filter(pc.greater(extra_counts.field("counts"), 1)) \
-        if extra_counts is not None else extra_ids
-    repeated = pa.concat_arrays([expected.ids.filter(pa.array(per_expected > 1)), extra_repeated])
-    return IdMatch(per_expected > 0, last, repeated, extra_unique)
+    return coverage_of(ids, expected.ids)
 
 
 @dataclass(frozen=True)
