@@ -28,6 +28,9 @@ from iteralab.evidence.table import read_raw_table
 TESTS = (Path(__file__).resolve().parents[1] / "support")
 SRC = Path(iteralab.__file__).resolve().parents[1]
 NO_WARMUP = "inputs = 0\npasses = 0"
+# the passes run in processes of their own, out of reach of the session's quiet-machine patch (tests/conftest.py):
+# what these tests check is the interrupt, so a pass measured beside other tests' load is counted, never set apart
+COUNTED = '[stats]\nloaded_passes = "counted"\n'
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -101,7 +104,7 @@ def _as_if_never_interrupted(out: Path, stopped: str, slots: int) -> None:
 @pytest.mark.parametrize("isolation", ["process", "inprocess"])
 def test_ctrl_c_to_the_process_group_is_an_interrupt_and_the_resumed_campaign_ignores_it(tmp_path, isolation):
     protocol = callable_campaign(tmp_path, fn="fake_models:marking_slow_classifier", passes=2, isolation=isolation,
-                                 warmup=NO_WARMUP)
+                                 warmup=NO_WARMUP, extra=COUNTED)
     out, mark = tmp_path / "out", tmp_path / "batch-running"
     proc = _start(protocol, out, FAKE_MODEL_DELAY="0.5", FAKE_MODEL_MARK=str(mark))
     _wait_for(proc, lambda: mark.exists() and _running(out))  # a pass is inside its measured region
@@ -126,7 +129,7 @@ def test_ctrl_c_to_the_process_group_is_an_interrupt_and_the_resumed_campaign_ig
 def test_sigterm_and_sighup_stop_the_run_like_ctrl_c(tmp_path, signum, group, code):
     """SIGTERM to the runner alone (``kill``, a scheduler) and SIGHUP to the group (the terminal closing)."""
     protocol = callable_campaign(tmp_path, fn="fake_models:marking_slow_classifier", passes=1, isolation="process",
-                                 warmup=NO_WARMUP)
+                                 warmup=NO_WARMUP, extra=COUNTED)
     out, mark = tmp_path / "out", tmp_path / "batch-running"
     proc = _start(protocol, out, FAKE_MODEL_DELAY="0.5", FAKE_MODEL_MARK=str(mark))
     _wait_for(proc, lambda: mark.exists() and _running(out))
@@ -146,7 +149,7 @@ def test_ctrl_c_during_a_data_parallel_pass_is_an_interrupt(tmp_path):
     from parallel_jobs import DP_VARIANTS, dp_workers
 
     protocol = callable_campaign(tmp_path, fn="fake_models:marking_slow_classifier", passes=1,
-                                 variants=DP_VARIANTS, warmup=NO_WARMUP)
+                                 variants=DP_VARIANTS, warmup=NO_WARMUP, extra=COUNTED)
     out, mark = tmp_path / "out", tmp_path / "batch-running"
     proc = _start(protocol, out, FAKE_MODEL_DELAY="0.5", FAKE_MODEL_MARK=str(mark))
     _wait_for(proc, lambda: any("dp2" in p for p in _running(out)) and len(dp_workers(proc.pid)) == 2
@@ -175,7 +178,8 @@ def test_an_interrupt_reported_as_an_error_by_the_code_that_caught_it_is_still_a
     from iteralab.evidence.table import write_raw_table
 
     monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
-    protocol = callable_campaign(tmp_path, fn="fake_models:swallowing_interrupt", passes=1, warmup=NO_WARMUP)
+    protocol = callable_campaign(tmp_path, fn="fake_models:swallowing_interrupt", passes=1, warmup=NO_WARMUP,
+                                 extra=COUNTED)
     out = tmp_path / "out"
     # what the run found, whatever started the tests (a background job starts with SIGINT ignored)
     before = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
@@ -197,7 +201,7 @@ def test_ctrl_c_during_a_ray_pass_is_an_interrupt(tmp_path):
     from ray_jobs import RAY_ONLY
 
     protocol = callable_campaign(tmp_path, fn="fake_models:marking_slow_classifier", passes=1, variants=RAY_ONLY,
-                                 reference="b4-ray", warmup=NO_WARMUP)
+                                 reference="b4-ray", warmup=NO_WARMUP, extra=COUNTED)
     out, mark = tmp_path / "out", tmp_path / "batch-running"
     proc = _start(protocol, out, FAKE_MODEL_DELAY="0.5", FAKE_MODEL_MARK=str(mark))
     _wait_for(proc, lambda: mark.exists() and _running(out), timeout=180)  # an actor is inside the Ray pass
