@@ -17,22 +17,26 @@ by the campaign's own ranking code (:mod:`iteralab.campaign.kinds.ranking`); eve
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from iteralab.campaign.engines.passes import error_text
 from iteralab.campaign.kinds.embedding.verdict import relevance_of
 from iteralab.campaign.kinds.classification.verdict import metric_of_codes, subgroup_metrics
 from iteralab.campaign.kinds.expected import Expected
-from iteralab.campaign.kinds.embedding.knn import rank_queries
-from iteralab.campaign.kinds.generation.textmetrics import corpus_score
+from iteralab.campaign.kinds.classification.resample import paired_bootstrap
+from iteralab.campaign.kinds.embedding.knn import query_ranks
+from iteralab.campaign.kinds.generation.textmetrics import corpus_score, document_scores
+from iteralab.campaign.kinds.ranking import Ranking
+from iteralab.common.files import sha256_file
 from iteralab.errors import CorpusError, IteraError, ProtocolError, WorkloadError
 from iteralab.models import factory
 from iteralab.models.factory import WorkloadSpec
@@ -43,6 +47,7 @@ from iteralab.plan.paths import resolve
 from iteralab.plan.prepare import suggest_threshold
 from iteralab.plan.protocol import CorpusSpec, Dataset, ModelSpec, Variant, parse_toml, read_protocol_text, refusal
 from iteralab.plan.queries import load_queries, unknown_relevant
+from iteralab.plan.samplesize import Disagreement, SizeRecord, size_lines
 from iteralab.plan.tables import corpus_sources
 from iteralab.plan.task import GenerationSpec, TaskSpec, prompt_spec, rules_of
 from iteralab.plan.values import Text, Whole
@@ -61,6 +66,10 @@ class _Loose(BaseModel):
 class _Metric(_Loose):
     name: MetricName
     reference_variant: Text | None = None
+    tolerance: float | str | None = None  # a draft's "CHOOSE" is read as not chosen
+    relative_tolerance: float | str | None = None
+    confidence: float | None = Field(default=None, gt=0, lt=1)
+    power: float = Field(default=0.8, gt=0, lt=1)
     k: Whole | None = None
     tuning_queries: Text | None = None
     queries_id_column: Text = "query_id"
@@ -112,6 +121,33 @@ class TuningView(_Loose):
     def reference(self) -> Variant | None:
         return next((v for v in self.variants if v.name == self.metric.reference_variant), None)
 
+    def candidates(self) -> list[Variant]:
+        """The variants measured against the reference for the sample-size figure: one per distinct precision,
+        padding and batch size other than the reference's (the settings that can change a model's output; the
+        engine, device and parallelism are assumed not to)."""
+        reference = self.reference()
+        if reference is None:
+            return []
+        seen = {_settings_key(reference)}
+        out = []
+        for variant in self.variants:
+            if _settings_key(variant) not in seen:
+                seen.add(_settings_key(variant))
+                out.append(variant)
+        return out
+
+    def tolerance_on(self, reference_value: float) -> float | None:
+        """The declared tolerance in the metric's units (a relative one times the reference's tuning value);
+        None while it is not chosen."""
+        metric = self.metric
+        if isinstance(metric.relative_tolerance, float):
+            return metric.relative_tolerance * abs(reference_value)
+        return metric.tolerance if isinstance(metric.tolerance, float) else None
+
+
+def _settings_key(variant: Variant) -> tuple[str, str, int]:
+    return (variant.precision, variant.padding, variant.batch_size)
+
 
 @dataclass(frozen=True)
 class TuningMeasure:
@@ -127,13 +163,17 @@ class TuningMeasure:
     how: str
     settings: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    sizes: SizeRecord | None = None
+    size_text: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": 1, "protocol": self.protocol, "tuning": self.tuning,
                 "tuning_size": self.tuning_size, "metric_name": self.metric_name, "metric": round(self.metric, 4),
                 "subgroups": {k: None if v is None else round(v, 4) for k, v in self.subgroups.items()},
                 "suggested_threshold": self.suggested_threshold, "how": self.how, "settings": self.settings,
-                "notes": list(self.notes)}
+                "notes": list(self.notes),
+                "sample_size": None if self.sizes is None else {**json.loads(self.sizes.to_json()),
+                                                                "lines": list(self.size_text)}}
 
     def lines(self) -> list[str]:
         out = [f"{self.metric_name} on {Path(self.tuning).name} ({self.tuning_size} texts): {self.metric:.4f}"]
@@ -147,6 +187,7 @@ class TuningMeasure:
         named = f"variant {run['variant']}" if run["variant"] else "no reference variant"
         out.append(f"measured with {named}: batch {run['batch_size']}, {run['precision']}, padding "
                    f"{run['padding']}, device {run['device']}")
+        out += self.size_text
         out += [f"note: {note}" for note in self.notes]
         return out
 
@@ -179,13 +220,8 @@ def measure_tuning(protocol_path: str | os.PathLike[str], *, progress: Progress 
     if view.ranking:
         return _measure_ranking(path, view, tuning_file, split, progress)
     workload, settings = _load(path, view)
-    texts, batch = list(split.texts), settings["batch_size"]
-    rows = []
-    for start in range(0, len(texts), batch):
-        rows.append(np.asarray(workload.infer(workload.tokenize(texts[start:start + batch])), dtype=np.float32))
-        if progress is not None:
-            progress(min(start + batch, len(texts)), len(texts))
-    probs = np.concatenate(rows) if rows else np.zeros((0, len(spec.classes)), np.float32)
+    texts = list(split.texts)
+    probs = _infer(workload, texts, settings["batch_size"], progress)
     by_stratum = any(s.by == "stratum" for s in view.subgroups)
     strata = dict(zip(split.ids, split.columns[spec.stratum_column])) if by_stratum else {}
     expected = Expected.of(split.ids, dict(zip(split.ids, split.labels)), strata, spec.classes)
@@ -194,10 +230,51 @@ def measure_tuning(protocol_path: str | os.PathLike[str], *, progress: Progress 
     measured = metric_of_codes(view.metric.name, expected.labels, predicted, k)
     subgroups = subgroup_metrics(view, expected, np.ones(len(expected), dtype=bool), predicted)
     suggested, how = suggest_threshold(measured, view.metric.name, f"{tuning_file.name} ({len(split)} texts)")
-    return TuningMeasure(protocol=str(path), tuning=str(tuning_file), tuning_size=len(split),
-                         metric_name=view.metric.name, metric=measured, subgroups=subgroups,
-                         suggested_threshold=suggested, how=how, settings=settings,
-                         notes=_notes(view, workload, tuning_file))
+    candidates = []
+    for variant in view.candidates():
+        other, other_settings = _load(path, view, variant)
+        theirs = _infer(other, texts, other_settings["batch_size"], progress).argmax(axis=1).astype(predicted.dtype)
+        discordant = float(np.mean(theirs != predicted))
+        if view.metric.name == "accuracy":  # a mean of per-document correctness: the paired differences
+            candidates.append(Disagreement.of_values(variant.name, predicted == expected.labels,
+                                                     theirs == expected.labels, "documents", discordant))
+        else:  # macro-F1 and the other averages over classes: a paired bootstrap of the tuning split
+            draws = paired_bootstrap(view.metric.name, expected.labels, predicted, theirs, k)
+            difference = metric_of_codes(view.metric.name, expected.labels, theirs, k) - measured
+            candidates.append(Disagreement.of_bootstrap(variant.name, difference, draws, len(split), "documents",
+                                                        discordant))
+    return _with_sizes(view, tuning_file, measured, candidates, TuningMeasure(
+        protocol=str(path), tuning=str(tuning_file), tuning_size=len(split), metric_name=view.metric.name,
+        metric=measured, subgroups=subgroups, suggested_threshold=suggested, how=how, settings=settings,
+        notes=_notes(view, workload, tuning_file)))
+
+
+def _infer(workload: Any, texts: list[str], batch: int, progress: Progress | None) -> np.ndarray:
+    """The model's output rows (a classifier's probabilities, an encoder's vectors) for ``texts``, in batches."""
+    rows = []
+    for start in range(0, len(texts), batch):
+        rows.append(np.asarray(workload.infer(workload.tokenize(texts[start:start + batch])), dtype=np.float32))
+        if progress is not None:
+            progress(min(start + batch, len(texts)), len(texts))
+    return np.concatenate(rows) if rows else np.zeros((0, 0), np.float32)
+
+
+def _generate(workload: Any, prompts: list[str], batch: int, progress: Progress | None) -> list[str]:
+    outputs: list[str] = []
+    for start in range(0, len(prompts), batch):
+        outputs += workload.generate(prompts[start:start + batch]).texts
+        if progress is not None:
+            progress(len(outputs), len(prompts))
+    return outputs
+
+
+def _with_sizes(view: TuningView, tuning_file: Path, measured: float, candidates: list[Disagreement],
+                measure: TuningMeasure) -> TuningMeasure:
+    """``measure`` with the sample-size record of its candidates and the lines that say it."""
+    record = SizeRecord(metric=view.metric.name, tuning=tuning_file.name, tuning_sha256=sha256_file(tuning_file),
+                        reference_value=float(measured), candidates=tuple(candidates))
+    lines = size_lines(record, view.tolerance_on(measured), view.metric.confidence, view.metric.power)
+    return replace(measure, sizes=record, size_text=lines)
 
 
 def _measure_generation(path: Path, view: TuningView, tuning_file: Path, progress: Progress | None) -> TuningMeasure:
@@ -215,11 +292,7 @@ def _measure_generation(path: Path, view: TuningView, tuning_file: Path, progres
                           f"({len(missing)} such rows)", hint="give every tuning document its reference answer")
     workload, settings = _load(path, view)
     prompts = generation.render_all(split.texts, {name: split.columns[name] for name in generation.columns})
-    outputs: list[str] = []
-    for start in range(0, len(prompts), settings["batch_size"]):
-        outputs += workload.generate(prompts[start:start + settings["batch_size"]]).texts
-        if progress is not None:
-            progress(len(outputs), len(prompts))
+    outputs = _generate(workload, prompts, settings["batch_size"], progress)
     references = [str(answer) for answer in split.columns[reference]]
     measured = corpus_score(view.metric.name, outputs, references)
     subgroups: dict[str, float | None] = {}
@@ -230,10 +303,16 @@ def _measure_generation(path: Path, view: TuningView, tuning_file: Path, progres
             subgroups[f"{sg.name}:{group}"] = corpus_score(view.metric.name, [outputs[i] for i in rows],
                                                            [references[i] for i in rows])
     suggested, how = suggest_threshold(measured, view.metric.name, f"{tuning_file.name} ({len(split)} texts)")
-    return TuningMeasure(protocol=str(path), tuning=str(tuning_file), tuning_size=len(split),
-                         metric_name=view.metric.name, metric=measured, subgroups=subgroups,
-                         suggested_threshold=suggested, how=how, settings=settings,
-                         notes=_notes(view, workload, tuning_file))
+    ours, candidates = document_scores(view.metric.name, outputs, references), []
+    for variant in view.candidates():  # chrF's corpus score is not a mean: its sentence scores stand for it
+        other, other_settings = _load(path, view, variant)
+        theirs = document_scores(view.metric.name, _generate(other, prompts, other_settings["batch_size"], progress),
+                                 references)
+        candidates.append(Disagreement.of_values(variant.name, ours, theirs, "documents"))
+    return _with_sizes(view, tuning_file, measured, candidates, TuningMeasure(
+        protocol=str(path), tuning=str(tuning_file), tuning_size=len(split), metric_name=view.metric.name,
+        metric=measured, subgroups=subgroups, suggested_threshold=suggested, how=how, settings=settings,
+        notes=_notes(view, workload, tuning_file)))
 
 
 def _measure_ranking(path: Path, view: TuningView, tuning_file: Path, split: Any,
@@ -250,21 +329,28 @@ def _measure_ranking(path: Path, view: TuningView, tuning_file: Path, split: Any
     unknown_relevant(queries, set(split.ids), str(tuning_file))
     workload, settings = _load(path, view)
     texts = [*split.texts, *queries.texts]  # the documents, then the queries: one progress, the same batches
-    batch, rows = settings["batch_size"], []
-    for start in range(0, len(texts), batch):
-        rows.append(np.asarray(workload.infer(workload.tokenize(texts[start:start + batch])), dtype=np.float32))
-        if progress is not None:
-            progress(min(start + batch, len(texts)), len(texts))
-    vectors = np.concatenate(rows)
-    ranking = rank_queries(vectors[:len(split)], vectors[len(split):],
-                           relevance_of(queries, pa.array(list(split.ids), pa.string())), metric.k)
-    assert ranking is not None  # load_queries refuses a file without a query
+    relevance = relevance_of(queries, pa.array(list(split.ids), pa.string()))
+
+    def per_query(model: Any, batch: int) -> tuple[Ranking, np.ndarray]:
+        vectors = _infer(model, texts, batch, progress)
+        blocks = query_ranks(vectors[:len(split)], vectors[len(split):], relevance, metric.k or 1)
+        found = Ranking.of(metric.k or 1, blocks)
+        assert found is not None  # load_queries refuses a file without a query
+        return found, np.concatenate([b.values(metric.name) for b in blocks])
+
+    ranking, ours = per_query(workload, settings["batch_size"])
     measured = ranking.value(metric.name)
     where = f"{tuning_file.name} ({len(split)} texts, {len(queries)} queries of {queries_file.name})"
     suggested, how = suggest_threshold(measured, metric.name, where)
-    return TuningMeasure(protocol=str(path), tuning=str(tuning_file), tuning_size=len(split),
-                         metric_name=metric.name, metric=measured, subgroups={}, suggested_threshold=suggested,
-                         how=how, settings=settings, notes=[ranking.note(), *_notes(view, workload, tuning_file)])
+    candidates = []
+    for variant in view.candidates():
+        other, other_settings = _load(path, view, variant)
+        candidates.append(Disagreement.of_values(variant.name, ours, per_query(other, other_settings["batch_size"])[1],
+                                                 "queries"))
+    return _with_sizes(view, tuning_file, measured, candidates, TuningMeasure(
+        protocol=str(path), tuning=str(tuning_file), tuning_size=len(split), metric_name=metric.name,
+        metric=measured, subgroups={}, suggested_threshold=suggested, how=how, settings=settings,
+        notes=[ranking.note(), *_notes(view, workload, tuning_file)]))
 
 
 def _tuning_split(path: Path, view: TuningView, tuning_file: Path, extra: list[str] | None = None) -> Any:
@@ -288,10 +374,11 @@ def _tuning_split(path: Path, view: TuningView, tuning_file: Path, extra: list[s
     return split
 
 
-def _load(path: Path, view: TuningView) -> tuple[Any, dict[str, Any]]:
-    """The declared model with the reference variant's settings; any failure to load is one line naming it."""
+def _load(path: Path, view: TuningView, variant: Variant | None = None) -> tuple[Any, dict[str, Any]]:
+    """The declared model with the settings of ``variant`` (default: the reference variant's); any failure to load
+    is one line naming it."""
 
-    model, reference = view.model, view.reference()
+    model, reference = view.model, variant or view.reference()
     settings = {"variant": reference.name if reference else None,
                 "precision": reference.precision if reference else "fp32",
                 "padding": reference.padding if reference else "longest",

@@ -38,13 +38,19 @@ def threshold_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the measure as JSON."),
 ) -> None:
     """Measure the protocol's model on its tuning split (its metric, overall and per subgroup) and suggest a
-    threshold, as head train does (P4). Any model kind; the protocol, its lock and campaigns are not touched."""
+    threshold, as head train does (P4); measure each other variant's disagreement with the reference there and
+    print the final corpus size the tolerance needs (written beside the protocol, PROTOCOL.samplesize.json, for
+    lock). Any model kind; the protocol, its lock and campaigns are not touched."""
     import json
 
     from iteralab.campaign.tuning import measure_tuning
 
+    from iteralab.plan.samplesize import record_path
+
     if as_json:
         measure = measure_tuning(protocol)
+        if measure.sizes is not None and measure.sizes.candidates:
+            measure.sizes.write(record_path(protocol))
         typer.echo(json.dumps(measure.to_dict(), indent=2, sort_keys=True))
         return
     from rich.console import Console
@@ -65,6 +71,9 @@ def threshold_cmd(
         if tasks:
             bar.stop()
     typer.echo("\n".join(measure.lines()))
+    if measure.sizes is not None and measure.sizes.candidates:  # lock reads it: it must not run the model
+        measure.sizes.write(record_path(protocol))
+        typer.echo(f"written: {record_path(protocol)} (the disagreement lock compares the final corpus size with)")
 
 
 kit_app = typer.Typer(help="The downloadable kit folder (K7).", no_args_is_help=True)

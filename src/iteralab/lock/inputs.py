@@ -28,6 +28,7 @@ from iteralab.lock import lockrecords
 from iteralab.lock.datasets import first_overlap
 from iteralab.lock.lockrecords import (RECORDS_ENCODING, LockRecords, OverlapKeys, Suspects, corpus_fields,
                                        corpus_fingerprints, keys_of, shared_keys)
+from iteralab.lock.samplesize import size_warning
 from iteralab.lock.usercode import callable_module, queries_change, queries_fingerprint, routine_fingerprint
 from iteralab.models.stfolder import check_pooling, pooling_hashes
 from iteralab.models.tokens import PromptLengthCheck, RowStrataCheck, model_labels
@@ -403,8 +404,9 @@ NO_TASKS_WARNING = ("calendar: no tasks, so decide will plan no window: it will 
 
 def lock_warnings(protocol_file: ProtocolFile, entry: LockEntry) -> list[str]:
     """One line for each thing a successful lock records that the decision will not be able to use as the user
-    may expect: a calendar without tasks (no window, no rental priced, no deadline checked), and ids derived
-    from the texts because a corpus file has no id column and the protocol names none."""
+    may expect: a calendar without tasks (no window, no rental priced, no deadline checked), ids derived
+    from the texts because a corpus file has no id column and the protocol names none, and a final corpus smaller
+    than the size its tolerance needs (:mod:`iteralab.lock.samplesize`)."""
     path, protocol = protocol_file.path, protocol_file.protocol
     lines = []
     if not protocol.calendar.tasks:
@@ -420,7 +422,8 @@ def lock_warnings(protocol_file: ProtocolFile, entry: LockEntry) -> list[str]:
         if declared and isinstance(record, dict) and record.get("id_origin") == "content":
             lines.append(f"{path}: corpus.id_column: {declared} has no {spec.id_column!r} column and the protocol "
                          "names none, so its ids are derived from the texts (content hash, recorded in the lock)")
-    return lines
+    size = size_warning(protocol_file, inputs)
+    return lines if size is None else [*lines, size]
 
 
 def fingerprinted(inputs: dict[str, Any]) -> list[str]:

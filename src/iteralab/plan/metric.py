@@ -76,6 +76,12 @@ class MetricSpec(Strict):
     relative_tolerance: Number | None = Field(default=None, ge=0, lt=1, description=(
         "A generation job's tolerance as a share of the reference variant's value: 0.01 means at least 99 % of "
         "the reference's score (give this or tolerance, not both)."))
+    confidence: Number | None = Field(default=None, gt=0, lt=1, description=(
+        "The level of the quality interval the gate uses: a variant is accepted only when the interval's bound lies "
+        "within the tolerance. Absent: the gate uses the point estimate, and the 95 % interval is reported beside it."))
+    power: Number = Field(default=0.8, gt=0, lt=1, description=(
+        "The probability that a variant truly within tolerance is established as such at the corpus size iteralab "
+        "threshold prints (with confidence, or 0.95 when it is absent); lock warns when the final corpus is smaller."))
     reference_variant: Text = Field(description="The variant every other is compared with (quality and reproduction).")
     k: Whole | None = Field(default=None, ge=1, description=(
         "Embedding metrics: the neighbours of knn_accuracy, the cut-off of recall_at_k, mrr and ndcg_at_k."))

@@ -102,6 +102,10 @@ class QueryRanks:
     reciprocal_rank: np.ndarray
     ndcg: np.ndarray
 
+    def values(self, name: str) -> np.ndarray:
+        """Each query's value of a built-in ranking metric (:data:`RANKING_METRICS`): the metric is their mean."""
+        return {"recall_at_k": self.recall, "mrr": self.reciprocal_rank, "ndcg_at_k": self.ndcg}[name]
+
 
 def rank_block(scores: np.ndarray, relevance: Relevance, k: int) -> QueryRanks:
     """Every metric of the module docstring for each query of a block (``scores`` ``[m, n]``; ``relevance``: the

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from iteralab.campaign.kinds.ranking import Ranking, Relevance, rank_block
+from iteralab.campaign.kinds.ranking import QueryRanks, Ranking, Relevance, rank_block
 
-__all__ = ["BLOCK_BYTES", "cosine_rows", "knn_correct", "knn_neighbours", "rank_queries", "recall_at_k", "row_norms"]
+__all__ = ["BLOCK_BYTES", "cosine_rows", "knn_correct", "knn_neighbours", "query_ranks", "rank_queries", "recall_at_k", "row_norms"]
 
 #: Bytes of float32 similarities computed at a time (a square block: block rows² × 4).
 BLOCK_BYTES = 1 << 24
@@ -163,9 +163,12 @@ def rank_queries(documents: np.ndarray, queries: np.ndarray, relevance: Relevanc
     order; a row that is not finite is never retrieved) by cosine; ``relevance``: each query's relevant corpus rows
     and gains. None without a query. The documents are never copied: each block of similarities is divided by their
     norms."""
+    return Ranking.of(k, query_ranks(documents, queries, relevance, k)) if len(queries) else None
+
+
+def query_ranks(documents: np.ndarray, queries: np.ndarray, relevance: Relevance, k: int) -> list[QueryRanks]:
+    """Each query's ranking values (:class:`QueryRanks`, block by block) of :func:`rank_queries`."""
     m, n = len(queries), len(documents)
-    if not m:
-        return None
     usable = np.isfinite(documents).all(axis=1)
     scale = _inverse_norms(documents)
     queries = np.nan_to_num(queries.astype(np.float32))
@@ -178,7 +181,7 @@ def rank_queries(documents: np.ndarray, queries: np.ndarray, relevance: Relevanc
         sims *= scale[None, :]
         sims[:, ~usable] = -np.inf
         blocks.append(rank_block(sims, relevance.slice(start, stop), k))
-    return Ranking.of(k, blocks)
+    return blocks
 
 
 def recall_at_k(documents: np.ndarray, queries: np.ndarray, relevant: list[np.ndarray], k: int) -> float | None:
