@@ -143,3 +143,12 @@ def seeded_noise_classifier(texts: list[str]) -> list[list[float]]:
         row[k] -= noise
         row[(k + 1) % 3] += noise
     return rows
+
+
+def batch_odd_classifier(texts: list[str]) -> list[list[float]]:
+    """``keyword_classifier``, except that in a batch of odd size the first text's class moves one on (plot →
+    fresh → rotten → plot): a variant whose batches have another size disagrees with it on some documents."""
+    rows = keyword_classifier(texts)
+    if len(rows) % 2 and rows:
+        rows[0] = rows[0][-1:] + rows[0][:-1]
+    return rows
