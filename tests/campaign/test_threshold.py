@@ -255,3 +255,37 @@ def test_an_embedding_draft_without_tuning_queries_is_told_what_to_declare(tmp_p
         f"Error: {protocol}: metric 'recall_at_k' on the tuning split needs metric.tuning_queries (the tuning "
         "queries)")
     assert "prepare --task embedding --queries FILE" in err
+
+
+def test_threshold_prints_the_corpus_size_the_tolerance_needs_and_records_it_for_lock(tmp_path, capsys):
+    from scipy.stats import norm
+
+    from fake_models import batch_odd_classifier
+    from iteralab.plan.samplesize import SizeRecord, record_path
+
+    rows = _callable_folder(tmp_path)
+    protocol = _draft(tmp_path, 'kind = "callable"\ncallable = "fake_models:batch_odd_classifier"')
+    text = protocol.read_text().replace('tolerance = "CHOOSE"', "tolerance = 0.5\nconfidence = 0.9\npower = 0.75")
+    protocol.write_text(text + '\n[[variants]]\nname = "b3"\nbatch_size = 3\n\n[[variants]]\nname = "b4-again"\n'
+                               'batch_size = 4\n')
+    rc, out, err = _run(capsys, protocol)
+    assert rc == 0, err
+    texts, labels = [r[1] for r in rows], np.array([CLASSES.index(r[2]) for r in rows])
+
+    def predicted(batch):
+        return np.concatenate([np.argmax(batch_odd_classifier(texts[i:i + batch]), axis=1)
+                               for i in range(0, len(texts), batch)])
+
+    ours, theirs = predicted(4), predicted(3)  # batches of 3 are odd: their first text's class moves on
+    d = (theirs == labels).astype(float) - (ours == labels)
+    sd = d.std(ddof=1)
+    n = int(np.ceil(((norm.ppf(0.9) + norm.ppf(0.75)) * sd / (0.5 - abs(d.mean()))) ** 2))
+    lines = out.splitlines()
+    assert f"b3 against the reference: difference {d.mean():+.4f}, {np.mean(ours != theirs):.1%} of the labels " \
+           f"differ, per-document sd {sd:.4f} (standard deviation of the 12 paired per-document differences)" in lines
+    assert (f"tolerance 0.5 at 0.9 confidence and power 0.75: needs a final corpus of {n} documents (b3, the "
+            "candidate that needs most)") in lines
+    assert not any("b4-again" in line for line in lines)  # the reference's own settings: not measured again
+    record = SizeRecord.read(record_path(protocol))
+    assert record is not None and [c.variant for c in record.candidates] == ["b3"]
+    assert lines[-1] == f"written: {record_path(protocol)} (the disagreement lock compares the final corpus size with)"
