@@ -50,3 +50,28 @@ def test_the_spread_agrees_with_scipys_paired_bootstrap(name):
                        batch=250, method="percentile", random_state=np.random.default_rng(3))
     # two Monte-Carlo estimates of one standard error: each within about 3 % (2000 and 1000 draws)
     assert np.std(draws, ddof=1) == pytest.approx(theirs.standard_error, rel=0.12)
+
+
+@pytest.mark.slow
+def test_at_the_printed_size_macro_f1_is_established_at_the_declared_power():
+    """The tuning split stands for the population: final corpora of the printed size drawn from it, each judged by
+    the one-sided bound of its own paired bootstrap, are established within tolerance at about the power."""
+    from scipy.stats import norm
+
+    from iteralab.plan.samplesize import Disagreement
+
+    k, tolerance, confidence, power = 3, 0.08, 0.95, 0.8  # the candidate loses about 0.058
+    y, reference, candidate = _labels(1500, k, 5)
+    draws = paired_bootstrap("macro_f1", y, reference, candidate, k)
+    difference = metric_of_codes("macro_f1", y, candidate, k) - metric_of_codes("macro_f1", y, reference, k)
+    n = Disagreement.of_bootstrap("c", difference, draws, len(y), "documents").size(tolerance, confidence, power)
+    assert n is not None and 200 < n < 5000, n
+    rng, z, campaigns = np.random.default_rng(9), norm.ppf(confidence), 300
+    established = 0
+    for c in range(campaigns):
+        pick = rng.integers(0, len(y), size=n)
+        yy, rr, cc = y[pick], reference[pick], candidate[pick]
+        found = metric_of_codes("macro_f1", yy, cc, k) - metric_of_codes("macro_f1", yy, rr, k)
+        se = np.std(paired_bootstrap("macro_f1", yy, rr, cc, k, draws=200, seed=c), ddof=1)
+        established += found - z * se > -tolerance
+    assert abs(established / campaigns - power) < 0.08, (n, established)
