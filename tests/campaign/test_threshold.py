@@ -282,9 +282,8 @@ def test_threshold_prints_the_corpus_size_the_tolerance_needs_and_records_it_for
     n = int(np.ceil(((norm.ppf(0.9) + norm.ppf(0.75)) * sd / (0.5 - abs(d.mean()))) ** 2))
     lines = out.splitlines()
     assert f"b3 against the reference: difference {d.mean():+.4f}, {np.mean(ours != theirs):.1%} of the labels " \
-           f"differ, per-document sd {sd:.4f} (standard deviation of the 12 paired per-document differences)" in lines
-    assert (f"tolerance 0.5 at 0.9 confidence and power 0.75: needs a final corpus of {n} documents (b3, the "
-            "candidate that needs most)") in lines
+           f"differ, sd {sd:.4f} per document (standard deviation of the 12 paired per-document differences)" in lines
+    assert f"final corpus the tolerance 0.5 needs at 0.9 confidence, power 0.75: {n} documents (b3 needs most)" in lines
     assert not any("b4-again" in line for line in lines)  # the reference's own settings: not measured again
     record = SizeRecord.read(record_path(protocol))
     assert record is not None and [c.variant for c in record.candidates] == ["b3"]

@@ -58,11 +58,22 @@ def test_the_record_round_trips_beside_the_protocol_and_its_lines_name_the_size(
     record.write(path)
     assert SizeRecord.read(path) == record
     n = required_size(0.25, 0.02, -0.01, 0.95, 0.8)
-    assert size_lines(record, 0.02, None, 0.8)[-1] == (
-        f"tolerance 0.02 at 0.95 confidence (metric.confidence not declared) and power 0.8: needs a final corpus of "
-        f"{n} documents (b3, the candidate that needs most)")
-    draft = size_lines(record, None, 0.9, 0.8)
-    assert len(draft) == 5 and draft[1].startswith("tolerance 0.005 (not chosen yet) at 0.9 confidence and power 0.8: "
-                                                   "cannot be established at any corpus size")
+    lines = size_lines(record, 0.02, None, 0.8)
+    assert lines == [
+        "b3 against the reference: difference -0.0100, 5.0% of the labels differ, sd 0.2500 per document (how)",
+        f"final corpus the tolerance 0.02 needs at 0.95 confidence (metric.confidence absent), power 0.8: {n} "
+        "documents (b3 needs most)"]
+    assert size_lines(record, 0.01, 0.95, 0.8)[-1] == (
+        "final corpus the tolerance 0.01 needs at 0.95 confidence, power 0.8: no size establishes it (b3's "
+        "difference -0.0100 is not within it) (b3 needs most)")
+    n2, n5 = (required_size(0.25, t, -0.01, 0.9, 0.8) for t in (0.02, 0.05))
+    assert size_lines(record, None, 0.9, 0.8)[-1] == (
+        f"final documents the tolerance needs at 0.9 confidence, power 0.8 (tolerance not chosen yet): 0.005: none, "
+        f"0.01: none, 0.02: {n2}, 0.05: {n5} (b3 needs most; none: its difference is not within that tolerance)")
+    agreeing = SizeRecord("accuracy", "tuning.csv", "ab" * 32, 0.9, (Disagreement("b3", 0.0, 0.0, 400, "documents",
+                                                                                  "how", 0.0),))
+    assert size_lines(agreeing, 0.02, None, 0.8)[-1] == (
+        "corpus size the tolerance needs: not bounded by the tuning split (no variant disagrees with the reference on "
+        "its 400 documents)")
     path.write_text("{not json")
     assert SizeRecord.read(path) is None

@@ -1,9 +1,10 @@
 """The step before choosing the threshold (P1, P4): the protocol's model, whatever its kind, measured on the
-protocol's tuning split with the protocol's metric and planned subgroups, and the threshold it suggests.
+protocol's tuning split with the protocol's metric and planned subgroups, the threshold it suggests, and the
+corpus size the tolerance needs.
 
 Reads a protocol, a draft whose threshold is still ``"CHOOSE"`` included (only the tables it needs are
 validated: corpus, model, metric name, subgroups, variants, run device), its tuning split and its model. Writes
-nothing: the protocol file, its lock and any campaign are left as they are. The suggestion follows the rule of
+nothing (the command writes the sample-size record): the protocol file, its lock and any campaign are left as they are. The suggestion follows the rule of
 ``iteralab head train`` (:func:`iteralab.plan.prepare.suggest_threshold`); the metric and the subgroups are the
 campaign's own (:mod:`iteralab.campaign.verdict.evaluate`). A generation job's model answers the tuning split's
 prompts (rendered as a pass renders them, with the protocol's decoding limits) and is scored against the split's
@@ -13,6 +14,12 @@ An embedding job judged by a ranking metric (``recall_at_k``, ``mrr``, ``ndcg_at
 the tuning split's documents and the tuning queries (``metric.tuning_queries``, whose relevant ids are documents of
 the tuning split; ``iteralab prepare --queries`` writes both) embedded by the model, ranked by cosine and scored
 by the campaign's own ranking code (:mod:`iteralab.campaign.kinds.ranking`); every ranking value is a note.
+
+Each other variant with its own precision, padding or batch size is run the same way, and its disagreement with
+the reference (:class:`iteralab.plan.samplesize.Disagreement`: per-document or per-query paired differences, or a
+paired bootstrap for a classifier's averages over classes) gives the final corpus size the tolerance needs; the
+measure carries it as a :class:`~iteralab.plan.samplesize.SizeRecord`, which ``iteralab threshold`` writes beside
+the protocol for ``lock``.
 """
 
 from __future__ import annotations

@@ -135,26 +135,36 @@ def record_path(protocol_path: str | os.PathLike[str]) -> Path:
 
 
 def size_lines(record: SizeRecord, tolerance: float | None, confidence: float | None, power: float) -> list[str]:
-    """The lines ``threshold`` prints: per candidate its disagreement and the final corpus size the tolerance
+    """The lines ``threshold`` prints: per candidate its disagreement, then the final corpus size the tolerance
     needs (for a few tolerances while the draft's is not chosen)."""
     level = DEFAULT_CONFIDENCE if confidence is None else confidence
-    said = f"{level:g} confidence{'' if confidence is not None else ' (metric.confidence not declared)'}"
     if not record.candidates:
-        return ["corpus size the tolerance needs: not measured (no variant beside the reference with other "
+        return ["corpus size the tolerance needs: not measured (no variant beside the reference with another "
                 "precision, padding or batch size to compare it with)"]
     out = []
     for c in record.candidates:
         labels = "" if c.discordant is None else f", {c.discordant:.1%} of the labels differ"
-        out.append(f"{c.variant} against the reference: difference {c.difference:+.4f}{labels}, per-{c.unit[:-1]} sd "
-                   f"{c.sd:.4f} ({c.how})")
+        out.append(f"{c.variant} against the reference: difference {c.difference:+.4f}{labels}, sd {c.sd:.4f} per "
+                   f"{c.unit[:-1]} ({c.how})")
+    unit = record.candidates[0].unit
+    if all(c.sd == 0 and c.difference == 0 for c in record.candidates):
+        return [*out, f"corpus size the tolerance needs: not bounded by the tuning split (no variant disagrees with "
+                      f"the reference on its {record.candidates[0].units} {unit})"]
+    said = f"{level:g} confidence{'' if confidence is not None else ' (metric.confidence absent)'}, power {power:g}"
     tolerances: Sequence[float] = DRAFT_TOLERANCES if tolerance is None else (tolerance,)
+    sizes = []
     for value in tolerances:
         found = record.largest(value, level, power)
         assert found is not None
         worst, n = found
-        need = (f"needs a final corpus of {n} {worst.unit}" if n is not None else
-                f"cannot be established at any corpus size ({worst.variant}'s difference {worst.difference:+.4f} is "
-                "not within it)")
-        out.append(f"tolerance {value:g}{' (not chosen yet)' if tolerance is None else ''} at {said} and power "
-                   f"{power:g}: {need} ({worst.variant}, the candidate that needs most)")
+        sizes.append((value, worst, n))
+    if tolerance is None:
+        each = ", ".join(f"{value:g}: {'none' if n is None else n}" for value, _, n in sizes)
+        out.append(f"final {unit} the tolerance needs at {said} (tolerance not chosen yet): {each} "
+                   f"({sizes[-1][1].variant} needs most; none: its difference is not within that tolerance)")
+    else:
+        _, worst, n = sizes[0]
+        need = (f"{n} {unit}" if n is not None else
+                f"no size establishes it ({worst.variant}'s difference {worst.difference:+.4f} is not within it)")
+        out.append(f"final corpus the tolerance {tolerance:g} needs at {said}: {need} ({worst.variant} needs most)")
     return out
