@@ -288,3 +288,25 @@ def test_threshold_prints_the_corpus_size_the_tolerance_needs_and_records_it_for
     record = SizeRecord.read(record_path(protocol))
     assert record is not None and [c.variant for c in record.candidates] == ["b3"]
     assert lines[-1] == f"written: {record_path(protocol)} (the disagreement lock compares the final corpus size with)"
+
+
+def test_a_ranking_metrics_disagreement_is_per_query_and_identical_outputs_bound_nothing(tmp_path, capsys):
+    """The word embedder's vectors do not depend on the batch: a variant with batches of 1 agrees with the reference
+    on every tuning query, and threshold says that the tuning split gives no size (not a figure of 1)."""
+    from embedding_jobs import corpus_rows
+    from recall_jobs import QUERIES, write_queries
+
+    docs = [(i, t) for i, t, _ in corpus_rows()]
+    write_strata_csv(tmp_path / "tuning.csv", docs, header=("id", "text"))
+    write_strata_csv(tmp_path / "final.csv", [(f"f{i}", f"{t} final") for i, t in docs], header=("id", "text"))
+    write_queries(tmp_path / "tuning_queries.csv")
+    protocol = _embedding_draft(tmp_path, "mrr")
+    protocol.write_text(protocol.read_text() + '\n[[variants]]\nname = "b1"\nbatch_size = 1\n')
+    rc, out, err = _run(capsys, protocol, "--json")
+    assert rc == 0, err
+    sizes = json.loads(out)["sample_size"]
+    [candidate] = sizes["candidates"]
+    assert (candidate["variant"], candidate["unit"], candidate["units"]) == ("b1", "queries", len(QUERIES))
+    assert candidate["difference"] == 0.0 and candidate["sd"] == 0.0 and candidate["discordant"] is None
+    assert sizes["lines"][-1] == ("corpus size the tolerance needs: not bounded by the tuning split (no variant "
+                                  f"disagrees with the reference on its {len(QUERIES)} queries)")
