@@ -206,6 +206,13 @@ def test_threshold_measures_a_generation_job_on_its_tuning_split(tmp_path, capsy
     assert data["tuning_size"] == 20 and data["settings"]["batch_size"] == 4
     assert data["suggested_threshold"] == suggest_threshold(expected, "token_f1", "tuning.csv (20 texts)")[0]
     assert {f.name: f.read_bytes() for f in tmp_path.iterdir() if f.is_file()} == before  # nothing written
+    # a variant with batches of 1: its answers scored per document against the reference's (the same answerer:
+    # no disagreement, so the tuning split bounds no size), recorded beside the protocol for lock
+    draft.write_text(draft.read_text() + '\n[[variants]]\nname = "b1"\nbatch_size = 1\n', encoding="utf-8")
+    assert main(["threshold", str(draft), "--json"]) == 0, capsys.readouterr().err
+    [candidate] = json.loads(capsys.readouterr().out)["sample_size"]["candidates"]
+    assert (candidate["variant"], candidate["unit"], candidate["units"], candidate["sd"]) == ("b1", "documents", 20, 0)
+    assert (tmp_path / "protocol.toml.samplesize.json").is_file()
 
 
 # ------------------------------------------------------------------------------------------------------- pages
