@@ -9,17 +9,16 @@ metric is said to be stale, not used.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 from iteralab.common.files import sha256_file
-from iteralab.lock.lockrecords import corpus_fingerprints
 from iteralab.plan.lockfile import ProtocolFile
 from iteralab.plan.samplesize import DEFAULT_CONFIDENCE, SizeRecord, record_path
 
 __all__ = ["size_warning"]
 
 
-def size_warning(protocol_file: ProtocolFile, inputs: dict[str, Any]) -> str | None:
+def size_warning(protocol_file: ProtocolFile, inputs: Mapping[str, object]) -> str | None:
     """One line when the locked final corpus is smaller than the size the tolerance needs (or when threshold's
     record no longer fits the protocol); None when it is large enough or the size is not known."""
     path, protocol = protocol_file.path, protocol_file.protocol
@@ -38,11 +37,12 @@ def size_warning(protocol_file: ProtocolFile, inputs: dict[str, Any]) -> str | N
     found = record.largest(tolerance, confidence, metric.power)
     assert found is not None
     worst, needed = found
-    queries = inputs.get("queries")
+    queries, datasets = inputs.get("queries"), inputs.get("datasets")
     if worst.unit == "queries":
-        have = int(queries["queries"]) if isinstance(queries, dict) else 0
-    else:
-        have = sum(int(r.get("size") or 0) for r in corpus_fingerprints(inputs).values() if isinstance(r, dict))
+        have = int(queries.get("queries") or 0) if isinstance(queries, Mapping) else 0
+    else:  # the lock's record of each corpus source (every dataset, or the one corpus) gives its size
+        sources = list(datasets.values()) if isinstance(datasets, Mapping) and datasets else [inputs.get("corpus")]
+        have = sum(int(r.get("size") or 0) for r in sources if isinstance(r, Mapping))
     if needed is not None and have >= needed:
         return None
     need = (f"{needed} {worst.unit}" if needed is not None else
