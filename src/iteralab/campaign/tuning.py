@@ -237,10 +237,12 @@ def measure_tuning(protocol_path: str | os.PathLike[str], *, progress: Progress 
     measured = metric_of_codes(view.metric.name, expected.labels, predicted, k)
     subgroups = subgroup_metrics(view, expected, np.ones(len(expected), dtype=bool), predicted)
     suggested, how = suggest_threshold(measured, view.metric.name, f"{tuning_file.name} ({len(split)} texts)")
-    candidates = []
+    candidates, notes = [], _notes(view, workload, tuning_file)
+    del workload  # one model held at a time: each candidate's is loaded after the reference's is let go
     for variant in view.candidates():
         other, other_settings = _load(path, view, variant)
         theirs = _infer(other, texts, other_settings["batch_size"], progress).argmax(axis=1).astype(predicted.dtype)
+        del other
         discordant = float(np.mean(theirs != predicted))
         if view.metric.name == "accuracy":  # a mean of per-document correctness: the paired differences
             candidates.append(Disagreement.of_values(variant.name, predicted == expected.labels,
@@ -253,7 +255,7 @@ def measure_tuning(protocol_path: str | os.PathLike[str], *, progress: Progress 
     return _with_sizes(view, tuning_file, measured, candidates, TuningMeasure(
         protocol=str(path), tuning=str(tuning_file), tuning_size=len(split), metric_name=view.metric.name,
         metric=measured, subgroups=subgroups, suggested_threshold=suggested, how=how, settings=settings,
-        notes=_notes(view, workload, tuning_file)))
+        notes=notes))
 
 
 def _infer(workload: Any, texts: list[str], batch: int, progress: Progress | None) -> np.ndarray:
@@ -310,16 +312,19 @@ def _measure_generation(path: Path, view: TuningView, tuning_file: Path, progres
             subgroups[f"{sg.name}:{group}"] = corpus_score(view.metric.name, [outputs[i] for i in rows],
                                                            [references[i] for i in rows])
     suggested, how = suggest_threshold(measured, view.metric.name, f"{tuning_file.name} ({len(split)} texts)")
-    ours, candidates = document_scores(view.metric.name, outputs, references), []
+    ours, candidates, notes = document_scores(view.metric.name, outputs, references), [], _notes(view, workload,
+                                                                                                  tuning_file)
+    del workload  # one model held at a time
     for variant in view.candidates():  # chrF's corpus score is not a mean: its sentence scores stand for it
         other, other_settings = _load(path, view, variant)
-        theirs = document_scores(view.metric.name, _generate(other, prompts, other_settings["batch_size"], progress),
-                                 references)
+        answers = _generate(other, prompts, other_settings["batch_size"], progress)
+        del other
+        theirs = document_scores(view.metric.name, answers, references)
         candidates.append(Disagreement.of_values(variant.name, ours, theirs, "documents"))
     return _with_sizes(view, tuning_file, measured, candidates, TuningMeasure(
         protocol=str(path), tuning=str(tuning_file), tuning_size=len(split), metric_name=view.metric.name,
         metric=measured, subgroups=subgroups, suggested_threshold=suggested, how=how, settings=settings,
-        notes=_notes(view, workload, tuning_file)))
+        notes=notes))
 
 
 def _measure_ranking(path: Path, view: TuningView, tuning_file: Path, split: Any,
@@ -349,15 +354,17 @@ def _measure_ranking(path: Path, view: TuningView, tuning_file: Path, split: Any
     measured = ranking.value(metric.name)
     where = f"{tuning_file.name} ({len(split)} texts, {len(queries)} queries of {queries_file.name})"
     suggested, how = suggest_threshold(measured, metric.name, where)
-    candidates = []
+    candidates, notes = [], [ranking.note(), *_notes(view, workload, tuning_file)]
+    del workload  # one model held at a time
     for variant in view.candidates():
         other, other_settings = _load(path, view, variant)
-        candidates.append(Disagreement.of_values(variant.name, ours, per_query(other, other_settings["batch_size"])[1],
-                                                 "queries"))
+        theirs = per_query(other, other_settings["batch_size"])[1]
+        del other
+        candidates.append(Disagreement.of_values(variant.name, ours, theirs, "queries"))
     return _with_sizes(view, tuning_file, measured, candidates, TuningMeasure(
         protocol=str(path), tuning=str(tuning_file), tuning_size=len(split), metric_name=metric.name,
         metric=measured, subgroups={}, suggested_threshold=suggested, how=how, settings=settings,
-        notes=[ranking.note(), *_notes(view, workload, tuning_file)]))
+        notes=notes))
 
 
 def _tuning_split(path: Path, view: TuningView, tuning_file: Path, extra: list[str] | None = None) -> Any:
