@@ -4,11 +4,12 @@ corpus size the tolerance needs.
 
 Reads a protocol, a draft whose threshold is still ``"CHOOSE"`` included (only the tables it needs are
 validated: corpus, model, metric name, subgroups, variants, run device), its tuning split and its model. Writes
-nothing (the command writes the sample-size record): the protocol file, its lock and any campaign are left as they are. The suggestion follows the rule of
-``iteralab head train`` (:func:`iteralab.plan.prepare.suggest_threshold`); the metric and the subgroups are the
-campaign's own (:mod:`iteralab.campaign.verdict.evaluate`). A generation job's model answers the tuning split's
-prompts (rendered as a pass renders them, with the protocol's decoding limits) and is scored against the split's
-reference answers with the protocol's text metric.
+nothing (the command writes the sample-size record): the protocol file, its lock and any campaign are left as
+they are. The suggestion follows the rule of ``iteralab head train``
+(:func:`iteralab.plan.prepare.suggest_threshold`); the metric and the subgroups are the campaign's own
+(:mod:`iteralab.campaign.verdict.evaluate`). A generation job's model answers the tuning split's prompts (rendered
+as a pass renders them, with the protocol's decoding limits) and is scored against the split's reference answers
+with the protocol's text metric.
 
 An embedding job judged by a ranking metric (``recall_at_k``, ``mrr``, ``ndcg_at_k``) is measured the same way:
 the tuning split's documents and the tuning queries (``metric.tuning_queries``, whose relevant ids are documents of

@@ -25,7 +25,8 @@ import numpy as np
 
 from iteralab.campaign.kinds.ranking import QueryRanks, Ranking, Relevance, rank_block
 
-__all__ = ["BLOCK_BYTES", "cosine_rows", "knn_correct", "knn_neighbours", "query_ranks", "rank_queries", "recall_at_k", "row_norms"]
+__all__ = ["BLOCK_BYTES", "cosine_rows", "knn_correct", "knn_neighbours", "query_ranks", "rank_queries", "recall_at_k",
+           "row_norms"]
 
 #: Bytes of float32 similarities computed at a time (a square block: block rows² × 4).
 BLOCK_BYTES = 1 << 24
