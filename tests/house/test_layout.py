@@ -11,7 +11,7 @@ Fast and import-free: every check parses the source with ``ast``; no module of t
   imports the standard library only; torch, transformers and pynvml are imported inside functions of
   ``memoire.py`` only, after its environment check (M4); ``calcul_forfaits.py`` uses the standard library
   everywhere;
-- imports follow the pipeline order ``plan < models < lock < campaign < evidence < economics < decision < demo``: a
+- imports follow the pipeline order ``plan < models < lock < campaign < evidence < economics < decision < demo < api``: a
   module of a stage imports stages at or before its own, plus ``iteralab.errors``, ``iteralab.common`` and
   ``iteralab.kit``; ``errors.py`` and ``common/`` import none of the stages; the shell (``cli.py`` and
   ``commands/``) may import anything and no stage imports it. Inside ``campaign/`` the same holds between its
@@ -53,6 +53,7 @@ PIPELINE: tuple[tuple[str, ...], ...] = (
     ("economics",),
     ("decision",),
     ("demo",),
+    ("api",),  # the Python face of the command line: reads and drives every stage above (re-exported by iteralab)
 )
 #: The stages: the top-level folders of the pipeline, in order.
 STAGES = tuple(dict.fromkeys(prefix.split(".")[0] for room in PIPELINE for prefix in room))
