@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, fields
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -32,6 +33,9 @@ from iteralab.evidence.bundle import SealCheck, check_seal
 from iteralab.evidence.stats import CampaignStats, campaign_stats
 from iteralab.evidence.table import finished_passes
 from iteralab.plan.protocol import Protocol
+
+if TYPE_CHECKING:  # the optional extra iteralab[pandas]: never imported here at run time
+    import pandas
 
 __all__ = ["Campaign", "OutputFileError", "open_campaign", "raw_table_schema"]
 
@@ -107,7 +111,7 @@ class Campaign:
         return pa.table({f.name: pa.array([_cell(getattr(r, f.name)) for r in rows], f.type) for f in schema},
                         schema=schema)
 
-    def dataframe(self) -> object:
+    def dataframe(self) -> pandas.DataFrame:
         """The raw table as a pandas ``DataFrame`` (pandas is an optional extra: ``iteralab[pandas]``)."""
         if importlib.util.find_spec("pandas") is None:
             raise IteraError("the raw table as a DataFrame needs pandas, which is not installed", hint=PANDAS_HINT)
