@@ -17,6 +17,7 @@ _API = {
     "ConfigurationFigures": "stored", "ProtocolIdentity": "stored", "read_decision": "stored",
     "lock_protocol": "actions", "run_protocol": "actions", "decide": "actions", "render_report": "actions",
     "Locked": "actions", "RunSummary": "actions", "ReportFiles": "actions",
+    "export_mlflow": "export", "MlflowExport": "export",
 }
 
 __all__ = ["__version__", *_API]

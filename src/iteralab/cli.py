@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from iteralab import __version__
-from iteralab.commands import evidence as evidence_commands, tools as tool_commands
+from iteralab.commands import evidence as evidence_commands, export as export_commands, tools as tool_commands
 from iteralab.commands.common import campaign_display, resumable
 from iteralab.demo import DEFAULT_DOCS as DEMO_DOCS, DEFAULT_PASSES as DEMO_PASSES
 from iteralab.errors import IteraError
@@ -406,6 +406,7 @@ def report_cmd(
 
 evidence_commands.register(app)
 tool_commands.register(app)
+export_commands.register(app)
 
 
 def _print_summary(summary: dict, as_json: bool) -> None:

