@@ -113,8 +113,17 @@ def test_an_unsealed_or_tampered_folder_is_refused_in_one_line(sealed, tmp_path,
 
 
 def test_without_mlflow_the_command_says_how_to_install_the_extra(sealed, tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "mlflow", None)  # ``import mlflow…`` now raises ImportError
-    monkeypatch.setitem(sys.modules, "mlflow.tracking", None)
+    for name in ["mlflow", "mlflow.tracking", "mlflow.exceptions", *(m for m in sys.modules if m.startswith("mlflow."))]:
+        monkeypatch.setitem(sys.modules, name, None)  # ``import mlflow…`` now raises ImportError
     line = _one_error_line(capsys, ["export", "mlflow", str(sealed), "--tracking-uri",
                                     f"sqlite:///{tmp_path / 'store.db'}"])
     assert line == "Error: the MLflow export needs the mlflow package: pip install 'iteralab[mlflow]'"
+
+
+@pytest.mark.slow
+def test_a_store_mlflow_will_not_open_is_refused_in_one_line(sealed, tmp_path, capsys, monkeypatch):
+    pytest.importorskip("mlflow", reason="the mlflow extra (pip install '.[mlflow]')")
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    uri = (tmp_path / "mlruns").as_uri()  # MLflow 3's file store: refused unless MLFLOW_ALLOW_FILE_STORE is set
+    line = _one_error_line(capsys, ["export", "mlflow", str(sealed), "--tracking-uri", uri])
+    assert line.startswith(f"Error: {uri}: MLflow refused the export: ")

@@ -27,8 +27,8 @@ from iteralab.api.stored import StoredDecision
 from iteralab.campaign.folder import MANIFEST, TABLE, RawRow
 from iteralab.errors import IteraError, VerificationError
 
-__all__ = ["ARTIFACTS", "FACTORS", "MlflowExport", "MlflowMissing", "default_tracking_uri", "export_mlflow",
-           "variant_figures"]
+__all__ = ["ARTIFACTS", "FACTORS", "MlflowExport", "MlflowMissing", "TrackingStoreError", "default_tracking_uri",
+           "export_mlflow", "variant_figures"]
 
 INSTALL_LINE = "the MLflow export needs the mlflow package: pip install 'iteralab[mlflow]'"
 #: The files of the folder logged as the parent run's artifacts.
@@ -146,11 +146,21 @@ def _params(row: RawRow) -> dict[str, str]:
     return {name: row.cell(name) for name in FACTORS if row.cell(name) != ""}
 
 
-def _client(tracking_uri: str) -> Any:
+class TrackingStoreError(IteraError):
+    """The MLflow tracking store refused the export (an unusable URI, a store MLflow will not open)."""
+
+
+def _mlflow_error() -> type[Exception]:
     try:
-        from mlflow.tracking import MlflowClient
+        from mlflow.exceptions import MlflowException
     except ImportError:
         raise MlflowMissing(INSTALL_LINE) from None
+    return MlflowException
+
+
+def _client(tracking_uri: str) -> Any:
+    from mlflow.tracking import MlflowClient
+
     return MlflowClient(tracking_uri=tracking_uri)
 
 
@@ -189,11 +199,21 @@ def export_mlflow(folder: str | Path, *, tracking_uri: str | None = None,
     digest = camp.seal().digest
     decision = camp.decision()
     uri = tracking_uri or default_tracking_uri(camp.path)
+    refused = _mlflow_error()
     if tracking_uri is None:
         _store_dir(camp.path).mkdir(exist_ok=True)
+    try:
+        return _export(camp, decision, digest, uri, experiment, default_store=tracking_uri is None)
+    except refused as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TrackingStoreError(f"{uri}: MLflow refused the export: {first}") from None
+
+
+def _export(camp: Campaign, decision: StoredDecision, digest: str, uri: str, experiment: str | None, *,
+            default_store: bool) -> MlflowExport:
     client = _client(uri)
     experiment_id = _experiment(client, experiment or decision.protocol.name,
-                                _store_dir(camp.path) / "artifacts" if tracking_uri is None else None)
+                                _store_dir(camp.path) / "artifacts" if default_store else None)
     earlier = _earlier(client, experiment_id, digest)
     if earlier is not None:
         return MlflowExport(uri, experiment_id, earlier.info.run_id,
