@@ -134,3 +134,23 @@ def test_help_and_a_pass_worker_import_nothing_more_than_with_the_version_only_i
     cli, worker = seen["new"]
     assert "iteralab.cli" in cli and "iteralab.campaign.engines.passes" in worker
     assert not [m for m in worker if m.startswith(("iteralab.api", "pandas", "mlflow"))]
+
+
+def test_an_embedding_pass_outputs_come_as_vectors_in_corpus_order(tmp_path):
+    """Another kind through the same seam: the API names no kind, the kind's reader and columns decide."""
+    import numpy as np
+
+    from embedding_jobs import BATCH_VARIANTS, corpus_rows, embedding_campaign
+    from fake_embedders import word_embedder
+
+    out = embedding_campaign(tmp_path, 'kind = "callable"\ncallable = "fake_embedders:word_embedder"',
+                             BATCH_VARIANTS, "b2")
+    camp = iteralab.open_campaign(out)
+    ok = next(r for r in camp.raw_rows() if r.ok)
+    table = camp.outputs(ok.pass_id)
+    assert table.column_names == ["id", *camp.kind.output.columns] and camp.kind.name == "embedding"
+    rows = corpus_rows()
+    assert table.column("id").to_pylist() == [i for i, _, _ in rows]
+    vectors = np.asarray(table.column(camp.kind.output.columns[0]).to_pylist(), dtype=np.float32)
+    expected = word_embedder([text for _, text, _ in rows])
+    assert np.allclose(vectors, expected, atol=1e-6)
