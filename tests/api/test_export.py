@@ -127,3 +127,23 @@ def test_a_store_mlflow_will_not_open_is_refused_in_one_line(sealed, tmp_path, c
     uri = (tmp_path / "mlruns").as_uri()  # MLflow 3's file store: refused unless MLFLOW_ALLOW_FILE_STORE is set
     line = _one_error_line(capsys, ["export", "mlflow", str(sealed), "--tracking-uri", uri])
     assert line.startswith(f"Error: {uri}: MLflow refused the export: ")
+
+
+@pytest.mark.slow
+def test_an_export_stopped_half_way_is_made_again_whole(sealed, tmp_path):
+    """A parent run left without its completion tag (the export was stopped) is deleted with its children, and the
+    export is made again: one complete parent, one child per variant."""
+    pytest.importorskip("mlflow", reason="the mlflow extra (pip install '.[mlflow]')")
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    experiment_id = client.create_experiment("half", artifact_location=(tmp_path / "artifacts").as_uri())
+    digest = (sealed / "SHA256SUMS.sha256").read_text().split()[0]
+    stale = client.create_run(experiment_id, tags={"iteralab.campaign_digest": digest, "iteralab.role": "campaign"})
+    client.create_run(experiment_id, tags={"mlflow.parentRunId": stale.info.run_id, "iteralab.role": "variant"})
+    done = export_mlflow(sealed, tracking_uri=uri, experiment="half")
+    assert done.created and done.parent_run_id != stale.info.run_id
+    active = client.search_runs([experiment_id])
+    assert sorted(r.info.run_id for r in active) == sorted([done.parent_run_id, *done.child_run_ids.values()])
+    assert client.get_run(stale.info.run_id).info.lifecycle_stage == "deleted"
