@@ -154,3 +154,21 @@ def test_an_embedding_pass_outputs_come_as_vectors_in_corpus_order(tmp_path):
     vectors = np.asarray(table.column(camp.kind.output.columns[0]).to_pylist(), dtype=np.float32)
     expected = word_embedder([text for _, text, _ in rows])
     assert np.allclose(vectors, expected, atol=1e-6)
+
+
+def test_lock_run_decide_and_report_from_python(tmp_path):
+    """The steps the commands take, called as functions: a protocol locked (again: the same entry), run into a
+    folder, decided without writing, then reported; each answer equals what the folder then holds."""
+    from campaign_factory import callable_campaign
+
+    protocol = callable_campaign(tmp_path, locked=False)
+    locked = iteralab.lock_protocol(protocol)
+    assert locked.lock_file.is_file() and iteralab.lock_protocol(protocol).entry.sha256 == locked.entry.sha256
+    run = iteralab.run_protocol(protocol, tmp_path / "camp")
+    rows = run.campaign.raw_rows()
+    assert run.raw_table == tmp_path / "camp" / "raw_table.csv" and run.accepted == sum(r.accepted for r in rows)
+    decision = iteralab.decide(run.campaign.path)
+    assert not (tmp_path / "camp" / "decision.json").exists()  # deciding writes nothing
+    written = iteralab.render_report(run.campaign.path)
+    assert written.report_html.is_file() and written.decision == decision.one_line
+    assert run.campaign.decision().line == decision.one_line
