@@ -76,6 +76,9 @@ class MetricSpec(Strict):
     relative_tolerance: Number | None = Field(default=None, ge=0, lt=1, description=(
         "A generation job's tolerance as a share of the reference variant's value: 0.01 means at least 99 % of "
         "the reference's score (give this or tolerance, not both)."))
+    confidence: Number | None = Field(default=None, gt=0, lt=1, description=(
+        "The level of the quality interval the gate uses: a variant is accepted only when the interval's bound lies "
+        "within the tolerance. Absent: the gate uses the point estimate, and the 95 % interval is reported beside it."))
     reference_variant: Text = Field(description="The variant every other is compared with (quality and reproduction).")
     k: Whole | None = Field(default=None, ge=1, description=(
         "Embedding metrics: the neighbours of knn_accuracy, the cut-off of recall_at_k, mrr and ndcg_at_k."))
@@ -113,6 +116,14 @@ class MetricSpec(Strict):
         if self.name is not None and not self.higher_is_better:
             raise ValueError(f"metric.higher_is_better = false: the built-in {self.name!r} is higher-is-better; "
                              "declare a direction only for a routine")
+        return self
+
+    @model_validator(mode="after")
+    def _resampled(self) -> MetricSpec:
+        if self.confidence is not None and (self.routine is not None or self.name == "chrf"):
+            what = "corpus chrF" if self.routine is None else f"the routine {self.routine}"
+            raise ValueError(f"metric.confidence = {self.confidence:g}: {what} is no mean of per-document values, so "
+                             "no interval is resampled for it; remove confidence (the gate uses the point estimate)")
         return self
 
     @model_validator(mode="after")
@@ -159,6 +170,11 @@ class MetricSpec(Strict):
         """Whether ``value`` is no worse than ``reference`` by more than ``tolerance`` (in the metric's direction)."""
         up = self.higher_is_better if higher_is_better is None else higher_is_better
         return (reference - value if up else value - reference) <= tolerance + TOL
+
+    @property
+    def interval_level(self) -> float:
+        """The level of the quality interval: ``confidence``, or 0.95 reported beside the point estimate."""
+        return float(self.confidence) if self.confidence is not None else 0.95
 
 
 class Subgroup(Strict):
