@@ -182,9 +182,23 @@ def certainty_lines(d: Decision) -> list[str]:
                 out += [f"  - {key}: {i.level:.0%} interval [{low:+.4f}, {high:+.4f}]"
                         for key, (low, high) in i.subgroups.items()]
             out += [f"  - speed vs {c.b if c.a == q.variant else c.a}"
-                    f"{'' if not c.scope else f' ({c.scope})'}: {c.text}"
+                    f"{'' if not c.scope else f' ({c.scope})'}: {speed_words(c)}"
                     for c in st.comparisons if q.variant in (c.a, c.b)]
     return out
+
+
+def speed_words(c: Any) -> str:
+    """A speed comparison (``evidence.speed.Comparison``) in a few words: its verdict, the speed-up by median with
+    its interval, the rank test's p and the passes (the whole text is under Speed comparisons or What remains
+    uncertain)."""
+    if c.ratio is None or c.faster is None:
+        return c.text
+    low, high = c.interval or (None, None)
+    interval = ("no interval at this level" if low is None else f"interval {low:.2f}x to {high:.2f}x"
+                if high is not None else f"at least {low:.2f}x")
+    need = f"; {c.needed} passes a variant could reach the level" if c.needed else ""
+    return (f"{c.verdict}: {c.faster} {c.ratio:.2f}x faster by median ({interval}, level {c.level:g} {c.sided}-"
+            f"sided), p = {c.p_value:.3g}, {c.n[0]} vs {c.n[1]} passes{need}")
 
 
 def speed_lines(d: Decision) -> list[str]:
