@@ -26,12 +26,16 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from iteralab.campaign.kinds.verdictpart import Cells, VerdictPart
+    from iteralab.plan.protocol import Protocol as ProtocolSpec
+
 __all__ = ["DEFAULT_LEVEL", "NOT_ESTABLISHED", "OUTSIDE", "REPLICATES", "WITHIN", "CellSample", "Interval",
-           "MeanSample", "Sample", "UnitValues", "mean_samples", "paired_interval", "quality_intervals", "seed_of", "standing"]
+           "MeanSample", "Sample", "UnitValues", "mean_samples", "paired_interval", "pass_intervals", "quality_intervals", "seed_of", "standing"]
 
 #: Bootstrap replicates per interval (the Monte-Carlo error of a 95 % bound is about a tenth of the difference's
 #: standard error).
@@ -199,6 +203,15 @@ def quality_intervals(samples: Mapping[str, Sample], level: float, *seed_parts: 
         if found is not None:
             out[key] = found
     return out
+
+
+def pass_intervals(part: VerdictPart, v: Cells, reference: Cells, protocol: ProtocolSpec, expected: Any,
+                   *seed_parts: str) -> dict[str, Interval]:
+    """The intervals of one pass's quality differences with the reference pass: what its kind's verdict part
+    (``part``) resamples of the two verdicts (``quality_samples``), at the protocol's level (``metric.interval_level``),
+    seeded by ``seed_parts``."""
+    samples = part.quality_samples(v, reference, protocol, expected)
+    return quality_intervals(samples, protocol.metric.interval_level, *seed_parts)
 
 
 def standing(low: float | None, high: float | None, allowed: float, higher_is_better: bool = True,

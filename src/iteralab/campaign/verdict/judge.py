@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from iteralab.campaign.folder import PROTOCOL
-from iteralab.campaign.kinds.interval import Interval, quality_intervals
+from iteralab.campaign.kinds.interval import Interval, pass_intervals
 from iteralab.campaign.kinds.output import prediction_path
 from iteralab.campaign.kinds.verdictpart import FileComparison
 from iteralab.campaign.verdict.evaluate import EvaluationContext, PredictionReader, missing_verdict
@@ -236,8 +236,7 @@ def _intervals(v: Verdict, ref: ReferencePass, protocol: Protocol, seed: str, pa
     metric's (key ``""``) and each gating group's, at the protocol's level, seeded by ``seed`` and the pass."""
     if ref.verdict is None or v.metric is None or ref.verdict.metric is None:
         return {}
-    samples = ref.reader.kind.verdict.quality_samples(v, ref.verdict, protocol, ref.expected)
-    return quality_intervals(samples, protocol.metric.interval_level, seed, pass_id)
+    return pass_intervals(ref.reader.kind.verdict, v, ref.verdict, protocol, ref.expected, seed, pass_id)
 
 
 def _own_verdicts(campaign_dir: Path, passes: list[FinishedPass], reader: PredictionReader,
