@@ -29,14 +29,13 @@ from iteralab.economics.pricing import (EXPENSES_APART, EXPENSES_COUNTED, Catalo
 from iteralab.plan.expenses import check_currency
 from iteralab.evidence.reads import Evidence, load_evidence
 from iteralab.evidence.speed import Comparison, loaded_only, speed_rule
-from iteralab.evidence.stats import (MISSING_SUBGROUP, CampaignStats, VariantQuality, VariantTimes,
+from iteralab.evidence.stats import (MISSING_SUBGROUP, CampaignStats, VariantQuality, VariantTimes, quality_record,
                                      campaign_stats, compare, fmt_s)
 from iteralab.decision.job import JobPlan
 from iteralab.evidence.datasets import DatasetVerdict, dataset_verdicts, feasibility_by_source
 from iteralab.evidence.feasibility import feasibility
 from iteralab.decision.costing import (CPU_ONLY, Pricing, match_gpu, observed_label, pricing_catalog,
                                       remote_work)
-from iteralab.campaign.kinds.interval import REPLICATES
 from iteralab.decision.exclusions import quality_exclusions
 from iteralab.decision.windows import WindowInfo, observed_span, planned_window, projected_window
 from iteralab.decision.planning import RentalPlans, mix_line, plan_config, plan_jobs, plan_rental
@@ -238,17 +237,6 @@ class Decision:
                 "established": [f"{hw}, {c.scope}: {c.a} vs {c.b}" for hw, c in self.speed_comparisons()
                                 if c.distinguished]}
 
-    def quality_record(self) -> dict[str, Any]:
-        """The quality intervals' rule (level, whether the gate uses the interval, replicates) and each variant's
-        quality difference with its interval on each observed machine, the established ones listed apart."""
-        metric = self.evidence[0].protocol.metric
-        rows = [{"hardware": observed_label(st.evidence), "variant": q.variant,
-                 **(q.interval.to_dict() if q.interval else {"standing": None, "established": False})}
-                for st in self.stats for q in st.quality]
-        return {"metric": metric.label, "level": metric.interval_level, "gate": "interval" if metric.confidence
-                is not None else "point estimate", "replicates": REPLICATES, "variants": rows,
-                "established": [f"{r['hardware']}: {r['variant']} {r['standing']}" for r in rows if r["established"]]}
-
     def to_dict(self) -> dict[str, Any]:
         ev = self.evidence[0]
         return {
@@ -273,7 +261,7 @@ class Decision:
             "observed_spans": [o.to_dict() if o else None for o in self.observed],
             "configurations": [c.to_dict() for c in self.configs],
             "reasons": list(self.reasons), "uncertain": list(self.uncertain), "speed": self.speed_record(),
-            "quality": self.quality_record(),
+            "quality": quality_record(ev.protocol.metric, [(observed_label(st.evidence), st) for st in self.stats]),
             "manifest_differences": [{"a": a, "b": b, "fields": list(k)} for a, b, k in self.manifest_diffs],
             "scope": SCOPE, "rental_id": self.rental_id, "notes": list(self.notes),
             "other_expenses": None if self.costs is None else

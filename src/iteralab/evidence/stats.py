@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from iteralab.campaign.folder import PHASES, RawRow
-from iteralab.campaign.kinds.interval import NOT_ESTABLISHED, OUTSIDE, WITHIN, standing
+from iteralab.campaign.kinds.interval import NOT_ESTABLISHED, OUTSIDE, REPLICATES, WITHIN, standing
 from iteralab.campaign.kinds.registry import kind_of
 from iteralab.campaign.verdict.judge import HASH_PROBLEM, SubgroupCheck, subgroup_check
 from iteralab.evidence.datasets import JOB_TIME_RULE, PassTime, job_rounds
@@ -34,6 +34,7 @@ from iteralab.evidence.reads import Evidence, load_evidence
 from iteralab.evidence.speed import (Comparison, VariantTimes, compare, fmt_s, pct, set_apart, speed_rule,
                                      speed_rule_line)
 from iteralab.evidence.table import CONCURRENT_NOTE, SUBGROUP_CLASSES_NOTE, rejection_of, subgroup_classes_of
+from iteralab.plan.metric import MetricSpec
 from iteralab.plan.protocol import Protocol
 from iteralab.plan.tables import StatsSpec
 
@@ -59,6 +60,33 @@ ZERO_RECALL = "recall 0 in every variant, the reference included"
 # -------------------------------------------------------------------------------------------- quality
 
 
+class IntervalJSON(TypedDict, total=False):
+    """A variant's quality interval as ``decision.json`` holds it (:meth:`QualityInterval.to_dict`; a variant
+    without one: its ``hardware``, ``variant``, ``standing`` None and ``established`` false)."""
+
+    hardware: str
+    variant: str
+    delta: float | None
+    low: float
+    high: float
+    n: int
+    level: float
+    standing: str | None
+    established: bool
+    subgroups: dict[str, list[float]]
+
+
+class QualityRecordJSON(TypedDict):
+    """``decision.json``'s ``quality`` (:func:`quality_record`)."""
+
+    metric: str
+    level: float
+    gate: str
+    replicates: int
+    variants: list[IntervalJSON]
+    established: list[str]
+
+
 @dataclass(frozen=True)
 class QualityInterval:
     """A variant's quality difference with the reference pass: that of its worst counted pass (``delta``, its
@@ -82,7 +110,7 @@ class QualityInterval:
         return (f"{delta}{self.level:.0%} interval [{self.low:+.4f}, {self.high:+.4f}] over {self.units} units: "
                 f"{self.standing}")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> IntervalJSON:
         return {"delta": self.delta, "low": self.low, "high": self.high, "n": self.units, "level": self.level,
                 "standing": self.standing, "established": self.standing != NOT_ESTABLISHED,
                 "subgroups": {k: list(v) for k, v in self.subgroups.items()}}
@@ -108,6 +136,22 @@ def quality_interval(protocol: Protocol, done: list[RawRow]) -> QualityInterval 
     return QualityInterval(worst.metric_delta, float(worst.delta_low or 0.0), float(worst.delta_high or 0.0),
                            int(worst.delta_units or 0), protocol.metric.interval_level, str(verdict),
                            dict(sorted(groups.items())))
+
+
+def quality_record(metric: MetricSpec, stats: list[tuple[str, CampaignStats]]) -> QualityRecordJSON:
+    """``decision.json``'s ``quality``: the intervals' rule (level, whether the gate uses the interval, replicates)
+    and each variant's quality difference with its interval on each observed machine (``stats``: each machine's
+    label and statistics), the established ones listed apart."""
+    rows: list[IntervalJSON] = []
+    for hw, st in stats:
+        for q in st.quality:
+            row: IntervalJSON = q.interval.to_dict() if q.interval else {"standing": None, "established": False}
+            rows.append({"hardware": hw, "variant": q.variant, **row})
+    return {"metric": metric.label, "level": metric.interval_level,
+            "gate": "interval" if metric.confidence is not None else "point estimate", "replicates": REPLICATES,
+            "variants": rows,
+            "established": [f"{r.get('hardware')}: {r.get('variant')} {r.get('standing')}" for r in rows
+                            if r.get("established")]}
 
 
 @dataclass(frozen=True)
