@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 import numpy as np
 
 if TYPE_CHECKING:
-    from iteralab.campaign.kinds.verdictpart import Cells, VerdictPart
     from iteralab.plan.protocol import Protocol as ProtocolSpec
 
 __all__ = ["DEFAULT_LEVEL", "NOT_ESTABLISHED", "OUTSIDE", "REPLICATES", "WITHIN", "CellSample", "Interval",
@@ -205,11 +204,11 @@ def quality_intervals(samples: Mapping[str, Sample], level: float, *seed_parts: 
     return out
 
 
-def pass_intervals(part: VerdictPart, v: Cells, reference: Cells, protocol: ProtocolSpec, expected: Any,
+def pass_intervals(part: Any, v: Any, reference: Any, protocol: ProtocolSpec, expected: Any,
                    *seed_parts: str) -> dict[str, Interval]:
     """The intervals of one pass's quality differences with the reference pass: what its kind's verdict part
-    (``part``) resamples of the two verdicts (``quality_samples``), at the protocol's level (``metric.interval_level``),
-    seeded by ``seed_parts``."""
+    (``part``: a ``kinds.verdictpart.VerdictPart``; ``v``, ``reference``: the two verdicts) resamples of them
+    (``quality_samples``), at the protocol's level (``metric.interval_level``), seeded by ``seed_parts``."""
     samples = part.quality_samples(v, reference, protocol, expected)
     return quality_intervals(samples, protocol.metric.interval_level, *seed_parts)
 
