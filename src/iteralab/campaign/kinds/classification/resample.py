@@ -22,10 +22,14 @@ __all__ = ["LabelUnits", "confusion_metric", "difference_statistic", "label_samp
 @dataclass(frozen=True)
 class LabelUnits:
     """A classification pass's labels as its verdict keeps them for the interval: the class code of each expected
-    document (corpus order; -1: no class) and whether the pass covered it."""
+    document (corpus order; -1: no class) and whether the pass covered it (None: every document, the usual case,
+    which holds no mask)."""
 
     codes: np.ndarray
-    covered: np.ndarray
+    covered: np.ndarray | None = None
+
+    def covered_rows(self) -> np.ndarray:
+        return np.ones(len(self.codes), dtype=bool) if self.covered is None else self.covered
 
 
 def confusion_metric(name: str, confusion: np.ndarray, present_only: bool = False) -> np.ndarray:
@@ -82,7 +86,7 @@ def label_samples(mine: Any, reference: Any, protocol: Protocol, expected: Any) 
     if protocol.metric.name is None or not isinstance(mine, LabelUnits) or not isinstance(reference, LabelUnits):
         return {}
     k = len(expected.classes)
-    both = mine.covered & reference.covered & (expected.labels >= 0)
+    both = mine.covered_rows() & reference.covered_rows() & (expected.labels >= 0)
     cells = ((expected.labels.astype(np.int64) * (k + 1) + mine.codes.astype(np.int64) + 1) * (k + 1)
              + reference.codes.astype(np.int64) + 1)
     stratified = len(expected.stratum_names) > 1

@@ -150,7 +150,8 @@ def metric_cells(v: Cells, preds: PredictionSet, protocol: Protocol, expected: A
                                  y_pred if every else y_pred[covered], len(expected.classes))
     v = v.with_cells(metric_name=protocol.metric.label, metric=metric,
                      threshold_ok=metric is not None and protocol.metric.meets(metric, protocol.metric.threshold),
-                     subgroups=subgroups, subgroup_classes=counted).with_units(LabelUnits(y_pred, covered))
+                     subgroups=subgroups, subgroup_classes=counted).with_units(
+        LabelUnits(y_pred, None if covered.all() else covered))
     return v.with_cells(routine_error=values.error) if protocol.metric.routine is not None else v
 
 
