@@ -13,13 +13,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from iteralab.campaign.folder import PROTOCOL
 from iteralab.campaign.kinds.interval import Interval, pass_intervals
 from iteralab.campaign.kinds.output import prediction_path
 from iteralab.campaign.kinds.verdictpart import FileComparison
 from iteralab.campaign.verdict.evaluate import EvaluationContext, PredictionReader, missing_verdict
 from iteralab.campaign.verdict.record import Verdict
-from iteralab.common.files import sha256_file
 from iteralab.plan.metric import TOL
 from iteralab.plan.protocol import Protocol
 
@@ -176,8 +174,7 @@ def judge_campaign(campaign_dir: str | Path, passes: list[FinishedPass], reader:
     reader = reader or PredictionReader(protocol)
     verdicts, paths = _own_verdicts(campaign_dir, passes, reader, context)
     ref = ReferencePass(passes, verdicts, paths, reader, context)
-    seed = sha256_file(campaign_dir / PROTOCOL) if (campaign_dir / PROTOCOL).is_file() else ""
-    return {p.pass_id: _judged(verdicts[p.pass_id], p, ref, context, seed) for p in passes}
+    return {p.pass_id: _judged(verdicts[p.pass_id], p, ref, context, context.protocol_sha256) for p in passes}
 
 
 #: The cells that hold why a pass's metric could not be computed (the first one present is its reason).
@@ -187,7 +184,7 @@ ERROR_CELLS = ("routine_error", "queries_error", "reference_error")
 def _judged(v: Verdict, p: FinishedPass, ref: ReferencePass, context: EvaluationContext, seed: str) -> Verdict:
     """A pass's own verdict ``v`` judged against the reference pass: the metric, the subgroups, the kind's
     comparison (``kind.verdict.compare``), the reproduction target, and the reasons it is not accepted. ``seed``:
-    the locked protocol's sha256, which seeds the quality intervals (with the pass's id)."""
+    the locked protocol's sha256 (campaign.json's), which seeds the quality intervals (with the pass's id)."""
     protocol, part = context.protocol, ref.reader.kind.verdict
     gating = {sg.name: sg for sg in protocol.subgroups if sg.gating}
     v = v.with_cells(reference_pass=ref.pass_id)
