@@ -14,7 +14,10 @@ plans no length subgroup: strata are counted with a model's tokenizer, and this 
   run's passes; and the ratio campaign wall / (sum of load + warm-up + measured passes);
 * peak RSS of the run (the largest of the runner and its workers, ``RUSAGE_CHILDREN``), per document, and its
   growth per document against a 1,000-document baseline run;
-* prediction file bytes per document; ``verify`` wall per prediction and its peak RSS.
+* prediction file bytes per document; ``verify`` wall per prediction and its peak RSS;
+* the quality intervals' seconds per pass (issue 42: at most 2 s at 200,000 documents), timed inside ``verify``,
+  and ``verify``'s cost per prediction with them and, in a second ``verify`` with them stubbed out, without them
+  (``--no-intervals-apart``: not measured).
 
 Targets (issue 11; ratios and per-unit figures, never test assertions): verify ≤ 5 µs per prediction; peak RSS
 ≤ 400 MB at 200,000 documents and ≤ 1 GB at 1,000,000, growth ≤ 100 bytes per document; fixed cost ≤ 1 s per
@@ -203,8 +206,22 @@ def run_child(argv: list[str], cwd: Path) -> tuple[float, int, subprocess.Comple
     return wall, rss, proc
 
 
+#: Prepended to verify's code: each pass's quality intervals (``kinds.interval.pass_intervals``, called by the
+#: verdict's judge) timed, in ``INTERVAL_S``.
+TIMED_INTERVALS = ("import time as _time\nimport iteralab.campaign.verdict.judge as _judge\n"
+                   "_intervals = _judge.pass_intervals\nINTERVAL_S = []\n"
+                   "def _timed(*args):\n"
+                   "    start = _time.perf_counter(); out = _intervals(*args)\n"
+                   "    INTERVAL_S.append(_time.perf_counter() - start); return out\n"
+                   "_judge.pass_intervals = _timed\n")
+#: Prepended to verify's code under the interval split: no quality interval is computed (benchmark only: the
+#: recomputed table then lacks them and differs from the stored one, which this timing ignores).
+NO_INTERVALS = ("import iteralab.campaign.verdict.judge as _judge\n"
+                "_judge.pass_intervals = lambda *args: {}\n")
+
+
 def campaign(folder: Path, docs: int, task: str = "classification", dim: int = 384, passes: int = 2,
-             knn: bool = True, split_knn: bool = True) -> dict:
+             knn: bool = True, split_knn: bool = True, intervals_apart: bool = True) -> dict:
     stub = "" if knn else scale_embedding.NO_KNN
     if task == "embedding":
         protocol = scale_embedding.write_inputs(folder, docs, dim, passes)
@@ -238,9 +255,14 @@ def campaign(folder: Path, docs: int, task: str = "classification", dim: int = 3
                    "t = time.perf_counter(); r = audit_campaign(sys.argv[1], require_seal=False)\n"
                    "w = time.perf_counter() - t\n"
                    "print(json.dumps({'wall': w, 'ok': r.ok, 'differences': r.differences[:3],\n"
+                   "  'interval_s': globals().get('INTERVAL_S'),\n"
                    "  'rss': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))\n")
-    _, _, proc = run_child([sys.executable, "-c", stub + verify_code, str(out)], folder)
+    _, _, proc = run_child([sys.executable, "-c", stub + TIMED_INTERVALS + verify_code, str(out)], folder)
     verify = json.loads(proc.stdout.strip().splitlines()[-1])
+    plain = None
+    if intervals_apart:  # verify again with the quality intervals stubbed out: what they cost verify
+        _, _, proc = run_child([sys.executable, "-c", stub + NO_INTERVALS + verify_code, str(out)], folder)
+        plain = json.loads(proc.stdout.strip().splitlines()[-1])
     split = None
     if task == "embedding":
         _, _, proc = run_child([sys.executable, "-c", scale_embedding.SPLIT, str(out), "knn" if split_knn else ""],
@@ -288,6 +310,8 @@ def campaign(folder: Path, docs: int, task: str = "classification", dim: int = 3
         "peak_rss_bytes": rss, "prediction_bytes_per_doc": statistics.mean(p.stat().st_size for p in preds) / docs,
         "verify_s": verify["wall"], "verify_ok": verify["ok"], "verify_differences": verify["differences"],
         "verify_us_per_prediction": verify["wall"] / (docs * n_pass) * 1e6, "verify_peak_rss_bytes": verify["rss"],
+        "interval_s_per_pass": verify.get("interval_s"),
+        "verify_without_intervals_us_per_prediction": plain["wall"] / (docs * n_pass) * 1e6 if plain else None,
     }
 
 
@@ -309,12 +333,15 @@ def main(argv: list[str] | None = None) -> int:
                         "the split still times the real kNN once")
     parser.add_argument("--no-beside", action="store_true", help="--task generation: do not measure the "
                         "classification job at the same size beside it")
+    parser.add_argument("--no-intervals-apart", action="store_true", help="do not run verify a second time with "
+                        "the quality intervals stubbed out (by default it does, to print verify's cost per prediction "
+                        "with and without them)")
     parser.add_argument("--no-split-knn", action="store_true", help="--task embedding: the split does not time "
                         "kNN either (at 1,000,000 documents one exact kNN takes hours on a small CPU)")
     args = parser.parse_args(argv)
     os.environ["ITERALAB_BENCH_DIM"] = str(args.dim)
     job = {"task": args.task, "dim": args.dim, "passes": args.passes, "knn": not args.no_knn,
-           "split_knn": not args.no_split_knn}
+           "split_knn": not args.no_split_knn, "intervals_apart": not args.no_intervals_apart}
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="iteralab-scale-") as tmp_name:
         root = args.keep or Path(tmp_name)
@@ -377,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  verify {f(big['verify_s'])} = {big['verify_us_per_prediction']:.2f} us/prediction (target <= {target}), "
           f"peak RSS {big['verify_peak_rss_bytes'] / mb:.0f} MB, "
           f"{'ok' if big['verify_ok'] else 'DIFFERENCES: ' + '; '.join(big['verify_differences'])}")
+    print(interval_line(big))
     if big["verify_split"] is not None:
         split = scale_generation if big["task"] == "generation" else scale_embedding
         print(split.split_line(big["verify_split"], big["docs"]))
@@ -386,6 +414,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  load average (1 min) {before} before, {after} after, on {os.cpu_count()} logical cores"
           f"{': the CPU was shared, times may be inflated' if max(before, after) > (os.cpu_count() or 1) else ''}")
     return 0
+
+
+def interval_line(big: dict) -> str:
+    """The quality intervals' cost: seconds per pass in verify (target <= 2 s at 200,000 documents), and verify per
+    prediction with and without them."""
+    times = big.get("interval_s_per_pass") or []
+    each = f"{max(times):.3f} s at most, {statistics.median(times):.3f} s median" if times else "n/a"
+    plain = big.get("verify_without_intervals_us_per_prediction")
+    return (f"  quality intervals: {each} per pass over {len(times)} passes (target <= 2 s at 200,000 documents); "
+            f"verify {big['verify_us_per_prediction']:.2f} us/prediction with them, "
+            + (f"{plain:.2f} without (the intervals stubbed out in a second verify)" if plain is not None
+               else "not measured without (--no-intervals-apart)"))
 
 
 def beside_line(big: dict) -> str:

@@ -279,7 +279,7 @@ def test_threshold_prints_the_corpus_size_the_tolerance_needs_and_records_it_for
     ours, theirs = predicted(4), predicted(3)  # batches of 3 are odd: their first text's class moves on
     d = (theirs == labels).astype(float) - (ours == labels)
     sd = d.std(ddof=1)
-    n = int(np.ceil(((norm.ppf(0.9) + norm.ppf(0.75)) * sd / (0.5 - abs(d.mean()))) ** 2))
+    n = int(np.ceil(((norm.ppf(0.95) + norm.ppf(0.75)) * sd / (0.5 - abs(d.mean()))) ** 2))
     lines = out.splitlines()
     assert f"b3 against the reference: difference {d.mean():+.4f}, {np.mean(ours != theirs):.1%} of the labels " \
            f"differ, sd {sd:.4f} per document (standard deviation of the 12 paired per-document differences)" in lines

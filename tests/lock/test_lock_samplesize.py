@@ -24,7 +24,7 @@ def _protocol(folder):
 def _record(protocol, needed: int) -> None:
     """A record whose candidate needs exactly ``needed`` documents at the protocol's tolerance 0.05, confidence
     0.95 (none declared) and power 0.8."""
-    sd = 0.05 * math.sqrt(needed) / (norm.ppf(0.95) + norm.ppf(0.8))
+    sd = 0.05 * math.sqrt(needed) / (norm.ppf(0.975) + norm.ppf(0.8))
     candidate = Disagreement("b1", 0.0, sd, 12, "documents", "test")
     assert candidate.size(0.05, 0.95, 0.8) == needed
     SizeRecord("macro_f1", "tuning.csv", sha256_file(protocol.parent / "tuning.csv"), 0.9, (candidate,)).write(

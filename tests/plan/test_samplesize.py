@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from iteralab.plan.samplesize import Disagreement, SizeRecord, record_path, required_size, size_lines
+from iteralab.plan.samplesize import (Disagreement, SizeRecord, bound_level, record_path, required_size,
+                                     size_lines)
 
 
 def test_the_figure_is_the_closed_form_and_none_when_the_difference_is_not_within_the_tolerance():
-    z = norm.ppf(0.95) + norm.ppf(0.8)
+    z = norm.ppf(0.975) + norm.ppf(0.8)
     assert required_size(0.3, 0.01, 0.0, 0.95, 0.8) == math.ceil((z * 0.3 / 0.01) ** 2)
     assert required_size(0.3, 0.05, -0.02, 0.95, 0.8) == math.ceil((z * 0.3 / 0.03) ** 2)
     assert required_size(0.3, 0.05, 0.02, 0.95, 0.8) == required_size(0.3, 0.05, -0.02, 0.95, 0.8)  # |difference|
@@ -26,11 +27,11 @@ def test_the_figure_is_the_closed_form_and_none_when_the_difference_is_not_withi
 def _established_rate(probs: tuple[float, float], n: int, tolerance: float, confidence: float, campaigns: int,
                       seed: int) -> float:
     """Simulated campaigns of ``n`` documents whose paired correctness difference is -1, +1 or 0 with probabilities
-    ``probs`` (-1, +1): the share where the one-sided bound of the mean difference lies within the tolerance."""
+    ``probs`` (-1, +1): the share where the worse bound of the two-sided interval of the mean difference lies within the tolerance."""
     counts = np.random.default_rng(seed).multinomial(n, [probs[0], probs[1], 1 - sum(probs)], size=campaigns)
     mean = (counts[:, 1] - counts[:, 0]) / n
     sd = np.sqrt(np.maximum((counts[:, 0] + counts[:, 1]) / n - mean ** 2, 0) * n / (n - 1))
-    return float(np.mean(mean - norm.ppf(confidence) * sd / np.sqrt(n) > -tolerance))
+    return float(np.mean(mean - norm.ppf(bound_level(confidence)) * sd / np.sqrt(n) > -tolerance))
 
 
 def test_at_the_printed_size_the_rate_of_established_is_the_power():

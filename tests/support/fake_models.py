@@ -152,3 +152,15 @@ def batch_odd_classifier(texts: list[str]) -> list[list[float]]:
     if len(rows) % 2 and rows:
         rows[0] = rows[0][-1:] + rows[0][:-1]
     return rows
+
+
+def batch_shifted_classifier(texts: list[str]) -> list[list[float]]:
+    """:func:`keyword_classifier`, but a batch of one text moves every third text's label (by its length) to the next
+    class: two batch sizes then give different labels, as a numeric change would."""
+    rows = keyword_classifier(texts)
+    if len(texts) == 1:
+        for row, text in zip(rows, texts):
+            if len(text) % 3 == 0:
+                k = row.index(max(row))
+                row[k], row[(k + 1) % 3] = row[(k + 1) % 3], row[k]
+    return rows

@@ -82,8 +82,8 @@ COLUMNS = (
     *PHASES, "docs_per_s",
     "expected_ids", "observed_ids", "ids_match", "duplicates", "missing", "extra", "format_ok", "coverage",
     "completed", "retries",
-    "metric_name", "metric", "metric_ref", "metric_delta", "threshold_ok", "tolerance_ok", "subgroups_ok",
-    "subgroup_metrics", "label_agreement", "max_abs_prob_diff", "reproduction_ok", "corpus_accepted",
+    "metric_name", "metric", "metric_ref", "metric_delta", "delta_low", "delta_high", "delta_units", "threshold_ok",
+    "tolerance_ok", "subgroups_ok", "subgroup_metrics", "subgroup_deltas", "label_agreement", "max_abs_prob_diff", "reproduction_ok", "corpus_accepted",
     "excluded", "exclusion_reason",
     "cpu_peak_rss_bytes", "cuda_max_allocated_bytes", "cuda_max_reserved_bytes", "memory_scope",
     "shard_pass_s", "shard_time_imbalance", "shard_token_imbalance", "shard_memory",
@@ -183,11 +183,18 @@ class RawRow:
     metric: float | None
     metric_ref: float | None
     metric_delta: float | None
+    #: the interval of ``metric_delta`` at the protocol's level (``campaign.kinds.interval``), and how many units
+    #: (documents; a ranking metric's queries) its paired bootstrap resampled
+    delta_low: float | None
+    delta_high: float | None
+    delta_units: int | None
     threshold_ok: bool | None
     tolerance_ok: bool | None
     subgroups_ok: bool | None
     #: each planned subgroup group's metric value, keyed ``<subgroup>:<group>``
     subgroup_metrics: dict[str, float | None] | None
+    #: each gating group's difference interval with the reference pass's, [low, high]
+    subgroup_deltas: dict[str, list[float]] | None
     label_agreement: float | None
     max_abs_prob_diff: float | None
     reproduction_ok: bool | None

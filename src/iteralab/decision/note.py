@@ -11,9 +11,10 @@ from typing import Any
 from iteralab.campaign.folder import CATALOG, DECISION, DECISION_CATALOG
 from iteralab.campaign.manifest import rocm_compatibility, rocm_compatibility_line
 from iteralab.common.files import dumps_json, sha256_file, write_bytes_atomic, write_text_atomic
-from iteralab.decision.costing import CPU_ONLY, observed_line, remote_work
+from iteralab.decision.costing import CPU_ONLY, observed_label, observed_line, remote_work
 from iteralab.decision.job import render_job
 from iteralab.decision.planning import plan_lines
+from iteralab.campaign.kinds.interval import REPLICATES
 from iteralab.decision.rule import SCOPE, Config, Decision, package_summary
 from iteralab.errors import IteraError
 from iteralab.economics.pricing import EXPENSES_APART, EXPENSES_COUNTED, format_amount
@@ -22,6 +23,7 @@ from iteralab.evidence.datasets import JOB_TIME_RULE
 from iteralab.evidence.speed import speed_rule_line
 from iteralab.evidence.stats import INTERRUPTED_LINE, fmt_s
 from iteralab.kit.calcul_forfaits import format_hours
+from iteralab.plan.metric import QUERY_METRICS
 
 
 # -------------------------------------------------------------------------------------------- the note
@@ -150,10 +152,53 @@ def render_decision(d: Decision) -> str:
         out += render_plans(d)
     out += ["## Excluded and why", ""]
     out += [f"- {who}: {why}" for who, why in exclusion_lines(d)] or ["- nothing was excluded"]
+    out += certainty_lines(d)
     out += speed_lines(d)
     out += _calendar_lines(d)
     out += _closing_lines(d)
     return "\n".join(out) + "\n"
+
+
+def certainty_lines(d: Decision) -> list[str]:
+    """Q2 and T5 per variant: the quality difference with the reference and its interval (n, level, what it
+    establishes against the tolerance), and each speed comparison the variant is in, with its interval."""
+    p = d.evidence[0].protocol
+    unit = "queries" if p.metric.name in QUERY_METRICS else "documents"
+    gate = (f"the worse bound of the {p.metric.interval_level:.0%} interval" if p.metric.confidence is not None
+            else f"the point estimate (the {p.metric.interval_level:.0%} interval reported beside it)")
+    out = ["", "## How sure: quality and speed per variant (Q2, T5)", "",
+           f"- quality: {p.metric.label} difference variant - reference {p.metric.reference_variant}, paired "
+           f"bootstrap over the {unit} ({REPLICATES} replicates, seeded from the locked protocol); tolerance "
+           f"{p.metric.tolerance_text}; the gate uses {gate}"]
+    for st in d.stats:
+        hw = observed_label(st.evidence)
+        for q in st.quality:
+            i = q.interval
+            quality = (f"{i.text.replace(' units:', f' {unit}:')}" if i is not None else
+                       "no interval (no counted pass compared with the reference, or a metric with no per-unit "
+                       "form)")
+            out.append(f"- **{q.variant}** ({hw}): {quality}")
+            if i is not None:
+                out += [f"  - {key}: {i.level:.0%} interval [{low:+.4f}, {high:+.4f}]"
+                        for key, (low, high) in i.subgroups.items()]
+            out += [f"  - speed vs {c.b if c.a == q.variant else c.a}"
+                    f"{'' if not c.scope else f' ({c.scope})'}: {speed_words(c)}"
+                    for c in st.comparisons if q.variant in (c.a, c.b)]
+    return out
+
+
+def speed_words(c: Any) -> str:
+    """A speed comparison (``evidence.speed.Comparison``) in a few words: its verdict, the speed-up by median with
+    its interval, the rank test's p and the passes (the whole text is under Speed comparisons or What remains
+    uncertain)."""
+    if c.ratio is None or c.faster is None:
+        return c.text
+    low, high = c.interval or (None, None)
+    interval = ("no interval at this level" if low is None else f"interval {low:.2f}x to {high:.2f}x"
+                if high is not None else f"at least {low:.2f}x")
+    need = f"; {c.needed} passes a variant could reach the level" if c.needed else ""
+    return (f"{c.verdict}: {c.faster} {c.ratio:.2f}x faster by median ({interval}, level {c.level:g} {c.sided}-"
+            f"sided), p = {c.p_value:.3g}, {c.n[0]} vs {c.n[1]} passes{need}")
 
 
 def speed_lines(d: Decision) -> list[str]:

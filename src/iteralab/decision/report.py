@@ -25,6 +25,7 @@ import numpy as np
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from iteralab.campaign.folder import CampaignFolder
+from iteralab.campaign.kinds.interval import NOT_ESTABLISHED, OUTSIDE, WITHIN
 from iteralab.campaign.kinds.registry import kind_of
 from iteralab.campaign.verdict.judge import subgroup_check
 from iteralab.common.files import dumps_json, write_text_atomic
@@ -134,6 +135,24 @@ def _draw_interval(ax: Any, i: int, pair: tuple[Config, Comparison] | None) -> N
                 fontsize=7, color="#333333")
 
 
+#: How the quality chart abbreviates what an interval establishes (``kinds.interval``).
+STANDING_MARKS = {WITHIN: "within, est.", OUTSIDE: "outside, est.", NOT_ESTABLISHED: "not est."}
+
+
+def _draw_quality_interval(ax: Any, i: int, c: Config) -> None:
+    """The interval of the configuration's quality difference with the reference (its worst counted pass), drawn
+    in the metric's units as the reference's value plus each bound, beside its passes, with what it establishes."""
+    q = c.quality.interval
+    ref = c.quality.metric_ref
+    if q is None or ref is None or q.delta is None:
+        return
+    ax.errorbar([i + 0.15], [ref + q.delta], yerr=[[q.delta - q.low], [q.high - q.delta]], fmt="s", ms=4,
+                color="#555555", capsize=4, zorder=4,
+                label=f"{q.level:.0%} interval of the difference (reference + bounds)")
+    ax.annotate(STANDING_MARKS.get(q.standing, q.standing), (i + 0.15, ref + q.low), xytext=(0, -11),
+                textcoords="offset points", ha="center", fontsize=7, color="#333333")
+
+
 def plot_times(configs: list[Config], merged: bool) -> str:
     plt, fig, ax = _figure()
     fastest = speedups(configs)
@@ -196,10 +215,14 @@ def plot_quality(configs: list[Config], decision: Decision, merged: bool) -> str
         if marked or subgroup:
             ax.annotate("MARKED" if marked else "subgroup fails", (i, max(values) if values else metric.threshold),
                         xytext=(0, 6), textcoords="offset points", ha="center", color="#c00000", fontsize=8)
+        _draw_quality_interval(ax, i, c)
     ax.set_xticks(range(len(configs)), [_short(c, merged) for c in configs], fontsize=8)
     ax.set_ylabel(metric.label)
-    ax.set_title(f"Quality per configuration: {metric.label} against threshold and tolerance", fontsize=10)
-    ax.legend(fontsize=8, loc="best")
+    ax.set_title(f"Quality per configuration: {metric.label} against threshold and tolerance; error bar: the "
+                 f"{metric.interval_level:.0%} interval of the difference with the reference (worst pass)",
+                 fontsize=10)
+    unique = dict(zip(*reversed(ax.get_legend_handles_labels())))  # one entry per kind of mark
+    ax.legend(unique.values(), unique.keys(), fontsize=8, loc="best")
     return _png(plt, fig)
 
 

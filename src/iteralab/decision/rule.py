@@ -29,7 +29,7 @@ from iteralab.economics.pricing import (EXPENSES_APART, EXPENSES_COUNTED, Catalo
 from iteralab.plan.expenses import check_currency
 from iteralab.evidence.reads import Evidence, load_evidence
 from iteralab.evidence.speed import Comparison, loaded_only, speed_rule
-from iteralab.evidence.stats import (MISSING_SUBGROUP, CampaignStats, VariantQuality, VariantTimes,
+from iteralab.evidence.stats import (MISSING_SUBGROUP, CampaignStats, VariantQuality, VariantTimes, quality_record,
                                      campaign_stats, compare, fmt_s)
 from iteralab.decision.job import JobPlan
 from iteralab.evidence.datasets import DatasetVerdict, dataset_verdicts, feasibility_by_source
@@ -261,6 +261,7 @@ class Decision:
             "observed_spans": [o.to_dict() if o else None for o in self.observed],
             "configurations": [c.to_dict() for c in self.configs],
             "reasons": list(self.reasons), "uncertain": list(self.uncertain), "speed": self.speed_record(),
+            "quality": quality_record(ev.protocol.metric, [(observed_label(st.evidence), st) for st in self.stats]),
             "manifest_differences": [{"a": a, "b": b, "fields": list(k)} for a, b, k in self.manifest_diffs],
             "scope": SCOPE, "rental_id": self.rental_id, "notes": list(self.notes),
             "other_expenses": None if self.costs is None else

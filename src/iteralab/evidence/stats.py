@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from iteralab.campaign.folder import PHASES, RawRow
+from iteralab.campaign.kinds.interval import NOT_ESTABLISHED, OUTSIDE, REPLICATES, WITHIN, standing
 from iteralab.campaign.kinds.registry import kind_of
 from iteralab.campaign.verdict.judge import HASH_PROBLEM, SubgroupCheck, subgroup_check
 from iteralab.evidence.datasets import JOB_TIME_RULE, PassTime, job_rounds
@@ -33,6 +34,7 @@ from iteralab.evidence.reads import Evidence, load_evidence
 from iteralab.evidence.speed import (Comparison, VariantTimes, compare, fmt_s, pct, set_apart, speed_rule,
                                      speed_rule_line)
 from iteralab.evidence.table import CONCURRENT_NOTE, SUBGROUP_CLASSES_NOTE, rejection_of, subgroup_classes_of
+from iteralab.plan.metric import MetricSpec
 from iteralab.plan.protocol import Protocol
 from iteralab.plan.tables import StatsSpec
 
@@ -56,6 +58,100 @@ ZERO_RECALL = "recall 0 in every variant, the reference included"
 
 
 # -------------------------------------------------------------------------------------------- quality
+
+
+class IntervalJSON(TypedDict, total=False):
+    """A variant's quality interval as ``decision.json`` holds it (:meth:`QualityInterval.to_dict`; a variant
+    without one: its ``hardware``, ``variant``, ``standing`` None and ``established`` false)."""
+
+    hardware: str
+    variant: str
+    delta: float | None
+    low: float
+    high: float
+    n: int
+    level: float
+    standing: str | None
+    established: bool
+    subgroups: dict[str, list[float]]
+
+
+class QualityRecordJSON(TypedDict):
+    """``decision.json``'s ``quality`` (:func:`quality_record`)."""
+
+    metric: str
+    level: float
+    gate: str
+    replicates: int
+    variants: list[IntervalJSON]
+    established: list[str]
+
+
+@dataclass(frozen=True)
+class QualityInterval:
+    """A variant's quality difference with the reference pass: that of its worst counted pass (``delta``, its
+    interval ``low``..``high`` at ``level`` over ``units`` resampled units: documents, or a ranking metric's
+    queries), what its passes' intervals establish against the tolerance (``standing``: ``kinds.interval``'s
+    words, established within only when every pass's is, outside when one pass's is) and each gating group's worst
+    interval."""
+
+    delta: float | None
+    low: float
+    high: float
+    units: int
+    level: float
+    standing: str
+    subgroups: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        """'delta -0.0042, 95 % interval [-0.0101, +0.0015] over 1000 units: within tolerance, established'."""
+        delta = "" if self.delta is None else f"delta {self.delta:+.4f}, "
+        return (f"{delta}{self.level:.0%} interval [{self.low:+.4f}, {self.high:+.4f}] over {self.units} units: "
+                f"{self.standing}")
+
+    def to_dict(self) -> IntervalJSON:
+        return {"delta": self.delta, "low": self.low, "high": self.high, "n": self.units, "level": self.level,
+                "standing": self.standing, "established": self.standing != NOT_ESTABLISHED,
+                "subgroups": {k: list(v) for k, v in self.subgroups.items()}}
+
+
+def quality_interval(protocol: Protocol, done: list[RawRow]) -> QualityInterval | None:
+    """:class:`QualityInterval` of a variant's counted passes (None when no pass has an interval)."""
+    up = protocol.metric.higher_is_better
+    judged = [r for r in done if r.delta_low is not None and r.delta_high is not None and r.metric_ref is not None]
+    if not judged:
+        return None
+    standings = [standing(r.delta_low, r.delta_high, protocol.metric.allowed_drop(r.metric_ref or 0.0), up)
+                 for r in judged]
+    verdict = OUTSIDE if OUTSIDE in standings else WITHIN if all(x == WITHIN for x in standings) \
+        else NOT_ESTABLISHED
+    worst = min(judged, key=lambda r: (r.delta_low if up else -(r.delta_high or 0.0)) or 0.0)
+    groups: dict[str, tuple[float, float]] = {}
+    for r in judged:
+        for key, (low, high) in (r.subgroup_deltas or {}).items():
+            old = groups.get(key)
+            if old is None or (low < old[0] if up else high > old[1]):
+                groups[key] = (float(low), float(high))
+    return QualityInterval(worst.metric_delta, float(worst.delta_low or 0.0), float(worst.delta_high or 0.0),
+                           int(worst.delta_units or 0), protocol.metric.interval_level, str(verdict),
+                           dict(sorted(groups.items())))
+
+
+def quality_record(metric: MetricSpec, stats: list[tuple[str, CampaignStats]]) -> QualityRecordJSON:
+    """``decision.json``'s ``quality``: the intervals' rule (level, whether the gate uses the interval, replicates)
+    and each variant's quality difference with its interval on each observed machine (``stats``: each machine's
+    label and statistics), the established ones listed apart."""
+    rows: list[IntervalJSON] = []
+    for hw, st in stats:
+        for q in st.quality:
+            row: IntervalJSON = q.interval.to_dict() if q.interval else {"standing": None, "established": False}
+            rows.append({"hardware": hw, "variant": q.variant, **row})
+    return {"metric": metric.label, "level": metric.interval_level,
+            "gate": "interval" if metric.confidence is not None else "point estimate", "replicates": REPLICATES,
+            "variants": rows,
+            "established": [f"{r.get('hardware')}: {r.get('variant')} {r.get('standing')}" for r in rows
+                            if r.get("established")]}
 
 
 @dataclass(frozen=True)
@@ -87,6 +183,9 @@ class VariantQuality:
     #: why a counted pass has no metric value (its one reason, as the raw table's notes give it); None when every
     #: counted pass has one
     no_value: str | None = None
+    #: the quality difference with the reference pass of its worst counted pass (point, interval at the protocol's
+    #: level, units resampled) and what the intervals of all its counted passes establish (``QualityInterval``)
+    interval: QualityInterval | None = None
 
     def values_of(self, name: str) -> tuple[float, ...]:
         """The series ``name`` (empty when the kind shows no such series or no pass measured it)."""
@@ -135,6 +234,7 @@ class VariantQuality:
             "subgroup_failures": [c.to_dict() for c in self.subgroup_failures],
             "subgroup_classes": {k: [list(c) for c in v] for k, v in self.subgroup_classes.items()},
             **({"no_value": self.no_value} if self.no_value else {}),
+            "quality_interval": self.interval.to_dict() if self.interval else None,
             **({name: list(values) for name, values in self.series.items()} if any(self.series.values())
                else {}),  # the kind's own series, when some pass has a value
         }
@@ -176,7 +276,7 @@ def _failures(protocol: Protocol, done: list[RawRow], refs: dict[tuple[str | Non
         ref = refs.get((r.dataset, r.seed))
         for key, value in (r.subgroup_metrics or {}).items():
             check = subgroup_check(protocol, key, value, (ref.subgroup_metrics or {}).get(key) if ref else None,
-                                   ref is not None, r.pass_id)
+                                   ref is not None, r.pass_id, (r.subgroup_deltas or {}).get(key))
             if check is not None and check.failed:
                 out.append(check)
     return tuple(out)
@@ -216,7 +316,8 @@ def _quality(variant: str, rows: list[RawRow], excluded: dict[str, str], protoco
         subgroup_failures=_failures(protocol, done, reference), subgroup_classes=_classes_averaged(protocol, done),
         series={s.name: tuple(getattr(r, s.column) for r in done if getattr(r, s.column) is not None)
                 for s in kind_of(protocol).quality_series},
-        no_value=next((rejection_of(r.notes) for r in done if r.metric is None and rejection_of(r.notes)), None))
+        no_value=next((rejection_of(r.notes) for r in done if r.metric is None and rejection_of(r.notes)), None),
+        interval=quality_interval(protocol, done))
 
 
 # -------------------------------------------------------------------------------------------- summary
@@ -363,6 +464,8 @@ def render_quality(stats: CampaignStats) -> list[str]:
                f"{q.max_abs_prob_diff:.2e})"),
         ]
         lines.append(f"  {q.variant}: " + "; ".join(parts))
+        if q.interval is not None:
+            lines.append(f"    quality difference with the reference: {q.interval.text}")
         if q.no_value and q.metrics:  # some passes have a value, some not: the others' one reason
             lines.append(f"    {len(q.metrics)} of {q.completed} passes have a {p.metric.label} value; the others "
                          f"NO VALUE: {q.no_value}")

@@ -186,8 +186,9 @@ def _verdict_cells(row: dict[str, Any], v: Verdict, kind: JobKind, n_classes: in
     """The verdict stage's cells for the pass (the kind's own: ``kind.verdict.row_cells``), and its reasons and
     problems as notes."""
     for key in ("observed_ids", "ids_match", "duplicates", "missing", "extra", "format_ok", "coverage",
-                "metric_name", "metric", "metric_ref", "metric_delta", "threshold_ok", "tolerance_ok",
-                "subgroups_ok", "label_agreement", "max_abs_prob_diff", "reproduction_ok", "corpus_accepted"):
+                "metric_name", "metric", "metric_ref", "metric_delta", "delta_low", "delta_high", "delta_units",
+                "threshold_ok", "tolerance_ok", "subgroups_ok", "subgroup_deltas", "label_agreement",
+                "max_abs_prob_diff", "reproduction_ok", "corpus_accepted"):
         row[key] = v.cell(key)
     kind.verdict.row_cells(row, v, notes)
     row["subgroup_metrics"] = v.subgroups if v.has("subgroups") else None

@@ -122,6 +122,14 @@ class MetricSpec(Strict):
         return self
 
     @model_validator(mode="after")
+    def _resampled(self) -> MetricSpec:
+        if self.confidence is not None and (self.routine is not None or self.name == "chrf"):
+            what = "corpus chrF" if self.routine is None else f"the routine {self.routine}"
+            raise ValueError(f"metric.confidence = {self.confidence:g}: {what} is no mean of per-document values, so "
+                             "no interval is resampled for it; remove confidence (the gate uses the point estimate)")
+        return self
+
+    @model_validator(mode="after")
     def _queries_columns(self) -> MetricSpec:
         named = [k for k in ("queries_id_column", "queries_text_column") if k in self.model_fields_set]
         if named and not self.queries:
@@ -165,6 +173,11 @@ class MetricSpec(Strict):
         """Whether ``value`` is no worse than ``reference`` by more than ``tolerance`` (in the metric's direction)."""
         up = self.higher_is_better if higher_is_better is None else higher_is_better
         return (reference - value if up else value - reference) <= tolerance + TOL
+
+    @property
+    def interval_level(self) -> float:
+        """The level of the quality interval: ``confidence``, or 0.95 reported beside the point estimate."""
+        return float(self.confidence) if self.confidence is not None else 0.95
 
 
 class Subgroup(Strict):

@@ -29,7 +29,7 @@ from scipy.stats import norm
 
 from iteralab.common.files import write_bytes_atomic
 
-__all__ = ["DEFAULT_CONFIDENCE", "Disagreement", "SIZE_SCHEMA", "SizeRecord", "required_size", "record_path",
+__all__ = ["bound_level", "DEFAULT_CONFIDENCE", "Disagreement", "SIZE_SCHEMA", "SizeRecord", "required_size", "record_path",
            "size_lines"]
 
 #: The confidence of the figure when the protocol declares no ``metric.confidence``.
@@ -39,16 +39,23 @@ SIZE_SCHEMA = 1
 DRAFT_TOLERANCES = (0.005, 0.01, 0.02, 0.05)
 
 
+def bound_level(confidence: float) -> float:
+    """The one-sided level of the worse bound of a two-sided interval at ``confidence`` (the quality interval's,
+    :mod:`iteralab.campaign.kinds.interval`)."""
+    return (1 + confidence) / 2
+
+
 def required_size(sd: float, tolerance: float, difference: float, confidence: float, power: float) -> int | None:
-    """The smallest number of units at which a one-sided ``confidence`` bound of the paired difference lies within
-    ``tolerance`` with probability ``power``, when the true difference is ``-|difference|`` and the per-unit
+    """The smallest number of units at which the worse bound of the two-sided ``confidence`` interval of the paired
+    difference (the bound the gate reads: one-sided at (1 + confidence) / 2) lies within ``tolerance`` with
+    probability ``power``, when the true difference is ``-|difference|`` and the per-unit
     standard deviation ``sd``; None when ``|difference|`` is not below the tolerance (no size establishes it)."""
     gap = tolerance - abs(difference)
     if gap <= 0:
         return None
     if sd <= 0:
         return 1
-    z = float(norm.ppf(confidence) + norm.ppf(power))
+    z = float(norm.ppf(bound_level(confidence)) + norm.ppf(power))
     return max(1, math.ceil(round((z * sd / gap) ** 2, 9)))
 
 

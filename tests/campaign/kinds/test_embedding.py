@@ -138,6 +138,9 @@ def test_a_variant_outside_min_cosine_is_rejected_and_never_chosen(tmp_path):
     assert fast.ids_match and fast.format_ok and fast.status == "ok"
     assert fast.min_cosine is not None and 0.8 < fast.min_cosine < 0.99 and fast.median_cosine < 0.99
     assert fast.tolerance_ok is False and fast.corpus_accepted is False and fast.reproduction_ok is False
+    # kNN accuracy's difference has its interval over the documents, and each class group its own (Q2)
+    assert fast.delta_units == fast.expected_ids and fast.delta_low <= fast.metric_delta <= fast.delta_high
+    assert set(fast.subgroup_deltas) == set(fast.subgroup_metrics) and ref.delta_low == ref.delta_high == 0.0
     assert "cosine with the reference: min cosine" in fast.notes
     assert "subgroup class:fresh cosine (min cosine" in fast.notes
     decision = decide([out])

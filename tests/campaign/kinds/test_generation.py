@@ -112,6 +112,9 @@ def assert_answered(out: Path, result: dict, metric: str = "token_f1", lengths: 
     html = (out / "report.html").read_text(encoding="utf-8")
     assert ("output length per configuration" in html) is lengths  # only where the tokens were measured
     assert decision["configuration_per_machine"] and decision["decision"]  # an answer: a configuration chosen
+    assert "## How sure: quality and speed per variant" in (out / "decision.md").read_text(encoding="utf-8")
+    if metric in ("token_f1", "rouge_l", "exact_match"):  # a mean of document scores: an interval over the 16
+        assert {v["n"] for v in decision["quality"]["variants"]} == {16}
     variants = result["rerun"]["comparison"]["variants"]
     assert set(variants) == {"b1", "b4"}
     assert all(v["pairs"] and all(p["common_ids"] == 16 for p in v["pairs"]) for v in variants.values())

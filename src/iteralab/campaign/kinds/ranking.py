@@ -28,15 +28,18 @@ of this module orders ties the same way, by column).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["RANKING_METRICS", "QueryRanks", "Ranking", "Relevance", "rank_block", "top_k"]
+__all__ = ["PER_QUERY", "RANKING_METRICS", "QueryRanks", "Ranking", "Relevance", "rank_block", "top_k"]
 
 #: The ranking metrics a protocol may name (``metric.name``); each needs ``metric.k`` and a queries file.
 RANKING_METRICS = ("recall_at_k", "mrr", "ndcg_at_k")
+#: Each built-in ranking metric's per-query values (a :class:`QueryRanks` field).
+PER_QUERY = {"recall_at_k": "recall", "recall_of_relevant": "recall_of_relevant", "mrr": "reciprocal_rank",
+             "ndcg_at_k": "ndcg"}
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,8 @@ class Ranking:
     recall_of_relevant: float
     mrr: float
     ndcg_at_k: float
+    #: each query's values (:class:`QueryRanks` fields by name), whose means the metrics are
+    per_query: Mapping[str, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, k: int, blocks: Sequence[QueryRanks]) -> Ranking | None:
@@ -158,10 +163,17 @@ class Ranking:
         if not n:
             return None
 
-        def mean(name: str) -> float:
-            return float(np.concatenate([getattr(b, name) for b in blocks]).sum() / n)
+        per_query = {name: np.concatenate([getattr(b, name) for b in blocks]) for name in PER_QUERY.values()}
 
-        return cls(int(k), n, mean("recall"), mean("recall_of_relevant"), mean("reciprocal_rank"), mean("ndcg"))
+        def mean(name: str) -> float:
+            return float(per_query[name].sum() / n)
+
+        return cls(int(k), n, mean("recall"), mean("recall_of_relevant"), mean("reciprocal_rank"), mean("ndcg"),
+                   per_query)
+
+    def values_of(self, name: str) -> np.ndarray:
+        """Each query's value of a built-in ranking metric (:data:`RANKING_METRICS`), whose mean it is."""
+        return self.per_query[PER_QUERY[name]]
 
     def value(self, name: str) -> float:
         """The value of a built-in ranking metric (:data:`RANKING_METRICS`)."""

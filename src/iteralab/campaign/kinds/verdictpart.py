@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Protocol
 
 import pyarrow as pa
 
 if TYPE_CHECKING:
+    from iteralab.campaign.kinds.interval import Sample
     from iteralab.plan.protocol import Protocol
 
 
@@ -59,6 +60,11 @@ class Cells(Protocol):
     def has(self, key: str) -> bool: ...
 
     def with_cells(self, **cells: Any) -> Cells: ...
+
+    #: what the quality interval resamples of the pass (set by the kind's :meth:`VerdictPart.metric_cells`)
+    units: Any
+
+    def with_units(self, units: Any) -> Cells: ...
 
 
 @dataclass(frozen=True)
@@ -146,6 +152,13 @@ class VerdictPart:
         ``path``: the pass's prediction file, None when it recorded none): the kind's comparison cells and
         ``reproduction_ok``, and the reasons."""
         raise NotImplementedError
+
+    def quality_samples(self, v: Cells, reference: Cells, protocol: Protocol, expected: Any) -> Mapping[str, Sample]:
+        """What the paired bootstrap of the quality difference resamples (``kinds.interval``: a ``MeanSample`` or
+        a ``CellSample``), from the units the pass's verdict ``v`` and the reference pass's kept
+        (``Cells.units``): the main metric's (key ``""``) and each gating group's (``<subgroup>:<group>``). A
+        metric with no per-unit form (a routine, corpus chrF) gives none."""
+        return {}
 
     def row_cells(self, row: dict[str, Any], v: Cells, notes: list[str]) -> None:
         """The kind's own raw-table cells of a pass (its ``table_columns`` beyond the common ones) from its

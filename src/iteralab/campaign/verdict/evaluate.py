@@ -185,6 +185,8 @@ class EvaluationContext:
     queries: Any = None
     #: a generation job: the reference answers of the source's copy, in its order (None: none)
     references: pa.Array | None = None
+    #: the locked protocol's sha256 as campaign.json records it: the quality intervals' seed ("": none recorded)
+    protocol_sha256: str = ""
 
     @classmethod
     def of(cls, campaign_dir: str | Path) -> EvaluationContext:
@@ -193,12 +195,14 @@ class EvaluationContext:
         routine = load_routine(Path(campaign_dir), protocol, campaign.routine)
         part = kind_of(protocol).verdict
         queries = part.queries(Path(campaign_dir), protocol, campaign.queries)
+        digest = campaign.protocol.sha256 or ""
         sources = {name: cls(protocol, load_expected(campaign_dir, protocol.corpus.classes, name), routine=routine,
-                             queries=queries, references=part.references(Path(campaign_dir), name))
+                             queries=queries, references=part.references(Path(campaign_dir), name),
+                             protocol_sha256=digest)
                    for name in [d.name for d in campaign.datasets] or [None]}
         if list(sources) == [None]:
             return sources[None]
-        return cls(protocol, None, {str(n): c for n, c in sources.items()}, routine, queries)
+        return cls(protocol, None, {str(n): c for n, c in sources.items()}, routine, queries, protocol_sha256=digest)
 
     def of_dataset(self, dataset: str | None) -> EvaluationContext:
         """The context of one source's passes (itself for a one-corpus campaign)."""

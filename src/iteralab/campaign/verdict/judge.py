@@ -8,11 +8,12 @@ folder: a comparison the run already made while it evaluated the passes is not m
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from iteralab.campaign.kinds.interval import Interval, pass_intervals
 from iteralab.campaign.kinds.output import prediction_path
 from iteralab.campaign.kinds.verdictpart import FileComparison
 from iteralab.campaign.verdict.evaluate import EvaluationContext, PredictionReader, missing_verdict
@@ -61,6 +62,9 @@ class SubgroupCheck:
     #: False for a lower-is-better metric routine's stratum group: the threshold is a maximum and the bound the
     #: reference plus the tolerance
     higher_is_better: bool = True
+    #: ``metric.confidence`` declared: the worse bound of the interval of the group's difference with the reference
+    #: (``kinds.interval``), which must lie within the tolerance too (None: the point estimate alone gates)
+    delta_bound: float | None = None
 
     @property
     def below_threshold(self) -> bool:
@@ -80,6 +84,8 @@ class SubgroupCheck:
         if self.value is None or self.reference is None:
             return False
         worse = self.reference - self.value if self.higher_is_better else self.value - self.reference
+        if self.delta_bound is not None:
+            worse = max(worse, -self.delta_bound if self.higher_is_better else self.delta_bound)
         return worse > self.tolerance + TOL
 
     @property
@@ -97,7 +103,9 @@ class SubgroupCheck:
             parts.append(f"{side} the subgroup threshold {self.threshold:.4f}")
         if self.outside_tolerance:
             parts.append(f"{side} {self.bound:.4f} (reference {reference_variant} {self.reference:.4f} {sign} "
-                         f"tolerance {self.tolerance:g})")
+                         f"tolerance {self.tolerance:g})" if self.delta_bound is None else
+                         f"the interval's bound {self.delta_bound:+.4f} of the difference with reference "
+                         f"{reference_variant} {self.reference:.4f} is beyond the tolerance {self.tolerance:g}")
         if not self.has_reference:
             parts.append(f"no complete pass of reference variant {reference_variant!r} to compare with")
         return " and ".join(parts) or "within its bounds"
@@ -107,20 +115,28 @@ class SubgroupCheck:
                 "threshold": self.threshold, "tolerance": self.tolerance, "bound": self.bound,
                 "has_reference": self.has_reference, "pass_id": self.pass_id,
                 "below_threshold": self.below_threshold, "outside_tolerance": self.outside_tolerance,
-                **({} if self.higher_is_better else {"higher_is_better": False})}
+                **({} if self.higher_is_better else {"higher_is_better": False}),
+                **({} if self.delta_bound is None else {"delta_bound": self.delta_bound})}
 
 
 def subgroup_check(protocol: Protocol, key: str, value: float | None, reference: float | None,
-                   has_reference: bool, pass_id: str | None = None) -> SubgroupCheck | None:
-    """The check of group ``key`` (``<subgroup>:<group>``) of a pass; None when its subgroup is not gating."""
+                   has_reference: bool, pass_id: str | None = None,
+                   interval: Sequence[float] | None = None) -> SubgroupCheck | None:
+    """The check of group ``key`` (``<subgroup>:<group>``) of a pass; None when its subgroup is not gating.
+    ``interval``: the group's difference interval [low, high], gating when the protocol declares
+    ``metric.confidence``."""
     sg = next((s for s in protocol.subgroups if s.gating and s.name == key.split(":", 1)[0]), None)
     if sg is None:
         return None
     by_metric = sg.by == "stratum"  # a class group is judged by its class's recall, whatever the metric
+    up = protocol.metric.higher_is_better if by_metric else True
+    bound = None
+    if protocol.metric.confidence is not None and interval is not None:
+        bound = float(interval[0] if up else interval[1])
     return SubgroupCheck(key, protocol.metric.label if by_metric else "recall", value, reference,
                          sg.threshold, sg.tolerance if sg.tolerance is not None
                          else protocol.metric.allowed_drop(reference if reference is not None else 0.0),
-                         has_reference, pass_id, protocol.metric.higher_is_better if by_metric else True)
+                         has_reference, pass_id, up, bound)
 
 
 def compare_predictions(a: Path, b: Path, protocol: Protocol) -> FileComparison:
@@ -158,16 +174,17 @@ def judge_campaign(campaign_dir: str | Path, passes: list[FinishedPass], reader:
     reader = reader or PredictionReader(protocol)
     verdicts, paths = _own_verdicts(campaign_dir, passes, reader, context)
     ref = ReferencePass(passes, verdicts, paths, reader, context)
-    return {p.pass_id: _judged(verdicts[p.pass_id], p, ref, context) for p in passes}
+    return {p.pass_id: _judged(verdicts[p.pass_id], p, ref, context, context.protocol_sha256) for p in passes}
 
 
 #: The cells that hold why a pass's metric could not be computed (the first one present is its reason).
 ERROR_CELLS = ("routine_error", "queries_error", "reference_error")
 
 
-def _judged(v: Verdict, p: FinishedPass, ref: ReferencePass, context: EvaluationContext) -> Verdict:
+def _judged(v: Verdict, p: FinishedPass, ref: ReferencePass, context: EvaluationContext, seed: str) -> Verdict:
     """A pass's own verdict ``v`` judged against the reference pass: the metric, the subgroups, the kind's
-    comparison (``kind.verdict.compare``), the reproduction target, and the reasons it is not accepted."""
+    comparison (``kind.verdict.compare``), the reproduction target, and the reasons it is not accepted. ``seed``:
+    the locked protocol's sha256 (campaign.json's), which seeds the quality intervals (with the pass's id)."""
     protocol, part = context.protocol, ref.reader.kind.verdict
     gating = {sg.name: sg for sg in protocol.subgroups if sg.gating}
     v = v.with_cells(reference_pass=ref.pass_id)
@@ -176,9 +193,13 @@ def _judged(v: Verdict, p: FinishedPass, ref: ReferencePass, context: Evaluation
     reasons = [label for key, label in FILE_CHECKS if not v.cell(key)]
     errors = [v.cell(key) for key in ERROR_CELLS if v.cell(key)]
     reasons += errors[:1]
-    against = _against_reference(v, ref.verdict, protocol)
+    intervals = _intervals(v, ref, protocol, seed, p.pass_id)
+    main = intervals.pop("", None)
+    against = _against_reference(v, ref.verdict, protocol, main)
     v = v.with_cells(metric_ref=against.metric_ref, metric_delta=against.metric_delta,
-                     tolerance_ok=against.tolerance_ok)
+                     delta_low=main.low if main else None, delta_high=main.high if main else None,
+                     delta_units=main.units if main else None, tolerance_ok=against.tolerance_ok,
+                     subgroup_deltas={k: [i.low, i.high] for k, i in intervals.items()} if intervals else None)
     if v.metric is None:
         v = v.with_cells(threshold_ok=None, tolerance_ok=None)  # not evaluated: nothing to compare
         if not reasons:
@@ -190,7 +211,8 @@ def _judged(v: Verdict, p: FinishedPass, ref: ReferencePass, context: Evaluation
     # a group whose value the same error prevented is not evaluated, not a second reason
     unvalued = {k for k, value in v.subgroups.items() if value is None} if errors else set()
     failed_subgroups = _subgroup_reasons(v, ref.verdict, protocol,
-                                         gating if part.subgroups_by_metric(protocol) else {}, unvalued)
+                                         gating if part.subgroups_by_metric(protocol) else {}, unvalued,
+                                         v.subgroup_deltas or {})
     reasons += failed_subgroups
     compared = part.compare(v, ref, ref.paths[p.pass_id] if p.prediction_file else None, protocol,
                             context.expected)
@@ -204,6 +226,14 @@ def _judged(v: Verdict, p: FinishedPass, ref: ReferencePass, context: Evaluation
     if p.status != "ok":  # the first cause: whatever else fails follows from it
         reasons = [f"pass {p.status or 'failed'}"]
     return v.with_cells(corpus_accepted=not reasons, reasons=reasons)
+
+
+def _intervals(v: Verdict, ref: ReferencePass, protocol: Protocol, seed: str, pass_id: str) -> dict[str, Interval]:
+    """The intervals of the pass's quality differences with the reference pass (``kinds.interval``): the main
+    metric's (key ``""``) and each gating group's, at the protocol's level, seeded by ``seed`` and the pass."""
+    if ref.verdict is None or v.metric is None or ref.verdict.metric is None:
+        return {}
+    return pass_intervals(ref.reader.kind.verdict, v, ref.verdict, protocol, ref.expected, seed, pass_id)
 
 
 def _own_verdicts(campaign_dir: Path, passes: list[FinishedPass], reader: PredictionReader,
@@ -259,8 +289,11 @@ class AgainstReference:
     reasons: tuple[str, ...] = ()
 
 
-def _against_reference(v: Verdict, ref_v: Verdict | None, protocol: Protocol) -> AgainstReference:
-    """The metric against the reference pass's (the cells ``metric_ref``, ``metric_delta``, ``tolerance_ok``)."""
+def _against_reference(v: Verdict, ref_v: Verdict | None, protocol: Protocol,
+                       interval: Interval | None = None) -> AgainstReference:
+    """The metric against the reference pass's (the cells ``metric_ref``, ``metric_delta``, ``tolerance_ok``);
+    with ``metric.confidence`` declared, the worse bound of the difference's ``interval`` must be within the
+    tolerance too."""
     if ref_v is None:
         return AgainstReference(None, None, False,
                                 (f"no complete pass of reference variant {protocol.metric.reference_variant!r}",))
@@ -268,12 +301,18 @@ def _against_reference(v: Verdict, ref_v: Verdict | None, protocol: Protocol) ->
         return AgainstReference(None, None, False, (f"reference pass has no {protocol.metric.label} value",))
     allowed = protocol.metric.allowed_drop(ref_v.metric)  # absolute, or relative to the reference's value
     ok = v.metric is not None and protocol.metric.within(v.metric, ref_v.metric, allowed)
-    return AgainstReference(ref_v.metric, None if v.metric is None else v.metric - ref_v.metric, ok,
-                            () if ok else ("outside tolerance",))
+    reasons = () if ok else ("outside tolerance",)
+    if ok and protocol.metric.confidence is not None:
+        up = protocol.metric.higher_is_better
+        ok = interval is not None and protocol.metric.within(ref_v.metric + interval.worse(up), ref_v.metric, allowed)
+        if not ok:
+            reasons = (f"within tolerance not established at {protocol.metric.interval_level:.0%}",)
+    return AgainstReference(ref_v.metric, None if v.metric is None else v.metric - ref_v.metric, ok, reasons)
 
 
 def _subgroup_reasons(v: Verdict, ref_v: Verdict | None, protocol: Protocol,
-                      gating: Mapping[str, Any], unvalued: Collection[str] = ()) -> list[str]:
+                      gating: Mapping[str, Any], unvalued: Collection[str] = (),
+                      intervals: Mapping[str, Sequence[float]] | None = None) -> list[str]:
     """A gating subgroup with no group to evaluate, and each subgroup whose check fails (but the ``unvalued``
     groups, whose value the pass's metric error prevented: that error is their reason)."""
     reasons = []
@@ -284,7 +323,7 @@ def _subgroup_reasons(v: Verdict, ref_v: Verdict | None, protocol: Protocol,
         if key in unvalued:
             continue
         check = subgroup_check(protocol, key, value, ref_v.subgroups.get(key) if ref_v else None,
-                               ref_v is not None)
+                               ref_v is not None, interval=(intervals or {}).get(key))
         if check is not None and check.failed:
             reasons.append(f"subgroup {key}")
     return reasons

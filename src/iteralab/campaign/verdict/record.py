@@ -52,7 +52,13 @@ class Verdict:
     reference_pass: str | None = None
     metric_ref: float | None = None
     metric_delta: float | None = None
+    #: the interval of ``metric_delta`` (``kinds.interval``): its bounds and the units resampled
+    delta_low: float | None = None
+    delta_high: float | None = None
+    delta_units: int | None = None
     tolerance_ok: bool | None = None
+    #: per gating group: the interval of its difference with the reference pass's, [low, high]
+    subgroup_deltas: Mapping[str, list[float]] | None = None
     subgroups_ok: bool | None = None
     label_agreement: float | None = None
     max_abs_prob_diff: float | None = None
@@ -63,6 +69,9 @@ class Verdict:
     own: Any = None
     #: the keys of its JSON form, in order
     keys: tuple[str, ...] = ()
+    #: what the quality interval resamples of the pass (the kind's, ``kind.verdict.quality_samples``): held in
+    #: memory beside the verdict, never in its JSON form
+    units: Any = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, kind: JobKind, **cells: Any) -> Verdict:
@@ -109,9 +118,13 @@ class Verdict:
         keys = self.keys + tuple(k for k in cells if k not in self.keys)
         return replace(self, **common, own=replace(self.own, **own) if own else self.own, keys=keys)
 
+    def with_units(self, units: Any) -> Verdict:
+        """A new verdict holding ``units`` (:attr:`units`; its cells unchanged)."""
+        return replace(self, units=units)
+
 
 #: The cells every kind has (the fields of :class:`Verdict` but its kind part and its keys).
-COMMON = frozenset(f.name for f in fields(Verdict)) - {"own", "keys"}
+COMMON = frozenset(f.name for f in fields(Verdict)) - {"own", "keys", "units"}
 #: The cells held as tuples and written as lists.
 LISTS = frozenset({"format_problems", "problems", "reasons"})
 

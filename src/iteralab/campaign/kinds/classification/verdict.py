@@ -17,6 +17,8 @@ import numpy as np
 
 from iteralab.campaign.kinds.classification.compare import Agreement, compare_outputs, compare_rows_with_file
 from iteralab.campaign.kinds.classification.output import PredictionSet, code_dtype
+from iteralab.campaign.kinds.classification.resample import LabelUnits, label_samples
+from iteralab.campaign.kinds.interval import Sample
 from iteralab.campaign.kinds.routine import Routine, routine_values
 from iteralab.campaign.kinds.verdictpart import Cells, KindComparison, PassInputs, VerdictPart
 from iteralab.common.tolerance import TOL
@@ -148,7 +150,8 @@ def metric_cells(v: Cells, preds: PredictionSet, protocol: Protocol, expected: A
                                  y_pred if every else y_pred[covered], len(expected.classes))
     v = v.with_cells(metric_name=protocol.metric.label, metric=metric,
                      threshold_ok=metric is not None and protocol.metric.meets(metric, protocol.metric.threshold),
-                     subgroups=subgroups, subgroup_classes=counted)
+                     subgroups=subgroups, subgroup_classes=counted).with_units(
+        LabelUnits(y_pred, None if covered.all() else covered))
     return v.with_cells(routine_error=values.error) if protocol.metric.routine is not None else v
 
 
@@ -211,6 +214,9 @@ class ClassificationVerdict(VerdictPart):
     def compare(self, v: Cells, reference: Any, path: Path | None, protocol: Protocol,
                 expected: Any) -> KindComparison:
         return KindComparison(reproduction(protocol, against_reference(reference, path)))
+
+    def quality_samples(self, v: Cells, reference: Cells, protocol: Protocol, expected: Any) -> dict[str, Sample]:
+        return label_samples(v.units, reference.units, protocol, expected)
 
     def compare_files(self, a: Path, b: Path, protocol: Protocol, reader: Any) -> Agreement:
         return compare_outputs(reader.read(a)[1], reader.read(b)[1])

@@ -46,6 +46,7 @@ from iteralab.campaign.kinds.embedding.cosine import (CosineComparison, VectorAg
 from iteralab.campaign.kinds.embedding.output import queries_file_name, read_vectors
 from iteralab.campaign.kinds.embedding.knn import knn_correct, rank_queries
 from iteralab.campaign.kinds.expected import file_rows
+from iteralab.campaign.kinds.interval import Sample, UnitValues, mean_samples
 from iteralab.campaign.kinds.ranking import RANKING_METRICS, Ranking, Relevance, ranking_note
 from iteralab.campaign.kinds.routine import EmbeddedQueries, Routine, RoutineValues
 from iteralab.common.files import sha256_file
@@ -231,6 +232,7 @@ def vector_metric(v: Cells, protocol: Protocol, expected: Any, covered: np.ndarr
     if metric.name == "knn_accuracy":
         v = v.with_cells(metric=float(correct[usable].mean()) if usable.any() else None,
                          subgroups=_knn_groups(protocol, expected, correct, usable, ("stratum", "label")))
+        v = v.with_units(UnitValues(np.where(usable, correct, np.nan)))
     found = None
     if metric.queries is not None:  # the queries' vectors and ranking: a ranking metric's value, a routine's input
         assert protocol.embedding is not None
@@ -243,6 +245,8 @@ def vector_metric(v: Cells, protocol: Protocol, expected: Any, covered: np.ndarr
     if metric.name in RANKING_METRICS:
         assert found is not None
         v = v.with_cells(metric=found.ranking.value(metric.name) if found.ranking else None, subgroups={})
+        if found.ranking is not None:
+            v = v.with_units(UnitValues(found.ranking.values_of(metric.name).astype(np.float64)))
     elif metric.name != "knn_accuracy":
         aligned = vectors.aligned() if len(vectors.store) else None
         handed = None
@@ -350,6 +354,18 @@ class EmbeddingVerdict(VerdictPart):
             notes.append("subgroup cosine: " + json.dumps(v.cell("subgroup_cosine"), sort_keys=True))
         if v.cell("ranking"):  # the queries' ranking metrics, each recall named by its definition
             notes.append(ranking_note(v.cell("ranking")))
+
+    def quality_samples(self, v: Cells, reference: Cells, protocol: Protocol, expected: Any) -> dict[str, Sample]:
+        if protocol.metric.name in RANKING_METRICS:  # per query: the queries are the units
+            return mean_samples(v.units, reference.units)
+        groups = {}
+        for sg in protocol.subgroups:
+            if sg.gating:
+                names = expected.stratum_names if sg.by == "stratum" else expected.classes
+                codes = expected.strata if sg.by == "stratum" else expected.labels
+                groups.update({f"{sg.name}:{name}": codes == i for i, name in enumerate(names)})
+        return mean_samples(v.units, reference.units,
+                            expected.strata if len(expected.stratum_names) > 1 else None, groups)
 
     def compare_files(self, a: Path, b: Path, protocol: Protocol, reader: Any) -> VectorAgreement:
         return compare_vector_files(a, b, reader)

@@ -34,7 +34,8 @@ import pyarrow.compute as pc
 from iteralab.campaign.folder import GENERATION_COLUMNS, corpus_copy, read_corpus_batches
 from iteralab.campaign.kinds.generation.output import read_texts
 from iteralab.campaign.kinds.routine import Routine
-from iteralab.campaign.kinds.generation.textmetrics import corpus_score
+from iteralab.campaign.kinds.generation.textmetrics import corpus_score, document_scores
+from iteralab.campaign.kinds.interval import Sample, UnitValues, mean_samples
 from iteralab.campaign.kinds.expected import file_rows
 from iteralab.campaign.kinds.verdictpart import Cells, FileComparison, KindComparison, PassInputs, VerdictPart
 from iteralab.errors import RoutineError
@@ -89,6 +90,24 @@ def _score(protocol: Protocol, routine: Routine | None, ids: pa.Array, outputs: 
         return None
 
 
+def _document_values(protocol: Protocol, outputs: pa.Array, references: pa.Array | None,
+                     covered: np.ndarray) -> UnitValues | None:
+    """Each expected document's score (NaN: not covered) when the metric is the mean of document scores (a
+    built-in but corpus chrF), as ``corpus_score`` computes them; None otherwise."""
+    name = protocol.metric.name
+    if name is None or name == "chrf" or references is None or not covered.any():
+        return None
+    mask = pa.array(covered)
+    values = np.full(len(covered), np.nan)
+    values[covered] = document_scores(name, outputs.filter(mask), references.filter(mask))
+    return UnitValues(values)
+
+
+def _mean_of(values: np.ndarray, rows: np.ndarray) -> float | None:
+    """The mean of the documents' scores in ``rows`` (``corpus_score``'s value; None without a document)."""
+    return float(values[rows].mean()) if rows.any() else None
+
+
 def evaluate_texts(v: Cells, texts: Any, protocol: Protocol, expected: Any, match: Any, rows: np.ndarray,
                    references: pa.Array | None, routine: Routine | None = None) -> Cells:
     """A generation pass's verdict ``v`` with its metric, length and token cells (``texts``: its ``TextSet``;
@@ -98,15 +117,22 @@ def evaluate_texts(v: Cells, texts: Any, protocol: Protocol, expected: Any, matc
     covered = match.covered
     outputs = _aligned(texts, rows)
     errors: list[str] = []
-    metric = _score(protocol, routine, expected.ids, outputs, references, covered, errors)
-    groups: dict[str, float | None] = {}
-    for sg in protocol.subgroups:
-        if sg.by == "stratum":
-            for i, name in enumerate(expected.stratum_names):
-                groups[f"{sg.name}:{name}"] = _score(protocol, routine, expected.ids, outputs, references,
-                                                     covered & (expected.strata == i), errors)
+    units = _document_values(protocol, outputs, references, covered)
+    if units is not None:  # a mean of document scores: each group's value is the mean of its documents'
+        metric, groups = _mean_of(units.values, covered), {
+            f"{sg.name}:{name}": _mean_of(units.values, covered & (expected.strata == i))
+            for sg in protocol.subgroups if sg.by == "stratum" for i, name in enumerate(expected.stratum_names)}
+    else:
+        metric = _score(protocol, routine, expected.ids, outputs, references, covered, errors)
+        groups = {}
+        for sg in protocol.subgroups:
+            if sg.by == "stratum":
+                for i, name in enumerate(expected.stratum_names):
+                    groups[f"{sg.name}:{name}"] = _score(protocol, routine, expected.ids, outputs, references,
+                                                         covered & (expected.strata == i), errors)
     v = v.with_cells(metric_name=protocol.metric.label, metric=metric, subgroups=groups,
                      routine_error=errors[0] if errors and protocol.metric.routine is not None else None)
+    v = v.with_units(units)
     if errors and protocol.metric.routine is None:
         v = v.with_cells(reference_error=errors[0])
     share = texts.length_share if len(texts.ids) and texts.tokens_measured else None
@@ -273,6 +299,12 @@ class GenerationVerdict(VerdictPart):
                          "counts and names no tokenizer)")
         if v.cell("mean_tokens_ref") is not None and v.cell("tokens_ok") is False:
             notes.append(f"mean generated tokens {mean:.2f} against the reference's {v.cell('mean_tokens_ref'):.2f}")
+
+    def quality_samples(self, v: Cells, reference: Cells, protocol: Protocol, expected: Any) -> dict[str, Sample]:
+        groups = {f"{sg.name}:{name}": expected.strata == i for sg in protocol.subgroups
+                  if sg.gating and sg.by == "stratum" for i, name in enumerate(expected.stratum_names)}
+        return mean_samples(v.units, reference.units,
+                            expected.strata if len(expected.stratum_names) > 1 else None, groups)
 
     def compare_files(self, a: Path, b: Path, protocol: Protocol, reader: Any) -> TextAgreement:
         return compare_text_files(a, b, protocol).agreement()
