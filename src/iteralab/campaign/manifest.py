@@ -90,7 +90,7 @@ def git_state(workdir: Path) -> GitState:
     return GitState(head.stdout.strip(), bool(status.stdout.strip()), None)
 
 
-def determinism_settings() -> dict[str, Any]:
+def determinism_settings() -> dict[str, bool | str | None]:
     import torch
 
     return {

@@ -40,6 +40,12 @@ GENERATED_TEXTS = "generated_texts"
 OUTPUT_KINDS = (CLASS_PROBABILITIES, EMBEDDING_VECTORS, GENERATED_TEXTS)
 
 
+#: A worker's start-up record (R2, the result's ``startup``), flat: each start-up phase in seconds, the runtime's
+#: resident bytes, how the worker started (``forked``; a refused template's reason). Plain values only: it crosses a
+#: process boundary as JSON.
+Startup = dict[str, float | int | bool | str | None]
+
+
 def _error(what: str, problem: str) -> RunError:
     return RunError(f"{what}: {problem}", hint="the record was not written by this version of iteralab")
 

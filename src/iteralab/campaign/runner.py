@@ -32,7 +32,7 @@ from typing import Any, Callable
 from iteralab.campaign.campaignrecord import (CampaignRecord, ModelRecord, ProtocolStamp, read_campaign,
                                               write_campaign)
 from iteralab.campaign.corpuscopy import write_corpus_copies
-from iteralab.campaign.engines.registry import (Engine, check_engines, engine_name, engines, start_ray,
+from iteralab.campaign.engines.registry import (Engine, RayCluster, check_engines, engine_name, engines, start_ray,
                                                 worker_templates)
 from iteralab.campaign.folder import (
     CAMPAIGN, CATALOG, INPUTS, LOCK, MANIFEST, PREDICTIONS, PROTOCOL, TABLE, corpus_copy)
@@ -300,7 +300,7 @@ def _run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os
         if templates is not None:
             templates.close()
     if run.engine is not None:
-        run.journal.append("engine_stopped", **run.engine.stop())
+        run.journal.append("engine_stopped", engine="ray", shutdown_s=run.engine.stop())
     shutil.rmtree(out / SCRATCH, ignore_errors=True)
     return {"out": str(out), "passes_total": len(slots), "passes_run_now": len(todo),
             "unrunnable": dict(flight.unrunnable)}
@@ -407,7 +407,7 @@ def _open_run(protocol: Protocol, campaign: CampaignRecord, out: Path, flight: A
                 journal.append("pass_evaluated", pass_id=pid, evaluation_s=time.perf_counter() - t0,
                                intrinsic=verdict, after_resume=True)
     if engine is not None:  # campaign start-up (R2): Ray started, the cluster as Ray reports it
-        journal.append("engine_started", **engine.started)
+        journal.append("engine_started", **(engine.started.to_json() if engine.started is not None else {}))
     attempts: dict[tuple[int, int], int] = {}
     for pid in state.order:
         key = (state.started[pid]["round"], state.started[pid]["position"])
@@ -525,7 +525,7 @@ def _not_run(pass_id: str, why: str, kind: str = "not_run") -> dict[str, Any]:
 
 
 def _write_manifest(out: Path, campaign: CampaignRecord, protocol: Protocol, result: PassResult,
-                    observed: dict[str, Any], ray: dict[str, Any] | None = None) -> dict[str, Any]:
+                    observed: dict[str, Any], ray: RayCluster | None = None) -> dict[str, Any]:
     manifest = campaign_manifest(
         environment=dict(result.environment or {}),
         workload_description=dict(result.workload or {}),
@@ -536,7 +536,7 @@ def _write_manifest(out: Path, campaign: CampaignRecord, protocol: Protocol, res
         reproduction_target=protocol.reproduction.model_dump(),
         extra={"protocol": campaign.protocol.to_json(), "variants": list(campaign.variants),
                "model_spec": campaign.model.to_json(), "first_pass": result.pass_id,
-               **({"ray": ray} if ray else {})},
+               **({"ray": ray.to_json()} if ray is not None else {})},
     )
     write_manifest(out / MANIFEST, manifest.with_observed(observed))
     return observed

@@ -19,7 +19,7 @@ from typing import Any, Callable
 from iteralab.campaign.engines.passes import ended_without_result, execute_pass
 from iteralab.campaign.engines.prefork import TemplateGone
 from iteralab.campaign.manifest import environment_manifest, owns_device
-from iteralab.campaign.records import PassSpec, failure
+from iteralab.campaign.records import PassSpec, Startup, failure
 
 
 def run_in_process(spec: PassSpec) -> dict[str, Any]:
@@ -81,7 +81,7 @@ def run_in_worker(spec: PassSpec, templates: Any = None) -> dict[str, Any]:
         spawned_at = time.time()
         spec_path.write_text(json.dumps(spec.with_changes(spawned_at=spawned_at).to_json()), encoding="utf-8")
         t0 = time.perf_counter()
-        extra: dict[str, Any] = {}
+        extra: Startup = {}
         forked = templates is not None and templates.refused is None
         if forked:
             stderr_path = Path(tmp) / "stderr.txt"

@@ -50,7 +50,7 @@ from iteralab.campaign.folder import read_corpus_batches
 from iteralab.campaign.kinds.output import file_name
 from iteralab.campaign.kinds.registry import kind_named  # every kind's sink imported at start-up, never in writing
 from iteralab.campaign.manifest import determinism_settings, environment_manifest, owns_device
-from iteralab.campaign.records import STARTUP_PHASES, WORKER_PHASES, PassSpec, failure, started
+from iteralab.campaign.records import STARTUP_PHASES, WORKER_PHASES, PassSpec, Startup, failure, started
 from iteralab.common.files import write_json_atomic
 from iteralab.errors import IteraError
 from iteralab.models import device as dev
@@ -119,7 +119,7 @@ def worker_main(argv: list[str]) -> int:
     spec_path, result_path, read_fd, write_fd = argv
     spec = PassSpec.from_json(json.loads(Path(spec_path).read_text(encoding="utf-8")), spec_path)
     sync = WorkerSync(_Channel(int(read_fd), int(write_fd)))
-    startup: dict[str, float | None] = {"imports_s": time.perf_counter() - started}
+    startup: Startup = {"imports_s": time.perf_counter() - started}
     environment = None
     if spec.collect_environment:
         t0 = time.perf_counter()
