@@ -42,8 +42,8 @@ from iteralab.campaign.manifest import (
     campaign_manifest, check_resume_environment, diff_manifests, env_summary, load_observed, write_manifest)
 from iteralab.campaign.preflight import preflight
 from iteralab.campaign import progress as _progress
-from iteralab.campaign.progress import Watch, remove_beacons
-from iteralab.campaign.records import PassResult, PassSpec, failure
+from iteralab.campaign.progress import Estimate, PassProgress, Watch, remove_beacons
+from iteralab.campaign.records import PassResult, PassSpec
 from iteralab.campaign.stopping import RunInterrupted, StopSignals
 from iteralab.campaign.verdict import evaluate
 from iteralab.campaign.verdict.evaluate import CampaignReads
@@ -59,7 +59,9 @@ from iteralab.plan.lockfile import LockedProtocol, open_locked
 from iteralab.plan.protocol import Protocol, check_series
 from iteralab.plan.schedule import Slot, schedule_slots
 
-ProgressFn = Callable[[str, dict[str, Any]], None]
+#: The run's events: ``(kind, what)``, the watch's ``estimate`` and ``progress`` typed (``campaign.progress``), the
+#: runner's own (``start``, ``pass``, ``done``, ``failure``, ``note``, ``end``) flat records of counts, names, seconds
+ProgressFn = Callable[[str, Estimate | PassProgress | dict[str, str | float | None]], None]
 
 
 #: The pass workers' scratch folder inside the campaign (spec and result files; removed when a run ends).
@@ -505,23 +507,21 @@ def _slot_result(run: _Run, slot: Slot, pass_id: str) -> PassResult:
     machine, or its variant stopped by the pass time limit)."""
     protocol = run.protocol
     if slot.variant in run.flight.unrunnable:
-        return PassResult.from_json(_not_run(
-            pass_id, f"not runnable on this machine: {run.flight.unrunnable[slot.variant]}", "unrunnable"))
+        return _not_run(pass_id, f"not runnable on this machine: {run.flight.unrunnable[slot.variant]}", "unrunnable")
     if slot.variant in run.timed_out:
         limit = (f"the pass time limit of {protocol.run.pass_timeout_s:g} s"
                  if protocol.run.pass_timeout_s is not None else
                  f"its pass time limit ({protocol.run.pass_timeout})")
-        return PassResult.from_json(_not_run(
-            pass_id, f"not run: {slot.variant} exceeded {limit} in {run.timed_out[slot.variant]}"))
+        return _not_run(pass_id, f"not run: {slot.variant} exceeded {limit} in {run.timed_out[slot.variant]}")
     assert run.engines is not None
     engine = run.engines[engine_name(protocol.variant(slot.variant))]
     return engine(pass_spec(run.campaign, protocol, run.out, slot, pass_id))
 
 
-def _not_run(pass_id: str, why: str, kind: str = "not_run") -> dict[str, Any]:
+def _not_run(pass_id: str, why: str, kind: str = "not_run") -> PassResult:
     """The record of a slot that the protocol's own rule (or this machine, ``unrunnable``) says not to run: every
-    measurement empty."""
-    return failure(pass_id, why, kind, notes=[why])
+    measurement empty (as :func:`~iteralab.campaign.records.failure` writes a failed pass)."""
+    return PassResult(pass_id, "failed", error=why, error_kind=kind, notes=(why,))
 
 
 def _write_manifest(out: Path, campaign: CampaignRecord, protocol: Protocol, result: PassResult,
