@@ -231,8 +231,3 @@ def failure(pass_id: str | None, error: str, kind: str, *, completed: int | None
     and its kind. ``completed``/``retries`` None: unknown (a worker that died before reporting)."""
     return PassResult(pass_id, "failed", completed=completed, retries=retries, error=error, error_kind=kind,
                       notes=tuple(notes), extra=extra).to_json()
-
-
-def normalized(data: Mapping[str, Any]) -> dict[str, Any]:
-    """A result's JSON form read back through :class:`PassResult` (checked, with every field present)."""
-    return PassResult.from_json(data).to_json()

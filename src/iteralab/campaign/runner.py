@@ -39,7 +39,8 @@ from iteralab.campaign.folder import (
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
 from iteralab.campaign.kinds.registry import kind_of
 from iteralab.campaign.manifest import (
-    campaign_manifest, check_resume_environment, diff_manifests, env_summary, load_observed, write_manifest)
+    ObservedFacts, campaign_manifest, check_resume_environment, diff_manifests, env_summary, load_observed,
+    write_manifest)
 from iteralab.campaign.preflight import preflight
 from iteralab.campaign import progress as _progress
 from iteralab.campaign.progress import Estimate, PassProgress, Watch, remove_beacons
@@ -89,7 +90,7 @@ def _ensure_folder(out: Path) -> None:
                        hint="choose a folder you can write to") from None
 
 
-def _copy_catalog(locked: LockedProtocol, target: Path) -> dict[str, Any]:
+def _copy_catalog(locked: LockedProtocol, target: Path) -> dict[str, str | None]:
     """The catalog the protocol names, validated and copied into the folder (so the seal covers it and a folder
     moved to another machine decides the same way; a catalog given later with ``--catalog`` travels beside the
     decision it priced, ``decision-catalog.csv``: :mod:`iteralab.decision.note`)."""
@@ -197,11 +198,11 @@ def slot_documents(campaign: CampaignRecord, dataset: str | None) -> int | None:
     return None if source is None else source.size
 
 
-def _manifest_fields(result: PassResult) -> dict[str, Any]:
+def _manifest_fields(result: PassResult) -> ObservedFacts:
     """The manifest facts a pass observed that must match the campaign's (C3/C5)."""
     env = dict(result.environment or {})
     env.pop("git", None)  # the working tree may legitimately change between passes of one campaign
-    return {"environment": env, "file_hashes": result.file_hashes}
+    return ObservedFacts(env, result.file_hashes)
 
 
 def run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os.PathLike[str], *,
@@ -258,7 +259,7 @@ class _Run:
     stop: Any
     at: _Where
     emit: ProgressFn
-    reference_manifest: dict[str, Any] | None
+    reference_manifest: ObservedFacts | None
     #: (round, position) -> attempts journaled so far
     attempts: dict[tuple[int, int], int]
     #: variant -> the pass that exceeded the pass time limit first
@@ -370,9 +371,10 @@ def _discard_folder(out: Path, created: bool | None) -> None:
         shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
 
 
-def _say_first_failure(run: _Run, pass_id: str, result: PassResult, verdict: dict[str, Any]) -> None:
-    """The first pass of this run that failed, or whose metric could not be computed, said once, in one line."""
-    why = result.error or verdict.get("routine_error")
+def _say_first_failure(run: _Run, pass_id: str, result: PassResult, routine_error: str | None) -> None:
+    """The first pass of this run that failed, or whose metric could not be computed (``routine_error``, from its
+    verdict), said once, in one line."""
+    why = result.error or routine_error
     if why and run.first_failure is None:
         run.first_failure = pass_id
         run.emit("failure", {"pass_id": pass_id, "error": " ".join(str(why).split())})
@@ -465,7 +467,7 @@ def _run_slot(run: _Run, slot: Slot) -> None:
     # A pass that observed no environment (not run, or its worker died before reporting) has nothing to
     # compare: an empty record would read as "differs in every field".
     diff = _diff(run.reference_manifest, observed) if run.reference_manifest is not None and \
-        observed["environment"] else []
+        observed.environment else []
     finished = result.to_json(journal=True)
     run.journal.append("pass_finished", manifest_diff=diff,
                        environment_summary=env_summary(result.environment), **finished)
@@ -475,7 +477,7 @@ def _run_slot(run: _Run, slot: Slot) -> None:
                                      finished={**finished, "variant": slot.variant})
     run.journal.append("pass_evaluated", pass_id=pass_id, evaluation_s=time.perf_counter() - t0, intrinsic=verdict)
     run.emit("done", {"pass_id": pass_id, "status": result.status, "pass_s": result.phase("pass_s")})
-    _say_first_failure(run, pass_id, result, verdict)
+    _say_first_failure(run, pass_id, result, verdict.get("routine_error"))
 
 
 def _watch(run: _Run, todo: list[Slot], progress: ProgressFn | None, every_s: float | None) -> Watch | None:
@@ -525,7 +527,7 @@ def _not_run(pass_id: str, why: str, kind: str = "not_run") -> PassResult:
 
 
 def _write_manifest(out: Path, campaign: CampaignRecord, protocol: Protocol, result: PassResult,
-                    observed: dict[str, Any], ray: RayCluster | None = None) -> dict[str, Any]:
+                    observed: ObservedFacts, ray: RayCluster | None = None) -> ObservedFacts:
     manifest = campaign_manifest(
         environment=dict(result.environment or {}),
         workload_description=dict(result.workload or {}),
@@ -538,9 +540,9 @@ def _write_manifest(out: Path, campaign: CampaignRecord, protocol: Protocol, res
                "model_spec": campaign.model.to_json(), "first_pass": result.pass_id,
                **({"ray": ray.to_json()} if ray is not None else {})},
     )
-    write_manifest(out / MANIFEST, manifest.with_observed(observed))
+    write_manifest(out / MANIFEST, manifest.with_observed(observed.to_json()))
     return observed
 
 
-def _diff(reference: dict[str, Any], observed: dict[str, Any]) -> list[str]:
-    return diff_manifests(reference, observed)
+def _diff(reference: ObservedFacts, observed: ObservedFacts) -> list[str]:
+    return diff_manifests(reference.to_json(), observed.to_json())

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +114,21 @@ class TuningView(_Loose):
 
 
 @dataclass(frozen=True)
+class TuningSettings:
+    """How the tuning measurement ran the model: the reference variant's settings (fp32, batch
+    :data:`DEFAULT_BATCH` where no reference is declared yet) and the device it ran on."""
+
+    variant: str | None
+    precision: str
+    padding: str
+    batch_size: int
+    device: str
+
+    def to_json(self) -> dict[str, str | int | None]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class TuningMeasure:
     """The model on the tuning split: the metric overall and per planned subgroup, and the suggested threshold."""
 
@@ -125,14 +140,14 @@ class TuningMeasure:
     subgroups: dict[str, float | None]
     suggested_threshold: float
     how: str
-    settings: dict[str, Any]
+    settings: TuningSettings
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": 1, "protocol": self.protocol, "tuning": self.tuning,
                 "tuning_size": self.tuning_size, "metric_name": self.metric_name, "metric": round(self.metric, 4),
                 "subgroups": {k: None if v is None else round(v, 4) for k, v in self.subgroups.items()},
-                "suggested_threshold": self.suggested_threshold, "how": self.how, "settings": self.settings,
+                "suggested_threshold": self.suggested_threshold, "how": self.how, "settings": self.settings.to_json(),
                 "notes": list(self.notes)}
 
     def lines(self) -> list[str]:
@@ -144,9 +159,9 @@ class TuningMeasure:
         out += [f"  {name}: {', '.join(values)}" for name, values in groups.items()]
         out.append(f"suggested threshold {self.suggested_threshold:.2f}: {self.how}")
         run = self.settings
-        named = f"variant {run['variant']}" if run["variant"] else "no reference variant"
-        out.append(f"measured with {named}: batch {run['batch_size']}, {run['precision']}, padding "
-                   f"{run['padding']}, device {run['device']}")
+        named = f"variant {run.variant}" if run.variant else "no reference variant"
+        out.append(f"measured with {named}: batch {run.batch_size}, {run.precision}, padding "
+                   f"{run.padding}, device {run.device}")
         out += [f"note: {note}" for note in self.notes]
         return out
 
@@ -179,7 +194,7 @@ def measure_tuning(protocol_path: str | os.PathLike[str], *, progress: Progress 
     if view.ranking:
         return _measure_ranking(path, view, tuning_file, split, progress)
     workload, settings = _load(path, view)
-    texts, batch = list(split.texts), settings["batch_size"]
+    texts, batch = list(split.texts), settings.batch_size
     rows = []
     for start in range(0, len(texts), batch):
         rows.append(np.asarray(workload.infer(workload.tokenize(texts[start:start + batch])), dtype=np.float32))
@@ -216,8 +231,8 @@ def _measure_generation(path: Path, view: TuningView, tuning_file: Path, progres
     workload, settings = _load(path, view)
     prompts = generation.render_all(split.texts, {name: split.columns[name] for name in generation.columns})
     outputs: list[str] = []
-    for start in range(0, len(prompts), settings["batch_size"]):
-        outputs += workload.generate(prompts[start:start + settings["batch_size"]]).texts
+    for start in range(0, len(prompts), settings.batch_size):
+        outputs += workload.generate(prompts[start:start + settings.batch_size]).texts
         if progress is not None:
             progress(len(outputs), len(prompts))
     references = [str(answer) for answer in split.columns[reference]]
@@ -250,7 +265,7 @@ def _measure_ranking(path: Path, view: TuningView, tuning_file: Path, split: Any
     unknown_relevant(queries, set(split.ids), str(tuning_file))
     workload, settings = _load(path, view)
     texts = [*split.texts, *queries.texts]  # the documents, then the queries: one progress, the same batches
-    batch, rows = settings["batch_size"], []
+    batch, rows = settings.batch_size, []
     for start in range(0, len(texts), batch):
         rows.append(np.asarray(workload.infer(workload.tokenize(texts[start:start + batch])), dtype=np.float32))
         if progress is not None:
@@ -288,29 +303,29 @@ def _tuning_split(path: Path, view: TuningView, tuning_file: Path, extra: list[s
     return split
 
 
-def _load(path: Path, view: TuningView) -> tuple[Any, dict[str, Any]]:
+def _load(path: Path, view: TuningView) -> tuple[Any, TuningSettings]:
     """The declared model with the reference variant's settings; any failure to load is one line naming it."""
 
     model, reference = view.model, view.reference()
-    settings = {"variant": reference.name if reference else None,
-                "precision": reference.precision if reference else "fp32",
-                "padding": reference.padding if reference else "longest",
-                "batch_size": reference.batch_size if reference else DEFAULT_BATCH,
-                "device": (reference.device if reference and reference.device else view.run.device)}
+    settings = TuningSettings(reference.name if reference else None, reference.precision if reference else "fp32",
+                              reference.padding if reference else "longest",
+                              reference.batch_size if reference else DEFAULT_BATCH,
+                              reference.device if reference and reference.device else view.run.device)
     where = model.callable if model.kind == "callable" else model.path
     record = {"kind": model.kind, "path": resolve(path, model.path), "head": resolve(path, model.head),
               "callable": model.callable, "max_length": model.max_length, "truncation": model.truncation,
               "trust_remote_code": model.trust_remote_code}
     generation = view.generation if rules_of(view).prompts else None
-    options: dict[str, Any] = {"task": view.task.kind, "pooling": view.embedding.pooling,
-                               "normalize": view.embedding.normalize}
+    options: dict[str, str | bool | GenerationSettings | None] = {
+        "task": view.task.kind, "pooling": view.embedding.pooling, "normalize": view.embedding.normalize}
     if generation is not None:
         options["generation"] = GenerationSettings(
             max_new_tokens=generation.max_new_tokens, stop=generation.stop, chat_template=generation.chat_template,
             allow_truncation=generation.allow_truncation, prompt_max_length=model.max_length)
     try:
         workload = factory.load_workload(WorkloadSpec.of(
-            record, settings, view.corpus.classes, "cpu" if model.kind == "callable" else settings["device"], options))
+            record, settings.to_json(), view.corpus.classes, "cpu" if model.kind == "callable" else settings.device,
+            options))
     except IteraError as exc:
         raise WorkloadError(f"{path}: model ({model.kind}, {where}) not loadable: {exc.message}",
                             hint=exc.hint or "check the [model] table") from None
@@ -318,8 +333,7 @@ def _load(path: Path, view: TuningView) -> tuple[Any, dict[str, Any]]:
 
         raise WorkloadError(f"{path}: model ({model.kind}, {where}) not loadable: {error_text(exc)}",
                             hint="check the [model] table: path, head, callable") from None
-    settings["device"] = str(getattr(workload, "device", settings["device"]))
-    return workload, settings
+    return workload, replace(settings, device=str(getattr(workload, "device", settings.device)))
 
 
 def _notes(view: TuningView, workload: Any, tuning_file: Path) -> list[str]:

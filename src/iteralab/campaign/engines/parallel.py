@@ -323,7 +323,8 @@ def run_data_parallel(spec: PassSpec | dict[str, Any], clock: Any = None) -> dic
             w.reader = threading.Thread(target=_read_loop, args=(w, events, clock), daemon=True)
             w.reader.start()
         try:
-            return _coordinate(spec, result, workers, events, clock, t_spawn, layout)
+            _coordinate(spec, result, workers, events, clock, t_spawn, layout)
+            return result
         except (KeyboardInterrupt, SystemExit):
             # the run is being stopped (campaign.stopping): no worker finishes its shard after the runner
             for w in workers:
@@ -348,11 +349,14 @@ def run_data_parallel(spec: PassSpec | dict[str, Any], clock: Any = None) -> dic
 
 
 def _coordinate(spec: PassSpec, result: dict[str, Any], workers: list[_Worker], events: queue.Queue,
-                clock: Any, t_spawn: float, layout: Any) -> dict[str, Any]:
+                clock: Any, t_spawn: float, layout: Any) -> None:
+    """The pass once the workers are started: the shard plan, the measured shards, the merged file, into
+    ``result``."""
     phases, notes = result["phases"], result["notes"]
     bounds, plan_error = _plan_shards(spec, result, workers)
     if plan_error is not None or not _all_ready(workers, events):
-        return _failed_before_measuring(result, workers, layout, plan_error)
+        _failed_before_measuring(result, workers, layout, plan_error)
+        return
     result["startup"]["workers_ready_s"] = clock.now() - t_spawn
     all_ok, pass_s, t_last = _measured_shards(result, workers, events, clock, bounds)
     # Writing (outside the measured region): workers write their shard files, the coordinator merges them.
@@ -414,7 +418,7 @@ def _all_ready(workers: list[_Worker], events: queue.Queue) -> bool:
 
 
 def _failed_before_measuring(result: dict[str, Any], workers: list[_Worker], layout: Any,
-                             plan_error: Exception | None) -> dict[str, Any]:
+                             plan_error: Exception | None) -> None:
     """Nothing is measured: the workers still loading are stopped, and the pass fails with the first error."""
     notes = result["notes"]
     for w in workers:
@@ -430,7 +434,6 @@ def _failed_before_measuring(result: dict[str, Any], workers: list[_Worker], lay
     notes.append(f"failed before the measured pass: {result['error']}; no worker ran its shard, no fallback "
                  "to fewer devices")
     notes.append("pass_s: empty, the measured pass did not start")
-    return result
 
 
 def _measured_shards(result: dict[str, Any], workers: list[_Worker], events: queue.Queue, clock: Any,

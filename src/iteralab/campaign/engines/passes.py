@@ -32,7 +32,7 @@ import pyarrow as pa
 from iteralab.campaign import folder as _folder  # noqa: F401  # the pass reads the corpus with it: imported at
 from iteralab.campaign.kinds.classification import output as _predictions  # noqa: F401  # start-up, never inside a timed phase
 from iteralab.campaign.engines import documents
-from iteralab.campaign.engines.passlimit import Limit, PassTimeout, limit_basis, pass_limit
+from iteralab.campaign.engines.passlimit import Limit, LimitRecord, PassTimeout, limit_basis, pass_limit
 from iteralab.campaign.folder import read_corpus_batches
 from iteralab.campaign.kinds.output import file_name
 from iteralab.campaign.kinds.registry import kind_named
@@ -303,11 +303,12 @@ def execute_pass(spec: PassSpec | dict[str, Any], clock: Any = None, startup: St
     device = None
     try:
         device = seeded_device(spec, startup)
-        workload = load_timed(spec, device, clock, result)
+        workload = load_timed(spec, device, clock, result["phases"], result["notes"])
+        result["workload"], result["file_hashes"] = workload.describe(), workload.file_hashes()
     except Exception as exc:  # a load failure is a failed pass row, with its error
         return _failed(result, exc, "load", "failed while loading", device)
     try:
-        warm_texts, last_warm_s = warm_up(spec, workload, device, clock, result)
+        warm_texts, last_warm_s = warm_up(spec, workload, device, clock, result["phases"], result["notes"])
     except Exception as exc:
         return _failed(result, exc, "warmup", "failed during warm-up", device)
     if spec.check_only:  # the runner's first-batch check: the warm-up was the whole of it
@@ -315,7 +316,9 @@ def execute_pass(spec: PassSpec | dict[str, Any], clock: Any = None, startup: St
 
     beacon = Beacon.warmed_up(spec.scratch_dir, spec.pass_id, last_warm_s, len(warm_texts))  # for the display
     rows = sync.ready() if sync is not None else None  # data-parallel: wait for every worker, get the shard
-    limit_s, basis = _fix_limit(spec, result, last_warm_s, len(warm_texts), rows)
+    limit_s, basis, limit_record = _fix_limit(spec, result["notes"], last_warm_s, len(warm_texts), rows)
+    if limit_record is not None:
+        result["pass_limit"] = limit_record.to_json()
     pass_run, measured_error = _measure(spec, workload, device, clock, result, limit_s, basis, rows, sync, beacon)
     if spec.variant["compile"] and hasattr(workload, "compile_record"):  # after warm-up and pass: what ran compiled
         result["workload"]["compile"] = workload.compile_record()
@@ -377,28 +380,26 @@ def workload_spec(spec: PassSpec, device: Any) -> WorkloadSpec:
                            kind_named(spec.kind).workload_options(spec.model))
 
 
-def load_timed(spec: PassSpec, device: Any, clock: Any, result: dict[str, Any]) -> Any:
-    """The timed load phase: the workload (as the job's kind has a pass drive it), described and its files hashed
-    into the result."""
+def load_timed(spec: PassSpec, device: Any, clock: Any, phases: dict[str, float | None], notes: list[str]) -> Any:
+    """The timed load phase (``phases["load_s"]``; a precision note): the workload, as the job's kind has a pass
+    drive it (the caller records its description and file hashes)."""
 
     # a rerun's carried callable module is imported inside the load phase, as the module found here would be
     with dev.timed(device, clock) as loading, carried_modules(spec.carried_modules or {}):
         workload = kind_named(spec.kind).pass_workload(factory.load_workload(workload_spec(spec, device)), spec.model)
-    result["phases"]["load_s"] = loading.seconds
+    phases["load_s"] = loading.seconds
     if spec.model["kind"] != "callable":  # a callable owns its device and precision: nothing the harness can say
-        result["notes"].extend(filter(None, [dev.precision_note(spec.variant["precision"], device)]))
-    result["workload"] = workload.describe()
-    result["file_hashes"] = workload.file_hashes()
+        notes.extend(filter(None, [dev.precision_note(spec.variant["precision"], device)]))
     return workload
 
 
-def warm_up(spec: PassSpec, workload: Any, device: Any, clock: Any, result: dict[str, Any],
+def warm_up(spec: PassSpec, workload: Any, device: Any, clock: Any, phases: dict[str, float | None], notes: list[str],
             warm_texts: list[str] | None = None) -> tuple[list[str], float | None]:
     """Warm-up (R5): the first `inputs` texts of the corpus (``warm_texts``: already read, by a Ray driver), `passes`
     times, with the variant's batch size; the first repetition of a compiled variant is its ``compile_s``. Returns
     the texts and the last repetition's time: what the pass time limit projects from (run.pass_timeout)."""
 
-    variant, phases, notes = spec.variant, result["phases"], result["notes"]
+    variant = spec.variant
     batch_size = int(variant["batch_size"])
     warm = spec.warmup
     last_warm_s = None
@@ -431,18 +432,15 @@ def warm_up(spec: PassSpec, workload: Any, device: Any, clock: Any, result: dict
     return warm_texts, last_warm_s
 
 
-def _fix_limit(spec: PassSpec, result: dict[str, Any], last_warm_s: float | None, warm_inputs: int,
-               rows: tuple[int, int] | None) -> tuple[float | None, str | None]:
+def _fix_limit(spec: PassSpec, notes: list[str], last_warm_s: float | None, warm_inputs: int,
+               rows: tuple[int, int] | None) -> tuple[float | None, str | None, LimitRecord | None]:
     """Fixed before the measured region: the absolute limit, or this pass's own projection from its warm-up over
-    the documents it will process (a data-parallel worker: its shard)."""
+    the documents it will process (a data-parallel worker: its shard); how it was projected, and its record."""
     limit_s, limit_record = pass_limit(spec, last_warm_s, warm_inputs,
                                        rows[1] - rows[0] if rows is not None else spec.documents)
-    basis = limit_basis(limit_record)
-    if limit_record is not None:
-        result["pass_limit"] = limit_record.to_json()
-        if limit_record.limit_s is None:
-            result["notes"].append(f"pass time limit: {limit_record.reason}")
-    return limit_s, basis
+    if limit_record is not None and limit_record.limit_s is None:
+        notes.append(f"pass time limit: {limit_record.reason}")
+    return limit_s, limit_basis(limit_record), limit_record
 
 
 def _measure(spec: PassSpec, workload: Any, device: Any, clock: Any, result: dict[str, Any], limit_s: float | None,

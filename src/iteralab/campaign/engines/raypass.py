@@ -50,7 +50,7 @@ from iteralab.campaign.kinds.output import file_name
 from iteralab.campaign.kinds.registry import kind_named
 from iteralab.campaign.kinds.sink import PassSink
 from iteralab.campaign.manifest import determinism_settings, environment_manifest, owns_device
-from iteralab.campaign.records import STARTUP_PHASES, WORKER_PHASES, PassSpec, Startup, started
+from iteralab.campaign.records import STARTUP_PHASES, WORKER_PHASES, PassResult, PassSpec, Startup, started
 from iteralab.errors import RunError
 from iteralab.models import device as dev
 from iteralab.models.cards import card_identity, is_rocm, physical_ids
@@ -185,8 +185,8 @@ class RayEngine:
             self.ray.shutdown()
         return time.perf_counter() - t0
 
-    def run_pass(self, spec: PassSpec) -> dict[str, Any]:
-        """Run one pass described by the runner's ``spec``; return its result record (as ``execute_pass``)."""
+    def run_pass(self, spec: PassSpec) -> PassResult:
+        """Run one pass described by the runner's ``spec``; return its result."""
 
         result = _RayPass(self, spec).execute()
         environment = environment_manifest(runtime=not owns_device(spec.model["kind"]))
@@ -199,7 +199,7 @@ class RayEngine:
                 cpu["torch_threads"], cpu["torch_interop_threads"] = runtime.torch_threads, runtime.interop
         # As a worker's result reaches the runner (through JSON): plain values, e.g. torch's version as a string.
         result["environment"] = json.loads(json.dumps(environment))
-        return result
+        return PassResult.from_json(result)
 
 
 class _RayPass:
@@ -255,7 +255,9 @@ class _RayPass:
     def execute(self) -> dict[str, Any]:
         spec, run = self.spec, self.run
         ray = self.engine.ray
-        result, expected_ids, warm_texts = self._before_measuring()
+        expected_ids, warm_texts = self._before_measuring()
+        result = {**started(spec.pass_id, startup=self.startup, engine="ray"), "phases": self.phases,
+                  "notes": self.notes, "expected": len(expected_ids)}
         self._configure(ray.data)
         dataset = self._dataset(ray.data, len(expected_ids), warm_texts)
         limit = spec.pass_timeout_s
@@ -272,14 +274,18 @@ class _RayPass:
         if error is None and len(actors) > run.ray_actors:
             error = RuntimeError(f"{len(actors)} actors returned batches for a pool of {run.ray_actors}: an actor "
                                  "was lost and replaced, its tasks retried")
-        self._outcome(result, ids, expected_ids, error, finished, ready)
-        _actor_cells(result, actors)
+        result["status"], result["error"], result["error_kind"] = self._outcome(ids, expected_ids, error, finished,
+                                                                                ready)
+        first, result["memory"] = _actor_cells(actors)
+        if first is not None:
+            result["workload"], result["file_hashes"] = first.workload, first.file_hashes
+            result["actor_runtime"] = first.runtime
         self._write(result, ids, expected_ids)
         return result
 
-    def _before_measuring(self) -> tuple[dict[str, Any], Any, list[str]]:
-        """The engine's note and the result record; outside the measured region: the expected ids and the warm-up
-        texts, read by the driver."""
+    def _before_measuring(self) -> tuple[Any, list[str]]:
+        """The engine's note; outside the measured region: the expected ids and the warm-up texts, read by the
+        driver."""
 
         spec, run, notes = self.spec, self.run, self.notes
         ray = self.engine.ray
@@ -289,36 +295,35 @@ class _RayPass:
             "as received by the driver, the file in corpus order"
         notes.append(f"engine: ray {ray.__version__} ({self.engine.started and self.engine.started.address}), {layout}; row order "
                      f"{order}")
-        result = {**started(spec.pass_id, startup=self.startup, engine="ray"), "phases": self.phases, "notes": notes}
         expected_ids = _corpus_ids(spec.corpus_path)
-        result["expected"] = len(expected_ids)
         warm = spec.warmup
         warm_texts = first_texts(spec.corpus_path, corpus_options(spec), int(warm["inputs"]),
                                  self.kind.prompts(spec.model)) \
             if warm["inputs"] > 0 and warm["passes"] > 0 else []
         if not warm_texts:
             notes.append("warm-up: none (protocol declares 0 warm-up inputs or passes)")
-        return result, expected_ids, warm_texts
+        return expected_ids, warm_texts
 
-    def _outcome(self, result: dict[str, Any], ids: Any, expected_ids: Any, error: BaseException | None,
-                 finished: float | None, ready: list[float]) -> None:
-        """The pass's status, time or error, and the notes on what was not measured."""
+    def _outcome(self, ids: Any, expected_ids: Any, error: BaseException | None, finished: float | None,
+                 ready: list[float]) -> tuple[str, str | None, str | None]:
+        """The pass's status, error and error kind; its time, and the notes on what was not measured."""
 
         phases, notes = self.phases, self.notes
+        status, text, kind = "failed", None, None
         if error is None:
             problem = _completeness(ids, expected_ids)
             if problem:
-                result["error"], result["error_kind"] = problem, "incomplete"
+                text, kind = problem, "incomplete"
                 notes.append(f"failed: {problem}")
             else:
                 # From the first actor ready (model loaded, warmed up) to the last block on the driver.
-                phases["pass_s"] = finished - min(ready) if ready else None
-                result["status"] = "ok"
+                phases["pass_s"] = finished - min(ready) if ready and finished is not None else None
+                status = "ok"
         else:
-            result["error"] = _error_text(error)
-            result["error_kind"] = "timeout" if isinstance(error, PassTimeout) else \
+            text = _error_text(error)
+            kind = "timeout" if isinstance(error, PassTimeout) else \
                 "stalled" if type(error).__name__ == "ExecutionTimeoutError" else "pass"
-            notes.append(f"failed after {len(ids)} of {len(expected_ids)} inputs: {result['error']}; a Ray block "
+            notes.append(f"failed after {len(ids)} of {len(expected_ids)} inputs: {text}; a Ray block "
                          "failed, its inputs and the blocks not yet received are not counted; no retry")
         if phases["pass_s"] is None:
             notes.append("pass_s: empty, the measured pass did not complete")
@@ -326,6 +331,7 @@ class _RayPass:
             notes.append("compile_s: empty, the variant does not compile")
         notes.append("concurrent load: not measured for a Ray pass (its work runs in Ray's processes, which the "
                      "machine-wide reading cannot tell from other load)")
+        return status, text, kind
 
     def _write(self, result: dict[str, Any], ids: Any, expected_ids: Any) -> None:
         """Writing (outside the measured region): the prediction file in corpus order (the sink's: a streamed
@@ -432,14 +438,12 @@ def _receive(dataset: Any, limit: float | None, relative: WarmupLimit | None,
     return id_chunks, meta_chunks, error, submitted, finished
 
 
-def _actor_cells(result: dict[str, Any], actors: dict[str, ActorRecord]) -> None:
-    """What the actors recorded: the first one's workload and runtime, the largest actor's peak memory."""
+def _actor_cells(actors: dict[str, ActorRecord]) -> tuple[ActorStartup | None, dict[str, int | str | None]]:
+    """What the actors recorded: the first one's start-up (its workload and runtime), the largest actor's peak
+    memory (the result's ``memory``)."""
     first = next((a.startup for a in actors.values() if a.startup is not None), None)
-    if first is not None:
-        result["workload"], result["file_hashes"] = first.workload, first.file_hashes
-        result["actor_runtime"] = first.runtime
     rss = [a.rss for a in actors.values() if a.rss]
-    result["memory"] = {"cpu_peak_rss_bytes": max(rss) if rss else None,
+    return first, {"cpu_peak_rss_bytes": max(rss) if rss else None,
                         "scope": "peak RSS of the largest Ray actor process (max over actors, never summed)",
                         "reason": None if rss else "not measured: no actor returned a batch"}
 
@@ -488,9 +492,10 @@ class RayPredictor:
         startup: Startup = {}
         device = seeded_device(pass_spec, startup, threads=spec.threads,
                                assigned=ray_assigned_device if spec.gpu else None)
-        record = started(pass_spec.pass_id)  # the pass core's phases and notes, this actor's own
-        self.workload = load_timed(pass_spec, device, dev.PERF_CLOCK, record)
-        _, last_warmup_s = warm_up(pass_spec, self.workload, device, dev.PERF_CLOCK, record, warm_texts)
+        phases: dict[str, float | None] = dict.fromkeys(WORKER_PHASES)  # the pass core's phases, this actor's own
+        self.workload = load_timed(pass_spec, device, dev.PERF_CLOCK, phases, [])
+        description, hashes = self.workload.describe(), self.workload.file_hashes()
+        _, last_warmup_s = warm_up(pass_spec, self.workload, device, dev.PERF_CLOCK, phases, [], warm_texts)
         kind = kind_named(pass_spec.kind)
         self.prompts = kind.prompts(pass_spec.model)  # e.g. a generation job: each batch's prompts rendered
         self.sink = kind.sink(Path(spec.target), pass_spec.classes)  # what a batch's outputs become (columns)
@@ -503,12 +508,11 @@ class RayPredictor:
             runtime = ActorRuntime(threads, torch.get_num_interop_threads(), determinism_settings())
         # the card Ray assigned, as Ray names it and as the card identifies itself
         card = {"ray_gpu_ids": _ray_gpu_ids(), **card_identity(device.index or 0)} if spec.gpu else None
-        phases = record["phases"]
         self.startup: ActorStartup | None = ActorStartup(
             created_at=created, ready_at=ready, runtime_s=startup["runtime_s"], load_s=phases["load_s"],
             compile_s=phases["compile_s"], warmup_s=phases["warmup_s"], last_warmup_s=last_warmup_s,
             threads=threads, nice=os.nice(0), omp_num_threads=os.environ.get("OMP_NUM_THREADS"),
-            workload=record["workload"], file_hashes=record["file_hashes"], runtime=runtime, card=card)
+            workload=description, file_hashes=hashes, runtime=runtime, card=card)
 
     def __call__(self, batch: Any) -> Any:
         if self.prompts is not None:

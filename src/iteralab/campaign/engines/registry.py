@@ -55,10 +55,10 @@ def engines(isolation: str, templates: Any = None, ray: RayEngine | None = None,
     (:func:`start_ray`)."""
     local = local_engine(isolation, templates)
     registry: dict[str, Engine] = {
-        "local": _typed(local if prepare is None else (lambda spec: local(prepare(spec)))),
+        "local": local if prepare is None else (lambda spec: local(prepare(spec))),
         "parallel": _typed(run_data_parallel)}
     if ray is not None:
-        registry["ray"] = _typed(ray.run_pass)
+        registry["ray"] = ray.run_pass
     return registry
 
 
