@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from iteralab.campaign.folder import CampaignFolder
     from iteralab.campaign.engines.passes import MeasuredPass
+    from iteralab.plan.scan import read_options
     from iteralab.decision.rule import decide
     from iteralab.models.factory import WorkloadSpec, load_workload
     from iteralab.models.device import cpu_flags, device_inventory
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     corpus = str(folder.corpus_path)
 
     def ours() -> None:
-        MeasuredPass().run(workload, corpus, kwargs, variant.batch_size, variant.bucketing, False, len(classes))
+        MeasuredPass().run(workload, corpus, read_options(**kwargs), variant.batch_size, variant.bucketing, False, len(classes))
 
     from iteralab.plan.corpus import load_corpus
 

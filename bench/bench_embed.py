@@ -94,6 +94,7 @@ def measure(config: dict[str, Any], rounds: int, scratch: Path) -> dict[str, Any
     from sentence_transformers import SentenceTransformer
 
     from iteralab.campaign.engines.passes import MeasuredPass
+    from iteralab.plan.scan import read_options
     from iteralab.campaign.kinds.embedding.output import read_vectors
     from iteralab.campaign.kinds.embedding.sink import VectorSink
     from iteralab.campaign.kinds.embedding.knn import cosine_rows
@@ -115,7 +116,7 @@ def measure(config: dict[str, Any], rounds: int, scratch: Path) -> dict[str, Any
         sink = VectorSink(scratch / f"ours-{len(files)}.parquet", [])
         pass_run = MeasuredPass(sink=sink)
         t0 = time.perf_counter()
-        pass_run.run(workload, config["corpus"], {"id_column": "id", "text_column": "text", "require_labels": False},
+        pass_run.run(workload, config["corpus"], read_options(id_column="id", text_column="text", require_labels=False),
                      batch, config["bucketing"], False, 0)
         seconds = time.perf_counter() - t0
         sink.flush(pass_run, final=True)  # a campaign closes the file after the measured region, as here

@@ -76,6 +76,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> dict:
 
     from iteralab.campaign.kinds.generation.sink import PromptWorkload, TextSink
     from iteralab.campaign.engines.passes import MeasuredPass
+    from iteralab.plan.scan import read_options
     from iteralab.campaign.kinds.generation.output import read_texts
     from iteralab.models import device as dev
     from iteralab.models.factory import WorkloadSpec, load_workload
@@ -156,7 +157,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> dict:
         model.generate = paired_generate
         dev.synchronize(device)
         t0 = time.perf_counter()
-        pass_run.run(workload, str(source), kwargs, args.batch_size, order_name == "bucketed", False, 0)
+        pass_run.run(workload, str(source), read_options(**kwargs), args.batch_size, order_name == "bucketed", False, 0)
         dev.synchronize(device)
         wall = time.perf_counter() - t0
         del model.generate  # back to the model's own method

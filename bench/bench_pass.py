@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     from iteralab.plan.corpus import load_corpus
     from iteralab.demo.run import CLASSES
     from iteralab.campaign.engines.passes import MeasuredPass
+    from iteralab.plan.scan import read_options
     from iteralab.models.factory import WorkloadSpec, load_workload
     from iteralab.models.head import load_head
 
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def run_ours(order_name: str) -> np.ndarray:
             mp = MeasuredPass()
-            mp.run(workload, str(corpus_path), kwargs, args.batch_size, order_name == "bucketed", False, len(CLASSES))
+            mp.run(workload, str(corpus_path), read_options(**kwargs), args.batch_size, order_name == "bucketed", False, len(CLASSES))
             return mp.probs
 
         prebuilt: dict[str, list] = {}

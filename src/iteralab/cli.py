@@ -331,7 +331,7 @@ def exclude_cmd(
     from iteralab.evidence.table import exclude_pass
 
     event = exclude_pass(campaign, pass_id, reason)
-    typer.echo(f"excluded {pass_id}: {event['reason']} (rule: {event['rule']})")
+    typer.echo(f"excluded {pass_id}: {event.reason} (rule: {event.rule})")
 
 
 # The options ``decide`` and ``report`` share, declared once.

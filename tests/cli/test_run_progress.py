@@ -6,6 +6,7 @@ that runs a campaign, and the note on a bf16 pass where the CPU has no native bf
 from __future__ import annotations
 
 import math
+from typing import Any
 import re
 import signal
 from pathlib import Path
@@ -33,7 +34,7 @@ class FakeClock:
 def test_the_watch_projects_the_campaign_after_the_first_warm_up_and_reports_at_its_interval(tmp_path):
     """Fake clocks, no thread: one pass of 100 documents warms up at 0.05 s a document after 4 s of start-up;
     the estimate comes once, at the first reading after the warm-up; a progress event every 30 s, no sooner."""
-    events: list[tuple[str, dict]] = []
+    events: list[tuple[str, Any]] = []
     clock, wall = FakeClock(100.0), FakeClock(1_000_000.0)
     watch = Watch(tmp_path, lambda kind, info: events.append((kind, info)), [("b1", 100), ("b4", 100), ("b1", 100)],
                   every_s=30.0, clock=clock, wall=wall)
@@ -49,8 +50,8 @@ def test_the_watch_projects_the_campaign_after_the_first_warm_up_and_reports_at_
     watch.tick()
     [(kind, estimate)] = events
     # each pass: 4 s outside its documents + 100 x 0.05 s; b4 is assumed as fast until measured
-    assert kind == "estimate" and estimate["passes"] == 3 and estimate["campaign_s"] == pytest.approx(27.0)
-    assert estimate["ends_at"] == pytest.approx(wall.now + 27.0 - 4.0)
+    assert kind == "estimate" and estimate.passes == 3 and estimate.campaign_s == pytest.approx(27.0)
+    assert estimate.ends_at == pytest.approx(wall.now + 27.0 - 4.0)
     assert "3 passes in about 27 s" in estimate_line(estimate) and "20.0 documents/s" in estimate_line(estimate)
     beacon.done(40)
     clock.now += 25.0  # 29 s since the pass started: not yet
@@ -59,10 +60,10 @@ def test_the_watch_projects_the_campaign_after_the_first_warm_up_and_reports_at_
     clock.now += 1.0
     watch.tick()
     kind, info = events[-1]
-    assert kind == "progress" and info["done"] == 40 and info["documents"] == 100
-    assert info["documents_per_s"] == pytest.approx(40 / 26.0)
-    assert info["pass_left_s"] == pytest.approx(60 / (40 / 26.0))
-    assert info["campaign_left_s"] == pytest.approx(info["pass_left_s"] + 18.0)
+    assert kind == "progress" and info.done == 40 and info.documents == 100
+    assert info.documents_per_s == pytest.approx(40 / 26.0)
+    assert info.pass_left_s == pytest.approx(60 / (40 / 26.0))
+    assert info.campaign_left_s == pytest.approx(info.pass_left_s + 18.0)
     line = progress_line(info)
     assert line.startswith("r01-p01-b1-a1: 40 of 100 documents, 1.5 documents/s; pass ends in 39 s (")
     assert "campaign (3 passes left) in 57 s" in line

@@ -70,7 +70,7 @@ def test_exclusion_is_recorded_with_reason_and_leaves_the_statistics(tmp_path):
     with pytest.raises(IteraError, match="no pass 'nope'"):
         exclude_pass(folder, "nope", "incident")
     event = exclude_pass(folder, "r01-p01-b1-a1", "host backup ran during the pass")
-    assert event["rule"].startswith("a pass is excluded only for a documented external incident")
+    assert event.rule.startswith("a pass is excluded only for a documented external incident")
     assert read_journal(folder / "journal.jsonl").exclusions["r01-p01-b1-a1"]["reason"] == \
         "host backup ran during the pass"
     with pytest.raises(IteraError, match="already excluded"):

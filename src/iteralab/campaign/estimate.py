@@ -20,7 +20,7 @@ from iteralab.campaign.engines.registry import engine_name
 from iteralab.campaign.folder import CAMPAIGN, CampaignFolder
 from iteralab.campaign.journal import JOURNAL_NAME, read_journal
 from iteralab.campaign.progress import duration
-from iteralab.campaign.records import PassSpec, started
+from iteralab.campaign.records import WORKER_PHASES, PassSpec
 from iteralab.campaign.runner import slot_documents, pass_spec, prepare
 from iteralab.errors import RunError
 from iteralab.models import device as dev
@@ -62,14 +62,14 @@ def warm_up_only(spec: PassSpec, clock: Any = None) -> VariantEstimate:
     """A pass's load and warm-up (the same functions a pass runs), nothing measured and nothing written: the
     load's and the warm-up's seconds and the warm-up's seconds per document."""
     clock = clock or dev.PERF_CLOCK
-    result = started(spec.pass_id, startup={})
+    phases: dict[str, float | None] = dict.fromkeys(WORKER_PHASES)
+    notes: list[str] = []
     device = passes.seeded_device(spec, {})
-    workload = passes.load_timed(spec, device, clock, result)
-    texts, last_warm_s = passes.warm_up(spec, workload, device, clock, result)
-    phases = result["phases"]
+    workload = passes.load_timed(spec, device, clock, phases, notes)
+    texts, last_warm_s = passes.warm_up(spec, workload, device, clock, phases, notes)
     setup = sum(phases.get(k) or 0.0 for k in ("load_s", "compile_s", "warmup_s"))
     return VariantEstimate(setup, last_warm_s / len(texts) if last_warm_s and texts else None,
-                           tuple(n for n in result["notes"] if not n.startswith("compile_s:")))
+                           tuple(n for n in notes if not n.startswith("compile_s:")))
 
 
 def estimate_campaign(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os.PathLike[str], *,

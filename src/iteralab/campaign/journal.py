@@ -30,7 +30,8 @@ class Journal:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
 
-    def append(self, event: str, **payload: Any) -> dict[str, Any]:
+    def append(self, event: str, **payload: Any) -> None:
+        """One record (``event``, the time ``at``, the payload's fields), appended and flushed to disk."""
         record = {"event": event, "at": utc_now(), **payload}
         line = json.dumps(record, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
         try:
@@ -48,7 +49,6 @@ class Journal:
                 f"{self.path}: cannot append to the journal: {exc.strerror}",
                 hint="free disk space or fix permissions; finished passes already recorded are kept",
             ) from None
-        return record
 
 
 @dataclass

@@ -28,7 +28,7 @@ from iteralab.common.files import sha256_file, write_json_atomic
 from iteralab.errors import RunError
 from iteralab.models.device import device_inventory, host_inventory
 
-__all__ = ["GIT_NOT_READ", "MANIFEST_SCHEMA_VERSION", "PACKAGES", "RESUME_KEYS", "GitState", "Manifest",
+__all__ = ["GIT_NOT_READ", "MANIFEST_SCHEMA_VERSION", "PACKAGES", "RESUME_KEYS", "GitState", "Manifest", "ObservedFacts",
            "campaign_manifest", "check_resume_environment", "code_version", "determinism_settings",
            "diff_manifests", "env_summary", "environment_manifest", "flatten", "git_state", "load_observed",
            "manifest_differences", "read_manifest", "rocm_compatibility", "rocm_compatibility_line", "sha256_file",
@@ -90,7 +90,7 @@ def git_state(workdir: Path) -> GitState:
     return GitState(head.stdout.strip(), bool(status.stdout.strip()), None)
 
 
-def determinism_settings() -> dict[str, Any]:
+def determinism_settings() -> dict[str, bool | str | None]:
     import torch
 
     return {
@@ -169,6 +169,27 @@ def _jsonable(value: Any, where: str) -> Any:
         return json.loads(json.dumps(value, allow_nan=False))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: not JSON-serialisable ({exc})") from exc
+
+
+@dataclass(frozen=True)
+class ObservedFacts:
+    """The manifest facts a pass observed that every later pass of its campaign must match (C3/C5): the
+    environment it ran in (its code version left out: the working tree may change between passes) and the model's
+    file hashes; the manifest's ``observed`` part (:meth:`to_json`), written by the first successful pass."""
+
+    #: the environment record as :func:`environment_manifest` read it
+    environment: dict[str, Any]
+    file_hashes: Mapping[str, str] | None = None
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, object]) -> ObservedFacts:
+        environment = record.get("environment")
+        hashes = record.get("file_hashes")
+        return cls(dict(environment) if isinstance(environment, Mapping) else {},
+                   dict(hashes) if isinstance(hashes, Mapping) else None)
+
+    def to_json(self) -> dict[str, object]:
+        return {"environment": self.environment, "file_hashes": self.file_hashes}
 
 
 @dataclass(frozen=True)
@@ -328,14 +349,14 @@ RESUME_KEYS = ("python.version", "packages.torch", "packages.transformers", "pac
                "device_inventory.torch_hip")
 
 
-def check_resume_environment(out: Path, reference: dict[str, Any]) -> None:
+def check_resume_environment(out: Path, reference: ObservedFacts) -> None:
     """Before a resumed campaign runs a pass: the software and devices must be those of its finished passes."""
 
     def wanted(key: str) -> bool:
         return any(key == p or fnmatch.fnmatchcase(key, p) for p in RESUME_KEYS)
 
     now = environment_manifest(git=False)  # the code version is not among the keys compared
-    for key, before, after in manifest_differences(reference.get("environment") or {}, now):
+    for key, before, after in manifest_differences(reference.environment, now):
         if wanted(key):
             raise RunError(
                 f"{out}: resume refused: {key} was {before} for the passes already run, now {after}; the "
@@ -351,7 +372,7 @@ def env_summary(environment: dict[str, Any] | None) -> dict[str, Any] | None:
     return {"devices": inventory}
 
 
-def load_observed(path: Path) -> dict[str, Any] | None:
+def load_observed(path: Path) -> ObservedFacts | None:
     """The observed facts of a campaign's manifest file (None before the first successful pass wrote it)."""
     manifest = read_manifest(path)
-    return None if manifest is None or manifest.observed is None else dict(manifest.observed)
+    return None if manifest is None or manifest.observed is None else ObservedFacts.from_json(manifest.observed)

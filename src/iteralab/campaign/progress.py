@@ -35,7 +35,41 @@ POLL_S = 0.5
 LAYOUT = struct.Struct("<qdq")
 SUFFIX = ".progress"
 
-Emit = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The ``estimate`` event, once, right after the run's first warm-up: the campaign's projected duration
+    (``campaign_s``; None: not projectable), its end as a wall-clock time, and the warm-up's pace it came from."""
+
+    pass_id: str
+    variant: str
+    passes: int
+    documents_per_s: float | None
+    campaign_s: float | None
+    ends_at: float | None
+
+
+@dataclass(frozen=True)
+class PassProgress:
+    """The ``progress`` event of a running pass: documents done (None while it loads and warms up), its rate, the
+    projected ends of the pass and of the campaign (seconds left, wall-clock times; None: not projectable yet)."""
+
+    pass_id: str
+    variant: str
+    done: int | None
+    documents: int | None
+    documents_per_s: float | None
+    elapsed_s: float
+    pass_left_s: float | None
+    campaign_left_s: float | None
+    passes_left: int
+    pass_ends_at: float | None
+    campaign_ends_at: float | None
+
+
+#: What the watch calls: ``("estimate", Estimate)`` once, ``("progress", PassProgress)`` at its interval.
+Emit = Callable[[str, Estimate | PassProgress], None]
 
 
 class Beacon:
@@ -229,13 +263,12 @@ class Watch:
                 self.estimated = True
                 self.emit("estimate", self._estimate(p, now))
 
-    def _estimate(self, p: _Pass, now: float) -> dict[str, Any]:
+    def _estimate(self, p: _Pass, now: float) -> Estimate:
         left = self.projection.remaining_s(self.slots)
-        return {"pass_id": p.pass_id, "variant": p.variant, "passes": len(self.slots),
-                "documents_per_s": 1.0 / p.per_document_s if p.per_document_s else None,
-                "campaign_s": left, "ends_at": None if left is None else self.wall() + left - (now - p.started)}
+        return Estimate(p.pass_id, p.variant, len(self.slots), 1.0 / p.per_document_s if p.per_document_s else None,
+                        left, None if left is None else self.wall() + left - (now - p.started))
 
-    def _progress(self, p: _Pass, now: float) -> dict[str, Any]:
+    def _progress(self, p: _Pass, now: float) -> PassProgress:
         rate = None
         if p.warmed_at is not None and p.done and now > p.warmed_at:
             rate = p.done / (now - p.warmed_at)
@@ -247,11 +280,11 @@ class Watch:
         later = self.projection.remaining_s(self.slots[1:])
         campaign_left = None if pass_left is None or later is None else pass_left + later
         wall = self.wall()
-        return {"pass_id": p.pass_id, "variant": p.variant, "done": p.done if p.warmed_at is not None else None,
-                "documents": p.documents, "documents_per_s": rate, "elapsed_s": now - p.started,
-                "pass_left_s": pass_left, "campaign_left_s": campaign_left, "passes_left": len(self.slots),
-                "pass_ends_at": None if pass_left is None else wall + pass_left,
-                "campaign_ends_at": None if campaign_left is None else wall + campaign_left}
+        return PassProgress(p.pass_id, p.variant, done=p.done if p.warmed_at is not None else None,
+                            documents=p.documents, documents_per_s=rate, elapsed_s=now - p.started,
+                            pass_left_s=pass_left, campaign_left_s=campaign_left, passes_left=len(self.slots),
+                            pass_ends_at=None if pass_left is None else wall + pass_left,
+                            campaign_ends_at=None if campaign_left is None else wall + campaign_left)
 
 
 class _Thread:
@@ -294,28 +327,28 @@ def clock_time(epoch: float | None) -> str:
     return time.strftime("%H:%M", time.localtime(epoch))
 
 
-def progress_line(info: dict[str, Any]) -> str:
+def progress_line(info: PassProgress) -> str:
     """The plain line a ``progress`` event prints where no terminal shows a bar."""
-    head = f"{info['pass_id']}: "
-    if info.get("done") is None:
-        return head + f"loading and warming up, {duration(info['elapsed_s'])} so far"
-    total = f" of {info['documents']:,}" if info.get("documents") is not None else ""
-    rate = info.get("documents_per_s")
-    line = head + f"{info['done']:,}{total} documents" + (f", {rate:,.1f} documents/s" if rate else "")
-    if info.get("pass_left_s") is not None:
-        line += f"; pass ends in {duration(info['pass_left_s'])} ({clock_time(info['pass_ends_at'])})"
-    if info.get("campaign_left_s") is not None:
-        left = info["passes_left"]
+    head = f"{info.pass_id}: "
+    if info.done is None:
+        return head + f"loading and warming up, {duration(info.elapsed_s)} so far"
+    total = f" of {info.documents:,}" if info.documents is not None else ""
+    rate = info.documents_per_s
+    line = head + f"{info.done:,}{total} documents" + (f", {rate:,.1f} documents/s" if rate else "")
+    if info.pass_left_s is not None:
+        line += f"; pass ends in {duration(info.pass_left_s)} ({clock_time(info.pass_ends_at)})"
+    if info.campaign_left_s is not None:
+        left = info.passes_left
         line += (f"; campaign ({left} {'pass' if left == 1 else 'passes'} left) in "
-                 f"{duration(info['campaign_left_s'])} ({clock_time(info['campaign_ends_at'])})")
+                 f"{duration(info.campaign_left_s)} ({clock_time(info.campaign_ends_at)})")
     return line
 
 
-def estimate_line(info: dict[str, Any]) -> str:
+def estimate_line(info: Estimate) -> str:
     """The line ``run`` prints once, right after the first warm-up: the campaign's projected duration."""
-    rate = info.get("documents_per_s")
-    pace = f"{info['variant']}'s warm-up: {rate:,.1f} documents/s" if rate else f"{info['variant']}'s warm-up"
-    return (f"projected: {info['passes']} {'pass' if info['passes'] == 1 else 'passes'} in about {duration(info['campaign_s'])} (ends about "
-            f"{clock_time(info['ends_at'])}), from {pace}; variants not measured yet are assumed as fast, and the "
+    rate = info.documents_per_s
+    pace = f"{info.variant}'s warm-up: {rate:,.1f} documents/s" if rate else f"{info.variant}'s warm-up"
+    return (f"projected: {info.passes} {'pass' if info.passes == 1 else 'passes'} in about {duration(info.campaign_s)} (ends about "
+            f"{clock_time(info.ends_at)}), from {pace}; variants not measured yet are assumed as fast, and the "
             "projection is corrected as passes end")
 

@@ -40,6 +40,12 @@ GENERATED_TEXTS = "generated_texts"
 OUTPUT_KINDS = (CLASS_PROBABILITIES, EMBEDDING_VECTORS, GENERATED_TEXTS)
 
 
+#: A worker's start-up record (R2, the result's ``startup``), flat: each start-up phase in seconds, the runtime's
+#: resident bytes, how the worker started (``forked``; a refused template's reason). Plain values only: it crosses a
+#: process boundary as JSON.
+Startup = dict[str, float | int | bool | str | None]
+
+
 def _error(what: str, problem: str) -> RunError:
     return RunError(f"{what}: {problem}", hint="the record was not written by this version of iteralab")
 
@@ -225,8 +231,3 @@ def failure(pass_id: str | None, error: str, kind: str, *, completed: int | None
     and its kind. ``completed``/``retries`` None: unknown (a worker that died before reporting)."""
     return PassResult(pass_id, "failed", completed=completed, retries=retries, error=error, error_kind=kind,
                       notes=tuple(notes), extra=extra).to_json()
-
-
-def normalized(data: Mapping[str, Any]) -> dict[str, Any]:
-    """A result's JSON form read back through :class:`PassResult` (checked, with every field present)."""
-    return PassResult.from_json(data).to_json()

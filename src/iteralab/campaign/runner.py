@@ -32,18 +32,19 @@ from typing import Any, Callable
 from iteralab.campaign.campaignrecord import (CampaignRecord, ModelRecord, ProtocolStamp, read_campaign,
                                               write_campaign)
 from iteralab.campaign.corpuscopy import write_corpus_copies
-from iteralab.campaign.engines.registry import (Engine, check_engines, engine_name, engines, start_ray,
+from iteralab.campaign.engines.registry import (Engine, RayCluster, check_engines, engine_name, engines, start_ray,
                                                 worker_templates)
 from iteralab.campaign.folder import (
     CAMPAIGN, CATALOG, INPUTS, LOCK, MANIFEST, PREDICTIONS, PROTOCOL, TABLE, corpus_copy)
 from iteralab.campaign.journal import JOURNAL_NAME, Journal, read_journal
 from iteralab.campaign.kinds.registry import kind_of
 from iteralab.campaign.manifest import (
-    campaign_manifest, check_resume_environment, diff_manifests, env_summary, load_observed, write_manifest)
+    ObservedFacts, campaign_manifest, check_resume_environment, diff_manifests, env_summary, load_observed,
+    write_manifest)
 from iteralab.campaign.preflight import preflight
 from iteralab.campaign import progress as _progress
-from iteralab.campaign.progress import Watch, remove_beacons
-from iteralab.campaign.records import PassResult, PassSpec, failure
+from iteralab.campaign.progress import Estimate, PassProgress, Watch, remove_beacons
+from iteralab.campaign.records import PassResult, PassSpec
 from iteralab.campaign.stopping import RunInterrupted, StopSignals
 from iteralab.campaign.verdict import evaluate
 from iteralab.campaign.verdict.evaluate import CampaignReads
@@ -59,7 +60,9 @@ from iteralab.plan.lockfile import LockedProtocol, open_locked
 from iteralab.plan.protocol import Protocol, check_series
 from iteralab.plan.schedule import Slot, schedule_slots
 
-ProgressFn = Callable[[str, dict[str, Any]], None]
+#: The run's events: ``(kind, what)``, the watch's ``estimate`` and ``progress`` typed (``campaign.progress``), the
+#: runner's own (``start``, ``pass``, ``done``, ``failure``, ``note``, ``end``) flat records of counts, names, seconds
+ProgressFn = Callable[[str, Estimate | PassProgress | dict[str, str | float | None]], None]
 
 
 #: The pass workers' scratch folder inside the campaign (spec and result files; removed when a run ends).
@@ -87,7 +90,7 @@ def _ensure_folder(out: Path) -> None:
                        hint="choose a folder you can write to") from None
 
 
-def _copy_catalog(locked: LockedProtocol, target: Path) -> dict[str, Any]:
+def _copy_catalog(locked: LockedProtocol, target: Path) -> dict[str, str | None]:
     """The catalog the protocol names, validated and copied into the folder (so the seal covers it and a folder
     moved to another machine decides the same way; a catalog given later with ``--catalog`` travels beside the
     decision it priced, ``decision-catalog.csv``: :mod:`iteralab.decision.note`)."""
@@ -195,11 +198,11 @@ def slot_documents(campaign: CampaignRecord, dataset: str | None) -> int | None:
     return None if source is None else source.size
 
 
-def _manifest_fields(result: PassResult) -> dict[str, Any]:
+def _manifest_fields(result: PassResult) -> ObservedFacts:
     """The manifest facts a pass observed that must match the campaign's (C3/C5)."""
     env = dict(result.environment or {})
     env.pop("git", None)  # the working tree may legitimately change between passes of one campaign
-    return {"environment": env, "file_hashes": result.file_hashes}
+    return ObservedFacts(env, result.file_hashes)
 
 
 def run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os.PathLike[str], *,
@@ -256,7 +259,7 @@ class _Run:
     stop: Any
     at: _Where
     emit: ProgressFn
-    reference_manifest: dict[str, Any] | None
+    reference_manifest: ObservedFacts | None
     #: (round, position) -> attempts journaled so far
     attempts: dict[tuple[int, int], int]
     #: variant -> the pass that exceeded the pass time limit first
@@ -300,7 +303,7 @@ def _run_passes(protocol: str | os.PathLike[str] | LockedProtocol, out: str | os
         if templates is not None:
             templates.close()
     if run.engine is not None:
-        run.journal.append("engine_stopped", **run.engine.stop())
+        run.journal.append("engine_stopped", engine="ray", shutdown_s=run.engine.stop())
     shutil.rmtree(out / SCRATCH, ignore_errors=True)
     return {"out": str(out), "passes_total": len(slots), "passes_run_now": len(todo),
             "unrunnable": dict(flight.unrunnable)}
@@ -368,9 +371,10 @@ def _discard_folder(out: Path, created: bool | None) -> None:
         shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
 
 
-def _say_first_failure(run: _Run, pass_id: str, result: PassResult, verdict: dict[str, Any]) -> None:
-    """The first pass of this run that failed, or whose metric could not be computed, said once, in one line."""
-    why = result.error or verdict.get("routine_error")
+def _say_first_failure(run: _Run, pass_id: str, result: PassResult, routine_error: str | None) -> None:
+    """The first pass of this run that failed, or whose metric could not be computed (``routine_error``, from its
+    verdict), said once, in one line."""
+    why = result.error or routine_error
     if why and run.first_failure is None:
         run.first_failure = pass_id
         run.emit("failure", {"pass_id": pass_id, "error": " ".join(str(why).split())})
@@ -407,7 +411,7 @@ def _open_run(protocol: Protocol, campaign: CampaignRecord, out: Path, flight: A
                 journal.append("pass_evaluated", pass_id=pid, evaluation_s=time.perf_counter() - t0,
                                intrinsic=verdict, after_resume=True)
     if engine is not None:  # campaign start-up (R2): Ray started, the cluster as Ray reports it
-        journal.append("engine_started", **engine.started)
+        journal.append("engine_started", **(engine.started.to_json() if engine.started is not None else {}))
     attempts: dict[tuple[int, int], int] = {}
     for pid in state.order:
         key = (state.started[pid]["round"], state.started[pid]["position"])
@@ -463,7 +467,7 @@ def _run_slot(run: _Run, slot: Slot) -> None:
     # A pass that observed no environment (not run, or its worker died before reporting) has nothing to
     # compare: an empty record would read as "differs in every field".
     diff = _diff(run.reference_manifest, observed) if run.reference_manifest is not None and \
-        observed["environment"] else []
+        observed.environment else []
     finished = result.to_json(journal=True)
     run.journal.append("pass_finished", manifest_diff=diff,
                        environment_summary=env_summary(result.environment), **finished)
@@ -473,7 +477,7 @@ def _run_slot(run: _Run, slot: Slot) -> None:
                                      finished={**finished, "variant": slot.variant})
     run.journal.append("pass_evaluated", pass_id=pass_id, evaluation_s=time.perf_counter() - t0, intrinsic=verdict)
     run.emit("done", {"pass_id": pass_id, "status": result.status, "pass_s": result.phase("pass_s")})
-    _say_first_failure(run, pass_id, result, verdict)
+    _say_first_failure(run, pass_id, result, verdict.get("routine_error"))
 
 
 def _watch(run: _Run, todo: list[Slot], progress: ProgressFn | None, every_s: float | None) -> Watch | None:
@@ -505,27 +509,25 @@ def _slot_result(run: _Run, slot: Slot, pass_id: str) -> PassResult:
     machine, or its variant stopped by the pass time limit)."""
     protocol = run.protocol
     if slot.variant in run.flight.unrunnable:
-        return PassResult.from_json(_not_run(
-            pass_id, f"not runnable on this machine: {run.flight.unrunnable[slot.variant]}", "unrunnable"))
+        return _not_run(pass_id, f"not runnable on this machine: {run.flight.unrunnable[slot.variant]}", "unrunnable")
     if slot.variant in run.timed_out:
         limit = (f"the pass time limit of {protocol.run.pass_timeout_s:g} s"
                  if protocol.run.pass_timeout_s is not None else
                  f"its pass time limit ({protocol.run.pass_timeout})")
-        return PassResult.from_json(_not_run(
-            pass_id, f"not run: {slot.variant} exceeded {limit} in {run.timed_out[slot.variant]}"))
+        return _not_run(pass_id, f"not run: {slot.variant} exceeded {limit} in {run.timed_out[slot.variant]}")
     assert run.engines is not None
     engine = run.engines[engine_name(protocol.variant(slot.variant))]
     return engine(pass_spec(run.campaign, protocol, run.out, slot, pass_id))
 
 
-def _not_run(pass_id: str, why: str, kind: str = "not_run") -> dict[str, Any]:
+def _not_run(pass_id: str, why: str, kind: str = "not_run") -> PassResult:
     """The record of a slot that the protocol's own rule (or this machine, ``unrunnable``) says not to run: every
-    measurement empty."""
-    return failure(pass_id, why, kind, notes=[why])
+    measurement empty (as :func:`~iteralab.campaign.records.failure` writes a failed pass)."""
+    return PassResult(pass_id, "failed", error=why, error_kind=kind, notes=(why,))
 
 
 def _write_manifest(out: Path, campaign: CampaignRecord, protocol: Protocol, result: PassResult,
-                    observed: dict[str, Any], ray: dict[str, Any] | None = None) -> dict[str, Any]:
+                    observed: ObservedFacts, ray: RayCluster | None = None) -> ObservedFacts:
     manifest = campaign_manifest(
         environment=dict(result.environment or {}),
         workload_description=dict(result.workload or {}),
@@ -536,11 +538,11 @@ def _write_manifest(out: Path, campaign: CampaignRecord, protocol: Protocol, res
         reproduction_target=protocol.reproduction.model_dump(),
         extra={"protocol": campaign.protocol.to_json(), "variants": list(campaign.variants),
                "model_spec": campaign.model.to_json(), "first_pass": result.pass_id,
-               **({"ray": ray} if ray else {})},
+               **({"ray": ray.to_json()} if ray is not None else {})},
     )
-    write_manifest(out / MANIFEST, manifest.with_observed(observed))
+    write_manifest(out / MANIFEST, manifest.with_observed(observed.to_json()))
     return observed
 
 
-def _diff(reference: dict[str, Any], observed: dict[str, Any]) -> list[str]:
-    return diff_manifests(reference, observed)
+def _diff(reference: ObservedFacts, observed: ObservedFacts) -> list[str]:
+    return diff_manifests(reference.to_json(), observed.to_json())

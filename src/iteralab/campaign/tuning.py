@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +158,21 @@ def _settings_key(variant: Variant) -> tuple[str, str, int]:
 
 
 @dataclass(frozen=True)
+class TuningSettings:
+    """How the tuning measurement ran the model: the reference variant's settings (fp32, batch
+    :data:`DEFAULT_BATCH` where no reference is declared yet) and the device it ran on."""
+
+    variant: str | None
+    precision: str
+    padding: str
+    batch_size: int
+    device: str
+
+    def to_json(self) -> dict[str, str | int | None]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class TuningMeasure:
     """The model on the tuning split: the metric overall and per planned subgroup, and the suggested threshold."""
 
@@ -169,7 +184,7 @@ class TuningMeasure:
     subgroups: dict[str, float | None]
     suggested_threshold: float
     how: str
-    settings: dict[str, Any]
+    settings: TuningSettings
     notes: list[str] = field(default_factory=list)
     sizes: SizeRecord | None = None
     size_text: list[str] = field(default_factory=list)
@@ -178,7 +193,7 @@ class TuningMeasure:
         return {"schema_version": 1, "protocol": self.protocol, "tuning": self.tuning,
                 "tuning_size": self.tuning_size, "metric_name": self.metric_name, "metric": round(self.metric, 4),
                 "subgroups": {k: None if v is None else round(v, 4) for k, v in self.subgroups.items()},
-                "suggested_threshold": self.suggested_threshold, "how": self.how, "settings": self.settings,
+                "suggested_threshold": self.suggested_threshold, "how": self.how, "settings": self.settings.to_json(),
                 "notes": list(self.notes),
                 "sample_size": None if self.sizes is None else {**json.loads(self.sizes.to_json()),
                                                                 "lines": list(self.size_text)}}
@@ -192,9 +207,9 @@ class TuningMeasure:
         out += [f"  {name}: {', '.join(values)}" for name, values in groups.items()]
         out.append(f"suggested threshold {self.suggested_threshold:.2f}: {self.how}")
         run = self.settings
-        named = f"variant {run['variant']}" if run["variant"] else "no reference variant"
-        out.append(f"measured with {named}: batch {run['batch_size']}, {run['precision']}, padding "
-                   f"{run['padding']}, device {run['device']}")
+        named = f"variant {run.variant}" if run.variant else "no reference variant"
+        out.append(f"measured with {named}: batch {run.batch_size}, {run.precision}, padding "
+                   f"{run.padding}, device {run.device}")
         out += self.size_text
         out += [f"note: {note}" for note in self.notes]
         return out
@@ -229,7 +244,7 @@ def measure_tuning(protocol_path: str | os.PathLike[str], *, progress: Progress 
         return _measure_ranking(path, view, tuning_file, split, progress)
     workload, settings = _load(path, view)
     texts = list(split.texts)
-    probs = _infer(workload, texts, settings["batch_size"], progress)
+    probs = _infer(workload, texts, settings.batch_size, progress)
     by_stratum = any(s.by == "stratum" for s in view.subgroups)
     strata = dict(zip(split.ids, split.columns[spec.stratum_column])) if by_stratum else {}
     expected = Expected.of(split.ids, dict(zip(split.ids, split.labels)), strata, spec.classes)
@@ -242,7 +257,7 @@ def measure_tuning(protocol_path: str | os.PathLike[str], *, progress: Progress 
     del workload  # one model held at a time: each candidate's is loaded after the reference's is let go
     for variant in view.candidates():
         other, other_settings = _load(path, view, variant)
-        theirs = _infer(other, texts, other_settings["batch_size"], progress).argmax(axis=1).astype(predicted.dtype)
+        theirs = _infer(other, texts, other_settings.batch_size, progress).argmax(axis=1).astype(predicted.dtype)
         del other
         discordant = float(np.mean(theirs != predicted))
         if view.metric.name == "accuracy":  # a mean of per-document correctness: the paired differences
@@ -302,7 +317,7 @@ def _measure_generation(path: Path, view: TuningView, tuning_file: Path, progres
                           f"({len(missing)} such rows)", hint="give every tuning document its reference answer")
     workload, settings = _load(path, view)
     prompts = generation.render_all(split.texts, {name: split.columns[name] for name in generation.columns})
-    outputs = _generate(workload, prompts, settings["batch_size"], progress)
+    outputs = _generate(workload, prompts, settings.batch_size, progress)
     references = [str(answer) for answer in split.columns[reference]]
     measured = corpus_score(view.metric.name, outputs, references)
     subgroups: dict[str, float | None] = {}
@@ -318,7 +333,7 @@ def _measure_generation(path: Path, view: TuningView, tuning_file: Path, progres
     del workload  # one model held at a time
     for variant in view.candidates():  # chrF's corpus score is not a mean: its sentence scores stand for it
         other, other_settings = _load(path, view, variant)
-        answers = _generate(other, prompts, other_settings["batch_size"], progress)
+        answers = _generate(other, prompts, other_settings.batch_size, progress)
         del other
         theirs = document_scores(view.metric.name, answers, references)
         candidates.append(Disagreement.of_values(variant.name, ours, theirs, "documents"))
@@ -351,7 +366,7 @@ def _measure_ranking(path: Path, view: TuningView, tuning_file: Path, split: Any
         assert found is not None  # load_queries refuses a file without a query
         return found, np.concatenate([b.values(metric.name) for b in blocks])
 
-    ranking, ours = per_query(workload, settings["batch_size"])
+    ranking, ours = per_query(workload, settings.batch_size)
     measured = ranking.value(metric.name)
     where = f"{tuning_file.name} ({len(split)} texts, {len(queries)} queries of {queries_file.name})"
     suggested, how = suggest_threshold(measured, metric.name, where)
@@ -359,7 +374,7 @@ def _measure_ranking(path: Path, view: TuningView, tuning_file: Path, split: Any
     del workload  # one model held at a time
     for variant in view.candidates():
         other, other_settings = _load(path, view, variant)
-        theirs = per_query(other, other_settings["batch_size"])[1]
+        theirs = per_query(other, other_settings.batch_size)[1]
         del other
         candidates.append(Disagreement.of_values(variant.name, ours, theirs, "queries"))
     return _with_sizes(view, tuning_file, measured, candidates, TuningMeasure(
@@ -389,30 +404,30 @@ def _tuning_split(path: Path, view: TuningView, tuning_file: Path, extra: list[s
     return split
 
 
-def _load(path: Path, view: TuningView, variant: Variant | None = None) -> tuple[Any, dict[str, Any]]:
+def _load(path: Path, view: TuningView, variant: Variant | None = None) -> tuple[Any, TuningSettings]:
     """The declared model with the settings of ``variant`` (default: the reference variant's); any failure to load
     is one line naming it."""
 
     model, reference = view.model, variant or view.reference()
-    settings = {"variant": reference.name if reference else None,
-                "precision": reference.precision if reference else "fp32",
-                "padding": reference.padding if reference else "longest",
-                "batch_size": reference.batch_size if reference else DEFAULT_BATCH,
-                "device": (reference.device if reference and reference.device else view.run.device)}
+    settings = TuningSettings(reference.name if reference else None, reference.precision if reference else "fp32",
+                              reference.padding if reference else "longest",
+                              reference.batch_size if reference else DEFAULT_BATCH,
+                              reference.device if reference and reference.device else view.run.device)
     where = model.callable if model.kind == "callable" else model.path
     record = {"kind": model.kind, "path": resolve(path, model.path), "head": resolve(path, model.head),
               "callable": model.callable, "max_length": model.max_length, "truncation": model.truncation,
               "trust_remote_code": model.trust_remote_code}
     generation = view.generation if rules_of(view).prompts else None
-    options: dict[str, Any] = {"task": view.task.kind, "pooling": view.embedding.pooling,
-                               "normalize": view.embedding.normalize}
+    options: dict[str, str | bool | GenerationSettings | None] = {
+        "task": view.task.kind, "pooling": view.embedding.pooling, "normalize": view.embedding.normalize}
     if generation is not None:
         options["generation"] = GenerationSettings(
             max_new_tokens=generation.max_new_tokens, stop=generation.stop, chat_template=generation.chat_template,
             allow_truncation=generation.allow_truncation, prompt_max_length=model.max_length)
     try:
         workload = factory.load_workload(WorkloadSpec.of(
-            record, settings, view.corpus.classes, "cpu" if model.kind == "callable" else settings["device"], options))
+            record, settings.to_json(), view.corpus.classes, "cpu" if model.kind == "callable" else settings.device,
+            options))
     except IteraError as exc:
         raise WorkloadError(f"{path}: model ({model.kind}, {where}) not loadable: {exc.message}",
                             hint=exc.hint or "check the [model] table") from None
@@ -420,8 +435,7 @@ def _load(path: Path, view: TuningView, variant: Variant | None = None) -> tuple
 
         raise WorkloadError(f"{path}: model ({model.kind}, {where}) not loadable: {error_text(exc)}",
                             hint="check the [model] table: path, head, callable") from None
-    settings["device"] = str(getattr(workload, "device", settings["device"]))
-    return workload, settings
+    return workload, replace(settings, device=str(getattr(workload, "device", settings.device)))
 
 
 def _notes(view: TuningView, workload: Any, tuning_file: Path) -> list[str]:

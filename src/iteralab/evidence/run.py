@@ -4,6 +4,7 @@ from what the passes stored. Reads the locked protocol; writes the campaign fold
 from __future__ import annotations
 
 import os
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from iteralab.campaign.folder import read_raw_rows
@@ -30,17 +31,24 @@ def run_campaign(protocol: str | os.PathLike[str] | LockedProtocol, out: str | o
         table = write_raw_table(summary["out"], reads)
     if progress is not None:
         progress("end", {"table": str(table)})
-    return {**summary, "raw_table": str(table), **acceptance(table)}
+    return {**summary, "raw_table": str(table), **asdict(acceptance(table))}
 
 
-def acceptance(table: str | os.PathLike[str]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Acceptance:
     """How many passes of the raw table were accepted, and the first one that was not (journal order; an
-    interrupted pass is neither), with why, in one line: ``accepted``, ``first_failure`` (None when every pass
-    was accepted)."""
+    interrupted pass is neither), with why, in one line (None when every pass was accepted)."""
+
+    accepted: int
+    first_failure: str | None
+
+
+def acceptance(table: str | os.PathLike[str]) -> Acceptance:
+    """The raw table's :class:`Acceptance` (the run's summary holds its fields)."""
     rows = read_raw_rows(table)
     refused = next((row for row in rows if not row.accepted and not row.interrupted), None)
-    return {"accepted": sum(row.accepted for row in rows),
-            "first_failure": None if refused is None else f"{refused.pass_id}: {failure_reason(refused)}"}
+    return Acceptance(sum(row.accepted for row in rows),
+                      None if refused is None else f"{refused.pass_id}: {failure_reason(refused)}")
 
 
 def failure_reason(row: Any) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -286,7 +287,18 @@ def read_raw_table(path: str | Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def exclude_pass(campaign_dir: str | Path, pass_id: str, reason: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Exclusion:
+    """A pass excluded from the statistics (T4), as its ``pass_excluded`` event records it: the pass, its variant,
+    the reason given and the protocol's exclusion rule."""
+
+    pass_id: str
+    variant: str
+    reason: str
+    rule: str
+
+
+def exclude_pass(campaign_dir: str | Path, pass_id: str, reason: str) -> Exclusion:
     """Record that a pass is excluded (T4): a ``pass_excluded`` event appended to the journal, then the raw
     table regenerated from it.
 
@@ -306,9 +318,8 @@ def exclude_pass(campaign_dir: str | Path, pass_id: str, reason: str) -> dict[st
         raise IteraError(f"{folder}: pass {pass_id} is already excluded ({state.exclusions[pass_id].get('reason')})",
                          hint="an exclusion is recorded once")
     protocol = load_protocol(folder / PROTOCOL)
-    event = Journal(folder / JOURNAL_NAME).append(
-        "pass_excluded", pass_id=pass_id, variant=state.started[pass_id]["variant"], reason=reason.strip(),
-        rule=protocol.run.exclusion_rule)
+    event = Exclusion(pass_id, state.started[pass_id]["variant"], reason.strip(), protocol.run.exclusion_rule)
+    Journal(folder / JOURNAL_NAME).append("pass_excluded", **asdict(event))
     write_raw_table(folder)
     return event
 

@@ -11,9 +11,10 @@ import torch
 from campaign_factory import TEXTS, write_corpus_csv
 from conftest import TINY_CLASSES
 from iteralab.campaign.engines.passes import MeasuredPass
+from iteralab.plan.scan import read_options
 from iteralab.models.factory import WorkloadSpec, load_workload
 
-KWARGS = dict(id_column="id", text_column="text", label_column="label", classes=list(TINY_CLASSES))
+KWARGS = read_options(id_column="id", text_column="text", label_column="label", classes=TINY_CLASSES)
 
 
 def _classifier(folder, **settings):

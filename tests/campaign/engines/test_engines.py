@@ -29,7 +29,7 @@ def test_a_run_registers_ray_only_when_it_started_it(monkeypatch):
         return {"pass_id": spec.pass_id, "status": "ok"}
 
     monkeypatch.setattr(local, "run_in_worker", run_in_worker)
-    ray = SimpleNamespace(run_pass=lambda spec: {"pass_id": spec.pass_id, "status": "failed", "error": "on ray"})
+    ray = SimpleNamespace(run_pass=lambda spec: PassResult(spec.pass_id, "failed", error="on ray"))
     spec = PassSpec("p1", variant={}, model={}, classes=(), corpus_path="", prediction_dir="", warmup={})
 
     plain = registry.engines("process", "the templates")

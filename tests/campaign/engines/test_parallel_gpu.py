@@ -13,7 +13,8 @@ from fakecuda import DEVICE_ASSERT, FakeCuda, cards
 from fakecuda import worker_path as fake_worker_path
 from iteralab.campaign.engines.parallel import run_data_parallel
 from iteralab.campaign.engines.shards import worker_layout
-from iteralab.campaign.manifest import check_resume_environment, environment_manifest, manifest_differences
+from iteralab.campaign.manifest import (ObservedFacts, check_resume_environment, environment_manifest,
+                                        manifest_differences)
 from device_passes import cuda_pass_spec  # the shards are planned by max_length: the fake model has no tokenizer
 
 VISIBILITY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
@@ -76,7 +77,7 @@ def test_a_gpu_data_parallel_pass_records_each_card_and_the_runners_view(machine
     here = json.loads(json.dumps(environment_manifest(git=False)))  # as a single-device pass's manifest is stored
     assert [k for k, _, _ in manifest_differences(result["environment"], here) if k.startswith("device_inventory")
             and not k.startswith("device_inventory.cpu")] == []
-    check_resume_environment(tmp_path, {"environment": result["environment"]})  # a resume is not refused
+    check_resume_environment(tmp_path, ObservedFacts(result["environment"]))  # a resume is not refused
 
 
 def test_the_runners_view_holds_the_values_a_stored_manifest_reads_back(machine, tmp_path):

@@ -131,7 +131,7 @@ def test_ray_learns_the_projection_from_the_first_actor_and_times_from_its_ready
     assert limit.record is None
     startup = {"actor": "a1", "startup": {"ready_at": 90.0, "last_warmup_s": 0.32, "warmup_s": 0.32}}
     limit.check(pa.array([json.dumps(startup), None], pa.string()))
-    assert limit.record["projected_s"] == pytest.approx(20.0) and limit.seconds == pytest.approx(100.0)
+    assert limit.record.projected_s == pytest.approx(20.0) and limit.seconds == pytest.approx(100.0)
     now[0] = 189.0
     limit.check(pa.array([None], pa.string()))  # 99 s since the actor was ready
     now[0] = 191.0

@@ -180,11 +180,11 @@ engine = "ray"
             spec = _spec(folder, kind, bucketing=False, fn=fn)
             spec["model"]["path"] = None  # no bucketing: no tokenizer needed in the actors
             results[kind] = engine.run_pass(PassSpec.from_json(spec))
-            assert results[kind]["status"] == "ok", results[kind].get("error")
-            _file_in_corpus_order(folder, kind, results[kind])
+            assert results[kind].status == "ok", results[kind].error
+            _file_in_corpus_order(folder, kind, results[kind].to_json())
     finally:
         engine.stop()
-    assert results["classification"]["order_hash"] != order_hash(pa.array(CORPUS_IDS))  # received out of order
+    assert results["classification"].extra["order_hash"] != order_hash(pa.array(CORPUS_IDS))  # received out of order
 
 
 def test_a_bucketed_ray_variant_is_refused_when_the_protocol_is_locked(tmp_path, capsys):

@@ -87,14 +87,14 @@ def test_the_actors_of_a_gpu_variant_ask_ray_for_their_gpus(tmp_path, device, cl
     protocol = parse_protocol(protocol_toml(variants=_variants(device=device, run="ray_gpus_per_actor = 0.5\n")))
     calls: list[dict] = []
     ray_data = types.SimpleNamespace(read_csv=lambda *a, **k: _Dataset(calls), ActorPoolStrategy=lambda size: size)
-    engine = types.SimpleNamespace(run=protocol.run, gpus=cluster_gpus, ray=None, started={})
+    engine = types.SimpleNamespace(run=protocol.run, gpus=cluster_gpus, ray=None, started=None)
     spec = PassSpec(pass_id="p", variant=protocol.variant("b4-ray").model_dump(), model={"kind": "callable"},
                     classes=("plot", "fresh", "rotten"), corpus_path=str(tmp_path / "corpus.csv"),
                     prediction_dir=str(tmp_path), warmup={"inputs": 0, "passes": 0}, device=protocol.run.device)
     _RayPass(engine, spec)._dataset(ray_data, 12, [])
     (kwargs,) = calls
     assert kwargs.get("num_gpus") == asked
-    assert kwargs["fn_constructor_kwargs"]["spec"]["gpu"] is (asked is not None)
+    assert kwargs["fn_constructor_kwargs"]["spec"].gpu is (asked is not None)
 
 
 @pytest.mark.parametrize("ray_sets, assigned, index", [("3", ["3"], 0), (None, ["2"], 2), ("1,3", ["3"], 1)])

@@ -19,7 +19,7 @@ from typing import Any, Callable
 from iteralab.campaign.engines.passes import ended_without_result, execute_pass
 from iteralab.campaign.engines.prefork import TemplateGone
 from iteralab.campaign.manifest import environment_manifest, owns_device
-from iteralab.campaign.records import PassSpec, failure
+from iteralab.campaign.records import PassResult, PassSpec, Startup, failure
 
 
 def run_in_process(spec: PassSpec) -> dict[str, Any]:
@@ -47,24 +47,24 @@ class InProcessEngine:
     def __init__(self) -> None:
         self.broken_by: str | None = None
 
-    def __call__(self, spec: PassSpec) -> dict[str, Any]:
+    def __call__(self, spec: PassSpec) -> PassResult:
         if self.broken_by is None:
-            result = run_in_process(spec)
-            if result.get("device_error"):
+            result = PassResult.from_json(run_in_process(spec))
+            if result.extra.get("device_error"):
                 self.broken_by = spec.pass_id
             return result
-        result = run_in_worker(spec, None)
-        result.setdefault("notes", []).append(f"isolation: a fresh process, not the runner's: the device became "
-                                              f"unusable in the runner's process in {self.broken_by}")
-        return result
+        result = PassResult.from_json(run_in_worker(spec, None))
+        return result.with_changes(notes=(*result.notes, f"isolation: a fresh process, not the runner's: the device "
+                                                         f"became unusable in the runner's process in {self.broken_by}"))
 
 
-def local_engine(isolation: str, templates: Any = None) -> Callable[[PassSpec], dict[str, Any]]:
+def local_engine(isolation: str, templates: Any = None) -> Callable[[PassSpec], PassResult]:
     """The local engine of a run: each pass in a worker process of its own (``process``: forked from ``templates``
-    where there are some), or in the runner's own process (``inprocess``) until a pass breaks the device."""
+    where there are some), or in the runner's own process (``inprocess``) until a pass breaks the device; the
+    pass's result read from the record its worker wrote."""
     if isolation != "process":
         return InProcessEngine()
-    return lambda spec: run_in_worker(spec, templates)
+    return lambda spec: PassResult.from_json(run_in_worker(spec, templates))
 
 
 def run_in_worker(spec: PassSpec, templates: Any = None) -> dict[str, Any]:
@@ -81,7 +81,7 @@ def run_in_worker(spec: PassSpec, templates: Any = None) -> dict[str, Any]:
         spawned_at = time.time()
         spec_path.write_text(json.dumps(spec.with_changes(spawned_at=spawned_at).to_json()), encoding="utf-8")
         t0 = time.perf_counter()
-        extra: dict[str, Any] = {}
+        extra: Startup = {}
         forked = templates is not None and templates.refused is None
         if forked:
             stderr_path = Path(tmp) / "stderr.txt"

@@ -35,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ from iteralab.campaign.folder import read_corpus_batches
 from iteralab.campaign.kinds.output import file_name
 from iteralab.campaign.kinds.registry import kind_named  # every kind's sink imported at start-up, never in writing
 from iteralab.campaign.manifest import determinism_settings, environment_manifest, owns_device
-from iteralab.campaign.records import STARTUP_PHASES, WORKER_PHASES, PassSpec, failure, started
+from iteralab.campaign.records import STARTUP_PHASES, WORKER_PHASES, PassResult, PassSpec, Startup, failure, started
 from iteralab.common.files import write_json_atomic
 from iteralab.errors import IteraError
 from iteralab.models import device as dev
@@ -62,6 +63,36 @@ from iteralab.models.device import device_inventory
 STALL_S = 3600.0
 
 
+@dataclass(frozen=True)
+class ShardMessage:
+    """One line of the control pipe between the coordinator and a worker: the worker is ready (``ready``); it may
+    run its shard, these rows of the corpus copy (``go``); its shard's predictions are on the host (``finished``:
+    whether it succeeded, the inputs it completed)."""
+
+    event: str
+    rows: tuple[int, int] | None = None
+    ok: bool | None = None
+    completed: int | None = None
+
+    def to_line(self) -> str:
+        record: dict[str, str | bool | int | list[int] | None] = {"event": self.event}
+        if self.rows is not None:
+            record["rows"] = list(self.rows)
+        if self.event == "finished":
+            record.update(ok=self.ok, completed=self.completed)
+        return json.dumps(record) + "\n"
+
+    @classmethod
+    def from_line(cls, line: str) -> ShardMessage:
+        """The message of one line (ValueError: not one of these messages)."""
+        data = json.loads(line)
+        if not isinstance(data, dict) or not isinstance(data.get("event"), str):
+            raise ValueError(f"not a control message: {line[:80]!r}")
+        rows = data.get("rows")
+        return cls(data["event"], (int(rows[0]), int(rows[1])) if rows is not None else None, data.get("ok"),
+                   data.get("completed"))
+
+
 class _Channel:
     """Line-delimited JSON over a pair of pipe file descriptors (never stdout: a model may print there)."""
 
@@ -69,18 +100,18 @@ class _Channel:
         self.rx = os.fdopen(read_fd, "r", encoding="utf-8")
         self.tx = os.fdopen(write_fd, "w", encoding="utf-8", buffering=1)
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: ShardMessage) -> None:
         try:
-            self.tx.write(json.dumps(message) + "\n")
+            self.tx.write(message.to_line())
             self.tx.flush()
         except (BrokenPipeError, OSError):
             os._exit(3)  # the coordinator is gone: nothing of this pass is counted
 
-    def receive(self) -> dict[str, Any]:
+    def receive(self) -> ShardMessage:
         line = self.rx.readline()
         if not line:
             os._exit(3)  # the coordinator closed the pass (another worker failed, or it was killed)
-        return json.loads(line)
+        return ShardMessage.from_line(line)
 
 
 class WorkerSync:
@@ -92,13 +123,15 @@ class WorkerSync:
         self.pass_run: Any = None
 
     def ready(self) -> tuple[int, int]:
-        self.channel.send({"event": "ready"})
-        start, stop = self.channel.receive()["rows"]
-        return int(start), int(stop)
+        self.channel.send(ShardMessage("ready"))
+        rows = self.channel.receive().rows
+        if rows is None:
+            raise RuntimeError("the coordinator's go names no rows")
+        return rows
 
     def finished(self, pass_run: Any, error: BaseException | None) -> None:
         self.pass_run = pass_run
-        self.channel.send({"event": "finished", "ok": error is None, "completed": pass_run.progress.completed})
+        self.channel.send(ShardMessage("finished", ok=error is None, completed=pass_run.progress.completed))
 
 
 def _die_with_parent() -> None:
@@ -119,7 +152,7 @@ def worker_main(argv: list[str]) -> int:
     spec_path, result_path, read_fd, write_fd = argv
     spec = PassSpec.from_json(json.loads(Path(spec_path).read_text(encoding="utf-8")), spec_path)
     sync = WorkerSync(_Channel(int(read_fd), int(write_fd)))
-    startup: dict[str, float | None] = {"imports_s": time.perf_counter() - started}
+    startup: Startup = {"imports_s": time.perf_counter() - started}
     environment = None
     if spec.collect_environment:
         t0 = time.perf_counter()
@@ -168,15 +201,15 @@ class _Worker:
         self.rx = os.fdopen(channel_fds[0], "r", encoding="utf-8")
         self.tx = os.fdopen(channel_fds[1], "w", encoding="utf-8", buffering=1)
         self.ready = False
-        self.finished: dict[str, Any] | None = None
+        self.finished: ShardMessage | None = None
         self.finished_at: float | None = None
         self.gone = False
         self.stopped = False
         self.reader: threading.Thread | None = None
 
-    def send(self, message: dict[str, Any]) -> bool:
+    def send(self, message: ShardMessage) -> bool:
         try:
-            self.tx.write(json.dumps(message) + "\n")
+            self.tx.write(message.to_line())
             self.tx.flush()
             return True
         except (BrokenPipeError, OSError):
@@ -189,24 +222,26 @@ class _Worker:
         except OSError:
             pass
 
-    def result(self) -> dict[str, Any]:
+    def result(self) -> PassResult:
+        """The worker's result (its ``result.json``, the card it ran on and its pass limit in ``extra``), or the
+        failure of a worker stopped or dead before it wrote one."""
         path = self.folder / f"w{self.k}.result.json"
         if path.is_file():
-            return json.loads(path.read_text(encoding="utf-8"))
+            return PassResult.from_json(json.loads(path.read_text(encoding="utf-8")))
         if self.stopped:
-            return failure(f"w{self.k}", "stopped before the measured pass: another worker failed first", "stopped",
-                           retries=None)
+            return PassResult.from_json(failure(f"w{self.k}", "stopped before the measured pass: another worker "
+                                                "failed first", "stopped", retries=None))
 
         log = self.folder / f"w{self.k}.log"
         stderr = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
-        return failure(f"w{self.k}", ended_without_result(self.proc.returncode, stderr), "crash", completed=None,
-                       retries=None)
+        return PassResult.from_json(failure(f"w{self.k}", ended_without_result(self.proc.returncode, stderr), "crash",
+                                            completed=None, retries=None))
 
 
 def _read_loop(worker: _Worker, events: queue.Queue, clock: Any) -> None:
     for line in worker.rx:
         try:
-            message = json.loads(line)
+            message = ShardMessage.from_line(line)
         except ValueError:
             continue
         events.put((worker.k, message, clock.now()))
@@ -288,7 +323,8 @@ def run_data_parallel(spec: PassSpec | dict[str, Any], clock: Any = None) -> dic
             w.reader = threading.Thread(target=_read_loop, args=(w, events, clock), daemon=True)
             w.reader.start()
         try:
-            return _coordinate(spec, result, workers, events, clock, t_spawn, layout)
+            _coordinate(spec, result, workers, events, clock, t_spawn, layout)
+            return result
         except (KeyboardInterrupt, SystemExit):
             # the run is being stopped (campaign.stopping): no worker finishes its shard after the runner
             for w in workers:
@@ -313,11 +349,14 @@ def run_data_parallel(spec: PassSpec | dict[str, Any], clock: Any = None) -> dic
 
 
 def _coordinate(spec: PassSpec, result: dict[str, Any], workers: list[_Worker], events: queue.Queue,
-                clock: Any, t_spawn: float, layout: Any) -> dict[str, Any]:
+                clock: Any, t_spawn: float, layout: Any) -> None:
+    """The pass once the workers are started: the shard plan, the measured shards, the merged file, into
+    ``result``."""
     phases, notes = result["phases"], result["notes"]
     bounds, plan_error = _plan_shards(spec, result, workers)
     if plan_error is not None or not _all_ready(workers, events):
-        return _failed_before_measuring(result, workers, layout, plan_error)
+        _failed_before_measuring(result, workers, layout, plan_error)
+        return
     result["startup"]["workers_ready_s"] = clock.now() - t_spawn
     all_ok, pass_s, t_last = _measured_shards(result, workers, events, clock, bounds)
     # Writing (outside the measured region): workers write their shard files, the coordinator merges them.
@@ -373,13 +412,13 @@ def _all_ready(workers: list[_Worker], events: queue.Queue) -> bool:
         if message is None:
             workers[k].gone = True
             return False
-        if message.get("event") == "ready":
+        if message.event == "ready":
             workers[k].ready = True
     return True
 
 
 def _failed_before_measuring(result: dict[str, Any], workers: list[_Worker], layout: Any,
-                             plan_error: Exception | None) -> dict[str, Any]:
+                             plan_error: Exception | None) -> None:
     """Nothing is measured: the workers still loading are stopped, and the pass fails with the first error."""
     notes = result["notes"]
     for w in workers:
@@ -395,7 +434,6 @@ def _failed_before_measuring(result: dict[str, Any], workers: list[_Worker], lay
     notes.append(f"failed before the measured pass: {result['error']}; no worker ran its shard, no fallback "
                  "to fewer devices")
     notes.append("pass_s: empty, the measured pass did not start")
-    return result
 
 
 def _measured_shards(result: dict[str, Any], workers: list[_Worker], events: queue.Queue, clock: Any,
@@ -406,7 +444,7 @@ def _measured_shards(result: dict[str, Any], workers: list[_Worker], events: que
     before = _cpu_snapshot([w.proc.pid for w in workers])
     t_go = clock.now()  # every worker is ready: the measured pass starts
     for k, w in enumerate(workers):
-        w.send({"event": "go", "rows": [int(bounds[k]), int(bounds[k + 1])]})
+        w.send(ShardMessage("go", rows=(int(bounds[k]), int(bounds[k + 1]))))
     pending = set(range(len(workers)))
     while pending:
         k, message, at = _next(events)
@@ -415,18 +453,18 @@ def _measured_shards(result: dict[str, Any], workers: list[_Worker], events: que
                 workers[k].gone = True
                 workers[k].finished_at = at
                 pending.discard(k)
-        elif message.get("event") == "finished":
+        elif message.event == "finished":
             workers[k].finished, workers[k].finished_at = message, at
             pending.discard(k)
     t_last = max(w.finished_at for w in workers)  # the last shard's predictions are on the host
     after = _cpu_snapshot([w.proc.pid for w in workers])
-    all_ok = all(w.finished is not None and w.finished.get("ok") for w in workers)
+    all_ok = all(w.finished is not None and w.finished.ok for w in workers)
     pass_s = t_last - t_go
     result["concurrent_load"] = dev.concurrent_load(before, after, pass_s)
     return all_ok, pass_s, t_last
 
 
-def _next(events: queue.Queue) -> tuple[int, dict[str, Any] | None, float]:
+def _next(events: queue.Queue) -> tuple[int, ShardMessage | None, float]:
     try:
         return events.get(timeout=STALL_S)
     except queue.Empty:
@@ -440,49 +478,49 @@ def _collect(result: dict[str, Any], workers: list[_Worker], bounds: Any, layout
     devices = []
     for w, r in zip(workers, records):
         shard_rows = int(bounds[w.k + 1] - bounds[w.k]) if bounds is not None else None
-        devices.append({"device": w.label, **({"physical_id": layout.physical[w.k], "card": r.get("card")}
+        devices.append({"device": w.label, **({"physical_id": layout.physical[w.k], "card": r.extra.get("card")}
                                               if layout.kind == "gpu" else {}),
-                        "status": r.get("status"), "completed": r.get("completed"),
-                        "expected": r.get("expected") if r.get("expected") is not None else shard_rows,
-                        "phases": r.get("phases") or {}, "memory": r.get("memory"), "error": r.get("error"),
-                        "error_kind": r.get("error_kind"), "startup": r.get("startup"),
-                        **({"pass_limit": r["pass_limit"]} if r.get("pass_limit") else {})})
+                        "status": r.status, "completed": r.completed,
+                        "expected": r.expected if r.expected is not None else shard_rows,
+                        "phases": dict(r.phases), "memory": r.memory, "error": r.error,
+                        "error_kind": r.error_kind, "startup": r.startup,
+                        **({"pass_limit": r.extra["pass_limit"]} if r.extra.get("pass_limit") else {})})
     parallel["devices"] = devices
     for name in STARTUP_PHASES:  # start-up phases run side by side: the slowest one counts
-        values = [(r.get("phases") or {}).get(name) for r in records]
+        values = [r.phase(name) for r in records]
         phases[name] = max(values) if values and all(v is not None for v in values) else None
-    shard_times = [(r.get("phases") or {}).get("pass_s") for r in records]
+    shard_times = [r.phase("pass_s") for r in records]
     parallel["device_pass_s"] = {w.label: t for w, t in zip(workers, shard_times)}
 
     parallel["time_imbalance"] = imbalance(shard_times)
     completed = [d["completed"] for d in devices]
     result["completed"] = sum(completed) if all(c is not None for c in completed) else None
-    result["retries"] = sum(int(r.get("retries") or 0) for r in records)
+    result["retries"] = sum(int(r.retries or 0) for r in records)
     result["memory"] = _memory(records, workers)
     first = records[0]
-    if first.get("workload"):
-        result["workload"] = {**first["workload"], "device": ",".join(w.label for w in workers)
-                              if layout.kind == "gpu" else first["workload"].get("device")}
-    result["file_hashes"] = first.get("file_hashes")
+    if first.workload:
+        result["workload"] = {**first.workload, "device": ",".join(w.label for w in workers)
+                              if layout.kind == "gpu" else first.workload.get("device")}
+    result["file_hashes"] = first.file_hashes
     for key in ("runtime_rss_bytes", "runtime_imports_s"):  # recorded once, by the first worker
-        if (first.get("startup") or {}).get(key) is not None:
-            result["startup"][key] = first["startup"][key]
-    result["environment"] = _runner_view(first.get("environment"), layout)
-    failures = sorted(((w, r) for w, r in zip(workers, records) if r.get("status") != "ok"),
-                      key=lambda wr: wr[1].get("error_kind") == "stopped")  # the cause first
+        if (first.startup or {}).get(key) is not None:
+            result["startup"][key] = first.startup[key]
+    result["environment"] = _runner_view(dict(first.environment) if first.environment is not None else None, layout)
+    failures = sorted(((w, r) for w, r in zip(workers, records) if r.status != "ok"),
+                      key=lambda wr: wr[1].error_kind == "stopped")  # the cause first
     # run.pass_timeout: each worker projected its own limit over its shard (per device above); the row names the
     # one of the worker that failed first, else the first worker's
-    limited = [r.get("pass_limit") for _, r in failures] + [r.get("pass_limit") for r in records]
+    limited = [r.extra.get("pass_limit") for _, r in failures] + [r.extra.get("pass_limit") for r in records]
     if any(limited):
         result["pass_limit"] = next(record for record in limited if record)
     if failures:
         w, r = failures[0]
-        result["error"] = f"{w.label}: {r.get('error')}"
-        result["error_kind"] = r.get("error_kind") or "pass"
+        result["error"] = f"{w.label}: {r.error}"
+        result["error_kind"] = r.error_kind or "pass"
     else:
         result["status"] = "ok"
     for w, r in zip(workers, records):
-        for note in r.get("notes") or []:
+        for note in r.notes:
             shared = note.startswith(WORKER_PHASES) or note.startswith("warm-up")
             line = note if shared else f"{w.label}: {note}"
             if line not in notes:
@@ -514,12 +552,12 @@ def _runner_view(environment: dict[str, Any] | None, layout: Any) -> dict[str, A
     return {**environment, "device_inventory": inventory}
 
 
-def _memory(records: list[dict[str, Any]], workers: list[_Worker]) -> dict[str, Any] | None:
+def _memory(records: list[PassResult], workers: list[_Worker]) -> dict[str, int | str | None] | None:
     """The largest per-device peak of each counter (allocated and reserved separately, never summed)."""
-    memories = [r.get("memory") or {} for r in records]
+    memories = [r.memory or {} for r in records]
     if not any(memories):
         return None
-    out: dict[str, Any] = {}
+    out: dict[str, int | str | None] = {}
     for key in ("cpu_peak_rss_bytes", "cuda_max_allocated_bytes", "cuda_max_reserved_bytes"):
         values = [m.get(key) for m in memories if m.get(key) is not None]
         if values:

@@ -32,14 +32,14 @@ import pyarrow as pa
 from iteralab.campaign import folder as _folder  # noqa: F401  # the pass reads the corpus with it: imported at
 from iteralab.campaign.kinds.classification import output as _predictions  # noqa: F401  # start-up, never inside a timed phase
 from iteralab.campaign.engines import documents
-from iteralab.campaign.engines.passlimit import Limit, PassTimeout, limit_basis, pass_limit
+from iteralab.campaign.engines.passlimit import Limit, LimitRecord, PassTimeout, limit_basis, pass_limit
 from iteralab.campaign.folder import read_corpus_batches
 from iteralab.campaign.kinds.output import file_name
 from iteralab.campaign.kinds.registry import kind_named
 from iteralab.campaign.kinds.sink import PassSink
 from iteralab.campaign.manifest import determinism_settings, environment_manifest, owns_device
 from iteralab.campaign.progress import Beacon
-from iteralab.campaign.records import PassSpec, failure, started
+from iteralab.campaign.records import PassSpec, Startup, failure, started
 from iteralab.common.arrow import numpy_array, string_array
 from iteralab.common.digest import string_digest
 from iteralab.common.files import write_json_atomic
@@ -48,7 +48,7 @@ from iteralab.kit.memoire import runtime_imports, runtime_overhead
 from iteralab.lock.modules import carried_modules
 from iteralab.models import device as dev, factory
 from iteralab.models.factory import WorkloadSpec
-from iteralab.plan.scan import CorpusReader, read_options
+from iteralab.plan.scan import CorpusReader, ReadOptions, read_options
 
 READ_BLOCK = 1 << 22  # bytes of corpus file per record batch (a pass holds O(block + batch) texts)
 WARMUP_BLOCK = 1 << 16  # bytes per piece read for the warm-up texts
@@ -81,7 +81,7 @@ class _Progress:
         self.retries = 0
 
 
-def _text_batches(corpus_path: str, corpus_kwargs: dict[str, Any], columns: list[str],
+def _text_batches(corpus_path: str, options: ReadOptions, columns: list[str],
                   block_size: int = READ_BLOCK) -> Iterator[Any]:
     """Record batches of the corpus file (Arrow), streamed; a corpus in another format is read by the corpus
     reader and its ids and texts collected (as Arrow arrays: the reader may start again, a pass cannot)."""
@@ -92,7 +92,7 @@ def _text_batches(corpus_path: str, corpus_kwargs: dict[str, Any], columns: list
 
     ids: list[Any] = []
     texts: list[Any] = []
-    for batch in CorpusReader(corpus_path, read_options(**corpus_kwargs)).batches():
+    for batch in CorpusReader(corpus_path, options).batches():
         if batch is None:
             ids, texts = [], []
         else:
@@ -158,13 +158,13 @@ class MeasuredPass:
         self._ordered: tuple[Any, Any] | None = None  # (what it was built from, the ids in pass order)
         self.beacon = beacon  # documents done, shown while the pass runs (``campaign.progress.Beacon``), or None
 
-    def run(self, workload: Any, corpus_path: str, corpus_kwargs: dict[str, Any], batch_size: int,
+    def run(self, workload: Any, corpus_path: str, options: ReadOptions, batch_size: int,
             bucketing: bool, resume: bool, n_classes: int, limit: Limit | None = None,
             rows: tuple[int, int] | None = None) -> None:
         self.n_classes = n_classes
         self.limit = limit
         self.progress = _Progress()
-        self._batches = batches = _text_batches(corpus_path, corpus_kwargs, self.columns)
+        self._batches = batches = _text_batches(corpus_path, options, self.columns)
         if rows is not None:  # a data-parallel shard: rows [start, stop) of the file, in file order
             self._batches = batches = _row_range(batches, *rows)
         if self.prompts is not None:  # (id, prompt) record batches, each rendered as it is read
@@ -269,13 +269,13 @@ def order_hash(ids: Any) -> str:
     return string_digest(ids)
 
 
-def first_texts(corpus_path: str, corpus_kwargs: dict[str, Any], n: int, prompts: Any = None) -> list[str]:
+def first_texts(corpus_path: str, options: ReadOptions, n: int, prompts: Any = None) -> list[str]:
     """The first ``n`` texts (warm-up), read in small pieces: parsing a pass's whole first block for a few
     hundred texts would cost a tenth of a second per pass. ``prompts``: a generation job's renderer (its
     rendered prompts, as the pass reads them)."""
     texts: list[str] = []
     columns = ["id", "text"] if prompts is None else prompts.columns
-    for record_batch in _text_batches(corpus_path, corpus_kwargs, columns, block_size=WARMUP_BLOCK):
+    for record_batch in _text_batches(corpus_path, options, columns, block_size=WARMUP_BLOCK):
         record_batch = record_batch.slice(0, n - len(texts))
         texts.extend((record_batch if prompts is None else prompts(record_batch)).column(1).to_pylist())
         if len(texts) >= n:
@@ -283,7 +283,7 @@ def first_texts(corpus_path: str, corpus_kwargs: dict[str, Any], n: int, prompts
     return texts
 
 
-def execute_pass(spec: PassSpec | dict[str, Any], clock: Any = None, startup: dict[str, float | None] | None = None,
+def execute_pass(spec: PassSpec | dict[str, Any], clock: Any = None, startup: Startup | None = None,
                  sync: Any = None) -> dict[str, Any]:
     """Run one pass described by ``spec`` (built by the runner, or its JSON form); return its result record
     (the JSON form of a :class:`~iteralab.campaign.records.PassResult`).
@@ -303,11 +303,12 @@ def execute_pass(spec: PassSpec | dict[str, Any], clock: Any = None, startup: di
     device = None
     try:
         device = seeded_device(spec, startup)
-        workload = load_timed(spec, device, clock, result)
+        workload = load_timed(spec, device, clock, result["phases"], result["notes"])
+        result["workload"], result["file_hashes"] = workload.describe(), workload.file_hashes()
     except Exception as exc:  # a load failure is a failed pass row, with its error
         return _failed(result, exc, "load", "failed while loading", device)
     try:
-        warm_texts, last_warm_s = warm_up(spec, workload, device, clock, result)
+        warm_texts, last_warm_s = warm_up(spec, workload, device, clock, result["phases"], result["notes"])
     except Exception as exc:
         return _failed(result, exc, "warmup", "failed during warm-up", device)
     if spec.check_only:  # the runner's first-batch check: the warm-up was the whole of it
@@ -315,7 +316,9 @@ def execute_pass(spec: PassSpec | dict[str, Any], clock: Any = None, startup: di
 
     beacon = Beacon.warmed_up(spec.scratch_dir, spec.pass_id, last_warm_s, len(warm_texts))  # for the display
     rows = sync.ready() if sync is not None else None  # data-parallel: wait for every worker, get the shard
-    limit_s, basis = _fix_limit(spec, result, last_warm_s, len(warm_texts), rows)
+    limit_s, basis, limit_record = _fix_limit(spec, result["notes"], last_warm_s, len(warm_texts), rows)
+    if limit_record is not None:
+        result["pass_limit"] = limit_record.to_json()
     pass_run, measured_error = _measure(spec, workload, device, clock, result, limit_s, basis, rows, sync, beacon)
     if spec.variant["compile"] and hasattr(workload, "compile_record"):  # after warm-up and pass: what ran compiled
         result["workload"]["compile"] = workload.compile_record()
@@ -340,11 +343,12 @@ def _failed(result: dict[str, Any], exc: BaseException, kind: str, when: str, de
     return result
 
 
-def _corpus_kwargs(spec: PassSpec) -> dict[str, Any]:
-    return dict(id_column="id", text_column="text", label_column="label", classes=list(spec.classes))
+def corpus_options(spec: PassSpec) -> ReadOptions:
+    """How a pass reads its corpus copy (the columns the runner wrote, the campaign's classes)."""
+    return read_options(id_column="id", text_column="text", label_column="label", classes=spec.classes)
 
 
-def seeded_device(spec: PassSpec, startup: dict[str, Any], threads: int | None = None,
+def seeded_device(spec: PassSpec, startup: Startup, threads: int | None = None,
                   assigned: Callable[[], Any] | None = None) -> Any:
     """Seeds the generators and resolves the device; the time it takes is the start-up's ``runtime_s``.
     ``threads``: torch's thread count, set first (a Ray actor's); ``assigned``: the device, asked of the cluster
@@ -376,34 +380,32 @@ def workload_spec(spec: PassSpec, device: Any) -> WorkloadSpec:
                            kind_named(spec.kind).workload_options(spec.model))
 
 
-def load_timed(spec: PassSpec, device: Any, clock: Any, result: dict[str, Any]) -> Any:
-    """The timed load phase: the workload (as the job's kind has a pass drive it), described and its files hashed
-    into the result."""
+def load_timed(spec: PassSpec, device: Any, clock: Any, phases: dict[str, float | None], notes: list[str]) -> Any:
+    """The timed load phase (``phases["load_s"]``; a precision note): the workload, as the job's kind has a pass
+    drive it (the caller records its description and file hashes)."""
 
     # a rerun's carried callable module is imported inside the load phase, as the module found here would be
     with dev.timed(device, clock) as loading, carried_modules(spec.carried_modules or {}):
         workload = kind_named(spec.kind).pass_workload(factory.load_workload(workload_spec(spec, device)), spec.model)
-    result["phases"]["load_s"] = loading.seconds
+    phases["load_s"] = loading.seconds
     if spec.model["kind"] != "callable":  # a callable owns its device and precision: nothing the harness can say
-        result["notes"].extend(filter(None, [dev.precision_note(spec.variant["precision"], device)]))
-    result["workload"] = workload.describe()
-    result["file_hashes"] = workload.file_hashes()
+        notes.extend(filter(None, [dev.precision_note(spec.variant["precision"], device)]))
     return workload
 
 
-def warm_up(spec: PassSpec, workload: Any, device: Any, clock: Any, result: dict[str, Any],
+def warm_up(spec: PassSpec, workload: Any, device: Any, clock: Any, phases: dict[str, float | None], notes: list[str],
             warm_texts: list[str] | None = None) -> tuple[list[str], float | None]:
     """Warm-up (R5): the first `inputs` texts of the corpus (``warm_texts``: already read, by a Ray driver), `passes`
     times, with the variant's batch size; the first repetition of a compiled variant is its ``compile_s``. Returns
     the texts and the last repetition's time: what the pass time limit projects from (run.pass_timeout)."""
 
-    variant, phases, notes = spec.variant, result["phases"], result["notes"]
+    variant = spec.variant
     batch_size = int(variant["batch_size"])
     warm = spec.warmup
     last_warm_s = None
     declared = warm["inputs"] > 0 and warm["passes"] > 0
     if warm_texts is None:
-        warm_texts = first_texts(spec.corpus_path, _corpus_kwargs(spec), int(warm["inputs"]),
+        warm_texts = first_texts(spec.corpus_path, corpus_options(spec), int(warm["inputs"]),
                                  kind_named(spec.kind).prompts(spec.model)) if declared else []
         where: str | None = spec.corpus_path  # an error names its document, read from the corpus copy
     else:
@@ -430,18 +432,15 @@ def warm_up(spec: PassSpec, workload: Any, device: Any, clock: Any, result: dict
     return warm_texts, last_warm_s
 
 
-def _fix_limit(spec: PassSpec, result: dict[str, Any], last_warm_s: float | None, warm_inputs: int,
-               rows: tuple[int, int] | None) -> tuple[float | None, str | None]:
+def _fix_limit(spec: PassSpec, notes: list[str], last_warm_s: float | None, warm_inputs: int,
+               rows: tuple[int, int] | None) -> tuple[float | None, str | None, LimitRecord | None]:
     """Fixed before the measured region: the absolute limit, or this pass's own projection from its warm-up over
-    the documents it will process (a data-parallel worker: its shard)."""
+    the documents it will process (a data-parallel worker: its shard); how it was projected, and its record."""
     limit_s, limit_record = pass_limit(spec, last_warm_s, warm_inputs,
                                        rows[1] - rows[0] if rows is not None else spec.documents)
-    basis = limit_basis(limit_record)
-    if limit_record is not None:
-        result["pass_limit"] = limit_record
-        if limit_record["limit_s"] is None:
-            result["notes"].append(f"pass time limit: {limit_record['reason']}")
-    return limit_s, basis
+    if limit_record is not None and limit_record.limit_s is None:
+        notes.append(f"pass time limit: {limit_record.reason}")
+    return limit_s, limit_basis(limit_record), limit_record
 
 
 def _measure(spec: PassSpec, workload: Any, device: Any, clock: Any, result: dict[str, Any], limit_s: float | None,
@@ -451,7 +450,7 @@ def _measure(spec: PassSpec, workload: Any, device: Any, clock: Any, result: dic
 
     variant, phases = spec.variant, result["phases"]
     measured_error: BaseException | None = None
-    corpus_kwargs = _corpus_kwargs(spec)
+    options = corpus_options(spec)
     batch_size = int(variant["batch_size"])
     kind = kind_named(spec.kind)  # what the pass reads (its prompts) and writes (its sink)
     pass_run = MeasuredPass(beacon, kind.sink(Path(spec.prediction_dir) / file_name(spec.pass_id), spec.classes),
@@ -463,7 +462,7 @@ def _measure(spec: PassSpec, workload: Any, device: Any, clock: Any, result: dic
         with dev.timed(device, clock) as measured:
             limit = Limit(clock, limit_s, basis)
             gpu_scope.record_start()
-            pass_run.run(workload, spec.corpus_path, corpus_kwargs, batch_size, bool(variant["bucketing"]),
+            pass_run.run(workload, spec.corpus_path, options, batch_size, bool(variant["bucketing"]),
                          bool(variant["resume"]), len(spec.classes), limit, rows)
             gpu_scope.record_stop()
         phases["pass_s"] = measured.seconds
@@ -521,7 +520,7 @@ def _write_predictions(spec: PassSpec, pass_run: MeasuredPass, clock: Any, resul
         result["order_hash"] = hashed.result() if hashed is not None else None
 
 
-def record_runtime_memory(spec: PassSpec, startup: dict[str, Any]) -> None:
+def record_runtime_memory(spec: PassSpec, startup: Startup) -> None:
     """The runtime's own resident memory (interpreter + libraries, no model yet), read once by a pass worker
     before it loads the model, into its start-up record: the memory estimate of every later command uses this
     journaled value, never a new measurement. A callable owns its model: nothing to record."""
@@ -535,7 +534,7 @@ def record_runtime_memory(spec: PassSpec, startup: dict[str, Any]) -> None:
     startup["runtime_imports_s"] = time.perf_counter() - t0
 
 
-def worker_main(argv: list[str], startup: dict[str, Any] | None = None) -> int:
+def worker_main(argv: list[str], startup: Startup | None = None) -> int:
     """``python -m iteralab.campaign.engines.passes SPEC.json RESULT.json``: run one pass in a fresh process.
 
     ``startup`` is given by a worker forked from a template (:mod:`iteralab.campaign.engines.prefork`): its process

@@ -4,11 +4,12 @@ Used by every engine's pass (``engines.passes``, ``engines.raypass``)."""
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from iteralab.campaign.records import PassSpec
 
-__all__ = ["Limit", "PassTimeout", "limit_basis", "pass_limit"]
+__all__ = ["Limit", "LimitRecord", "PassTimeout", "limit_basis", "pass_limit"]
 
 
 class PassTimeout(Exception):
@@ -20,8 +21,32 @@ class PassTimeout(Exception):
                          f"exceeded the pass time limit of {limit:.2f} s ({basis})")
 
 
+@dataclass(frozen=True)
+class LimitRecord:
+    """How a relative pass time limit was fixed (the result's ``pass_limit``, in the journal as :meth:`to_json`
+    writes it): the rule, the warm-up it projects from, and the limit, or why there is none (``reason``)."""
+
+    rule: str | None
+    factor: float
+    warmup_s: float | None
+    warmup_inputs: int
+    documents: int | None
+    projected_s: float | None
+    limit_s: float | None
+    per_document_s: float | None = None
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, float | int | str | None]:
+        """The journal's form: ``per_document_s`` only with a projection, ``reason`` only without one."""
+        record = asdict(self)
+        for key in ("per_document_s", "reason"):
+            if record[key] is None:
+                del record[key]
+        return record
+
+
 def pass_limit(spec: PassSpec, warm_s: float | None, warm_inputs: int,
-               documents: int | None) -> tuple[float | None, dict[str, Any] | None]:
+               documents: int | None) -> tuple[float | None, LimitRecord | None]:
     """The limit of one measured pass in seconds, fixed before its measured region, and its journal record.
 
     ``run.pass_timeout_s`` is taken as given (no record). ``run.pass_timeout = "Nx warmup"`` is N × the warm-up's
@@ -30,23 +55,22 @@ def pass_limit(spec: PassSpec, warm_s: float | None, warm_inputs: int,
     factor = spec.pass_timeout_factor
     if factor is None:
         return spec.pass_timeout_s, None
-    record: dict[str, Any] = {"rule": spec.pass_timeout, "factor": factor, "warmup_s": warm_s,
-                              "warmup_inputs": warm_inputs, "documents": documents}
     if warm_s is None or warm_inputs <= 0 or not documents:
-        record.update(projected_s=None, limit_s=None,
-                      reason="no limit applied: the warm-up measured no time per document to project from")
-        return None, record
+        return None, LimitRecord(spec.pass_timeout, factor, warm_s, warm_inputs, documents, projected_s=None,
+                                 limit_s=None,
+                                 reason="no limit applied: the warm-up measured no time per document to project from")
     projected = warm_s / warm_inputs * documents
-    record.update(per_document_s=warm_s / warm_inputs, projected_s=projected, limit_s=factor * projected)
-    return factor * projected, record
+    return factor * projected, LimitRecord(spec.pass_timeout, factor, warm_s, warm_inputs, documents,
+                                           projected_s=projected, limit_s=factor * projected,
+                                           per_document_s=warm_s / warm_inputs)
 
 
-def limit_basis(record: dict[str, Any] | None) -> str | None:
+def limit_basis(record: LimitRecord | None) -> str | None:
     """How a relative limit was projected, in words (the failed row's error names it)."""
-    if not record or record.get("limit_s") is None:
+    if record is None or record.limit_s is None or record.projected_s is None:
         return None
-    return (f"{record['factor']:g}x the warm-up's projection of {record['projected_s']:.2f} s for "
-            f"{record['documents']} documents")
+    return (f"{record.factor:g}x the warm-up's projection of {record.projected_s:.2f} s for "
+            f"{record.documents} documents")
 
 
 class Limit:

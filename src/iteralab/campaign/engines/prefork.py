@@ -29,11 +29,13 @@ import subprocess
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from iteralab.campaign.engines import passes
 from iteralab.campaign.manifest import owns_device
+from iteralab.campaign.records import Startup
 from iteralab.kit.memoire import runtime_imports, runtime_overhead
 
 #: What every pass worker imports before it reads its spec (the worker's own modules and their libraries).
@@ -64,6 +66,55 @@ def _die_with_parent() -> None:
         pass
 
 
+# ------------------------------------------------------------------------------------------ the messages
+
+
+@dataclass(frozen=True)
+class ForkRequest:
+    """The runner's request: fork one worker for the pass whose spec, result and stderr files these are."""
+
+    spec: str
+    result: str
+    stderr: str
+    spawned_at: float | None = None
+
+    def to_line(self) -> bytes:
+        return (json.dumps({"spec": self.spec, "result": self.result, "stderr": self.stderr,
+                            "spawned_at": self.spawned_at}) + "\n").encode("utf-8")
+
+    @classmethod
+    def from_line(cls, line: bytes | str) -> ForkRequest:
+        data = json.loads(line)
+        return cls(str(data["spec"]), str(data["result"]), str(data["stderr"]), data.get("spawned_at"))
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One line of the template's answer: it is ready (its own start-up record), the worker's pid, or the worker's
+    exit status; each line holds one of them."""
+
+    ready: Startup | None = None
+    pid: int | None = None
+    status: int | None = None
+
+    def to_line(self) -> str:
+        if self.ready is not None:
+            return json.dumps({"ready": self.ready}) + "\n"
+        return json.dumps({"pid": self.pid} if self.pid is not None else {"status": self.status}) + "\n"
+
+    @classmethod
+    def from_line(cls, line: bytes | str) -> Reply:
+        data = json.loads(line)
+        return cls(ready=data.get("ready"), pid=data.get("pid"), status=data.get("status"))
+
+    def number(self, name: str) -> int:
+        """The pid or the exit status this line holds (a line without it is the template's error)."""
+        value = getattr(self, name)
+        if value is None:
+            raise RuntimeError(f"worker template: expected its worker's {name}, got another reply")
+        return int(value)
+
+
 # ------------------------------------------------------------------------------------------ the template
 
 
@@ -73,8 +124,8 @@ def serve(preload: list[str]) -> int:
     t0 = time.perf_counter()
     for name in preload:
         importlib.import_module(name)
-    ready: dict[str, Any] = {"template_imports_s": time.perf_counter() - t0}
-    runtime: dict[str, Any] = {}
+    ready: Startup = {"template_imports_s": time.perf_counter() - t0}
+    runtime: Startup = {}
     cuda = sys.modules.get("torch.cuda")
     if cuda is not None and getattr(cuda, "_initialized", False):  # an attribute read, not a CUDA call
         sys.stderr.write(f"the worker template initialised CUDA while importing {', '.join(preload)}: a forked "
@@ -97,26 +148,26 @@ def serve(preload: list[str]) -> int:
     os.dup2(2, 1)  # whatever a library prints goes to stderr, never into the replies
     template = os.getpid()
 
-    def reply(message: dict[str, Any]) -> None:
-        replies.write(json.dumps(message) + "\n")
+    def reply(message: Reply) -> None:
+        replies.write(message.to_line())
         replies.flush()
 
     try:
-        reply({"ready": ready})
+        reply(Reply(ready=ready))
         for line in requests:
-            request = json.loads(line)
+            request = ForkRequest.from_line(line)
             pid = os.fork()
             if pid == 0:
                 _worker(request, template, replies, runtime)  # never returns
-            reply({"pid": pid})
+            reply(Reply(pid=pid))
             _, status = os.waitpid(pid, 0)
-            reply({"status": os.waitstatus_to_exitcode(status)})
+            reply(Reply(status=os.waitstatus_to_exitcode(status)))
     except BrokenPipeError:  # the runner is gone: nothing left to serve
         pass
     return 0
 
 
-def _worker(request: dict[str, Any], template: int, replies: IO[str], runtime: dict[str, Any]) -> None:
+def _worker(request: ForkRequest, template: int, replies: IO[str], runtime: Startup) -> None:
     """The forked worker: its own stderr file, no stdin/stdout of the template, then one pass. ``runtime``: the
     runtime's memory as the template read it before any fork, handed to the pass in its start-up record."""
     forked_at, started = time.time(), time.perf_counter()
@@ -126,7 +177,7 @@ def _worker(request: dict[str, Any], template: int, replies: IO[str], runtime: d
         if os.getppid() != template:  # the template died between the fork and the line above
             os._exit(1)
         replies.close()
-        err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        err = os.open(request.stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 0)
         os.dup2(null, 1)
@@ -134,10 +185,10 @@ def _worker(request: dict[str, Any], template: int, replies: IO[str], runtime: d
         os.close(null)
         os.close(err)
 
-        spec_path, result_path = request["spec"], request["result"]
+        spec_path, result_path = request.spec, request.result
         sys.argv = [passes.__file__, spec_path, result_path]
-        spawned = request.get("spawned_at")
-        startup: dict[str, Any] = {
+        spawned = request.spawned_at
+        startup: Startup = {
             "process_start_s": forked_at - spawned if isinstance(spawned, (int, float)) else None,
             "imports_s": time.perf_counter() - started, "forked": True, **runtime}
         code = passes.worker_main([spec_path, result_path], startup=startup)
@@ -172,15 +223,15 @@ class Template:
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen([sys.executable, "-m", "iteralab.campaign.engines.prefork", *preload],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
-        self.ready: dict[str, Any] | None = None
+        self.ready: Startup | None = None
         self.passes = 0
 
-    def _read(self) -> dict[str, Any]:
+    def _read(self) -> Reply:
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line:
             raise TemplateGone(self.ended(), self.ready is not None)
-        return json.loads(line)
+        return Reply.from_line(line)
 
     def ended(self) -> tuple[int, str]:
         """The template's exit status and the last line of its stderr (after it ended)."""
@@ -188,26 +239,25 @@ class Template:
         return returncode, _tail(self.stderr_path)
 
     def run(self, spec_path: Path, result_path: Path, stderr_path: Path, spawned_at: float
-            ) -> tuple[int, dict[str, Any]]:
+            ) -> tuple[int, Startup]:
         """Fork one worker for a pass and wait for it; returns its exit status and what the template adds to the
         pass's start-up record (its own start-up, on the first pass it serves)."""
         assert self.proc.stdin is not None
-        extra: dict[str, Any] = {}
+        extra: Startup = {}
         pid: int | None = None
         try:
             if self.ready is None:
-                self.ready = self._read().get("ready") or {}
+                self.ready = self._read().ready or {}
                 extra = {**self.ready, "template_start_s": time.perf_counter() - self.started}
                 spawned_at = time.time()  # the worker's process start is its fork, after the template's own start
-            request = {"spec": str(spec_path), "result": str(result_path), "stderr": str(stderr_path),
-                       "spawned_at": spawned_at}
+            request = ForkRequest(str(spec_path), str(result_path), str(stderr_path), spawned_at)
             try:
-                self.proc.stdin.write((json.dumps(request) + "\n").encode("utf-8"))
+                self.proc.stdin.write(request.to_line())
                 self.proc.stdin.flush()
             except BrokenPipeError:
                 raise TemplateGone(self.ended(), True) from None
-            pid = int(self._read()["pid"])
-            status = int(self._read()["status"])
+            pid = self._read().number("pid")
+            status = self._read().number("status")
             pid = None
         except BaseException:
             # SIGTERM in the runner (SystemExit), an interrupt, or a template gone: no worker outlives the pass.

@@ -40,15 +40,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from iteralab.campaign.engines.passes import (error_text as text, first_texts, load_timed, order_hash, seeded_device,
-                                              warm_up)
-from iteralab.campaign.engines.passlimit import PassTimeout, limit_basis, pass_limit
+from iteralab.campaign.engines.passes import (corpus_options, error_text as text, first_texts, load_timed, order_hash,
+                                              seeded_device, warm_up)
+from iteralab.campaign.engines.passlimit import LimitRecord, PassTimeout, limit_basis, pass_limit
+from iteralab.campaign.engines.rayrecords import (ActorMeta, ActorRecord, ActorRuntime, ActorSpec, ActorStartup,
+                                                  RayCluster, RayLayout)
 from iteralab.campaign.folder import read_corpus_batches
 from iteralab.campaign.kinds.output import file_name
 from iteralab.campaign.kinds.registry import kind_named
 from iteralab.campaign.kinds.sink import PassSink
 from iteralab.campaign.manifest import determinism_settings, environment_manifest, owns_device
-from iteralab.campaign.records import STARTUP_PHASES, WORKER_PHASES, PassSpec, started
+from iteralab.campaign.records import STARTUP_PHASES, WORKER_PHASES, PassResult, PassSpec, Startup, started
 from iteralab.errors import RunError
 from iteralab.models import device as dev
 from iteralab.models.cards import card_identity, is_rocm, physical_ids
@@ -127,7 +129,7 @@ class RayEngine:
     def __init__(self, protocol: Any) -> None:
         self.run = protocol.run
         self.ray: Any = None
-        self.started: dict[str, Any] = {}
+        self.started: RayCluster | None = None
         #: the Ray variants, each with its device name (a GPU variant needs a cluster with GPUs)
         self.variants = [(v.name, v.device or protocol.run.device) for v in protocol.variants if v.engine == "ray"]
         self.gpus = 0.0
@@ -141,29 +143,23 @@ class RayEngine:
         engine.start()
         return engine
 
-    def layout(self) -> dict[str, Any]:
-        run = self.run
-        return {"actors": run.ray_actors, "cpus_per_actor": run.ray_cpus_per_actor,
-                "gpus_per_actor_of_a_gpu_variant": run.ray_gpus_per_actor,
-                "threads_per_actor": run.ray_threads_per_actor, "no_progress_timeout_s": run.ray_no_progress_timeout_s}
-
     def start(self) -> None:
         ray = self.ray = _import_ray()
         run = self.run
         if ray.is_initialized():
             ray.shutdown()  # a Ray left by an earlier campaign run in this process: this campaign starts its own
         t0 = time.perf_counter()
-        common: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "warning"}
         where = run.ray_address
         if where is None:
             # The local cluster's workers see the driver's import path (the workload's callable, the code).
             # address="local": always a Ray of its own, never a cluster another job left running on this machine.
             paths = [p for p in (os.environ.get("PYTHONPATH"), os.getcwd()) if p]
             ray.init(address="local", num_cpus=run.ray_num_cpus or os.cpu_count(), runtime_env={"env_vars": {
-                "PYTHONPATH": os.pathsep.join(paths)}}, **common)
+                "PYTHONPATH": os.pathsep.join(paths)}}, include_dashboard=False, log_to_driver=False,
+                     logging_level="warning")
         else:
             try:
-                ray.init(address=where, **common)
+                ray.init(address=where, include_dashboard=False, log_to_driver=False, logging_level="warning")
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise RunError(f"run.ray_address {where!r}: cannot connect to the Ray cluster ({exc})",
                                hint="start the cluster (ray start --head) or fix the address; a cluster with "
@@ -172,10 +168,8 @@ class RayEngine:
         init_s = time.perf_counter() - t0
         resources = ray.cluster_resources()
         nodes = [n for n in ray.nodes() if n.get("Alive")]
-        self.started = {"engine": "ray", "init_s": init_s, "ray_version": ray.__version__,
-                        "address": where or "local (started by the runner)", "nodes": len(nodes),
-                        "cpus": resources.get("CPU", 0.0), "gpus": resources.get("GPU", 0.0),
-                        "layout": self.layout()}
+        self.started = RayCluster(init_s, ray.__version__, where or "local (started by the runner)", len(nodes),
+                                  resources.get("CPU", 0.0), resources.get("GPU", 0.0), RayLayout.of(run))
         self.gpus = float(resources.get("GPU", 0.0) or 0.0)
         problem = layout_problem(run.ray_actors, run.ray_cpus_per_actor, resources.get("CPU", 0.0)) or \
             ray_gpu_problem(self.variants, resources, where or "local")
@@ -184,27 +178,28 @@ class RayEngine:
             raise RunError(f"run.ray_address {where or 'local'}: {problem}",
                            hint="change run.ray_actors or run.ray_cpus_per_actor in a new protocol version")
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self) -> float:
+        """Ray shut down; returns the seconds it took (the journal's ``engine_stopped``)."""
         t0 = time.perf_counter()
         if self.ray is not None and self.ray.is_initialized():
             self.ray.shutdown()
-        return {"engine": "ray", "shutdown_s": time.perf_counter() - t0}
+        return time.perf_counter() - t0
 
-    def run_pass(self, spec: PassSpec) -> dict[str, Any]:
-        """Run one pass described by the runner's ``spec``; return its result record (as ``execute_pass``)."""
+    def run_pass(self, spec: PassSpec) -> PassResult:
+        """Run one pass described by the runner's ``spec``; return its result."""
 
         result = _RayPass(self, spec).execute()
         environment = environment_manifest(runtime=not owns_device(spec.model["kind"]))
         # What only the process running the model knows (threads, determinism options as applied): the actor's.
-        runtime = result.pop("actor_runtime", None)
-        if runtime:
-            environment["torch_threads"], environment["determinism"] = runtime["torch_threads"], runtime["determinism"]
+        runtime: ActorRuntime | None = result.pop("actor_runtime", None)
+        if runtime is not None:
+            environment["torch_threads"], environment["determinism"] = runtime.torch_threads, runtime.determinism
             cpu = (environment.get("device_inventory") or {}).get("cpu")
             if isinstance(cpu, dict):
-                cpu["torch_threads"], cpu["torch_interop_threads"] = runtime["torch_threads"], runtime["interop"]
+                cpu["torch_threads"], cpu["torch_interop_threads"] = runtime.torch_threads, runtime.interop
         # As a worker's result reaches the runner (through JSON): plain values, e.g. torch's version as a string.
         result["environment"] = json.loads(json.dumps(environment))
-        return result
+        return PassResult.from_json(result)
 
 
 class _RayPass:
@@ -215,6 +210,7 @@ class _RayPass:
         self.sink = self.kind.sink(Path(spec.prediction_dir) / file_name(spec.pass_id), spec.classes)
         self.phases: dict[str, float | None] = dict.fromkeys(WORKER_PHASES)
         self.notes: list[str] = []
+        #: the pass's start-up record: the driver's own readings and one record per actor (``ray_actors``)
         self.startup: dict[str, Any] = {}
 
     def _configure(self, ray_data: Any) -> None:
@@ -232,11 +228,10 @@ class _RayPass:
     def _dataset(self, ray_data: Any, expected: int, warm_texts: list[str]) -> Any:
         run, spec = self.run, self.spec
         rows_per_block = max(1, min(MAX_ROWS_PER_BLOCK, math.ceil(expected / (run.ray_actors * BLOCKS_PER_ACTOR))))
-        # the actors' constructor arguments, plain values: the pass spec, the threads, the file's path
-        actor_spec: dict[str, Any] = {"pass": spec.to_json(), "threads": run.ray_threads_per_actor,
-                                      "target": str(self.sink.target)}
         # A GPU variant's actors ask Ray for their cards: Ray reserves them and shows each actor the card it assigned
-        actor_spec["gpu"] = gpu = ray_wants_gpu(spec.variant.get("device") or spec.device, self.engine.gpus)
+        gpu = ray_wants_gpu(spec.variant.get("device") or spec.device, self.engine.gpus)
+        # the actors' constructor arguments: the pass spec, the threads, the file's path, whether it has a card
+        actor_spec = ActorSpec(spec, run.ray_threads_per_actor, str(self.sink.target), bool(gpu))
         # The actor runs like a local pass worker: at the runner's priority (Ray starts its workers at nice 15 so
         # they yield to Ray's own services, and a nice-15 pass loses its cores to every runnable nice-0 thread,
         # the driver's included), and with the OpenMP/MKL runtimes started for the torch threads it will use
@@ -244,9 +239,7 @@ class _RayPass:
         env = {"RAY_worker_niceness": "0"}
         if run.ray_threads_per_actor:
             env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(run.ray_threads_per_actor)
-        remote: dict[str, Any] = {"max_restarts": 0, "runtime_env": {"env_vars": env}}
-        if gpu:
-            remote["num_gpus"] = run.ray_gpus_per_actor
+        cards: dict[str, float] = {"num_gpus": run.ray_gpus_per_actor} if gpu else {}
         with warnings.catch_warnings():
             # Ray 2.60 has no named parameter for it yet: without max_restarts=0 a lost actor is replaced and its
             # tasks silently retried (R8: a lost actor fails the pass). Ray warns this form goes in Ray 2.64.
@@ -256,12 +249,15 @@ class _RayPass:
                 target_num_rows_per_block=rows_per_block).map_batches(
                 RayPredictor, fn_constructor_kwargs={"spec": actor_spec, "warm_texts": warm_texts},
                 batch_size=int(spec.variant["batch_size"]), batch_format="pyarrow", zero_copy_batch=True,
-                compute=ray_data.ActorPoolStrategy(size=run.ray_actors), num_cpus=run.ray_cpus_per_actor, **remote)
+                compute=ray_data.ActorPoolStrategy(size=run.ray_actors), num_cpus=run.ray_cpus_per_actor,
+                max_restarts=0, runtime_env={"env_vars": env}, **cards)
 
     def execute(self) -> dict[str, Any]:
         spec, run = self.spec, self.run
         ray = self.engine.ray
-        result, expected_ids, warm_texts = self._before_measuring()
+        expected_ids, warm_texts = self._before_measuring()
+        result = {**started(spec.pass_id, startup=self.startup, engine="ray"), "phases": self.phases,
+                  "notes": self.notes, "expected": len(expected_ids)}
         self._configure(ray.data)
         dataset = self._dataset(ray.data, len(expected_ids), warm_texts)
         limit = spec.pass_timeout_s
@@ -271,21 +267,25 @@ class _RayPass:
         actors = _actor_records(meta_chunks)
         self._startup_phases(actors, submitted)
         if relative is not None and relative.record is not None:
-            result["pass_limit"] = relative.record
+            result["pass_limit"] = relative.record.to_json()
         ids = pa.chunked_array(id_chunks, pa.string()).combine_chunks() if id_chunks else pa.array([], pa.string())
         result["completed"] = len(ids)
-        ready = [a["startup"]["ready_at"] for a in actors.values() if a.get("startup")]
+        ready = [a.startup.ready_at for a in actors.values() if a.startup is not None and a.startup.ready_at is not None]
         if error is None and len(actors) > run.ray_actors:
             error = RuntimeError(f"{len(actors)} actors returned batches for a pool of {run.ray_actors}: an actor "
                                  "was lost and replaced, its tasks retried")
-        self._outcome(result, ids, expected_ids, error, finished, ready)
-        _actor_cells(result, actors)
+        result["status"], result["error"], result["error_kind"] = self._outcome(ids, expected_ids, error, finished,
+                                                                                ready)
+        first, result["memory"] = _actor_cells(actors)
+        if first is not None:
+            result["workload"], result["file_hashes"] = first.workload, first.file_hashes
+            result["actor_runtime"] = first.runtime
         self._write(result, ids, expected_ids)
         return result
 
-    def _before_measuring(self) -> tuple[dict[str, Any], Any, list[str]]:
-        """The engine's note and the result record; outside the measured region: the expected ids and the warm-up
-        texts, read by the driver."""
+    def _before_measuring(self) -> tuple[Any, list[str]]:
+        """The engine's note; outside the measured region: the expected ids and the warm-up texts, read by the
+        driver."""
 
         spec, run, notes = self.spec, self.run, self.notes
         ray = self.engine.ray
@@ -293,39 +293,37 @@ class _RayPass:
                   f"torch threads {run.ray_threads_per_actor or 'by Ray (floor of the CPUs)'}")
         order = "corpus order (Ray's preserve_order)" if self.sink.streams else \
             "as received by the driver, the file in corpus order"
-        notes.append(f"engine: ray {ray.__version__} ({self.engine.started.get('address')}), {layout}; row order "
+        notes.append(f"engine: ray {ray.__version__} ({self.engine.started and self.engine.started.address}), {layout}; row order "
                      f"{order}")
-        result = {**started(spec.pass_id, startup=self.startup, engine="ray"), "phases": self.phases, "notes": notes}
         expected_ids = _corpus_ids(spec.corpus_path)
-        result["expected"] = len(expected_ids)
-        corpus_kwargs = {"id_column": "id", "text_column": "text", "label_column": "label",
-                         "classes": list(spec.classes)}
         warm = spec.warmup
-        warm_texts = first_texts(spec.corpus_path, corpus_kwargs, int(warm["inputs"]), self.kind.prompts(spec.model)) \
+        warm_texts = first_texts(spec.corpus_path, corpus_options(spec), int(warm["inputs"]),
+                                 self.kind.prompts(spec.model)) \
             if warm["inputs"] > 0 and warm["passes"] > 0 else []
         if not warm_texts:
             notes.append("warm-up: none (protocol declares 0 warm-up inputs or passes)")
-        return result, expected_ids, warm_texts
+        return expected_ids, warm_texts
 
-    def _outcome(self, result: dict[str, Any], ids: Any, expected_ids: Any, error: BaseException | None,
-                 finished: float | None, ready: list[float]) -> None:
-        """The pass's status, time or error, and the notes on what was not measured."""
+    def _outcome(self, ids: Any, expected_ids: Any, error: BaseException | None, finished: float | None,
+                 ready: list[float]) -> tuple[str, str | None, str | None]:
+        """The pass's status, error and error kind; its time, and the notes on what was not measured."""
 
         phases, notes = self.phases, self.notes
+        status, text, kind = "failed", None, None
         if error is None:
             problem = _completeness(ids, expected_ids)
             if problem:
-                result["error"], result["error_kind"] = problem, "incomplete"
+                text, kind = problem, "incomplete"
                 notes.append(f"failed: {problem}")
             else:
                 # From the first actor ready (model loaded, warmed up) to the last block on the driver.
-                phases["pass_s"] = finished - min(ready) if ready else None
-                result["status"] = "ok"
+                phases["pass_s"] = finished - min(ready) if ready and finished is not None else None
+                status = "ok"
         else:
-            result["error"] = _error_text(error)
-            result["error_kind"] = "timeout" if isinstance(error, PassTimeout) else \
+            text = _error_text(error)
+            kind = "timeout" if isinstance(error, PassTimeout) else \
                 "stalled" if type(error).__name__ == "ExecutionTimeoutError" else "pass"
-            notes.append(f"failed after {len(ids)} of {len(expected_ids)} inputs: {result['error']}; a Ray block "
+            notes.append(f"failed after {len(ids)} of {len(expected_ids)} inputs: {text}; a Ray block "
                          "failed, its inputs and the blocks not yet received are not counted; no retry")
         if phases["pass_s"] is None:
             notes.append("pass_s: empty, the measured pass did not complete")
@@ -333,6 +331,7 @@ class _RayPass:
             notes.append("compile_s: empty, the variant does not compile")
         notes.append("concurrent load: not measured for a Ray pass (its work runs in Ray's processes, which the "
                      "machine-wide reading cannot tell from other load)")
+        return status, text, kind
 
     def _write(self, result: dict[str, Any], ids: Any, expected_ids: Any) -> None:
         """Writing (outside the measured region): the prediction file in corpus order (the sink's: a streamed
@@ -343,21 +342,18 @@ class _RayPass:
         self.phases["writing_s"] = time.perf_counter() - t0
         result["order_hash"] = order_hash(ids) if len(ids) else None
 
-    def _startup_phases(self, actors: dict[str, dict[str, Any]], submitted: float) -> None:
+    def _startup_phases(self, actors: dict[str, ActorRecord], submitted: float) -> None:
         """The actors' start-up phases (R2), as they timed them: load and warm-up of the slowest actor; the
         time from submitting the dataset to the first actor's constructor (scheduling, process start)."""
-        records = [a["startup"] for a in actors.values() if a.get("startup")]
-        self.startup["ray_actors"] = [{"start_s": r["created_at"] - submitted, "runtime_s": r["runtime_s"],
-                                       "load_s": r["load_s"], "warmup_s": r["warmup_s"], "compile_s": r["compile_s"],
-                                       "threads": r["threads"], "nice": r.get("nice"),
-                                       "omp_num_threads": r.get("omp_num_threads"),
-                                       **({"card": r["card"]} if r.get("card") else {})} for r in records]
+        records = [a.startup for a in actors.values() if a.startup is not None]
+        self.startup["ray_actors"] = [r.entry(submitted) for r in records]
         if not records:
             return
-        self.startup["ray_actor_start_s"] = min(r["created_at"] for r in records) - submitted
+        self.startup["ray_actor_start_s"] = min(r.created_at or submitted for r in records) - submitted
         for phase in STARTUP_PHASES:
-            values = [r[phase] for r in records if r.get(phase) is not None]
+            values = [getattr(r, phase) for r in records if getattr(r, phase) is not None]
             self.phases[phase] = max(values) if values else None
+
 
 
 class WarmupLimit:
@@ -370,17 +366,17 @@ class WarmupLimit:
     def __init__(self, spec: PassSpec, warm_inputs: int, documents: int, clock: Any = time.time) -> None:
         self.spec, self.warm_inputs, self.documents, self.clock = spec, warm_inputs, documents, clock
         self.seconds: float | None = None
-        self.record: dict[str, Any] | None = None
+        self.record: LimitRecord | None = None
         self.start = 0.0
 
     def check(self, meta: Any) -> None:
         if self.record is None:
             for cell in pc.drop_null(meta).to_pylist():
-                startup = json.loads(cell).get("startup")
-                if startup:
-                    self.seconds, self.record = pass_limit(self.spec, startup.get("last_warmup_s"), self.warm_inputs,
+                startup = ActorMeta.from_cell(cell).startup
+                if startup is not None:
+                    self.seconds, self.record = pass_limit(self.spec, startup.last_warmup_s, self.warm_inputs,
                                                            self.documents)
-                    self.start = float(startup["ready_at"])
+                    self.start = float(startup.ready_at or 0.0)
                     break
         if self.seconds is not None and self.clock() - self.start > self.seconds:
             raise PassTimeout(self.seconds, limit_basis(self.record))
@@ -402,18 +398,18 @@ def _completeness(ids: Any, expected: Any) -> str | None:
             f"{outside} not in the corpus); the pass is not counted")
 
 
-def _actor_records(meta_chunks: list[Any]) -> dict[str, dict[str, Any]]:
+def _actor_records(meta_chunks: list[Any]) -> dict[str, ActorRecord]:
     """Per actor: its start-up record and its largest peak RSS, from the non-null cells of the meta column."""
 
-    actors: dict[str, dict[str, Any]] = {}
+    actors: dict[str, ActorRecord] = {}
     for chunk in meta_chunks:
         for cell in pc.drop_null(chunk).to_pylist():
-            meta = json.loads(cell)
-            entry = actors.setdefault(meta["actor"], {})
-            if "startup" in meta:
-                entry["startup"] = meta["startup"]
-            if meta.get("rss"):
-                entry["rss"] = max(entry.get("rss") or 0, meta["rss"])
+            meta = ActorMeta.from_cell(cell)
+            entry = actors.setdefault(meta.actor, ActorRecord())
+            if meta.startup is not None:
+                entry.startup = meta.startup
+            if meta.rss:
+                entry.rss = max(entry.rss or 0, meta.rss)
     return actors
 
 def _receive(dataset: Any, limit: float | None, relative: WarmupLimit | None,
@@ -442,14 +438,12 @@ def _receive(dataset: Any, limit: float | None, relative: WarmupLimit | None,
     return id_chunks, meta_chunks, error, submitted, finished
 
 
-def _actor_cells(result: dict[str, Any], actors: dict[str, dict[str, Any]]) -> None:
-    """What the actors recorded: the first one's workload and runtime, the largest actor's peak memory."""
-    first = next((a["startup"] for a in actors.values() if a.get("startup")), None)
-    if first is not None:
-        result["workload"], result["file_hashes"] = first["workload"], first["file_hashes"]
-        result["actor_runtime"] = first.get("runtime")
-    rss = [a["rss"] for a in actors.values() if a.get("rss")]
-    result["memory"] = {"cpu_peak_rss_bytes": max(rss) if rss else None,
+def _actor_cells(actors: dict[str, ActorRecord]) -> tuple[ActorStartup | None, dict[str, int | str | None]]:
+    """What the actors recorded: the first one's start-up (its workload and runtime), the largest actor's peak
+    memory (the result's ``memory``)."""
+    first = next((a.startup for a in actors.values() if a.startup is not None), None)
+    rss = [a.rss for a in actors.values() if a.rss]
+    return first, {"cpu_peak_rss_bytes": max(rss) if rss else None,
                         "scope": "peak RSS of the largest Ray actor process (max over actors, never summed)",
                         "reason": None if rss else "not measured: no actor returned a batch"}
 
@@ -492,46 +486,42 @@ class RayPredictor:
     pass's start-up phases), then turns each (id, text) batch into (id, probs) with the same workload code as
     a local pass (tokenize + infer)."""
 
-    def __init__(self, spec: dict[str, Any], warm_texts: list[str]) -> None:
+    def __init__(self, spec: ActorSpec, warm_texts: list[str]) -> None:
         created = time.time()
-        # ``spec``: the pass spec's JSON form, the torch threads, whether Ray assigned a card, the file's path
-        pass_spec = PassSpec.from_json(spec["pass"], "Ray actor's pass spec")
-        startup: dict[str, Any] = {}
-        device = seeded_device(pass_spec, startup, threads=spec.get("threads"),
-                               assigned=ray_assigned_device if spec.get("gpu") else None)
-        record = started(pass_spec.pass_id)  # the pass core's phases and notes, this actor's own
-        self.workload = load_timed(pass_spec, device, dev.PERF_CLOCK, record)
-        _, last_warmup_s = warm_up(pass_spec, self.workload, device, dev.PERF_CLOCK, record, warm_texts)
+        pass_spec = spec.pass_spec
+        startup: Startup = {}
+        device = seeded_device(pass_spec, startup, threads=spec.threads,
+                               assigned=ray_assigned_device if spec.gpu else None)
+        phases: dict[str, float | None] = dict.fromkeys(WORKER_PHASES)  # the pass core's phases, this actor's own
+        self.workload = load_timed(pass_spec, device, dev.PERF_CLOCK, phases, [])
+        description, hashes = self.workload.describe(), self.workload.file_hashes()
+        _, last_warmup_s = warm_up(pass_spec, self.workload, device, dev.PERF_CLOCK, phases, [], warm_texts)
         kind = kind_named(pass_spec.kind)
         self.prompts = kind.prompts(pass_spec.model)  # e.g. a generation job: each batch's prompts rendered
-        self.sink = kind.sink(Path(spec["target"]), pass_spec.classes)  # what a batch's outputs become (columns)
+        self.sink = kind.sink(Path(spec.target), pass_spec.classes)  # what a batch's outputs become (columns)
         self.key = f"{os.getpid()}-{id(self)}"
         ready = time.time()
         runtime = threads = None
         if "torch" in sys.modules and pass_spec.model["kind"] != "callable":
             torch = sys.modules["torch"]
             threads = torch.get_num_threads()
-            runtime = {"torch_threads": threads, "interop": torch.get_num_interop_threads(),
-                       "determinism": determinism_settings()}
-        priority = {"nice": os.nice(0), "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
-        if spec.get("gpu"):  # the card Ray assigned, as Ray names it and as the card identifies itself
-
-            priority["card"] = {"ray_gpu_ids": _ray_gpu_ids(), **card_identity(device.index or 0)}
-        phases = record["phases"]
-        self.startup: dict[str, Any] | None = {
-            "created_at": created, "runtime_s": startup["runtime_s"], "load_s": phases["load_s"],
-            "compile_s": phases["compile_s"], "warmup_s": phases["warmup_s"], "last_warmup_s": last_warmup_s,
-            "threads": threads, "ready_at": ready, "workload": record["workload"],
-            "file_hashes": record["file_hashes"], "runtime": runtime, **priority}
+            runtime = ActorRuntime(threads, torch.get_num_interop_threads(), determinism_settings())
+        # the card Ray assigned, as Ray names it and as the card identifies itself
+        card = {"ray_gpu_ids": _ray_gpu_ids(), **card_identity(device.index or 0)} if spec.gpu else None
+        self.startup: ActorStartup | None = ActorStartup(
+            created_at=created, ready_at=ready, runtime_s=startup["runtime_s"], load_s=phases["load_s"],
+            compile_s=phases["compile_s"], warmup_s=phases["warmup_s"], last_warmup_s=last_warmup_s,
+            threads=threads, nice=os.nice(0), omp_num_threads=os.environ.get("OMP_NUM_THREADS"),
+            workload=description, file_hashes=hashes, runtime=runtime, card=card)
 
     def __call__(self, batch: Any) -> Any:
         if self.prompts is not None:
             batch = self.prompts(batch)
         texts = batch.column("text").to_pylist()
         out = self.workload.infer(self.workload.tokenize(texts))
-        meta: dict[str, Any] = {"actor": self.key, "rss": _peak_rss()}
-        if self.startup is not None and texts:
-            meta["startup"], self.startup = self.startup, None
-        cells = pa.array([json.dumps(meta)] + [None] * (len(texts) - 1), pa.string()) if texts else \
+        meta = ActorMeta(self.key, _peak_rss(), self.startup if texts else None)
+        if texts:
+            self.startup = None
+        cells = pa.array([meta.to_cell()] + [None] * (len(texts) - 1), pa.string()) if texts else \
             pa.array([], pa.string())
         return pa.table({"id": batch.column("id").cast(pa.string()), **self.sink.ray_columns(out), META: cells})

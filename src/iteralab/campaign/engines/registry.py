@@ -18,8 +18,14 @@ from iteralab.campaign.engines.local import local_engine
 from iteralab.campaign.engines.parallel import run_data_parallel
 from iteralab.campaign.engines.prefork import Templates, available
 from iteralab.campaign.engines.raypass import RayEngine, require_ray
+from iteralab.campaign.engines.rayrecords import RayCluster
 from iteralab.campaign.records import PassResult, PassSpec
 from iteralab.plan.protocol import Protocol, Variant
+
+# RayCluster (Ray as a run started it: the journal's ``engine_started``, the manifest's ``ray``) is named here for
+# the runner, which reaches the engines through this module only
+__all__ = ["NAMES", "Engine", "RayCluster", "RayEngine", "check_engines", "engine_name", "engines", "start_ray",
+           "worker_templates"]
 
 #: One pass spec in, the pass's result out.
 Engine = Callable[[PassSpec], PassResult]
@@ -49,10 +55,10 @@ def engines(isolation: str, templates: Any = None, ray: RayEngine | None = None,
     (:func:`start_ray`)."""
     local = local_engine(isolation, templates)
     registry: dict[str, Engine] = {
-        "local": _typed(local if prepare is None else (lambda spec: local(prepare(spec)))),
+        "local": local if prepare is None else (lambda spec: local(prepare(spec))),
         "parallel": _typed(run_data_parallel)}
     if ray is not None:
-        registry["ray"] = _typed(ray.run_pass)
+        registry["ray"] = ray.run_pass
     return registry
 
 
