@@ -275,11 +275,12 @@ def test_a_pass_reads_a_jsonl_corpus_through_the_reader_even_when_it_starts_agai
     """A pass over a corpus that is neither CSV nor Parquet takes its ids and texts from the corpus reader; records
     whose keys differ make the reader start again record by record, and the pass still sees each record once."""
     from iteralab.campaign.engines.passes import _text_batches
+    from iteralab.plan.scan import read_options
 
     lines = [{"id": f"j{i:02d}", "text": f"t{i}"} | ({"label": "pos"} if i % 4 else {}) for i in range(20)]
     path = tmp_path / "c.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    batches = list(_text_batches(str(path), dict(require_labels=False), ["id", "text"]))
+    batches = list(_text_batches(str(path), read_options(require_labels=False), ["id", "text"]))
     table = pa.Table.from_batches(batches)
     assert table.column("id").to_pylist() == [x["id"] for x in lines]
     assert table.column("text").to_pylist() == [x["text"] for x in lines]

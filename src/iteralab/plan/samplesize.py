@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import norm
 
 from iteralab.common.files import write_bytes_atomic
 
@@ -55,6 +54,8 @@ def required_size(sd: float, tolerance: float, difference: float, confidence: fl
         return None
     if sd <= 0:
         return 1
+    from scipy.stats import norm  # scipy on first use: a run imports this module before its corpus scan
+
     z = float(norm.ppf(bound_level(confidence)) + norm.ppf(power))
     return max(1, math.ceil(round((z * sd / gap) ** 2, 9)))
 
