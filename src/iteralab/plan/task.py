@@ -389,14 +389,17 @@ class KindRules:
     pairs: bool = False
 
 
+def _columns_of(table: Any) -> list[str]:
+    """The corpus columns a kind's own table (``[generation]``, ``[scoring]``) reads beside the text; none absent."""
+    return list(table.columns) if table else []
+
+
 #: Every kind of job the plan reads, by its ``[task] kind`` name; a new kind is a new row.
 KIND_RULES: dict[str, KindRules] = {rules.name: rules for rules in (
     KindRules("classification", classification_problem),
     KindRules("embedding", embedding_problem, vectors=True),
-    KindRules("generation", generation_problem, prompts=True,
-              columns=lambda p: p.generation.columns if p.generation is not None else []),
-    KindRules("scoring", scoring_problem, pairs=True,
-              columns=lambda p: p.scoring.columns if p.scoring is not None else []),
+    KindRules("generation", generation_problem, prompts=True, columns=lambda p: _columns_of(p.generation)),
+    KindRules("scoring", scoring_problem, pairs=True, columns=lambda p: _columns_of(p.scoring)),
 )}
 
 

@@ -27,6 +27,7 @@ The pairs' groups and relevance are read from the campaign's corpus copy (``prom
 
 from __future__ import annotations
 
+import csv
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -74,8 +75,6 @@ def load_pairs(campaign_dir: Path, dataset: str | None = None) -> pa.Array | Non
 
 
 def _prompt_columns(path: Path) -> list[str]:
-    import csv
-
     with open(path, encoding="utf-8", newline="") as fh:
         header = next(csv.reader(fh), [])
     prefix = PROMPT_COLUMN.format("")
