@@ -1,0 +1,127 @@
+"""Scoring jobs (``[task] kind = "scoring"``): the protocol's keys, the score file, the metrics against independent
+computations (sklearn's ndcg_score per group, scipy's kendalltau), a tiny cross-encoder, and a campaign whose
+hand-edited score fails verify."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from iteralab.errors import ProtocolError
+from iteralab.plan.protocol import parse_protocol
+from scoring_jobs import BATCH_VARIANTS, CALLABLE, scoring_campaign, scoring_protocol, tiny_cross_encoder_dir
+
+
+def test_a_scoring_protocol_reads_its_keys():
+    protocol = parse_protocol(scoring_protocol(CALLABLE, variants=BATCH_VARIANTS, reference="b2"))
+    assert protocol.task.kind == "scoring"
+    assert protocol.scoring.columns == ["text_pair", "group", "relevance"]
+    assert protocol.scoring.min_kendall_tau == 0.9
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda t: t.replace('relevance_column = "relevance"\n', ""), "declare scoring.relevance_column"),
+    (lambda t: t.replace("k = 3\n", ""), "metric 'ndcg_at_k' needs metric.k"),
+    (lambda t: t.replace('name = "ndcg_at_k"', 'name = "knn_accuracy"'), "a scoring job's metric is one of mrr"),
+    (lambda t: t.replace("[scoring]", "[scorin]"), "unknown key 'scorin' (did you mean 'scoring'?)"),
+    (lambda t: t.replace('kind = "callable"', 'kind = "encoder"\npath = "m"'), "a scoring job's model.kind"),
+])
+def test_scoring_protocol_mistakes_are_one_line(edit, expected):
+    text = edit(scoring_protocol(CALLABLE, variants=BATCH_VARIANTS, reference="b2"))
+    with pytest.raises(ProtocolError) as err:
+        parse_protocol(text, "p.toml")
+    assert expected in str(err.value) and "\n" not in str(err.value)
+
+
+def test_pairs_pack_and_unpack_whatever_the_texts_hold():
+    from iteralab.campaign.kinds.scoring.sink import pack_pairs, unpack_pairs
+
+    firsts = ["a\x1fb", "", "élan 12", "x"]
+    seconds = ["c", "d\x1f", "", "3\x1f4"]
+    assert unpack_pairs(pack_pairs(pa.array(firsts), pa.array(seconds)).to_pylist()) == (firsts, seconds)
+
+
+def test_group_ranking_agrees_with_sklearn_ndcg_per_group():
+    from sklearn.metrics import ndcg_score
+
+    from iteralab.campaign.kinds.scoring.verdict import group_ranking
+
+    rng = np.random.default_rng(0)
+    sizes = [5, 8, 3, 6]
+    groups = np.repeat(np.arange(len(sizes)), sizes)
+    rng.shuffle(groups)  # groups interleaved in the corpus
+    scores = rng.permutation(len(groups)).astype(np.float64)  # tie-free
+    relevance = rng.integers(0, 3, len(groups)).astype(np.float64)
+    relevance[groups == 2] = 0  # a group without a relevant pair counts 0 in both
+    for k in (1, 3, 10):
+        ranking = group_ranking(scores, groups, relevance, k)
+        expected = [ndcg_score([relevance[groups == g]], [scores[groups == g]], k=k) if relevance[groups == g].any()
+                    else 0.0 for g in range(len(sizes))]
+        assert ranking.queries == len(sizes)
+        assert ranking.ndcg_at_k == pytest.approx(np.mean(expected), abs=1e-12)
+        ranks = []
+        for g in range(len(sizes)):
+            order = np.argsort(-scores[groups == g])[:k]
+            hit = np.flatnonzero(relevance[groups == g][order] > 0)
+            ranks.append(1.0 / (hit[0] + 1) if len(hit) else 0.0)
+        assert ranking.mrr == pytest.approx(np.mean(ranks), abs=1e-12)
+
+
+def test_kendall_tau_within_groups_agrees_with_scipy():
+    from scipy.stats import kendalltau
+
+    from iteralab.campaign.kinds.scoring.agreement import score_agreement
+
+    rng = np.random.default_rng(1)
+    groups = np.repeat(np.arange(4), 7)
+    reference = rng.normal(size=len(groups)).astype(np.float32)
+    mine = (reference + rng.normal(scale=0.5, size=len(groups))).astype(np.float32)
+    mine[groups == 3] = np.round(mine[groups == 3])  # ties: scipy's tau-b
+    got = score_agreement(mine, reference, groups, 0.9)
+    taus = [kendalltau(mine[groups == g], reference[groups == g])[0] for g in range(4)]
+    assert got.overall.min_tau == pytest.approx(min(taus)) and got.overall.median_tau == pytest.approx(np.median(taus))
+    diff = np.abs(mine.astype(np.float64) - reference)
+    assert got.max_abs_diff == pytest.approx(diff.max()) and got.diff_at_quantile == pytest.approx(np.quantile(diff, 0.9))
+
+
+def test_a_tiny_cross_encoder_scores_pairs_in_any_batching(tmp_path):
+    from iteralab.campaign.kinds.scoring.sink import PairWorkload, pack_pairs
+    from iteralab.models.factory import WorkloadSpec, load_workload
+
+    folder = tiny_cross_encoder_dir(tmp_path / "ce")
+    scorer = PairWorkload(load_workload(WorkloadSpec("hf_cross_encoder", path=folder, task="scoring",
+                                                     activation="sigmoid")))
+    packed = pack_pairs(pa.array(["good fun", "dull film", "the story"]),
+                        pa.array(["a good fun film", "boring", "a story of a director"])).to_pylist()
+    whole = scorer.infer(scorer.tokenize(packed))
+    one_by_one = np.concatenate([scorer.infer(scorer.tokenize([p])) for p in packed])
+    assert whole.shape == (3,) and whole.dtype == np.float32 and ((whole > 0) & (whole < 1)).all()
+    np.testing.assert_allclose(whole, one_by_one, atol=1e-5)
+    assert scorer.token_lengths(packed[:1]) == [len(scorer.scorer.tokenizer("good fun", "a good fun film")["input_ids"])]
+
+
+def test_a_cross_encoder_of_several_outputs_needs_its_positive_class(tmp_path):
+    from iteralab.errors import WorkloadError
+    from iteralab.models.factory import WorkloadSpec, load_workload
+
+    folder = tiny_cross_encoder_dir(tmp_path / "ce3", outputs=3)
+    with pytest.raises(WorkloadError, match="positive_class"):
+        load_workload(WorkloadSpec("hf_cross_encoder", path=folder, task="scoring"))
+    workload = load_workload(WorkloadSpec("hf_cross_encoder", path=folder, task="scoring", positive_class="c2"))
+    assert (workload.activation, workload.positive) == ("softmax", 2)
+
+
+def test_a_scoring_campaign_is_verified_and_a_hand_edited_score_fails_verify(tmp_path):
+    from iteralab.evidence.verify import audit_campaign
+
+    out = scoring_campaign(tmp_path, CALLABLE)
+    assert audit_campaign(out, require_seal=False).ok
+    path = sorted((out / "predictions").glob("*b4*.parquet"))[0]
+    table = pq.read_table(path)
+    scores = table.column("score").to_numpy().copy()
+    scores[0] += 0.5
+    pq.write_table(table.set_column(1, "score", pa.array(scores, pa.float32())), path)
+    report = audit_campaign(out, require_seal=False)
+    assert not report.ok and any(path.name in d or "sha256" in d for d in report.differences)
