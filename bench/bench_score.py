@@ -116,7 +116,6 @@ def bench_pass(args: argparse.Namespace) -> dict:
 
     from iteralab.campaign.engines.passes import MeasuredPass
     from iteralab.campaign.kinds.scoring.sink import PairRenderer, PairWorkload, ScoreSink
-    from iteralab.models import device as dev
     from iteralab.models.factory import WorkloadSpec, load_workload
 
     with tempfile.TemporaryDirectory(prefix="iteralab-bench-score-") as tmp_name:
@@ -125,7 +124,6 @@ def bench_pass(args: argparse.Namespace) -> dict:
         corpus = tmp / "corpus.csv"
         write_copy(corpus, rows)
         folder = cross_encoder_from_minilm(tmp / "cross-encoder", args.seed)
-        device = dev.resolve_device("cpu")
         model = load_workload(WorkloadSpec("hf_cross_encoder", path=folder, task="scoring", activation="none",
                                            max_length=args.max_length))
         workload = PairWorkload(model)
