@@ -90,7 +90,8 @@ def score_agreement(mine: np.ndarray, reference: np.ndarray, groups: np.ndarray,
                           float(np.quantile(diff, quantile)) if len(diff) else None, overall, by_group)
 
 
-def bounds_reasons(agreement: ScoreAgreement, spec: Any) -> tuple[list[str], dict[str, dict[str, Any]]]:
+def bounds_reasons(agreement: ScoreAgreement, spec: Any
+                   ) -> tuple[list[str], dict[str, dict[str, float | int | bool | None]]]:
     """The reasons the scores fail the ``[scoring]`` bounds (``spec``), and each gating stratum group's cells."""
     reasons: list[str] = []
     tol = 1e-9
@@ -110,7 +111,7 @@ def bounds_reasons(agreement: ScoreAgreement, spec: Any) -> tuple[list[str], dic
             and agreement.diff_at_quantile > spec.max_diff_at_quantile + tol:
         reasons.append(f"score difference at quantile {spec.diff_quantile:g} {agreement.diff_at_quantile:.4g}, "
                        f"above scoring.max_diff_at_quantile {spec.max_diff_at_quantile:g}")
-    cells: dict[str, dict[str, Any]] = {}
+    cells: dict[str, dict[str, float | int | bool | None]] = {}
     for key, summary in agreement.by_group.items():
         ok = summary.min_tau is None or summary.min_tau >= spec.min_kendall_tau - tol
         if spec.min_median_kendall_tau is not None and summary.median_tau is not None:

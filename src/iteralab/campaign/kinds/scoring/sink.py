@@ -37,7 +37,7 @@ from iteralab.plan.prompting import copy_column
 SEPARATOR = "\x1f"
 
 
-def scoring_record(protocol: Any, folder: Path | None = None) -> dict[str, Any]:
+def scoring_record(protocol: Any, folder: Path | None = None) -> dict[str, dict[str, str | None]]:
     """A scoring job's model record adds its pair columns and how a cross-encoder's logits become a score: the
     protocol's activation, or the folder's declared one (``models.pairs``); a callable's scores are its own."""
     spec = protocol.scoring
@@ -50,7 +50,7 @@ def scoring_record(protocol: Any, folder: Path | None = None) -> dict[str, Any]:
                         "positive_class": spec.positive_class}}
 
 
-def scoring_options(model: Any) -> dict[str, Any]:
+def scoring_options(model: Any) -> dict[str, str | None]:
     """The factory's keywords of a scoring job's model: its task and a cross-encoder's activation (as the model
     record resolved it) and positive class."""
     spec = model["scoring"]
