@@ -125,3 +125,44 @@ def test_a_scoring_campaign_is_verified_and_a_hand_edited_score_fails_verify(tmp
     pq.write_table(table.set_column(1, "score", pa.array(scores, pa.float32())), path)
     report = audit_campaign(out, require_seal=False)
     assert not report.ok and any(path.name in d or "sha256" in d for d in report.differences)
+
+
+def test_strata_count_both_texts_and_a_gating_stratum_is_judged_by_its_groups_taus(tmp_path):
+    import csv
+
+    from campaign_factory import write_tokenizer
+    from iteralab.campaign.folder import CampaignFolder
+    from iteralab.models.pairs import count_pair_tokens
+    from iteralab.models.tokens import load_tokenizer
+    from scoring_jobs import corpus_rows
+
+    tokenizer = write_tokenizer(tmp_path / "tokenizer")
+    rows = corpus_rows()
+    counts = count_pair_tokens(load_tokenizer(tokenizer), [r[1] for r in rows], [r[2] for r in rows])
+    cut = sorted(counts)[len(counts) // 2]
+    with open(tmp_path / "strata.csv", "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["id", "text", "text_pair", "group", "relevance", "stratum"])
+        writer.writerows([(*r, "short" if n <= cut else "long") for r, n in zip(rows, counts)])
+    strata = f"strata = {{ short = [0, {cut}], long = [{cut + 1}] }}\n"
+    subgroups = '[[subgroups]]\nname = "length"\nby = "stratum"\ngating = true\n'
+    text = scoring_protocol(f'{CALLABLE}\npath = "tokenizer"', variants=BATCH_VARIANTS, reference="b2",
+                            subgroups=subgroups)
+    text = text.replace('path = "pairs.csv"\nstratum_column = ""', f'path = "strata.csv"\n{strata}')
+    (tmp_path / "protocol.toml").write_text(text, encoding="utf-8")
+    from iteralab.evidence.run import run_campaign
+    from iteralab.lock.inputs import lock
+
+    lock(tmp_path / "protocol.toml")  # every row's stratum agrees with its pair's token count
+    out = tmp_path / "camp"
+    run_campaign(tmp_path / "protocol.toml", out)
+    table = CampaignFolder.open(out).raw_rows()
+    assert all(r.status == "ok" and r.corpus_accepted and r.subgroups_ok for r in table), [r.notes for r in table]
+    assert all("subgroup Kendall's tau" in r.notes and "length:short" in r.notes for r in table)
+    # a stratum cell that counts one text only is refused at lock, naming the row
+    lines = (tmp_path / "strata.csv").read_text(encoding="utf-8").splitlines()
+    first = counts.index(min(counts))
+    lines[first + 1] = lines[first + 1].rsplit(",", 1)[0] + ",long"
+    (tmp_path / "strata.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(Exception, match=r"stratum 'long' .* tokenizer counts"):
+        lock(tmp_path / "protocol.toml")
