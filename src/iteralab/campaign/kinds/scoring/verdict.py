@@ -304,9 +304,13 @@ class ScoringVerdict(VerdictPart):
         assert spec is not None
         agreement = self._against_reference(reference, path, protocol, expected)
         if agreement is None:
+            # no file of its own, or no reference pass: the file checks and the reference's absence say why
             cells = ScoringComparison(None, None, None, None, None, None, None, False, {}, False, None, None, False)
-            return KindComparison(cells, ("scores not compared with the reference pass",))
+            return KindComparison(cells)
         reasons, subgroup_cells = bounds_reasons(agreement, spec)
+        reasons += [f"gating subgroup {sg.name!r} has no groups to evaluate (empty column?)"
+                    for sg in protocol.subgroups if sg.gating and sg.by == "stratum"
+                    and not any(key.split(":", 1)[0] == sg.name for key in agreement.by_group)]
         reproduction_ok = _reproduction(protocol, agreement)
         o = agreement.overall
         cells = ScoringComparison(agreement.common, agreement.max_abs_diff, agreement.diff_at_quantile, o.min_tau,
