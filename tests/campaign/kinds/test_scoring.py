@@ -169,3 +169,21 @@ def test_strata_count_both_texts_and_a_gating_stratum_is_judged_by_its_groups_ta
     (tmp_path / "strata.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
     with pytest.raises(Exception, match=r"stratum 'long' .* tokenizer counts"):
         lock(tmp_path / "protocol.toml")
+
+
+def test_a_bucketed_variant_orders_pairs_by_both_texts_and_stores_them_in_corpus_order(tmp_path):
+    from campaign_factory import write_tokenizer
+    from iteralab.campaign.folder import CampaignFolder
+    from scoring_jobs import corpus_rows
+
+    write_tokenizer(tmp_path / "tokenizer")
+    variants = BATCH_VARIANTS.replace("batch_size = 4\n", "batch_size = 4\nbucketing = true\n").replace(
+        'name = "batch"\nfactor = "batch_size"', 'name = "batch"\nfactor = "bucketing"').replace(
+        "batch_size = 2\n", "batch_size = 4\n")
+    out = scoring_campaign(tmp_path, f'{CALLABLE}\npath = "tokenizer"', variants=variants)
+    campaign = CampaignFolder.open(out)
+    rows = {r.variant: r for r in campaign.raw_rows()}
+    assert rows["b4"].bucketing and all(r.corpus_accepted for r in rows.values()), [r.notes for r in rows.values()]
+    files = {name: pq.read_table(campaign.prediction_path(r.prediction_file)) for name, r in rows.items()}
+    assert files["b4"].column("id").to_pylist() == [r[0] for r in corpus_rows()]  # rewritten in corpus order
+    assert files["b4"].column("score").equals(files["b2"].column("score"))  # the same pair, the same score
