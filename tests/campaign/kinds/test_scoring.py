@@ -187,3 +187,31 @@ def test_a_bucketed_variant_orders_pairs_by_both_texts_and_stores_them_in_corpus
     files = {name: pq.read_table(campaign.prediction_path(r.prediction_file)) for name, r in rows.items()}
     assert files["b4"].column("id").to_pylist() == [r[0] for r in corpus_rows()]  # rewritten in corpus order
     assert files["b4"].column("score").equals(files["b2"].column("score"))  # the same pair, the same score
+
+
+def test_small_and_large_groups_taus_are_scipys_with_ties_and_flat_groups():
+    from scipy.stats import kendalltau
+
+    from iteralab.campaign.kinds.scoring import agreement
+
+    rng = np.random.default_rng(2)
+    sizes = [1, 2, 3, 10, 64, 65, 200, 5, 5]
+    groups = np.repeat(np.arange(len(sizes)), sizes)
+    reference = np.round(rng.normal(size=len(groups)), 1)  # ties in both passes
+    mine = np.round(reference + rng.normal(scale=0.3, size=len(groups)), 1)
+    mine[groups == 7] = 0.5  # one pass ties a whole group: 0
+    mine[groups == 8], reference[groups == 8] = 0.25, 0.75  # both do: 1
+    taus, unordered = agreement.group_taus(mine, reference, groups, np.ones(len(groups), bool))
+    expected = []
+    for g in range(len(sizes)):
+        a, b = mine[groups == g], reference[groups == g]
+        if len(a) < 2:
+            continue
+        flat_a, flat_b = len(set(a)) == 1, len(set(b)) == 1
+        expected.append(1.0 if flat_a and flat_b else 0.0 if flat_a or flat_b else kendalltau(a, b)[0])
+    # the small groups come first (counted together), then the large ones (scipy, one call each)
+    order = [g for g in range(len(sizes)) if 2 <= sizes[g] <= agreement.SMALL_GROUP] + \
+        [g for g in range(len(sizes)) if sizes[g] > agreement.SMALL_GROUP]
+    by_group = dict(zip([g for g in range(len(sizes)) if sizes[g] >= 2], expected))
+    assert unordered == 1
+    np.testing.assert_allclose(taus, [by_group[g] for g in order], rtol=0, atol=1e-12)
