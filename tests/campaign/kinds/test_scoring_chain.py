@@ -108,3 +108,30 @@ def test_a_scoring_job_end_to_end_on_ray(tmp_path, scorer):
         f'kind = "hf_cross_encoder"\npath = "{tiny_cross_encoder_dir(tmp_path / "cross-encoder")}"\n'
     out, result = chain(tmp_path, model, RAY_VARIANTS, run=f'isolation = "inprocess"\n{RAY_RUN}')
     assert_answered(out, result, {"b2", "ray"})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["bf16", "int8-dynamic"])
+def test_a_cheaper_precision_moves_a_cross_encoders_scores_and_the_kind_measures_by_how_much(tmp_path, precision):
+    from iteralab.campaign.folder import CampaignFolder
+
+    folder = tiny_cross_encoder_dir(tmp_path / "cross-encoder")
+    variants = f"""
+[[variants]]
+name = "b2"
+batch_size = 2
+
+[[variants]]
+name = "cheap"
+batch_size = 2
+precision = "{precision}"
+"""
+    out = scoring_campaign(tmp_path, f'kind = "hf_cross_encoder"\npath = "{folder}"\n', variants=variants,
+                           min_tau=-1.0, extra=COUNTED)
+    rows = {r.variant: r for r in CampaignFolder.open(out).raw_rows()}
+    assert all(r.status == "ok" for r in rows.values()), [r.error for r in rows.values()]
+    assert rows["b2"].max_abs_score_diff == 0.0 and rows["b2"].min_kendall_tau == 1.0  # the reference itself
+    cheap = rows["cheap"]
+    assert cheap.max_abs_score_diff is not None and cheap.max_abs_score_diff > 0, cheap.notes
+    assert cheap.score_diff_at_quantile <= cheap.max_abs_score_diff
+    assert -1.0 <= cheap.min_kendall_tau <= cheap.median_kendall_tau <= 1.0
