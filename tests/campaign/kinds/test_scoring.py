@@ -215,3 +215,17 @@ def test_small_and_large_groups_taus_are_scipys_with_ties_and_flat_groups():
     by_group = dict(zip([g for g in range(len(sizes)) if sizes[g] >= 2], expected))
     assert unordered == 1
     np.testing.assert_allclose(taus, [by_group[g] for g in order], rtol=0, atol=1e-12)
+
+
+def test_group_ranking_in_blocks_equals_one_block(monkeypatch):
+    from iteralab.campaign.kinds.scoring import verdict
+
+    rng = np.random.default_rng(3)
+    groups = rng.integers(0, 30, 300)
+    scores, relevance = rng.normal(size=300), rng.integers(0, 3, 300).astype(np.float64)
+    whole = verdict.group_ranking(scores, groups, relevance, 5)
+    monkeypatch.setattr(verdict, "BLOCK_PAIRS", 7)  # a block per group or two (a group over 7 pairs: alone)
+    blocked = verdict.group_ranking(scores, groups, relevance, 5)
+    assert blocked.queries == whole.queries == 30
+    for name in ("recall_at_k", "recall_of_relevant", "mrr", "ndcg_at_k"):  # the same up to summation order
+        assert getattr(blocked, name) == pytest.approx(getattr(whole, name), abs=1e-12)

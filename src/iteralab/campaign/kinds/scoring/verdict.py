@@ -151,21 +151,20 @@ def group_ranking(scores: np.ndarray, groups: np.ndarray, relevance: np.ndarray,
     stops = np.r_[starts[1:], len(codes)].astype(np.int64)
     blocks = []
     first = 0
-    while first < len(starts):
-        last = first + 1
-        while last < len(starts) and stops[last] - starts[first] <= BLOCK_PAIRS:
-            last += 1
+    while first < len(starts):  # groups whose pairs hold at most BLOCK_PAIRS together (a larger group alone)
+        last = max(first + 1, int(np.searchsorted(stops, starts[first] + BLOCK_PAIRS, side="right")))
         a, b = starts[first:last], stops[first:last]
-        width = int((b - a).max())
-        matrix = np.full((last - first, width), -np.inf, dtype=np.float64)
-        rows, gains = [], []
-        for q, (s, e) in enumerate(zip(a.tolist(), b.tolist())):
-            members = order[s:e]
-            matrix[q, :e - s] = scores[members]
-            gain = relevance[members]
-            rows.append(np.flatnonzero(gain > 0))
-            gains.append(gain[gain > 0])
-        blocks.append(rank_block(matrix, Relevance.of(rows, gains), k))
+        sizes = b - a
+        members = order[a[0]:b[-1]]  # the block's pairs, group after group, corpus order within each
+        query = np.repeat(np.arange(last - first), sizes)
+        column = np.arange(len(members)) - np.repeat(a - a[0], sizes)
+        matrix = np.full((last - first, int(sizes.max())), -np.inf, dtype=np.float64)
+        matrix[query, column] = scores[members]
+        gain = relevance[members]
+        relevant = gain > 0
+        cuts = np.cumsum(np.bincount(query[relevant], minlength=last - first))[:-1]
+        blocks.append(rank_block(matrix, Relevance.of(np.split(column[relevant], cuts),
+                                                      np.split(gain[relevant], cuts)), k))
         first = last
     return Ranking.of(k, blocks)
 
