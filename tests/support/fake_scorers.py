@@ -33,3 +33,10 @@ def scoring_routine(*, ids, groups, scores, references) -> float:
     """A routine of a scoring job: the share of groups whose best-scored pair is relevant."""
     hits = [float(references[groups == g][np.argmax(scores[groups == g])] > 0) for g in np.unique(groups)]
     return float(np.mean(hits))
+
+
+def batch_rounded_scorer(texts: list[str], text_pairs: list[str]) -> np.ndarray:
+    """:func:`overlap_scorer`, rounded to one decimal in a batch of 4 pairs (a variant whose scores move, as a
+    cheaper precision's do) and exact in any other batch."""
+    scores = overlap_scorer(texts, text_pairs)
+    return np.round(scores, 1) if len(texts) == 4 else scores

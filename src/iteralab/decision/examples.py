@@ -25,9 +25,10 @@ import pyarrow.compute as pc
 from iteralab.campaign.folder import RawRow
 from iteralab.campaign.kinds.generation.output import read_texts
 from iteralab.campaign.kinds.scoring.output import read_scores
+from iteralab.campaign.kinds.scoring.verdict import aligned_scores
 from iteralab.campaign.kinds.registry import kind_of
 from iteralab.campaign.kinds.embedding.cosine import compare_vectors
-from iteralab.campaign.kinds.expected import corpus_texts, load_expected
+from iteralab.campaign.kinds.expected import corpus_texts, file_rows, load_expected
 from iteralab.campaign.verdict.evaluate import PredictionReader
 from iteralab.plan.metric import TOL
 from iteralab.campaign.kinds.generation.verdict import load_references
@@ -208,11 +209,11 @@ def _farthest_scores(ev: Evidence, counted: list[RawRow], limit: int) -> Example
                         "compared with them.")
     row = max(others, key=lambda r: r.max_abs_score_diff if r.max_abs_score_diff is not None else np.inf)
     ref = references[row.dataset]
-    mine, theirs = (read_scores(ev.folder / str(r.prediction_file)) for r in (row, ref))
     expected = load_expected(ev.folder, (), row.dataset)
-    aligned = [np.where(m.covered, s.scores[np.maximum(m.last if m.last is not None else np.arange(len(expected)),
-                                                         0)] if len(s.scores) else np.nan, np.nan)
-               for s, m in ((x, x.coverage(expected.ids)) for x in (mine, theirs))]
+    aligned = []  # each pass's scores in corpus order, NaN where it has none
+    for r in (row, ref):
+        found = read_scores(ev.folder / str(r.prediction_file))
+        aligned.append(aligned_scores(found, file_rows(found.coverage(expected.ids), len(expected))))
     diff = np.abs(aligned[0].astype(np.float64) - aligned[1].astype(np.float64))
     key = np.where(np.isnan(diff), np.inf, diff)  # a pair without a comparable score: the farthest
     shown = np.argsort(-key, kind="stable")[:limit]

@@ -229,3 +229,23 @@ def test_group_ranking_in_blocks_equals_one_block(monkeypatch):
     assert blocked.queries == whole.queries == 30
     for name in ("recall_at_k", "recall_of_relevant", "mrr", "ndcg_at_k"):  # the same up to summation order
         assert getattr(blocked, name) == pytest.approx(getattr(whole, name), abs=1e-12)
+
+
+def test_a_variant_whose_scores_move_is_measured_and_the_report_shows_its_farthest_pairs(tmp_path):
+    from iteralab.campaign.folder import CampaignFolder
+    from iteralab.decision.examples import wrong_examples
+    from iteralab.evidence.reads import load_evidence
+
+    out = scoring_campaign(tmp_path, 'kind = "callable"\ncallable = "fake_scorers:batch_rounded_scorer"',
+                           extra_scoring="max_abs_diff = 0.01", min_tau=-1.0)
+    rows = {r.variant: r for r in CampaignFolder.open(out).raw_rows()}
+    moved = rows["b4"]
+    assert rows["b2"].corpus_accepted and not moved.corpus_accepted
+    assert 0.01 < moved.max_abs_score_diff <= 0.05 + 1e-6  # rounded to one decimal
+    assert moved.tolerance_ok is False and "not accepted: largest score difference" in moved.notes
+    assert "above scoring.max_abs_diff 0.01" in moved.notes
+    examples = wrong_examples(load_evidence(out))
+    assert examples.pass_id == moved.pass_id and examples.columns[:4] == ("id", "score", "reference score",
+                                                                          "difference")
+    shown = [float(r["difference"]) for r in examples.rows]
+    assert shown == sorted(shown, reverse=True) and shown[0] == pytest.approx(moved.max_abs_score_diff, abs=1e-4)
