@@ -249,3 +249,25 @@ def test_a_variant_whose_scores_move_is_measured_and_the_report_shows_its_farthe
                                                                           "difference")
     shown = [float(r["difference"]) for r in examples.rows]
     assert shown == sorted(shown, reverse=True) and shown[0] == pytest.approx(moved.max_abs_score_diff, abs=1e-4)
+
+
+def test_a_scoring_job_of_two_datasets_is_judged_and_verified_per_dataset(tmp_path):
+    from iteralab.campaign.folder import CampaignFolder
+    from iteralab.evidence.run import run_campaign
+    from iteralab.evidence.verify import audit_campaign
+    from iteralab.lock.inputs import lock
+    from scoring_jobs import corpus_rows, write_corpus
+
+    rows = corpus_rows()
+    for name, part in (("a", rows[:12]), ("b", rows[12:])):
+        write_corpus(tmp_path, part).rename(tmp_path / f"{name}.csv")
+    text = scoring_protocol(CALLABLE, variants=BATCH_VARIANTS, reference="b2").replace('path = "pairs.csv"\n', "")
+    text += '\n[[datasets]]\nname = "a"\npath = "a.csv"\n\n[[datasets]]\nname = "b"\npath = "b.csv"\n'
+    (tmp_path / "protocol.toml").write_text(text, encoding="utf-8")
+    lock(tmp_path / "protocol.toml")
+    run_campaign(tmp_path / "protocol.toml", tmp_path / "camp")
+    table = CampaignFolder.open(tmp_path / "camp").raw_rows()
+    assert sorted((r.dataset, r.variant) for r in table) == [("a", "b2"), ("a", "b4"), ("b", "b2"), ("b", "b4")]
+    assert all(r.corpus_accepted and "ranking of 2 groups" in r.notes for r in table), [r.notes for r in table]
+    # verify reads each dataset's own groups and relevance (its copy), as the run did
+    assert audit_campaign(tmp_path / "camp", require_seal=False).differences == []
