@@ -26,6 +26,6 @@ fi
 "$VENV/bin/python" -m pip install -q uv
 "$VENV/bin/uv" pip install --python "$VENV/bin/python" -q --upgrade --resolution lowest-direct -e . "pytest>=8" "hypothesis>=6"
 echo "floors: $("$VENV/bin/python" -c 'import importlib.metadata as m; print(" ".join(f"{n}=={m.version(n)}" for n in (
-    "typer", "rich", "pydantic", "tzdata", "numpy", "scikit-learn", "matplotlib", "jinja2", "psutil", "safetensors",
+    "typer", "rich", "pydantic", "tzdata", "numpy", "scikit-learn", "scipy", "matplotlib", "jinja2", "psutil", "safetensors",
     "transformers", "tokenizers", "pyarrow", "torch")))')"
 exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider "${SMOKE[@]}"

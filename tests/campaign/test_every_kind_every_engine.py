@@ -1,8 +1,8 @@
 """Every job kind on every engine, through the public entry points alone: for each kind (classification, embedding,
-generation) one campaign on a tiny model built from a config, whose variants are the three engines — the reference
+generation, scoring) one campaign on a tiny model built from a config, whose variants are the three engines — the reference
 on the local engine, one data-parallel over 2 CPU processes, one on a local Ray — locked, run and verified with the
 CLI, then judged from the campaign folder: every pass ok, each variant's outputs accepted against the reference's by
-the kind's own verdict (the same labels, cosines at least ``min_cosine``, identical texts), every prediction file
+the kind's own verdict (the same labels, cosines at least ``min_cosine``, identical texts, scores within a bound), every prediction file
 holding the corpus's ids in corpus order, and ``iteralab verify`` passing.
 
 The module knows nothing of the engines' or the verdict's code: it writes a protocol, calls ``iteralab.cli.main``
@@ -84,13 +84,20 @@ KINDS = {
         # greedy fp32 decoding: the same texts whatever the engine
         "reproduction": 'target = "identical"',
     },
+    "scoring": {
+        "task": '[task]\nkind = "scoring"\n\n[scoring]\nrelevance_column = "relevance"\nactivation = "sigmoid"\n'
+                "min_kendall_tau = 0.99\n",
+        "metric": 'name = "ndcg_at_k"\nk = 3\nthreshold = 0.0\ntolerance = 1.0',
+        # fp32 on one CPU: a pair's score moves by float rounding at most, whatever the batch it was padded in
+        "reproduction": 'target = "bounded"\nbound = 1e-4',
+    },
 }
 
 
 def _protocol(kind: str, model: str, address: str) -> str:
     spec = KINDS[kind]
-    columns = ('classes = []\nreference_column = "answer"' if kind == "generation" else
-               f"classes = [{', '.join(f'{c!r}' for c in CLASSES)}]".replace("'", '"'))
+    columns = ('classes = []\nreference_column = "answer"' if kind == "generation" else "classes = []"
+               if kind == "scoring" else f"classes = [{', '.join(f'{c!r}' for c in CLASSES)}]".replace("'", '"'))
     return f"""schema_version = 1
 name = "{kind}-on-every-engine"
 question = "Does every engine give the reference's outputs for this {kind} job?"
@@ -127,7 +134,15 @@ loaded_passes = "counted"
 
 
 def _write_corpus(folder: Path, kind: str) -> None:
-    """Labels for the kinds judged by them; a reference answer (the text's last word) for generation."""
+    """Labels for the kinds judged by them; a reference answer (the text's last word) for generation; for scoring,
+    each text paired with the next one, in three groups, every other pair relevant."""
+    if kind == "scoring":
+        with open(folder / "corpus.csv", "w", newline="", encoding="utf-8") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(["id", "text", "text_pair", "group", "relevance"])
+            for i, (doc, text) in enumerate(zip(IDS, TEXTS)):
+                writer.writerow([doc, TEXTS[i % 3], text, f"g{i % 3}", i % 2])
+        return
     labelled = kind != "generation"
     with open(folder / "corpus.csv", "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
@@ -263,3 +278,16 @@ def test_generation_on_every_engine_gives_the_reference_texts(tmp_path, capsys, 
     for name in ("dp2", "ray"):
         assert rows[name].identical_share == 1.0, rows[name].notes
         assert texts[name] == texts[REFERENCE], name
+
+
+def test_scoring_on_every_engine_gives_the_reference_scores(tmp_path, capsys, ray_cluster):
+    from scoring_jobs import tiny_cross_encoder_dir
+
+    folder = tiny_cross_encoder_dir(tmp_path / "cross-encoder")
+    campaign = _campaign(tmp_path, "scoring", f'kind = "hf_cross_encoder"\npath = "{folder}"', ray_cluster, capsys)
+    rows = _judged(campaign)
+    scores = {name: _column(campaign, row, "score") for name, row in rows.items()}
+    assert len(set(scores[REFERENCE])) > 1, "the tiny cross-encoder gave one score: the comparison would prove nothing"
+    for name in ("dp2", "ray"):
+        assert rows[name].max_abs_score_diff <= 1e-4 and rows[name].min_kendall_tau >= 0.99, rows[name].notes
+        assert max(abs(a - b) for a, b in zip(scores[name], scores[REFERENCE])) <= 1e-4, name

@@ -73,3 +73,21 @@ def test_bench_speed_stats_keeps_false_distinguished_within_the_declared_level()
     assert all(row["within_level"] for row in report["settings"])  # the script also exits 1 otherwise
     assert {(r["sided"], r["loaded_passes"]) for r in report["settings"]} >= {("two", "apart"), ("two", "counted"),
                                                                             ("one", "apart")}
+
+
+@pytest.mark.slow  # builds a cross-encoder from MiniLM and runs it: kept out of the default run
+def test_bench_score_prints_ours_over_bare_with_identical_scores():
+    out = run_bench("bench_score.py", "--pairs", "32", "--repeats", "1", "--batch-size", "16")
+    ratio = re.search(r"ours / bare (\d+\.\d+) \(target <= 1\.05\); ours / bare\+tok (\d+\.\d+); scores identical: "
+                      r"(\w+)", out)
+    assert ratio and float(ratio.group(1)) > 0 and float(ratio.group(2)) > 0, out
+    assert ratio.group(3) == "True", out  # the same model over the same batches: the stored scores are the bare ones
+
+
+@pytest.mark.slow  # two child processes over a campaign of a few thousand pairs
+def test_bench_score_scale_prints_peak_rss_and_verify_with_the_metric_apart():
+    out = run_bench("bench_score.py", "scale", "--pairs", "2000", "--passes", "2")
+    assert re.search(r"^2000 pairs in 200 groups, 2 pass\(es\) on .+", out, re.M), out
+    line = re.search(r"run peak RSS (\d+) MB \(target <= 400\); verify ([\d.]+) µs per prediction in all, of which the "
+                     r"metric ([\d.]+) µs .*: the harness ([\d.]+) µs \(target <= 5\); verify ok: (\w+)", out)
+    assert line and int(line.group(1)) > 0 and line.group(5) == "True", out

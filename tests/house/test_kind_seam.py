@@ -29,12 +29,13 @@ PKG = Path(__file__).resolve().parents[2] / "src" / "iteralab"
 #: Where the kinds live: the only folder that may name a kind to decide what to do.
 KINDS_FOLDER = PKG / "campaign" / "kinds"
 #: The job kinds' names, as ``[task] kind`` spells them.
-KIND_NAMES = frozenset({"classification", "embedding", "generation"})
+KIND_NAMES = frozenset({"classification", "embedding", "generation", "scoring"})
 #: Raw-table and verdict keys that only one kind writes: their presence in a row tells the kind.
 KIND_KEYS = frozenset({
     "min_cosine", "median_cosine", "cosine_at_quantile", "subgroup_cosine",  # embedding
     "mean_tokens", "length_share", "identical_share", "tokens_per_s", "exact_match", "rouge_l",  # generation
     "min_label_agreement",  # classification
+    "max_abs_score_diff", "score_diff_at_quantile", "min_kendall_tau", "median_kendall_tau", "subgroup_tau",  # scoring
 })
 PREDICATES = frozenset({"is_embedding", "is_generation"})
 #: The "which kind?" branches allowed outside the kinds' folder, by module, each with the reason it stays.

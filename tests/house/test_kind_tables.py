@@ -33,7 +33,7 @@ def test_a_kind_the_plan_does_not_know_is_refused_in_one_line():
     with pytest.raises(ProtocolError) as kinds:
         kind_named("reranking")
     assert plan.value.message == kinds.value.message == (
-        "unknown job kind 'reranking'; hint: one of classification, embedding, generation")
+        "unknown job kind 'reranking'; hint: one of classification, embedding, generation, scoring")
 
 
 def test_each_kind_says_how_its_results_are_shown():

@@ -82,6 +82,7 @@ LAZY_IMPORTS = {
     "iteralab.models.head": "imports torch at module level",
     "iteralab.models.encoder": "imports torch at module level",
     "iteralab.models.generation_hf": "imports torch at module level",
+    "iteralab.models.crossencoder": "imports torch at module level",
     "ray": "optional extra (iteralab[ray])",
     "pynvml": "optional: NVIDIA machines only",
     "amdsmi": "optional: ROCm machines only",

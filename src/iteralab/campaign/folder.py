@@ -114,6 +114,16 @@ def with_generation(columns: tuple[str, ...]) -> tuple[str, ...]:
     return (*columns[:at], *GENERATION_COLUMNS, *columns[at:])
 
 
+#: A scoring campaign's columns (after ``max_abs_prob_diff``): against the reference pass, the largest and the high
+#: quantile of the absolute score differences, and the minimum and median over groups of Kendall's tau.
+SCORE_COLUMNS = ("max_abs_score_diff", "score_diff_at_quantile", "min_kendall_tau", "median_kendall_tau")
+
+
+def with_scores(columns: tuple[str, ...]) -> tuple[str, ...]:
+    at = columns.index("max_abs_prob_diff") + 1
+    return (*columns[:at], *SCORE_COLUMNS, *columns[at:])
+
+
 def format_cell(value: Any) -> str:
     """How a value is written in the raw table (the one writer's rule; :func:`read_raw_rows` inverts it)."""
     if value is None:
@@ -226,6 +236,12 @@ class RawRow:
     mean_tokens: float | None = None
     length_share: float | None = None
     identical_share: float | None = None
+    #: A scoring job's scores against the reference pass: the largest and the high quantile of the absolute
+    #: differences, and the minimum and median over groups of Kendall's tau.
+    max_abs_score_diff: float | None = None
+    score_diff_at_quantile: float | None = None
+    min_kendall_tau: float | None = None
+    median_kendall_tau: float | None = None
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> RawRow:
@@ -260,7 +276,7 @@ for _f in fields(RawRow):
     _type = str(_f.type)
     _KINDS[_f.name] = ("bool" if _type.startswith("bool") else "int" if _type.startswith("int")
                        else "float" if _type.startswith("float") else "json" if _type.startswith("dict") else "str")
-assert tuple(_KINDS) == (*COLUMNS, *COSINE_COLUMNS, *GENERATION_RATE_COLUMNS, *GENERATION_COLUMNS), \
+assert tuple(_KINDS) == (*COLUMNS, *COSINE_COLUMNS, *GENERATION_RATE_COLUMNS, *GENERATION_COLUMNS, *SCORE_COLUMNS), \
     "RawRow fields must follow the raw table's columns"
 
 
@@ -290,7 +306,8 @@ def read_raw_rows(path: str | Path) -> tuple[RawRow, ...]:
     with open(path, encoding="utf-8", newline="") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
-        if header is None or tuple(header) not in (COLUMNS, with_cosines(COLUMNS), with_generation(COLUMNS)):
+        if header is None or tuple(header) not in (COLUMNS, with_cosines(COLUMNS), with_generation(COLUMNS),
+                                                          with_scores(COLUMNS)):
             raise IteraError(f"{path}: not a raw table of this version (unexpected header)",
                              hint="regenerate it from the journal: iteralab table FOLDER")
         columns = tuple(header)

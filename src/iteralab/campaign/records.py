@@ -32,12 +32,13 @@ assert sorted(PHASES) == sorted(WORKER_PHASES + RUNNER_PHASES), "a phase is time
 
 #: The output kinds a pass can have: class labels and probabilities (one row per document: id, label, one
 #: probability per class), one embedding vector per document (id, vector), or one generated text per document
-#: (id, text, generated tokens, finish reason). A kind is recorded in the journal only when it is not class
+#: (id, text, generated tokens, finish reason), or one score per pair of texts (id, score). A kind is recorded in the journal only when it is not class
 #: probabilities (the journals written before hold that kind only).
 CLASS_PROBABILITIES = "class_probabilities"
 EMBEDDING_VECTORS = "embedding_vectors"
 GENERATED_TEXTS = "generated_texts"
-OUTPUT_KINDS = (CLASS_PROBABILITIES, EMBEDDING_VECTORS, GENERATED_TEXTS)
+PAIR_SCORES = "pair_scores"
+OUTPUT_KINDS = (CLASS_PROBABILITIES, EMBEDDING_VECTORS, GENERATED_TEXTS, PAIR_SCORES)
 
 
 #: A worker's start-up record (R2, the result's ``startup``), flat: each start-up phase in seconds, the runtime's

@@ -24,9 +24,11 @@ import pyarrow.compute as pc
 
 from iteralab.campaign.folder import RawRow
 from iteralab.campaign.kinds.generation.output import read_texts
+from iteralab.campaign.kinds.scoring.output import read_scores
+from iteralab.campaign.kinds.scoring.verdict import aligned_scores
 from iteralab.campaign.kinds.registry import kind_of
 from iteralab.campaign.kinds.embedding.cosine import compare_vectors
-from iteralab.campaign.kinds.expected import corpus_texts, load_expected
+from iteralab.campaign.kinds.expected import corpus_texts, file_rows, load_expected
 from iteralab.campaign.verdict.evaluate import PredictionReader
 from iteralab.plan.metric import TOL
 from iteralab.campaign.kinds.generation.verdict import load_references
@@ -193,8 +195,42 @@ def _farthest_vectors(ev: Evidence, counted: list[RawRow], limit: int) -> Exampl
                     f"{spec.min_cosine:g}.")
 
 
+def _farthest_scores(ev: Evidence, counted: list[RawRow], limit: int) -> Examples:
+    """The counted pass whose scores moved most from the reference pass's: its pairs of the largest score
+    difference, the largest first."""
+    references = reference_rows(ev)
+    others = [r for r in counted if references.get(r.dataset) is not None
+              and r.pass_id != references[r.dataset].pass_id]
+    if not others:
+        ref = references.get(counted[0].dataset)
+        what = f"the reference pass {ref.pass_id}" if ref is not None else "no reference pass"
+        return Examples(ref.pass_id if ref else None, (), (),
+                        f"Only {what} was counted: its scores are the reference, and no other pass's scores are "
+                        "compared with them.")
+    row = max(others, key=lambda r: r.max_abs_score_diff if r.max_abs_score_diff is not None else np.inf)
+    ref = references[row.dataset]
+    expected = load_expected(ev.folder, (), row.dataset)
+    aligned = []  # each pass's scores in corpus order, NaN where it has none
+    for r in (row, ref):
+        found = read_scores(ev.folder / str(r.prediction_file))
+        aligned.append(aligned_scores(found, file_rows(found.coverage(expected.ids), len(expected))))
+    diff = np.abs(aligned[0].astype(np.float64) - aligned[1].astype(np.float64))
+    key = np.where(np.isnan(diff), np.inf, diff)  # a pair without a comparable score: the farthest
+    shown = np.argsort(-key, kind="stable")[:limit]
+    ids = expected.ids.take(pa.array(shown)).to_pylist()
+    texts = corpus_texts(ev.folder, set(ids), row.dataset)
+    columns = ("id", "score", "reference score", "difference", "text")
+    rows = tuple({"id": pid, "score": f"{aligned[0][i]:.4f}", "reference score": f"{aligned[1][i]:.4f}",
+                  "difference": "no comparable score" if np.isnan(diff[i]) else f"{diff[i]:.4g}",
+                  "text": _cut(texts.get(pid, ""))} for pid, i in zip(ids, shown))
+    return Examples(row.pass_id, columns, rows,
+                    f"Pass {row.pass_id} (variant {row.variant}, the counted pass farthest from the reference): the "
+                    f"{len(rows)} pairs whose score moved most from the reference pass {ref.pass_id}'s, the largest "
+                    "difference first.")
+
+
 #: The readers of wrong outputs in one counted pass, by :attr:`~iteralab.campaign.kinds.base.JobKind.examples`.
-SHOWN = {"labels": _wrong_labels, "texts": _wrong_texts, "vectors": _farthest_vectors}
+SHOWN = {"labels": _wrong_labels, "texts": _wrong_texts, "vectors": _farthest_vectors, "scores": _farthest_scores}
 
 
 def wrong_predictions(ev: Evidence, limit: int = EXAMPLES) -> tuple[str | None, list[dict[str, str]]]:

@@ -334,7 +334,8 @@ def _check_journal(audit: _Audit, campaign: CampaignRecord, protocol: Any, conte
         if slots.get((start.get("round"), start.get("position"))) != (start.get("variant"), start.get("dataset")):
             audit.diff(f"{JOURNAL_NAME}: pass {pid} ({start.get('variant')}) is not a slot of the schedule")
         try:
-            expected = context.of_dataset(start.get("dataset")).expected  # K6: against its own dataset
+            source = context.of_dataset(start.get("dataset"))  # K6: against its own dataset
+            expected = source.expected
         except KeyError:
             audit.diff(f"{JOURNAL_NAME}: pass {pid} names dataset {start.get('dataset')!r}, not one of the campaign")
             continue
@@ -366,7 +367,7 @@ def _check_journal(audit: _Audit, campaign: CampaignRecord, protocol: Any, conte
             audit.note(f"{JOURNAL_NAME}: pass {pid} has no recorded evaluation yet (interrupted); its verdict "
                        "is recomputed from its stored file")
             continue
-        own = reader.verdict(path, protocol, expected, context.routine, context.queries, context.references)
+        own = reader.verdict(path, protocol, expected, context.routine, context.queries, source.references)
         recomputed = _normal(own.to_json() if own is not None else {})
         recorded = _normal(intrinsic)
         for key in INTRINSIC_KEYS:

@@ -32,7 +32,7 @@ from iteralab.errors import WorkloadError
 from iteralab.kit.memoire import PRECISIONS, precision_refusal
 from iteralab.common.files import PICKLE_SUFFIXES
 
-KINDS = ("hf_classifier", "encoder_head", "callable", "encoder", "hf_causal_lm", "hf_seq2seq")
+KINDS = ("hf_classifier", "encoder_head", "callable", "encoder", "hf_causal_lm", "hf_seq2seq", "hf_cross_encoder")
 PADDINGS = ("longest", "max_length")
 HEAD_FORMAT = "iteralab-linear-head"
 POOLING = "mean over real tokens (attention-mask weighted, padding excluded), float32"

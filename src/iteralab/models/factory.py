@@ -18,6 +18,7 @@ from iteralab.models.device import resolve_device
 from iteralab.models.embedding import load_callable_embedding
 from iteralab.models.generated import GenerationSettings, check_generation
 from iteralab.models.generation import load_callable_generator
+from iteralab.models.scoring import load_callable_scorer
 
 @dataclass(frozen=True)
 class WorkloadSpec:
@@ -42,6 +43,10 @@ class WorkloadSpec:
     pooling: str = "mean"
     normalize: bool = True
     generation: GenerationSettings | None = None
+    #: a scoring job's cross-encoder: how its logits become a score (None: the folder's declared one, else the
+    #: default of :func:`iteralab.models.pairs.resolved_activation`) and the positive class of several outputs
+    activation: str | None = None
+    positive_class: str | None = None
 
     @classmethod
     def of(cls, model: Mapping[str, Any], variant: Mapping[str, Any], classes: Sequence[str] | None, device: Any,
@@ -141,6 +146,17 @@ def _generator(kind: str, request: WorkloadSpec) -> Workload:
     return {"hf_causal_lm": HFCausalLMWorkload, "hf_seq2seq": HFSeq2SeqWorkload}[kind](folder, settings, generation)
 
 
+def _callable_scorer(kind: str, request: WorkloadSpec) -> Workload:
+    return load_callable_scorer(request.callable_ref, request.path, request.precision, request.compile)
+
+
+def _cross_encoder(kind: str, request: WorkloadSpec) -> Workload:
+    folder, settings = _folder(kind, request)
+    from iteralab.models.crossencoder import HFCrossEncoderWorkload
+
+    return HFCrossEncoderWorkload(folder, settings, request.activation, request.positive_class)
+
+
 #: Per task (``[task] kind``), the model kinds that give what it needs and the builder of each: a new task is a
 #: new row.
 TASK_MODELS: dict[str, dict[str, Callable[[str, WorkloadSpec], Workload]]] = {
@@ -148,6 +164,7 @@ TASK_MODELS: dict[str, dict[str, Callable[[str, WorkloadSpec], Workload]]] = {
                        "callable": _callable_classifier},
     "embedding": {"encoder": _encoder, "callable": _callable_embedding},
     "generation": {"hf_causal_lm": _generator, "hf_seq2seq": _generator, "callable": _callable_generator},
+    "scoring": {"hf_cross_encoder": _cross_encoder, "callable": _callable_scorer},
 }
 #: The model kinds that give what each task needs.
 TASK_MODEL_KINDS = {task: tuple(builders) for task, builders in TASK_MODELS.items()}

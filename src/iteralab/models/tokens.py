@@ -21,7 +21,8 @@ from iteralab.plan.prepare_generation import prepare_generation
 from iteralab.plan.protocol import Protocol
 from iteralab.plan.scan import CorpusReader
 from iteralab.plan.strata import assign_strata, describe_strata
-from iteralab.plan.task import KIND_RULES, prompt_spec
+from iteralab.models.pairs import count_pair_tokens
+from iteralab.plan.task import KIND_RULES, prompt_spec, scoring_spec
 
 #: The files a Hugging Face tokenizer may read; their hashes are recorded wherever token counts are used.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
@@ -66,9 +67,18 @@ def token_counter(tokenizer: Any, batch_size: int = 1024) -> Callable[[Sequence[
 def protocol_counter(protocol: Protocol, tokenizer: Any) -> Callable[..., list[int]]:
     """The token counts a protocol's strata and limits are about: a document's text, or for a generation job the
     document's rendered prompt (its template filled from the text and the columns it names, and the chat
-    template when declared) as the model reads it. The counter takes a batch's texts and, for a template that
+    template when declared) as the model reads it, and for a scoring job each pair (the text and its
+    ``scoring.pair_column`` cell, joined by the tokenizer's pair template). The counter takes a batch's texts and, for a template that
     names other columns, the batch's cells by column name (a reader batch's ``extra``)."""
     generation = prompt_spec(protocol)
+    pairs = scoring_spec(protocol)
+    if pairs is not None:  # a scoring job: both texts of each pair, as the model reads them
+
+        def count_pairs(texts: Sequence[str], columns: Mapping[str, Sequence[str | None]] | None = None) -> list[int]:
+            seconds = (columns or {}).get(pairs.pair_column) or [None] * len(texts)
+            return count_pair_tokens(tokenizer, list(texts), [s or "" for s in seconds])
+
+        return count_pairs
     if generation is None:
         plain = token_counter(tokenizer)
 

@@ -26,7 +26,7 @@ from iteralab.plan.metric import MetricSpec, Subgroup, subgroup_problems
 from iteralab.plan.tables import (Calendar, CatalogSpec, Checks, CorpusSource, CorpusSpec, Dataset, JobSpec, ModelSpec,
                                   Reproduction, RunSpec, Series, StatsSpec, Variant, Warmup,
                                   corpus_sources)
-from iteralab.plan.task import EmbeddingSpec, GenerationSpec, TaskSpec, task_problem
+from iteralab.plan.task import EmbeddingSpec, GenerationSpec, ScoringSpec, TaskSpec, task_problem
 from iteralab.plan.values import Flag, Strict as _Strict, Text, Whole
 
 if sys.version_info >= (3, 11):
@@ -57,11 +57,14 @@ class Protocol(_Strict):
     thresholds_tuned_on_final: Flag = Field(default=False, description=(
         "P4: true if thresholds were tuned after seeing the final corpus (the decision then says so)."))
     task: TaskSpec = Field(default=TaskSpec(), description=(
-        "The kind of job: classification (default), embedding or generation."))
+        "The kind of job: classification (default), embedding, generation or scoring."))
     embedding: EmbeddingSpec | None = Field(default=None, description=(
         "For an embedding job: how vectors are made and how far a variant's may move from the reference's."))
     generation: GenerationSpec | None = Field(default=None, description=(
         "For a generation job: the prompt, greedy decoding's limits and the bounds on the outputs' lengths."))
+    scoring: ScoringSpec | None = Field(default=None, description=(
+        "For a scoring job: the pair, group and relevance columns, the cross-encoder's activation and how far a "
+        "variant's scores and orderings may move from the reference's."))
     corpus: CorpusSpec = Field(description=(
         "The comparison corpus (or, with [[datasets]], the columns, classes and strata of every dataset)."))
     datasets: tuple[Dataset, ...] = Field(default=(), description=(

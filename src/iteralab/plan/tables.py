@@ -93,10 +93,12 @@ def corpus_sources(corpus: CorpusSpec, datasets: Sequence[Dataset]) -> tuple[Cor
 
 
 class ModelSpec(_Strict):
-    kind: Literal["hf_classifier", "encoder_head", "callable", "encoder", "hf_causal_lm", "hf_seq2seq"] = Field(
+    kind: Literal["hf_classifier", "encoder_head", "callable", "encoder", "hf_causal_lm", "hf_seq2seq",
+                  "hf_cross_encoder"] = Field(
         description=("hf_classifier: a sequence-classification folder; encoder_head: an encoder + a linear head in "
                      "safetensors; encoder: an embedding job's encoder; hf_causal_lm, hf_seq2seq: a generation "
-                     "job's causal LM or encoder-decoder folder; callable: your Python function."))
+                     "job's causal LM or encoder-decoder folder; hf_cross_encoder: a scoring job's "
+                     "sequence-classification folder read as a cross-encoder; callable: your Python function."))
     path: Text | None = Field(default=None, description=(
         "The model folder, or package:NAME/sub for a folder inside an installed package (required but for a callable, "
         "where it may name a tokenizer folder used to count tokens)."))
@@ -119,7 +121,8 @@ class ModelSpec(_Strict):
 
     @model_validator(mode="after")
     def _complete(self) -> ModelSpec:
-        if self.kind in ("hf_classifier", "encoder_head", "encoder", "hf_causal_lm", "hf_seq2seq") and not self.path:
+        if self.kind in ("hf_classifier", "encoder_head", "encoder", "hf_causal_lm", "hf_seq2seq",
+                         "hf_cross_encoder") and not self.path:
             raise ValueError(f"model.path is required for kind {self.kind!r}")
         if self.kind == "encoder_head" and not self.head:
             raise ValueError("model.head (a safetensors file) is required for kind 'encoder_head'")

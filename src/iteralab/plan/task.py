@@ -49,17 +49,24 @@ from iteralab.plan.prompting import TEXT_FIELD, render_prompts, template_fields
 from iteralab.plan.values import Flag, Number, Strict, Text, Whole
 
 #: Job kinds (the names of :data:`KIND_RULES`, in its order).
-TASK_KINDS = ("classification", "embedding", "generation")
+TASK_KINDS = ("classification", "embedding", "generation", "scoring")
 #: The model kinds an embedding job accepts: an encoder folder, or a callable returning vectors.
 EMBEDDING_MODELS = ("encoder", "callable")
 #: The model kinds a generation job accepts: a causal LM or encoder-decoder folder, or a callable generator.
 GENERATION_MODELS = ("hf_causal_lm", "hf_seq2seq", "callable")
+#: The model kinds a scoring job accepts: a sequence-classification folder read as a cross-encoder, or a callable
+#: returning one float per pair.
+SCORING_MODELS = ("hf_cross_encoder", "callable")
+#: A scoring job's built-in metrics: each group's pairs ranked by their scores against the relevance column
+#: (``campaign.kinds.ranking``'s definitions, the embedding job's).
+SCORING_METRICS = ("mrr", "ndcg_at_k")
 
 
 class TaskSpec(Strict):
-    kind: Literal["classification", "embedding", "generation"] = Field(default="classification", description=(
-        "classification (one label per document), embedding (one vector per document) or generation (one text "
-        "per document)."))
+    kind: Literal["classification", "embedding", "generation", "scoring"] = Field(
+        default="classification", description=(
+            "classification (one label per document), embedding (one vector per document), generation (one text "
+            "per document) or scoring (one float per pair of texts)."))
 
 
 class GenerationSpec(Strict):
@@ -146,16 +153,53 @@ class EmbeddingSpec(Strict):
         return self
 
 
+class ScoringSpec(Strict):
+    """A scoring job's pairs (the corpus columns beside the text), how a cross-encoder's logits become a score, and
+    how far a variant's scores and orderings may move from the reference pass's."""
+
+    pair_column: Text = Field(default="text_pair", description=(
+        "The corpus column holding each pair's second text (the first is corpus.text_column)."))
+    group_column: Text = Field(default="group", description=(
+        "The corpus column grouping the pairs ranked together (a query id): rankings are judged within a group."))
+    relevance_column: Text | None = Field(default=None, description=(
+        "Optional corpus column of graded relevance (a number; empty or 0: not relevant), read by mrr and "
+        "ndcg_at_k."))
+    activation: Literal["sigmoid", "softmax", "none"] | None = Field(default=None, description=(
+        "How an hf_cross_encoder's logits become a score: sigmoid of the one logit, softmax probability of the "
+        "positive class, or none (the raw logit). Absent: the folder's declared one (sentence-transformers' "
+        "activation_fn in config.json), else none for one logit and softmax for several."))
+    positive_class: Text | None = Field(default=None, description=(
+        "An hf_cross_encoder with several outputs: the label (config.json id2label) whose logit or probability "
+        "is the score."))
+    min_kendall_tau: Number = Field(ge=-1, le=1, description=(
+        "Within every group, Kendall's tau between the pass's scores and the reference pass's must be at least "
+        "this (overall and in each gating subgroup)."))
+    min_median_kendall_tau: Number | None = Field(default=None, ge=-1, le=1, description=(
+        "Optional bound on the median over groups of Kendall's tau."))
+    max_abs_diff: Number | None = Field(default=None, ge=0, description=(
+        "Optional bound on the largest absolute difference of a pair's score from the reference pass's."))
+    diff_quantile: Number = Field(default=0.99, gt=0, lt=1, description=(
+        "The high quantile of the absolute score differences reported (and bounded by max_diff_at_quantile)."))
+    max_diff_at_quantile: Number | None = Field(default=None, ge=0, description=(
+        "Optional bound on that quantile of the absolute score differences."))
+
+    @property
+    def columns(self) -> list[str]:
+        """The corpus columns a scoring job reads beside the text, in order: pair, group, relevance."""
+        return [self.pair_column, self.group_column, *([self.relevance_column] if self.relevance_column else [])]
+
+
 def prompt_columns(protocol: Any) -> list[str]:
-    """The corpus columns a generation job's prompt template names besides the text (none for another job)."""
-    generation = prompt_spec(protocol)
-    return generation.columns if generation is not None else []
+    """The corpus columns a job's model input or verdict reads besides the text and label (a generation job: those
+    its prompt template names; a scoring job: the pair's second text, its group and relevance), copied into the
+    campaign's corpus copy as ``prompt.<name>``; none for another job."""
+    return rules_of(protocol).columns(protocol)
 
 
 def prompt_column_error(protocol: Any, exc: CorpusError) -> CorpusError:
     """The reader's refusal of a file without a column the prompt template names, said as the prompt's (any
     other refusal unchanged)."""
-    for name in prompt_columns(protocol):
+    for name in (prompt_spec(protocol).columns if prompt_spec(protocol) is not None else []):
         marker = f": no column {name!r} ("
         if marker in exc.message:
             at, rest = exc.message.split(marker, 1)
@@ -167,7 +211,10 @@ def prompt_column_error(protocol: Any, exc: CorpusError) -> CorpusError:
 
 def task_problem(protocol: Any) -> str | None:
     """What makes the protocol's task, model, metric and ``[embedding]`` table disagree; None when they agree."""
-    return rules_of(protocol).problem(protocol)
+    rules = rules_of(protocol)
+    if getattr(protocol, "scoring", None) is not None and not rules.pairs:
+        return f"[scoring] is for task.kind = 'scoring'; this protocol's task is {protocol.task.kind}"
+    return rules.problem(protocol)
 
 
 def _unprompted_problem(protocol: Any) -> str | None:
@@ -250,6 +297,41 @@ def generation_problem(protocol: Any) -> str | None:
     return None
 
 
+def scoring_problem(protocol: Any) -> str | None:
+    """What makes a scoring protocol's tables disagree; None when they agree."""
+    metric, model, spec = protocol.metric, protocol.model, protocol.scoring
+    if problem := _unprompted_problem(protocol):
+        return problem
+    if spec is None:
+        return "task.kind = 'scoring' needs a [scoring] table (at least min_kendall_tau)"
+    if protocol.embedding is not None:
+        return "[embedding] is for task.kind = 'embedding'; this protocol's task is scoring"
+    if model.kind not in SCORING_MODELS:
+        return f"a scoring job's model.kind is 'hf_cross_encoder' (a model folder) or 'callable', not {model.kind!r}"
+    if metric.routine is None and metric.name not in SCORING_METRICS:
+        return (f"a scoring job's metric is one of {', '.join(SCORING_METRICS)} or a metric.routine, not "
+                f"{metric.name!r}")
+    if metric.name is not None and metric.k is None:
+        return f"metric {metric.name!r} needs metric.k (the cut-off of each group's ranking)"
+    if metric.name is not None and not spec.relevance_column:
+        return f"metric {metric.name!r} ranks each group against its relevance: declare scoring.relevance_column"
+    if metric.queries is not None or metric.tuning_queries is not None:
+        return "metric.queries belongs to an embedding job: a scoring job's groups are its queries"
+    if protocol.corpus.classes:
+        return ("corpus.classes: a scoring job's corpus has pairs, not labels: remove corpus.classes (an empty list "
+                "is accepted too)")
+    by_label = [sg.name for sg in protocol.subgroups if sg.by == "label"]
+    if by_label:
+        return f"subgroup(s) {', '.join(by_label)} by label: a scoring job has no labels (use by = 'stratum')"
+    named = [protocol.corpus.text_column, *spec.columns]
+    if len(set(named)) < len(named):
+        return (f"corpus.text_column and scoring's pair, group and relevance columns name {', '.join(named)}: each "
+                "is its own column")
+    if model.kind != "hf_cross_encoder" and (spec.activation is not None or spec.positive_class is not None):
+        return "scoring.activation and scoring.positive_class are an hf_cross_encoder's: a callable returns its scores"
+    return None
+
+
 def _embedding_metric_problem(protocol: Any) -> str | None:
     metric, labelled = protocol.metric, bool(protocol.corpus.classes)
     by_label = [sg.name for sg in protocol.subgroups if sg.by == "label"]
@@ -301,13 +383,23 @@ class KindRules:
     prompts: bool = False
     #: It turns each document into a vector, as ``[embedding]`` declares.
     vectors: bool = False
+    #: The corpus columns it reads beside the text and label (:func:`prompt_columns`).
+    columns: Callable[[Any], list[str]] = lambda protocol: []
+    #: Its documents are pairs of texts, as ``[scoring]`` declares (counted as the model reads both).
+    pairs: bool = False
+
+
+def _columns_of(table: Any) -> list[str]:
+    """The corpus columns a kind's own table (``[generation]``, ``[scoring]``) reads beside the text; none absent."""
+    return list(table.columns) if table else []
 
 
 #: Every kind of job the plan reads, by its ``[task] kind`` name; a new kind is a new row.
 KIND_RULES: dict[str, KindRules] = {rules.name: rules for rules in (
     KindRules("classification", classification_problem),
     KindRules("embedding", embedding_problem, vectors=True),
-    KindRules("generation", generation_problem, prompts=True),
+    KindRules("generation", generation_problem, prompts=True, columns=lambda p: _columns_of(p.generation)),
+    KindRules("scoring", scoring_problem, pairs=True, columns=lambda p: _columns_of(p.scoring)),
 )}
 
 
@@ -327,6 +419,11 @@ def rules_of(protocol: Any) -> KindRules:
 def prompt_spec(protocol: Any) -> Any:
     """The protocol's ``[generation]`` table when its job renders prompts; None for another job."""
     return protocol.generation if rules_of(protocol).prompts else None
+
+
+def scoring_spec(protocol: Any) -> Any:
+    """The protocol's ``[scoring]`` table when its job scores pairs; None for another job."""
+    return protocol.scoring if rules_of(protocol).pairs else None
 
 
 def embedding_spec(protocol: Any) -> Any:

@@ -18,6 +18,7 @@ from iteralab.campaign.kinds.base import JobKind
 from iteralab.campaign.kinds.classification.output import write_predictions
 from iteralab.campaign.kinds.embedding.output import VectorWriter
 from iteralab.campaign.kinds.generation.output import TextWriter
+from iteralab.campaign.kinds.scoring.output import ScoreWriter
 from iteralab.campaign.kinds.output import FORMAT_KEY, FORMAT_VERSION, OutputSet
 from iteralab.campaign.kinds.registry import KINDS
 from iteralab.campaign.records import OUTPUT_KINDS
@@ -46,8 +47,14 @@ def _texts(path: Path, n: int) -> None:
     writer.close()
 
 
+def _scores(path: Path, n: int) -> None:
+    writer = ScoreWriter(path)
+    writer.write(pa.array(IDS[:n], pa.string()), np.linspace(0.1, 0.9, n, dtype=np.float32))
+    writer.close()
+
+
 #: A well-formed file of ``n`` rows (ids ``IDS[:n]``), written by each kind's own writer.
-WRITERS = {"classification": _probabilities, "embedding": _vectors, "generation": _texts}
+WRITERS = {"classification": _probabilities, "embedding": _vectors, "generation": _texts, "scoring": _scores}
 PARAMS = [pytest.param(kind, id=name) for name, kind in KINDS.items()]
 
 

@@ -8,10 +8,11 @@ from iteralab.campaign.kinds.base import JobKind
 from iteralab.campaign.kinds.classification import CLASSIFICATION
 from iteralab.campaign.kinds.embedding import EMBEDDING
 from iteralab.campaign.kinds.generation import GENERATION
+from iteralab.campaign.kinds.scoring import SCORING
 from iteralab.errors import ProtocolError
 
 #: Every kind, by the name ``[task] kind`` gives it.
-KINDS: dict[str, JobKind] = {kind.name: kind for kind in (CLASSIFICATION, EMBEDDING, GENERATION)}
+KINDS: dict[str, JobKind] = {kind.name: kind for kind in (CLASSIFICATION, EMBEDDING, GENERATION, SCORING)}
 
 
 def kind_named(name: str) -> JobKind:
