@@ -75,6 +75,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> dict:
     from transformers import GenerationConfig
 
     from iteralab.campaign.kinds.generation.sink import PromptWorkload, TextSink
+    from iteralab.campaign.kinds.sink import SinkReport
     from iteralab.campaign.engines.passes import MeasuredPass
     from iteralab.plan.scan import read_options
     from iteralab.campaign.kinds.generation.output import read_texts
@@ -161,7 +162,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> dict:
         dev.synchronize(device)
         wall = time.perf_counter() - t0
         del model.generate  # back to the model's own method
-        sink.finish(pass_run, {"notes": []})  # after the measured region, as a campaign closes the file
+        sink.finish(pass_run, SinkReport())  # after the measured region, as a campaign closes the file
         inside = sum(c[0] for c in calls)
         ours = wall - wrapper[0] + inside  # the pass without the bare batches (and this wrapper's checks)
         return {"ours_s": ours, "bare_s": sum(c[1] for c in calls), "inside_generate_s": inside,

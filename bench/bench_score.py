@@ -116,6 +116,7 @@ def bench_pass(args: argparse.Namespace) -> dict:
 
     from iteralab.campaign.engines.passes import MeasuredPass
     from iteralab.campaign.kinds.scoring.sink import PairRenderer, PairWorkload, ScoreSink
+    from iteralab.campaign.kinds.sink import SinkReport
     from iteralab.models.factory import WorkloadSpec, load_workload
 
     with tempfile.TemporaryDirectory(prefix="iteralab-bench-score-") as tmp_name:
@@ -135,7 +136,7 @@ def bench_pass(args: argparse.Namespace) -> dict:
             target = tmp / "scores.parquet"
             pass_run = MeasuredPass(sink=ScoreSink(target, []), prompts=PairRenderer("text_pair"))
             pass_run.run(workload, str(corpus), {}, args.batch_size, False, False, 0)
-            pass_run.sink.finish(pass_run, {"notes": []})
+            pass_run.sink.finish(pass_run, SinkReport())
             stored["ours"] = pq.read_table(target).column("score").to_numpy()
 
         def run_bare() -> None:

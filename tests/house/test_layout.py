@@ -92,6 +92,8 @@ LAZY_IMPORTS = {
     "mlflow": "optional extra (iteralab[mlflow]): the export to an MLflow tracking store",
     "sklearn": "the runner loads it (with scipy and pandas) after the corpus scan, so that the scan's batches "
                "and those modules share the heap: loaded first, the run's peak RSS rose by the scan's batches",
+    "scipy": "the same as sklearn: lock and run reach plan/samplesize (its normal quantiles) and the scoring kind "
+             "(Kendall's tau) before the corpus scan, and need scipy only when they compute",
 }
 #: The command-line shell (``cli.py`` and its command groups): it may import every stage, and no stage imports it.
 SHELL = ("cli", "commands")

@@ -3,8 +3,9 @@
 Fast and import-free like ``test_layout.py``: the source is read as text and parsed with ``ast``.
 
 - Lines that say ``dict[str, Any]`` in ``src/iteralab/campaign/`` and ``src/iteralab/evidence/`` are capped at
-  :data:`CAP`, half of the 245 counted when issue 40 was filed (181 + 64). What is left is the JSON a kind's sink
-  or a raw-table row is filled as (the interfaces of ``campaign/kinds/``), the environment record, and the JSON
+  :data:`CAP`, below half of the 245 counted when issue 40 was filed (181 + 64). What is left is the JSON a
+  raw-table row is filled as and a kind's model record (the interfaces of ``campaign/kinds/``; a sink publishes a
+  typed ``SinkReport``), the environment record, and the JSON
   documents written at the edge (``to_json``). A record whose shape is fixed gets a frozen dataclass or a pydantic
   model; a batch of arrays is ``dict[str, np.ndarray]``.
 - The cap cannot be met by renaming: a module-level alias of an untyped mapping (``Row = dict[str, Any]``,
@@ -19,8 +20,9 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[2] / "src" / "iteralab"
 FOLDERS = (PKG / "campaign", PKG / "evidence")
-#: At most half of the 245 lines counted when issue 40 was filed.
-CAP = 122
+#: The count once a kind's sink published a typed report (111), below half of the 245 lines counted when issue 40
+#: was filed (122): the figure may fall, never creep back.
+CAP = 111
 UNTYPED = "dict[str, Any]"
 #: An alias's value that stands for an untyped mapping.
 _UNTYPED_ALIAS = re.compile(r"^(typing\.)?(Dict|dict|Mapping|MutableMapping)\[str, *(typing\.)?(Any|object)\]$")

@@ -50,6 +50,7 @@ from iteralab.campaign.engines.shards import corpus_lengths, imbalance, plan_sha
 from iteralab.campaign.folder import read_corpus_batches
 from iteralab.campaign.kinds.output import file_name
 from iteralab.campaign.kinds.registry import kind_named  # every kind's sink imported at start-up, never in writing
+from iteralab.campaign.kinds.sink import SinkReport
 from iteralab.campaign.manifest import determinism_settings, environment_manifest, owns_device
 from iteralab.campaign.records import STARTUP_PHASES, WORKER_PHASES, PassResult, PassSpec, Startup, failure, started
 from iteralab.common.files import write_json_atomic
@@ -576,7 +577,9 @@ def _merge(spec: PassSpec, result: dict[str, Any], workers: list[_Worker]) -> No
     pass order is the shards' orders, one after the other."""
 
     sink = kind_named(spec.kind).sink(Path(spec.prediction_dir) / file_name(spec.pass_id), spec.classes)
-    sink.merge([w.folder / file_name(f"w{w.k}") for w in workers], result)
+    report = SinkReport()
+    sink.merge([w.folder / file_name(f"w{w.k}") for w in workers], report)
+    report.into(result)
     order = []
     for w in workers:
         order_path = w.folder / f"w{w.k}.order.parquet"

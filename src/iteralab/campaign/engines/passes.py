@@ -36,7 +36,7 @@ from iteralab.campaign.engines.passlimit import Limit, LimitRecord, PassTimeout,
 from iteralab.campaign.folder import read_corpus_batches
 from iteralab.campaign.kinds.output import file_name
 from iteralab.campaign.kinds.registry import kind_named
-from iteralab.campaign.kinds.sink import PassSink
+from iteralab.campaign.kinds.sink import PassSink, SinkReport
 from iteralab.campaign.manifest import determinism_settings, environment_manifest, owns_device
 from iteralab.campaign.progress import Beacon
 from iteralab.campaign.records import PassSpec, Startup, failure, started
@@ -325,7 +325,9 @@ def execute_pass(spec: PassSpec | dict[str, Any], clock: Any = None, startup: St
     _record_outcome(result, pass_run, measured_error)
     _write_predictions(spec, pass_run, clock, result)
     if measured_error is None:
-        pass_run.sink.after_pass(spec, workload, clock, result)  # e.g. recall_at_k's queries: after the file
+        report = SinkReport()
+        pass_run.sink.after_pass(spec, workload, clock, report)  # e.g. recall_at_k's queries: after the file
+        report.into(result)
         result["status"] = "ok"
     return result
 
@@ -515,7 +517,9 @@ def _write_predictions(spec: PassSpec, pass_run: MeasuredPass, clock: Any, resul
     # nothing is measured any more): the wall time of the two is that of the longer.
     with ThreadPoolExecutor(max_workers=1) as pool:
         hashed = pool.submit(order_hash, ids) if len(ids) else None
-        pass_run.sink.finish(pass_run, result)
+        report = SinkReport()
+        pass_run.sink.finish(pass_run, report)
+        report.into(result)
         result["phases"]["writing_s"] = clock.now() - t0
         result["order_hash"] = hashed.result() if hashed is not None else None
 

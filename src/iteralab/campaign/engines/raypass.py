@@ -48,7 +48,7 @@ from iteralab.campaign.engines.rayrecords import (ActorMeta, ActorRecord, ActorR
 from iteralab.campaign.folder import read_corpus_batches
 from iteralab.campaign.kinds.output import file_name
 from iteralab.campaign.kinds.registry import kind_named
-from iteralab.campaign.kinds.sink import PassSink
+from iteralab.campaign.kinds.sink import PassSink, SinkReport
 from iteralab.campaign.manifest import determinism_settings, environment_manifest, owns_device
 from iteralab.campaign.records import STARTUP_PHASES, WORKER_PHASES, PassResult, PassSpec, Startup, started
 from iteralab.errors import RunError
@@ -338,7 +338,9 @@ class _RayPass:
         file closed, held outputs written), and the order hash of the order received."""
 
         t0 = time.perf_counter()
-        self.sink.finish_received(result, ids, expected_ids)
+        report = SinkReport()
+        self.sink.finish_received(report, ids, expected_ids)
+        report.into(result)
         self.phases["writing_s"] = time.perf_counter() - t0
         result["order_hash"] = order_hash(ids) if len(ids) else None
 

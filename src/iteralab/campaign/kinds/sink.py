@@ -5,19 +5,21 @@ batch returns and how the driver makes the file of the blocks it receives.
 An engine builds one sink per pass (``kind.sink(target, classes)``) and never asks which kind it holds:
 
 - ``flush(pass_run)`` after every batch of the measured region (a streaming sink writes its completed rows, in
-  record batches; a sink that holds its outputs does nothing), ``finish(pass_run, result)`` after it;
-- ``merge(parts, result)``: a data-parallel pass's shard files, in shard order, into the pass's file;
+  record batches; a sink that holds its outputs does nothing), ``finish(pass_run, report)`` after it;
+- ``merge(parts, report)``: a data-parallel pass's shard files, in shard order, into the pass's file;
 - ``ray_columns(out)`` in a Ray actor (a batch's outputs as the columns of the block it returns), and on the driver
-  ``receive(block)`` for every block and ``finish_received(result, ids, corpus_ids)`` after the last one;
-- ``after_pass(spec, workload, clock, result)``: what a kind adds once the file is written (outside ``pass_s``).
+  ``receive(block)`` for every block and ``finish_received(report, ids, corpus_ids)`` after the last one;
+- ``after_pass(spec, workload, clock, report)``: what a kind adds once the file is written (outside ``pass_s``).
 
-The output fields of a result (``prediction_file``, ``prediction_sha256``, ``output_kind``) are set in one place,
-:meth:`PassSink.publish`.
+Each of them fills a :class:`SinkReport` (the file, its hash and kind, set in one place, :meth:`PassSink.publish`;
+a vector size; an embedding job's queries file; notes), which the engine adds to the pass's result
+(:meth:`SinkReport.into`) with the keys the journal has always held.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -25,6 +27,29 @@ import pyarrow as pa
 
 from iteralab.campaign.folder import PREDICTIONS
 from iteralab.campaign.records import CLASS_PROBABILITIES, PassOutput
+
+
+@dataclass
+class SinkReport:
+    """What a sink publishes after the measured region: its file (:class:`PassOutput`), the vector size of an
+    embedding job, its queries' file (or why it has none), and notes for the pass's record. Fields left None are
+    not written."""
+
+    output: PassOutput | None = None
+    vector_dim: int | None = None
+    queries_file: str | None = None
+    queries_sha256: str | None = None
+    queries_error: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def into(self, result: dict[str, Any]) -> None:
+        """Adds what was published to a pass's result (its journal keys), the notes after the result's own."""
+        if self.output is not None:
+            result.update(self.output.to_json())
+        for key in ("vector_dim", "queries_sha256", "queries_error", "queries_file"):
+            if getattr(self, key) is not None:
+                result[key] = getattr(self, key)
+        result.setdefault("notes", []).extend(self.notes)
 
 
 class PassSink:
@@ -47,11 +72,11 @@ class PassSink:
     def flush(self, pass_run: Any, final: bool = False) -> None:
         """After a batch of the measured region: the completed rows written (a sink that holds them: nothing)."""
 
-    def finish(self, pass_run: Any, result: dict[str, Any]) -> None:
-        """After the measured region: the completed rows' file, in corpus order, published into ``result``."""
+    def finish(self, pass_run: Any, report: SinkReport) -> None:
+        """After the measured region: the completed rows' file, in corpus order, published into ``report``."""
         raise NotImplementedError
 
-    def merge(self, parts: list[Path], result: dict[str, Any]) -> None:
+    def merge(self, parts: list[Path], report: SinkReport) -> None:
         """A data-parallel pass: the shards' files (in shard order; a missing one adds nothing) into the pass's."""
         raise NotImplementedError
 
@@ -63,18 +88,17 @@ class PassSink:
         """On the Ray driver, inside the measured region: one block as it arrives."""
         raise NotImplementedError
 
-    def finish_received(self, result: dict[str, Any], ids: pa.Array, corpus_ids: pa.Array) -> None:
+    def finish_received(self, report: SinkReport, ids: pa.Array, corpus_ids: pa.Array) -> None:
         """On the Ray driver, after the measured region: the file of the blocks received (``ids``, in the order
-        received), in corpus order (``corpus_ids``), published into ``result``."""
+        received), in corpus order (``corpus_ids``), published into ``report``."""
         raise NotImplementedError
 
-    def after_pass(self, spec: Any, workload: Any, clock: Any, result: dict[str, Any]) -> None:
+    def after_pass(self, spec: Any, workload: Any, clock: Any, report: SinkReport) -> None:
         """After a completed pass and its file: what the kind adds with the pass's model (default: nothing)."""
 
-    def publish(self, result: dict[str, Any], sha256: str | None) -> None:
+    def publish(self, report: SinkReport, sha256: str | None) -> None:
         """The one place a pass's output is recorded: its file (relative to the campaign), hash and kind."""
-        output = PassOutput(self.output_kind, f"{PREDICTIONS}/{self.target.name}", sha256)
-        result.update(output.to_json())
+        report.output = PassOutput(self.output_kind, f"{PREDICTIONS}/{self.target.name}", sha256)
 
 
 def pending_ids(pass_run: Any, start: int, pending: int) -> pa.Array:

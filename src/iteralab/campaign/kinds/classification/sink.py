@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 
 from iteralab.campaign.kinds.classification.output import write_predictions
 from iteralab.campaign.kinds.corpusorder import in_corpus_order, received_positions
-from iteralab.campaign.kinds.sink import PassSink
+from iteralab.campaign.kinds.sink import PassSink, SinkReport
 
 
 class ProbabilitySink(PassSink):
@@ -23,7 +23,7 @@ class ProbabilitySink(PassSink):
         super().__init__(target, classes)
         self.received: list[Any] = []  # a Ray pass: the probability columns of the blocks received
 
-    def finish(self, pass_run: Any, result: dict[str, Any]) -> None:
+    def finish(self, pass_run: Any, report: SinkReport) -> None:
         probs = pass_run.probs
         pass_run.outputs.clear()  # the batches' rows now live in `probs` only: one copy per document, not two
         done = pass_run.ordered_ids().slice(0, pass_run.progress.completed)
@@ -31,9 +31,9 @@ class ProbabilitySink(PassSink):
             done, probs = in_corpus_order(done, probs, pass_run.order[:len(done)])
         sha256 = write_predictions(self.target, done, self.classes, probs)
         del probs
-        self.publish(result, sha256)
+        self.publish(report, sha256)
 
-    def merge(self, parts: list[Path], result: dict[str, Any]) -> None:
+    def merge(self, parts: list[Path], report: SinkReport) -> None:
         ids, probs = [], []
         for part in parts:
             if part.is_file():
@@ -43,7 +43,7 @@ class ProbabilitySink(PassSink):
                 probs.append(values.reshape(table.num_rows, len(self.classes)))
         merged_ids = pa.concat_arrays(ids) if ids else pa.array([], pa.string())
         merged = np.concatenate(probs) if probs else np.zeros((0, len(self.classes)), np.float32)
-        self.publish(result, write_predictions(self.target, merged_ids, self.classes, merged))
+        self.publish(report, write_predictions(self.target, merged_ids, self.classes, merged))
 
     def ray_columns(self, out: Any) -> dict[str, pa.Array]:
         k = len(self.classes)
@@ -53,9 +53,9 @@ class ProbabilitySink(PassSink):
     def receive(self, block: Any) -> None:
         self.received.append(block.column("probs"))
 
-    def finish_received(self, result: dict[str, Any], ids: pa.Array, corpus_ids: pa.Array) -> None:
+    def finish_received(self, report: SinkReport, ids: pa.Array, corpus_ids: pa.Array) -> None:
         k = len(self.classes)
         probs = (np.concatenate([c.combine_chunks().flatten().to_numpy(zero_copy_only=False) for c in self.received])
                  .reshape(-1, k) if self.received else np.zeros((0, k), np.float32))
         in_order, probs = in_corpus_order(ids, probs, received_positions(ids, corpus_ids))
-        self.publish(result, write_predictions(self.target, in_order, self.classes, probs))
+        self.publish(report, write_predictions(self.target, in_order, self.classes, probs))

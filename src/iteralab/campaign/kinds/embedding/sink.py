@@ -24,7 +24,7 @@ from iteralab.campaign.folder import PREDICTIONS
 from iteralab.campaign.kinds.corpusorder import restore_streamed
 from iteralab.campaign.kinds.embedding.output import (FLUSH_ROWS, VectorWriter, queries_file_name, vector_batches,
                                                       vector_column)
-from iteralab.campaign.kinds.sink import PassSink, pending_ids
+from iteralab.campaign.kinds.sink import PassSink, SinkReport, pending_ids
 from iteralab.campaign.records import EMBEDDING_VECTORS
 from iteralab.errors import one_line
 from iteralab.models.stfolder import resolved_pooling
@@ -73,18 +73,18 @@ class VectorSink(PassSink):
         self.flushed += pending
         self.stream_s += time.perf_counter() - t0
 
-    def finish(self, pass_run: Any, result: dict[str, Any]) -> None:
+    def finish(self, pass_run: Any, report: SinkReport) -> None:
         """After the measured region: the last rows flushed, the file put in corpus order (a bucketed pass),
         closed and renamed, its hash and dimension."""
         self.flush(pass_run, final=True)
         # a bucketed pass's file, streamed in length order, rewritten in corpus order
         self.writer = restore_streamed(self.writer, pass_run.order, self.flushed)
-        self.publish(result, self.writer.close())
-        result["vector_dim"] = self.writer.dim
-        result["notes"].append(f"pass_s includes streaming the vectors to the prediction file in record batches "
+        self.publish(report, self.writer.close())
+        report.vector_dim = self.writer.dim
+        report.notes.append(f"pass_s includes streaming the vectors to the prediction file in record batches "
                                f"({self.stream_s:.3f} s of it), as every embedding variant's pass does")
 
-    def merge(self, parts: list[Path], result: dict[str, Any]) -> None:
+    def merge(self, parts: list[Path], report: SinkReport) -> None:
         """The shards' vector files, streamed record batch by record batch into the pass's one vector file."""
         dim = None
         for part in parts:
@@ -93,8 +93,8 @@ class VectorSink(PassSink):
             dim = pq.ParquetFile(part).schema_arrow.field("vector").type.list_size
             for ids, vectors in vector_batches(part):
                 self.writer.write(ids, vectors)
-        self.publish(result, self.writer.close(dim))
-        result["vector_dim"] = self.writer.dim or dim
+        self.publish(report, self.writer.close(dim))
+        report.vector_dim = self.writer.dim or dim
 
     def ray_columns(self, out: Any) -> dict[str, pa.Array]:
         return {"vector": vector_column(np.asarray(out, dtype=np.float32))}
@@ -102,18 +102,18 @@ class VectorSink(PassSink):
     def receive(self, block: Any) -> None:
         self.writer.write_block(block)
 
-    def finish_received(self, result: dict[str, Any], ids: pa.Array, corpus_ids: pa.Array) -> None:
-        self.publish(result, self.writer.close())  # streamed in corpus order (Ray's preserve_order)
-        result["vector_dim"] = self.writer.dim
+    def finish_received(self, report: SinkReport, ids: pa.Array, corpus_ids: pa.Array) -> None:
+        self.publish(report, self.writer.close())  # streamed in corpus order (Ray's preserve_order)
+        report.vector_dim = self.writer.dim
 
-    def after_pass(self, spec: Any, workload: Any, clock: Any, result: dict[str, Any]) -> None:
-        embed_queries(spec, workload, clock, result)
+    def after_pass(self, spec: Any, workload: Any, clock: Any, report: SinkReport) -> None:
+        embed_queries(spec, workload, clock, report)
 
 
-def embed_queries(spec: Any, workload: Any, clock: Any, result: dict[str, Any]) -> None:
+def embed_queries(spec: Any, workload: Any, clock: Any, report: SinkReport) -> None:
     """recall_at_k, after a completed measured pass: the campaign's queries embedded by the pass's model (file
     order, the variant's batch size) and streamed to the pass's query vector file; its name and sha256 go into
-    the result (``queries_file``, ``queries_sha256``). A failure is recorded (``queries_error`` and a note): the
+    the report (``queries_file``, ``queries_sha256``). A failure is recorded (``queries_error`` and a note): the
     pass's verdict then has no recall to compute and fails, the measured pass stays as measured."""
     if not spec.queries_path:
         return
@@ -126,12 +126,12 @@ def embed_queries(spec: Any, workload: Any, clock: Any, result: dict[str, Any]) 
         for start in range(0, len(queries), size):
             vectors = workload.infer(workload.tokenize(list(queries.texts[start:start + size])))
             sink.write(ids.slice(start, size), np.asarray(vectors, dtype=np.float32))
-        result["queries_sha256"] = sink.close()
+        report.queries_sha256 = sink.close()
     except Exception as exc:  # the pass's own model or data: said in the row, judged as a missing recall
-        result["queries_error"] = one_line(exc)
+        report.queries_error = one_line(exc)
         sink.temporary.unlink(missing_ok=True)
-        result["notes"].append(f"queries not embedded: {result['queries_error']}")
+        report.notes.append(f"queries not embedded: {report.queries_error}")
         return
-    result["queries_file"] = f"{PREDICTIONS}/{sink.path.name}"
-    result["notes"].append(f"queries: {sink.rows} embedded after the measured pass, outside pass_s, with the "
+    report.queries_file = f"{PREDICTIONS}/{sink.path.name}"
+    report.notes.append(f"queries: {sink.rows} embedded after the measured pass, outside pass_s, with the "
                            f"variant's model and batch size ({clock.now() - t0:.3f} s)")

@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from iteralab.campaign.kinds.corpusorder import restore_streamed
 from iteralab.campaign.kinds.generation.output import TextWriter, text_batches
-from iteralab.campaign.kinds.sink import PassSink, pending_ids
+from iteralab.campaign.kinds.sink import PassSink, SinkReport, pending_ids
 from iteralab.campaign.records import GENERATED_TEXTS
 from iteralab.models.generated import GeneratedBatch, GenerationSettings
 from iteralab.plan.prompting import TEXT_FIELD, copy_column, render_prompts, template_fields
@@ -138,23 +138,23 @@ class TextSink(PassSink):
         self.flushed += pending
         self.stream_s += time.perf_counter() - t0
 
-    def finish(self, pass_run: Any, result: dict[str, Any]) -> None:
+    def finish(self, pass_run: Any, report: SinkReport) -> None:
         """After the measured region: the last rows written, the file put in corpus order (a bucketed pass),
         closed and renamed, its hash."""
         self.flush(pass_run, final=True)
         # a bucketed pass's file, streamed in length order, rewritten in corpus order
         self.writer = restore_streamed(self.writer, pass_run.order, self.flushed)
-        self.publish(result, self.writer.close())
-        result["notes"].append(f"pass_s includes rendering the prompts and streaming the texts to the prediction "
+        self.publish(report, self.writer.close())
+        report.notes.append(f"pass_s includes rendering the prompts and streaming the texts to the prediction "
                                f"file ({self.stream_s:.3f} s of writing), as every generation variant's pass does")
 
-    def merge(self, parts: list[Path], result: dict[str, Any]) -> None:
+    def merge(self, parts: list[Path], report: SinkReport) -> None:
         """The shards' text files, streamed record batch by record batch into the pass's one text file."""
         for part in parts:
             if part.is_file():
                 for batch in text_batches(part):
                     self.writer.write_block(batch)
-        self.publish(result, self.writer.close())
+        self.publish(report, self.writer.close())
 
     def ray_columns(self, out: Any) -> dict[str, pa.Array]:
         return generated_columns(out)
@@ -162,5 +162,5 @@ class TextSink(PassSink):
     def receive(self, block: Any) -> None:
         self.writer.write_block(block)
 
-    def finish_received(self, result: dict[str, Any], ids: pa.Array, corpus_ids: pa.Array) -> None:
-        self.publish(result, self.writer.close())  # streamed in corpus order (Ray's preserve_order)
+    def finish_received(self, report: SinkReport, ids: pa.Array, corpus_ids: pa.Array) -> None:
+        self.publish(report, self.writer.close())  # streamed in corpus order (Ray's preserve_order)

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.stats import kendalltau
 
 __all__ = ["ScoreAgreement", "TauSummary", "group_taus", "score_agreement", "tau_summary"]
 
@@ -67,6 +66,8 @@ def _tau(gx: np.ndarray, gy: np.ndarray) -> float:
     flat_x, flat_y = bool((gx == gx[0]).all()), bool((gy == gy[0]).all())
     if flat_x or flat_y:
         return 1.0 if flat_x and flat_y else 0.0
+    from scipy.stats import kendalltau  # after a run's corpus scan (tests/house/test_layout.py LAZY_IMPORTS)
+
     return float(kendalltau(gx, gy)[0])  # tau-b (its first field in every scipy)
 
 

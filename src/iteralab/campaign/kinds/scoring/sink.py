@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from iteralab.campaign.kinds.corpusorder import restore_streamed
 from iteralab.campaign.kinds.scoring.output import ScoreWriter, score_batches, score_column
-from iteralab.campaign.kinds.sink import PassSink, pending_ids
+from iteralab.campaign.kinds.sink import PassSink, SinkReport, pending_ids
 from iteralab.campaign.records import PAIR_SCORES
 from iteralab.models.pairs import folder_outputs, resolved_activation
 from iteralab.plan.prompting import copy_column
@@ -157,22 +157,22 @@ class ScoreSink(PassSink):
         self.flushed += pending
         self.stream_s += time.perf_counter() - t0
 
-    def finish(self, pass_run: Any, result: dict[str, Any]) -> None:
+    def finish(self, pass_run: Any, report: SinkReport) -> None:
         """After the measured region: the last rows written, the file put in corpus order (a bucketed pass),
         closed and renamed, its hash."""
         self.flush(pass_run, final=True)
         self.writer = restore_streamed(self.writer, pass_run.order, self.flushed)
-        self.publish(result, self.writer.close())
-        result["notes"].append(f"pass_s includes packing each pair and streaming the scores to the prediction file "
+        self.publish(report, self.writer.close())
+        report.notes.append(f"pass_s includes packing each pair and streaming the scores to the prediction file "
                                f"({self.stream_s:.3f} s of writing), as every scoring variant's pass does")
 
-    def merge(self, parts: list[Path], result: dict[str, Any]) -> None:
+    def merge(self, parts: list[Path], report: SinkReport) -> None:
         """The shards' score files, streamed record batch by record batch into the pass's one score file."""
         for part in parts:
             if part.is_file():
                 for batch in score_batches(part):
                     self.writer.write_block(batch)
-        self.publish(result, self.writer.close())
+        self.publish(report, self.writer.close())
 
     def ray_columns(self, out: Any) -> dict[str, pa.Array]:
         return {"score": score_column(np.asarray(out, dtype=np.float32).reshape(-1))}
@@ -180,5 +180,5 @@ class ScoreSink(PassSink):
     def receive(self, block: Any) -> None:
         self.writer.write_block(block)
 
-    def finish_received(self, result: dict[str, Any], ids: pa.Array, corpus_ids: pa.Array) -> None:
-        self.publish(result, self.writer.close())  # streamed in corpus order (Ray's preserve_order)
+    def finish_received(self, report: SinkReport, ids: pa.Array, corpus_ids: pa.Array) -> None:
+        self.publish(report, self.writer.close())  # streamed in corpus order (Ray's preserve_order)
