@@ -1,4 +1,4 @@
-"""The lock's check of the final corpus size against the size the tolerance needs (issue 42, item 4).
+"""The lock's check of the final corpus size against the size the tolerance needs.
 
 The figure needs the disagreement of the reference and a candidate variant on the tuning split, which only a run of
 the model gives; ``lock`` runs no model, so it reads what ``iteralab threshold`` recorded beside the protocol

@@ -62,7 +62,8 @@ def _unit_interval(value: float) -> float:
 class MetricSpec(Strict):
     name: MetricName | None = Field(default=None, description=(
         "A built-in metric: accuracy, macro_f1, weighted_f1, balanced_accuracy; knn_accuracy, recall_at_k, mrr or "
-        "ndcg_at_k for an embedding job; exact_match, token_f1, rouge_l or chrf for a generation job. "
+        "ndcg_at_k for an embedding job; exact_match, token_f1, rouge_l or chrf for a generation job; mrr or "
+        "ndcg_at_k for a scoring job. "
         "Absent when routine names your own."))
     routine: Text | None = Field(default=None, description=(
         "Your evaluation routine, package.module:function (fingerprinted by lock, carried in the folder)."))
@@ -84,7 +85,8 @@ class MetricSpec(Strict):
         "threshold prints (with confidence, or 0.95 when it is absent); lock warns when the final corpus is smaller."))
     reference_variant: Text = Field(description="The variant every other is compared with (quality and reproduction).")
     k: Whole | None = Field(default=None, ge=1, description=(
-        "Embedding metrics: the neighbours of knn_accuracy, the cut-off of recall_at_k, mrr and ndcg_at_k."))
+        "Embedding and scoring metrics: the neighbours of knn_accuracy, the cut-off of recall_at_k, mrr and "
+        "ndcg_at_k (a scoring job: of each group's ranking)."))
     queries: Text | None = Field(default=None, description=(
         "recall_at_k, mrr, ndcg_at_k (or a routine that ranks): the queries file (columns query_id, text, "
         "relevant_ids separated by ';', optionally grades)."))

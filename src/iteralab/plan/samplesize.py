@@ -1,11 +1,12 @@
-"""How large a final corpus the tolerance needs (issue 42, item 4): the paired disagreement of the reference
+"""How large a final corpus the tolerance needs: the paired disagreement of the reference
 variant and a candidate variant measured on the tuning split, and the corpus size at which a candidate that truly
 differs from the reference by the measured difference is established within the tolerance at the declared
 confidence, with the declared power.
 
-The figure is the one-sided non-inferiority sample size of a paired difference (``docs/concepts.md``)::
+The figure is the non-inferiority sample size of a paired difference (``docs/concepts.md``) for the worse bound of
+the two-sided interval at ``confidence`` (the quality interval's), a one-sided bound at (1 + confidence) / 2::
 
-    n = ((z_{confidence} + z_{power}) * sd / (tolerance - |difference|))**2
+    n = ((z_{(1 + confidence) / 2} + z_{power}) * sd / (tolerance - |difference|))**2
 
 ``sd`` is the standard deviation of the per-unit paired difference (candidate − reference, one unit a document,
 or a query for a ranking metric); for a metric that is not a mean of per-unit values (macro-F1, weighted F1,

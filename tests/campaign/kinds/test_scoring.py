@@ -244,6 +244,11 @@ def test_a_variant_whose_scores_move_is_measured_and_the_report_shows_its_farthe
     assert 0.01 < moved.max_abs_score_diff <= 0.05 + 1e-6  # rounded to one decimal
     assert moved.tolerance_ok is False and "not accepted: largest score difference" in moved.notes
     assert "above scoring.max_abs_diff 0.01" in moved.notes
+    # the quality interval resamples the groups (a ranking metric is their mean)
+    from scoring_jobs import corpus_rows
+
+    assert moved.delta_units == len({row[3] for row in corpus_rows()})  # one unit per group (query)
+    assert moved.delta_low <= moved.metric_delta <= moved.delta_high
     examples = wrong_examples(load_evidence(out))
     assert examples.pass_id == moved.pass_id and examples.columns[:4] == ("id", "score", "reference score",
                                                                           "difference")
@@ -271,3 +276,17 @@ def test_a_scoring_job_of_two_datasets_is_judged_and_verified_per_dataset(tmp_pa
     assert all(r.corpus_accepted and "ranking of 2 groups" in r.notes for r in table), [r.notes for r in table]
     # verify reads each dataset's own groups and relevance (its copy), as the run did
     assert audit_campaign(tmp_path / "camp", require_seal=False).differences == []
+
+
+def test_a_scoring_job_gates_on_the_interval_over_its_groups_under_metric_confidence(tmp_path):
+    """With metric.confidence a built-in ranking metric's interval (its groups resampled) decides: passes whose
+    scores give the reference's orderings are established within the tolerance, and accepted."""
+    from iteralab.campaign.folder import CampaignFolder
+    from scoring_jobs import corpus_rows
+
+    out = scoring_campaign(tmp_path, CALLABLE, metric='name = "ndcg_at_k"\nk = 3\nconfidence = 0.95')
+    rows = CampaignFolder.open(out).raw_rows()
+    assert rows and all(r.corpus_accepted for r in rows), [(r.pass_id, r.notes) for r in rows]
+    groups = len({row[3] for row in corpus_rows()})
+    assert {r.delta_units for r in rows} == {groups}
+    assert all(r.delta_low == r.delta_high == 0 for r in rows)  # the same scores: a difference of 0, established

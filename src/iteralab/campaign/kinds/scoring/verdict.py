@@ -40,6 +40,7 @@ import pyarrow.compute as pc
 
 from iteralab.campaign.folder import SCORE_COLUMNS, corpus_copy, read_corpus_batches
 from iteralab.campaign.kinds.expected import file_rows
+from iteralab.campaign.kinds.interval import Sample, UnitValues, mean_samples
 from iteralab.campaign.kinds.ranking import RANKING_METRICS, Ranking, Relevance, rank_block, ranking_note
 from iteralab.campaign.kinds.routine import Routine
 from iteralab.campaign.kinds.scoring.agreement import ScoreAgreement, bounds_reasons, score_agreement
@@ -284,6 +285,8 @@ class ScoringVerdict(VerdictPart):
             ranking = group_ranking(np.where(covered, scores, np.nan), pairs.groups, pairs.relevance, int(metric.k))
             v = v.with_cells(metric=ranking.value(metric.name) if ranking else None, subgroups={},
                              ranking=ranking.cells() if ranking else None)
+            if ranking is not None:  # the groups are the units of the quality interval (kinds.interval)
+                v = v.with_units(UnitValues(ranking.values_of(metric.name).astype(np.float64)))
         else:
             v = _routine_cells(v, protocol, expected, covered, pairs, scores, inputs.routine)
         value = v.cell("metric")
@@ -291,6 +294,10 @@ class ScoringVerdict(VerdictPart):
 
     def references(self, folder: Path, dataset: str | None) -> pa.Array | None:
         return load_pairs(folder, dataset)
+
+    def quality_samples(self, v: Cells, reference: Cells, protocol: Protocol, expected: Any) -> dict[str, Sample]:
+        # a ranking metric is the mean of its groups' values: the groups are resampled (a routine has no units)
+        return mean_samples(v.units, reference.units) if protocol.metric.name in RANKING_METRICS else {}
 
     def subgroups_by_metric(self, protocol: Protocol) -> bool:
         # under a ranking metric a stratum group has no metric of its own: its pairs' orderings judge it
