@@ -82,7 +82,7 @@ class VectorSink(PassSink):
         self.publish(report, self.writer.close())
         report.vector_dim = self.writer.dim
         report.notes.append(f"pass_s includes streaming the vectors to the prediction file in record batches "
-                               f"({self.stream_s:.3f} s of it), as every embedding variant's pass does")
+                            f"({self.stream_s:.3f} s of it), as every embedding variant's pass does")
 
     def merge(self, parts: list[Path], report: SinkReport) -> None:
         """The shards' vector files, streamed record batch by record batch into the pass's one vector file."""
@@ -134,4 +134,4 @@ def embed_queries(spec: Any, workload: Any, clock: Any, report: SinkReport) -> N
         return
     report.queries_file = f"{PREDICTIONS}/{sink.path.name}"
     report.notes.append(f"queries: {sink.rows} embedded after the measured pass, outside pass_s, with the "
-                           f"variant's model and batch size ({clock.now() - t0:.3f} s)")
+                        f"variant's model and batch size ({clock.now() - t0:.3f} s)")

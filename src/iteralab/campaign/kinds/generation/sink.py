@@ -146,7 +146,7 @@ class TextSink(PassSink):
         self.writer = restore_streamed(self.writer, pass_run.order, self.flushed)
         self.publish(report, self.writer.close())
         report.notes.append(f"pass_s includes rendering the prompts and streaming the texts to the prediction "
-                               f"file ({self.stream_s:.3f} s of writing), as every generation variant's pass does")
+                            f"file ({self.stream_s:.3f} s of writing), as every generation variant's pass does")
 
     def merge(self, parts: list[Path], report: SinkReport) -> None:
         """The shards' text files, streamed record batch by record batch into the pass's one text file."""

@@ -164,7 +164,7 @@ class ScoreSink(PassSink):
         self.writer = restore_streamed(self.writer, pass_run.order, self.flushed)
         self.publish(report, self.writer.close())
         report.notes.append(f"pass_s includes packing each pair and streaming the scores to the prediction file "
-                               f"({self.stream_s:.3f} s of writing), as every scoring variant's pass does")
+                            f"({self.stream_s:.3f} s of writing), as every scoring variant's pass does")
 
     def merge(self, parts: list[Path], report: SinkReport) -> None:
         """The shards' score files, streamed record batch by record batch into the pass's one score file."""
