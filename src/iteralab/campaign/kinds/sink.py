@@ -18,7 +18,7 @@ a vector size; an embedding job's queries file; notes), which the engine adds to
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from iteralab.campaign.folder import PREDICTIONS
+from iteralab.campaign.kinds.corpusorder import restore_streamed
 from iteralab.campaign.records import CLASS_PROBABILITIES, PassOutput
 
 
@@ -99,6 +100,46 @@ class PassSink:
     def publish(self, report: SinkReport, sha256: str | None) -> None:
         """The one place a pass's output is recorded: its file (relative to the campaign), hash and kind."""
         report.output = PassOutput(self.output_kind, f"{PREDICTIONS}/{self.target.name}", sha256)
+
+
+class StreamingSink(PassSink):
+    """A sink whose rows stream to their file (``self.writer``, the kind's streamed writer) while the pass runs:
+    finished by writing the last rows and putting a bucketed pass's file in corpus order, merged from the shards'
+    files record batch by record batch, and on Ray written block by block as they arrive in corpus order."""
+
+    streams = True
+    #: what the measured pass does besides the model, for the pass's note ("rendering the prompts …")
+    streamed_work: ClassVar[str] = ""
+    #: the kind's name in the pass's note
+    kind_word: ClassVar[str] = ""
+    writer: Any
+
+    def shard_batches(self, part: Path) -> Iterator[pa.RecordBatch]:
+        """A shard's file, record batch by record batch."""
+        raise NotImplementedError
+
+    def finish(self, pass_run: Any, report: SinkReport) -> None:
+        """After the measured region: the last rows written, the file put in corpus order (a bucketed pass),
+        closed and renamed, its hash."""
+        self.flush(pass_run, final=True)
+        self.writer = restore_streamed(self.writer, pass_run.order, self.flushed)
+        self.publish(report, self.writer.close())
+        report.notes.append(f"pass_s includes {self.streamed_work} ({self.stream_s:.3f} s of writing), as every "
+                            f"{self.kind_word} variant's pass does")
+
+    def merge(self, parts: list[Path], report: SinkReport) -> None:
+        """The shards' files, streamed record batch by record batch into the pass's one file."""
+        for part in parts:
+            if part.is_file():
+                for batch in self.shard_batches(part):
+                    self.writer.write_block(batch)
+        self.publish(report, self.writer.close())
+
+    def receive(self, block: Any) -> None:
+        self.writer.write_block(block)
+
+    def finish_received(self, report: SinkReport, ids: pa.Array, corpus_ids: pa.Array) -> None:
+        self.publish(report, self.writer.close())  # streamed in corpus order (Ray's preserve_order)
 
 
 def pending_ids(pass_run: Any, start: int, pending: int) -> pa.Array:

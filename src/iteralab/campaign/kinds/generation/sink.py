@@ -15,16 +15,15 @@ rendered prompt's token count; its text file is rewritten in corpus order after 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from iteralab.campaign.kinds.corpusorder import restore_streamed
 from iteralab.campaign.kinds.generation.output import TextWriter, text_batches
-from iteralab.campaign.kinds.sink import PassSink, SinkReport, pending_ids
+from iteralab.campaign.kinds.sink import StreamingSink, pending_ids
 from iteralab.campaign.records import GENERATED_TEXTS
 from iteralab.models.generated import GeneratedBatch, GenerationSettings
 from iteralab.plan.prompting import TEXT_FIELD, copy_column, render_prompts, template_fields
@@ -110,12 +109,13 @@ def generated_columns(batch: GeneratedBatch) -> dict[str, pa.Array]:
     return {"text": pa.array(batch.texts, pa.string()), "tokens": tokens, "finish": pa.array(batch.finish, pa.string())}
 
 
-class TextSink(PassSink):
+class TextSink(StreamingSink):
     """Generated texts, handed to the text file as the pass runs (the file writes record batches of its own
     size; never a corpus of texts held)."""
 
     output_kind = GENERATED_TEXTS
-    streams = True
+    streamed_work = "rendering the prompts and streaming the texts to the prediction file"
+    kind_word = "generation"
 
     def __init__(self, target: Path, classes: Any) -> None:
         super().__init__(target, classes)
@@ -138,29 +138,8 @@ class TextSink(PassSink):
         self.flushed += pending
         self.stream_s += time.perf_counter() - t0
 
-    def finish(self, pass_run: Any, report: SinkReport) -> None:
-        """After the measured region: the last rows written, the file put in corpus order (a bucketed pass),
-        closed and renamed, its hash."""
-        self.flush(pass_run, final=True)
-        # a bucketed pass's file, streamed in length order, rewritten in corpus order
-        self.writer = restore_streamed(self.writer, pass_run.order, self.flushed)
-        self.publish(report, self.writer.close())
-        report.notes.append(f"pass_s includes rendering the prompts and streaming the texts to the prediction "
-                            f"file ({self.stream_s:.3f} s of writing), as every generation variant's pass does")
-
-    def merge(self, parts: list[Path], report: SinkReport) -> None:
-        """The shards' text files, streamed record batch by record batch into the pass's one text file."""
-        for part in parts:
-            if part.is_file():
-                for batch in text_batches(part):
-                    self.writer.write_block(batch)
-        self.publish(report, self.writer.close())
+    def shard_batches(self, part: Path) -> Iterator[pa.RecordBatch]:
+        return text_batches(part)
 
     def ray_columns(self, out: Any) -> dict[str, pa.Array]:
         return generated_columns(out)
-
-    def receive(self, block: Any) -> None:
-        self.writer.write_block(block)
-
-    def finish_received(self, report: SinkReport, ids: pa.Array, corpus_ids: pa.Array) -> None:
-        self.publish(report, self.writer.close())  # streamed in corpus order (Ray's preserve_order)

@@ -18,7 +18,7 @@ own: the length prefix); a bucketed pass orders the pairs by the model's own cou
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +26,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from iteralab.campaign.kinds.corpusorder import restore_streamed
 from iteralab.campaign.kinds.scoring.output import ScoreWriter, score_batches, score_column
-from iteralab.campaign.kinds.sink import PassSink, SinkReport, pending_ids
+from iteralab.campaign.kinds.sink import StreamingSink, pending_ids
 from iteralab.campaign.records import PAIR_SCORES
 from iteralab.models.pairs import folder_outputs, resolved_activation
 from iteralab.plan.prompting import copy_column
@@ -133,12 +132,13 @@ class PairWorkload:
         return getattr(self.scorer, name)
 
 
-class ScoreSink(PassSink):
+class ScoreSink(StreamingSink):
     """Pair scores, handed to the score file as the pass runs (the file writes record batches of its own size;
     never a corpus of scores held by the pass)."""
 
     output_kind = PAIR_SCORES
-    streams = True
+    streamed_work = "packing each pair and streaming the scores to the prediction file"
+    kind_word = "scoring"
 
     def __init__(self, target: Path, classes: Any) -> None:
         super().__init__(target, classes)
@@ -157,28 +157,8 @@ class ScoreSink(PassSink):
         self.flushed += pending
         self.stream_s += time.perf_counter() - t0
 
-    def finish(self, pass_run: Any, report: SinkReport) -> None:
-        """After the measured region: the last rows written, the file put in corpus order (a bucketed pass),
-        closed and renamed, its hash."""
-        self.flush(pass_run, final=True)
-        self.writer = restore_streamed(self.writer, pass_run.order, self.flushed)
-        self.publish(report, self.writer.close())
-        report.notes.append(f"pass_s includes packing each pair and streaming the scores to the prediction file "
-                            f"({self.stream_s:.3f} s of writing), as every scoring variant's pass does")
-
-    def merge(self, parts: list[Path], report: SinkReport) -> None:
-        """The shards' score files, streamed record batch by record batch into the pass's one score file."""
-        for part in parts:
-            if part.is_file():
-                for batch in score_batches(part):
-                    self.writer.write_block(batch)
-        self.publish(report, self.writer.close())
+    def shard_batches(self, part: Path) -> Iterator[pa.RecordBatch]:
+        return score_batches(part)
 
     def ray_columns(self, out: Any) -> dict[str, pa.Array]:
         return {"score": score_column(np.asarray(out, dtype=np.float32).reshape(-1))}
-
-    def receive(self, block: Any) -> None:
-        self.writer.write_block(block)
-
-    def finish_received(self, report: SinkReport, ids: pa.Array, corpus_ids: pa.Array) -> None:
-        self.publish(report, self.writer.close())  # streamed in corpus order (Ray's preserve_order)
