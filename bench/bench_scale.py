@@ -207,13 +207,15 @@ def run_child(argv: list[str], cwd: Path) -> tuple[float, int, subprocess.Comple
 
 
 #: Prepended to verify's code: each pass's quality intervals (``kinds.interval.pass_intervals``, called by the
-#: verdict's judge) timed, in ``INTERVAL_S``.
+#: verdict's judge) timed, in ``INTERVAL_S``. A revision without them (before issue 42) is left as it is, so that
+#: ``interleave.py`` can run this script against it (with ``--no-intervals-apart``).
 TIMED_INTERVALS = ("import time as _time\nimport iteralab.campaign.verdict.judge as _judge\n"
-                   "_intervals = _judge.pass_intervals\nINTERVAL_S = []\n"
+                   "_intervals = getattr(_judge, 'pass_intervals', None)\nINTERVAL_S = []\n"
                    "def _timed(*args):\n"
                    "    start = _time.perf_counter(); out = _intervals(*args)\n"
                    "    INTERVAL_S.append(_time.perf_counter() - start); return out\n"
-                   "_judge.pass_intervals = _timed\n")
+                   "if _intervals is not None:\n"
+                   "    _judge.pass_intervals = _timed\n")
 #: Prepended to verify's code under the interval split: no quality interval is computed (benchmark only: the
 #: recomputed table then lacks them and differs from the stored one, which this timing ignores).
 NO_INTERVALS = ("import iteralab.campaign.verdict.judge as _judge\n"
