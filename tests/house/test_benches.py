@@ -91,3 +91,14 @@ def test_bench_score_scale_prints_peak_rss_and_verify_with_the_metric_apart():
     line = re.search(r"run peak RSS (\d+) MB \(target <= 400\); verify ([\d.]+) µs per prediction in all, of which the "
                      r"metric ([\d.]+) µs .*: the harness ([\d.]+) µs \(target <= 5\); verify ok: (\w+)", out)
     assert line and int(line.group(1)) > 0 and line.group(5) == "True", out
+
+
+def test_bench_pass_core_times_the_measured_pass_alone_and_prints_json_for_interleave():
+    out = run_bench("bench_pass_core.py", "--docs", "3000", "--batch-size", "64", "--repeats", "2")
+    line = re.search(r"MeasuredPass\.run, 3,000 documents, batch 64, near-free callable, 2 passes: best ([\d.]+) s, "
+                     r"median ([\d.]+) s = ([\d.]+) us per document \(best\)", out)
+    assert line, out
+    best, median, per_doc = (float(g) for g in line.groups())
+    assert 0 < best <= median and per_doc == pytest.approx(best / 3000 * 1e6, rel=0.01), out
+    figures = json.loads(run_bench("bench_pass_core.py", "--docs", "500", "--repeats", "1", "--json"))
+    assert figures["docs"] == 500 and figures["best_s"] == figures["median_s"] > 0, figures
