@@ -91,3 +91,14 @@ def test_the_cli_starts_without_loading_the_heavy_libraries():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")})
     assert out.stdout.strip() == "[]"
+
+
+def test_python_dash_m_iteralab_is_the_same_command_line():
+    """``python -m iteralab`` runs the shell's entry point: the same help, and a user mistake is one line and exit 2."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    helped = subprocess.run([sys.executable, "-m", "iteralab", "--help"], capture_output=True, text=True, env=env)
+    assert helped.returncode == 0 and "Usage: iteralab" in helped.stdout, helped.stdout + helped.stderr
+    wrong = subprocess.run([sys.executable, "-m", "iteralab", "lock", "no-such-protocol.toml"], capture_output=True,
+                           text=True, env=env)
+    assert wrong.returncode == 2 and wrong.stderr.startswith("Error: ") and "Traceback" not in wrong.stderr, \
+        wrong.stderr

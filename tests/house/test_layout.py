@@ -2,9 +2,9 @@
 
 Fast and import-free: every check parses the source with ``ast``; no module of the package is imported.
 
-- ``src/iteralab/`` holds ``cli.py``, ``errors.py``, ``__init__.py`` and sub-packages only (a folder with an
-  ``__init__.py``), plus ``kit/``: a folder of files that are downloaded and run on their own, not a package
-  with an ``__init__``;
+- ``src/iteralab/`` holds ``cli.py`` (and ``__main__.py``: ``python -m iteralab``), ``errors.py``, ``__init__.py``
+  and sub-packages only (a folder with an ``__init__.py``), plus ``kit/``: a folder of files that are downloaded
+  and run on their own, not a package with an ``__init__``;
 - no module outside ``kit/`` is longer than ``MAX_LINES`` lines (STYLE.md: one sitting's read), and no function
   or method there longer than ``MAX_FUNCTION_LINES`` lines from its ``def`` to its last line;
 - the kit runs from the standard library alone (K7, K8): it never imports ``iteralab``; at module level it
@@ -59,7 +59,7 @@ PIPELINE: tuple[tuple[str, ...], ...] = (
 STAGES = tuple(dict.fromkeys(prefix.split(".")[0] for room in PIPELINE for prefix in room))
 #: Importable from every stage; they import no stage themselves.
 BASE = ("errors", "common", "kit")
-TOP_FILES = {"__init__.py", "cli.py", "errors.py"}
+TOP_FILES = {"__init__.py", "__main__.py", "cli.py", "errors.py"}
 MAX_LINES = 600
 #: A function a reader can hold: from its ``def`` line to its last line (decorators not counted).
 MAX_FUNCTION_LINES = 80
@@ -95,8 +95,9 @@ LAZY_IMPORTS = {
     "scipy": "the same as sklearn: lock and run reach plan/samplesize (its normal quantiles) and the scoring kind "
              "(Kendall's tau) before the corpus scan, and need scipy only when they compute",
 }
-#: The command-line shell (``cli.py`` and its command groups): it may import every stage, and no stage imports it.
-SHELL = ("cli", "commands")
+#: The command-line shell (``cli.py``, ``__main__.py`` and the command groups): it may import every stage, and no
+#: stage imports it.
+SHELL = ("cli", "__main__", "commands")
 
 
 def _modules(root: Path = PKG) -> list[Path]:
@@ -203,7 +204,7 @@ def order_violations() -> list[str]:
     problems = []
     for path in _modules():
         rel = path.relative_to(PKG)
-        if rel.parts[0] in ("cli.py", "__init__.py", "commands") or rel.parts[0] == "kit":
+        if rel.parts[0] in ("cli.py", "__main__.py", "__init__.py", "commands") or rel.parts[0] == "kit":
             continue  # the shell may import anything; the root holds only the version; the kit is checked below
         own = _rank(_module_name(path))
         assert own is not None
@@ -495,7 +496,7 @@ def function_level_imports() -> list[str]:
     kit are left out: the shell keeps ``--help`` fast, the kit runs alone)."""
     found = []
     for path in _modules():
-        if path.relative_to(PKG).parts[0] in ("cli.py", "commands", "kit"):
+        if path.relative_to(PKG).parts[0] in ("cli.py", "__main__.py", "commands", "kit"):
             continue
         found += [f"{_rel(path)}:{line} imports {module} inside a function"
                   for line, module, top in _imports(path) if not top and not _lazy(module)]
