@@ -99,6 +99,7 @@ def test_bench_pass_core_times_the_measured_pass_alone_and_prints_json_for_inter
                      r"median ([\d.]+) s = ([\d.]+) us per document \(best\)", out)
     assert line, out
     best, median, per_doc = (float(g) for g in line.groups())
-    assert 0 < best <= median and per_doc == pytest.approx(best / 3000 * 1e6, rel=0.01), out
+    assert 0 < best <= median and per_doc > 0, out  # (the line rounds: the relation is checked on the JSON)
     figures = json.loads(run_bench("bench_pass_core.py", "--docs", "500", "--repeats", "1", "--json"))
     assert figures["docs"] == 500 and figures["best_s"] == figures["median_s"] > 0, figures
+    assert figures["us_per_doc_best"] == pytest.approx(figures["best_s"] / 500 * 1e6), figures
