@@ -155,7 +155,8 @@ def _farthest_vectors(ev: Evidence, counted: list[RawRow], limit: int) -> Exampl
     protocol = ev.protocol
     spec = protocol.embedding
     assert spec is not None
-    references, others, alone = _against_references(counted, reference_rows(ev), "vectors")
+    references = reference_rows(ev)
+    others, alone = _against_references(counted, references, "vectors")
     if alone is not None:
         return alone
     row = min(others, key=lambda r: (r.min_cosine is not None, r.min_cosine if r.min_cosine is not None else 0.0))
@@ -189,26 +190,27 @@ def _farthest_vectors(ev: Evidence, counted: list[RawRow], limit: int) -> Exampl
                     f"{spec.min_cosine:g}.")
 
 
-
 def _against_references(counted: list[RawRow], references: dict[str | None, RawRow],
-                        outputs: str) -> tuple[dict[str | None, RawRow], list[RawRow], Examples | None]:
+                        outputs: str) -> tuple[list[RawRow], Examples | None]:
     """The counted passes other than their dataset's reference pass, and the examples to show when there is none
     (``outputs``: what a pass's file holds, "vectors" or "scores")."""
     others = [r for r in counted if references.get(r.dataset) is not None
               and r.pass_id != references[r.dataset].pass_id]
     if others:
-        return references, others, None
+        return others, None
     ref = references.get(counted[0].dataset)
     what = f"the reference pass {ref.pass_id}" if ref is not None else "no reference pass"
-    return references, others, Examples(
+    return others, Examples(
         ref.pass_id if ref else None, (), (),
         f"Only {what} was counted: its {outputs} are the reference, and no other pass's {outputs} are compared with "
         "them.")
 
+
 def _farthest_scores(ev: Evidence, counted: list[RawRow], limit: int) -> Examples:
     """The counted pass whose scores moved most from the reference pass's: its pairs of the largest score
     difference, the largest first."""
-    references, others, alone = _against_references(counted, reference_rows(ev), "scores")
+    references = reference_rows(ev)
+    others, alone = _against_references(counted, references, "scores")
     if alone is not None:
         return alone
     row = max(others, key=lambda r: r.max_abs_score_diff if r.max_abs_score_diff is not None else np.inf)
