@@ -11,7 +11,8 @@ import pytest
 
 from iteralab.errors import ProtocolError
 from iteralab.plan.protocol import parse_protocol
-from scoring_jobs import BATCH_VARIANTS, CALLABLE, scoring_campaign, scoring_protocol, tiny_cross_encoder_dir
+from scoring_jobs import (BATCH_VARIANTS, CALLABLE, corpus_rows, scoring_campaign, scoring_protocol,
+                          tiny_cross_encoder_dir)
 
 
 def test_a_scoring_protocol_reads_its_keys():
@@ -137,7 +138,6 @@ def test_strata_count_both_texts_and_a_gating_stratum_is_judged_by_its_groups_ta
     from iteralab.campaign.folder import CampaignFolder
     from iteralab.models.pairs import count_pair_tokens
     from iteralab.models.tokens import load_tokenizer
-    from scoring_jobs import corpus_rows
 
     tokenizer = write_tokenizer(tmp_path / "tokenizer")
     rows = corpus_rows()
@@ -174,7 +174,6 @@ def test_strata_count_both_texts_and_a_gating_stratum_is_judged_by_its_groups_ta
 def test_a_bucketed_variant_orders_pairs_by_both_texts_and_stores_them_in_corpus_order(tmp_path):
     from campaign_factory import write_tokenizer
     from iteralab.campaign.folder import CampaignFolder
-    from scoring_jobs import corpus_rows
 
     write_tokenizer(tmp_path / "tokenizer")
     variants = BATCH_VARIANTS.replace("batch_size = 4\n", "batch_size = 4\nbucketing = true\n").replace(
@@ -245,8 +244,6 @@ def test_a_variant_whose_scores_move_is_measured_and_the_report_shows_its_farthe
     assert moved.tolerance_ok is False and "not accepted: largest score difference" in moved.notes
     assert "above scoring.max_abs_diff 0.01" in moved.notes
     # the quality interval resamples the groups (a ranking metric is their mean)
-    from scoring_jobs import corpus_rows
-
     assert moved.delta_units == len({row[3] for row in corpus_rows()})  # one unit per group (query)
     assert moved.delta_low <= moved.metric_delta <= moved.delta_high
     examples = wrong_examples(load_evidence(out))
@@ -261,7 +258,7 @@ def test_a_scoring_job_of_two_datasets_is_judged_and_verified_per_dataset(tmp_pa
     from iteralab.evidence.run import run_campaign
     from iteralab.evidence.verify import audit_campaign
     from iteralab.lock.inputs import lock
-    from scoring_jobs import corpus_rows, write_corpus
+    from scoring_jobs import write_corpus
 
     rows = corpus_rows()
     for name, part in (("a", rows[:12]), ("b", rows[12:])):
@@ -282,7 +279,6 @@ def test_a_scoring_job_gates_on_the_interval_over_its_groups_under_metric_confid
     """With metric.confidence a built-in ranking metric's interval (its groups resampled) decides: passes whose
     scores give the reference's orderings are established within the tolerance, and accepted."""
     from iteralab.campaign.folder import CampaignFolder
-    from scoring_jobs import corpus_rows
 
     out = scoring_campaign(tmp_path, CALLABLE, metric='name = "ndcg_at_k"\nk = 3\nconfidence = 0.95')
     rows = CampaignFolder.open(out).raw_rows()
